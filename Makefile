@@ -1,0 +1,52 @@
+# Thin entry points over CMake/CTest. See README.md.
+#   make test     install deps if missing, build Debug (ASan+UBSan), run every test
+#   make build    Debug build only
+#   make release  Release build (benchmarks)
+#   make bench    Release build, then the block benchmark against a lab LUN
+#   make format   clang-format the tree
+
+SHELL := /bin/bash
+JOBS ?= 2
+DEBUG_DIR ?= build/debug
+RELEASE_DIR ?= build/release
+GEN := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
+
+.PHONY: deps build release test unit bench format clean lab-gc
+
+deps:
+	@bash deploy/install-deps.sh
+
+$(DEBUG_DIR)/CMakeCache.txt:
+	cmake -S . -B $(DEBUG_DIR) $(GEN) -DCMAKE_BUILD_TYPE=Debug
+
+$(RELEASE_DIR)/CMakeCache.txt:
+	cmake -S . -B $(RELEASE_DIR) $(GEN) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(DEBUG_DIR)/CMakeCache.txt
+	cmake --build $(DEBUG_DIR) -j$(JOBS)
+
+release: deps $(RELEASE_DIR)/CMakeCache.txt
+	cmake --build $(RELEASE_DIR) -j$(JOBS)
+
+# Unit tests in parallel, then the lab integration tests one at a time (they
+# start tgtd targets and namespaces and are timing-sensitive on two cores).
+test: build lab-gc
+	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure --timeout 300
+	cd $(DEBUG_DIR) && ctest -L integration --output-on-failure --timeout 600
+	cd $(DEBUG_DIR) && ctest --output-on-failure -j1 --timeout 600 -LE 'unit|integration'
+
+unit: build
+	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure
+
+# Removes what crashed runs left behind (tgtd, namespaces, bridges).
+lab-gc:
+	@python3 tests/lab/sanlab gc
+
+bench: release lab-gc
+	bash bench/run-block-bench.sh $(RELEASE_DIR)
+
+format:
+	git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf build

@@ -1,0 +1,24 @@
+// Clocks. Monotonic time is what every timeout and latency in nasgw uses;
+// wall time only ever goes into records a human reads.
+#pragma once
+
+#include <cstdint>
+#include <ctime>
+
+namespace nasgw {
+
+inline uint64_t MonotonicNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+inline uint64_t WallNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+constexpr uint64_t kNanosPerMilli = 1'000'000;
+
+}  // namespace nasgw

@@ -1,0 +1,49 @@
+// Structured logging: one line per event, "ts level component msg key=value ...".
+// Thread-safe. The level comes from NASGW_LOG (debug|info|warn|error; default info).
+//
+//   NASGW_LOG(kWarn, "block") << "path down" << Kv("portal", p) << Kv("err", s);
+#pragma once
+
+#include <sstream>
+#include <string_view>
+
+namespace nasgw {
+
+enum class LogLevel { kDebug = 0, kInfo, kWarn, kError };
+
+bool LogEnabled(LogLevel level);
+
+class LogLine {
+ public:
+  LogLine(LogLevel level, std::string_view component);
+  ~LogLine();
+  template <typename T>
+  LogLine& operator<<(const T& v) {
+    os_ << v;
+    return *this;
+  }
+
+ private:
+  std::ostringstream os_;
+};
+
+template <typename T>
+struct KvPair {
+  std::string_view key;
+  const T& value;
+};
+template <typename T>
+KvPair<T> Kv(std::string_view key, const T& value) {
+  return {key, value};
+}
+template <typename T>
+std::ostream& operator<<(std::ostream& os, const KvPair<T>& kv) {
+  return os << ' ' << kv.key << '=' << kv.value;
+}
+
+}  // namespace nasgw
+
+#define NASGW_LOG(level, component)                          \
+  if (!::nasgw::LogEnabled(::nasgw::LogLevel::level)) {      \
+  } else                                                     \
+    ::nasgw::LogLine(::nasgw::LogLevel::level, component)

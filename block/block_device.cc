@@ -1,0 +1,254 @@
+#include "block/block_device.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "base/limits.h"
+
+namespace nasgw::block {
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kRead: return "read";
+    case Op::kWrite: return "write";
+    case Op::kFlush: return "flush";
+    case Op::kUnmap: return "unmap";
+    case Op::kCompareAndWrite: return "compare-and-write";
+    case Op::kPrOut: return "persistent-reserve-out";
+    case Op::kPrReadKeys: return "persistent-reserve-in(read-keys)";
+    case Op::kPrReadReservation: return "persistent-reserve-in(read-reservation)";
+  }
+  return "?";
+}
+
+namespace {
+
+Status CheckRange(const DeviceInfo& info, uint64_t lba, uint64_t blocks, const char* what) {
+  if (blocks == 0) return Status::InvalidArgument(std::string(what) + " of zero blocks");
+  if (lba >= info.num_blocks || blocks > info.num_blocks - lba) {
+    return Status::OutOfRange(std::string(what) + " of " + std::to_string(blocks) + " blocks at lba " +
+                              std::to_string(lba) + " is beyond the end of " + info.name + " (" +
+                              std::to_string(info.num_blocks) + " blocks)");
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status BlockDevice::Submit(IoRequest req) {
+  const DeviceInfo& in = info();
+  if (!req.done) return Status::InvalidArgument("request without a completion callback");
+  switch (req.op) {
+    case Op::kRead:
+    case Op::kWrite: {
+      if (req.iov.empty()) return Status::InvalidArgument("read/write without buffers");
+      if (req.iov.size() > limits::kIovecsMax) {
+        return Status::InvalidArgument("too many buffers: " + std::to_string(req.iov.size()) + " > " +
+                                       std::to_string(limits::kIovecsMax));
+      }
+      uint64_t bytes = 0;
+      for (const IoVec& v : req.iov) {
+        if (v.base == nullptr || v.len == 0) return Status::InvalidArgument("empty or null buffer");
+        bytes += v.len;
+      }
+      if (bytes % in.block_size != 0) {
+        return Status::InvalidArgument("length " + std::to_string(bytes) + " is not a multiple of the block size " +
+                                       std::to_string(in.block_size));
+      }
+      if (bytes > limits::kIoBytesMax ||
+          (in.max_transfer_blocks != 0 && bytes / in.block_size > in.max_transfer_blocks)) {
+        return Status::InvalidArgument("request of " + std::to_string(bytes) + " bytes exceeds the largest transfer");
+      }
+      req.blocks = bytes / in.block_size;
+      NASGW_RETURN_IF_ERROR(CheckRange(in, req.lba, req.blocks, OpName(req.op)));
+      break;
+    }
+    case Op::kUnmap:
+      NASGW_RETURN_IF_ERROR(CheckRange(in, req.lba, req.blocks, "unmap"));
+      if (req.blocks > UINT32_MAX) return Status::InvalidArgument("unmap range too long");
+      break;
+    case Op::kCompareAndWrite:
+      NASGW_RETURN_IF_ERROR(CheckRange(in, req.lba, req.blocks, "compare-and-write"));
+      if (req.compare_and_write == nullptr) return Status::InvalidArgument("compare-and-write without data");
+      if (in.max_compare_write_blocks == 0) {
+        return Status::NotSupported(in.name + " does not support COMPARE AND WRITE");
+      }
+      if (req.blocks > in.max_compare_write_blocks) {
+        return Status::InvalidArgument("compare-and-write of " + std::to_string(req.blocks) +
+                                       " blocks; the device allows " + std::to_string(in.max_compare_write_blocks));
+      }
+      break;
+    case Op::kPrOut:
+      if (static_cast<uint8_t>(req.pr_out.action) > static_cast<uint8_t>(PrAction::kRegisterAndIgnoreExistingKey)) {
+        return Status::InvalidArgument("unknown persistent reserve action");
+      }
+      break;
+    case Op::kPrReadKeys:
+      if (req.keys_out == nullptr) return Status::InvalidArgument("read-keys without a result");
+      break;
+    case Op::kPrReadReservation:
+      if (req.reservation_out == nullptr) return Status::InvalidArgument("read-reservation without a result");
+      break;
+    case Op::kFlush:
+      break;
+  }
+  return SubmitValidated(std::move(req));
+}
+
+Status BlockDevice::Read(uint64_t lba, std::span<const IoVec> iov, IoCallback done) {
+  IoRequest r;
+  r.op = Op::kRead;
+  r.lba = lba;
+  r.iov.assign(iov.begin(), iov.end());
+  r.done = std::move(done);
+  return Submit(std::move(r));
+}
+
+Status BlockDevice::Write(uint64_t lba, std::span<const IoVec> iov, bool fua, IoCallback done) {
+  IoRequest r;
+  r.op = Op::kWrite;
+  r.fua = fua;
+  r.lba = lba;
+  r.iov.assign(iov.begin(), iov.end());
+  r.done = std::move(done);
+  return Submit(std::move(r));
+}
+
+Status BlockDevice::Flush(IoCallback done) {
+  IoRequest r;
+  r.op = Op::kFlush;
+  r.done = std::move(done);
+  return Submit(std::move(r));
+}
+
+Status BlockDevice::Unmap(uint64_t lba, uint64_t blocks, IoCallback done) {
+  IoRequest r;
+  r.op = Op::kUnmap;
+  r.lba = lba;
+  r.blocks = blocks;
+  r.done = std::move(done);
+  return Submit(std::move(r));
+}
+
+Status BlockDevice::CompareAndWrite(uint64_t lba, const uint8_t* data, uint64_t blocks, IoCallback done) {
+  IoRequest r;
+  r.op = Op::kCompareAndWrite;
+  r.lba = lba;
+  r.blocks = blocks;
+  r.compare_and_write = data;
+  r.done = std::move(done);
+  return Submit(std::move(r));
+}
+
+Status BlockDevice::PrOut(const PrOutParams& params, IoCallback done) {
+  IoRequest r;
+  r.op = Op::kPrOut;
+  r.pr_out = params;
+  r.done = std::move(done);
+  return Submit(std::move(r));
+}
+
+Status BlockDevice::PrReadKeys(PrKeys* out, IoCallback done) {
+  IoRequest r;
+  r.op = Op::kPrReadKeys;
+  r.keys_out = out;
+  r.done = std::move(done);
+  return Submit(std::move(r));
+}
+
+Status BlockDevice::PrReadReservation(PrReservation* out, IoCallback done) {
+  IoRequest r;
+  r.op = Op::kPrReadReservation;
+  r.reservation_out = out;
+  r.done = std::move(done);
+  return Submit(std::move(r));
+}
+
+// ---- blocking helpers ------------------------------------------------------
+
+namespace {
+
+class Waiter {
+ public:
+  IoCallback Callback() {
+    return [this](Status s) {
+      std::lock_guard<std::mutex> lock(mu_);
+      status_ = std::move(s);
+      done_ = true;
+      cv_.notify_one();
+    };
+  }
+  // Waits for the completion unless submission already failed.
+  Status Wait(Status submitted) {
+    if (!submitted.ok()) return submitted;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+    return std::move(status_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+}  // namespace
+
+Status ReadSync(BlockDevice& dev, uint64_t lba, void* buf, size_t len) {
+  Waiter w;
+  IoVec v{buf, len};
+  return w.Wait(dev.Read(lba, {&v, 1}, w.Callback()));
+}
+
+Status WriteSync(BlockDevice& dev, uint64_t lba, const void* buf, size_t len, bool fua) {
+  Waiter w;
+  IoVec v{const_cast<void*>(buf), len};
+  return w.Wait(dev.Write(lba, {&v, 1}, fua, w.Callback()));
+}
+
+Status FlushSync(BlockDevice& dev) {
+  Waiter w;
+  return w.Wait(dev.Flush(w.Callback()));
+}
+
+Status UnmapSync(BlockDevice& dev, uint64_t lba, uint64_t blocks) {
+  Waiter w;
+  return w.Wait(dev.Unmap(lba, blocks, w.Callback()));
+}
+
+Status CompareAndWriteSync(BlockDevice& dev, uint64_t lba, const void* compare, const void* write, size_t len) {
+  if (dev.info().block_size == 0 || len % dev.info().block_size != 0 || len == 0) {
+    return Status::InvalidArgument("compare-and-write length must be whole blocks");
+  }
+  std::vector<uint8_t> both(2 * len);
+  std::memcpy(both.data(), compare, len);
+  std::memcpy(both.data() + len, write, len);
+  Waiter w;
+  return w.Wait(dev.CompareAndWrite(lba, both.data(), len / dev.info().block_size, w.Callback()));
+}
+
+Status PrOutSync(BlockDevice& dev, const PrOutParams& params) {
+  Waiter w;
+  return w.Wait(dev.PrOut(params, w.Callback()));
+}
+
+Result<PrKeys> PrReadKeysSync(BlockDevice& dev) {
+  PrKeys keys;
+  Waiter w;
+  Status s = w.Wait(dev.PrReadKeys(&keys, w.Callback()));
+  if (!s.ok()) return s;
+  return keys;
+}
+
+Result<PrReservation> PrReadReservationSync(BlockDevice& dev) {
+  PrReservation r;
+  Waiter w;
+  Status s = w.Wait(dev.PrReadReservation(&r, w.Callback()));
+  if (!s.ok()) return s;
+  return r;
+}
+
+}  // namespace nasgw::block

@@ -1,0 +1,89 @@
+// MemDevice: an in-memory BlockDevice for unit tests of the layers above, as
+// LevelDB's tests use an in-memory Env. It is a test seam, never a substitute
+// for the integration tests against real targets.
+//
+// A MemLun is the medium; several MemDevices may attach to one MemLun, each
+// standing for one initiator (node), so persistent reservations and COMPARE
+// AND WRITE races behave as on a shared SAN LUN.
+//
+// The medium models a volatile write cache: a write without FUA is visible to
+// reads at once but only durable after a Flush. PowerCut() throws away every
+// write not yet durable, as a power loss would (LevelDB's
+// fault_injection_test). SetFault() makes chosen requests fail.
+//
+// Completions run on the MemDevice's own thread, as the async contract says.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "block/block_device.h"
+
+namespace nasgw::block {
+
+class MemLun {
+ public:
+  MemLun(uint32_t block_size, uint64_t num_blocks, std::string designator = "mem.0");
+
+  const DeviceInfo& info() const { return info_; }
+  // Drops every write since the last flush (all initiators).
+  void PowerCut();
+  // Number of blocks written but not yet durable.
+  size_t UnsyncedBlocks() const;
+
+ private:
+  friend class MemDevice;
+  // Everything below is guarded by mu_.
+  Status Execute(uint64_t initiator, IoRequest& req);
+  Status CheckAccess(uint64_t initiator, bool write) const;
+  void ReadBlock(uint64_t lba, uint8_t* out) const;
+  void WriteBlock(uint64_t lba, const uint8_t* in, bool durable);
+
+  mutable std::mutex mu_;
+  DeviceInfo info_;
+  std::vector<uint8_t> durable_;
+  std::map<uint64_t, std::vector<uint8_t>> volatile_;  // lba -> block not yet flushed
+  uint32_t pr_generation_ = 0;
+  std::map<uint64_t, uint64_t> registrations_;  // initiator -> key
+  bool reserved_ = false;
+  uint64_t holder_ = 0;  // initiator holding the reservation
+  PrType type_ = PrType::kNone;
+};
+
+class MemDevice final : public BlockDevice {
+ public:
+  // `initiator` identifies this I_T nexus to the LUN's reservation logic.
+  MemDevice(std::shared_ptr<MemLun> lun, uint64_t initiator = 1);
+  ~MemDevice() override;
+
+  const DeviceInfo& info() const override { return lun_->info(); }
+  BlockStats Stats() const override;
+
+  // Every later request for which `fault` returns non-ok fails with that
+  // status, without touching the medium. Pass nullptr to clear.
+  void SetFault(std::function<Status(const IoRequest&)> fault);
+
+ protected:
+  Status SubmitValidated(IoRequest req) override;
+
+ private:
+  void Run();
+
+  std::shared_ptr<MemLun> lun_;
+  const uint64_t initiator_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<IoRequest> queue_;
+  std::function<Status(const IoRequest&)> fault_;
+  bool stopping_ = false;
+  BlockStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace nasgw::block

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Readies a fresh Debian 12 machine for building, testing and benchmarking
+# nasgw. Idempotent and quiet; returns at once when everything is present.
+# Later capabilities add their packages to PACKAGES below.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential cmake ninja-build pkg-config ccache git
+  clang-format clang-tidy
+  # block layer
+  libiscsi-dev
+  # tests
+  libgtest-dev libgmock-dev python3
+  # the SAN lab: tgtd targets, namespaces, rate limits; libiscsi tools for baselines
+  tgt iproute2 libiscsi-bin procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: need root to install: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# tgt's package tries to start the system tgtd; the lab runs its own.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
