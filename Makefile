@@ -33,7 +33,6 @@ release: deps $(RELEASE_DIR)/CMakeCache.txt
 test: build lab-gc
 	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure --timeout 300
 	cd $(DEBUG_DIR) && ctest -L integration --output-on-failure --timeout 600
-	cd $(DEBUG_DIR) && ctest --output-on-failure -j1 --timeout 600 -LE 'unit|integration'
 
 unit: build
 	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure

@@ -251,4 +251,14 @@ Result<PrReservation> PrReadReservationSync(BlockDevice& dev) {
   return r;
 }
 
+Result<FenceResult> FenceSync(BlockDevice& dev, uint64_t my_key, uint64_t victim_key, PrType type) {
+  Status s = PrOutSync(dev, {PrAction::kPreemptAndAbort, type, my_key, victim_key});
+  if (s.ok()) return FenceResult{true};
+  // ILLEGAL REQUEST (invalid field / opcode): the target lacks the action.
+  if (s.code() != Code::kInvalidArgument && s.code() != Code::kNotSupported) return s;
+  s = PrOutSync(dev, {PrAction::kPreempt, type, my_key, victim_key});
+  if (!s.ok()) return s.WithContext("fence (PREEMPT; PREEMPT AND ABORT is not supported)");
+  return FenceResult{false};
+}
+
 }  // namespace nasgw::block

@@ -194,4 +194,14 @@ Status PrOutSync(BlockDevice& dev, const PrOutParams& params);
 Result<PrKeys> PrReadKeysSync(BlockDevice& dev);
 Result<PrReservation> PrReadReservationSync(BlockDevice& dev);
 
+// Fencing: takes the reservation from the holder of `victim_key` and removes
+// every registration with that key, so the victim's later commands fail with
+// RESERVATION CONFLICT. Uses PREEMPT AND ABORT (which also aborts the
+// victim's queued commands); where the target does not implement it (tgt
+// 1.0.85), falls back to PREEMPT and says so in `aborted`.
+struct FenceResult {
+  bool aborted = false;  // the victim's in-flight commands were aborted too
+};
+Result<FenceResult> FenceSync(BlockDevice& dev, uint64_t my_key, uint64_t victim_key, PrType type);
+
 }  // namespace nasgw::block

@@ -472,6 +472,7 @@ struct IscsiDevice::Impl {
       t = iscsi_inquiry_task(p->ctx, lun, r->page >= 0 ? 1 : 0, r->page >= 0 ? r->page : 0, 255, TaskCallback, r);
     } else if (r->kind == Kind::kReadCapacity) {
       t = iscsi_readcapacity16_task(p->ctx, lun, TaskCallback, r);
+
     } else {
       switch (io.op) {
         case Op::kRead:

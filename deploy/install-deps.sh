@@ -11,7 +11,7 @@ PACKAGES=(
   # block layer
   libiscsi-dev
   # tests
-  libgtest-dev libgmock-dev python3
+  libgtest-dev libgmock-dev python3 nlohmann-json3-dev
   # the SAN lab: tgtd targets, namespaces, rate limits; libiscsi tools for baselines
   tgt iproute2 libiscsi-bin procps
 )
