@@ -67,7 +67,11 @@ Status BlockDevice::Submit(IoRequest req) {
     }
     case Op::kUnmap:
       NASGW_RETURN_IF_ERROR(CheckRange(in, req.lba, req.blocks, "unmap"));
-      if (req.blocks > UINT32_MAX) return Status::InvalidArgument("unmap range too long");
+      if (req.blocks > UINT32_MAX || (in.max_unmap_blocks != 0 && req.blocks > in.max_unmap_blocks)) {
+        return Status::InvalidArgument("unmap of " + std::to_string(req.blocks) + " blocks exceeds the device's limit of " +
+                                       std::to_string(in.max_unmap_blocks ? in.max_unmap_blocks : UINT32_MAX) +
+                                       "; split it");
+      }
       break;
     case Op::kCompareAndWrite:
       NASGW_RETURN_IF_ERROR(CheckRange(in, req.lba, req.blocks, "compare-and-write"));

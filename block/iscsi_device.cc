@@ -798,7 +798,7 @@ struct IscsiDevice::Impl {
     // Whatever libiscsi did not hand back is lost with the connection.
     while (!p->inflight.empty()) {
       Request* r = p->inflight.front();
-      OnTaskDone(r, SCSI_STATUS_CANCELLED, nullptr);
+      OnTaskDone(r, SCSI_STATUS_CANCELLED, r->task);  // libiscsi freed the PDU, not the task
     }
     p->tearing_down = false;
     if (was_up) p->failures.fetch_add(1, std::memory_order_relaxed);

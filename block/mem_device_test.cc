@@ -1,6 +1,7 @@
 #include "block/mem_device.h"
 
 #include <atomic>
+#include <thread>
 #include <cstring>
 #include <vector>
 
@@ -111,6 +112,38 @@ TEST(MemDevice, FaultInjection) {
   EXPECT_TRUE(WriteSync(dev, 0, data.data(), 512).ok());
   EXPECT_EQ(dev.Stats().write.errors, 1u);
   EXPECT_EQ(dev.Stats().write.ops, 2u);
+}
+
+}  // namespace
+}  // namespace nasgw::block
+
+namespace nasgw::block {
+namespace {
+
+// Many initiators racing COMPARE AND WRITE on one block: each round has
+// exactly one winner, as a disk lock needs.
+TEST(MemDevice, ConcurrentCompareAndWriteRace) {
+  auto lun = std::make_shared<MemLun>(512, 4);
+  constexpr int kNodes = 4;
+  std::vector<std::unique_ptr<MemDevice>> devs;
+  for (int i = 0; i < kNodes; i++) devs.push_back(std::make_unique<MemDevice>(lun, i + 1));
+  std::vector<uint8_t> current(512, 0);
+  for (int round = 1; round <= 200; round++) {
+    std::atomic<int> winners{0}, miscompares{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kNodes; i++) {
+      threads.emplace_back([&, i] {
+        std::vector<uint8_t> mine(512, static_cast<uint8_t>(round * kNodes + i));
+        Status s = CompareAndWriteSync(*devs[i], 2, current.data(), mine.data(), 512);
+        if (s.ok()) winners++;
+        if (s.code() == Code::kMiscompare) miscompares++;
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(winners.load(), 1) << "round " << round;
+    ASSERT_EQ(miscompares.load(), kNodes - 1) << "round " << round;
+    ASSERT_TRUE(ReadSync(*devs[0], 2, current.data(), 512).ok());
+  }
 }
 
 }  // namespace
