@@ -50,6 +50,14 @@ IscsiOptions Opts(std::vector<std::string> urls) {
   return o;
 }
 
+// The lab's first LUN as seen by one controller node (its own initiator name,
+// so its own I_T nexus and reservation key).
+std::unique_ptr<IscsiDevice> OpenAsNode(const Lab& lab, const std::string& node) {
+  IscsiOptions o = Opts({lab.Url()});
+  o.initiator_name = "iqn.2026-11.org.nasgw:" + node;
+  return OpenOrFail(o);
+}
+
 // Fills buf with a pattern unique to (lba, generation).
 void Fill(uint8_t* buf, size_t len, uint64_t lba, uint32_t gen, uint32_t bs) {
   for (size_t off = 0; off < len; off += 8) {
@@ -330,10 +338,7 @@ TEST(BlockLab, TargetRestartDuringWriteStream) {
 TEST(BlockLab, PreemptAndAbortFencesTheLoser) {
   auto lab = StartLab();
   ASSERT_TRUE(lab);
-  IscsiOptions oa = Opts({lab->Url()}), ob = Opts({lab->Url()});
-  oa.initiator_name = "iqn.2026-11.org.nasgw:node-a";
-  ob.initiator_name = "iqn.2026-11.org.nasgw:node-b";
-  auto a = OpenOrFail(oa), b = OpenOrFail(ob);
+  auto a = OpenAsNode(*lab, "node-a"), b = OpenAsNode(*lab, "node-b");
   ASSERT_TRUE(a && b);
   const auto we_ro = PrType::kWriteExclusiveRegistrantsOnly;
   ASSERT_TRUE(PrOutSync(*a, {PrAction::kRegister, PrType::kNone, 0, 0xAAAA}).ok());
@@ -385,10 +390,7 @@ TEST(BlockLab, PreemptAndAbortFencesTheLoser) {
 TEST(BlockLab, CompareAndWriteRaceHasOneWinnerPerRound) {
   auto lab = StartLab();
   ASSERT_TRUE(lab);
-  IscsiOptions oa = Opts({lab->Url()}), ob = Opts({lab->Url()});
-  oa.initiator_name = "iqn.2026-11.org.nasgw:node-a";
-  ob.initiator_name = "iqn.2026-11.org.nasgw:node-b";
-  auto a = OpenOrFail(oa), b = OpenOrFail(ob);
+  auto a = OpenAsNode(*lab, "node-a"), b = OpenAsNode(*lab, "node-b");
   ASSERT_TRUE(a && b);
   {
     // Debian's tgt 1.0.85 advertises COMPARE AND WRITE in VPD 0xB0 but has
