@@ -3,15 +3,17 @@
 #   make build    Debug build only
 #   make release  Release build (benchmarks)
 #   make bench    Release build, then the block benchmark against a lab LUN
+#   make tsan     ThreadSanitizer build and every test under it
 #   make format   clang-format the tree
 
 SHELL := /bin/bash
 JOBS ?= 2
 DEBUG_DIR ?= build/debug
 RELEASE_DIR ?= build/release
+TSAN_DIR ?= build/tsan
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
 
-.PHONY: deps build release test unit bench format clean lab-gc
+.PHONY: deps build release tsan test unit bench format clean lab-gc
 
 deps:
 	@bash deploy/install-deps.sh
@@ -28,11 +30,21 @@ build: deps $(DEBUG_DIR)/CMakeCache.txt
 release: deps $(RELEASE_DIR)/CMakeCache.txt
 	cmake --build $(RELEASE_DIR) -j$(JOBS)
 
+$(TSAN_DIR)/CMakeCache.txt:
+	cmake -S . -B $(TSAN_DIR) $(GEN) -DCMAKE_BUILD_TYPE=Debug -DNASGW_TSAN=ON
+
+# The threaded parts (the block layer's I/O loop, its submitters, MemDevice)
+# under ThreadSanitizer: unit and integration tests.
+tsan: deps $(TSAN_DIR)/CMakeCache.txt lab-gc
+	cmake --build $(TSAN_DIR) -j$(JOBS)
+	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest -j1 --output-on-failure --timeout 600 -E bench_
+
 # Unit tests in parallel, then the lab integration tests one at a time (they
 # start tgtd targets and namespaces and are timing-sensitive on two cores).
 test: build lab-gc
 	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure --timeout 300
 	cd $(DEBUG_DIR) && ctest -L integration --output-on-failure --timeout 600
+	$(MAKE) tsan
 
 unit: build
 	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure

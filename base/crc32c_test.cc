@@ -1,0 +1,32 @@
+#include "base/crc32c.h"
+
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace nasgw {
+namespace {
+
+// Check values from RFC 3720 appendix B.4 and the common "123456789" vector.
+TEST(Crc32c, KnownVectors) {
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
+  uint8_t zeros[32] = {};
+  EXPECT_EQ(Crc32c(zeros, 32), 0x8A9136AAu);
+  uint8_t ones[32];
+  std::memset(ones, 0xff, 32);
+  EXPECT_EQ(Crc32c(ones, 32), 0x62A8AB43u);
+  uint8_t inc[32];
+  for (int i = 0; i < 32; i++) inc[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(Crc32c(inc, 32), 0x46DD794Eu);
+}
+
+TEST(Crc32c, ExtendsIncrementally) {
+  std::string s = "the quick brown fox jumps over the lazy dog";
+  uint32_t whole = Crc32c(s.data(), s.size());
+  uint32_t part = Crc32c(Crc32c(s.data(), 10), s.data() + 10, s.size() - 10);
+  EXPECT_EQ(whole, part);
+}
+
+}  // namespace
+}  // namespace nasgw
