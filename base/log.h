@@ -43,7 +43,8 @@ std::ostream& operator<<(std::ostream& os, const KvPair<T>& kv) {
 
 }  // namespace nasgw
 
-#define NASGW_LOG(level, component)                          \
-  if (!::nasgw::LogEnabled(::nasgw::LogLevel::level)) {      \
-  } else                                                     \
-    ::nasgw::LogLine(::nasgw::LogLevel::level, component)
+// A for statement, not if/else, so that an unbraced `if (x) NASGW_LOG(...)`
+// has no dangling else.
+#define NASGW_LOG(level, component)                                                                 \
+  for (bool _nasgw_log_on = ::nasgw::LogEnabled(::nasgw::LogLevel::level); _nasgw_log_on; _nasgw_log_on = false) \
+  ::nasgw::LogLine(::nasgw::LogLevel::level, component)

@@ -8,8 +8,8 @@ PACKAGES=(
   # build
   build-essential cmake ninja-build pkg-config ccache git
   clang-format clang-tidy
-  # block layer
-  libiscsi-dev
+  # block layer; the metadata store (RocksDB)
+  libiscsi-dev librocksdb-dev
   # tests
   libgtest-dev libgmock-dev python3 nlohmann-json3-dev
   # the SAN lab: tgtd targets, namespaces, rate limits; libiscsi tools for baselines

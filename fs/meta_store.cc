@@ -1,0 +1,397 @@
+#include "fs/meta_store.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#include <rocksdb/cache.h>
+
+#include "base/log.h"
+
+namespace nasgw::fs {
+
+namespace {
+
+using rocksdb::FileOptions;
+using rocksdb::IODebugContext;
+using rocksdb::IOOptions;
+using rocksdb::IOStatus;
+using rocksdb::Slice;
+
+constexpr char kDbPath[] = "/nasgw-meta";
+
+IOStatus ToIO(const Status& s) {
+  if (s.ok()) return IOStatus::OK();
+  const std::string m = s.ToString();
+  switch (s.code()) {
+    case Code::kNotFound: return IOStatus::PathNotFound(m);
+    case Code::kNoSpace: return IOStatus::NoSpace(m);
+    case Code::kFenced: return IOStatus::IOFenced(m);
+    case Code::kInvalidArgument: return IOStatus::InvalidArgument(m);
+    case Code::kNotSupported: return IOStatus::NotSupported(m);
+    case Code::kCorruption: return IOStatus::Corruption(m);
+    default: return IOStatus::IOError(m);
+  }
+}
+
+Status FromRocks(const rocksdb::Status& s) {
+  if (s.ok()) return Status();
+  const std::string m = s.ToString();
+  if (s.IsNotFound()) return Status::NotFound(m);
+  if (s.IsCorruption()) return Status::Corruption(m);
+  if (s.IsNoSpace()) return Status::NoSpace(m);
+  if (s.IsIOFenced()) return Status::Fenced(m);
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(m);
+  if (s.IsNotSupported()) return Status::NotSupported(m);
+  if (s.IsBusy() || s.IsTryAgain()) return Status::Busy(m);
+  return Status::IoError(m);
+}
+
+// RocksDB names files by path; MetaFs has one flat namespace. Paths are kept
+// as given, with duplicate slashes folded.
+std::string Norm(const std::string& p) {
+  std::string out;
+  for (char c : p) {
+    if (c == '/' && !out.empty() && out.back() == '/') continue;
+    out += c;
+  }
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+class SeqFile : public rocksdb::FSSequentialFile {
+ public:
+  SeqFile(MetaFs* fs, MetaFs::FileRef f) : fs_(fs), f_(std::move(f)) {}
+  IOStatus Read(size_t n, const IOOptions&, Slice* result, char* scratch, IODebugContext*) override {
+    auto got = fs_->Read(f_, pos_, n, scratch);
+    if (!got.ok()) return ToIO(got.status());
+    pos_ += *got;
+    *result = Slice(scratch, *got);
+    return IOStatus::OK();
+  }
+  IOStatus Skip(uint64_t n) override {
+    pos_ += n;
+    return IOStatus::OK();
+  }
+
+ private:
+  MetaFs* fs_;
+  MetaFs::FileRef f_;
+  uint64_t pos_ = 0;
+};
+
+class RandFile : public rocksdb::FSRandomAccessFile {
+ public:
+  RandFile(MetaFs* fs, MetaFs::FileRef f) : fs_(fs), f_(std::move(f)) {}
+  IOStatus Read(uint64_t offset, size_t n, const IOOptions&, Slice* result, char* scratch,
+                IODebugContext*) const override {
+    auto got = fs_->Read(f_, offset, n, scratch);
+    if (!got.ok()) return ToIO(got.status());
+    *result = Slice(scratch, *got);
+    return IOStatus::OK();
+  }
+
+ private:
+  MetaFs* fs_;
+  MetaFs::FileRef f_;
+};
+
+class WFile : public rocksdb::FSWritableFile {
+ public:
+  WFile(MetaFs* fs, MetaFs::FileRef f, uint64_t size) : fs_(fs), f_(std::move(f)), size_(size) {}
+  ~WFile() override {
+    if (!closed_) fs_->Close(f_).IgnoreError();
+  }
+  using rocksdb::FSWritableFile::Append;
+  IOStatus Append(const Slice& data, const IOOptions&, IODebugContext*) override {
+    size_ += data.size();
+    return ToIO(fs_->Append(f_, data.data(), data.size()));
+  }
+  IOStatus Close(const IOOptions&, IODebugContext*) override {
+    closed_ = true;
+    return ToIO(fs_->Close(f_));
+  }
+  IOStatus Flush(const IOOptions&, IODebugContext*) override { return ToIO(fs_->Flush(f_)); }
+  IOStatus Sync(const IOOptions&, IODebugContext*) override { return ToIO(fs_->Sync(f_)); }
+  IOStatus Fsync(const IOOptions&, IODebugContext*) override { return ToIO(fs_->Sync(f_)); }
+  uint64_t GetFileSize(const IOOptions&, IODebugContext*) override { return size_; }
+  bool IsSyncThreadSafe() const override { return true; }
+
+ private:
+  MetaFs* fs_;
+  MetaFs::FileRef f_;
+  uint64_t size_;
+  bool closed_ = false;
+};
+
+class Dir : public rocksdb::FSDirectory {
+ public:
+  // Renames, creates and deletes are durable in MetaFs when they return.
+  IOStatus Fsync(const IOOptions&, IODebugContext*) override { return IOStatus::OK(); }
+};
+
+class Lock : public rocksdb::FileLock {};
+
+class InfoLogger : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char buf[1024];
+    vsnprintf(buf, sizeof(buf), format, ap);
+    NASGW_LOG(kDebug, "rocksdb") << buf;
+  }
+};
+
+// RocksDB's view of MetaFs. Everything RocksDB stores goes through here; the
+// wrapped default file system is used for nothing that touches data.
+class MetaFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  explicit MetaFileSystem(MetaFs* fs) : FileSystemWrapper(rocksdb::FileSystem::Default()), fs_(fs) {}
+  const char* Name() const override { return "nasgw-metafs"; }
+
+  IOStatus NewSequentialFile(const std::string& name, const FileOptions&,
+                             std::unique_ptr<rocksdb::FSSequentialFile>* out, IODebugContext*) override {
+    auto f = fs_->OpenForRead(Norm(name));
+    if (!f.ok()) return ToIO(f.status());
+    *out = std::make_unique<SeqFile>(fs_, *f);
+    return IOStatus::OK();
+  }
+  IOStatus NewRandomAccessFile(const std::string& name, const FileOptions&,
+                               std::unique_ptr<rocksdb::FSRandomAccessFile>* out, IODebugContext*) override {
+    auto f = fs_->OpenForRead(Norm(name));
+    if (!f.ok()) return ToIO(f.status());
+    *out = std::make_unique<RandFile>(fs_, *f);
+    return IOStatus::OK();
+  }
+  IOStatus NewWritableFile(const std::string& name, const FileOptions&,
+                           std::unique_ptr<rocksdb::FSWritableFile>* out, IODebugContext*) override {
+    auto f = fs_->OpenForWrite(Norm(name));
+    if (!f.ok()) return ToIO(f.status());
+    *out = std::make_unique<WFile>(fs_, *f, 0);
+    return IOStatus::OK();
+  }
+  IOStatus ReopenWritableFile(const std::string& name, const FileOptions&,
+                              std::unique_ptr<rocksdb::FSWritableFile>* out, IODebugContext*) override {
+    const std::string n = Norm(name);
+    if (!fs_->Exists(n)) return NewWritableFile(name, {}, out, nullptr);
+    auto f = fs_->OpenForRead(n);
+    auto size = fs_->Size(n);
+    if (!f.ok() || !size.ok()) return ToIO(f.ok() ? size.status() : f.status());
+    *out = std::make_unique<WFile>(fs_, *f, *size);
+    return IOStatus::OK();
+  }
+  IOStatus ReuseWritableFile(const std::string& name, const std::string& old, const FileOptions& o,
+                             std::unique_ptr<rocksdb::FSWritableFile>* out, IODebugContext* d) override {
+    fs_->Delete(Norm(old)).IgnoreError();
+    return NewWritableFile(name, o, out, d);
+  }
+  IOStatus NewDirectory(const std::string&, const IOOptions&, std::unique_ptr<rocksdb::FSDirectory>* out,
+                        IODebugContext*) override {
+    *out = std::make_unique<Dir>();
+    return IOStatus::OK();
+  }
+  IOStatus FileExists(const std::string& name, const IOOptions&, IODebugContext*) override {
+    const std::string n = Norm(name);
+    if (fs_->Exists(n) || IsDir(n)) return IOStatus::OK();
+    return IOStatus::NotFound(n);
+  }
+  IOStatus GetChildren(const std::string& dir, const IOOptions&, std::vector<std::string>* out,
+                       IODebugContext*) override {
+    const std::string prefix = Norm(dir) + "/";
+    out->clear();
+    std::set<std::string> seen;
+    for (const std::string& n : fs_->List(prefix)) {
+      std::string rest = n.substr(prefix.size());
+      rest = rest.substr(0, rest.find('/'));  // a subdirectory shows as one entry
+      if (seen.insert(rest).second) out->push_back(rest);
+    }
+    return IOStatus::OK();
+  }
+  IOStatus DeleteFile(const std::string& name, const IOOptions&, IODebugContext*) override {
+    return ToIO(fs_->Delete(Norm(name)));
+  }
+  IOStatus CreateDir(const std::string& d, const IOOptions&, IODebugContext*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.insert(Norm(d));
+    return IOStatus::OK();
+  }
+  IOStatus CreateDirIfMissing(const std::string& d, const IOOptions& o, IODebugContext* g) override {
+    return CreateDir(d, o, g);
+  }
+  IOStatus DeleteDir(const std::string& d, const IOOptions&, IODebugContext*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.erase(Norm(d));
+    return IOStatus::OK();
+  }
+  IOStatus IsDirectory(const std::string& p, const IOOptions&, bool* is_dir, IODebugContext*) override {
+    *is_dir = IsDir(Norm(p));
+    return IOStatus::OK();
+  }
+  IOStatus GetFileSize(const std::string& name, const IOOptions&, uint64_t* size, IODebugContext*) override {
+    auto s = fs_->Size(Norm(name));
+    if (!s.ok()) return ToIO(s.status());
+    *size = *s;
+    return IOStatus::OK();
+  }
+  IOStatus GetFileModificationTime(const std::string& name, const IOOptions&, uint64_t* secs,
+                                   IODebugContext*) override {
+    auto t = fs_->ModifiedNs(Norm(name));
+    if (!t.ok()) return ToIO(t.status());
+    *secs = *t / 1'000'000'000ull;
+    return IOStatus::OK();
+  }
+  IOStatus RenameFile(const std::string& from, const std::string& to, const IOOptions&,
+                      IODebugContext*) override {
+    return ToIO(fs_->Rename(Norm(from), Norm(to)));
+  }
+  IOStatus LinkFile(const std::string&, const std::string&, const IOOptions&, IODebugContext*) override {
+    return IOStatus::NotSupported("hard links in MetaFs");
+  }
+  IOStatus LockFile(const std::string& name, const IOOptions&, rocksdb::FileLock** lock,
+                    IODebugContext*) override {
+    // One process opens a domain at a time: the cluster proves that with a
+    // SCSI reservation. Within the process, refuse a second open.
+    std::lock_guard<std::mutex> l(mu_);
+    if (!locks_.insert(Norm(name)).second) return IOStatus::IOError("lock held: " + name);
+    auto* lk = new Lock;
+    lock_names_[lk] = Norm(name);
+    *lock = lk;
+    return IOStatus::OK();
+  }
+  IOStatus UnlockFile(rocksdb::FileLock* lock, const IOOptions&, IODebugContext*) override {
+    std::lock_guard<std::mutex> l(mu_);
+    locks_.erase(lock_names_[lock]);
+    lock_names_.erase(lock);
+    delete lock;
+    return IOStatus::OK();
+  }
+  IOStatus NewLogger(const std::string&, const IOOptions&, std::shared_ptr<rocksdb::Logger>* out,
+                     IODebugContext*) override {
+    *out = std::make_shared<InfoLogger>();
+    return IOStatus::OK();
+  }
+  IOStatus GetAbsolutePath(const std::string& p, const IOOptions&, std::string* out, IODebugContext*) override {
+    *out = Norm(p);
+    return IOStatus::OK();
+  }
+  IOStatus GetTestDirectory(const IOOptions&, std::string* path, IODebugContext*) override {
+    *path = "/test";
+    return IOStatus::OK();
+  }
+  IOStatus GetFreeSpace(const std::string&, const IOOptions&, uint64_t* free, IODebugContext*) override {
+    *free = fs_->Stats().free_bytes;
+    return IOStatus::OK();
+  }
+
+ private:
+  bool IsDir(const std::string& n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (dirs_.count(n)) return true;
+    }
+    return !fs_->List(n + "/").empty();
+  }
+
+  MetaFs* fs_;
+  std::mutex mu_;
+  std::set<std::string> dirs_;                         // GUARDED_BY(mu_)
+  std::set<std::string> locks_;                        // GUARDED_BY(mu_)
+  std::map<rocksdb::FileLock*, std::string> lock_names_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+struct MetaBatch::Rep {
+  rocksdb::WriteBatch batch;
+};
+
+MetaBatch::MetaBatch() : rep_(std::make_unique<Rep>()) {}
+MetaBatch::~MetaBatch() = default;
+MetaBatch::MetaBatch(MetaBatch&&) noexcept = default;
+MetaBatch& MetaBatch::operator=(MetaBatch&&) noexcept = default;
+void MetaBatch::Put(std::string_view k, std::string_view v) {
+  rep_->batch.Put(Slice(k.data(), k.size()), Slice(v.data(), v.size())).PermitUncheckedError();
+}
+void MetaBatch::Delete(std::string_view k) { rep_->batch.Delete(Slice(k.data(), k.size())).PermitUncheckedError(); }
+size_t MetaBatch::count() const { return static_cast<size_t>(rep_->batch.Count()); }
+
+struct MetaStore::Rep {
+  std::shared_ptr<rocksdb::FileSystem> fs;
+  std::unique_ptr<rocksdb::Env> env;
+  std::unique_ptr<rocksdb::DB> db;
+};
+
+MetaStore::MetaStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+
+MetaStore::~MetaStore() {
+  if (rep_->db) {
+    rocksdb::Status s = rep_->db->Close();
+    if (!s.ok()) NASGW_LOG(kWarn, "fs") << "metadata store close" << Kv("error", s.ToString());
+    rep_->db.reset();
+  }
+}
+
+Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOptions& o) {
+  auto rep = std::make_unique<Rep>();
+  rep->fs = std::make_shared<MetaFileSystem>(fs);
+  rep->env = rocksdb::NewCompositeEnv(rep->fs);
+  rocksdb::Options opts;
+  opts.env = rep->env.get();
+  opts.create_if_missing = true;
+  opts.info_log = std::make_shared<InfoLogger>();
+  opts.write_buffer_size = o.write_buffer_bytes;
+  opts.max_write_buffer_number = 2;
+  opts.max_background_jobs = 2;  // two cores
+  opts.max_open_files = -1;
+  opts.paranoid_checks = true;
+  opts.avoid_flush_during_shutdown = false;
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);
+  opts.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(opts, kDbPath, &db);
+  if (!s.ok()) return FromRocks(s).WithContext("open metadata store of domain " + std::to_string(fs->domain()));
+  rep->db.reset(db);
+  return std::unique_ptr<MetaStore>(new MetaStore(std::move(rep)));
+}
+
+Result<std::string> MetaStore::Get(std::string_view key) {
+  std::string v;
+  rocksdb::Status s = rep_->db->Get(rocksdb::ReadOptions(), Slice(key.data(), key.size()), &v);
+  if (s.IsNotFound()) return Status::NotFound("key");
+  if (!s.ok()) return FromRocks(s);
+  return v;
+}
+
+Status MetaStore::Write(MetaBatch& batch, bool sync) {
+  rocksdb::WriteOptions w;
+  w.sync = sync;
+  return FromRocks(rep_->db->Write(w, &batch.rep_->batch));
+}
+
+Status MetaStore::Scan(std::string_view begin, std::string_view end,
+                       const std::function<bool(std::string_view, std::string_view)>& fn) {
+  rocksdb::ReadOptions r;
+  std::string upper(end);
+  Slice upper_slice(upper);
+  if (!end.empty()) r.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(rep_->db->NewIterator(r));
+  for (it->Seek(Slice(begin.data(), begin.size())); it->Valid(); it->Next()) {
+    if (!fn(std::string_view(it->key().data(), it->key().size()),
+            std::string_view(it->value().data(), it->value().size()))) {
+      break;
+    }
+  }
+  return FromRocks(it->status());
+}
+
+Status MetaStore::Flush() { return FromRocks(rep_->db->Flush(rocksdb::FlushOptions())); }
+
+}  // namespace nasgw::fs
