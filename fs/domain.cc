@@ -1,0 +1,1157 @@
+#include "fs/domain.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "base/clock.h"
+#include "base/coding.h"
+#include "base/log.h"
+
+namespace nasgw::fs {
+
+const char* FileTypeName(FileType t) {
+  switch (t) {
+    case FileType::kNone: return "none";
+    case FileType::kRegular: return "file";
+    case FileType::kDirectory: return "directory";
+    case FileType::kSymlink: return "symlink";
+    case FileType::kFifo: return "fifo";
+    case FileType::kSocket: return "socket";
+    case FileType::kCharDevice: return "char-device";
+    case FileType::kBlockDevice: return "block-device";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr uint64_t kDataBlock = 4096;  // data extents are whole 4 KiB blocks
+
+// ---- key and value encoding --------------------------------------------------
+// Keys are big-endian so that RocksDB's byte order is numeric order.
+
+void PutBE32(std::string* s, uint32_t v) {
+  for (int i = 3; i >= 0; i--) s->push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutBE64(std::string* s, uint64_t v) {
+  for (int i = 7; i >= 0; i--) s->push_back(static_cast<char>(v >> (8 * i)));
+}
+uint64_t GetBE64(std::string_view s, size_t at) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
+}
+
+std::string Prefix(char tag, uint32_t vol) {
+  std::string k(1, tag);
+  PutBE32(&k, vol);
+  return k;
+}
+std::string Prefix(char tag, uint32_t vol, uint64_t ino) {
+  std::string k = Prefix(tag, vol);
+  PutBE64(&k, ino);
+  return k;
+}
+std::string SuperKey() { return "S"; }
+std::string VolKey(uint32_t vol) { return Prefix('V', vol); }
+std::string VolNameKey(const std::string& name) { return "N" + name; }
+std::string InodeKey(uint32_t vol, uint64_t ino) { return Prefix('I', vol, ino); }
+std::string DirentKey(uint32_t vol, uint64_t dir, const std::string& name) { return Prefix('D', vol, dir) + name; }
+std::string CookieKey(uint32_t vol, uint64_t dir, uint64_t cookie) {
+  std::string k = Prefix('C', vol, dir);
+  PutBE64(&k, cookie);
+  return k;
+}
+std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name) { return Prefix('X', vol, ino) + name; }
+std::string ExtentKey(uint32_t vol, uint64_t ino, uint64_t record) {
+  std::string k = Prefix('E', vol, ino);
+  PutBE64(&k, record);
+  return k;
+}
+// The first key after every key that starts with `p`.
+std::string PrefixEnd(std::string p) {
+  while (!p.empty() && static_cast<uint8_t>(p.back()) == 0xff) p.pop_back();
+  if (!p.empty()) p.back() = static_cast<char>(static_cast<uint8_t>(p.back()) + 1);
+  return p;
+}
+
+struct Enc {
+  std::string s;
+  void U8(uint8_t v) { s.push_back(static_cast<char>(v)); }
+  void U32(uint32_t v) {
+    char b[4];
+    PutFixed32(reinterpret_cast<uint8_t*>(b), v);
+    s.append(b, 4);
+  }
+  void U64(uint64_t v) {
+    char b[8];
+    PutFixed64(reinterpret_cast<uint8_t*>(b), v);
+    s.append(b, 8);
+  }
+  void Time(const Timespec& t) {
+    U64(static_cast<uint64_t>(t.sec));
+    U32(t.nsec);
+  }
+  void Str(const std::string& v) {
+    U32(static_cast<uint32_t>(v.size()));
+    s += v;
+  }
+};
+
+struct Dec {
+  std::string_view s;
+  size_t at = 0;
+  bool ok = true;
+  bool Need(size_t n) {
+    if (at + n > s.size()) ok = false;
+    return ok;
+  }
+  uint8_t U8() { return Need(1) ? static_cast<uint8_t>(s[at++]) : 0; }
+  uint32_t U32() {
+    if (!Need(4)) return 0;
+    uint32_t v = GetFixed32(reinterpret_cast<const uint8_t*>(s.data() + at));
+    at += 4;
+    return v;
+  }
+  uint64_t U64() {
+    if (!Need(8)) return 0;
+    uint64_t v = GetFixed64(reinterpret_cast<const uint8_t*>(s.data() + at));
+    at += 8;
+    return v;
+  }
+  Timespec Time() {
+    Timespec t;
+    t.sec = static_cast<int64_t>(U64());
+    t.nsec = U32();
+    return t;
+  }
+  std::string Str() {
+    uint32_t n = U32();
+    if (!Need(n)) return {};
+    std::string v(s.substr(at, n));
+    at += n;
+    return v;
+  }
+};
+
+constexpr uint8_t kRecordVersion = 1;
+
+struct Inode {
+  Attr a;
+  uint64_t parent = 0;       // directories
+  uint64_t next_cookie = 1;  // directories
+  std::string symlink;
+};
+
+std::string EncodeInode(const Inode& in) {
+  Enc e;
+  e.U8(kRecordVersion);
+  e.U8(static_cast<uint8_t>(in.a.type));
+  e.U32(in.a.mode);
+  e.U32(in.a.uid);
+  e.U32(in.a.gid);
+  e.U32(in.a.nlink);
+  e.U64(in.a.size);
+  e.U64(in.a.blocks);
+  e.U64(in.a.rdev);
+  e.U64(in.a.gen);
+  e.U64(in.a.change);
+  e.Time(in.a.atime);
+  e.Time(in.a.mtime);
+  e.Time(in.a.ctime);
+  e.Time(in.a.btime);
+  e.U64(in.parent);
+  e.U64(in.next_cookie);
+  e.Str(in.symlink);
+  return e.s;
+}
+
+Result<Inode> DecodeInode(uint64_t ino, std::string_view v) {
+  Dec d{v};
+  Inode in;
+  if (d.U8() != kRecordVersion) return Status::Corruption("inode " + std::to_string(ino) + ": unknown version");
+  in.a.ino = ino;
+  in.a.type = static_cast<FileType>(d.U8());
+  in.a.mode = d.U32();
+  in.a.uid = d.U32();
+  in.a.gid = d.U32();
+  in.a.nlink = d.U32();
+  in.a.size = d.U64();
+  in.a.blocks = d.U64();
+  in.a.rdev = d.U64();
+  in.a.gen = d.U64();
+  in.a.change = d.U64();
+  in.a.atime = d.Time();
+  in.a.mtime = d.Time();
+  in.a.ctime = d.Time();
+  in.a.btime = d.Time();
+  in.parent = d.U64();
+  in.next_cookie = d.U64();
+  in.symlink = d.Str();
+  if (!d.ok || in.a.type == FileType::kNone || static_cast<uint8_t>(in.a.type) > 7) {
+    return Status::Corruption("inode " + std::to_string(ino) + ": bad record");
+  }
+  return in;
+}
+
+struct Dirent {
+  uint64_t ino = 0;
+  FileType type = FileType::kNone;
+  uint64_t cookie = 0;
+};
+
+std::string EncodeDirent(const Dirent& d) {
+  Enc e;
+  e.U64(d.ino);
+  e.U8(static_cast<uint8_t>(d.type));
+  e.U64(d.cookie);
+  return e.s;
+}
+
+Result<Dirent> DecodeDirent(std::string_view v) {
+  Dec d{v};
+  Dirent r{d.U64(), static_cast<FileType>(d.U8()), d.U64()};
+  if (!d.ok) return Status::Corruption("bad directory entry");
+  return r;
+}
+
+struct RecordMap {
+  uint64_t birth = 0;  // transaction group that wrote it
+  std::vector<Extent> extents;
+  uint64_t bytes() const {
+    uint64_t n = 0;
+    for (const auto& e : extents) n += e.length;
+    return n;
+  }
+};
+
+std::string EncodeRecordMap(const RecordMap& r) {
+  Enc e;
+  e.U64(r.birth);
+  e.U32(static_cast<uint32_t>(r.extents.size()));
+  for (const auto& x : r.extents) {
+    e.U32(x.lun);
+    e.U64(x.offset);
+    e.U64(x.length);
+  }
+  return e.s;
+}
+
+Result<RecordMap> DecodeRecordMap(std::string_view v) {
+  Dec d{v};
+  RecordMap r;
+  r.birth = d.U64();
+  uint32_t n = d.U32();
+  for (uint32_t i = 0; i < n && d.ok; i++) r.extents.push_back({d.U32(), d.U64(), d.U64()});
+  if (!d.ok || n == 0) return Status::Corruption("bad extent record");
+  return r;
+}
+
+struct VolumeRec {
+  std::string name;
+  uint32_t record_bytes = kRecordBytesDefault;
+  uint64_t next_ino = kRootIno + 1;
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+};
+
+std::string EncodeVolume(const VolumeRec& v) {
+  Enc e;
+  e.U8(kRecordVersion);
+  e.Str(v.name);
+  e.U32(v.record_bytes);
+  e.U64(v.next_ino);
+  e.U64(v.files);
+  e.U64(v.bytes);
+  return e.s;
+}
+
+Result<VolumeRec> DecodeVolume(std::string_view s) {
+  Dec d{s};
+  VolumeRec v;
+  if (d.U8() != kRecordVersion) return Status::Corruption("volume record version");
+  v.name = d.Str();
+  v.record_bytes = d.U32();
+  v.next_ino = d.U64();
+  v.files = d.U64();
+  v.bytes = d.U64();
+  if (!d.ok) return Status::Corruption("bad volume record");
+  return v;
+}
+
+// The domain's own record: counters and which allocation groups hold data.
+struct DomainRec {
+  uint64_t txg = 0;
+  uint32_t next_volume = 1;
+  std::vector<std::pair<AgId, uint32_t>> data_groups;  // (first group, count) per run
+};
+
+std::string EncodeDomain(const DomainRec& r) {
+  Enc e;
+  e.U8(kRecordVersion);
+  e.U64(r.txg);
+  e.U32(r.next_volume);
+  e.U32(static_cast<uint32_t>(r.data_groups.size()));
+  for (const auto& [ag, n] : r.data_groups) {
+    e.U32(ag.lun);
+    e.U32(ag.index);
+    e.U32(n);
+  }
+  return e.s;
+}
+
+Result<DomainRec> DecodeDomain(std::string_view s) {
+  Dec d{s};
+  DomainRec r;
+  if (d.U8() != kRecordVersion) return Status::Corruption("domain record version");
+  r.txg = d.U64();
+  r.next_volume = d.U32();
+  uint32_t n = d.U32();
+  for (uint32_t i = 0; i < n && d.ok; i++) {
+    AgId ag{d.U32(), d.U32()};
+    r.data_groups.push_back({ag, d.U32()});
+  }
+  if (!d.ok) return Status::Corruption("bad domain record");
+  return r;
+}
+
+Timespec Now() {
+  uint64_t ns = WallNanos();
+  return {static_cast<int64_t>(ns / 1'000'000'000ull), static_cast<uint32_t>(ns % 1'000'000'000ull)};
+}
+
+Status CheckName(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return Status::InvalidArgument("invalid name '" + name + "'");
+  if (name.size() > kNameMax) return Status(Code::kInvalidArgument, "name longer than 255 bytes");
+  if (name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
+    return Status::InvalidArgument("name contains '/' or NUL");
+  }
+  return Status();
+}
+
+}  // namespace
+
+// ---- the domain ----------------------------------------------------------------
+
+struct Domain::Impl {
+  std::shared_ptr<Reserve> reserve;
+  uint32_t id = 0;
+  std::unique_ptr<MetaFs> metafs;
+  std::unique_ptr<MetaStore> store;
+  std::unique_ptr<Allocator> space;  // data allocation groups
+  mutable std::mutex mu;
+  DomainRec rec;  // GUARDED_BY(mu)
+
+  // One change: a metadata batch plus the extents to free once it is durable.
+  struct Txn {
+    MetaBatch batch;
+    std::vector<Extent> to_free;    // replaced: free once the batch is durable
+    std::vector<Extent> allocated;  // new: free if the change is abandoned
+    void Abandon(Allocator& a) {
+      for (const Extent& e : allocated) a.Free(e).IgnoreError();
+      allocated.clear();
+    }
+  };
+
+  Status Commit(Txn& t) {
+    rec.txg++;
+    t.batch.Put(SuperKey(), EncodeDomain(rec));
+    Status s = store->Write(t.batch, /*sync=*/true);
+    if (!s.ok()) {
+      // Whether the batch landed is unknown; keeping the new extents
+      // allocated is the safe side (a remount recounts the space).
+      rec.txg--;
+      return s.WithContext("commit metadata");
+    }
+    for (const Extent& e : t.to_free) {
+      Status f = space->Free(e);
+      if (!f.ok()) NASGW_LOG(kError, "fs") << "free after commit" << Kv("error", f.ToString());
+    }
+    return Status();
+  }
+
+  Result<VolumeRec> LoadVolume(uint32_t vol) {
+    auto v = store->Get(VolKey(vol));
+    if (!v.ok()) {
+      return v.status().code() == Code::kNotFound ? Status::NotFound("no volume " + std::to_string(vol))
+                                                  : v.status();
+    }
+    return DecodeVolume(*v);
+  }
+
+  Result<Inode> LoadInode(uint32_t vol, uint64_t ino) {
+    auto v = store->Get(InodeKey(vol, ino));
+    if (!v.ok()) {
+      return v.status().code() == Code::kNotFound ? Status::NotFound("no inode " + std::to_string(ino))
+                                                  : v.status();
+    }
+    return DecodeInode(ino, *v);
+  }
+
+  Result<Inode> LoadDir(uint32_t vol, uint64_t dir) {
+    auto d = LoadInode(vol, dir);
+    if (!d.ok()) return d.status();
+    if (d->a.type != FileType::kDirectory) return Status(Code::kNotDir, "inode " + std::to_string(dir));
+    return d;
+  }
+
+  Result<Dirent> LoadDirent(uint32_t vol, uint64_t dir, const std::string& name) {
+    auto v = store->Get(DirentKey(vol, dir, name));
+    if (!v.ok()) {
+      return v.status().code() == Code::kNotFound ? Status::NotFound("no entry '" + name + "'") : v.status();
+    }
+    return DecodeDirent(*v);
+  }
+
+  void PutInode(Txn& t, uint32_t vol, const Inode& in) { t.batch.Put(InodeKey(vol, in.a.ino), EncodeInode(in)); }
+
+  static void Touch(Inode& in, bool content) {
+    Timespec now = Now();
+    in.a.ctime = now;
+    if (content) in.a.mtime = now;
+    in.a.change++;
+  }
+
+  bool DirEmpty(uint32_t vol, uint64_t dir) {
+    bool empty = true;
+    std::string p = Prefix('D', vol, dir);
+    store->Scan(p, PrefixEnd(p), [&](std::string_view, std::string_view) {
+           empty = false;
+           return false;
+         })
+        .IgnoreError();
+    return empty;
+  }
+
+  std::map<uint64_t, RecordMap> LoadRecords(uint32_t vol, uint64_t ino, uint64_t from_record = 0) {
+    std::map<uint64_t, RecordMap> out;
+    std::string p = Prefix('E', vol, ino);
+    std::string begin = ExtentKey(vol, ino, from_record);
+    store->Scan(begin, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+           auto r = DecodeRecordMap(v);
+           if (r.ok()) out[GetBE64(k, p.size())] = *r;
+           return true;
+         })
+        .IgnoreError();
+    return out;
+  }
+
+  // Drops an inode with no names left: its record, xattrs and data.
+  void DropInode(Txn& t, uint32_t vol, const Inode& in, VolumeRec& v) {
+    t.batch.Delete(InodeKey(vol, in.a.ino));
+    std::string xp = Prefix('X', vol, in.a.ino);
+    store->Scan(xp, PrefixEnd(xp), [&](std::string_view k, std::string_view) {
+           t.batch.Delete(k);
+           return true;
+         })
+        .IgnoreError();
+    for (auto& [r, m] : LoadRecords(vol, in.a.ino)) {
+      t.batch.Delete(ExtentKey(vol, in.a.ino, r));
+      for (const Extent& e : m.extents) t.to_free.push_back(e);
+      v.bytes -= std::min(v.bytes, m.bytes());
+    }
+    v.files -= std::min<uint64_t>(v.files, 1);
+  }
+
+  Status ReadExtents(const std::vector<Extent>& extents, uint64_t at, uint8_t* out, size_t n) {
+    // Reads [at, at+n) of the concatenation of extents; at, n block aligned.
+    uint64_t base = 0;
+    size_t done = 0;
+    for (const Extent& e : extents) {
+      if (done == n) break;
+      const uint64_t pos = at + done;
+      if (pos >= base + e.length) {
+        base += e.length;
+        continue;
+      }
+      const uint64_t in = pos - base;
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(n - done, e.length - in));
+      auto dev = reserve->lun(e.lun);
+      NASGW_RETURN_IF_ERROR(block::ReadSync(*dev, (e.offset + in) / dev->info().block_size, out + done, k));
+      done += k;
+      base += e.length;
+    }
+    if (done < n) std::memset(out + done, 0, n - done);
+    return Status();
+  }
+
+  Status WriteExtents(const std::vector<Extent>& extents, const uint8_t* data) {
+    size_t done = 0;
+    for (const Extent& e : extents) {
+      auto dev = reserve->lun(e.lun);
+      NASGW_RETURN_IF_ERROR(
+          block::WriteSync(*dev, e.offset / dev->info().block_size, data + done, e.length, /*fua=*/true));
+      done += e.length;
+    }
+    return Status();
+  }
+
+  // Rewrites records [first, last] of a file so that they hold `size` bytes
+  // of content: new data `data` at file offset `off` (n bytes), old content
+  // elsewhere, zeros past the old size. Allocates all new space before it
+  // writes anything, so NoSpace changes nothing.
+  Status RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
+                        uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) {
+    const uint64_t rs = v.record_bytes;
+    auto old = LoadRecords(vol, in.a.ino, first);
+    uint64_t need = 0;
+    for (uint64_t r = first; r <= last; r++) {
+      const uint64_t start = r * rs;
+      if (start >= new_size) break;
+      need += (std::min(rs, new_size - start) + kDataBlock - 1) / kDataBlock * kDataBlock;
+    }
+    NASGW_RETURN_IF_ERROR(data_reserve(need));
+    std::vector<uint8_t> buf(rs);
+    for (uint64_t r = first; r <= last; r++) {
+      const uint64_t start = r * rs;
+      if (start >= new_size) break;
+      const uint64_t valid = std::min(rs, new_size - start);
+      const uint64_t len = (valid + kDataBlock - 1) / kDataBlock * kDataBlock;
+      std::fill(buf.begin(), buf.end(), 0);
+      auto it = old.find(r);
+      if (it != old.end()) {
+        // Old content, up to the old size (a hole or past-EOF reads as zeros).
+        const uint64_t old_valid = in.a.size > start ? std::min(rs, in.a.size - start) : 0;
+        const uint64_t have = std::min<uint64_t>(it->second.bytes(), (old_valid + kDataBlock - 1) / kDataBlock * kDataBlock);
+        NASGW_RETURN_IF_ERROR(ReadExtents(it->second.extents, 0, buf.data(), static_cast<size_t>(have)));
+        if (old_valid < rs) std::memset(buf.data() + old_valid, 0, rs - old_valid);
+      }
+      if (valid < rs) std::memset(buf.data() + valid, 0, rs - valid);
+      // The new bytes that fall into this record.
+      if (n > 0 && off < start + rs && off + n > start) {
+        const uint64_t from = std::max(off, start), to = std::min(off + n, start + rs);
+        std::memcpy(buf.data() + (from - start), data + (from - off), to - from);
+      }
+      auto got = space->AllocateReserved(len);
+      if (!got.ok()) return got.status();
+      RecordMap m{rec.txg + 1, *got};
+      t.allocated.insert(t.allocated.end(), m.extents.begin(), m.extents.end());
+      NASGW_RETURN_IF_ERROR(WriteExtents(m.extents, buf.data()));
+      t.batch.Put(ExtentKey(vol, in.a.ino, r), EncodeRecordMap(m));
+      in.a.blocks += len / 512;
+      v.bytes += len;
+      if (it != old.end()) {
+        for (const Extent& e : it->second.extents) t.to_free.push_back(e);
+        in.a.blocks -= std::min<uint64_t>(in.a.blocks, it->second.bytes() / 512);
+        v.bytes -= std::min(v.bytes, it->second.bytes());
+      }
+    }
+    return Status();
+  }
+
+  Status data_reserve(uint64_t bytes) {
+    Status s = space->Reserve(bytes);
+    if (!s.ok()) return Status::NoSpace("volume full: " + std::string(s.message()));
+    return Status();
+  }
+};
+
+Domain::Domain(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Domain::~Domain() = default;
+
+Result<std::unique_ptr<Domain>> Domain::Create(std::shared_ptr<Reserve> reserve, uint32_t id,
+                                               const DomainOptions& o) {
+  // Metadata: the first groups of every LUN; data: the rest.
+  uint64_t total = 0;
+  for (uint32_t l = 0; l < reserve->lun_count(); l++) total += reserve->ag_count(l);
+  uint32_t per_lun = o.meta_groups ? (o.meta_groups + reserve->lun_count() - 1) / reserve->lun_count()
+                                   : static_cast<uint32_t>(std::max<uint64_t>(1, total / 16 / reserve->lun_count()));
+  std::vector<AgId> meta;
+  DomainRec rec;
+  for (uint32_t l = 0; l < reserve->lun_count(); l++) {
+    const uint32_t n = reserve->ag_count(l);
+    const uint32_t m = std::min(per_lun, n > 1 ? n - 1 : n);
+    for (uint32_t g = 0; g < m; g++) meta.push_back({l, g});
+    if (n > m) rec.data_groups.push_back({{l, m}, n - m});
+  }
+  if (rec.data_groups.empty()) return Status::NoSpace("reserve too small for metadata and data");
+  auto fs = MetaFs::Create(reserve, id, meta, o.metafs);
+  if (!fs.ok()) return fs.status();
+  {
+    auto store = MetaStore::Open(fs->get(), o.store);
+    if (!store.ok()) return store.status();
+    MetaBatch b;
+    b.Put(SuperKey(), EncodeDomain(rec));
+    NASGW_RETURN_IF_ERROR((*store)->Write(b, true));
+  }
+  fs->reset();
+  return Open(reserve, id, o);
+}
+
+Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, uint32_t id,
+                                             const DomainOptions& o) {
+  auto impl = std::make_unique<Impl>();
+  impl->reserve = reserve;
+  impl->id = id;
+  auto fs = MetaFs::Mount(reserve, id, o.metafs);
+  if (!fs.ok()) return fs.status();
+  impl->metafs = std::move(fs.value());
+  auto store = MetaStore::Open(impl->metafs.get(), o.store);
+  if (!store.ok()) return store.status();
+  impl->store = std::move(store.value());
+  auto r = impl->store->Get(SuperKey());
+  if (!r.ok()) return r.status().WithContext("domain record");
+  auto rec = DecodeDomain(*r);
+  if (!rec.ok()) return rec.status();
+  impl->rec = *rec;
+  impl->space = std::make_unique<Allocator>(reserve->ag_bytes(), kDataBlock);
+  for (const auto& [first, n] : impl->rec.data_groups) {
+    for (uint32_t g = 0; g < n; g++) {
+      NASGW_RETURN_IF_ERROR(impl->space->AddGroup({first.lun, first.index + g},
+                                                 Reserve::AgOffset(reserve->ag_bytes(), first.index + g)));
+    }
+  }
+  // Space in use is what the extent maps name.
+  Status bad;
+  NASGW_RETURN_IF_ERROR(impl->store->Scan("E", "F", [&](std::string_view, std::string_view v) {
+    auto m = DecodeRecordMap(v);
+    if (!m.ok()) {
+      bad = m.status();
+      return false;
+    }
+    for (const Extent& e : m->extents) {
+      Status s = impl->space->MarkUsed(e);
+      if (!s.ok()) {
+        bad = s;
+        return false;
+      }
+    }
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  return std::unique_ptr<Domain>(new Domain(std::move(impl)));
+}
+
+uint64_t Domain::txg() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->rec.txg;
+}
+
+// ---- volumes -------------------------------------------------------------------
+
+namespace {
+VolumeInfo Info(uint32_t id, const VolumeRec& v) { return {id, v.name, v.record_bytes, v.files, v.bytes}; }
+}  // namespace
+
+Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record_bytes) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  if (record_bytes < kRecordBytesMin || record_bytes > kRecordBytesMax || (record_bytes & (record_bytes - 1))) {
+    return Status::InvalidArgument("record size must be a power of two from 4 KiB to 1 MiB");
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->store->Get(VolNameKey(name)).ok()) return Status::Exists("volume '" + name + "' exists");
+  const uint32_t id = impl_->rec.next_volume++;
+  VolumeRec v;
+  v.name = name;
+  v.record_bytes = record_bytes;
+  v.files = 1;
+  Inode root;
+  root.a.ino = kRootIno;
+  root.a.gen = impl_->rec.txg + 1;
+  root.a.type = FileType::kDirectory;
+  root.a.mode = 0755;
+  root.a.nlink = 2;
+  root.a.atime = root.a.mtime = root.a.ctime = root.a.btime = Now();
+  root.parent = kRootIno;
+  Impl::Txn t;
+  std::string idb;
+  PutBE32(&idb, id);
+  t.batch.Put(VolNameKey(name), idb);
+  t.batch.Put(VolKey(id), EncodeVolume(v));
+  impl_->PutInode(t, id, root);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return Info(id, v);
+}
+
+Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto idb = impl_->store->Get(VolNameKey(name));
+  if (!idb.ok()) return Status::NotFound("no volume '" + name + "'");
+  const uint32_t id = static_cast<uint32_t>(GetBE64(std::string(4, '\0') + *idb, 0));
+  auto v = impl_->LoadVolume(id);
+  if (!v.ok()) return v.status();
+  return Info(id, *v);
+}
+
+std::vector<VolumeInfo> Domain::ListVolumes() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<VolumeInfo> out;
+  impl_->store->Scan("V", "W", [&](std::string_view k, std::string_view val) {
+         auto v = DecodeVolume(val);
+         if (v.ok()) out.push_back(Info(static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1)), 0)), *v));
+         return true;
+       })
+      .IgnoreError();
+  return out;
+}
+
+Status Domain::DeleteVolume(const std::string& name, bool force) {
+  auto info = FindVolume(name);
+  if (!info.ok()) return info.status();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const uint32_t vol = info->id;
+  if (!force && !impl_->DirEmpty(vol, kRootIno)) {
+    return Status(Code::kNotEmpty, "volume '" + name + "' is not empty (force deletes it with its files)");
+  }
+  Impl::Txn t;
+  for (char tag : {'I', 'D', 'C', 'X', 'E'}) {
+    std::string p = Prefix(tag, vol);
+    impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+           t.batch.Delete(k);
+           if (tag == 'E') {
+             auto m = DecodeRecordMap(v);
+             if (m.ok()) t.to_free.insert(t.to_free.end(), m->extents.begin(), m->extents.end());
+           }
+           return true;
+         })
+        .IgnoreError();
+  }
+  t.batch.Delete(VolKey(vol));
+  t.batch.Delete(VolNameKey(name));
+  return impl_->Commit(t);
+}
+
+// ---- names ---------------------------------------------------------------------
+
+Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  if (name == ".") return d->a;
+  if (name == "..") {
+    auto p = impl_->LoadInode(vol, d->parent);
+    if (!p.ok()) return p.status();
+    return p->a;
+  }
+  if (name.size() > kNameMax) return Status::InvalidArgument("name longer than 255 bytes");
+  auto e = impl_->LoadDirent(vol, dir, name);
+  if (!e.ok()) return e.status();
+  auto in = impl_->LoadInode(vol, e->ino);
+  if (!in.ok()) return in.status().WithContext("entry '" + name + "' names a missing inode");
+  return in->a;
+}
+
+Result<Attr> Domain::GetAttr(uint32_t vol, uint64_t ino) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  return in->a;
+}
+
+Result<Attr> Domain::GetAttr(const Handle& h) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->LoadVolume(h.volume).ok()) return Status(Code::kStale, "volume of handle is gone");
+  auto in = impl_->LoadInode(h.volume, h.ino);
+  if (!in.ok()) {
+    return in.status().code() == Code::kNotFound ? Status(Code::kStale, "inode " + std::to_string(h.ino) + " is gone")
+                                                 : in.status();
+  }
+  if (in->a.gen != h.gen) return Status(Code::kStale, "inode " + std::to_string(h.ino) + " was reused");
+  return in->a;
+}
+
+Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name, FileType type, uint32_t mode,
+                            uint32_t uid, uint32_t gid, uint64_t rdev, const std::string& symlink) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  if (type == FileType::kNone) return Status::InvalidArgument("no file type");
+  if (type == FileType::kSymlink && (symlink.empty() || symlink.size() > kSymlinkMax)) {
+    return Status::InvalidArgument("symlink target must be 1-4095 bytes");
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  if (impl_->LoadDirent(vol, dir, name).ok()) return Status::Exists("'" + name + "' exists");
+  Inode in;
+  in.a.ino = v->next_ino++;
+  in.a.gen = impl_->rec.txg + 1;
+  in.a.type = type;
+  in.a.mode = mode & 07777;
+  in.a.uid = uid;
+  in.a.gid = gid;
+  in.a.nlink = type == FileType::kDirectory ? 2 : 1;
+  in.a.rdev = rdev;
+  in.a.atime = in.a.mtime = in.a.ctime = in.a.btime = Now();
+  if (type == FileType::kDirectory) in.parent = dir;
+  if (type == FileType::kSymlink) {
+    in.symlink = symlink;
+    in.a.size = symlink.size();
+  }
+  Impl::Txn t;
+  Dirent e{in.a.ino, type, d->next_cookie++};
+  t.batch.Put(DirentKey(vol, dir, name), EncodeDirent(e));
+  t.batch.Put(CookieKey(vol, dir, e.cookie), name);
+  if (type == FileType::kDirectory) d->a.nlink++;
+  Impl::Touch(*d, true);
+  impl_->PutInode(t, vol, *d);
+  impl_->PutInode(t, vol, in);
+  v->files++;
+  t.batch.Put(VolKey(vol), EncodeVolume(*v));
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return in.a;
+}
+
+Result<std::string> Domain::ReadLink(uint32_t vol, uint64_t ino) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type != FileType::kSymlink) return Status::InvalidArgument("not a symlink");
+  return in->symlink;
+}
+
+Result<Attr> Domain::Link(uint32_t vol, uint64_t ino, uint64_t dir, const std::string& name) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type == FileType::kDirectory) return Status::PermissionDenied("hard links to directories are not allowed");
+  if (in->a.nlink >= UINT32_MAX - 1) return Status::NoSpace("too many links");
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  if (impl_->LoadDirent(vol, dir, name).ok()) return Status::Exists("'" + name + "' exists");
+  Impl::Txn t;
+  Dirent e{ino, in->a.type, d->next_cookie++};
+  t.batch.Put(DirentKey(vol, dir, name), EncodeDirent(e));
+  t.batch.Put(CookieKey(vol, dir, e.cookie), name);
+  Impl::Touch(*d, true);
+  impl_->PutInode(t, vol, *d);
+  in->a.nlink++;
+  Impl::Touch(*in, false);
+  impl_->PutInode(t, vol, *in);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return in->a;
+}
+
+namespace {
+// Removes the entry `name` (already loaded as e) from directory d in t.
+void RemoveEntry(Domain::Impl& impl, Domain::Impl::Txn& t, uint32_t vol, Inode& d, const std::string& name,
+                 const Dirent& e) {
+  t.batch.Delete(DirentKey(vol, d.a.ino, name));
+  t.batch.Delete(CookieKey(vol, d.a.ino, e.cookie));
+  Domain::Impl::Touch(d, true);
+  (void)impl;
+}
+}  // namespace
+
+Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  auto e = impl_->LoadDirent(vol, dir, name);
+  if (!e.ok()) return e.status();
+  if (e->type == FileType::kDirectory) return Status(Code::kIsDir, "'" + name + "' is a directory");
+  auto in = impl_->LoadInode(vol, e->ino);
+  if (!in.ok()) return in.status();
+  Impl::Txn t;
+  RemoveEntry(*impl_, t, vol, *d, name, *e);
+  impl_->PutInode(t, vol, *d);
+  if (--in->a.nlink == 0) {
+    impl_->DropInode(t, vol, *in, *v);
+  } else {
+    Impl::Touch(*in, false);
+    impl_->PutInode(t, vol, *in);
+  }
+  t.batch.Put(VolKey(vol), EncodeVolume(*v));
+  return impl_->Commit(t);
+}
+
+Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  auto e = impl_->LoadDirent(vol, dir, name);
+  if (!e.ok()) return e.status();
+  if (e->type != FileType::kDirectory) return Status(Code::kNotDir, "'" + name + "' is not a directory");
+  if (!impl_->DirEmpty(vol, e->ino)) return Status(Code::kNotEmpty, "directory '" + name + "' is not empty");
+  auto in = impl_->LoadInode(vol, e->ino);
+  if (!in.ok()) return in.status();
+  Impl::Txn t;
+  RemoveEntry(*impl_, t, vol, *d, name, *e);
+  d->a.nlink--;
+  impl_->PutInode(t, vol, *d);
+  impl_->DropInode(t, vol, *in, *v);
+  t.batch.Put(VolKey(vol), EncodeVolume(*v));
+  return impl_->Commit(t);
+}
+
+Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, uint64_t to_dir,
+                      const std::string& to) {
+  NASGW_RETURN_IF_ERROR(CheckName(from));
+  NASGW_RETURN_IF_ERROR(CheckName(to));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto sd = impl_->LoadDir(vol, from_dir);
+  if (!sd.ok()) return sd.status();
+  auto se = impl_->LoadDirent(vol, from_dir, from);
+  if (!se.ok()) return se.status();
+  if (from_dir == to_dir && from == to) return Status();
+  const bool same_dir = from_dir == to_dir;
+  Result<Inode> dd = same_dir ? sd : impl_->LoadDir(vol, to_dir);
+  if (!dd.ok()) return dd.status();
+  auto moved = impl_->LoadInode(vol, se->ino);
+  if (!moved.ok()) return moved.status();
+  const bool is_dir = se->type == FileType::kDirectory;
+  // A directory may not move below itself.
+  if (is_dir && !same_dir) {
+    for (uint64_t up = to_dir; up != kRootIno;) {
+      if (up == se->ino) return Status::InvalidArgument("cannot move a directory into itself");
+      auto p = impl_->LoadInode(vol, up);
+      if (!p.ok()) return p.status();
+      up = p->parent;
+    }
+  }
+  Impl::Txn t;
+  auto te = impl_->LoadDirent(vol, to_dir, to);
+  if (te.ok()) {
+    if (te->ino == se->ino) return Status();  // two names of one file: nothing to do
+    auto target = impl_->LoadInode(vol, te->ino);
+    if (!target.ok()) return target.status();
+    if (is_dir && te->type != FileType::kDirectory) return Status(Code::kNotDir, "'" + to + "' is not a directory");
+    if (!is_dir && te->type == FileType::kDirectory) return Status(Code::kIsDir, "'" + to + "' is a directory");
+    if (te->type == FileType::kDirectory) {
+      if (!impl_->DirEmpty(vol, te->ino)) return Status(Code::kNotEmpty, "'" + to + "' is not empty");
+      dd->a.nlink--;
+      impl_->DropInode(t, vol, *target, *v);
+    } else if (--target->a.nlink == 0) {
+      impl_->DropInode(t, vol, *target, *v);
+    } else {
+      Impl::Touch(*target, false);
+      impl_->PutInode(t, vol, *target);
+    }
+    t.batch.Delete(CookieKey(vol, to_dir, te->cookie));
+  }
+  // Source entry out, target entry in (same batch: atomic).
+  t.batch.Delete(DirentKey(vol, from_dir, from));
+  t.batch.Delete(CookieKey(vol, from_dir, se->cookie));
+  Inode& dst = same_dir ? *sd : *dd;
+  Dirent ne{se->ino, se->type, dst.next_cookie++};
+  t.batch.Put(DirentKey(vol, to_dir, to), EncodeDirent(ne));
+  t.batch.Put(CookieKey(vol, to_dir, ne.cookie), to);
+  if (is_dir && !same_dir) {
+    moved->parent = to_dir;
+    sd->a.nlink--;
+    dd->a.nlink++;
+  }
+  Impl::Touch(*moved, false);
+  impl_->PutInode(t, vol, *moved);
+  Impl::Touch(*sd, true);
+  impl_->PutInode(t, vol, *sd);
+  if (!same_dir) {
+    Impl::Touch(*dd, true);
+    impl_->PutInode(t, vol, *dd);
+  }
+  t.batch.Put(VolKey(vol), EncodeVolume(*v));
+  return impl_->Commit(t);
+}
+
+Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  std::vector<DirEntry> out;
+  std::string p = Prefix('C', vol, dir);
+  Status bad;
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(CookieKey(vol, dir, cookie + 1), PrefixEnd(p),
+                                           [&](std::string_view k, std::string_view name) {
+                                             if (out.size() >= max) return false;
+                                             auto e = impl_->LoadDirent(vol, dir, std::string(name));
+                                             if (!e.ok()) {
+                                               bad = e.status().WithContext("directory index");
+                                               return false;
+                                             }
+                                             out.push_back({std::string(name), e->ino, e->type, GetBE64(k, p.size())});
+                                             return true;
+                                           }));
+  NASGW_RETURN_IF_ERROR(bad);
+  return out;
+}
+
+// ---- extended attributes ---------------------------------------------------------
+
+Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::string& name) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
+  auto v = impl_->store->Get(XattrKey(vol, ino, name));
+  if (!v.ok()) return Status::NotFound("no attribute " + name);
+  return *v;
+}
+
+Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, const std::string& value, int flags) {
+  if (name.empty() || name.size() > kXattrNameMax) return Status::InvalidArgument("attribute name 1-255 bytes");
+  if (value.size() > kXattrValueMax) return Status::NoSpace("attribute value larger than 64 KiB");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  const bool exists = impl_->store->Get(XattrKey(vol, ino, name)).ok();
+  if ((flags & 1) && exists) return Status::Exists("attribute " + name + " exists");         // XATTR_CREATE
+  if ((flags & 2) && !exists) return Status::NotFound("no attribute " + name);               // XATTR_REPLACE
+  Impl::Txn t;
+  t.batch.Put(XattrKey(vol, ino, name), value);
+  Impl::Touch(*in, false);
+  impl_->PutInode(t, vol, *in);
+  return impl_->Commit(t);
+}
+
+Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
+  std::vector<std::string> out;
+  std::string p = Prefix('X', vol, ino);
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view) {
+    out.emplace_back(k.substr(p.size()));
+    return true;
+  }));
+  return out;
+}
+
+Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (!impl_->store->Get(XattrKey(vol, ino, name)).ok()) return Status::NotFound("no attribute " + name);
+  Impl::Txn t;
+  t.batch.Delete(XattrKey(vol, ino, name));
+  Impl::Touch(*in, false);
+  impl_->PutInode(t, vol, *in);
+  return impl_->Commit(t);
+}
+
+// ---- data ------------------------------------------------------------------------
+
+Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
+  if (offset >= in->a.size) return size_t{0};
+  n = static_cast<size_t>(std::min<uint64_t>(n, in->a.size - offset));
+  const uint64_t rs = v->record_bytes;
+  auto* dst = static_cast<uint8_t*>(out);
+  std::memset(dst, 0, n);  // holes read as zeros
+  auto recs = impl_->LoadRecords(vol, ino, offset / rs);
+  std::vector<uint8_t> buf;
+  for (const auto& [r, m] : recs) {
+    const uint64_t start = r * rs;
+    if (start >= offset + n) break;
+    const uint64_t from = std::max(offset, start), to = std::min<uint64_t>(offset + n, start + rs);
+    if (from >= to) continue;
+    const uint64_t first = (from - start) / kDataBlock * kDataBlock;
+    const uint64_t last = std::min<uint64_t>(m.bytes(), (to - start + kDataBlock - 1) / kDataBlock * kDataBlock);
+    if (last <= first) continue;  // beyond what the record holds: zeros
+    buf.resize(static_cast<size_t>(last - first));
+    NASGW_RETURN_IF_ERROR(impl_->ReadExtents(m.extents, first, buf.data(), buf.size()));
+    const uint64_t copy_to = std::min(to, start + last);
+    if (copy_to > from) std::memcpy(dst + (from - offset), buf.data() + (from - start - first), copy_to - from);
+  }
+  return n;
+}
+
+Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const void* data, size_t n) {
+  if (n == 0) return GetAttr(vol, ino);
+  if (offset > kFileSizeMax || n > kFileSizeMax - offset) return Status::OutOfRange("file would exceed 2^63 bytes");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
+  if (in->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
+  const uint64_t rs = v->record_bytes;
+  const uint64_t new_size = std::max(in->a.size, offset + n);
+  Impl::Txn t;
+  uint64_t reserved_before = impl_->space->reserved_bytes();
+  Status s = impl_->RewriteRecords(t, vol, *in, *v, offset / rs, (offset + n - 1) / rs, new_size, offset,
+                                   static_cast<const uint8_t*>(data), n);
+  // Give back whatever part of the reservation was not used.
+  const uint64_t left = impl_->space->reserved_bytes() - std::min(reserved_before, impl_->space->reserved_bytes());
+  if (left > 0) impl_->space->Unreserve(left);
+  if (!s.ok()) {
+    t.Abandon(*impl_->space);  // nothing was committed: the new extents go back
+    return s;
+  }
+  in->a.size = new_size;
+  Impl::Touch(*in, true);
+  impl_->PutInode(t, vol, *in);
+  t.batch.Put(VolKey(vol), EncodeVolume(*v));
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return in->a;
+}
+
+Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  Impl::Txn t;
+  if (s.set_mode) in->a.mode = s.mode & 07777;
+  if (s.set_uid) in->a.uid = s.uid;
+  if (s.set_gid) in->a.gid = s.gid;
+  if (s.set_atime) in->a.atime = s.atime;
+  if (s.set_mtime) in->a.mtime = s.mtime;
+  if (s.set_size && s.size != in->a.size) {
+    if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "cannot truncate a directory");
+    if (in->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
+    if (s.size > kFileSizeMax) return Status::OutOfRange("size beyond 2^63 bytes");
+    const uint64_t rs = v->record_bytes;
+    if (s.size < in->a.size) {
+      // Records wholly past the end go; the one the end falls in is cut.
+      for (auto& [r, m] : impl_->LoadRecords(vol, ino, s.size / rs)) {
+        if (r * rs >= s.size) {
+          t.batch.Delete(ExtentKey(vol, ino, r));
+          t.to_free.insert(t.to_free.end(), m.extents.begin(), m.extents.end());
+          in->a.blocks -= std::min<uint64_t>(in->a.blocks, m.bytes() / 512);
+          v->bytes -= std::min(v->bytes, m.bytes());
+        }
+      }
+      if (s.size % rs != 0 && impl_->LoadRecords(vol, ino, s.size / rs).count(s.size / rs)) {
+        const uint64_t before = impl_->space->reserved_bytes();
+        Status w = impl_->RewriteRecords(t, vol, *in, *v, s.size / rs, s.size / rs, s.size, 0, nullptr, 0);
+        const uint64_t left = impl_->space->reserved_bytes() - std::min(before, impl_->space->reserved_bytes());
+        if (left > 0) impl_->space->Unreserve(left);
+        if (!w.ok()) {
+          t.Abandon(*impl_->space);
+          return w;
+        }
+      }
+    }
+    // Growing only moves the end: the new range is a hole.
+    in->a.size = s.size;
+    Impl::Touch(*in, true);
+  } else {
+    Impl::Touch(*in, false);
+  }
+  impl_->PutInode(t, vol, *in);
+  t.batch.Put(VolKey(vol), EncodeVolume(*v));
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return in->a;
+}
+
+Status Domain::Fsync(uint32_t vol, uint64_t ino) {
+  // Every change is durable when its call returns (see the header).
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->LoadInode(vol, ino).status();
+}
+
+StatFs Domain::Statfs() {
+  StatFs s;
+  for (const auto& v : ListVolumes()) s.files += v.files;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  s.total_bytes = impl_->space->total_bytes();
+  s.free_bytes = impl_->space->available_bytes();
+  return s;
+}
+
+}  // namespace nasgw::fs
