@@ -65,6 +65,7 @@ std::string CookieKey(uint32_t vol, uint64_t dir, uint64_t cookie) {
   return k;
 }
 std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name) { return Prefix('X', vol, ino) + name; }
+std::string OrphanKey(uint32_t vol, uint64_t ino) { return Prefix('O', vol, ino); }
 std::string ExtentKey(uint32_t vol, uint64_t ino, uint64_t record) {
   std::string k = Prefix('E', vol, ino);
   PutBE64(&k, record);
@@ -343,6 +344,7 @@ struct Domain::Impl {
   std::unique_ptr<Allocator> space;  // data allocation groups
   mutable std::mutex mu;
   DomainRec rec;  // GUARDED_BY(mu)
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count;  // GUARDED_BY(mu)
 
   // One change: a metadata batch plus the extents to free once it is durable.
   struct Txn {
@@ -436,6 +438,19 @@ struct Domain::Impl {
          })
         .IgnoreError();
     return out;
+  }
+
+  // The last name of `in` is gone: drop it now, or keep it as an orphan
+  // until its last release if it is open.
+  void LastLinkGone(Txn& t, uint32_t vol, Inode& in, VolumeRec& v) {
+    auto it = open_count.find({vol, in.a.ino});
+    if (it != open_count.end() && it->second > 0) {
+      Touch(in, false);
+      PutInode(t, vol, in);
+      t.batch.Put(OrphanKey(vol, in.a.ino), "");
+      return;
+    }
+    DropInode(t, vol, in, v);
   }
 
   // Drops an inode with no names left: its record, xattrs and data.
@@ -621,6 +636,24 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
+  // Files that were unlinked while open when the domain last stopped.
+  std::vector<std::pair<uint32_t, uint64_t>> orphans;
+  NASGW_RETURN_IF_ERROR(impl->store->Scan("O", "P", [&](std::string_view k, std::string_view) {
+    orphans.push_back({static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1, 4)), 0)),
+                       GetBE64(k, 5)});
+    return true;
+  }));
+  for (const auto& [vol, ino] : orphans) {
+    auto in = impl->LoadInode(vol, ino);
+    auto v = impl->LoadVolume(vol);
+    Impl::Txn t;
+    if (in.ok() && v.ok()) {
+      impl->DropInode(t, vol, *in, *v);
+      t.batch.Put(VolKey(vol), EncodeVolume(*v));
+    }
+    t.batch.Delete(OrphanKey(vol, ino));
+    NASGW_RETURN_IF_ERROR(impl->Commit(t).WithContext("remove orphan"));
+  }
   return std::unique_ptr<Domain>(new Domain(std::move(impl)));
 }
 
@@ -696,7 +729,7 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
     return Status(Code::kNotEmpty, "volume '" + name + "' is not empty (force deletes it with its files)");
   }
   Impl::Txn t;
-  for (char tag : {'I', 'D', 'C', 'X', 'E'}) {
+  for (char tag : {'I', 'D', 'C', 'X', 'E', 'O'}) {
     std::string p = Prefix(tag, vol);
     impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
            t.batch.Delete(k);
@@ -852,7 +885,7 @@ Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
   RemoveEntry(*impl_, t, vol, *d, name, *e);
   impl_->PutInode(t, vol, *d);
   if (--in->a.nlink == 0) {
-    impl_->DropInode(t, vol, *in, *v);
+    impl_->LastLinkGone(t, vol, *in, *v);
   } else {
     Impl::Touch(*in, false);
     impl_->PutInode(t, vol, *in);
@@ -923,7 +956,7 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
       dd->a.nlink--;
       impl_->DropInode(t, vol, *target, *v);
     } else if (--target->a.nlink == 0) {
-      impl_->DropInode(t, vol, *target, *v);
+      impl_->LastLinkGone(t, vol, *target, *v);
     } else {
       Impl::Touch(*target, false);
       impl_->PutInode(t, vol, *target);
@@ -1137,6 +1170,30 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
   t.batch.Put(VolKey(vol), EncodeVolume(*v));
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   return in->a;
+}
+
+Status Domain::OpenFile(uint32_t vol, uint64_t ino) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
+  impl_->open_count[{vol, ino}]++;
+  return Status();
+}
+
+Status Domain::ReleaseFile(uint32_t vol, uint64_t ino) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->open_count.find({vol, ino});
+  if (it == impl_->open_count.end() || it->second == 0) return Status::InvalidArgument("file is not open");
+  if (--it->second > 0) return Status();
+  impl_->open_count.erase(it);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok() || in->a.nlink > 0) return Status();
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  Impl::Txn t;
+  impl_->DropInode(t, vol, *in, *v);
+  t.batch.Delete(OrphanKey(vol, ino));
+  t.batch.Put(VolKey(vol), EncodeVolume(*v));
+  return impl_->Commit(t);
 }
 
 Status Domain::Fsync(uint32_t vol, uint64_t ino) {

@@ -153,6 +153,13 @@ class Domain {
   Result<std::vector<std::string>> ListXattr(uint32_t vol, uint64_t ino);
   Status RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name);
 
+  // ---- open files
+  // A file unlinked while open keeps its data until its last release, as
+  // POSIX requires; one still open when the node stopped is removed the next
+  // time the domain is opened.
+  Status OpenFile(uint32_t vol, uint64_t ino);
+  Status ReleaseFile(uint32_t vol, uint64_t ino);
+
   // ---- data
   Result<size_t> Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out);
   Result<Attr> Write(uint32_t vol, uint64_t ino, uint64_t offset, const void* data, size_t n);

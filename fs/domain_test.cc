@@ -234,6 +234,27 @@ TEST_F(DomainTest, NoSpaceIsCleanAndRecovers) {
   EXPECT_EQ(dom_->Statfs().free_bytes, free_before) << "and a remount counts the same";
 }
 
+TEST_F(DomainTest, UnlinkedOpenFileLivesUntilReleaseOrRemount) {
+  Build();
+  Attr f = Mk(kRootIno, "open");
+  ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, "still here", 10).ok());
+  ASSERT_TRUE(dom_->OpenFile(vol_, f.ino).ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, kRootIno, "open").ok());
+  EXPECT_EQ(dom_->Lookup(vol_, kRootIno, "open").status().code(), Code::kNotFound);
+  EXPECT_EQ(ReadAll(f.ino), "still here");
+  ASSERT_TRUE(dom_->ReleaseFile(vol_, f.ino).ok());
+  EXPECT_EQ(dom_->GetAttr(vol_, f.ino).status().code(), Code::kNotFound);
+
+  Attr g = Mk(kRootIno, "crash");
+  ASSERT_TRUE(dom_->Write(vol_, g.ino, 0, "x", 1).ok());
+  ASSERT_TRUE(dom_->OpenFile(vol_, g.ino).ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, kRootIno, "crash").ok());
+  const uint64_t free_open = dom_->Statfs().free_bytes;
+  Reopen(/*power_cut=*/true);  // the node dies with the file open
+  EXPECT_EQ(dom_->GetAttr(vol_, g.ino).status().code(), Code::kNotFound);
+  EXPECT_GT(dom_->Statfs().free_bytes, free_open) << "the orphan's space came back";
+}
+
 TEST_F(DomainTest, VolumesAreSeparateAndDeleteNeedsForce) {
   Build();
   auto v2 = dom_->CreateVolume("vol2");
