@@ -12,6 +12,8 @@ PACKAGES=(
   libiscsi-dev librocksdb-dev
   # tests
   libgtest-dev libgmock-dev python3 nlohmann-json3-dev
+  # the FUSE head and the POSIX stress tools run through it
+  libfuse3-dev fuse3 stress-ng
   # the SAN lab: tgtd targets, namespaces, rate limits; libiscsi tools for baselines
   tgt iproute2 libiscsi-bin procps
 )
