@@ -1202,6 +1202,127 @@ Status Domain::Fsync(uint32_t vol, uint64_t ino) {
   return impl_->LoadInode(vol, ino).status();
 }
 
+Result<std::vector<std::string>> Domain::Check() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<std::string> problems;
+  auto add = [&](std::string p) {
+    if (problems.size() < 1000) problems.push_back(std::move(p));
+  };
+  MetaStore& st = *impl_->store;
+  // Extents: inside the data groups, no block owned twice.
+  Allocator fresh(impl_->reserve->ag_bytes(), kDataBlock);
+  for (const auto& [first, n] : impl_->rec.data_groups) {
+    for (uint32_t g = 0; g < n; g++) {
+      NASGW_RETURN_IF_ERROR(
+          fresh.AddGroup({first.lun, first.index + g}, Reserve::AgOffset(impl_->reserve->ag_bytes(), first.index + g)));
+    }
+  }
+  uint64_t used = 0;
+  NASGW_RETURN_IF_ERROR(st.Scan("E", "F", [&](std::string_view k, std::string_view v) {
+    auto m = DecodeRecordMap(v);
+    if (!m.ok()) {
+      add("extent record " + std::to_string(GetBE64(k, 5)) + ": " + m.status().ToString());
+      return true;
+    }
+    for (const Extent& e : m->extents) {
+      Status s = fresh.MarkUsed(e);
+      if (!s.ok()) add("inode " + std::to_string(GetBE64(k, 5)) + ": " + s.ToString());
+      used += e.length;
+    }
+    return true;
+  }));
+  if (impl_->space->total_bytes() - impl_->space->free_bytes() != used) {
+    add("free space count is off: the allocator has " +
+        std::to_string(impl_->space->total_bytes() - impl_->space->free_bytes()) + " bytes in use, the extent maps " +
+        std::to_string(used));
+  }
+  // Per volume: inodes, names, links.
+  std::vector<uint32_t> vols;
+  NASGW_RETURN_IF_ERROR(st.Scan("V", "W", [&](std::string_view k, std::string_view) {
+    vols.push_back(static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1, 4)), 0)));
+    return true;
+  }));
+  for (uint32_t vol : vols) {
+    auto v = impl_->LoadVolume(vol);
+    if (!v.ok()) {
+      add("volume " + std::to_string(vol) + ": " + v.status().ToString());
+      continue;
+    }
+    const std::string where = "volume '" + v->name + "': ";
+    std::map<uint64_t, Inode> inodes;
+    std::string ip = Prefix('I', vol);
+    NASGW_RETURN_IF_ERROR(st.Scan(ip, PrefixEnd(ip), [&](std::string_view k, std::string_view val) {
+      const uint64_t ino = GetBE64(k, 5);
+      auto in = DecodeInode(ino, val);
+      if (!in.ok()) {
+        add(where + in.status().ToString());
+      } else {
+        inodes[ino] = *in;
+        if (ino >= v->next_ino) add(where + "inode " + std::to_string(ino) + " is beyond the next inode number");
+      }
+      return true;
+    }));
+    std::map<uint64_t, uint32_t> names, subdirs;
+    std::string dp = Prefix('D', vol);
+    NASGW_RETURN_IF_ERROR(st.Scan(dp, PrefixEnd(dp), [&](std::string_view k, std::string_view val) {
+      const uint64_t dir = GetBE64(k, 5);
+      const std::string name(k.substr(13));
+      auto e = DecodeDirent(val);
+      const std::string at = where + "entry '" + name + "' in directory " + std::to_string(dir);
+      if (!e.ok()) {
+        add(at + ": " + e.status().ToString());
+        return true;
+      }
+      auto d = inodes.find(dir);
+      if (d == inodes.end() || d->second.a.type != FileType::kDirectory) add(at + ": the directory does not exist");
+      auto in = inodes.find(e->ino);
+      if (in == inodes.end()) {
+        add(at + ": names missing inode " + std::to_string(e->ino));
+        return true;
+      }
+      if (in->second.a.type != e->type) add(at + ": type differs from its inode");
+      names[e->ino]++;
+      if (e->type == FileType::kDirectory) {
+        subdirs[dir]++;
+        if (in->second.parent != dir) add(at + ": the directory's parent pointer is " + std::to_string(in->second.parent));
+      }
+      auto c = st.Get(CookieKey(vol, dir, e->cookie));
+      if (!c.ok() || *c != name) add(at + ": missing from the readdir index");
+      return true;
+    }));
+    uint64_t cookies = 0, entries = 0;
+    for (const auto& [ino, n] : names) entries += n;
+    std::string cp = Prefix('C', vol);
+    NASGW_RETURN_IF_ERROR(st.Scan(cp, PrefixEnd(cp), [&](std::string_view, std::string_view) {
+      cookies++;
+      return true;
+    }));
+    if (cookies != entries) {
+      add(where + "readdir index has " + std::to_string(cookies) + " entries for " + std::to_string(entries) + " names");
+    }
+    for (const auto& [ino, in] : inodes) {
+      const bool orphan = st.Get(OrphanKey(vol, ino)).ok();
+      uint64_t want = in.a.type == FileType::kDirectory ? 2 + subdirs[ino] : names[ino];
+      if (ino != kRootIno && names[ino] == 0 && !orphan) add(where + "inode " + std::to_string(ino) + " has no name");
+      if (!orphan && in.a.nlink != want) {
+        add(where + "inode " + std::to_string(ino) + " link count " + std::to_string(in.a.nlink) + ", should be " +
+            std::to_string(want));
+      }
+      if (in.a.type == FileType::kRegular) {
+        for (const auto& [r, m] : impl_->LoadRecords(vol, ino)) {
+          if (r * v->record_bytes >= in.a.size) {
+            add(where + "inode " + std::to_string(ino) + " has data past its end (record " + std::to_string(r) + ")");
+          }
+        }
+      }
+    }
+    if (v->files != inodes.size()) {
+      add(where + "file count " + std::to_string(v->files) + ", inodes " + std::to_string(inodes.size()));
+    }
+  }
+  return problems;
+}
+
 StatFs Domain::Statfs() {
   StatFs s;
   for (const auto& v : ListVolumes()) s.files += v.files;

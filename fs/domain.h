@@ -168,6 +168,13 @@ class Domain {
   StatFs Statfs();
   uint64_t txg() const;
 
+  // fsck: checks every volume's names against its inodes (types, link
+  // counts, the readdir index, directory parents), every extent against the
+  // data allocation groups and every other extent, the free-space count
+  // against what the extent maps use, and the volume counters. Returns one
+  // line per problem; empty means clean. Read-only.
+  Result<std::vector<std::string>> Check();
+
   struct Impl;
 
  private:

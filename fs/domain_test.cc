@@ -155,6 +155,9 @@ TEST_F(DomainTest, ReadDirCookiesAreStable) {
   ASSERT_TRUE(dom_->Unlink(vol_, d.ino, "e50").ok());
   Mk(d.ino, "late");
   Reopen();
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
   std::set<std::string> seen;
   for (const auto& e : *first) seen.insert(e.name);
   uint64_t cookie = first->back().cookie;
@@ -206,6 +209,9 @@ TEST_F(DomainTest, DataRoundTripHolesTruncateAndRemount) {
   ASSERT_TRUE(dom_->SetAttrs(vol_, f.ino, s).ok());
   Reopen(/*power_cut=*/true);
   EXPECT_TRUE(ReadAll(f.ino) == model) << "every completed write is durable";
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
   EXPECT_EQ(dom_->Write(vol_, f.ino, (1ull << 63) - 2, "xyz", 3).status().code(), Code::kOutOfRange);
 }
 
@@ -269,6 +275,9 @@ TEST_F(DomainTest, VolumesAreSeparateAndDeleteNeedsForce) {
   EXPECT_EQ(dom_->FindVolume("vol2").status().code(), Code::kNotFound);
   Reopen();
   EXPECT_EQ(dom_->ListVolumes().size(), 1u);
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
   EXPECT_EQ(dom_->FindVolume("vol1")->record_bytes, 16u << 10);
 }
 

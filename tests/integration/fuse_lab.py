@@ -41,14 +41,14 @@ def is_mounted(path):
 class Volume:
     """Lab + reserve + mounted volume; state saved to a file for `remount`."""
 
-    def __init__(self, fuse, luns=3, size="512M", state=None):
+    def __init__(self, fuse, fsck=None, luns=3, size="512M", state=None):
         self.state_file = state
         if state and os.path.exists(state):
             with open(state) as f:
                 self.s = json.load(f)
             return
-        self.s = {"fuse": os.path.abspath(fuse), "mount": "/tmp/nasgw-fuse-%d" % os.getpid(), "pid": None,
-                  "generation": 0}
+        self.s = {"fuse": os.path.abspath(fuse), "fsck": os.path.abspath(fsck) if fsck else None,
+                  "mount": "/tmp/nasgw-fuse-%d" % os.getpid(), "pid": None, "generation": 0}
         lab = json.loads(sh([SANLAB, "start", "fuse%d" % os.getpid(), "--luns", str(luns), "--size", size,
                              "--owner-pid", str(os.getpid())]).stdout)
         self.s["lab"] = lab["name"]
@@ -123,8 +123,20 @@ class Volume:
             self.s["pid"] = None
         sh(["fusermount3", "-u", "-z", self.s["mount"]], check=False)
 
+    def fsck(self):
+        """Checks the unmounted volume; raises with fsck's findings if any."""
+        if not self.s["fsck"]:
+            return
+        cmd = [self.s["fsck"], "--initiator", "iqn.2026-11.org.nasgw:fsck-%d" % os.getpid()]
+        for u in self.s["urls"]:
+            cmd += ["--lun", u]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if p.returncode != 0:
+            raise RuntimeError("nasgw-fsck exit %d:\n%s%s" % (p.returncode, p.stdout[-3000:], p.stderr[-2000:]))
+
     def remount(self):
         self.unmount()
+        self.fsck()
         self.mount()
 
     def close(self):
@@ -142,7 +154,7 @@ class Volume:
 
 
 def cmd_fsx(a):
-    v = Volume(a.fuse)
+    v = Volume(a.fuse, a.fsck)
     passed = failed = 0
     try:
         for seed in [int(x) for x in a.seeds.split(",")]:
@@ -211,7 +223,7 @@ def cmd_crash(a):
     each, remount (as another initiator) and check every fsynced file. Every
     operation the workload saw complete must be there; the one in flight at
     the kill may have happened or not, but nothing else."""
-    v = Volume(a.fuse)
+    v = Volume(a.fuse, a.fsck)
     rng = random.Random(7)
     durable = {}  # path -> sha256 of content that was fsynced
     passed = failed = 0
@@ -240,6 +252,7 @@ def cmd_crash(a):
             v.kill()  # the node dies mid-workload
             p.kill()
             p.wait()
+            v.fsck()
             v.mount()
             # The operation in flight may or may not have happened.
             if pending and pending["kind"] == "rename" and os.path.exists(pending["to"]):
@@ -266,7 +279,7 @@ def cmd_crash(a):
 
 
 def cmd_stress(a):
-    v = Volume(a.fuse)
+    v = Volume(a.fuse, a.fsck)
     passed = failed = 0
     try:
         d = os.path.join(v.s["mount"], "stress")
@@ -276,6 +289,8 @@ def cmd_stress(a):
                             "--temp-path", d, "--exclude", "binderfs", "--metrics-brief"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         print(p.stdout[-4000:])
+        v.unmount()
+        v.fsck()
         if p.returncode == 0:
             passed = 1
         else:
@@ -291,15 +306,18 @@ def main():
     f = sub.add_parser("fsx")
     f.add_argument("--fuse", required=True)
     f.add_argument("--fsx", required=True)
+    f.add_argument("--fsck")
     f.add_argument("--seeds", default="1,2")
     f.add_argument("--ops", type=int, default=3000)
     f.add_argument("--remount-every", type=int, default=1000)
     c = sub.add_parser("crash")
     c.add_argument("--fuse", required=True)
     c.add_argument("--rounds", type=int, default=20)
+    c.add_argument("--fsck")
     s = sub.add_parser("stress")
     s.add_argument("--fuse", required=True)
     s.add_argument("--seconds", type=int, default=2)
+    s.add_argument("--fsck")
     r = sub.add_parser("remount")
     r.add_argument("state")
     a = ap.parse_args()
