@@ -342,6 +342,7 @@ struct Domain::Impl {
   std::unique_ptr<MetaFs> metafs;
   std::unique_ptr<MetaStore> store;
   std::unique_ptr<Allocator> space;  // data allocation groups
+  bool unmap_freed = true;
   mutable std::mutex mu;
   DomainRec rec;  // GUARDED_BY(mu)
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count;  // GUARDED_BY(mu)
@@ -368,10 +369,30 @@ struct Domain::Impl {
       return s.WithContext("commit metadata");
     }
     for (const Extent& e : t.to_free) {
+      if (unmap_freed) Unmap(e);  // before Free: nobody can have reused it yet
       Status f = space->Free(e);
       if (!f.ok()) NASGW_LOG(kError, "fs") << "free after commit" << Kv("error", f.ToString());
     }
     return Status();
+  }
+
+  // Best effort: a failed UNMAP only means the array keeps the space.
+  void Unmap(const Extent& e) {
+    auto dev = reserve->lun(e.lun);
+    const auto& in = dev->info();
+    if (!in.thin_provisioned) return;
+    const uint64_t bs = in.block_size;
+    uint64_t lba = e.offset / bs, left = e.length / bs;
+    while (left > 0) {
+      const uint64_t n = in.max_unmap_blocks ? std::min<uint64_t>(left, in.max_unmap_blocks) : left;
+      Status s = block::UnmapSync(*dev, lba, n);
+      if (!s.ok()) {
+        NASGW_LOG(kDebug, "fs") << "unmap failed" << Kv("error", s.ToString());
+        return;
+      }
+      lba += n;
+      left -= n;
+    }
   }
 
   Result<VolumeRec> LoadVolume(uint32_t vol) {
@@ -600,6 +621,7 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   auto impl = std::make_unique<Impl>();
   impl->reserve = reserve;
   impl->id = id;
+  impl->unmap_freed = o.unmap_freed;
   auto fs = MetaFs::Mount(reserve, id, o.metafs);
   if (!fs.ok()) return fs.status();
   impl->metafs = std::move(fs.value());
@@ -1170,6 +1192,39 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
   t.batch.Put(VolKey(vol), EncodeVolume(*v));
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   return in->a;
+}
+
+Result<uint64_t> Domain::Grow() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::set<uint32_t> covered;
+  for (const auto& [first, n] : impl_->rec.data_groups) covered.insert(first.lun);
+  uint64_t added = 0;
+  DomainRec next = impl_->rec;
+  std::vector<AgId> fresh;
+  for (uint32_t l = 0; l < impl_->reserve->lun_count(); l++) {
+    if (covered.count(l)) continue;
+    const uint32_t n = impl_->reserve->ag_count(l);
+    if (n == 0) continue;
+    next.data_groups.push_back({{l, 0}, n});
+    for (uint32_t g = 0; g < n; g++) fresh.push_back({l, g});
+    added += uint64_t{n} * impl_->reserve->ag_bytes();
+  }
+  if (fresh.empty()) return uint64_t{0};
+  // Record first, then use: a crash in between leaves groups recorded but
+  // unused, never used but unrecorded.
+  DomainRec saved = impl_->rec;
+  impl_->rec = next;
+  Impl::Txn t;
+  Status s = impl_->Commit(t);
+  if (!s.ok()) {
+    impl_->rec = saved;
+    return s;
+  }
+  for (const AgId& g : fresh) {
+    NASGW_RETURN_IF_ERROR(impl_->space->AddGroup(g, Reserve::AgOffset(impl_->reserve->ag_bytes(), g.index)));
+  }
+  NASGW_LOG(kInfo, "fs") << "domain grew" << Kv("bytes", added) << Kv("groups", fresh.size());
+  return added;
 }
 
 Status Domain::OpenFile(uint32_t vol, uint64_t ino) {

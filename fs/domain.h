@@ -111,6 +111,9 @@ struct StatFs {
 
 struct DomainOptions {
   uint32_t meta_groups = 0;  // 0: about 1/16 of the groups, at least one per LUN
+  // UNMAP freed data extents, so a thin-provisioned array gets its space
+  // back. Off for arrays where UNMAP is slow or unsafe.
+  bool unmap_freed = true;
   MetaFsOptions metafs;
   MetaStoreOptions store;
 };
@@ -167,6 +170,11 @@ class Domain {
 
   StatFs Statfs();
   uint64_t txg() const;
+
+  // Online growth: takes every allocation group of LUNs added to the reserve
+  // (Reserve::AddLun) since the domain last looked. Returns the bytes added.
+  // Safe while I/O runs.
+  Result<uint64_t> Grow();
 
   // fsck: checks every volume's names against its inodes (types, link
   // counts, the readdir index, directory parents), every extent against the

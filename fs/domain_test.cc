@@ -2,7 +2,9 @@
 
 #include <map>
 #include <random>
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -44,7 +46,9 @@ class DomainTest : public ::testing::Test {
     if (power_cut) {
       for (auto& m : media_) m->PowerCut();
     }
-    auto r = Reserve::Open(std::vector<Reserve::Device>{reserve_->lun(0), reserve_->lun(1)});
+    std::vector<Reserve::Device> devs;
+    for (uint32_t i = 0; i < reserve_->lun_count(); i++) devs.push_back(reserve_->lun(i));
+    auto r = Reserve::Open(devs);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     reserve_ = std::move(r.value());
     auto d = Domain::Open(reserve_, 0, Options());
@@ -259,6 +263,40 @@ TEST_F(DomainTest, UnlinkedOpenFileLivesUntilReleaseOrRemount) {
   Reopen(/*power_cut=*/true);  // the node dies with the file open
   EXPECT_EQ(dom_->GetAttr(vol_, g.ino).status().code(), Code::kNotFound);
   EXPECT_GT(dom_->Statfs().free_bytes, free_open) << "the orphan's space came back";
+}
+
+TEST_F(DomainTest, GrowsOnlineWhileWriting) {
+  Build(16);
+  Attr f = Mk(kRootIno, "stream");
+  const uint64_t before = dom_->Statfs().total_bytes;
+  std::atomic<bool> stop{false};
+  std::atomic<int> errors{0}, writes{0};
+  std::string chunk(64 << 10, 'g');
+  std::thread writer([&] {
+    for (uint64_t off = 0; !stop.load(); off += chunk.size()) {
+      if (!dom_->Write(vol_, f.ino, off % (4 << 20), chunk.data(), chunk.size()).ok()) errors++;
+      writes++;
+    }
+  });
+  while (writes.load() < 20) std::this_thread::yield();
+  media_.push_back(std::make_shared<block::MemLun>(512, 64 * kMiB / 512, "naa.dom-added"));
+  auto added = std::make_shared<block::MemDevice>(media_.back());
+  ASSERT_TRUE(reserve_->AddLun(added).ok());
+  auto grew = dom_->Grow();
+  ASSERT_TRUE(grew.ok()) << grew.status().ToString();
+  EXPECT_EQ(*grew, 15 * 4 * kMiB);  // (64 - 2) MiB: 15 groups of 4 MiB
+  const int at_growth = writes.load();
+  while (writes.load() < at_growth + 20) std::this_thread::yield();
+  stop = true;
+  writer.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(dom_->Statfs().total_bytes, before + *grew);
+  EXPECT_EQ(*dom_->Grow(), 0u) << "nothing new the second time";
+  Reopen();
+  EXPECT_EQ(dom_->Statfs().total_bytes, before + *grew) << "the growth is recorded";
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
 }
 
 TEST_F(DomainTest, VolumesAreSeparateAndDeleteNeedsForce) {
