@@ -12,7 +12,8 @@
 // IOPS, MB/s and latency percentiles, overall and per direction; with --json,
 // one JSON object whose top-level "iops" is the headline figure.
 //
-// Later targets (fs, nfs) join this program as further subcommands.
+// The file-system targets (fs: the in-process API; posix: any mounted
+// directory) are in bench/fs_bench.cc; nfs joins later.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -305,4 +306,13 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace nasgw::bench
 
-int main(int argc, char** argv) { return nasgw::bench::Main(argc, argv); }
+namespace nasgw::bench {
+int FsMain(int argc, char** argv);  // bench/fs_bench.cc
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && (std::string(argv[1]) == "fs" || std::string(argv[1]) == "posix")) {
+    return nasgw::bench::FsMain(argc, argv);
+  }
+  return nasgw::bench::Main(argc, argv);
+}

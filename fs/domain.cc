@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <shared_mutex>
 
 #include "base/clock.h"
 #include "base/coding.h"
@@ -343,7 +344,8 @@ struct Domain::Impl {
   std::unique_ptr<MetaStore> store;
   std::unique_ptr<Allocator> space;  // data allocation groups
   bool unmap_freed = true;
-  mutable std::mutex mu;
+  // Readers (lookups, attributes, reads) share it; changes hold it alone.
+  mutable std::shared_mutex mu;
   DomainRec rec;  // GUARDED_BY(mu)
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count;  // GUARDED_BY(mu)
 
@@ -680,7 +682,7 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
 }
 
 uint64_t Domain::txg() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   return impl_->rec.txg;
 }
 
@@ -695,7 +697,7 @@ Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record
   if (record_bytes < kRecordBytesMin || record_bytes > kRecordBytesMax || (record_bytes & (record_bytes - 1))) {
     return Status::InvalidArgument("record size must be a power of two from 4 KiB to 1 MiB");
   }
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   if (impl_->store->Get(VolNameKey(name)).ok()) return Status::Exists("volume '" + name + "' exists");
   const uint32_t id = impl_->rec.next_volume++;
   VolumeRec v;
@@ -721,7 +723,7 @@ Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record
 }
 
 Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   auto idb = impl_->store->Get(VolNameKey(name));
   if (!idb.ok()) return Status::NotFound("no volume '" + name + "'");
   const uint32_t id = static_cast<uint32_t>(GetBE64(std::string(4, '\0') + *idb, 0));
@@ -731,7 +733,7 @@ Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
 }
 
 std::vector<VolumeInfo> Domain::ListVolumes() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   std::vector<VolumeInfo> out;
   impl_->store->Scan("V", "W", [&](std::string_view k, std::string_view val) {
          auto v = DecodeVolume(val);
@@ -745,7 +747,7 @@ std::vector<VolumeInfo> Domain::ListVolumes() {
 Status Domain::DeleteVolume(const std::string& name, bool force) {
   auto info = FindVolume(name);
   if (!info.ok()) return info.status();
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   const uint32_t vol = info->id;
   if (!force && !impl_->DirEmpty(vol, kRootIno)) {
     return Status(Code::kNotEmpty, "volume '" + name + "' is not empty (force deletes it with its files)");
@@ -771,7 +773,7 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
 // ---- names ---------------------------------------------------------------------
 
 Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   auto d = impl_->LoadDir(vol, dir);
   if (!d.ok()) return d.status();
   if (name == ".") return d->a;
@@ -789,14 +791,14 @@ Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name)
 }
 
 Result<Attr> Domain::GetAttr(uint32_t vol, uint64_t ino) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   return in->a;
 }
 
 Result<Attr> Domain::GetAttr(const Handle& h) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   if (!impl_->LoadVolume(h.volume).ok()) return Status(Code::kStale, "volume of handle is gone");
   auto in = impl_->LoadInode(h.volume, h.ino);
   if (!in.ok()) {
@@ -814,7 +816,7 @@ Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name,
   if (type == FileType::kSymlink && (symlink.empty() || symlink.size() > kSymlinkMax)) {
     return Status::InvalidArgument("symlink target must be 1-4095 bytes");
   }
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto d = impl_->LoadDir(vol, dir);
@@ -850,7 +852,7 @@ Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name,
 }
 
 Result<std::string> Domain::ReadLink(uint32_t vol, uint64_t ino) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   if (in->a.type != FileType::kSymlink) return Status::InvalidArgument("not a symlink");
@@ -859,7 +861,7 @@ Result<std::string> Domain::ReadLink(uint32_t vol, uint64_t ino) {
 
 Result<Attr> Domain::Link(uint32_t vol, uint64_t ino, uint64_t dir, const std::string& name) {
   NASGW_RETURN_IF_ERROR(CheckName(name));
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   if (in->a.type == FileType::kDirectory) return Status::PermissionDenied("hard links to directories are not allowed");
@@ -893,7 +895,7 @@ void RemoveEntry(Domain::Impl& impl, Domain::Impl::Txn& t, uint32_t vol, Inode& 
 
 Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
   NASGW_RETURN_IF_ERROR(CheckName(name));
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto d = impl_->LoadDir(vol, dir);
@@ -918,7 +920,7 @@ Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
 
 Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
   NASGW_RETURN_IF_ERROR(CheckName(name));
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto d = impl_->LoadDir(vol, dir);
@@ -942,7 +944,7 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
                       const std::string& to) {
   NASGW_RETURN_IF_ERROR(CheckName(from));
   NASGW_RETURN_IF_ERROR(CheckName(to));
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto sd = impl_->LoadDir(vol, from_dir);
@@ -1010,7 +1012,7 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
 }
 
 Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   auto d = impl_->LoadDir(vol, dir);
   if (!d.ok()) return d.status();
   std::vector<DirEntry> out;
@@ -1034,7 +1036,7 @@ Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64
 // ---- extended attributes ---------------------------------------------------------
 
 Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::string& name) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
   auto v = impl_->store->Get(XattrKey(vol, ino, name));
   if (!v.ok()) return Status::NotFound("no attribute " + name);
@@ -1044,7 +1046,7 @@ Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::stri
 Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, const std::string& value, int flags) {
   if (name.empty() || name.size() > kXattrNameMax) return Status::InvalidArgument("attribute name 1-255 bytes");
   if (value.size() > kXattrValueMax) return Status::NoSpace("attribute value larger than 64 KiB");
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   const bool exists = impl_->store->Get(XattrKey(vol, ino, name)).ok();
@@ -1058,7 +1060,7 @@ Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, con
 }
 
 Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
   std::vector<std::string> out;
   std::string p = Prefix('X', vol, ino);
@@ -1070,7 +1072,7 @@ Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
 }
 
 Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   if (!impl_->store->Get(XattrKey(vol, ino, name)).ok()) return Status::NotFound("no attribute " + name);
@@ -1084,7 +1086,7 @@ Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) 
 // ---- data ------------------------------------------------------------------------
 
 Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto in = impl_->LoadInode(vol, ino);
@@ -1116,7 +1118,7 @@ Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t 
 Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const void* data, size_t n) {
   if (n == 0) return GetAttr(vol, ino);
   if (offset > kFileSizeMax || n > kFileSizeMax - offset) return Status::OutOfRange("file would exceed 2^63 bytes");
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto in = impl_->LoadInode(vol, ino);
@@ -1145,7 +1147,7 @@ Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const vo
 }
 
 Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto in = impl_->LoadInode(vol, ino);
@@ -1195,7 +1197,7 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
 }
 
 Result<uint64_t> Domain::Grow() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   std::set<uint32_t> covered;
   for (const auto& [first, n] : impl_->rec.data_groups) covered.insert(first.lun);
   uint64_t added = 0;
@@ -1228,14 +1230,14 @@ Result<uint64_t> Domain::Grow() {
 }
 
 Status Domain::OpenFile(uint32_t vol, uint64_t ino) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
   impl_->open_count[{vol, ino}]++;
   return Status();
 }
 
 Status Domain::ReleaseFile(uint32_t vol, uint64_t ino) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   auto it = impl_->open_count.find({vol, ino});
   if (it == impl_->open_count.end() || it->second == 0) return Status::InvalidArgument("file is not open");
   if (--it->second > 0) return Status();
@@ -1253,12 +1255,12 @@ Status Domain::ReleaseFile(uint32_t vol, uint64_t ino) {
 
 Status Domain::Fsync(uint32_t vol, uint64_t ino) {
   // Every change is durable when its call returns (see the header).
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
   return impl_->LoadInode(vol, ino).status();
 }
 
 Result<std::vector<std::string>> Domain::Check() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   std::vector<std::string> problems;
   auto add = [&](std::string p) {
     if (problems.size() < 1000) problems.push_back(std::move(p));
@@ -1381,7 +1383,7 @@ Result<std::vector<std::string>> Domain::Check() {
 StatFs Domain::Statfs() {
   StatFs s;
   for (const auto& v : ListVolumes()) s.files += v.files;
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
   s.total_bytes = impl_->space->total_bytes();
   s.free_bytes = impl_->space->available_bytes();
   return s;

@@ -18,9 +18,9 @@
 // credentials); the domain enforces the file system's own rules (ENOTEMPTY,
 // EISDIR, rename loops, names).
 //
-// Thread-safety: all methods may be called concurrently; namespace and data
-// changes of one domain are serialised by its lock (a finer scheme comes
-// with the cache).
+// Thread-safety: all methods may be called concurrently. Reads (lookups,
+// attributes, directory listings, data reads) run in parallel; changes of one
+// domain are serialised by its lock (a finer scheme comes with the cache).
 #pragma once
 
 #include <cstdint>
