@@ -257,22 +257,16 @@ int FsMain(int argc, char** argv) {
     return Run(t, a);
   }
   if (a.luns.empty()) Usage("fs needs --lun");
-  std::vector<fs::Reserve::Device> devs;
-  for (const auto& u : a.luns) {
-    block::IscsiOptions o;
-    o.urls = {u};
-    auto d = block::IscsiDevice::Open(o);
-    if (!d.ok()) {
-      std::fprintf(stderr, "nasgw-bench: %s\n", d.status().ToString().c_str());
-      return 1;
-    }
-    devs.push_back(std::shared_ptr<block::BlockDevice>(std::move(d.value())));
+  auto devs = block::OpenLuns(a.luns);
+  if (!devs.ok()) {
+    std::fprintf(stderr, "nasgw-bench: %s\n", devs.status().ToString().c_str());
+    return 1;
   }
   fs::ReserveOptions ro;
   ro.name = "bench";
   ro.ag_bytes = 64ull << 20;
   ro.force = true;
-  auto r = fs::Reserve::Format(devs, ro);
+  auto r = fs::Reserve::Format(*devs, ro);
   if (!r.ok()) {
     std::fprintf(stderr, "nasgw-bench: %s\n", r.status().ToString().c_str());
     return 1;

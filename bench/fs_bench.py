@@ -53,8 +53,14 @@ def main():
     res = {"files": a.files, "runs": a.runs, "seconds": a.seconds, "threads": a.threads}
     rr = ["--test", "randrw", "--file-mib", "256", "--threads", str(a.threads), "--seconds", str(a.seconds)]
 
+    def save():
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(res, f, indent=1)
+
     def med(cmds):
         runs = [js(c) for c in cmds]
+        save()
         return {"iops": statistics.median(r["iops"] for r in runs),
                 "p50_us": statistics.median(r["lat_p50_us"] for r in runs),
                 "p99_us": statistics.median(r["lat_p99_us"] for r in runs), "runs": [r["iops"] for r in runs]}
@@ -76,7 +82,7 @@ def main():
         mnt = "/tmp/nasgw-fuse-%d" % os.getpid()
         os.makedirs(mnt, exist_ok=True)
         p = subprocess.Popen([FUSE] + lun_args + ["--volume", "b", "--format", "bench", "--create-volume",
-                                                  "--ag-mib", "64", "-f", mnt],
+                                                  "--ag-mib", "64", "--force", "-f", mnt],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while not mounted(mnt):
             if p.poll() is not None:

@@ -1062,4 +1062,18 @@ Result<std::unique_ptr<IscsiDevice>> IscsiDevice::Open(const IscsiOptions& optio
   return dev;
 }
 
+Result<std::vector<std::shared_ptr<BlockDevice>>> OpenLuns(const std::vector<std::string>& urls,
+                                                           const std::string& initiator_name) {
+  std::vector<std::shared_ptr<BlockDevice>> devs;
+  for (const auto& u : urls) {
+    IscsiOptions o;
+    o.urls = {u};
+    o.initiator_name = initiator_name;
+    auto d = IscsiDevice::Open(o);
+    if (!d.ok()) return d.status();
+    devs.push_back(std::shared_ptr<BlockDevice>(std::move(d.value())));
+  }
+  return devs;
+}
+
 }  // namespace nasgw::block

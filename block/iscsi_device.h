@@ -76,4 +76,9 @@ class IscsiDevice final : public BlockDevice {
   std::unique_ptr<Impl> impl_;
 };
 
+// Opens one single-path IscsiDevice per URL: the LUNs of a reserve as the
+// tools and tests give them. Fails on the first LUN that does not open.
+Result<std::vector<std::shared_ptr<BlockDevice>>> OpenLuns(const std::vector<std::string>& urls,
+                                                           const std::string& initiator_name = {});
+
 }  // namespace nasgw::block

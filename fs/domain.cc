@@ -450,11 +450,13 @@ struct Domain::Impl {
     return empty;
   }
 
-  std::map<uint64_t, RecordMap> LoadRecords(uint32_t vol, uint64_t ino, uint64_t from_record = 0) {
+  // Extent maps of records [from, to] (inclusive) of a file.
+  std::map<uint64_t, RecordMap> LoadRecords(uint32_t vol, uint64_t ino, uint64_t from = 0,
+                                            uint64_t to = UINT64_MAX) {
     std::map<uint64_t, RecordMap> out;
     std::string p = Prefix('E', vol, ino);
-    std::string begin = ExtentKey(vol, ino, from_record);
-    store->Scan(begin, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+    std::string end = to == UINT64_MAX ? PrefixEnd(p) : ExtentKey(vol, ino, to + 1);
+    store->Scan(ExtentKey(vol, ino, from), end, [&](std::string_view k, std::string_view v) {
            auto r = DecodeRecordMap(v);
            if (r.ok()) out[GetBE64(k, p.size())] = *r;
            return true;
@@ -533,7 +535,7 @@ struct Domain::Impl {
   Status RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
                         uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) {
     const uint64_t rs = v.record_bytes;
-    auto old = LoadRecords(vol, in.a.ino, first);
+    auto old = LoadRecords(vol, in.a.ino, first, last);
     uint64_t need = 0;
     for (uint64_t r = first; r <= last; r++) {
       const uint64_t start = r * rs;
@@ -1097,7 +1099,7 @@ Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t 
   const uint64_t rs = v->record_bytes;
   auto* dst = static_cast<uint8_t*>(out);
   std::memset(dst, 0, n);  // holes read as zeros
-  auto recs = impl_->LoadRecords(vol, ino, offset / rs);
+  auto recs = impl_->LoadRecords(vol, ino, offset / rs, (offset + n - 1) / rs);
   std::vector<uint8_t> buf;
   for (const auto& [r, m] : recs) {
     const uint64_t start = r * rs;
@@ -1173,7 +1175,7 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
           v->bytes -= std::min(v->bytes, m.bytes());
         }
       }
-      if (s.size % rs != 0 && impl_->LoadRecords(vol, ino, s.size / rs).count(s.size / rs)) {
+      if (s.size % rs != 0 && !impl_->LoadRecords(vol, ino, s.size / rs, s.size / rs).empty()) {
         const uint64_t before = impl_->space->reserved_bytes();
         Status w = impl_->RewriteRecords(t, vol, *in, *v, s.size / rs, s.size / rs, s.size, 0, nullptr, 0);
         const uint64_t left = impl_->space->reserved_bytes() - std::min(before, impl_->space->reserved_bytes());

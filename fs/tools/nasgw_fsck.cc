@@ -30,19 +30,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: nasgw-fsck --lun URL [--lun URL ...] [--initiator IQN]\n");
     return 64;
   }
-  std::vector<fs::Reserve::Device> devs;
-  for (const auto& u : luns) {
-    block::IscsiOptions o;
-    o.urls = {u};
-    o.initiator_name = initiator;
-    auto d = block::IscsiDevice::Open(o);
-    if (!d.ok()) {
-      std::fprintf(stderr, "nasgw-fsck: %s\n", d.status().ToString().c_str());
-      return 2;
-    }
-    devs.push_back(std::shared_ptr<block::BlockDevice>(std::move(d.value())));
+  auto devs = block::OpenLuns(luns, initiator);
+  if (!devs.ok()) {
+    std::fprintf(stderr, "nasgw-fsck: %s\n", devs.status().ToString().c_str());
+    return 2;
   }
-  auto r = fs::Reserve::Open(devs);
+  auto r = fs::Reserve::Open(*devs);
   if (!r.ok()) {
     std::fprintf(stderr, "nasgw-fsck: reserve: %s\n", r.status().ToString().c_str());
     return 2;

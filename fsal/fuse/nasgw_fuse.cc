@@ -4,7 +4,7 @@
 // kernel's open-file references. (The daemon issue moves it onto the client
 // library; until then it opens the reserve itself.)
 //
-//   nasgw-fuse --lun URL [--lun URL ...] --volume NAME [--format NAME] [--create-volume]
+//   nasgw-fuse --lun URL [--lun URL ...] --volume NAME [--format NAME [--force]] [--create-volume]
 //              [--ag-mib N] [--record-kib N] [--initiator IQN] [-f] MOUNTPOINT
 #define FUSE_USE_VERSION 312
 
@@ -90,17 +90,22 @@ struct stat Stat(const Attr& a) {
   return st;
 }
 
+fuse_entry_param Entry(fuse_req_t req, const Attr& a) {
+  fuse_entry_param e{};
+  e.ino = a.ino;
+  e.generation = a.gen;
+  e.attr = Stat(a);
+  e.attr_timeout = M(req)->timeout;
+  e.entry_timeout = M(req)->timeout;
+  return e;
+}
+
 void ReplyEntry(fuse_req_t req, const Result<Attr>& a) {
   if (!a.ok()) {
     fuse_reply_err(req, Errno(a.status()));
     return;
   }
-  fuse_entry_param e{};
-  e.ino = a->ino;
-  e.generation = a->gen;
-  e.attr = Stat(*a);
-  e.attr_timeout = M(req)->timeout;
-  e.entry_timeout = M(req)->timeout;
+  fuse_entry_param e = Entry(req, *a);
   fuse_reply_entry(req, &e);
 }
 
@@ -238,12 +243,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
     fuse_reply_err(req, Errno(s));
     return;
   }
-  fuse_entry_param e{};
-  e.ino = a->ino;
-  e.generation = a->gen;
-  e.attr = Stat(*a);
-  e.attr_timeout = M(req)->timeout;
-  e.entry_timeout = M(req)->timeout;
+  fuse_entry_param e = Entry(req, *a);
   fuse_reply_create(req, &e, fi);
 }
 
@@ -378,7 +378,7 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "nasgw-fuse: %s\n"
-               "usage: nasgw-fuse --lun URL [--lun URL ...] --volume NAME [--format RESERVE-NAME]\n"
+               "usage: nasgw-fuse --lun URL [--lun URL ...] --volume NAME [--format RESERVE-NAME [--force]]\n"
                "                  [--create-volume] [--ag-mib N] [--record-kib N] [--initiator IQN] [-f] MOUNTPOINT\n",
                why.c_str());
   std::exit(2);
@@ -387,7 +387,7 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 int Main(int argc, char** argv) {
   std::vector<std::string> luns;
   std::string volume, format, initiator, mountpoint;
-  bool create_volume = false, foreground = false;
+  bool create_volume = false, foreground = false, force = false;
   uint64_t ag_mib = 1024;
   uint32_t record_kib = fs::kRecordBytesDefault >> 10;
   for (int i = 1; i < argc; i++) {
@@ -400,6 +400,7 @@ int Main(int argc, char** argv) {
     else if (a == "--volume") volume = next();
     else if (a == "--format") format = next();
     else if (a == "--create-volume") create_volume = true;
+    else if (a == "--force") force = true;
     else if (a == "--ag-mib") ag_mib = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--record-kib") record_kib = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
     else if (a == "--initiator") initiator = next();
@@ -409,18 +410,12 @@ int Main(int argc, char** argv) {
   }
   if (luns.empty() || volume.empty() || mountpoint.empty()) Usage("--lun, --volume and a mount point are required");
 
-  std::vector<fs::Reserve::Device> devs;
-  for (const auto& u : luns) {
-    block::IscsiOptions o;
-    o.urls = {u};
-    o.initiator_name = initiator;
-    auto d = block::IscsiDevice::Open(o);
-    if (!d.ok()) {
-      std::fprintf(stderr, "nasgw-fuse: %s\n", d.status().ToString().c_str());
-      return 1;
-    }
-    devs.push_back(std::shared_ptr<block::BlockDevice>(std::move(d.value())));
+  auto opened = block::OpenLuns(luns, initiator);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "nasgw-fuse: %s\n", opened.status().ToString().c_str());
+    return 1;
   }
+  const std::vector<fs::Reserve::Device>& devs = *opened;
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "nasgw-fuse: %s\n", s.ToString().c_str());
     return 1;
@@ -431,6 +426,7 @@ int Main(int argc, char** argv) {
     fs::ReserveOptions ro;
     ro.name = format;
     ro.ag_bytes = ag_mib << 20;
+    ro.force = force;
     auto r = fs::Reserve::Format(devs, ro);
     if (!r.ok()) return fail(r.status());
     reserve = std::move(r.value());

@@ -34,16 +34,7 @@ std::string Key(int i) {
 std::string Value(int batch) { return "batch-" + std::to_string(batch) + std::string(200, 'v'); }
 
 Result<std::vector<Reserve::Device>> OpenLuns(const std::vector<std::string>& urls, const std::string& node) {
-  std::vector<Reserve::Device> devs;
-  for (const auto& u : urls) {
-    block::IscsiOptions o;
-    o.urls = {u};
-    o.initiator_name = "iqn.2026-11.org.nasgw:" + node;
-    auto d = block::IscsiDevice::Open(o);
-    if (!d.ok()) return d.status();
-    devs.push_back(std::shared_ptr<block::BlockDevice>(std::move(d.value())));
-  }
-  return devs;
+  return block::OpenLuns(urls, "iqn.2026-11.org.nasgw:" + node);
 }
 
 MetaFsOptions FsOptions() {
