@@ -969,6 +969,9 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
       up = p->parent;
     }
   }
+  // The target directory's inode: the very same object as the source's when
+  // both are one directory, so that every change lands in what is written.
+  Inode& dst = same_dir ? *sd : *dd;
   Impl::Txn t;
   auto te = impl_->LoadDirent(vol, to_dir, to);
   if (te.ok()) {
@@ -979,7 +982,7 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
     if (!is_dir && te->type == FileType::kDirectory) return Status(Code::kIsDir, "'" + to + "' is a directory");
     if (te->type == FileType::kDirectory) {
       if (!impl_->DirEmpty(vol, te->ino)) return Status(Code::kNotEmpty, "'" + to + "' is not empty");
-      dd->a.nlink--;
+      dst.a.nlink--;
       impl_->DropInode(t, vol, *target, *v);
     } else if (--target->a.nlink == 0) {
       impl_->LastLinkGone(t, vol, *target, *v);
@@ -992,22 +995,21 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
   // Source entry out, target entry in (same batch: atomic).
   t.batch.Delete(DirentKey(vol, from_dir, from));
   t.batch.Delete(CookieKey(vol, from_dir, se->cookie));
-  Inode& dst = same_dir ? *sd : *dd;
   Dirent ne{se->ino, se->type, dst.next_cookie++};
   t.batch.Put(DirentKey(vol, to_dir, to), EncodeDirent(ne));
   t.batch.Put(CookieKey(vol, to_dir, ne.cookie), to);
   if (is_dir && !same_dir) {
     moved->parent = to_dir;
     sd->a.nlink--;
-    dd->a.nlink++;
+    dst.a.nlink++;
   }
   Impl::Touch(*moved, false);
   impl_->PutInode(t, vol, *moved);
   Impl::Touch(*sd, true);
   impl_->PutInode(t, vol, *sd);
   if (!same_dir) {
-    Impl::Touch(*dd, true);
-    impl_->PutInode(t, vol, *dd);
+    Impl::Touch(dst, true);
+    impl_->PutInode(t, vol, dst);
   }
   t.batch.Put(VolKey(vol), EncodeVolume(*v));
   return impl_->Commit(t);

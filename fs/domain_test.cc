@@ -144,6 +144,15 @@ TEST_F(DomainTest, RenameRules) {
   EXPECT_EQ(dom_->GetAttr(vol_, kRootIno)->nlink, 4u);
   Mk(a.ino, "x");
   EXPECT_EQ(dom_->Rename(vol_, kRootIno, "b", kRootIno, "a").code(), Code::kNotEmpty);
+  // A directory over an empty directory in the same parent: the parent
+  // loses one subdirectory (found by the exerciser through fsck).
+  Mk(kRootIno, "empty", FileType::kDirectory);
+  const uint32_t before = dom_->GetAttr(vol_, kRootIno)->nlink;
+  ASSERT_TRUE(dom_->Rename(vol_, kRootIno, "b", kRootIno, "empty").ok());
+  EXPECT_EQ(dom_->GetAttr(vol_, kRootIno)->nlink, before - 1);
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
 }
 
 TEST_F(DomainTest, ReadDirCookiesAreStable) {

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -145,10 +146,10 @@ class Volume:
         except Exception:
             self.kill()
         sh([SANLAB, "stop", self.s["lab"]], check=False)
-        for p in (self.s["mount"] + ".log",):
-            pass
         if os.path.isdir(self.s["mount"]) and not is_mounted(self.s["mount"]):
-            os.rmdir(self.s["mount"])
+            shutil.rmtree(self.s["mount"], ignore_errors=True)
+        if os.path.exists(self.s["mount"] + ".log"):
+            os.remove(self.s["mount"] + ".log")
         if self.state_file and os.path.exists(self.state_file):
             os.remove(self.state_file)
 
@@ -158,11 +159,15 @@ def cmd_fsx(a):
     passed = failed = 0
     try:
         for seed in [int(x) for x in a.seeds.split(",")]:
+            if not is_mounted(v.s["mount"]):
+                failed += 1
+                break  # a remount failed: never run on the bare directory
             d = os.path.join(v.s["mount"], "fsx%d" % seed)
             os.makedirs(d)
             remount = "%s %s remount %s" % (sys.executable, os.path.abspath(__file__), v.state_file)
             p = subprocess.run([a.fsx, "--dir", d, "--seed", str(seed), "--ops", str(a.ops),
-                                "--remount-every", str(a.remount_every), "--remount-cmd", remount])
+                                "--remount-every", str(a.remount_every), "--remount-cmd", remount,
+                                "--check-every", str(a.check_every)])
             # The remount command changed the daemon: reload its state.
             with open(v.state_file) as f:
                 v.s = json.load(f)
@@ -170,6 +175,7 @@ def cmd_fsx(a):
                 passed += 1
             else:
                 failed += 1
+                break
     finally:
         v.close()
     return passed, failed
@@ -310,6 +316,7 @@ def main():
     f.add_argument("--seeds", default="1,2")
     f.add_argument("--ops", type=int, default=3000)
     f.add_argument("--remount-every", type=int, default=1000)
+    f.add_argument("--check-every", type=int, default=500)
     c = sub.add_parser("crash")
     c.add_argument("--fuse", required=True)
     c.add_argument("--rounds", type=int, default=20)
