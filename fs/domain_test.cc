@@ -251,6 +251,9 @@ TEST_F(DomainTest, NoSpaceIsCleanAndRecovers) {
   EXPECT_EQ(dom_->Statfs().free_bytes, free_before) << "deleting gives the space back";
   Reopen();
   EXPECT_EQ(dom_->Statfs().free_bytes, free_before) << "and a remount counts the same";
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
 }
 
 TEST_F(DomainTest, UnlinkedOpenFileLivesUntilReleaseOrRemount) {

@@ -5,6 +5,7 @@ file-system suites (the model-checking exerciser, crash rounds, stress-ng).
   fuse_lab.py fsx    --fuse BIN --fsx BIN [--seeds 1,2] [--ops N] [--remount-every N]
   fuse_lab.py crash  --fuse BIN [--rounds 20]
   fuse_lab.py stress --fuse BIN [--seconds 2]
+  fuse_lab.py enospc --fuse BIN
   fuse_lab.py remount STATE      (used by nasgw-fsx --remount-cmd)
 
 Each command starts its own lab (tests/lab/sanlab, owner = this process),
@@ -284,6 +285,51 @@ def cmd_crash(a):
     return passed, failed
 
 
+def cmd_enospc(a):
+    """Fill a small reserve through FUSE: ENOSPC comes back cleanly, the
+    file keeps what was written, deleting gives the space back, fsck clean."""
+    import errno
+    v = Volume(a.fuse, a.fsck, luns=1, size="64M")
+    passed = failed = 0
+    try:
+        path = os.path.join(v.s["mount"], "fill")
+        chunk = os.urandom(1 << 20)
+        written = 0
+        err = None
+        with open(path, "wb", buffering=0) as f:
+            while written < (1 << 30):
+                try:
+                    f.write(chunk)
+                    written += len(chunk)
+                except OSError as e:
+                    err = e
+                    break
+        checks = []
+        checks.append(("ENOSPC came back", err is not None and err.errno == errno.ENOSPC))
+        checks.append(("the file holds every acknowledged MiB", os.path.getsize(path) == written))
+        with open(path, "rb") as f:
+            checks.append(("its content is intact", all(f.read(1 << 20) == chunk for _ in range(written >> 20))))
+        st = os.statvfs(v.s["mount"])
+        checks.append(("statfs shows the volume full", st.f_bavail * st.f_frsize < (1 << 20)))
+        os.unlink(path)
+        st2 = os.statvfs(v.s["mount"])
+        checks.append(("deleting gives the space back", st2.f_bavail * st2.f_frsize >= written))
+        with open(os.path.join(v.s["mount"], "again"), "wb") as f:
+            f.write(chunk * 8)
+        checks.append(("writing works again", os.path.getsize(os.path.join(v.s["mount"], "again")) == 8 << 20))
+        v.unmount()
+        v.fsck()
+        checks.append(("fsck clean", True))
+        for what, ok in checks:
+            print("%s: %s" % ("ok" if ok else "FAILED", what))
+            passed += ok
+            failed += not ok
+        print("filled %d MiB before ENOSPC" % (written >> 20))
+    finally:
+        v.close()
+    return passed, failed
+
+
 def cmd_stress(a):
     v = Volume(a.fuse, a.fsck)
     passed = failed = 0
@@ -325,13 +371,16 @@ def main():
     s.add_argument("--fuse", required=True)
     s.add_argument("--seconds", type=int, default=2)
     s.add_argument("--fsck")
+    e = sub.add_parser("enospc")
+    e.add_argument("--fuse", required=True)
+    e.add_argument("--fsck")
     r = sub.add_parser("remount")
     r.add_argument("state")
     a = ap.parse_args()
     if a.cmd == "remount":
         cmd_remount(a)
         return 0
-    passed, failed = {"fsx": cmd_fsx, "crash": cmd_crash, "stress": cmd_stress}[a.cmd](a)
+    passed, failed = {"fsx": cmd_fsx, "crash": cmd_crash, "stress": cmd_stress, "enospc": cmd_enospc}[a.cmd](a)
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 and passed > 0 else 1
 
