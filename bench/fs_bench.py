@@ -65,6 +65,16 @@ def main():
                 "p50_us": statistics.median(r["lat_p50_us"] for r in runs),
                 "p99_us": statistics.median(r["lat_p99_us"] for r in runs), "runs": [r["iops"] for r in runs]}
 
+    def posix(mnt, name):
+        """The metadata and randrw workloads in a mounted directory."""
+        os.makedirs(mnt + "/m")
+        res[name + "_meta"] = js([BENCH, "posix", "--dir", mnt + "/m", "--test", "meta", "--files", str(a.files)])
+        rs = []
+        for i in range(a.runs):
+            os.makedirs(mnt + "/r%d" % i)
+            rs.append([BENCH, "posix", "--dir", mnt + "/r%d" % i] + rr)
+        res[name + "_randrw"] = med(rs)
+
     l = lab("2G", 2)
     urls = [x["url"] for x in l["luns"]]
     lun_args = sum([["--lun", u] for u in urls], [])
@@ -89,13 +99,7 @@ def main():
                 raise SystemExit("nasgw-fuse failed")
             time.sleep(0.05)
         try:
-            os.makedirs(mnt + "/m")
-            res["fuse_meta"] = js([BENCH, "posix", "--dir", mnt + "/m", "--test", "meta", "--files", str(a.files)])
-            rs = []
-            for i in range(a.runs):
-                os.makedirs(mnt + "/r%d" % i)
-                rs.append([BENCH, "posix", "--dir", mnt + "/r%d" % i] + rr)
-            res["fuse_randrw"] = med(rs)
+            posix(mnt, "fuse")
         finally:
             subprocess.run(["fusermount3", "-u", mnt])
             p.wait()
@@ -114,13 +118,7 @@ def main():
         os.makedirs(mnt, exist_ok=True)
         sh(["mount", dev, mnt])
         try:
-            os.makedirs(mnt + "/m")
-            res["ext4_meta"] = js([BENCH, "posix", "--dir", mnt + "/m", "--test", "meta", "--files", str(a.files)])
-            rs = []
-            for i in range(a.runs):
-                os.makedirs(mnt + "/r%d" % i)
-                rs.append([BENCH, "posix", "--dir", mnt + "/r%d" % i] + rr)
-            res["ext4_randrw"] = med(rs)
+            posix(mnt, "ext4")
         finally:
             subprocess.run(["umount", mnt])
             os.rmdir(mnt)

@@ -543,6 +543,17 @@ struct Domain::Impl {
       need += (std::min(rs, new_size - start) + kDataBlock - 1) / kDataBlock * kDataBlock;
     }
     NASGW_RETURN_IF_ERROR(data_reserve(need));
+    // Whatever the reservation does not turn into extents goes back, on
+    // every way out of here.
+    uint64_t taken = 0;
+    struct Release {
+      Allocator& a;
+      uint64_t need;
+      uint64_t& taken;
+      ~Release() {
+        if (need > taken) a.Unreserve(need - taken);
+      }
+    } release{*space, need, taken};
     std::vector<uint8_t> buf(rs);
     for (uint64_t r = first; r <= last; r++) {
       const uint64_t start = r * rs;
@@ -566,6 +577,7 @@ struct Domain::Impl {
       }
       auto got = space->AllocateReserved(len);
       if (!got.ok()) return got.status();
+      taken += len;
       RecordMap m{rec.txg + 1, *got};
       t.allocated.insert(t.allocated.end(), m.extents.begin(), m.extents.end());
       NASGW_RETURN_IF_ERROR(WriteExtents(m.extents, buf.data()));
@@ -1132,12 +1144,8 @@ Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const vo
   const uint64_t rs = v->record_bytes;
   const uint64_t new_size = std::max(in->a.size, offset + n);
   Impl::Txn t;
-  uint64_t reserved_before = impl_->space->reserved_bytes();
   Status s = impl_->RewriteRecords(t, vol, *in, *v, offset / rs, (offset + n - 1) / rs, new_size, offset,
                                    static_cast<const uint8_t*>(data), n);
-  // Give back whatever part of the reservation was not used.
-  const uint64_t left = impl_->space->reserved_bytes() - std::min(reserved_before, impl_->space->reserved_bytes());
-  if (left > 0) impl_->space->Unreserve(left);
   if (!s.ok()) {
     t.Abandon(*impl_->space);  // nothing was committed: the new extents go back
     return s;
@@ -1178,10 +1186,7 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
         }
       }
       if (s.size % rs != 0 && !impl_->LoadRecords(vol, ino, s.size / rs, s.size / rs).empty()) {
-        const uint64_t before = impl_->space->reserved_bytes();
         Status w = impl_->RewriteRecords(t, vol, *in, *v, s.size / rs, s.size / rs, s.size, 0, nullptr, 0);
-        const uint64_t left = impl_->space->reserved_bytes() - std::min(before, impl_->space->reserved_bytes());
-        if (left > 0) impl_->space->Unreserve(left);
         if (!w.ok()) {
           t.Abandon(*impl_->space);
           return w;
