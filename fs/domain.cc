@@ -67,6 +67,20 @@ std::string CookieKey(uint32_t vol, uint64_t dir, uint64_t cookie) {
 }
 std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name) { return Prefix('X', vol, ino) + name; }
 std::string OrphanKey(uint32_t vol, uint64_t ino) { return Prefix('O', vol, ino); }
+// Case-folded name index for case-insensitive lookups (SMB): one key per
+// entry, the folded name then the exact name, so names that differ only in
+// case can coexist. Folding is ASCII only for now.
+std::string Fold(const std::string& name) {
+  std::string f = name;
+  for (char& c : f) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return f;
+}
+std::string FoldPrefix(uint32_t vol, uint64_t dir, const std::string& name) {
+  return Prefix('F', vol, dir) + Fold(name) + '\0';
+}
+std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name) { return FoldPrefix(vol, dir, name) + name; }
 std::string ExtentKey(uint32_t vol, uint64_t ino, uint64_t record) {
   std::string k = Prefix('E', vol, ino);
   PutBE64(&k, record);
@@ -767,7 +781,7 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
     return Status(Code::kNotEmpty, "volume '" + name + "' is not empty (force deletes it with its files)");
   }
   Impl::Txn t;
-  for (char tag : {'I', 'D', 'C', 'X', 'E', 'O'}) {
+  for (char tag : {'I', 'D', 'C', 'F', 'X', 'E', 'O'}) {
     std::string p = Prefix(tag, vol);
     impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
            t.batch.Delete(k);
@@ -802,6 +816,21 @@ Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name)
   auto in = impl_->LoadInode(vol, e->ino);
   if (!in.ok()) return in.status().WithContext("entry '" + name + "' names a missing inode");
   return in->a;
+}
+
+Result<std::string> Domain::FindCaseless(uint32_t vol, uint64_t dir, const std::string& name) {
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  NASGW_RETURN_IF_ERROR(impl_->LoadDir(vol, dir).status());
+  if (name.empty() || name.size() > kNameMax) return Status::InvalidArgument("bad name");
+  if (impl_->LoadDirent(vol, dir, name).ok()) return name;  // an exact match wins
+  const std::string p = FoldPrefix(vol, dir, name);
+  std::string found;
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view) {
+    found = std::string(k.substr(p.size()));
+    return false;  // the first in byte order
+  }));
+  if (found.empty()) return Status::NotFound("no entry matching '" + name + "' in any case");
+  return found;
 }
 
 Result<Attr> Domain::GetAttr(uint32_t vol, uint64_t ino) {
@@ -855,6 +884,7 @@ Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name,
   Dirent e{in.a.ino, type, d->next_cookie++};
   t.batch.Put(DirentKey(vol, dir, name), EncodeDirent(e));
   t.batch.Put(CookieKey(vol, dir, e.cookie), name);
+  t.batch.Put(FoldKey(vol, dir, name), "");
   if (type == FileType::kDirectory) d->a.nlink++;
   Impl::Touch(*d, true);
   impl_->PutInode(t, vol, *d);
@@ -887,6 +917,7 @@ Result<Attr> Domain::Link(uint32_t vol, uint64_t ino, uint64_t dir, const std::s
   Dirent e{ino, in->a.type, d->next_cookie++};
   t.batch.Put(DirentKey(vol, dir, name), EncodeDirent(e));
   t.batch.Put(CookieKey(vol, dir, e.cookie), name);
+  t.batch.Put(FoldKey(vol, dir, name), "");
   Impl::Touch(*d, true);
   impl_->PutInode(t, vol, *d);
   in->a.nlink++;
@@ -902,6 +933,7 @@ void RemoveEntry(Domain::Impl& impl, Domain::Impl::Txn& t, uint32_t vol, Inode& 
                  const Dirent& e) {
   t.batch.Delete(DirentKey(vol, d.a.ino, name));
   t.batch.Delete(CookieKey(vol, d.a.ino, e.cookie));
+  t.batch.Delete(FoldKey(vol, d.a.ino, name));
   Domain::Impl::Touch(d, true);
   (void)impl;
 }
@@ -1007,9 +1039,11 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
   // Source entry out, target entry in (same batch: atomic).
   t.batch.Delete(DirentKey(vol, from_dir, from));
   t.batch.Delete(CookieKey(vol, from_dir, se->cookie));
+  t.batch.Delete(FoldKey(vol, from_dir, from));
   Dirent ne{se->ino, se->type, dst.next_cookie++};
   t.batch.Put(DirentKey(vol, to_dir, to), EncodeDirent(ne));
   t.batch.Put(CookieKey(vol, to_dir, ne.cookie), to);
+  t.batch.Put(FoldKey(vol, to_dir, to), "");
   if (is_dir && !same_dir) {
     moved->parent = to_dir;
     sd->a.nlink--;
@@ -1354,6 +1388,7 @@ Result<std::vector<std::string>> Domain::Check() {
       }
       auto c = st.Get(CookieKey(vol, dir, e->cookie));
       if (!c.ok() || *c != name) add(at + ": missing from the readdir index");
+      if (!st.Get(FoldKey(vol, dir, name)).ok()) add(at + ": missing from the case-insensitive index");
       return true;
     }));
     uint64_t cookies = 0, entries = 0;
@@ -1365,6 +1400,16 @@ Result<std::vector<std::string>> Domain::Check() {
     }));
     if (cookies != entries) {
       add(where + "readdir index has " + std::to_string(cookies) + " entries for " + std::to_string(entries) + " names");
+    }
+    uint64_t folded = 0;
+    std::string fp = Prefix('F', vol);
+    NASGW_RETURN_IF_ERROR(st.Scan(fp, PrefixEnd(fp), [&](std::string_view, std::string_view) {
+      folded++;
+      return true;
+    }));
+    if (folded != entries) {
+      add(where + "case-insensitive index has " + std::to_string(folded) + " entries for " + std::to_string(entries) +
+          " names");
     }
     for (const auto& [ino, in] : inodes) {
       const bool orphan = st.Get(OrphanKey(vol, ino)).ok();

@@ -136,6 +136,10 @@ class Domain {
 
   // ---- names
   Result<Attr> Lookup(uint32_t vol, uint64_t dir, const std::string& name);
+  // Case-insensitive lookup for heads that need it (SMB): the exact name if
+  // it exists, else the first entry whose name matches ignoring ASCII case.
+  // Returns the entry's real name; NotFound if none.
+  Result<std::string> FindCaseless(uint32_t vol, uint64_t dir, const std::string& name);
   Result<Attr> GetAttr(uint32_t vol, uint64_t ino);
   Result<Attr> GetAttr(const Handle& h);  // Stale for a deleted inode
   Result<Attr> SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s);

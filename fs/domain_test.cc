@@ -127,6 +127,25 @@ TEST_F(DomainTest, SymlinksNodesHardLinksAndXattrs) {
   EXPECT_EQ(dom_->GetXattr(vol_, f.ino, "user.a").status().code(), Code::kNotFound);
 }
 
+TEST_F(DomainTest, CaseInsensitiveLookupFollowsEveryNameChange) {
+  Build();
+  Attr d = Mk(kRootIno, "Docs", FileType::kDirectory);
+  Mk(d.ino, "Report.TXT");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "report.txt"), "Report.TXT");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, kRootIno, "DOCS"), "Docs");
+  Mk(d.ino, "report.txt");  // POSIX allows both; the exact name wins
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "report.txt"), "report.txt");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "REPORT.txt"), "Report.TXT");
+  ASSERT_TRUE(dom_->Rename(vol_, d.ino, "Report.TXT", kRootIno, "Moved.txt").ok());
+  EXPECT_EQ(*dom_->FindCaseless(vol_, kRootIno, "moved.TXT"), "Moved.txt");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "REPORT.txt"), "report.txt");
+  ASSERT_TRUE(dom_->Unlink(vol_, d.ino, "report.txt").ok());
+  EXPECT_EQ(dom_->FindCaseless(vol_, d.ino, "Report.txt").status().code(), Code::kNotFound);
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
 TEST_F(DomainTest, RenameRules) {
   Build();
   Attr a = Mk(kRootIno, "a", FileType::kDirectory);
