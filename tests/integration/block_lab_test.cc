@@ -106,10 +106,11 @@ class Streamer {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return in_flight_ == 0; });
   }
-  // Waits until at least n writes have completed.
-  void WaitDone(uint64_t n) {
+  // Waits until at least n writes have completed; false if that takes
+  // longer than a minute (a stalled stream fails the test, never hangs it).
+  bool WaitDone(uint64_t n) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_ >= n; });
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done_ >= n; });
   }
   uint64_t errors() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -315,19 +316,33 @@ TEST(BlockLab, TargetRestartDuringWriteStream) {
   auto dev = OpenOrFail(o);
   ASSERT_TRUE(dev);
   const uint32_t kBlocks = 16;  // 8 KiB writes
-  const uint64_t kWrites = 8000;
+  const uint64_t kRegion = 4000;  // writes cycle over 4000 x 8 KiB with one pattern
   Streamer stream(*dev, 16);
+  std::atomic<bool> chaos_done{false};
   std::thread chaos([&] {
     // Two crashes, each after the stream has made progress over a live path.
     for (int crash = 0; crash < 2; crash++) {
-      stream.WaitDone(stream.done() + 1000);
+      if (!stream.WaitDone(stream.done() + 1000)) {
+        ADD_FAILURE() << "the stream stalled before crash " << crash;
+        break;
+      }
       EXPECT_TRUE(lab->Kill().ok());
       EXPECT_TRUE(lab->Restart().ok());
     }
+    chaos_done = true;
   });
-  for (uint64_t i = 0; i < kWrites; i++) ASSERT_TRUE(stream.Write(i * kBlocks, kBlocks, 1).ok());
+  // The stream runs until both crashes are behind it, and then some more.
+  uint64_t i = 0;
+  for (; !chaos_done.load() || i < 3 * kRegion; i++) {
+    Status s = stream.Write((i % kRegion) * kBlocks, kBlocks, 1);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.ToString();
+      break;
+    }
+  }
   stream.Drain();
   chaos.join();
+  const uint64_t kWrites = std::min<uint64_t>(i, kRegion);
   EXPECT_EQ(stream.errors(), 0u) << stream.first_error().ToString();
   EXPECT_TRUE(Verify(*dev, 0, kWrites * kBlocks, 1));
   BlockStats st = dev->Stats();
@@ -490,7 +505,7 @@ TEST(BlockLab, MultipathSurvivesALinkDownMidStream) {
   Streamer stream(*dev, 16);
   uint64_t ops_before[2] = {0, 0};
   std::thread chaos([&] {
-    stream.WaitDone(1500);
+    EXPECT_TRUE(stream.WaitDone(1500));
     BlockStats st = dev->Stats();
     ops_before[0] = st.paths[0].ops;
     ops_before[1] = st.paths[1].ops;
