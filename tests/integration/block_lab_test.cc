@@ -501,19 +501,32 @@ TEST(BlockLab, MultipathSurvivesALinkDownMidStream) {
   ASSERT_TRUE(dev);
   ASSERT_EQ(dev->Stats().paths.size(), 2u);
   const uint32_t kBlocks = 16;
-  const uint64_t kWrites = 6000;
+  const uint64_t kRegion = 4000;  // writes cycle over 4000 x 8 KiB with one pattern
   Streamer stream(*dev, 16);
   uint64_t ops_before[2] = {0, 0};
+  std::atomic<bool> link_down{false};
   std::thread chaos([&] {
     EXPECT_TRUE(stream.WaitDone(1500));
     BlockStats st = dev->Stats();
     ops_before[0] = st.paths[0].ops;
     ops_before[1] = st.paths[1].ops;
     EXPECT_TRUE(lab->Link(0, false).ok());
+    link_down = true;
   });
-  for (uint64_t i = 0; i < kWrites; i++) ASSERT_TRUE(stream.Write(i * kBlocks, kBlocks, 1).ok());
+  // The stream keeps going until well after the link is gone.
+  uint64_t i = 0, down_at = 0;
+  for (;; i++) {
+    if (link_down.load() && down_at == 0) down_at = i;
+    if (down_at != 0 && i >= down_at + 3000) break;
+    Status s = stream.Write((i % kRegion) * kBlocks, kBlocks, 1);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.ToString();
+      break;
+    }
+  }
   stream.Drain();
   chaos.join();
+  const uint64_t kWrites = std::min<uint64_t>(i, kRegion);
   EXPECT_EQ(stream.errors(), 0u) << stream.first_error().ToString();
   BlockStats st = dev->Stats();
   EXPECT_GT(ops_before[0], 0u) << "round-robin should use both paths";
