@@ -93,64 +93,17 @@ std::string PrefixEnd(std::string p) {
   return p;
 }
 
-struct Enc {
-  std::string s;
-  void U8(uint8_t v) { s.push_back(static_cast<char>(v)); }
-  void U32(uint32_t v) {
-    char b[4];
-    PutFixed32(reinterpret_cast<uint8_t*>(b), v);
-    s.append(b, 4);
-  }
-  void U64(uint64_t v) {
-    char b[8];
-    PutFixed64(reinterpret_cast<uint8_t*>(b), v);
-    s.append(b, 8);
-  }
-  void Time(const Timespec& t) {
-    U64(static_cast<uint64_t>(t.sec));
-    U32(t.nsec);
-  }
-  void Str(const std::string& v) {
-    U32(static_cast<uint32_t>(v.size()));
-    s += v;
-  }
-};
-
-struct Dec {
-  std::string_view s;
-  size_t at = 0;
-  bool ok = true;
-  bool Need(size_t n) {
-    if (at + n > s.size()) ok = false;
-    return ok;
-  }
-  uint8_t U8() { return Need(1) ? static_cast<uint8_t>(s[at++]) : 0; }
-  uint32_t U32() {
-    if (!Need(4)) return 0;
-    uint32_t v = GetFixed32(reinterpret_cast<const uint8_t*>(s.data() + at));
-    at += 4;
-    return v;
-  }
-  uint64_t U64() {
-    if (!Need(8)) return 0;
-    uint64_t v = GetFixed64(reinterpret_cast<const uint8_t*>(s.data() + at));
-    at += 8;
-    return v;
-  }
-  Timespec Time() {
-    Timespec t;
-    t.sec = static_cast<int64_t>(U64());
-    t.nsec = U32();
-    return t;
-  }
-  std::string Str() {
-    uint32_t n = U32();
-    if (!Need(n)) return {};
-    std::string v(s.substr(at, n));
-    at += n;
-    return v;
-  }
-};
+// Times are a u64 of seconds and a u32 of nanoseconds.
+void PutTime(Encoder& e, const Timespec& t) {
+  e.U64(static_cast<uint64_t>(t.sec));
+  e.U32(t.nsec);
+}
+Timespec GetTime(Decoder& d) {
+  Timespec t;
+  t.sec = static_cast<int64_t>(d.U64());
+  t.nsec = d.U32();
+  return t;
+}
 
 constexpr uint8_t kRecordVersion = 1;
 
@@ -162,7 +115,7 @@ struct Inode {
 };
 
 std::string EncodeInode(const Inode& in) {
-  Enc e;
+  Encoder e;
   e.U8(kRecordVersion);
   e.U8(static_cast<uint8_t>(in.a.type));
   e.U32(in.a.mode);
@@ -174,18 +127,18 @@ std::string EncodeInode(const Inode& in) {
   e.U64(in.a.rdev);
   e.U64(in.a.gen);
   e.U64(in.a.change);
-  e.Time(in.a.atime);
-  e.Time(in.a.mtime);
-  e.Time(in.a.ctime);
-  e.Time(in.a.btime);
+  PutTime(e, in.a.atime);
+  PutTime(e, in.a.mtime);
+  PutTime(e, in.a.ctime);
+  PutTime(e, in.a.btime);
   e.U64(in.parent);
   e.U64(in.next_cookie);
-  e.Str(in.symlink);
-  return e.s;
+  e.Str32(in.symlink);
+  return e.Release();
 }
 
 Result<Inode> DecodeInode(uint64_t ino, std::string_view v) {
-  Dec d{v};
+  Decoder d(v);
   Inode in;
   if (d.U8() != kRecordVersion) return Status::Corruption("inode " + std::to_string(ino) + ": unknown version");
   in.a.ino = ino;
@@ -199,14 +152,14 @@ Result<Inode> DecodeInode(uint64_t ino, std::string_view v) {
   in.a.rdev = d.U64();
   in.a.gen = d.U64();
   in.a.change = d.U64();
-  in.a.atime = d.Time();
-  in.a.mtime = d.Time();
-  in.a.ctime = d.Time();
-  in.a.btime = d.Time();
+  in.a.atime = GetTime(d);
+  in.a.mtime = GetTime(d);
+  in.a.ctime = GetTime(d);
+  in.a.btime = GetTime(d);
   in.parent = d.U64();
   in.next_cookie = d.U64();
-  in.symlink = d.Str();
-  if (!d.ok || in.a.type == FileType::kNone || static_cast<uint8_t>(in.a.type) > 7) {
+  in.symlink = d.Str32();
+  if (!d.ok() || in.a.type == FileType::kNone || static_cast<uint8_t>(in.a.type) > 7) {
     return Status::Corruption("inode " + std::to_string(ino) + ": bad record");
   }
   return in;
@@ -219,17 +172,17 @@ struct Dirent {
 };
 
 std::string EncodeDirent(const Dirent& d) {
-  Enc e;
+  Encoder e;
   e.U64(d.ino);
   e.U8(static_cast<uint8_t>(d.type));
   e.U64(d.cookie);
-  return e.s;
+  return e.Release();
 }
 
 Result<Dirent> DecodeDirent(std::string_view v) {
-  Dec d{v};
+  Decoder d(v);
   Dirent r{d.U64(), static_cast<FileType>(d.U8()), d.U64()};
-  if (!d.ok) return Status::Corruption("bad directory entry");
+  if (!d.ok()) return Status::Corruption("bad directory entry");
   return r;
 }
 
@@ -244,7 +197,7 @@ struct RecordMap {
 };
 
 std::string EncodeRecordMap(const RecordMap& r) {
-  Enc e;
+  Encoder e;
   e.U64(r.birth);
   e.U32(static_cast<uint32_t>(r.extents.size()));
   for (const auto& x : r.extents) {
@@ -252,16 +205,16 @@ std::string EncodeRecordMap(const RecordMap& r) {
     e.U64(x.offset);
     e.U64(x.length);
   }
-  return e.s;
+  return e.Release();
 }
 
 Result<RecordMap> DecodeRecordMap(std::string_view v) {
-  Dec d{v};
+  Decoder d(v);
   RecordMap r;
   r.birth = d.U64();
   uint32_t n = d.U32();
-  for (uint32_t i = 0; i < n && d.ok; i++) r.extents.push_back({d.U32(), d.U64(), d.U64()});
-  if (!d.ok || n == 0) return Status::Corruption("bad extent record");
+  for (uint32_t i = 0; i < n && d.ok(); i++) r.extents.push_back({d.U32(), d.U64(), d.U64()});
+  if (!d.ok() || n == 0) return Status::Corruption("bad extent record");
   return r;
 }
 
@@ -274,26 +227,26 @@ struct VolumeRec {
 };
 
 std::string EncodeVolume(const VolumeRec& v) {
-  Enc e;
+  Encoder e;
   e.U8(kRecordVersion);
-  e.Str(v.name);
+  e.Str32(v.name);
   e.U32(v.record_bytes);
   e.U64(v.next_ino);
   e.U64(v.files);
   e.U64(v.bytes);
-  return e.s;
+  return e.Release();
 }
 
 Result<VolumeRec> DecodeVolume(std::string_view s) {
-  Dec d{s};
+  Decoder d(s);
   VolumeRec v;
   if (d.U8() != kRecordVersion) return Status::Corruption("volume record version");
-  v.name = d.Str();
+  v.name = d.Str32();
   v.record_bytes = d.U32();
   v.next_ino = d.U64();
   v.files = d.U64();
   v.bytes = d.U64();
-  if (!d.ok) return Status::Corruption("bad volume record");
+  if (!d.ok()) return Status::Corruption("bad volume record");
   return v;
 }
 
@@ -305,7 +258,7 @@ struct DomainRec {
 };
 
 std::string EncodeDomain(const DomainRec& r) {
-  Enc e;
+  Encoder e;
   e.U8(kRecordVersion);
   e.U64(r.txg);
   e.U32(r.next_volume);
@@ -315,21 +268,21 @@ std::string EncodeDomain(const DomainRec& r) {
     e.U32(ag.index);
     e.U32(n);
   }
-  return e.s;
+  return e.Release();
 }
 
 Result<DomainRec> DecodeDomain(std::string_view s) {
-  Dec d{s};
+  Decoder d(s);
   DomainRec r;
   if (d.U8() != kRecordVersion) return Status::Corruption("domain record version");
   r.txg = d.U64();
   r.next_volume = d.U32();
   uint32_t n = d.U32();
-  for (uint32_t i = 0; i < n && d.ok; i++) {
+  for (uint32_t i = 0; i < n && d.ok(); i++) {
     AgId ag{d.U32(), d.U32()};
     r.data_groups.push_back({ag, d.U32()});
   }
-  if (!d.ok) return Status::Corruption("bad domain record");
+  if (!d.ok()) return Status::Corruption("bad domain record");
   return r;
 }
 

@@ -44,68 +44,6 @@ uint64_t RandomU64() {
   return v;
 }
 
-struct Writer {
-  std::vector<uint8_t> b;
-  void U8(uint8_t v) { b.push_back(v); }
-  void U16(uint16_t v) {
-    b.push_back(static_cast<uint8_t>(v));
-    b.push_back(static_cast<uint8_t>(v >> 8));
-  }
-  void U32(uint32_t v) {
-    size_t n = b.size();
-    b.resize(n + 4);
-    PutFixed32(&b[n], v);
-  }
-  void U64(uint64_t v) {
-    size_t n = b.size();
-    b.resize(n + 8);
-    PutFixed64(&b[n], v);
-  }
-  void Str(const std::string& s) {
-    U16(static_cast<uint16_t>(s.size()));
-    b.insert(b.end(), s.begin(), s.end());
-  }
-};
-
-struct Reader {
-  const uint8_t* p;
-  size_t n;
-  bool ok = true;
-  bool Need(size_t k) {
-    if (n < k) ok = false;
-    return ok;
-  }
-  uint16_t U16() {
-    if (!Need(2)) return 0;
-    uint16_t v = static_cast<uint16_t>(p[0] | (p[1] << 8));
-    p += 2;
-    n -= 2;
-    return v;
-  }
-  uint32_t U32() {
-    if (!Need(4)) return 0;
-    uint32_t v = GetFixed32(p);
-    p += 4;
-    n -= 4;
-    return v;
-  }
-  uint64_t U64() {
-    if (!Need(8)) return 0;
-    uint64_t v = GetFixed64(p);
-    p += 8;
-    n -= 8;
-    return v;
-  }
-  std::string Str() {
-    uint16_t len = U16();
-    if (!Need(len)) return {};
-    std::string s(reinterpret_cast<const char*>(p), len);
-    p += len;
-    n -= len;
-    return s;
-  }
-};
-
 uint32_t RecordCrc(uint64_t salt, const uint8_t* body, size_t len) {
   uint8_t s[8];
   PutFixed64(s, salt);
@@ -237,11 +175,11 @@ Status MetaFs::WriteSuperblock() {
                           /*fua=*/true);
 }
 
-std::vector<uint8_t> MetaFs::EncodeRecord(uint8_t type, const std::vector<uint8_t>& payload) {
+std::vector<uint8_t> MetaFs::EncodeRecord(uint8_t type, std::string_view payload) {
   return EncodeRecordAt(type, payload, next_seq_++);
 }
 
-std::vector<uint8_t> MetaFs::EncodeRecordAt(uint8_t type, const std::vector<uint8_t>& payload, uint64_t seq) {
+std::vector<uint8_t> MetaFs::EncodeRecordAt(uint8_t type, std::string_view payload, uint64_t seq) {
   NASGW_ASSERT_LE(payload.size(), kRecordPayloadMax);
   std::vector<uint8_t> r(kRecordHeader + payload.size());
   PutFixed32(&r[0], static_cast<uint32_t>(payload.size()));
@@ -267,14 +205,14 @@ Status MetaFs::EnsureLogSpace(size_t bytes, uint64_t next_seq) {
     alloc_->Free(next).IgnoreError();
     return Status::NoSpace("metadata log: no contiguous free extent of " + std::to_string(want) + " bytes");
   }
-  Writer w;
+  Encoder w;
   w.U32(next.lun);
   w.U64(next.offset);
   w.U64(next.length);
   std::vector<uint8_t> block(kMetaBlockBytes, 0);
   // A link takes the sequence number of the record that follows it without
   // consuming it: records are numbered before the space for them is found.
-  const auto rec = EncodeRecordAt(kLogNext, w.b, next_seq);
+  const auto rec = EncodeRecordAt(kLogNext, w.str(), next_seq);
   std::memcpy(block.data(), rec.data(), rec.size());
   Status s = WriteExtentBytes(log_extents_.back(), log_pos_, block.data(), block.size());
   if (s.ok()) s = FlushLuns({log_extents_.back().lun});
@@ -332,24 +270,24 @@ Status MetaFs::CompactLog() {
   log_start_seq_ = next_seq_;
   std::vector<std::vector<uint8_t>> recs;
   for (const auto& [id, f] : files_) {
-    Writer c;
+    Encoder c;
     c.U64(id);
     c.U64(f->mtime_ns);
-    c.Str(f->name);
-    recs.push_back(EncodeRecord(kCreate, c.b));
+    c.Str16(f->name);
+    recs.push_back(EncodeRecord(kCreate, c.str()));
     for (const Extent& e : f->logged) {
-      Writer x;
+      Encoder x;
       x.U64(id);
       x.U32(e.lun);
       x.U64(e.offset);
       x.U64(e.length);
-      recs.push_back(EncodeRecord(kExtent, x.b));
+      recs.push_back(EncodeRecord(kExtent, x.str()));
     }
-    Writer z;
+    Encoder z;
     z.U64(id);
     z.U64(f->durable_size);
     z.U64(f->mtime_ns);
-    recs.push_back(EncodeRecord(kSize, z.b));
+    recs.push_back(EncodeRecord(kSize, z.str()));
   }
   // Write the snapshot (possibly chaining), then point the superblock at it.
   Status s;
@@ -537,14 +475,14 @@ Status MetaFs::Replay() {
         any = true;
         const uint8_t type = r[16];
         if (type != kLogNext) expect++;  // a link does not consume its number
-        Reader rd{r + kRecordHeader, len};
+        Decoder rd(std::string_view(reinterpret_cast<const char*>(r + kRecordHeader), len));
         switch (type) {
           case kCreate: {
             auto f = std::make_shared<File>();
             f->id = rd.U64();
             f->mtime_ns = rd.U64();
-            f->name = rd.Str();
-            if (!rd.ok) return Status::Corruption("metadata log: bad create record");
+            f->name = rd.Str16();
+            if (!rd.ok()) return Status::Corruption("metadata log: bad create record");
             if (auto old = names_.find(f->name); old != names_.end()) DropFile(old->second);
             DropFile(f->id);
             files_[f->id] = f;
@@ -556,7 +494,7 @@ Status MetaFs::Replay() {
             const uint64_t id = rd.U64();
             Extent x{rd.U32(), rd.U64(), rd.U64()};
             auto it = files_.find(id);
-            if (!rd.ok || it == files_.end()) return Status::Corruption("metadata log: extent of unknown file");
+            if (!rd.ok() || it == files_.end()) return Status::Corruption("metadata log: extent of unknown file");
             it->second->logged.push_back(x);
             break;
           }
@@ -565,16 +503,16 @@ Status MetaFs::Replay() {
             const uint64_t size = rd.U64();
             const uint64_t mtime = rd.U64();
             auto it = files_.find(id);
-            if (!rd.ok || it == files_.end()) return Status::Corruption("metadata log: size of unknown file");
+            if (!rd.ok() || it == files_.end()) return Status::Corruption("metadata log: size of unknown file");
             it->second->durable_size = size;
             it->second->mtime_ns = mtime;
             break;
           }
           case kRename: {
             const uint64_t id = rd.U64();
-            const std::string name = rd.Str();
+            const std::string name = rd.Str16();
             auto it = files_.find(id);
-            if (!rd.ok || it == files_.end()) return Status::Corruption("metadata log: rename of unknown file");
+            if (!rd.ok() || it == files_.end()) return Status::Corruption("metadata log: rename of unknown file");
             if (auto old = names_.find(name); old != names_.end() && old->second != id) DropFile(old->second);
             names_.erase(it->second->name);
             it->second->name = name;
@@ -583,13 +521,13 @@ Status MetaFs::Replay() {
           }
           case kDelete: {
             const uint64_t id = rd.U64();
-            if (!rd.ok) return Status::Corruption("metadata log: bad delete record");
+            if (!rd.ok()) return Status::Corruption("metadata log: bad delete record");
             DropFile(id);
             break;
           }
           case kLogNext: {
             Extent x{rd.U32(), rd.U64(), rd.U64()};
-            if (!rd.ok || x.length == 0) return Status::Corruption("metadata log: bad link record");
+            if (!rd.ok() || x.length == 0) return Status::Corruption("metadata log: bad link record");
             log_extents_.push_back(x);
             link++;
             pos = 0;
@@ -637,12 +575,12 @@ Result<MetaFs::FileRef> MetaFs::OpenForWrite(const std::string& name) {
     f->id = next_file_id_++;
     f->name = name;
     f->mtime_ns = WallNanos();
-    Writer w;
+    Encoder w;
     w.U64(f->id);
     w.U64(f->mtime_ns);
-    w.Str(name);
+    w.Str16(name);
     // The create record replaces any file of that name at replay.
-    NASGW_RETURN_IF_ERROR(AppendLog({EncodeRecord(kCreate, w.b)}));
+    NASGW_RETURN_IF_ERROR(AppendLog({EncodeRecord(kCreate, w.str())}));
     if (auto old = names_.find(name); old != names_.end()) DropFile(old->second);
     files_[f->id] = f;
     names_[name] = f->id;
@@ -731,20 +669,20 @@ Status MetaFs::Sync(const FileRef& f) {
   if (f->deleted) return Status::NotFound("metadata file was deleted");
   std::vector<std::vector<uint8_t>> recs;
   for (size_t i = f->logged.size(); i < f->extents.size(); i++) {
-    Writer x;
+    Encoder x;
     x.U64(f->id);
     x.U32(f->extents[i].lun);
     x.U64(f->extents[i].offset);
     x.U64(f->extents[i].length);
-    recs.push_back(EncodeRecord(kExtent, x.b));
+    recs.push_back(EncodeRecord(kExtent, x.str()));
   }
   if (recs.empty() && f->durable_size == f->size) return sticky_;
   const uint64_t now = WallNanos();
-  Writer z;
+  Encoder z;
   z.U64(f->id);
   z.U64(f->size);
   z.U64(now);
-  recs.push_back(EncodeRecord(kSize, z.b));
+  recs.push_back(EncodeRecord(kSize, z.str()));
   NASGW_RETURN_IF_ERROR(AppendLog(recs));
   f->logged = f->extents;
   f->durable_size = f->size;
@@ -803,10 +741,10 @@ Status MetaFs::Rename(const std::string& from, const std::string& to) {
     const uint64_t id = it->second;
     if (from == to) return Status();
     if (auto old = names_.find(to); old != names_.end()) replaced = files_[old->second];
-    Writer w;
+    Encoder w;
     w.U64(id);
-    w.Str(to);
-    NASGW_RETURN_IF_ERROR(AppendLog({EncodeRecord(kRename, w.b)}));
+    w.Str16(to);
+    NASGW_RETURN_IF_ERROR(AppendLog({EncodeRecord(kRename, w.str())}));
     if (auto old = names_.find(to); old != names_.end()) DropFile(old->second);
     names_.erase(from);
     files_[id]->name = to;
@@ -824,9 +762,9 @@ Status MetaFs::Delete(const std::string& name) {
     auto it = names_.find(name);
     if (it == names_.end()) return Status::NotFound("metadata file " + name);
     f = files_[it->second];
-    Writer w;
+    Encoder w;
     w.U64(f->id);
-    NASGW_RETURN_IF_ERROR(AppendLog({EncodeRecord(kDelete, w.b)}));
+    NASGW_RETURN_IF_ERROR(AppendLog({EncodeRecord(kDelete, w.str())}));
     DropFile(f->id);
     Status s = MaybeCompact();
     if (!s.ok()) {

@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -121,8 +122,8 @@ class MetaFs {
   Status ReadExtentBytes(const Extent& e, uint64_t at, uint8_t* data, size_t n);
   Status FlushLuns(const std::vector<uint32_t>& luns);
   Status WriteBuffered(File& f, bool tail);  // REQUIRES: f.mu
-  std::vector<uint8_t> EncodeRecord(uint8_t type, const std::vector<uint8_t>& payload);  // REQUIRES: mu_
-  std::vector<uint8_t> EncodeRecordAt(uint8_t type, const std::vector<uint8_t>& payload, uint64_t seq);
+  std::vector<uint8_t> EncodeRecord(uint8_t type, std::string_view payload);  // REQUIRES: mu_
+  std::vector<uint8_t> EncodeRecordAt(uint8_t type, std::string_view payload, uint64_t seq);
   void DropFile(uint64_t id);                // REQUIRES: mu_
   void ReleaseSpace(File& f);                // REQUIRES: not mu_ (takes f.mu)
 
