@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -100,6 +101,22 @@ class Streamer {
       cv_.notify_all();
     }
     return s;
+  }
+
+  // Writes generation `gen` over `region` slots of `blocks` blocks each,
+  // cycling, while keep_going(n) holds for the n-th write; then drains.
+  // Returns how many writes were submitted.
+  uint64_t Cycle(uint64_t region, uint32_t blocks, uint32_t gen, const std::function<bool(uint64_t)>& keep_going) {
+    uint64_t i = 0;
+    for (; keep_going(i); i++) {
+      Status s = Write((i % region) * blocks, blocks, gen);
+      if (!s.ok()) {
+        ADD_FAILURE() << s.ToString();
+        break;
+      }
+    }
+    Drain();
+    return i;
   }
 
   void Drain() {
@@ -332,15 +349,8 @@ TEST(BlockLab, TargetRestartDuringWriteStream) {
     chaos_done = true;
   });
   // The stream runs until both crashes are behind it, and then some more.
-  uint64_t i = 0;
-  for (; !chaos_done.load() || i < 3 * kRegion; i++) {
-    Status s = stream.Write((i % kRegion) * kBlocks, kBlocks, 1);
-    if (!s.ok()) {
-      ADD_FAILURE() << s.ToString();
-      break;
-    }
-  }
-  stream.Drain();
+  const uint64_t i =
+      stream.Cycle(kRegion, kBlocks, 1, [&](uint64_t n) { return !chaos_done.load() || n < 3 * kRegion; });
   chaos.join();
   const uint64_t kWrites = std::min<uint64_t>(i, kRegion);
   EXPECT_EQ(stream.errors(), 0u) << stream.first_error().ToString();
@@ -514,17 +524,11 @@ TEST(BlockLab, MultipathSurvivesALinkDownMidStream) {
     link_down = true;
   });
   // The stream keeps going until well after the link is gone.
-  uint64_t i = 0, down_at = 0;
-  for (;; i++) {
-    if (link_down.load() && down_at == 0) down_at = i;
-    if (down_at != 0 && i >= down_at + 3000) break;
-    Status s = stream.Write((i % kRegion) * kBlocks, kBlocks, 1);
-    if (!s.ok()) {
-      ADD_FAILURE() << s.ToString();
-      break;
-    }
-  }
-  stream.Drain();
+  uint64_t down_at = 0;
+  const uint64_t i = stream.Cycle(kRegion, kBlocks, 1, [&](uint64_t n) {
+    if (link_down.load() && down_at == 0) down_at = n;
+    return down_at == 0 || n < down_at + 3000;
+  });
   chaos.join();
   const uint64_t kWrites = std::min<uint64_t>(i, kRegion);
   EXPECT_EQ(stream.errors(), 0u) << stream.first_error().ToString();
