@@ -1,0 +1,74 @@
+// nasgwd's configuration: a TOML file (deploy/nasgwd.toml is the documented
+// example). Every field is checked when the file is loaded; a bad file is
+// refused with a message that names the field (as "section.key") and, for
+// numbers, the allowed range. Unknown keys are refused too (a typo must not
+// silently become a default).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace nasgw::daemon {
+
+// Limits of the configurable values (documented in deploy/nasgwd.toml).
+constexpr uint32_t kHeadWorkersDefault = 16;
+constexpr uint32_t kHeadWorkersMax = 256;
+constexpr uint32_t kHeadConnectionsDefault = 256;
+constexpr uint32_t kHeadConnectionsMax = 4096;
+// Requests one head connection may have outstanding; past this nasgwd stops
+// reading that socket (backpressure) until replies drain.
+constexpr uint32_t kHeadInflightDefault = 64;
+constexpr uint32_t kHeadInflightMax = 1024;
+constexpr uint32_t kShutdownDrainMsDefault = 10'000;
+constexpr uint32_t kShutdownDrainMsMax = 600'000;
+
+struct Config {
+  // [node]
+  std::string node_name;              // required; [A-Za-z0-9._-], 1..63 bytes
+  std::string run_dir = "/run/nasgw";  // sockets live here (created 0750)
+  std::string state_dir = "/var/lib/nasgw";  // node-local state (the LUN cache)
+  std::string log_level = "info";     // debug|info|warn|error
+
+  // [reserve]
+  std::vector<std::string> luns;      // required, 1..256 iSCSI URLs (iscsi://host[:port]/iqn/lun)
+  std::string initiator;              // empty: iqn.2026-11.org.nasgw:<node_name>
+  std::string chap_user;              // both or neither
+  std::string chap_secret;            // 12..16 bytes (RFC 3720); or chap_secret_file
+  uint32_t io_timeout_ms = 30'000;    // limits::kIoTimeoutMs{Min,Max}
+  uint32_t queue_depth = 64;          // 1..limits::kQueueDepthMax
+  uint32_t connect_timeout_ms = 5'000;
+
+  // [head]
+  std::string head_socket;            // default: <run_dir>/head.sock
+  uint32_t head_socket_mode = 0660;   // 0600..0777 (octal string "0660" or integer)
+  std::string head_socket_group;      // empty: nasgwd's group
+  uint32_t head_workers = kHeadWorkersDefault;          // 1..kHeadWorkersMax
+  uint32_t head_max_connections = kHeadConnectionsDefault;  // 1..kHeadConnectionsMax
+  uint32_t head_max_inflight = kHeadInflightDefault;    // 1..kHeadInflightMax per connection
+
+  // [admin]
+  std::string admin_socket;           // default: <run_dir>/admin.sock (mode 0600)
+  std::string admin_tcp;              // optional "host:port"; requires tls_cert and tls_key
+  std::string tls_cert;               // PEM server certificate chain (file)
+  std::string tls_key;                // PEM private key (file)
+  std::string tls_client_ca;          // PEM CA bundle: when set, clients must present a certificate it signed
+
+  // [metrics]
+  std::string metrics_listen;         // optional "host:port" for the Prometheus text endpoint
+
+  // [shutdown]
+  uint32_t drain_ms = kShutdownDrainMsDefault;  // 0..kShutdownDrainMsMax
+
+  // The reserve LUN URLs with the CHAP credentials filled in.
+  std::vector<std::string> LunUrlsWithChap() const;
+};
+
+// Parses and validates TOML text. `origin` names the file in messages.
+Result<Config> ParseConfig(const std::string& text, const std::string& origin = "config");
+// Reads and parses a file (NotFound / PermissionDenied naming the path).
+Result<Config> LoadConfig(const std::string& path);
+
+}  // namespace nasgw::daemon
