@@ -16,6 +16,10 @@ PACKAGES=(
   libfuse3-dev fuse3 stress-ng
   # the SAN lab: tgtd targets, namespaces, rate limits; libiscsi tools for baselines
   tgt iproute2 libiscsi-bin procps
+  # nasgwd: admin API (gRPC, protobuf), config (TOML), TLS test certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libtomlplusplus-dev openssl
+  # the head-protocol decoder's libFuzzer run
+  clang libclang-rt-14-dev
 )
 
 missing=()
