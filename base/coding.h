@@ -64,7 +64,17 @@ class Decoder {
   uint64_t U64() { return Fixed(8); }
   std::string Str16() { return Bytes(U16()); }
   std::string Str32() { return Bytes(U32()); }
+  // n bytes in place (no copy): valid as long as the decoded buffer is.
+  std::string_view View(size_t n) {
+    if (!Need(n)) return {};
+    std::string_view v = s_.substr(at_, n);
+    at_ += n;
+    return v;
+  }
   bool ok() const { return ok_; }
+  size_t remaining() const { return ok_ ? s_.size() - at_ : 0; }
+  // Everything read and nothing left over: what a strict decoder ends with.
+  bool done() const { return ok_ && at_ == s_.size(); }
 
  private:
   bool Need(size_t n) {

@@ -1,0 +1,716 @@
+#include "proto/head.h"
+
+#include <algorithm>
+#include <cerrno>
+
+#include "base/coding.h"
+
+namespace nasgw::proto {
+
+namespace {
+
+Status Bad(std::string_view what) {
+  return Status::InvalidArgument("head protocol: " + std::string(what));
+}
+
+// ---- shared pieces ----------------------------------------------------------
+
+void PutHandle(Encoder& e, const fs::Handle& h) {
+  e.U32(h.volume);
+  e.U64(h.ino);
+  e.U64(h.gen);
+}
+fs::Handle GetHandle(Decoder& d) {
+  fs::Handle h;
+  h.volume = d.U32();
+  h.ino = d.U64();
+  h.gen = d.U64();
+  return h;
+}
+
+void PutTime(Encoder& e, const fs::Timespec& t) {
+  e.U64(static_cast<uint64_t>(t.sec));
+  e.U32(t.nsec);
+}
+fs::Timespec GetTime(Decoder& d) {
+  fs::Timespec t;
+  t.sec = static_cast<int64_t>(d.U64());
+  t.nsec = d.U32();
+  return t;
+}
+bool TimeOk(const fs::Timespec& t) {
+  return t.nsec < 1'000'000'000;
+}
+
+void PutAttr(Encoder& e, const fs::Attr& a) {
+  e.U64(a.ino);
+  e.U64(a.gen);
+  e.U8(static_cast<uint8_t>(a.type));
+  e.U32(a.mode);
+  e.U32(a.uid);
+  e.U32(a.gid);
+  e.U32(a.nlink);
+  e.U64(a.size);
+  e.U64(a.blocks);
+  e.U64(a.rdev);
+  PutTime(e, a.atime);
+  PutTime(e, a.mtime);
+  PutTime(e, a.ctime);
+  PutTime(e, a.btime);
+  e.U64(a.change);
+}
+bool TypeOk(uint8_t t) {
+  return t >= static_cast<uint8_t>(fs::FileType::kRegular) && t <= 7;
+}
+fs::Attr GetAttr(Decoder& d, bool& ok) {
+  fs::Attr a;
+  a.ino = d.U64();
+  a.gen = d.U64();
+  uint8_t t = d.U8();
+  a.type = static_cast<fs::FileType>(t);
+  a.mode = d.U32();
+  a.uid = d.U32();
+  a.gid = d.U32();
+  a.nlink = d.U32();
+  a.size = d.U64();
+  a.blocks = d.U64();
+  a.rdev = d.U64();
+  a.atime = GetTime(d);
+  a.mtime = GetTime(d);
+  a.ctime = GetTime(d);
+  a.btime = GetTime(d);
+  a.change = d.U64();
+  if (!TypeOk(t) || a.mode > 07777 || !TimeOk(a.atime) || !TimeOk(a.mtime) || !TimeOk(a.ctime) || !TimeOk(a.btime)) {
+    ok = false;
+  }
+  return a;
+}
+
+void Reject(Request& r, int err, std::string why) {
+  if (r.reject == 0) {
+    r.reject = err;
+    r.reject_why = std::move(why);
+  }
+}
+
+// A path component: 1..255 bytes, no '/', no NUL. "." and ".." only where
+// `dots` (LOOKUP).
+void CheckName(Request& r, std::string_view n, std::string_view field, bool dots = false) {
+  const std::string f(field);
+  if (n.empty())
+    Reject(r, ENOENT, f + " is empty");
+  else if (n.size() > fs::kNameMax)
+    Reject(r, ENAMETOOLONG, f + " is longer than 255 bytes");
+  else if (n.find('/') != std::string_view::npos || n.find('\0') != std::string_view::npos) {
+    Reject(r, EINVAL, f + " contains '/' or NUL");
+  } else if (!dots && (n == "." || n == "..")) {
+    Reject(r, EINVAL, f + " is '.' or '..'");
+  }
+}
+void CheckXattrName(Request& r, std::string_view n) {
+  if (n.empty() || n.find('\0') != std::string_view::npos)
+    Reject(r, EINVAL, "xattr name is empty or has NUL");
+  else if (n.size() > fs::kXattrNameMax)
+    Reject(r, ERANGE, "xattr name longer than 255 bytes");
+}
+Status CheckHandle(const fs::Handle& h, std::string_view field) {
+  if (h.ino == 0) return Bad(std::string(field) + ": inode 0");
+  return Status();
+}
+Status CheckFlags(uint32_t flags, uint32_t allowed) {
+  if (flags & ~allowed) return Bad("unknown flags");
+  return Status();
+}
+
+}  // namespace
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kHello:
+      return "hello";
+    case Op::kMount:
+      return "mount";
+    case Op::kStatfs:
+      return "statfs";
+    case Op::kLookup:
+      return "lookup";
+    case Op::kGetAttr:
+      return "getattr";
+    case Op::kSetAttr:
+      return "setattr";
+    case Op::kAccess:
+      return "access";
+    case Op::kCreate:
+      return "create";
+    case Op::kLink:
+      return "link";
+    case Op::kUnlink:
+      return "unlink";
+    case Op::kRmdir:
+      return "rmdir";
+    case Op::kRename:
+      return "rename";
+    case Op::kReadLink:
+      return "readlink";
+    case Op::kReadDir:
+      return "readdir";
+    case Op::kFindCaseless:
+      return "findcaseless";
+    case Op::kOpen:
+      return "open";
+    case Op::kRelease:
+      return "release";
+    case Op::kRead:
+      return "read";
+    case Op::kWrite:
+      return "write";
+    case Op::kFsync:
+      return "fsync";
+    case Op::kGetXattr:
+      return "getxattr";
+    case Op::kSetXattr:
+      return "setxattr";
+    case Op::kListXattr:
+      return "listxattr";
+    case Op::kRemoveXattr:
+      return "removexattr";
+  }
+  return "?";
+}
+
+bool KnownOp(uint16_t op) {
+  return std::string_view(OpName(static_cast<Op>(op))) != "?";
+}
+
+bool Idempotent(Op op) {
+  switch (op) {
+    case Op::kHello:
+    case Op::kMount:
+    case Op::kStatfs:
+    case Op::kLookup:
+    case Op::kGetAttr:
+    case Op::kSetAttr:  // absolute values (the "now" times are set again: harmless)
+    case Op::kAccess:
+    case Op::kReadLink:
+    case Op::kReadDir:
+    case Op::kFindCaseless:
+    case Op::kOpen:  // opens are a per-session set, not a count
+    case Op::kRelease:
+    case Op::kRead:
+    case Op::kWrite:  // the same bytes at the same offset
+    case Op::kFsync:
+    case Op::kGetXattr:
+    case Op::kListXattr:
+      return true;
+    case Op::kCreate:  // a resend could report EEXIST for its own create
+    case Op::kLink:
+    case Op::kUnlink:
+    case Op::kRmdir:
+    case Op::kRename:
+    case Op::kSetXattr:  // with XATTR_CREATE a resend fails
+    case Op::kRemoveXattr:
+      return false;
+  }
+  return false;
+}
+
+void EncodeHeader(const FrameHeader& h, uint8_t out[kHeaderBytes]) {
+  PutFixed32(out, kMagic);
+  out[4] = static_cast<uint8_t>(kVersion);
+  out[5] = static_cast<uint8_t>(kVersion >> 8);
+  out[6] = static_cast<uint8_t>(static_cast<uint16_t>(h.op));
+  out[7] = static_cast<uint8_t>(static_cast<uint16_t>(h.op) >> 8);
+  PutFixed64(out + 8, h.id);
+  PutFixed32(out + 16, h.length);
+  PutFixed32(out + 20, h.status);
+}
+
+Result<FrameHeader> DecodeHeader(const uint8_t in[kHeaderBytes], bool reply) {
+  if (GetFixed32(in) != kMagic) return Bad("bad magic");
+  const uint16_t version = static_cast<uint16_t>(in[4] | (in[5] << 8));
+  if (version != kVersion) return Bad("version " + std::to_string(version) + " not supported (this side speaks 1)");
+  const uint16_t op = static_cast<uint16_t>(in[6] | (in[7] << 8));
+  if (!KnownOp(op)) return Bad("unknown op " + std::to_string(op));
+  FrameHeader h;
+  h.op = static_cast<Op>(op);
+  h.id = GetFixed64(in + 8);
+  h.length = GetFixed32(in + 16);
+  h.status = GetFixed32(in + 20);
+  if (h.length > kPayloadMax) return Bad("payload of " + std::to_string(h.length) + " bytes exceeds the limit");
+  if (!reply && h.status != 0) return Bad("request with a status");
+  if (reply && h.status > 4095) return Bad("reply status " + std::to_string(h.status) + " is not an errno");
+  return h;
+}
+
+// ---- requests -----------------------------------------------------------------
+
+std::string EncodeRequest(const Request& r) {
+  Encoder e;
+  e.U32(r.creds.uid);
+  e.U32(r.creds.gid);
+  e.U16(static_cast<uint16_t>(r.creds.groups.size()));
+  for (uint32_t g : r.creds.groups) e.U32(g);
+  switch (r.op) {
+    case Op::kHello:
+      for (uint8_t b : r.session) e.U8(b);
+      e.Str16(r.name2);
+      break;
+    case Op::kMount:
+      e.Str16(r.name);
+      break;
+    case Op::kStatfs:
+      e.U32(r.h.volume);
+      break;
+    case Op::kLookup:
+    case Op::kUnlink:
+    case Op::kRmdir:
+    case Op::kFindCaseless:
+    case Op::kGetXattr:
+    case Op::kRemoveXattr:
+      PutHandle(e, r.h);
+      e.Str16(r.name);
+      break;
+    case Op::kGetAttr:
+    case Op::kReadLink:
+    case Op::kFsync:
+    case Op::kListXattr:
+    case Op::kRelease:
+      PutHandle(e, r.h);
+      break;
+    case Op::kSetAttr:
+      PutHandle(e, r.h);
+      e.U32(r.set_mask);
+      e.U32(r.set.mode);
+      e.U32(r.set.uid);
+      e.U32(r.set.gid);
+      e.U64(r.set.size);
+      PutTime(e, r.set.atime);
+      PutTime(e, r.set.mtime);
+      break;
+    case Op::kAccess:
+    case Op::kOpen:
+      PutHandle(e, r.h);
+      e.U32(r.count);
+      break;
+    case Op::kCreate:
+      PutHandle(e, r.h);
+      e.Str16(r.name);
+      e.U8(static_cast<uint8_t>(r.type));
+      e.U32(r.mode);
+      e.U64(r.offset);
+      e.Str16(r.name2);
+      e.U32(r.flags);
+      break;
+    case Op::kLink:
+      PutHandle(e, r.h);
+      PutHandle(e, r.h2);
+      e.Str16(r.name);
+      break;
+    case Op::kRename:
+      PutHandle(e, r.h);
+      e.Str16(r.name);
+      PutHandle(e, r.h2);
+      e.Str16(r.name2);
+      e.U32(r.flags);
+      break;
+    case Op::kReadDir:
+      PutHandle(e, r.h);
+      e.U64(r.offset);
+      e.U32(r.count);
+      e.U32(r.flags);
+      break;
+    case Op::kRead:
+      PutHandle(e, r.h);
+      e.U64(r.offset);
+      e.U32(r.count);
+      break;
+    case Op::kWrite:
+      PutHandle(e, r.h);
+      e.U64(r.offset);
+      e.U32(r.flags);
+      e.U32(static_cast<uint32_t>(r.data.size()));
+      break;
+    case Op::kSetXattr:
+      PutHandle(e, r.h);
+      e.Str16(r.name);
+      e.Str32(r.value);
+      e.U32(r.flags);
+      break;
+  }
+  return e.Release();
+}
+
+Result<Request> DecodeRequest(Op op, std::string_view payload) {
+  Decoder d(payload);
+  Request r;
+  r.op = op;
+  r.creds.uid = d.U32();
+  r.creds.gid = d.U32();
+  const uint16_t ngroups = d.U16();
+  if (ngroups > kGroupsMax) return Bad("more than 1024 groups");
+  if (d.remaining() < size_t{ngroups} * 4) return Bad("truncated credentials");
+  r.creds.groups.resize(ngroups);
+  for (auto& g : r.creds.groups) g = d.U32();
+  Status s;
+  switch (op) {
+    case Op::kHello:
+      for (auto& b : r.session) b = d.U8();
+      r.name2 = d.Str16();
+      if (r.name2.size() > 255) s = Bad("client name longer than 255 bytes");
+      break;
+    case Op::kMount:
+      r.name = d.Str16();
+      CheckName(r, r.name, "volume name");
+      break;
+    case Op::kStatfs:
+      r.h.volume = d.U32();
+      r.h.ino = fs::kRootIno;
+      break;
+    case Op::kLookup:
+    case Op::kUnlink:
+    case Op::kRmdir:
+    case Op::kFindCaseless:
+      r.h = GetHandle(d);
+      r.name = d.Str16();
+      CheckName(r, r.name, "name", op == Op::kLookup);
+      break;
+    case Op::kGetXattr:
+    case Op::kRemoveXattr:
+      r.h = GetHandle(d);
+      r.name = d.Str16();
+      CheckXattrName(r, r.name);
+      break;
+    case Op::kGetAttr:
+    case Op::kReadLink:
+    case Op::kFsync:
+    case Op::kListXattr:
+    case Op::kRelease:
+      r.h = GetHandle(d);
+      break;
+    case Op::kSetAttr:
+      r.h = GetHandle(d);
+      r.set_mask = d.U32();
+      r.set.mode = d.U32();
+      r.set.uid = d.U32();
+      r.set.gid = d.U32();
+      r.set.size = d.U64();
+      r.set.atime = GetTime(d);
+      r.set.mtime = GetTime(d);
+      if (!d.ok()) break;
+      if (r.set_mask & ~kSetAll)
+        s = Bad("unknown setattr bits");
+      else if (r.set.mode > 07777)
+        s = Bad("mode beyond 07777");
+      else if (r.set.size > fs::kFileSizeMax)
+        s = Bad("size beyond the largest file");
+      else if (!TimeOk(r.set.atime) || !TimeOk(r.set.mtime))
+        s = Bad("nanoseconds beyond 999999999");
+      else if ((r.set_mask & kSetAtime) && (r.set_mask & kSetAtimeNow))
+        s = Bad("atime both given and now");
+      else if ((r.set_mask & kSetMtime) && (r.set_mask & kSetMtimeNow))
+        s = Bad("mtime both given and now");
+      break;
+    case Op::kAccess:
+    case Op::kOpen:
+      r.h = GetHandle(d);
+      r.count = d.U32();
+      if (d.ok() && (r.count & ~7u)) s = Bad("access bits beyond rwx");
+      break;
+    case Op::kCreate: {
+      r.h = GetHandle(d);
+      r.name = d.Str16();
+      const uint8_t t = d.U8();
+      r.type = static_cast<fs::FileType>(t);
+      r.mode = d.U32();
+      r.offset = d.U64();
+      r.name2 = d.Str16();
+      r.flags = d.U32();
+      if (!d.ok()) break;
+      CheckName(r, r.name, "name");
+      if (!TypeOk(t))
+        s = Bad("unknown file type");
+      else if (r.mode > 07777)
+        s = Bad("mode beyond 07777");
+      else if (!(s = CheckFlags(r.flags, kCreateOpen | kCreateUnchecked)).ok())
+        break;
+      else if (r.type == fs::FileType::kSymlink &&
+               (r.name2.empty() || r.name2.size() > fs::kSymlinkMax || r.name2.find('\0') != std::string::npos)) {
+        s = Bad("symlink target must be 1..4095 bytes without NUL");
+      } else if (r.type != fs::FileType::kSymlink && !r.name2.empty()) {
+        s = Bad("a link target for something that is not a symlink");
+      } else if ((r.flags & (kCreateOpen | kCreateUnchecked)) && r.type != fs::FileType::kRegular) {
+        s = Bad("open/unchecked create of something that is not a regular file");
+      }
+      break;
+    }
+    case Op::kLink:
+      r.h = GetHandle(d);
+      r.h2 = GetHandle(d);
+      r.name = d.Str16();
+      CheckName(r, r.name, "name");
+      if (d.ok()) s = CheckHandle(r.h2, "directory");
+      break;
+    case Op::kRename:
+      r.h = GetHandle(d);
+      r.name = d.Str16();
+      r.h2 = GetHandle(d);
+      r.name2 = d.Str16();
+      r.flags = d.U32();
+      if (!d.ok()) break;
+      CheckName(r, r.name, "name");
+      CheckName(r, r.name2, "new name");
+      s = CheckHandle(r.h2, "target directory");
+      if (s.ok()) s = CheckFlags(r.flags, kRenameNoReplace);
+      break;
+    case Op::kReadDir:
+      r.h = GetHandle(d);
+      r.offset = d.U64();
+      r.count = d.U32();
+      r.flags = d.U32();
+      if (!d.ok()) break;
+      if (r.count == 0 || r.count > kReadDirMax)
+        s = Bad("readdir count must be 1..1024");
+      else
+        s = CheckFlags(r.flags, kReadDirPlus);
+      break;
+    case Op::kRead:
+      r.h = GetHandle(d);
+      r.offset = d.U64();
+      r.count = d.U32();
+      if (d.ok() && r.count > kIoBytesMax) s = Bad("read of more than 1 MiB");
+      break;
+    case Op::kWrite: {
+      r.h = GetHandle(d);
+      r.offset = d.U64();
+      r.flags = d.U32();
+      const uint32_t n = d.U32();
+      if (!d.ok()) break;
+      if (n > kIoBytesMax)
+        s = Bad("write of more than 1 MiB");
+      else if (!(s = CheckFlags(r.flags, kWriteStable)).ok())
+        break;
+      else if (r.offset > fs::kFileSizeMax || n > fs::kFileSizeMax - r.offset)
+        s = Bad("write beyond the largest file");
+      else
+        r.data = d.View(n);
+      break;
+    }
+    case Op::kSetXattr:
+      r.h = GetHandle(d);
+      r.name = d.Str16();
+      r.value = d.Str32();  // bounded by the payload
+      r.flags = d.U32();
+      if (!d.ok()) break;
+      CheckXattrName(r, r.name);
+      if (r.value.size() > fs::kXattrValueMax) Reject(r, E2BIG, "xattr value larger than 64 KiB");
+      s = CheckFlags(r.flags, kXattrCreate | kXattrReplace);
+      if (s.ok() && r.flags == (kXattrCreate | kXattrReplace)) s = Bad("xattr create and replace both set");
+      break;
+  }
+  if (!s.ok()) return s;
+  if (!d.ok()) return Bad(std::string("truncated ") + OpName(op) + " request");
+  if (!d.done()) return Bad(std::string("trailing bytes after ") + OpName(op) + " request");
+  if (op != Op::kHello && op != Op::kMount && op != Op::kStatfs) {
+    if (Status hs = CheckHandle(r.h, "handle"); !hs.ok()) return hs;
+  }
+  return r;
+}
+
+// ---- replies ------------------------------------------------------------------
+
+std::string EncodeReply(Op op, const Reply& r) {
+  Encoder e;
+  switch (op) {
+    case Op::kHello:
+      e.Str16(r.hello.node_name);
+      for (uint8_t b : r.hello.instance) e.U8(b);
+      e.U32(r.hello.payload_max);
+      e.U32(r.hello.inflight_max);
+      break;
+    case Op::kMount:
+      e.U32(r.volume.volume);
+      e.U32(r.volume.record_bytes);
+      PutAttr(e, r.volume.root);
+      break;
+    case Op::kStatfs:
+      e.U64(r.statfs.total_bytes);
+      e.U64(r.statfs.free_bytes);
+      e.U64(r.statfs.files);
+      break;
+    case Op::kLookup:
+    case Op::kGetAttr:
+    case Op::kSetAttr:
+    case Op::kCreate:
+    case Op::kLink:
+    case Op::kOpen:
+      PutAttr(e, r.attr);
+      break;
+    case Op::kWrite:
+      e.U32(r.u32);
+      PutAttr(e, r.attr);
+      break;
+    case Op::kAccess:
+      e.U32(r.u32);
+      break;
+    case Op::kUnlink:
+    case Op::kRmdir:
+    case Op::kRename:
+    case Op::kRelease:
+    case Op::kFsync:
+    case Op::kSetXattr:
+    case Op::kRemoveXattr:
+      break;
+    case Op::kReadLink:
+    case Op::kFindCaseless:
+      e.Str16(r.text);
+      break;
+    case Op::kGetXattr:
+      e.Str32(r.text);
+      break;
+    case Op::kListXattr:
+      e.U32(static_cast<uint32_t>(r.names.size()));
+      for (const auto& n : r.names) e.Str16(n);
+      break;
+    case Op::kReadDir: {
+      const bool plus = !r.attrs.empty();
+      e.U8(r.eof ? 1 : 0);
+      e.U8(plus ? 1 : 0);
+      e.U32(static_cast<uint32_t>(r.entries.size()));
+      for (size_t i = 0; i < r.entries.size(); i++) {
+        const auto& x = r.entries[i];
+        e.Str16(x.name);
+        e.U64(x.ino);
+        e.U8(static_cast<uint8_t>(x.type));
+        e.U64(x.cookie);
+        if (plus) PutAttr(e, r.attrs[i]);
+      }
+      break;
+    }
+    case Op::kRead: {
+      // Only for a copy-through path (tests); the server writes the prefix
+      // and the bytes separately.
+      e.U8(r.eof ? 1 : 0);
+      e.Str32(r.text);
+      break;
+    }
+  }
+  return e.Release();
+}
+
+Result<Reply> DecodeReply(Op op, std::string_view payload) {
+  Decoder d(payload);
+  Reply r;
+  bool ok = true;
+  switch (op) {
+    case Op::kHello:
+      r.hello.node_name = d.Str16();
+      for (auto& b : r.hello.instance) b = d.U8();
+      r.hello.payload_max = d.U32();
+      r.hello.inflight_max = d.U32();
+      break;
+    case Op::kMount:
+      r.volume.volume = d.U32();
+      r.volume.record_bytes = d.U32();
+      r.volume.root = GetAttr(d, ok);
+      break;
+    case Op::kStatfs:
+      r.statfs.total_bytes = d.U64();
+      r.statfs.free_bytes = d.U64();
+      r.statfs.files = d.U64();
+      break;
+    case Op::kLookup:
+    case Op::kGetAttr:
+    case Op::kSetAttr:
+    case Op::kCreate:
+    case Op::kLink:
+    case Op::kOpen:
+      r.attr = GetAttr(d, ok);
+      break;
+    case Op::kWrite:
+      r.u32 = d.U32();
+      r.attr = GetAttr(d, ok);
+      break;
+    case Op::kAccess:
+      r.u32 = d.U32();
+      break;
+    case Op::kUnlink:
+    case Op::kRmdir:
+    case Op::kRename:
+    case Op::kRelease:
+    case Op::kFsync:
+    case Op::kSetXattr:
+    case Op::kRemoveXattr:
+      break;
+    case Op::kReadLink:
+    case Op::kFindCaseless:
+      r.text = d.Str16();
+      break;
+    case Op::kGetXattr:
+      if (d.remaining() >= 4) {
+        Decoder peek = d;
+        if (peek.U32() > fs::kXattrValueMax) return Bad("xattr value larger than 64 KiB");
+      }
+      r.text = d.Str32();
+      break;
+    case Op::kListXattr: {
+      const uint32_t n = d.U32();
+      // Each name takes at least 3 bytes: bounds the loop before allocating.
+      if (n > d.remaining() / 3) return Bad("listxattr count beyond the payload");
+      for (uint32_t i = 0; i < n && d.ok(); i++) r.names.push_back(d.Str16());
+      break;
+    }
+    case Op::kReadDir: {
+      r.eof = d.U8() != 0;
+      const bool plus = d.U8() != 0;
+      const uint32_t n = d.U32();
+      if (n > kReadDirMax) return Bad("readdir reply with more than 1024 entries");
+      for (uint32_t i = 0; i < n && d.ok(); i++) {
+        fs::DirEntry x;
+        x.name = d.Str16();
+        x.ino = d.U64();
+        const uint8_t t = d.U8();
+        x.type = static_cast<fs::FileType>(t);
+        x.cookie = d.U64();
+        if (d.ok() && !TypeOk(t)) ok = false;
+        r.entries.push_back(std::move(x));
+        if (plus) r.attrs.push_back(GetAttr(d, ok));
+      }
+      break;
+    }
+    case Op::kRead: {
+      r.eof = d.U8() != 0;
+      r.text = d.Str32();
+      break;
+    }
+  }
+  if (!ok) return Bad(std::string("bad attributes in ") + OpName(op) + " reply");
+  if (!d.done()) return Bad(std::string("malformed ") + OpName(op) + " reply");
+  return r;
+}
+
+void EncodeReadPrefix(bool eof, uint32_t n, uint8_t out[kReadPrefixBytes]) {
+  out[0] = eof ? 1 : 0;
+  PutFixed32(out + 1, n);
+}
+
+Result<std::pair<bool, uint32_t>> DecodeReadPrefix(const uint8_t in[kReadPrefixBytes], uint32_t payload_length,
+                                                   uint32_t asked) {
+  const uint32_t n = GetFixed32(in + 1);
+  if (in[0] > 1 || n > asked || payload_length != kReadPrefixBytes + n) return Bad("malformed read reply");
+  return std::make_pair(in[0] == 1, n);
+}
+
+std::string EncodeError(std::string_view message) {
+  Encoder e;
+  e.Str16(message.substr(0, kMessageMax));
+  return e.Release();
+}
+
+std::string DecodeError(std::string_view payload) {
+  Decoder d(payload);
+  std::string m = d.Str16();
+  if (!d.ok()) return "(no message)";
+  return m.substr(0, kMessageMax);
+}
+
+}  // namespace nasgw::proto

@@ -1,0 +1,198 @@
+// The head protocol: how a protocol head (FUSE, Ganesha, Samba) asks nasgwd
+// to do file-system work, and, in the controller-pair issue, how one node
+// forwards a request to the node that owns a volume. docs/head-protocol.md
+// is the specification; this file is its one codec.
+//
+// A connection carries frames. Every frame is a 24-byte header and a payload:
+//
+//   0  u32 magic   kMagic
+//   4  u16 version kVersion
+//   6  u16 op      Op
+//   8  u64 id      request id, chosen by the client, echoed in the reply
+//   16 u32 length  payload bytes after the header, at most kPayloadMax
+//   20 u32 status  request: 0. reply: 0 or a Linux errno value
+//
+// Requests may be pipelined: replies come back in any order, matched by id.
+// A request's payload starts with the caller's credentials; then the op's
+// arguments. A failed reply's payload is a message (Str16) only. Integers are
+// little-endian; strings are a u16 length and bytes (no NUL). Decoding is
+// strict: every field is range-checked and a payload must be consumed
+// exactly. A frame that fails to decode is a protocol error and the server
+// closes that connection (and nothing else). Values that are well-formed but
+// not acceptable to the file system (a name too long) get an error reply.
+//
+// Read and write data travel without extra copies: the bytes of a WRITE
+// follow its fixed arguments and are handed to the file system in place;
+// those of a READ reply are written from the buffer the file system filled
+// and read by the client straight into the caller's buffer.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "fs/domain.h"
+
+namespace nasgw::proto {
+
+constexpr uint32_t kMagic = 0x3150484E;  // "NHP1"
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHeaderBytes = 24;
+
+// Largest READ or WRITE (the bytes themselves), and the largest payload: a
+// full write plus its arguments and credentials, or a full READDIR page.
+constexpr uint32_t kIoBytesMax = 1u << 20;
+constexpr uint32_t kPayloadMax = kIoBytesMax + (64u << 10);
+// Supplementary groups per caller. NFS AUTH_SYS carries 16; Windows users
+// (SMB) can be in hundreds of groups; Linux's NGROUPS_MAX is 65536.
+constexpr uint32_t kGroupsMax = 1024;
+// Entries in one READDIR reply (with attributes: about 360 KiB at most).
+constexpr uint32_t kReadDirMax = 1024;
+constexpr size_t kMessageMax = 1024;  // error messages are cut here
+
+enum class Op : uint16_t {
+  kHello = 1,  // must be first on a connection
+  kMount = 2,  // volume name -> volume id, root
+  kStatfs = 3,
+  kLookup = 10,
+  kGetAttr = 11,
+  kSetAttr = 12,
+  kAccess = 13,
+  kCreate = 20,  // any type: file, directory, symlink, device, fifo, socket
+  kLink = 21,
+  kUnlink = 22,
+  kRmdir = 23,
+  kRename = 24,
+  kReadLink = 25,
+  kReadDir = 26,
+  kFindCaseless = 27,
+  kOpen = 30,
+  kRelease = 31,
+  kRead = 32,
+  kWrite = 33,
+  kFsync = 34,
+  kGetXattr = 40,
+  kSetXattr = 41,
+  kListXattr = 42,
+  kRemoveXattr = 43,
+};
+const char* OpName(Op op);  // "?" for an unknown value
+bool KnownOp(uint16_t op);
+// Whether repeating the request after an unknown outcome is harmless (it
+// has the same effect as doing it once). The client resends these after a
+// reconnect; the others fail with a retryable error instead.
+bool Idempotent(Op op);
+
+struct FrameHeader {
+  Op op = Op::kHello;
+  uint64_t id = 0;
+  uint32_t length = 0;
+  uint32_t status = 0;
+};
+void EncodeHeader(const FrameHeader& h, uint8_t out[kHeaderBytes]);
+// Checks magic, version, op and length; `reply` says which side sent it.
+Result<FrameHeader> DecodeHeader(const uint8_t in[kHeaderBytes], bool reply);
+
+struct Creds {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;  // supplementary, at most kGroupsMax
+};
+
+// Access bits (as R_OK, W_OK, X_OK).
+constexpr uint32_t kAccessRead = 4, kAccessWrite = 2, kAccessExec = 1;
+
+// SetAttr mask bits.
+constexpr uint32_t kSetMode = 1, kSetUid = 2, kSetGid = 4, kSetSize = 8, kSetAtime = 16, kSetAtimeNow = 32,
+                   kSetMtime = 64, kSetMtimeNow = 128, kSetAll = 255;
+// Create flags.
+constexpr uint32_t kCreateOpen = 1;       // also open the new file for this session
+constexpr uint32_t kCreateUnchecked = 2;  // an existing regular file is not an error (NFS UNCHECKED)
+// Rename flags.
+constexpr uint32_t kRenameNoReplace = 1;
+// ReadDir flags.
+constexpr uint32_t kReadDirPlus = 1;  // attributes with every entry
+// Write flags.
+constexpr uint32_t kWriteStable = 1;  // FILE_SYNC: durable on reply (today every write is)
+// SetXattr flags (as XATTR_CREATE, XATTR_REPLACE).
+constexpr uint32_t kXattrCreate = 1, kXattrReplace = 2;
+
+using SessionId = std::array<uint8_t, 16>;
+
+// One request, all ops: the op says which fields are meaningful. A flat
+// struct keeps the codec and its fuzzer simple.
+struct Request {
+  Op op = Op::kHello;
+  Creds creds;
+  fs::Handle h;         // the object (the directory for name ops)
+  fs::Handle h2;        // LINK: the directory; RENAME: the target directory
+  std::string name;     // entry name; MOUNT: volume; xattr name
+  std::string name2;    // RENAME: target name; CREATE: symlink target; HELLO: client name
+  std::string value;    // SETXATTR
+  uint64_t offset = 0;  // READ/WRITE offset; READDIR cookie; CREATE rdev
+  uint32_t count = 0;   // READ length; READDIR max entries; ACCESS mask; OPEN access
+  uint32_t flags = 0;
+  fs::FileType type = fs::FileType::kNone;  // CREATE
+  uint32_t mode = 0;                        // CREATE
+  fs::SetAttr set;                          // SETATTR (with set_mask)
+  uint32_t set_mask = 0;
+  SessionId session{};    // HELLO
+  std::string_view data;  // WRITE bytes, in place in the payload
+  // A well-formed request whose values the file system refuses (a name
+  // longer than 255 bytes, with '/', an xattr value over 64 KiB): answered
+  // with this errno, not treated as a protocol error.
+  int reject = 0;
+  std::string reject_why;
+};
+
+// Encodes the payload of `r` (without WRITE data, which the caller sends
+// after it; `data.size()` is encoded as its length).
+std::string EncodeRequest(const Request& r);
+// Decodes a payload. `payload` must outlive the result (WRITE data views it).
+Result<Request> DecodeRequest(Op op, std::string_view payload);
+
+struct VolumeRoot {
+  uint32_t volume = 0;
+  uint32_t record_bytes = 0;
+  fs::Attr root;
+};
+
+struct Hello {
+  std::string node_name;
+  SessionId instance{};  // a new random value every time nasgwd starts
+  uint32_t payload_max = kPayloadMax;
+  uint32_t inflight_max = 0;
+};
+
+// A successful reply, all ops. READ's bytes are not here: see ReadReplyPrefix.
+struct Reply {
+  fs::Attr attr;                      // LOOKUP GETATTR SETATTR CREATE LINK OPEN WRITE
+  std::vector<fs::DirEntry> entries;  // READDIR
+  std::vector<fs::Attr> attrs;        // READDIR with kReadDirPlus, one per entry
+  bool eof = false;                   // READDIR, READ
+  std::string text;                   // READLINK, FINDCASELESS, GETXATTR
+  std::vector<std::string> names;     // LISTXATTR
+  uint32_t u32 = 0;                   // ACCESS: granted bits; WRITE: bytes written
+  fs::StatFs statfs;                  // STATFS
+  VolumeRoot volume;                  // MOUNT
+  Hello hello;                        // HELLO
+};
+
+std::string EncodeReply(Op op, const Reply& r);
+Result<Reply> DecodeReply(Op op, std::string_view payload);
+
+// A READ reply's payload: u8 eof, u32 n, then n bytes.
+constexpr size_t kReadPrefixBytes = 5;
+void EncodeReadPrefix(bool eof, uint32_t n, uint8_t out[kReadPrefixBytes]);
+// Checks n against the payload length and the length asked for.
+Result<std::pair<bool, uint32_t>> DecodeReadPrefix(const uint8_t in[kReadPrefixBytes], uint32_t payload_length,
+                                                   uint32_t asked);
+
+// A failed reply's payload.
+std::string EncodeError(std::string_view message);
+std::string DecodeError(std::string_view payload);  // best effort, never fails
+
+}  // namespace nasgw::proto

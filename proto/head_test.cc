@@ -1,0 +1,227 @@
+#include "proto/head.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <random>
+
+namespace nasgw::proto {
+namespace {
+
+Request Base(Op op) {
+  Request r;
+  r.op = op;
+  r.creds = {1000, 100, {4, 27, 1000}};
+  r.h = {3, 42, 7};
+  return r;
+}
+
+Request RoundTrip(const Request& r, std::string* keep) {
+  *keep = EncodeRequest(r);
+  if (r.op == Op::kWrite) keep->append(r.data);
+  auto d = DecodeRequest(r.op, *keep);
+  EXPECT_TRUE(d.ok()) << OpName(r.op) << ": " << d.status().ToString();
+  return d.ok() ? *d : Request{};
+}
+
+TEST(HeadProtocol, HeaderRoundTripAndChecks) {
+  uint8_t b[kHeaderBytes];
+  EncodeHeader({Op::kRead, 0x1122334455667788ull, 4096, 0}, b);
+  auto h = DecodeHeader(b, false);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->op, Op::kRead);
+  EXPECT_EQ(h->id, 0x1122334455667788ull);
+  EXPECT_EQ(h->length, 4096u);
+
+  EncodeHeader({Op::kRead, 1, kPayloadMax + 1, 0}, b);
+  EXPECT_FALSE(DecodeHeader(b, false).ok());  // too long
+  EncodeHeader({Op::kRead, 1, 10, 5}, b);
+  EXPECT_FALSE(DecodeHeader(b, false).ok());  // a request with a status
+  EXPECT_TRUE(DecodeHeader(b, true).ok());
+  EncodeHeader({Op::kRead, 1, 10, 0}, b);
+  b[6] = 99;
+  EXPECT_FALSE(DecodeHeader(b, false).ok());  // unknown op
+  EncodeHeader({Op::kRead, 1, 10, 0}, b);
+  b[0] ^= 1;
+  EXPECT_FALSE(DecodeHeader(b, false).ok());  // magic
+  EncodeHeader({Op::kRead, 1, 10, 0}, b);
+  b[4] = 2;
+  auto v = DecodeHeader(b, false);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("version 2"), std::string::npos);
+}
+
+TEST(HeadProtocol, EveryRequestRoundTrips) {
+  std::string keep;
+  Request r = Base(Op::kCreate);
+  r.name = "a file";
+  r.type = fs::FileType::kSymlink;
+  r.mode = 0777;
+  r.name2 = "../target";
+  Request d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.creds.groups, (std::vector<uint32_t>{4, 27, 1000}));
+  EXPECT_EQ(d.h.ino, 42u);
+  EXPECT_EQ(d.h.gen, 7u);
+  EXPECT_EQ(d.name, "a file");
+  EXPECT_EQ(d.name2, "../target");
+  EXPECT_EQ(d.type, fs::FileType::kSymlink);
+  EXPECT_EQ(d.reject, 0);
+
+  r = Base(Op::kRename);
+  r.name = "x";
+  r.h2 = {3, 9, 1};
+  r.name2 = "y";
+  r.flags = kRenameNoReplace;
+  d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.h2.ino, 9u);
+  EXPECT_EQ(d.name2, "y");
+  EXPECT_EQ(d.flags, kRenameNoReplace);
+
+  r = Base(Op::kWrite);
+  std::string data(5000, 'z');
+  r.data = data;
+  r.offset = 1 << 20;
+  r.flags = kWriteStable;
+  d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.data, data);
+  EXPECT_EQ(d.offset, 1u << 20);
+  // The bytes are viewed in place, not copied.
+  EXPECT_GE(d.data.data(), keep.data());
+  EXPECT_LE(d.data.data() + d.data.size(), keep.data() + keep.size());
+
+  r = Base(Op::kSetAttr);
+  r.set_mask = kSetMode | kSetSize | kSetMtime;
+  r.set.mode = 0640;
+  r.set.size = 123;
+  r.set.mtime = {99, 5};
+  d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.set_mask, r.set_mask);
+  EXPECT_EQ(d.set.mode, 0640u);
+  EXPECT_EQ(d.set.mtime, (fs::Timespec{99, 5}));
+
+  for (Op op : {Op::kGetAttr, Op::kReadLink, Op::kFsync, Op::kListXattr, Op::kRelease}) RoundTrip(Base(op), &keep);
+  r = Base(Op::kReadDir);
+  r.count = 100;
+  r.flags = kReadDirPlus;
+  r.offset = 77;
+  EXPECT_EQ(RoundTrip(r, &keep).offset, 77u);
+  r = Base(Op::kSetXattr);
+  r.name = "user.x";
+  r.value = std::string("\0bin", 4);
+  r.flags = kXattrCreate;
+  EXPECT_EQ(RoundTrip(r, &keep).value, r.value);
+  r = Base(Op::kHello);
+  r.session[3] = 9;
+  r.name2 = "fuse";
+  EXPECT_EQ(RoundTrip(r, &keep).session[3], 9);
+}
+
+TEST(HeadProtocol, StructuralErrorsAreRefused) {
+  Request r = Base(Op::kLookup);
+  r.name = "n";
+  std::string p = EncodeRequest(r);
+  EXPECT_FALSE(DecodeRequest(Op::kLookup, p.substr(0, p.size() - 1)).ok());  // truncated
+  EXPECT_FALSE(DecodeRequest(Op::kLookup, p + "x").ok());                    // trailing
+  r.h.ino = 0;
+  EXPECT_FALSE(DecodeRequest(Op::kLookup, EncodeRequest(r)).ok());  // inode 0
+  r = Base(Op::kRead);
+  r.count = kIoBytesMax + 1;
+  EXPECT_FALSE(DecodeRequest(Op::kRead, EncodeRequest(r)).ok());
+  r = Base(Op::kReadDir);
+  r.count = 0;
+  EXPECT_FALSE(DecodeRequest(Op::kReadDir, EncodeRequest(r)).ok());
+  r = Base(Op::kCreate);
+  r.name = "f";
+  r.type = static_cast<fs::FileType>(9);
+  EXPECT_FALSE(DecodeRequest(Op::kCreate, EncodeRequest(r)).ok());
+  r.type = fs::FileType::kRegular;
+  r.flags = 64;
+  EXPECT_FALSE(DecodeRequest(Op::kCreate, EncodeRequest(r)).ok());  // unknown flag
+  r = Base(Op::kWrite);
+  std::string data(10, 'a');
+  r.data = data;
+  std::string w = EncodeRequest(r) + data;
+  EXPECT_FALSE(DecodeRequest(Op::kWrite, w.substr(0, w.size() - 1)).ok());  // short data
+  // A group count that claims more than the payload holds.
+  r = Base(Op::kGetAttr);
+  std::string g = EncodeRequest(r);
+  g[8] = static_cast<char>(0xff);
+  g[9] = 0x03;
+  EXPECT_FALSE(DecodeRequest(Op::kGetAttr, g).ok());
+}
+
+TEST(HeadProtocol, BadValuesAreRejectedWithErrno) {
+  Request r = Base(Op::kCreate);
+  r.type = fs::FileType::kRegular;
+  r.name = std::string(256, 'n');
+  auto d = DecodeRequest(Op::kCreate, EncodeRequest(r));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->reject, ENAMETOOLONG);
+  r.name = "a/b";
+  EXPECT_EQ(DecodeRequest(Op::kCreate, EncodeRequest(r))->reject, EINVAL);
+  r.name = "..";
+  EXPECT_EQ(DecodeRequest(Op::kCreate, EncodeRequest(r))->reject, EINVAL);
+  Request l = Base(Op::kLookup);
+  l.name = "..";
+  EXPECT_EQ(DecodeRequest(Op::kLookup, EncodeRequest(l))->reject, 0);
+  Request x = Base(Op::kSetXattr);
+  x.name = "user.big";
+  x.value = std::string(fs::kXattrValueMax + 1, 'v');
+  EXPECT_EQ(DecodeRequest(Op::kSetXattr, EncodeRequest(x))->reject, E2BIG);
+}
+
+TEST(HeadProtocol, RepliesRoundTrip) {
+  Reply r;
+  r.entries = {{"a", 5, fs::FileType::kRegular, 1}, {"b", 6, fs::FileType::kDirectory, 2}};
+  r.attrs.resize(2);
+  r.attrs[0].type = fs::FileType::kRegular;
+  r.attrs[0].size = 77;
+  r.attrs[1].type = fs::FileType::kDirectory;
+  r.eof = true;
+  auto d = DecodeReply(Op::kReadDir, EncodeReply(Op::kReadDir, r));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->entries.size(), 2u);
+  EXPECT_EQ(d->entries[1].name, "b");
+  EXPECT_EQ(d->attrs[0].size, 77u);
+  EXPECT_TRUE(d->eof);
+
+  Reply a;
+  a.attr.type = fs::FileType::kRegular;
+  a.attr.mtime = {5, 6};
+  a.u32 = 8192;
+  auto w = DecodeReply(Op::kWrite, EncodeReply(Op::kWrite, a));
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->u32, 8192u);
+  EXPECT_EQ(w->attr.mtime, (fs::Timespec{5, 6}));
+  a.attr.type = fs::FileType::kNone;  // not a valid type
+  EXPECT_FALSE(DecodeReply(Op::kGetAttr, EncodeReply(Op::kGetAttr, a)).ok());
+
+  uint8_t p[kReadPrefixBytes];
+  EncodeReadPrefix(true, 100, p);
+  auto rp = DecodeReadPrefix(p, kReadPrefixBytes + 100, 4096);
+  ASSERT_TRUE(rp.ok());
+  EXPECT_TRUE(rp->first);
+  EXPECT_EQ(rp->second, 100u);
+  EXPECT_FALSE(DecodeReadPrefix(p, kReadPrefixBytes + 100, 50).ok());  // more than asked
+  EXPECT_FALSE(DecodeReadPrefix(p, kReadPrefixBytes + 99, 4096).ok());
+
+  EXPECT_EQ(DecodeError(EncodeError("no such volume")), "no such volume");
+  EXPECT_EQ(DecodeError("x"), "(no message)");
+}
+
+// Random bytes never crash the decoders (the libFuzzer target runs the same
+// function far longer; this keeps a quick version in every build).
+TEST(HeadProtocol, RandomPayloadsNeverCrash) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; i++) {
+    std::string p(rng() % 200, '\0');
+    for (auto& c : p) c = static_cast<char>(rng());
+    const Op op = static_cast<Op>(std::vector<uint16_t>{1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23, 24, 25, 26, 27, 30,
+                                                        31, 32, 33, 34, 40, 41, 42, 43}[rng() % 24]);
+    (void)DecodeRequest(op, p);
+    (void)DecodeReply(op, p);
+  }
+}
+
+}  // namespace
+}  // namespace nasgw::proto
