@@ -1,0 +1,94 @@
+#include "daemon/access.h"
+
+#include <cerrno>
+
+#include <gtest/gtest.h>
+
+namespace nasgw::daemon {
+namespace {
+
+fs::Attr File(uint32_t mode, uint32_t uid = 1000, uint32_t gid = 100, fs::FileType t = fs::FileType::kRegular) {
+  fs::Attr a;
+  a.type = t;
+  a.mode = mode;
+  a.uid = uid;
+  a.gid = gid;
+  return a;
+}
+proto::Creds User(uint32_t uid, uint32_t gid = 500, std::vector<uint32_t> groups = {}) {
+  return {uid, gid, std::move(groups)};
+}
+
+TEST(Access, OwnerGroupOtherAndRoot) {
+  fs::Attr f = File(0640);
+  EXPECT_EQ(CheckAccess(f, User(1000), proto::kAccessRead | proto::kAccessWrite), 0);
+  EXPECT_EQ(CheckAccess(f, User(1001, 100), proto::kAccessRead), 0);
+  EXPECT_EQ(CheckAccess(f, User(1001, 100), proto::kAccessWrite), EACCES);
+  EXPECT_EQ(CheckAccess(f, User(1001, 7, {100}), proto::kAccessRead), 0);  // supplementary group
+  EXPECT_EQ(CheckAccess(f, User(1001), proto::kAccessRead), EACCES);
+  // The owner class decides even when group or other would allow more.
+  EXPECT_EQ(CheckAccess(File(0077), User(1000, 100), proto::kAccessRead), EACCES);
+  EXPECT_EQ(CheckAccess(f, User(0), proto::kAccessRead | proto::kAccessWrite), 0);
+  EXPECT_EQ(Granted(File(0644), User(0), 7), 6u);  // root: no exec without any x bit
+  EXPECT_EQ(Granted(File(0700, 1, 1, fs::FileType::kDirectory), User(0), 7), 7u);
+  // The owner's data override (a file created 0444 stays writable to its owner).
+  EXPECT_EQ(CheckData(File(0444), User(1000), proto::kAccessWrite), 0);
+  EXPECT_EQ(CheckData(File(0444), User(1001), proto::kAccessWrite), EACCES);
+}
+
+TEST(Access, StickyDirectories) {
+  fs::Attr tmp = File(01777, 0, 0, fs::FileType::kDirectory);
+  EXPECT_EQ(CheckRemove(tmp, File(0644, 1000), User(1000)), 0);  // own file
+  EXPECT_EQ(CheckRemove(tmp, File(0644, 1000), User(1001)), EPERM);
+  EXPECT_EQ(CheckRemove(tmp, File(0644, 1000), User(0)), 0);
+  fs::Attr owned = File(01777, 1001, 0, fs::FileType::kDirectory);
+  EXPECT_EQ(CheckRemove(owned, File(0644, 1000), User(1001)), 0);  // the directory's owner
+  EXPECT_EQ(CheckRemove(File(0755, 0, 0, fs::FileType::kDirectory), File(0644, 1000), User(1000)), EACCES);
+}
+
+TEST(Access, SetAttrOwnerRules) {
+  fs::Attr f = File(06755);
+  fs::SetAttr s;
+  s.mode = 0600;
+  EXPECT_EQ(CheckSetAttr(f, User(1001), proto::kSetMode, s), EPERM);
+  EXPECT_EQ(CheckSetAttr(f, User(1000), proto::kSetMode, s), 0);
+  s.uid = 1001;
+  EXPECT_EQ(CheckSetAttr(f, User(1000), proto::kSetUid, s), EPERM);  // giving away
+  s.uid = 1000;
+  EXPECT_EQ(CheckSetAttr(f, User(1000), proto::kSetUid, s), 0);  // a no-op chown
+  s.gid = 200;
+  EXPECT_EQ(CheckSetAttr(f, User(1000, 100), proto::kSetGid, s), EPERM);
+  fs::SetAttr g;
+  g.gid = 200;
+  EXPECT_EQ(CheckSetAttr(f, User(1000, 100, {200}), proto::kSetGid, g), 0);
+  // chgrp drops setuid and (group-executable) setgid.
+  EXPECT_TRUE(g.set_mode);
+  EXPECT_EQ(g.mode, 0755u);
+  // chmod g+s by someone outside the group drops it.
+  fs::SetAttr m;
+  m.mode = 02755;
+  EXPECT_EQ(CheckSetAttr(File(0755, 1000, 300), User(1000, 100), proto::kSetMode, m), 0);
+  EXPECT_EQ(m.mode, 0755u);
+  // Times: explicit values for the owner only; "now" for anyone who may write.
+  fs::SetAttr t;
+  EXPECT_EQ(CheckSetAttr(File(0666), User(1001), proto::kSetMtime, t), EPERM);
+  EXPECT_EQ(CheckSetAttr(File(0666), User(1001), proto::kSetMtimeNow, t), 0);
+  EXPECT_EQ(CheckSetAttr(File(0644), User(1001), proto::kSetMtimeNow, t), EACCES);
+  EXPECT_EQ(CheckSetAttr(File(0644), User(1001), proto::kSetSize, t), EACCES);
+  EXPECT_EQ(CheckSetAttr(File(0444), User(1000), proto::kSetSize, t), 0);
+}
+
+TEST(Access, NewObjectsInSetgidDirectories) {
+  uint32_t mode = 0755, uid = 0, gid = 0;
+  NewOwner(File(02775, 0, 300, fs::FileType::kDirectory), User(1000, 100), fs::FileType::kDirectory, mode, uid, gid);
+  EXPECT_EQ(uid, 1000u);
+  EXPECT_EQ(gid, 300u);
+  EXPECT_EQ(mode, 02755u);
+  mode = 0644;
+  NewOwner(File(0755, 0, 300, fs::FileType::kDirectory), User(1000, 100), fs::FileType::kRegular, mode, uid, gid);
+  EXPECT_EQ(gid, 100u);
+  EXPECT_EQ(mode, 0644u);
+}
+
+}  // namespace
+}  // namespace nasgw::daemon

@@ -1,0 +1,479 @@
+#include "daemon/head_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/log.h"
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+
+namespace nasgw::daemon {
+
+using proto::Op;
+
+namespace {
+
+// Reads exactly n bytes; false on EOF or error.
+bool ReadFull(int fd, void* buf, size_t n) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Writes every byte of the iovecs; false on error.
+bool WriteFull(int fd, struct iovec* iov, int n) {
+  while (n > 0) {
+    // sendmsg, not writev: MSG_NOSIGNAL, so a peer that went away is an
+    // error here and never a SIGPIPE for the whole process.
+    struct msghdr msg {};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    auto left = static_cast<size_t>(w);
+    while (n > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      iov++;
+      n--;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return true;
+}
+
+uint64_t NowNs() {
+  return MonotonicNanos();
+}
+
+}  // namespace
+
+struct SessionEntry {
+  std::shared_ptr<HeadSession> session;
+  uint32_t connections = 0;
+  uint64_t detached_ns = 0;  // when the last connection went
+};
+
+struct Conn {
+  int fd = -1;
+  bool trusted = false;  // may state any credentials
+  uint32_t peer_uid = 0;
+  int peer_pid = 0;
+  std::mutex write_mu;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint32_t inflight = 0;  // GUARDED_BY(mu)
+  std::shared_ptr<HeadSession> session;
+  std::thread reader;
+  std::atomic<bool> done{false};
+};
+
+struct Task {
+  std::shared_ptr<Conn> conn;
+  proto::FrameHeader header;
+  std::string payload;  // owns the bytes the request views
+  proto::Request request;
+  uint64_t start_ns = 0;
+};
+
+struct HeadServer::Impl {
+  HeadService* service = nullptr;
+  HeadObserver* observer = nullptr;
+  HeadServerOptions opt;
+  proto::SessionId instance{};
+  int listen_fd = -1;
+  int stop_fd = -1;
+  std::thread acceptor;
+  std::vector<std::thread> workers;
+
+  std::mutex mu;
+  std::condition_variable queue_cv;                   // workers wait for tasks
+  std::condition_variable space_cv;                   // readers wait for queue space
+  std::deque<Task> queue;                             // GUARDED_BY(mu)
+  bool stopping = false;                              // GUARDED_BY(mu)
+  std::list<std::shared_ptr<Conn>> conns;             // GUARDED_BY(mu)
+  std::map<proto::SessionId, SessionEntry> sessions;  // GUARDED_BY(mu)
+  bool shut = false;                                  // GUARDED_BY(mu)
+
+  std::atomic<uint32_t> n_conns{0};
+  std::atomic<uint64_t> n_requests{0};
+  std::atomic<uint64_t> n_protocol_errors{0};
+  std::atomic<bool> accepting{true};
+
+  size_t QueueMax() const { return static_cast<size_t>(opt.workers) * 4 + 64; }
+
+  void AcceptLoop();
+  void ReaderLoop(std::shared_ptr<Conn> c);
+  void WorkerLoop();
+  bool Hello(Conn& c, const proto::FrameHeader& h, std::string_view payload);
+  void Send(Conn& c, const proto::FrameHeader& req, const HeadOutcome& out);
+  void Finish(Conn& c);
+  void ReapSessions(bool all);
+};
+
+void HeadServer::Impl::AcceptLoop() {
+  while (accepting.load()) {
+    pollfd p[2] = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    int n = ::poll(p, 2, 1000);
+    ReapSessions(false);
+    {
+      // Join readers that have finished.
+      std::lock_guard<std::mutex> l(mu);
+      for (auto it = conns.begin(); it != conns.end();) {
+        if ((*it)->done.load()) {
+          if ((*it)->reader.joinable()) (*it)->reader.join();
+          it = conns.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (n <= 0 || (p[1].revents & POLLIN)) continue;
+    if (!(p[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    if (n_conns.load() >= opt.max_connections) {
+      NASGW_LOG(kWarn, "head") << "connection refused: limit reached" << Kv("max", opt.max_connections);
+      ::close(fd);
+      continue;
+    }
+    auto c = std::make_shared<Conn>();
+    c->fd = fd;
+    struct ucred cred {};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      c->peer_uid = cred.uid;
+      c->peer_pid = cred.pid;
+      c->trusted = cred.uid == 0 || cred.uid == ::geteuid();
+    }
+    n_conns++;
+    std::lock_guard<std::mutex> l(mu);
+    conns.push_back(c);
+    c->reader = std::thread([this, c] { ReaderLoop(c); });
+  }
+}
+
+bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_view payload) {
+  auto r = proto::DecodeRequest(Op::kHello, payload);
+  if (!r.ok()) return false;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    SessionEntry& e = sessions[r->session];
+    if (e.session == nullptr) {
+      e.session = std::make_shared<HeadSession>();
+      e.session->id = r->session;
+    }
+    e.connections++;
+    c.session = e.session;
+  }
+  HeadOutcome out;
+  out.reply.hello.node_name = opt.node_name;
+  out.reply.hello.instance = instance;
+  out.reply.hello.payload_max = proto::kPayloadMax;
+  out.reply.hello.inflight_max = opt.max_inflight;
+  NASGW_LOG(kDebug, "head") << "hello" << Kv("client", r->name2) << Kv("pid", c.peer_pid);
+  Send(c, h, out);
+  return true;
+}
+
+void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
+  std::string why;
+  for (;;) {
+    uint8_t hb[proto::kHeaderBytes];
+    if (!ReadFull(c->fd, hb, sizeof(hb))) break;  // EOF, error, or shutdown
+    auto h = proto::DecodeHeader(hb, false);
+    if (!h.ok()) {
+      why = h.status().ToString();
+      break;
+    }
+    std::string payload(h->length, '\0');
+    if (!ReadFull(c->fd, payload.data(), payload.size())) {
+      why = "connection closed inside a frame";
+      break;
+    }
+    if (c->session == nullptr) {
+      if (h->op != Op::kHello || !Hello(*c, *h, payload)) {
+        why = "the first frame must be a valid hello";
+        break;
+      }
+      continue;
+    }
+    if (h->op == Op::kHello) {
+      why = "a second hello";
+      break;
+    }
+    Task t;
+    t.conn = c;
+    t.header = *h;
+    t.payload = std::move(payload);
+    t.start_ns = NowNs();
+    auto r = proto::DecodeRequest(h->op, t.payload);
+    if (!r.ok()) {
+      why = r.status().ToString();
+      break;
+    }
+    t.request = std::move(*r);
+    if (!c->trusted && t.request.creds.uid != c->peer_uid && t.request.reject == 0) {
+      t.request.reject = EPERM;
+      t.request.reject_why = "an unprivileged head may only act as itself";
+    }
+    // Backpressure: at most max_inflight per connection, and a bounded queue.
+    {
+      std::unique_lock<std::mutex> l(c->mu);
+      c->cv.wait(l, [&] { return c->inflight < opt.max_inflight; });
+      c->inflight++;
+    }
+    std::unique_lock<std::mutex> l(mu);
+    space_cv.wait(l, [&] { return stopping || queue.size() < QueueMax(); });
+    if (stopping) {
+      Finish(*c);
+      break;
+    }
+    queue.push_back(std::move(t));
+    queue_cv.notify_one();
+  }
+  if (!why.empty()) {
+    n_protocol_errors++;
+    NASGW_LOG(kWarn, "head") << "closing connection: protocol error" << Kv("pid", c->peer_pid) << Kv("why", why);
+  }
+  ::shutdown(c->fd, SHUT_RDWR);
+  {
+    // Replies still being produced need the descriptor: wait for them.
+    std::unique_lock<std::mutex> l(c->mu);
+    c->cv.wait(l, [&] { return c->inflight == 0; });
+  }
+  {
+    std::lock_guard<std::mutex> l(c->write_mu);
+    ::close(c->fd);
+    c->fd = -1;
+  }
+  if (c->session != nullptr) {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = sessions.find(c->session->id);
+    if (it != sessions.end() && --it->second.connections == 0) it->second.detached_ns = NowNs();
+  }
+  n_conns--;
+  c->done = true;
+}
+
+void HeadServer::Impl::Finish(Conn& c) {
+  std::lock_guard<std::mutex> l(c.mu);
+  c.inflight--;
+  c.cv.notify_all();
+}
+
+void HeadServer::Impl::Send(Conn& c, const proto::FrameHeader& req, const HeadOutcome& out) {
+  proto::FrameHeader h;
+  h.op = req.op;
+  h.id = req.id;
+  h.status = static_cast<uint32_t>(out.err);
+  std::string body;
+  uint8_t prefix[proto::kReadPrefixBytes];
+  struct iovec iov[3];
+  int n = 1;
+  uint8_t hb[proto::kHeaderBytes];
+  if (out.err != 0) {
+    body = proto::EncodeError(out.why);
+  } else if (req.op == Op::kRead) {
+    proto::EncodeReadPrefix(out.reply.eof, static_cast<uint32_t>(out.data.size()), prefix);
+  } else {
+    body = proto::EncodeReply(req.op, out.reply);
+  }
+  if (out.err == 0 && req.op == Op::kRead) {
+    h.length = static_cast<uint32_t>(proto::kReadPrefixBytes + out.data.size());
+    iov[n++] = {prefix, proto::kReadPrefixBytes};
+    if (!out.data.empty()) iov[n++] = {const_cast<uint8_t*>(out.data.data()), out.data.size()};
+  } else {
+    h.length = static_cast<uint32_t>(body.size());
+    if (!body.empty()) iov[n++] = {body.data(), body.size()};
+  }
+  proto::EncodeHeader(h, hb);
+  iov[0] = {hb, sizeof(hb)};
+  std::lock_guard<std::mutex> l(c.write_mu);
+  if (c.fd >= 0 && !WriteFull(c.fd, iov, n)) ::shutdown(c.fd, SHUT_RDWR);  // the reader sees it and closes
+}
+
+void HeadServer::Impl::WorkerLoop() {
+  for (;;) {
+    Task t;
+    {
+      std::unique_lock<std::mutex> l(mu);
+      queue_cv.wait(l, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;  // stopping, and drained
+      t = std::move(queue.front());
+      queue.pop_front();
+      space_cv.notify_one();
+    }
+    HeadOutcome out = service->Execute(*t.conn->session, t.request);
+    Send(*t.conn, t.header, out);
+    const uint64_t ns = NowNs() - t.start_ns;
+    n_requests++;
+    if (observer != nullptr) observer->OnRequest(t.header.op, out.volume, out.bytes, ns, out.err);
+    Finish(*t.conn);
+  }
+}
+
+void HeadServer::Impl::ReapSessions(bool all) {
+  std::vector<std::shared_ptr<HeadSession>> ended;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    const uint64_t now = NowNs();
+    for (auto it = sessions.begin(); it != sessions.end();) {
+      const bool idle =
+          it->second.connections == 0 && now - it->second.detached_ns >= uint64_t{opt.session_grace_ms} * 1'000'000;
+      if (all || idle) {
+        ended.push_back(it->second.session);
+        it = sessions.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& s : ended) {
+    if (!all) service->EndSession(*s);
+  }
+}
+
+Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadService* service, const HeadServerOptions& options,
+                                                      HeadObserver* observer) {
+  auto impl = std::make_unique<Impl>();
+  impl->service = service;
+  impl->observer = observer;
+  impl->opt = options;
+  std::random_device rd;
+  for (auto& b : impl->instance) b = static_cast<uint8_t>(rd());
+
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (options.socket_path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument("head socket path longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
+                                   " bytes: " + options.socket_path);
+  }
+  std::memcpy(addr.sun_path, options.socket_path.c_str(), options.socket_path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::IoError(std::string("socket: ") + std::strerror(errno));
+  ::unlink(options.socket_path.c_str());  // a stale socket of an earlier run
+  // Bind with no permissions at all, then open up to the configured mode:
+  // there is no moment when the socket is more open than configured.
+  mode_t old = ::umask(0777);
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  int bind_errno = errno;
+  ::umask(old);
+  if (rc != 0) {
+    ::close(fd);
+    return Status::IoError("cannot bind head socket " + options.socket_path + ": " + std::strerror(bind_errno));
+  }
+  if ((options.socket_gid >= 0 &&
+       ::chown(options.socket_path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(options.socket_gid)) != 0) ||
+      ::chmod(options.socket_path.c_str(), options.socket_mode) != 0 || ::listen(fd, 128) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Status::IoError("cannot set up head socket " + options.socket_path + ": " + std::strerror(e));
+  }
+  impl->listen_fd = fd;
+  impl->stop_fd = ::eventfd(0, EFD_CLOEXEC);
+  Impl* p = impl.get();
+  for (uint32_t i = 0; i < options.workers; i++) impl->workers.emplace_back([p] { p->WorkerLoop(); });
+  impl->acceptor = std::thread([p] { p->AcceptLoop(); });
+  NASGW_LOG(kInfo, "head") << "listening" << Kv("socket", options.socket_path) << Kv("workers", options.workers);
+  return std::unique_ptr<HeadServer>(new HeadServer(std::move(impl)));
+}
+
+HeadServer::HeadServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HeadServer::~HeadServer() {
+  Shutdown(std::chrono::milliseconds(0));
+}
+
+void HeadServer::Shutdown(std::chrono::milliseconds drain) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> l(m.mu);
+    if (m.shut) return;
+    m.shut = true;
+  }
+  m.accepting = false;
+  uint64_t one = 1;
+  if (::write(m.stop_fd, &one, sizeof(one)) < 0) {
+    // the acceptor still wakes within its poll timeout
+  }
+  if (m.acceptor.joinable()) m.acceptor.join();
+  ::close(m.listen_fd);
+  ::unlink(m.opt.socket_path.c_str());
+  // Stop reading new requests; those queued or running finish and reply.
+  std::list<std::shared_ptr<Conn>> conns;
+  {
+    std::lock_guard<std::mutex> l(m.mu);
+    conns = m.conns;
+  }
+  for (auto& c : conns) {
+    std::lock_guard<std::mutex> l(c->write_mu);
+    if (c->fd >= 0) ::shutdown(c->fd, SHUT_RD);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + drain;
+  for (auto& c : conns) {
+    std::unique_lock<std::mutex> l(c->mu);
+    if (!c->cv.wait_until(l, deadline, [&] { return c->inflight == 0; })) break;
+  }
+  // Past the drain time, cut the connections: replies not yet sent are lost
+  // and the clients resend (or fail with a retryable error).
+  for (auto& c : conns) {
+    std::lock_guard<std::mutex> l(c->write_mu);
+    if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
+  }
+  {
+    std::lock_guard<std::mutex> l(m.mu);
+    m.stopping = true;
+    m.queue_cv.notify_all();
+    m.space_cv.notify_all();
+  }
+  for (auto& w : m.workers) w.join();
+  for (auto& c : conns) {
+    if (c->reader.joinable()) c->reader.join();
+  }
+  m.ReapSessions(true);
+  ::close(m.stop_fd);
+  NASGW_LOG(kInfo, "head") << "stopped" << Kv("requests", m.n_requests.load());
+}
+
+uint32_t HeadServer::connections() const {
+  return impl_->n_conns.load();
+}
+uint64_t HeadServer::requests() const {
+  return impl_->n_requests.load();
+}
+uint64_t HeadServer::protocol_errors() const {
+  return impl_->n_protocol_errors.load();
+}
+uint32_t HeadServer::queued() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return static_cast<uint32_t>(impl_->queue.size());
+}
+
+}  // namespace nasgw::daemon

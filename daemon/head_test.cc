@@ -1,0 +1,375 @@
+// The head protocol end to end in one process: the C client library over a
+// real Unix socket to the HeadServer, on a file system on in-memory LUNs.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "block/mem_device.h"
+#include "daemon/head_server.h"
+#include "fsal/client/nasgw_client.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+namespace nasgw::daemon {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+const nasgw_cred kRoot{0, 0, 0, nullptr};
+
+class HeadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/nasgw-head-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    socket_ = dir_ + "/head.sock";
+    std::vector<fs::Reserve::Device> devs;
+    for (int i = 0; i < 2; i++) {
+      auto lun = std::make_shared<block::MemLun>(512, 64 * kMiB / 512, "naa.head" + std::to_string(i));
+      devs.push_back(std::make_shared<block::MemDevice>(lun));
+    }
+    fs::ReserveOptions o;
+    o.name = "head";
+    o.ag_bytes = 4 * kMiB;
+    std::shared_ptr<fs::Reserve> reserve = std::move(fs::Reserve::Format(devs, o).value());
+    fs::DomainOptions d;
+    d.store.write_buffer_bytes = 256 << 10;
+    d.store.block_cache_bytes = 1 << 20;
+    auto dom = fs::Domain::Create(reserve, 0, d);
+    ASSERT_TRUE(dom.ok()) << dom.status().ToString();
+    domain_ = std::move(dom.value());
+    ASSERT_TRUE(domain_->CreateVolume("vol1", 16 << 10).ok());
+    service_ = std::make_unique<HeadService>([this] { return domain_; });
+    StartServer();
+    nasgw_client_options co{};
+    co.socket_path = socket_.c_str();
+    co.client_name = "head_test";
+    co.reconnect_timeout_ms = 20'000;
+    ASSERT_EQ(nasgw_client_open(&co, &client_), 0) << nasgw_client_last_message();
+    ASSERT_EQ(nasgw_mount(client_, &kRoot, "vol1", &root_), 0) << nasgw_client_last_message();
+  }
+
+  void TearDown() override {
+    if (client_ != nullptr) nasgw_client_close(client_);
+    if (server_ != nullptr) server_->Shutdown(std::chrono::milliseconds(1000));
+    server_.reset();
+    service_.reset();
+    domain_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartServer() {
+    HeadServerOptions o;
+    o.socket_path = socket_;
+    o.socket_mode = 0666;
+    o.workers = 4;
+    o.max_inflight = 16;
+    o.node_name = "test-node";
+    auto s = HeadServer::Start(service_.get(), o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s.value());
+  }
+
+  nasgw_attr Create(const nasgw_handle& dir, const char* name, uint32_t type = NASGW_TYPE_REG, uint32_t mode = 0644,
+                    const nasgw_cred* cr = &kRoot) {
+    nasgw_attr a{};
+    int rc = nasgw_create(client_, cr, &dir, name, type, mode, 0, nullptr, 0, &a);
+    EXPECT_EQ(rc, 0) << name << ": " << nasgw_client_last_message();
+    return a;
+  }
+
+  std::string dir_, socket_;
+  std::shared_ptr<fs::Domain> domain_;
+  std::unique_ptr<HeadService> service_;
+  std::unique_ptr<HeadServer> server_;
+  nasgw_client* client_ = nullptr;
+  nasgw_attr root_{};
+};
+
+TEST_F(HeadTest, NamespaceAndDataRoundTrip) {
+  EXPECT_STREQ(nasgw_client_node_name(client_), "test-node");
+  EXPECT_EQ(root_.type, static_cast<uint32_t>(NASGW_TYPE_DIR));
+  nasgw_attr d = Create(root_.handle, "docs", NASGW_TYPE_DIR, 0755);
+  nasgw_attr f = Create(d.handle, "a.txt");
+  std::string data(100'000, '\0');
+  for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<char>(i * 7);
+  nasgw_attr post{};
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 5, data.data(), static_cast<uint32_t>(data.size()), 0, &post),
+            static_cast<int64_t>(data.size()));
+  EXPECT_EQ(post.size, data.size() + 5);
+  std::string back(data.size() + 100, 'x');
+  int eof = 0;
+  ASSERT_EQ(nasgw_read(client_, &kRoot, &f.handle, 5, back.data(), static_cast<uint32_t>(back.size()), &eof),
+            static_cast<int64_t>(data.size()));
+  EXPECT_EQ(eof, 1);
+  EXPECT_EQ(back.substr(0, data.size()), data);
+
+  nasgw_attr l{};
+  ASSERT_EQ(nasgw_create(client_, &kRoot, &d.handle, "ln", NASGW_TYPE_LNK, 0777, 0, "a.txt", 0, &l), 0);
+  char target[64];
+  EXPECT_EQ(nasgw_readlink(client_, &kRoot, &l.handle, target, sizeof(target)), 5);
+  EXPECT_STREQ(target, "a.txt");
+  ASSERT_EQ(nasgw_rename(client_, &kRoot, &d.handle, "a.txt", &root_.handle, "b.txt", 0), 0);
+  nasgw_attr found{};
+  EXPECT_EQ(nasgw_lookup(client_, &kRoot, &root_.handle, "b.txt", &found), 0);
+  EXPECT_EQ(found.handle.ino, f.handle.ino);
+  EXPECT_EQ(nasgw_lookup(client_, &kRoot, &d.handle, "a.txt", &found), -ENOENT);
+  EXPECT_EQ(nasgw_rmdir(client_, &kRoot, &root_.handle, "docs"), -ENOTEMPTY);
+
+  // READDIR with attributes, in pages.
+  for (int i = 0; i < 10; i++) Create(d.handle, ("f" + std::to_string(i)).c_str());
+  std::vector<nasgw_dirent> ents(4);
+  std::vector<nasgw_attr> attrs(4);
+  uint64_t cookie = 0;
+  std::set<std::string> names;
+  for (int eofd = 0; !eofd;) {
+    uint32_t n = 0;
+    ASSERT_EQ(
+        nasgw_readdir(client_, &kRoot, &d.handle, cookie, 4, NASGW_READDIR_PLUS, ents.data(), attrs.data(), &n, &eofd),
+        0);
+    for (uint32_t i = 0; i < n; i++) {
+      names.insert(ents[i].name);
+      EXPECT_EQ(attrs[i].handle.ino, ents[i].ino);
+      cookie = ents[i].cookie;
+    }
+  }
+  EXPECT_EQ(names.size(), 11u);  // f0..f9 and ln
+
+  // Extended attributes.
+  EXPECT_EQ(nasgw_setxattr(client_, &kRoot, &f.handle, "user.k", "v1", 2, NASGW_XATTR_CREATE), 0);
+  EXPECT_EQ(nasgw_setxattr(client_, &kRoot, &f.handle, "user.k", "v2", 2, NASGW_XATTR_CREATE), -EEXIST);
+  char v[8];
+  EXPECT_EQ(nasgw_getxattr(client_, &kRoot, &f.handle, "user.k", v, sizeof(v)), 2);
+  EXPECT_EQ(nasgw_getxattr(client_, &kRoot, &f.handle, "user.none", v, sizeof(v)), -ENODATA);
+  EXPECT_EQ(nasgw_getxattr(client_, &kRoot, &f.handle, "bogus.k", v, sizeof(v)), -EOPNOTSUPP);
+  EXPECT_EQ(nasgw_listxattr(client_, &kRoot, &f.handle, nullptr, 0), 7);
+
+  // Bad values are errors, and the connection survives them.
+  std::string longname(300, 'n');
+  EXPECT_EQ(
+      nasgw_create(client_, &kRoot, &root_.handle, longname.c_str(), NASGW_TYPE_REG, 0644, 0, nullptr, 0, nullptr),
+      -ENAMETOOLONG);
+  EXPECT_EQ(nasgw_lookup(client_, &kRoot, &root_.handle, "x/y", &found), -EINVAL);
+  nasgw_handle gone = f.handle;
+  gone.gen += 1;
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &gone, &found), -ESTALE);
+  EXPECT_EQ(nasgw_mount(client_, &kRoot, "novol", &found), -ENOENT);
+  nasgw_fs_stats sf{};
+  EXPECT_EQ(nasgw_statfs(client_, &kRoot, root_.handle.volume, &sf), 0);
+  EXPECT_GT(sf.total_bytes, 0u);
+}
+
+TEST_F(HeadTest, PermissionsUseTheCallersCredentials) {
+  const uint32_t groups[] = {300};
+  const nasgw_cred alice{1000, 100, 1, groups};
+  const nasgw_cred bob{1001, 100, 0, nullptr};
+  nasgw_attr pub = Create(root_.handle, "pub", NASGW_TYPE_DIR, 01777);
+  nasgw_attr priv = Create(root_.handle, "priv", NASGW_TYPE_DIR, 0700);
+  nasgw_attr a{};
+  EXPECT_EQ(nasgw_create(client_, &alice, &priv.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a), -EACCES);
+  EXPECT_EQ(nasgw_lookup(client_, &alice, &priv.handle, "x", &a), -EACCES);
+  ASSERT_EQ(nasgw_create(client_, &alice, &pub.handle, "mine", NASGW_TYPE_REG, 0600, 0, nullptr, 0, &a), 0);
+  EXPECT_EQ(a.uid, 1000u);
+  EXPECT_EQ(a.gid, 100u);
+  char buf[4];
+  EXPECT_EQ(nasgw_read(client_, &bob, &a.handle, 0, buf, sizeof(buf), nullptr), -EACCES);
+  EXPECT_EQ(nasgw_write(client_, &bob, &a.handle, 0, "x", 1, 0, nullptr), -EACCES);
+  EXPECT_EQ(nasgw_unlink(client_, &bob, &pub.handle, "mine"), -EPERM);  // sticky
+  nasgw_sattr s{};
+  s.mask = NASGW_SET_MODE;
+  s.mode = 0666;
+  EXPECT_EQ(nasgw_setattr(client_, &bob, &a.handle, &s, nullptr), -EPERM);
+  s.mask = NASGW_SET_GID;
+  s.gid = 300;
+  EXPECT_EQ(nasgw_setattr(client_, &alice, &a.handle, &s, &a), 0);  // a group alice is in
+  EXPECT_EQ(a.gid, 300u);
+  s.gid = 400;
+  EXPECT_EQ(nasgw_setattr(client_, &alice, &a.handle, &s, nullptr), -EPERM);
+  uint32_t granted = 0;
+  EXPECT_EQ(nasgw_access(client_, &bob, &a.handle, 7, &granted), 0);
+  EXPECT_EQ(granted, 0u);
+  EXPECT_EQ(nasgw_access(client_, &alice, &a.handle, 7, &granted), 0);
+  EXPECT_EQ(granted, 6u);
+  EXPECT_EQ(nasgw_unlink(client_, &alice, &pub.handle, "mine"), 0);
+}
+
+// Many requests outstanding on few connections; replies come back in any
+// order and each lands in its own buffer.
+TEST_F(HeadTest, PipelinedAsyncIo) {
+  nasgw_attr f = Create(root_.handle, "pipe");
+  constexpr int kOps = 256;
+  constexpr uint32_t kLen = 8192;
+  std::vector<std::string> bufs(kOps);
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, failed = 0;
+  struct Ctx {
+    std::mutex* mu;
+    std::condition_variable* cv;
+    int* done;
+    int* failed;
+    int64_t want;
+  };
+  std::vector<Ctx> ctx(kOps);
+  auto cb = [](void* arg, int64_t result, int) {
+    auto* c = static_cast<Ctx*>(arg);
+    std::lock_guard<std::mutex> l(*c->mu);
+    if (result != c->want) (*c->failed)++;
+    (*c->done)++;
+    c->cv->notify_all();
+  };
+  for (int i = 0; i < kOps; i++) {
+    bufs[i] = std::string(kLen, static_cast<char>('a' + i % 26));
+    ctx[i] = {&mu, &cv, &done, &failed, kLen};
+    ASSERT_EQ(nasgw_write_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, bufs[i].data(), kLen, 0, cb, &ctx[i]),
+              0);
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return done == kOps; }));
+  }
+  EXPECT_EQ(failed, 0);
+  std::vector<std::string> back(kOps, std::string(kLen, '\0'));
+  done = 0;
+  for (int i = 0; i < kOps; i++) {
+    ASSERT_EQ(nasgw_read_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, back[i].data(), kLen, cb, &ctx[i]), 0);
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return done == kOps; }));
+  }
+  EXPECT_EQ(failed, 0);
+  for (int i = 0; i < kOps; i++) EXPECT_EQ(back[i], bufs[i]) << i;
+}
+
+int RawConnect(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Garbage, truncated frames and frames with lying lengths close the sending
+// connection only; a client working at the same time never notices.
+TEST_F(HeadTest, GarbageClosesOnlyThatConnection) {
+  nasgw_attr f = Create(root_.handle, "steady");
+  std::atomic<bool> stop{false};
+  std::atomic<int> errors{0}, ops{0};
+  std::thread worker([&] {
+    std::string buf(4096, 'w');
+    for (uint64_t i = 0; !stop.load(); i++) {
+      if (nasgw_write(client_, &kRoot, &f.handle, (i % 64) * 4096, buf.data(), 4096, 0, nullptr) != 4096) errors++;
+      ops++;
+    }
+  });
+  std::mt19937_64 rng(1);
+  const uint64_t before = server_->protocol_errors();
+  int closed = 0;
+  for (int round = 0; round < 40; round++) {
+    int fd = RawConnect(socket_);
+    ASSERT_GE(fd, 0);
+    std::string junk;
+    if (round % 4 == 0) {
+      junk.resize(rng() % 300);
+      for (auto& c : junk) c = static_cast<char>(rng());
+    } else {
+      // A valid hello, then a frame that is wrong in some way.
+      proto::Request h;
+      h.op = proto::Op::kHello;
+      std::string p = proto::EncodeRequest(h);
+      uint8_t hb[proto::kHeaderBytes];
+      proto::EncodeHeader({proto::Op::kHello, 1, static_cast<uint32_t>(p.size()), 0}, hb);
+      junk.assign(reinterpret_cast<char*>(hb), sizeof(hb));
+      junk += p;
+      proto::Request g;
+      g.op = proto::Op::kGetAttr;
+      g.h = {1, 1, 0};
+      std::string gp = proto::EncodeRequest(g);
+      if (round % 4 == 1) gp.resize(gp.size() - 3);  // truncated arguments
+      if (round % 4 == 2) gp += "extra";             // trailing bytes
+      uint32_t len = static_cast<uint32_t>(gp.size());
+      if (round % 4 == 3) len = proto::kPayloadMax + 1;  // a lying length
+      proto::EncodeHeader({proto::Op::kGetAttr, 2, len, 0}, hb);
+      junk.append(reinterpret_cast<char*>(hb), sizeof(hb));
+      junk += gp;
+    }
+    (void)!::write(fd, junk.data(), junk.size());
+    ::shutdown(fd, SHUT_WR);
+    // The server must close (EOF after at most the hello reply), not hang.
+    char sink[4096];
+    while (::read(fd, sink, sizeof(sink)) > 0) {
+    }
+    closed++;
+    ::close(fd);
+  }
+  stop = true;
+  worker.join();
+  EXPECT_EQ(closed, 40);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(ops.load(), 0);
+  EXPECT_GE(server_->protocol_errors() - before, 30u);
+  nasgw_attr a{};
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f.handle, &a), 0);
+}
+
+// nasgwd's head server goes away and comes back while a client streams
+// writes: the client reconnects by itself, resends what was in flight, and
+// every byte it was told is written reads back.
+TEST_F(HeadTest, ClientSurvivesServerRestart) {
+  nasgw_attr f = Create(root_.handle, "stream");
+  nasgw_attr opened{};
+  ASSERT_EQ(nasgw_open(client_, &kRoot, &f.handle, NASGW_ACCESS_WRITE, &opened), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> acked{0};
+  std::atomic<int> errors{0};
+  std::thread writer([&] {
+    std::string buf(8192, '\0');
+    for (uint64_t i = 0; !stop.load() || i < 400; i++) {
+      std::memset(buf.data(), static_cast<int>('A' + i % 26), buf.size());
+      int64_t n = nasgw_write(client_, &kRoot, &f.handle, i * 8192, buf.data(), 8192, NASGW_WRITE_STABLE, nullptr);
+      if (n != 8192) {
+        errors++;
+        break;
+      }
+      acked = i + 1;
+    }
+  });
+  for (int restart = 0; restart < 3; restart++) {
+    const uint64_t at = acked.load();
+    while (acked.load() < at + 50 && errors.load() == 0) std::this_thread::yield();
+    server_->Shutdown(std::chrono::milliseconds(0));
+    server_.reset();
+    StartServer();
+  }
+  stop = true;
+  writer.join();
+  ASSERT_EQ(errors.load(), 0) << nasgw_client_last_message();
+  const uint64_t n = acked.load();
+  ASSERT_GE(n, 150u);
+  std::string back(8192, '\0');
+  for (uint64_t i = 0; i < n; i++) {
+    ASSERT_EQ(nasgw_read(client_, &kRoot, &f.handle, i * 8192, back.data(), 8192, nullptr), 8192);
+    ASSERT_EQ(back, std::string(8192, static_cast<char>('A' + i % 26))) << "block " << i;
+  }
+  EXPECT_EQ(nasgw_release(client_, &kRoot, &f.handle), 0);
+  EXPECT_EQ(nasgw_release(client_, &kRoot, &f.handle), -EBADF);
+}
+
+}  // namespace
+}  // namespace nasgw::daemon

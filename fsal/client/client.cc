@@ -1,0 +1,911 @@
+// The client library: a pool of head-protocol connections with pipelining,
+// reconnection and re-opening, under the C API of nasgw_client.h.
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "fsal/client/nasgw_client.h"
+#include "proto/head.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+
+namespace nasgw::client {
+namespace {
+
+using proto::Op;
+
+thread_local std::string t_message;
+
+struct Call {
+  Op op = Op::kHello;
+  std::string payload;          // the encoded request (WRITE: without its bytes)
+  const void* wdata = nullptr;  // WRITE bytes, the caller's
+  uint32_t wlen = 0;
+  uint8_t* rbuf = nullptr;  // READ destination, the caller's
+  uint32_t rlen = 0;
+  uint64_t deadline_ns = 0;  // for a call waiting for a connection
+  // Result.
+  int err = 0;
+  std::string why;
+  proto::Reply reply;
+  uint32_t nread = 0;
+  std::function<void(Call&)> done;
+
+  void Complete(int e, std::string w) {
+    err = e;
+    why = std::move(w);
+    auto d = std::move(done);
+    d(*this);
+  }
+};
+using CallPtr = std::shared_ptr<Call>;
+
+bool ReadFull(int fd, void* buf, size_t n) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool WriteFull(int fd, struct iovec* iov, int n) {
+  while (n > 0) {
+    // sendmsg, not writev: MSG_NOSIGNAL, so a peer that went away is an
+    // error here and never a SIGPIPE for the whole process.
+    struct msghdr msg {};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    auto left = static_cast<size_t>(w);
+    while (n > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      iov++;
+      n--;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return true;
+}
+
+bool SendFrame(int fd, Op op, uint64_t id, const std::string& payload, const void* data, uint32_t dlen) {
+  uint8_t hb[proto::kHeaderBytes];
+  proto::EncodeHeader({op, id, static_cast<uint32_t>(payload.size() + dlen), 0}, hb);
+  struct iovec iov[3] = {
+      {hb, sizeof(hb)}, {const_cast<char*>(payload.data()), payload.size()}, {const_cast<void*>(data), dlen}};
+  return WriteFull(fd, iov, dlen > 0 ? 3 : 2);
+}
+
+}  // namespace
+
+class Client;
+
+struct OpenEntry {
+  uint32_t count = 0;
+  uint64_t gen = 0;
+  proto::Creds creds;
+};
+
+void Lost(Client* client, const CallPtr& call);
+
+class Conn {
+ public:
+  explicit Conn(Client* c) : client_(c) {}
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  void Kick();                     // shut the socket down (close)
+  bool Send(const CallPtr& call);  // false: not up
+
+ private:
+  void Loop();
+  bool Connect();
+  bool ReadReplies();
+  void Fail();
+
+  Client* client_;
+  std::thread thread_;
+  std::mutex mu_;
+  int fd_ = -1;                          // GUARDED_BY(mu_) for changes; writers hold wmu_
+  bool up_ = false;                      // GUARDED_BY(mu_)
+  uint64_t next_id_ = 1;                 // GUARDED_BY(mu_)
+  std::map<uint64_t, CallPtr> pending_;  // GUARDED_BY(mu_)
+  std::mutex wmu_;                       // one frame at a time on the socket
+};
+
+class Client {
+ public:
+  nasgw_client_options opt{};
+  std::string socket_path, client_name;
+  proto::SessionId session{};
+  std::vector<std::unique_ptr<Conn>> conns;
+  std::atomic<uint32_t> rr{0};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<CallPtr> waiting;  // GUARDED_BY(mu): no connection up
+  bool closing = false;         // GUARDED_BY(mu)
+  uint32_t up = 0;              // GUARDED_BY(mu)
+  bool have_instance = false;   // GUARDED_BY(mu)
+  proto::SessionId instance{};  // GUARDED_BY(mu)
+  std::string node_name;        // GUARDED_BY(mu)
+
+  std::mutex open_mu;                                        // taken before mu
+  std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens;  // GUARDED_BY(open_mu)
+
+  void Submit(const CallPtr& call) {
+    const size_t n = conns.size();
+    const uint32_t first = rr.fetch_add(1);
+    for (size_t i = 0; i < n; i++) {
+      if (conns[(first + i) % n]->Send(call)) return;
+    }
+    std::unique_lock<std::mutex> l(mu);
+    if (closing) {
+      l.unlock();
+      call->Complete(ESHUTDOWN, "client closing");
+      return;
+    }
+    if (call->deadline_ns == 0) call->deadline_ns = MonotonicNanos() + uint64_t{opt.reconnect_timeout_ms} * 1'000'000;
+    waiting.push_back(call);
+    cv.notify_all();
+  }
+
+  // A connection came up: send what waited.
+  void Drain() {
+    std::deque<CallPtr> w;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      w.swap(waiting);
+    }
+    for (auto& c : w) Submit(c);
+  }
+
+  // Fails waiting calls whose time ran out.
+  void Expire() {
+    std::vector<CallPtr> dead;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      const uint64_t now = MonotonicNanos();
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        if ((*it)->deadline_ns <= now || closing) {
+          dead.push_back(*it);
+          it = waiting.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& c : dead) c->Complete(ENOTCONN, "nasgwd unreachable at " + socket_path);
+  }
+
+  int Sync(const CallPtr& call) {
+    std::mutex m;
+    std::condition_variable done_cv;
+    bool finished = false;
+    call->done = [&](Call&) {
+      std::lock_guard<std::mutex> l(m);
+      finished = true;
+      done_cv.notify_one();
+    };
+    Submit(call);
+    std::unique_lock<std::mutex> l(m);
+    done_cv.wait(l, [&] { return finished; });
+    if (call->err != 0) t_message = call->why;
+    return -call->err;
+  }
+};
+
+void Conn::Kick() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+bool Conn::Send(const CallPtr& call) {
+  int fd;
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!up_) return false;
+    fd = fd_;
+    id = next_id_++;
+    pending_[id] = call;
+  }
+  std::lock_guard<std::mutex> w(wmu_);
+  if (!SendFrame(fd, call->op, id, call->payload, call->wdata, call->wlen)) {
+    ::shutdown(fd, SHUT_RDWR);  // the reader fails over every pending call, this one too
+  }
+  return true;
+}
+
+// Connects, says hello, and re-opens files on a restarted nasgwd, all on
+// this thread before the connection takes calls.
+bool Conn::Connect() {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, client_->socket_path.c_str(),
+              std::min(client_->socket_path.size(), sizeof(addr.sun_path) - 1));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return false;
+  }
+  // A synchronous exchange on the new socket.
+  auto exchange = [&](Op op, const std::string& payload, uint64_t id, proto::Reply* reply, int* err) {
+    if (!SendFrame(fd, op, id, payload, nullptr, 0)) return false;
+    uint8_t hb[proto::kHeaderBytes];
+    if (!ReadFull(fd, hb, sizeof(hb))) return false;
+    auto h = proto::DecodeHeader(hb, true);
+    if (!h.ok() || h->id != id || h->op != op) return false;
+    std::string p(h->length, '\0');
+    if (!ReadFull(fd, p.data(), p.size())) return false;
+    *err = static_cast<int>(h->status);
+    if (*err != 0) return true;
+    auto r = proto::DecodeReply(op, p);
+    if (!r.ok()) return false;
+    *reply = std::move(*r);
+    return true;
+  };
+  proto::Request hello;
+  hello.op = Op::kHello;
+  hello.session = client_->session;
+  hello.name2 = client_->client_name;
+  proto::Reply reply;
+  int err = 0;
+  if (!exchange(Op::kHello, proto::EncodeRequest(hello), 0, &reply, &err) || err != 0) {
+    ::close(fd);
+    return false;
+  }
+  bool restarted;
+  {
+    std::lock_guard<std::mutex> l(client_->mu);
+    restarted = client_->have_instance && client_->instance != reply.hello.instance;
+    client_->have_instance = true;
+    client_->instance = reply.hello.instance;
+    client_->node_name = reply.hello.node_name;
+  }
+  if (restarted) {
+    // nasgwd restarted: its sessions are gone. Open again what we hold open
+    // (a file deleted meanwhile stays gone: its handle is stale).
+    std::lock_guard<std::mutex> l(client_->open_mu);
+    uint64_t id = 1;
+    for (const auto& [key, e] : client_->opens) {
+      proto::Request o;
+      o.op = Op::kOpen;
+      o.creds = e.creds;
+      o.h = {key.first, key.second, e.gen};
+      proto::Reply ignored;
+      int oerr = 0;
+      if (!exchange(Op::kOpen, proto::EncodeRequest(o), id++, &ignored, &oerr)) {
+        ::close(fd);
+        return false;
+      }
+    }
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  fd_ = fd;
+  up_ = true;
+  return true;
+}
+
+// A call whose reply was lost with the connection.
+void Lost(Client* client, const CallPtr& call) {
+  if (proto::Idempotent(call->op)) {
+    client->Submit(call);
+  } else {
+    call->Complete(EAGAIN, "connection to nasgwd lost; the request may or may not have been done");
+  }
+}
+
+bool Conn::ReadReplies() {
+  for (;;) {
+    uint8_t hb[proto::kHeaderBytes];
+    if (!ReadFull(fd_, hb, sizeof(hb))) return false;
+    auto h = proto::DecodeHeader(hb, true);
+    if (!h.ok()) return false;
+    CallPtr call;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = pending_.find(h->id);
+      if (it == pending_.end()) return false;  // a reply to nothing: the stream is broken
+      call = it->second;
+      pending_.erase(it);
+    }
+    if (h->op != call->op) return false;
+    if (h->status != 0) {
+      std::string p(h->length, '\0');
+      if (!ReadFull(fd_, p.data(), p.size())) {
+        Lost(client_, call);
+        return false;
+      }
+      call->Complete(static_cast<int>(h->status), proto::DecodeError(p));
+      continue;
+    }
+    if (call->op == Op::kRead) {
+      uint8_t pre[proto::kReadPrefixBytes];
+      if (h->length < proto::kReadPrefixBytes || !ReadFull(fd_, pre, sizeof(pre))) {
+        Lost(client_, call);
+        return false;
+      }
+      auto rp = proto::DecodeReadPrefix(pre, h->length, call->rlen);
+      if (!rp.ok() || !ReadFull(fd_, call->rbuf, rp->second)) {
+        Lost(client_, call);
+        return false;
+      }
+      call->reply.eof = rp->first;
+      call->nread = rp->second;
+      call->Complete(0, {});
+      continue;
+    }
+    std::string p(h->length, '\0');
+    bool got = ReadFull(fd_, p.data(), p.size());
+    auto r = got ? proto::DecodeReply(call->op, p) : Result<proto::Reply>(Status::IoError("short"));
+    if (!r.ok()) {
+      Lost(client_, call);
+      return false;
+    }
+    call->reply = std::move(*r);
+    call->Complete(0, {});
+  }
+}
+
+void Conn::Fail() {
+  std::map<uint64_t, CallPtr> pending;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> w(wmu_);
+    up_ = false;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    pending.swap(pending_);
+  }
+  {
+    std::lock_guard<std::mutex> l(client_->mu);
+    client_->up--;
+  }
+  for (auto& [id, call] : pending) Lost(client_, call);
+}
+
+void Conn::Loop() {
+  uint32_t backoff_ms = 20;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(client_->mu);
+      if (client_->closing) break;
+    }
+    if (!Connect()) {
+      client_->Expire();
+      std::unique_lock<std::mutex> l(client_->mu);
+      client_->cv.wait_for(l, std::chrono::milliseconds(backoff_ms), [&] { return client_->closing; });
+      backoff_ms = std::min<uint32_t>(backoff_ms * 2, 500);
+      continue;
+    }
+    backoff_ms = 20;
+    {
+      std::lock_guard<std::mutex> l(client_->mu);
+      client_->up++;
+      client_->cv.notify_all();
+    }
+    client_->Drain();
+    ReadReplies();
+    Fail();
+  }
+}
+
+}  // namespace nasgw::client
+
+// ---- the C API -------------------------------------------------------------------
+
+using nasgw::client::Call;
+using nasgw::client::CallPtr;
+using nasgw::proto::Op;
+namespace proto = nasgw::proto;
+namespace fs = nasgw::fs;
+
+struct nasgw_client {
+  std::unique_ptr<nasgw::client::Client> c;
+};
+
+namespace {
+
+proto::Creds Creds(const nasgw_cred* cr) {
+  proto::Creds c;
+  if (cr != nullptr) {
+    c.uid = cr->uid;
+    c.gid = cr->gid;
+    if (cr->groups != nullptr) c.groups.assign(cr->groups, cr->groups + std::min<uint32_t>(cr->ngroups, 1024));
+  }
+  return c;
+}
+fs::Handle H(const nasgw_handle* h) {
+  return h == nullptr ? fs::Handle{} : fs::Handle{h->volume, h->ino, h->gen};
+}
+nasgw_time T(const fs::Timespec& t) {
+  return {t.sec, t.nsec};
+}
+fs::Timespec T(const nasgw_time& t) {
+  return {t.sec, t.nsec};
+}
+
+void ToC(uint32_t vol, const fs::Attr& a, nasgw_attr* out) {
+  if (out == nullptr) return;
+  *out = {};
+  out->handle = {vol, a.ino, a.gen};
+  out->type = static_cast<uint32_t>(a.type);
+  out->mode = a.mode;
+  out->uid = a.uid;
+  out->gid = a.gid;
+  out->nlink = a.nlink;
+  out->size = a.size;
+  out->blocks = a.blocks;
+  out->rdev = a.rdev;
+  out->change = a.change;
+  out->atime = T(a.atime);
+  out->mtime = T(a.mtime);
+  out->ctime = T(a.ctime);
+  out->btime = T(a.btime);
+}
+
+CallPtr Make(Op op, const nasgw_cred* cr, const nasgw_handle* h, const std::function<void(proto::Request&)>& fill) {
+  proto::Request r;
+  r.op = op;
+  r.creds = Creds(cr);
+  r.h = H(h);
+  if (fill) fill(r);
+  auto call = std::make_shared<Call>();
+  call->op = op;
+  call->payload = proto::EncodeRequest(r);
+  return call;
+}
+
+bool Bad(const void* p) {
+  return p == nullptr;
+}
+bool BadName(const char* n) {
+  return n == nullptr;
+}
+
+int Simple(nasgw_client* c, Op op, const nasgw_cred* cr, const nasgw_handle* h,
+           const std::function<void(proto::Request&)>& fill, nasgw_attr* out) {
+  if (c == nullptr || (h == nullptr && op != Op::kMount && op != Op::kStatfs)) return -EINVAL;
+  auto call = Make(op, cr, h, fill);
+  int rc = c->c->Sync(call);
+  if (rc == 0 && out != nullptr) ToC(h != nullptr ? h->volume : 0, call->reply.attr, out);
+  return rc;
+}
+
+// The client's open counts: OPEN goes to nasgwd on 0 -> 1, RELEASE on 1 -> 0.
+void NoteOpen(nasgw::client::Client& cl, const nasgw_cred* cr, uint32_t vol, const fs::Attr& a) {
+  std::lock_guard<std::mutex> l(cl.open_mu);
+  auto& e = cl.opens[{vol, a.ino}];
+  e.count++;
+  e.gen = a.gen;
+  e.creds = Creds(cr);
+}
+
+}  // namespace
+
+extern "C" {
+
+int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out) {
+  if (options == nullptr || options->socket_path == nullptr || out == nullptr) return -EINVAL;
+  if (options->connections > 16) return -EINVAL;
+  auto cl = std::make_unique<nasgw::client::Client>();
+  cl->opt = *options;
+  cl->socket_path = options->socket_path;
+  cl->client_name = options->client_name != nullptr ? options->client_name : "client";
+  if (cl->client_name.size() > 255) cl->client_name.resize(255);
+  if (cl->opt.connections == 0) cl->opt.connections = 2;
+  if (cl->opt.reconnect_timeout_ms == 0) cl->opt.reconnect_timeout_ms = 60'000;
+  if (cl->opt.connect_timeout_ms == 0) cl->opt.connect_timeout_ms = 5'000;
+  std::random_device rd;
+  for (auto& b : cl->session) b = static_cast<uint8_t>(rd());
+  for (uint32_t i = 0; i < cl->opt.connections; i++)
+    cl->conns.push_back(std::make_unique<nasgw::client::Conn>(cl.get()));
+  for (auto& c : cl->conns) c->Start();
+  {
+    std::unique_lock<std::mutex> l(cl->mu);
+    const bool ok =
+        cl->cv.wait_for(l, std::chrono::milliseconds(cl->opt.connect_timeout_ms), [&] { return cl->up > 0; });
+    if (!ok) {
+      cl->closing = true;
+      cl->cv.notify_all();
+      l.unlock();
+      for (auto& c : cl->conns) c->Join();
+      nasgw::client::t_message = "cannot reach nasgwd at " + cl->socket_path;
+      return -ENOTCONN;
+    }
+  }
+  *out = new nasgw_client{std::move(cl)};
+  return 0;
+}
+
+void nasgw_client_close(nasgw_client* c) {
+  if (c == nullptr) return;
+  {
+    std::lock_guard<std::mutex> l(c->c->mu);
+    c->c->closing = true;
+    c->c->cv.notify_all();
+  }
+  for (auto& k : c->c->conns) k->Kick();
+  for (auto& k : c->c->conns) k->Join();
+  c->c->Expire();
+  delete c;
+}
+
+const char* nasgw_client_last_message(void) {
+  return nasgw::client::t_message.c_str();
+}
+
+const char* nasgw_client_node_name(nasgw_client* c) {
+  std::lock_guard<std::mutex> l(c->c->mu);
+  return c->c->node_name.c_str();
+}
+
+int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root) {
+  if (c == nullptr || BadName(volume)) return -EINVAL;
+  auto call = Make(Op::kMount, cr, nullptr, [&](proto::Request& r) { r.name = volume; });
+  int rc = c->c->Sync(call);
+  if (rc == 0) ToC(call->reply.volume.volume, call->reply.volume.root, root);
+  return rc;
+}
+
+int nasgw_statfs(nasgw_client* c, const nasgw_cred* cr, uint32_t volume, nasgw_fs_stats* out) {
+  if (c == nullptr || Bad(out)) return -EINVAL;
+  auto call = Make(Op::kStatfs, cr, nullptr, [&](proto::Request& r) { r.h.volume = volume; });
+  int rc = c->c->Sync(call);
+  if (rc == 0) *out = {call->reply.statfs.total_bytes, call->reply.statfs.free_bytes, call->reply.statfs.files};
+  return rc;
+}
+
+int nasgw_lookup(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, nasgw_attr* out) {
+  if (BadName(name)) return -EINVAL;
+  return Simple(
+      c, Op::kLookup, cr, dir, [&](proto::Request& r) { r.name = name; }, out);
+}
+
+int nasgw_getattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr* out) {
+  return Simple(c, Op::kGetAttr, cr, h, {}, out);
+}
+
+int nasgw_setattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const nasgw_sattr* s, nasgw_attr* out) {
+  if (Bad(s)) return -EINVAL;
+  return Simple(
+      c, Op::kSetAttr, cr, h,
+      [&](proto::Request& r) {
+        r.set_mask = s->mask;
+        r.set.mode = s->mode;
+        r.set.uid = s->uid;
+        r.set.gid = s->gid;
+        r.set.size = s->size;
+        r.set.atime = T(s->atime);
+        r.set.mtime = T(s->mtime);
+      },
+      out);
+}
+
+int nasgw_access(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint32_t want, uint32_t* granted) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  auto call = Make(Op::kAccess, cr, h, [&](proto::Request& r) { r.count = want; });
+  int rc = c->c->Sync(call);
+  if (rc == 0 && granted != nullptr) *granted = call->reply.u32;
+  return rc;
+}
+
+int nasgw_create(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, uint32_t type,
+                 uint32_t mode, uint64_t rdev, const char* symlink, uint32_t flags, nasgw_attr* out) {
+  if (BadName(name) || type < 1 || type > 7) return -EINVAL;
+  nasgw_attr a{};
+  int rc = Simple(
+      c, Op::kCreate, cr, dir,
+      [&](proto::Request& r) {
+        r.name = name;
+        r.type = static_cast<fs::FileType>(type);
+        r.mode = mode & 07777;
+        r.offset = rdev;
+        r.name2 = symlink != nullptr ? symlink : "";
+        r.flags = flags;
+      },
+      &a);
+  if (rc == 0 && (flags & NASGW_CREATE_OPEN)) {
+    fs::Attr fa;
+    fa.ino = a.handle.ino;
+    fa.gen = a.handle.gen;
+    NoteOpen(*c->c, cr, dir->volume, fa);
+  }
+  if (rc == 0 && out != nullptr) *out = a;
+  return rc;
+}
+
+int nasgw_link(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const nasgw_handle* dir, const char* name,
+               nasgw_attr* out) {
+  if (BadName(name) || dir == nullptr) return -EINVAL;
+  return Simple(
+      c, Op::kLink, cr, h,
+      [&](proto::Request& r) {
+        r.h2 = H(dir);
+        r.name = name;
+      },
+      out);
+}
+
+int nasgw_unlink(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name) {
+  if (BadName(name)) return -EINVAL;
+  return Simple(
+      c, Op::kUnlink, cr, dir, [&](proto::Request& r) { r.name = name; }, nullptr);
+}
+
+int nasgw_rmdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name) {
+  if (BadName(name)) return -EINVAL;
+  return Simple(
+      c, Op::kRmdir, cr, dir, [&](proto::Request& r) { r.name = name; }, nullptr);
+}
+
+int nasgw_rename(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name,
+                 const nasgw_handle* newdir, const char* newname, uint32_t flags) {
+  if (BadName(name) || BadName(newname) || newdir == nullptr) return -EINVAL;
+  return Simple(
+      c, Op::kRename, cr, dir,
+      [&](proto::Request& r) {
+        r.name = name;
+        r.h2 = H(newdir);
+        r.name2 = newname;
+        r.flags = flags;
+      },
+      nullptr);
+}
+
+namespace {
+int CopyText(const std::string& t, char* buf, size_t size) {
+  if (buf != nullptr && size > 0) {
+    size_t n = std::min(t.size(), size - 1);
+    std::memcpy(buf, t.data(), n);
+    buf[n] = '\0';
+  }
+  return static_cast<int>(t.size());
+}
+}  // namespace
+
+int nasgw_readlink(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, char* buf, size_t size) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  auto call = Make(Op::kReadLink, cr, h, {});
+  int rc = c->c->Sync(call);
+  return rc != 0 ? rc : CopyText(call->reply.text, buf, size);
+}
+
+int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, uint64_t cookie, uint32_t max,
+                  uint32_t flags, nasgw_dirent* entries, nasgw_attr* attrs, uint32_t* count, int* eof) {
+  if (c == nullptr || dir == nullptr || entries == nullptr || count == nullptr || max == 0 || max > NASGW_READDIR_MAX ||
+      ((flags & NASGW_READDIR_PLUS) && attrs == nullptr)) {
+    return -EINVAL;
+  }
+  auto call = Make(Op::kReadDir, cr, dir, [&](proto::Request& r) {
+    r.offset = cookie;
+    r.count = max;
+    r.flags = flags;
+  });
+  int rc = c->c->Sync(call);
+  if (rc != 0) return rc;
+  const auto& rep = call->reply;
+  if (rep.entries.size() > max) return -EPROTO;
+  *count = static_cast<uint32_t>(rep.entries.size());
+  for (size_t i = 0; i < rep.entries.size(); i++) {
+    const auto& e = rep.entries[i];
+    nasgw_dirent& d = entries[i];
+    CopyText(e.name, d.name, sizeof(d.name));
+    d.ino = e.ino;
+    d.type = static_cast<uint32_t>(e.type);
+    d.cookie = e.cookie;
+    if ((flags & NASGW_READDIR_PLUS) && i < rep.attrs.size()) ToC(dir->volume, rep.attrs[i], &attrs[i]);
+  }
+  if (eof != nullptr) *eof = rep.eof ? 1 : 0;
+  return 0;
+}
+
+int nasgw_find_caseless(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, char* out,
+                        size_t size) {
+  if (c == nullptr || dir == nullptr || BadName(name)) return -EINVAL;
+  auto call = Make(Op::kFindCaseless, cr, dir, [&](proto::Request& r) { r.name = name; });
+  int rc = c->c->Sync(call);
+  return rc != 0 ? rc : CopyText(call->reply.text, out, size);
+}
+
+int nasgw_open(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint32_t access, nasgw_attr* out) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  auto call = Make(Op::kOpen, cr, h, [&](proto::Request& r) { r.count = access & 7; });
+  int rc = c->c->Sync(call);
+  if (rc != 0) return rc;
+  NoteOpen(*c->c, cr, h->volume, call->reply.attr);
+  ToC(h->volume, call->reply.attr, out);
+  return 0;
+}
+
+int nasgw_release(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  {
+    std::lock_guard<std::mutex> l(c->c->open_mu);
+    auto it = c->c->opens.find({h->volume, h->ino});
+    if (it == c->c->opens.end()) return -EBADF;
+    if (--it->second.count > 0) return 0;
+    c->c->opens.erase(it);
+  }
+  auto call = Make(Op::kRelease, cr, h, {});
+  return c->c->Sync(call);
+}
+
+int64_t nasgw_read(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, void* buf,
+                   uint32_t len, int* eof) {
+  if (c == nullptr || h == nullptr || (buf == nullptr && len > 0) || len > NASGW_IO_MAX) return -EINVAL;
+  auto call = Make(Op::kRead, cr, h, [&](proto::Request& r) {
+    r.offset = offset;
+    r.count = len;
+  });
+  call->rbuf = static_cast<uint8_t*>(buf);
+  call->rlen = len;
+  int rc = c->c->Sync(call);
+  if (rc != 0) return rc;
+  if (eof != nullptr) *eof = call->reply.eof ? 1 : 0;
+  return call->nread;
+}
+
+namespace {
+CallPtr WriteCall(const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf, uint32_t len,
+                  uint32_t flags) {
+  proto::Request r;
+  r.op = Op::kWrite;
+  r.creds = Creds(cr);
+  r.h = H(h);
+  r.offset = offset;
+  r.flags = flags;
+  r.data = std::string_view(static_cast<const char*>(buf), len);
+  auto call = std::make_shared<Call>();
+  call->op = Op::kWrite;
+  call->payload = proto::EncodeRequest(r);
+  call->wdata = buf;
+  call->wlen = len;
+  return call;
+}
+}  // namespace
+
+int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
+                    uint32_t len, uint32_t flags, nasgw_attr* post) {
+  if (c == nullptr || h == nullptr || (buf == nullptr && len > 0) || len > NASGW_IO_MAX) return -EINVAL;
+  auto call = WriteCall(cr, h, offset, buf, len, flags);
+  int rc = c->c->Sync(call);
+  if (rc != 0) return rc;
+  ToC(h->volume, call->reply.attr, post);
+  return call->reply.u32;
+}
+
+int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) {
+  return Simple(c, Op::kFsync, cr, h, {}, nullptr);
+}
+
+int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, void* buf,
+                       size_t size) {
+  if (c == nullptr || h == nullptr || BadName(name)) return -EINVAL;
+  auto call = Make(Op::kGetXattr, cr, h, [&](proto::Request& r) { r.name = name; });
+  int rc = c->c->Sync(call);
+  if (rc != 0) return rc;
+  const std::string& v = call->reply.text;
+  if (size == 0) return static_cast<int64_t>(v.size());
+  if (size < v.size()) return -ERANGE;
+  std::memcpy(buf, v.data(), v.size());
+  return static_cast<int64_t>(v.size());
+}
+
+int nasgw_setxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, const void* value,
+                   size_t len, uint32_t flags) {
+  if (BadName(name) || (value == nullptr && len > 0)) return -EINVAL;
+  if (len > (64u << 10)) return -E2BIG;
+  return Simple(
+      c, Op::kSetXattr, cr, h,
+      [&](proto::Request& r) {
+        r.name = name;
+        r.value.assign(static_cast<const char*>(value), len);
+        r.flags = flags;
+      },
+      nullptr);
+}
+
+int64_t nasgw_listxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, char* buf, size_t size) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  auto call = Make(Op::kListXattr, cr, h, {});
+  int rc = c->c->Sync(call);
+  if (rc != 0) return rc;
+  std::string all;
+  for (const auto& n : call->reply.names) {
+    all += n;
+    all += '\0';
+  }
+  if (size == 0) return static_cast<int64_t>(all.size());
+  if (size < all.size()) return -ERANGE;
+  std::memcpy(buf, all.data(), all.size());
+  return static_cast<int64_t>(all.size());
+}
+
+int nasgw_removexattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name) {
+  if (BadName(name)) return -EINVAL;
+  return Simple(
+      c, Op::kRemoveXattr, cr, h, [&](proto::Request& r) { r.name = name; }, nullptr);
+}
+
+int nasgw_read_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, void* buf,
+                     uint32_t len, nasgw_io_done done, void* arg) {
+  if (c == nullptr || h == nullptr || done == nullptr || (buf == nullptr && len > 0) || len > NASGW_IO_MAX) {
+    return -EINVAL;
+  }
+  auto call = Make(Op::kRead, cr, h, [&](proto::Request& r) {
+    r.offset = offset;
+    r.count = len;
+  });
+  call->rbuf = static_cast<uint8_t*>(buf);
+  call->rlen = len;
+  call->done = [done, arg](Call& k) {
+    done(arg, k.err != 0 ? -k.err : static_cast<int64_t>(k.nread), k.err == 0 && k.reply.eof ? 1 : 0);
+  };
+  c->c->Submit(call);
+  return 0;
+}
+
+int nasgw_write_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
+                      uint32_t len, uint32_t flags, nasgw_io_done done, void* arg) {
+  if (c == nullptr || h == nullptr || done == nullptr || (buf == nullptr && len > 0) || len > NASGW_IO_MAX) {
+    return -EINVAL;
+  }
+  auto call = WriteCall(cr, h, offset, buf, len, flags);
+  call->done = [done, arg](Call& k) { done(arg, k.err != 0 ? -k.err : static_cast<int64_t>(k.reply.u32), 0); };
+  c->c->Submit(call);
+  return 0;
+}
+
+int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_io_done done, void* arg) {
+  if (c == nullptr || h == nullptr || done == nullptr) return -EINVAL;
+  auto call = Make(Op::kFsync, cr, h, {});
+  call->done = [done, arg](Call& k) { done(arg, -k.err, 0); };
+  c->c->Submit(call);
+  return 0;
+}
+
+int nasgw_getattr_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr_done done, void* arg) {
+  if (c == nullptr || h == nullptr || done == nullptr) return -EINVAL;
+  auto call = Make(Op::kGetAttr, cr, h, {});
+  const uint32_t vol = h->volume;
+  call->done = [done, arg, vol](Call& k) {
+    nasgw_attr a{};
+    if (k.err == 0) ToC(vol, k.reply.attr, &a);
+    done(arg, -k.err, k.err == 0 ? &a : nullptr);
+  };
+  c->c->Submit(call);
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,192 @@
+/* nasgw client library: how a protocol head (Ganesha's FSAL, Samba's VFS
+ * module, the FUSE head) reaches nasgwd over the head protocol
+ * (docs/head-protocol.md). C, because those modules are C.
+ *
+ * A client holds a small pool of connections to one nasgwd and spreads calls
+ * over them; many calls may be outstanding at once (pipelined). Every call
+ * names the caller's credentials: nasgwd makes the permission checks.
+ *
+ * Results: 0 (or a byte count) on success, a negated Linux errno on failure.
+ * nasgw_client_last_message() gives nasgwd's message for the calling
+ * thread's last failure.
+ *
+ * Reconnection: when nasgwd goes away (restart, crash) the client reconnects
+ * by itself, with backoff, for up to reconnect_timeout_ms. A call that was
+ * not yet sent is sent once a connection is back. A call in flight when the
+ * connection broke is sent again if repeating it is harmless (reads,
+ * writes, lookups, attribute changes, opens...); otherwise (create, remove,
+ * rename, link, xattr changes) it fails with -EAGAIN: it may or may not have
+ * been done, and the caller decides (look, then retry). A call that cannot
+ * be sent before the reconnect timeout fails with -ENOTCONN. Open files are
+ * re-opened on a restarted nasgwd, so handles and opens survive restarts.
+ *
+ * Thread-safety: every function may be called from any thread. Async
+ * callbacks run on the library's threads: they must not block, and must not
+ * make synchronous calls on the same client.
+ */
+#ifndef NASGW_CLIENT_H
+#define NASGW_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nasgw_client nasgw_client;
+
+#define NASGW_IO_MAX (1u << 20) /* largest read or write in one call */
+#define NASGW_NAME_MAX 255
+#define NASGW_READDIR_MAX 1024
+
+enum nasgw_type {
+  NASGW_TYPE_REG = 1,
+  NASGW_TYPE_DIR = 2,
+  NASGW_TYPE_LNK = 3,
+  NASGW_TYPE_FIFO = 4,
+  NASGW_TYPE_SOCK = 5,
+  NASGW_TYPE_CHR = 6,
+  NASGW_TYPE_BLK = 7,
+};
+
+/* A file: stable across nasgwd and head restarts (inode numbers are never
+ * reused; the generation tells a deleted inode's handle: -ESTALE). A
+ * generation of 0 skips that check (FUSE names inodes by number only). */
+typedef struct nasgw_handle {
+  uint32_t volume;
+  uint64_t ino;
+  uint64_t gen;
+} nasgw_handle;
+
+typedef struct nasgw_time {
+  int64_t sec;
+  uint32_t nsec;
+} nasgw_time;
+
+typedef struct nasgw_attr {
+  nasgw_handle handle;
+  uint32_t type; /* enum nasgw_type */
+  uint32_t mode; /* permission bits, 07777 */
+  uint32_t uid, gid, nlink;
+  uint64_t size, blocks /* 512-byte units */, rdev;
+  uint64_t change; /* bumps on every change (NFSv4 change attribute) */
+  nasgw_time atime, mtime, ctime, btime;
+} nasgw_attr;
+
+typedef struct nasgw_cred {
+  uint32_t uid, gid;
+  uint32_t ngroups; /* at most 1024 */
+  const uint32_t* groups;
+} nasgw_cred;
+
+#define NASGW_SET_MODE 1u
+#define NASGW_SET_UID 2u
+#define NASGW_SET_GID 4u
+#define NASGW_SET_SIZE 8u
+#define NASGW_SET_ATIME 16u
+#define NASGW_SET_ATIME_NOW 32u
+#define NASGW_SET_MTIME 64u
+#define NASGW_SET_MTIME_NOW 128u
+typedef struct nasgw_sattr {
+  uint32_t mask;
+  uint32_t mode, uid, gid;
+  uint64_t size;
+  nasgw_time atime, mtime;
+} nasgw_sattr;
+
+#define NASGW_ACCESS_READ 4u
+#define NASGW_ACCESS_WRITE 2u
+#define NASGW_ACCESS_EXEC 1u
+
+#define NASGW_CREATE_OPEN 1u      /* open the new file too (release it later) */
+#define NASGW_CREATE_UNCHECKED 2u /* an existing regular file is returned, not -EEXIST */
+#define NASGW_RENAME_NOREPLACE 1u
+#define NASGW_READDIR_PLUS 1u /* attributes with each entry */
+#define NASGW_WRITE_STABLE 1u
+#define NASGW_XATTR_CREATE 1u
+#define NASGW_XATTR_REPLACE 2u
+
+typedef struct nasgw_dirent {
+  char name[NASGW_NAME_MAX + 1];
+  uint64_t ino;
+  uint32_t type;
+  uint64_t cookie; /* pass back to continue after this entry */
+} nasgw_dirent;
+
+typedef struct nasgw_fs_stats {
+  uint64_t total_bytes, free_bytes, files;
+} nasgw_fs_stats;
+
+typedef struct nasgw_client_options {
+  const char* socket_path;       /* nasgwd's head socket */
+  const char* client_name;       /* for nasgwd's logs, e.g. "ganesha" */
+  uint32_t connections;          /* 1..16; 0: 2 */
+  uint32_t reconnect_timeout_ms; /* 0: 60000 */
+  uint32_t connect_timeout_ms;   /* first connection; 0: 5000 */
+} nasgw_client_options;
+
+int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out);
+void nasgw_client_close(nasgw_client* c); /* waits for calls in flight */
+const char* nasgw_client_last_message(void);
+/* nasgwd's node name, from the current connection. */
+const char* nasgw_client_node_name(nasgw_client* c);
+
+int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root);
+int nasgw_statfs(nasgw_client* c, const nasgw_cred* cr, uint32_t volume, nasgw_fs_stats* out);
+int nasgw_lookup(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, nasgw_attr* out);
+int nasgw_getattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr* out);
+int nasgw_setattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const nasgw_sattr* s, nasgw_attr* out);
+int nasgw_access(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint32_t want, uint32_t* granted);
+/* symlink: the target for NASGW_TYPE_LNK, else NULL. */
+int nasgw_create(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, uint32_t type,
+                 uint32_t mode, uint64_t rdev, const char* symlink, uint32_t flags, nasgw_attr* out);
+int nasgw_link(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const nasgw_handle* dir, const char* name,
+               nasgw_attr* out);
+int nasgw_unlink(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name);
+int nasgw_rmdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name);
+int nasgw_rename(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name,
+                 const nasgw_handle* newdir, const char* newname, uint32_t flags);
+/* Returns the target's length (NUL-terminated in buf when it fits). */
+int nasgw_readlink(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, char* buf, size_t size);
+/* Up to max (<= 1024) entries after cookie (0: from the start); attrs may be
+ * NULL (else max of them, with NASGW_READDIR_PLUS). */
+int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, uint64_t cookie, uint32_t max,
+                  uint32_t flags, nasgw_dirent* entries, nasgw_attr* attrs, uint32_t* count, int* eof);
+int nasgw_find_caseless(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, char* out,
+                        size_t size);
+/* Opens are counted per client: each open needs one release. */
+int nasgw_open(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint32_t access, nasgw_attr* out);
+int nasgw_release(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h);
+/* Returns bytes read (< len only at the end of the file). */
+int64_t nasgw_read(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, void* buf,
+                   uint32_t len, int* eof);
+int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
+                    uint32_t len, uint32_t flags, nasgw_attr* post);
+int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h);
+/* size 0: returns the value's length. */
+int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, void* buf,
+                       size_t size);
+int nasgw_setxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, const void* value,
+                   size_t len, uint32_t flags);
+/* NUL-separated names, as listxattr(2); size 0: returns the length needed. */
+int64_t nasgw_listxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, char* buf, size_t size);
+int nasgw_removexattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name);
+
+/* Asynchronous I/O. The call returns 0 once queued (or -errno), and `done`
+ * runs later with the result (bytes, or -errno). Buffers and credentials
+ * must stay valid until then. */
+typedef void (*nasgw_io_done)(void* arg, int64_t result, int eof);
+int nasgw_read_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, void* buf,
+                     uint32_t len, nasgw_io_done done, void* arg);
+int nasgw_write_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
+                      uint32_t len, uint32_t flags, nasgw_io_done done, void* arg);
+int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_io_done done, void* arg);
+typedef void (*nasgw_attr_done)(void* arg, int result, const nasgw_attr* attr);
+int nasgw_getattr_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr_done done, void* arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NASGW_CLIENT_H */
