@@ -1,17 +1,18 @@
 // nasgw-fuse: mounts one NAS volume through FUSE (low-level API), so that
 // standard tools exercise the file system. A translator only: every call
 // maps onto fs::Domain; it holds no file-system state of its own beyond the
-// kernel's open-file references. (The daemon issue moves it onto the client
-// library; until then it opens the reserve itself.)
+// kernel's open-file references. It is a head like Ganesha's FSAL: every
+// call goes through the client library to nasgwd, with the caller's
+// credentials (nasgwd checks permissions; the kernel checks them too, with
+// default_permissions, so its attribute cache stays consistent).
 //
-//   nasgw-fuse --lun URL [--lun URL ...] --volume NAME [--format NAME [--force]] [--create-volume]
-//              [--ag-mib N] [--record-kib N] [--initiator IQN] [-f] MOUNTPOINT
+//   nasgw-fuse [--socket PATH] --volume NAME [-f] MOUNTPOINT
 #define FUSE_USE_VERSION 312
 
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
-#include <sys/stat.h>
-#include <sys/xattr.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -21,61 +22,86 @@
 #include <vector>
 
 #include "base/log.h"
-#include "block/iscsi_device.h"
-#include "fs/domain.h"
+#include "fsal/client/nasgw_client.h"
+
+#include <sys/stat.h>
+#include <sys/xattr.h>
 
 namespace nasgw::fuse {
 namespace {
 
-using fs::Attr;
-using fs::Domain;
-using fs::FileType;
-
 struct Mount {
-  std::unique_ptr<Domain> domain;
+  nasgw_client* client = nullptr;
   uint32_t vol = 0;
   double timeout = 1.0;  // seconds the kernel may cache names and attributes
 };
 
-Mount* M(fuse_req_t req) { return static_cast<Mount*>(fuse_req_userdata(req)); }
-
-int Errno(const Status& s) {
-  if (s.code() == Code::kInvalidArgument && s.message().find("longer than 255") != std::string_view::npos) {
-    return ENAMETOOLONG;
-  }
-  return s.ToErrno();
+Mount* M(fuse_req_t req) {
+  return static_cast<Mount*>(fuse_req_userdata(req));
 }
 
-mode_t TypeBits(FileType t) {
+// The caller's credentials, as the kernel gives them, for nasgwd's checks.
+struct Cred {
+  explicit Cred(fuse_req_t req) {
+    const fuse_ctx* c = fuse_req_ctx(req);
+    gid_t g[64];
+    int n = fuse_req_getgroups(req, 64, g);
+    for (int i = 0; i < std::min(n, 64); i++) groups.push_back(g[i]);
+    cred = {c->uid, c->gid, static_cast<uint32_t>(groups.size()), groups.data()};
+  }
+  std::vector<uint32_t> groups;
+  nasgw_cred cred;
+  const nasgw_cred* operator&() const { return &cred; }
+};
+
+// FUSE names files by inode number; the FUSE root is our volume root (both 1).
+nasgw_handle H(fuse_req_t req, fuse_ino_t ino) {
+  return {M(req)->vol, ino, 0};
+}
+
+mode_t TypeBits(uint32_t t) {
   switch (t) {
-    case FileType::kRegular: return S_IFREG;
-    case FileType::kDirectory: return S_IFDIR;
-    case FileType::kSymlink: return S_IFLNK;
-    case FileType::kFifo: return S_IFIFO;
-    case FileType::kSocket: return S_IFSOCK;
-    case FileType::kCharDevice: return S_IFCHR;
-    case FileType::kBlockDevice: return S_IFBLK;
-    case FileType::kNone: break;
+    case NASGW_TYPE_REG:
+      return S_IFREG;
+    case NASGW_TYPE_DIR:
+      return S_IFDIR;
+    case NASGW_TYPE_LNK:
+      return S_IFLNK;
+    case NASGW_TYPE_FIFO:
+      return S_IFIFO;
+    case NASGW_TYPE_SOCK:
+      return S_IFSOCK;
+    case NASGW_TYPE_CHR:
+      return S_IFCHR;
+    case NASGW_TYPE_BLK:
+      return S_IFBLK;
   }
   return 0;
 }
 
-FileType TypeOf(mode_t mode) {
+uint32_t TypeOf(mode_t mode) {
   switch (mode & S_IFMT) {
-    case S_IFREG: return FileType::kRegular;
-    case S_IFDIR: return FileType::kDirectory;
-    case S_IFLNK: return FileType::kSymlink;
-    case S_IFIFO: return FileType::kFifo;
-    case S_IFSOCK: return FileType::kSocket;
-    case S_IFCHR: return FileType::kCharDevice;
-    case S_IFBLK: return FileType::kBlockDevice;
+    case S_IFREG:
+      return NASGW_TYPE_REG;
+    case S_IFDIR:
+      return NASGW_TYPE_DIR;
+    case S_IFLNK:
+      return NASGW_TYPE_LNK;
+    case S_IFIFO:
+      return NASGW_TYPE_FIFO;
+    case S_IFSOCK:
+      return NASGW_TYPE_SOCK;
+    case S_IFCHR:
+      return NASGW_TYPE_CHR;
+    case S_IFBLK:
+      return NASGW_TYPE_BLK;
   }
-  return FileType::kNone;
+  return 0;
 }
 
-struct stat Stat(const Attr& a) {
+struct stat Stat(const nasgw_attr& a) {
   struct stat st {};
-  st.st_ino = a.ino;
+  st.st_ino = a.handle.ino;
   st.st_mode = TypeBits(a.type) | a.mode;
   st.st_nlink = a.nlink;
   st.st_uid = a.uid;
@@ -90,210 +116,226 @@ struct stat Stat(const Attr& a) {
   return st;
 }
 
-fuse_entry_param Entry(fuse_req_t req, const Attr& a) {
+void ReplyEntry(fuse_req_t req, int rc, const nasgw_attr& a) {
+  if (rc != 0) return (void)fuse_reply_err(req, -rc);
   fuse_entry_param e{};
-  e.ino = a.ino;
-  e.generation = a.gen;
+  e.ino = a.handle.ino;
+  e.generation = a.handle.gen;
   e.attr = Stat(a);
   e.attr_timeout = M(req)->timeout;
   e.entry_timeout = M(req)->timeout;
-  return e;
-}
-
-void ReplyEntry(fuse_req_t req, const Result<Attr>& a) {
-  if (!a.ok()) {
-    fuse_reply_err(req, Errno(a.status()));
-    return;
-  }
-  fuse_entry_param e = Entry(req, *a);
   fuse_reply_entry(req, &e);
 }
 
-void ReplyAttr(fuse_req_t req, const Result<Attr>& a) {
-  if (!a.ok()) {
-    fuse_reply_err(req, Errno(a.status()));
-    return;
-  }
-  struct stat st = Stat(*a);
+void ReplyAttr(fuse_req_t req, int rc, const nasgw_attr& a) {
+  if (rc != 0) return (void)fuse_reply_err(req, -rc);
+  struct stat st = Stat(a);
   fuse_reply_attr(req, &st, M(req)->timeout);
 }
 
-void ReplyStatus(fuse_req_t req, const Status& s) { fuse_reply_err(req, s.ok() ? 0 : Errno(s)); }
+void ReplyStatus(fuse_req_t req, int rc) {
+  fuse_reply_err(req, -rc);
+}
 
-fs::Timespec Ts(const struct timespec& t) { return {t.tv_sec, static_cast<uint32_t>(t.tv_nsec)}; }
-
-fs::Timespec NowTs() {
-  struct timespec t;
-  clock_gettime(CLOCK_REALTIME, &t);
-  return Ts(t);
+nasgw_time Ts(const struct timespec& t) {
+  return {t.tv_sec, static_cast<uint32_t>(t.tv_nsec)};
 }
 
 // ---- operations ----------------------------------------------------------------
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  ReplyEntry(req, M(req)->domain->Lookup(M(req)->vol, parent, name));
+  Cred c(req);
+  nasgw_handle d = H(req, parent);
+  nasgw_attr a{};
+  ReplyEntry(req, nasgw_lookup(M(req)->client, &c, &d, name, &a), a);
 }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  ReplyAttr(req, M(req)->domain->GetAttr(M(req)->vol, ino));
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  nasgw_attr a{};
+  ReplyAttr(req, nasgw_getattr(M(req)->client, &c, &h, &a), a);
 }
 
 void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
-  fs::SetAttr s;
+  nasgw_sattr s{};
   if (to_set & FUSE_SET_ATTR_MODE) {
-    s.set_mode = true;
+    s.mask |= NASGW_SET_MODE;
     s.mode = attr->st_mode & 07777;
   }
   if (to_set & FUSE_SET_ATTR_UID) {
-    s.set_uid = true;
+    s.mask |= NASGW_SET_UID;
     s.uid = attr->st_uid;
   }
   if (to_set & FUSE_SET_ATTR_GID) {
-    s.set_gid = true;
+    s.mask |= NASGW_SET_GID;
     s.gid = attr->st_gid;
   }
   if (to_set & FUSE_SET_ATTR_SIZE) {
-    s.set_size = true;
+    s.mask |= NASGW_SET_SIZE;
     s.size = static_cast<uint64_t>(attr->st_size);
   }
-  if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
-    s.set_atime = true;
-    s.atime = (to_set & FUSE_SET_ATTR_ATIME_NOW) ? NowTs() : Ts(attr->st_atim);
-  }
-  if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) {
-    s.set_mtime = true;
-    s.mtime = (to_set & FUSE_SET_ATTR_MTIME_NOW) ? NowTs() : Ts(attr->st_mtim);
-  }
-  ReplyAttr(req, M(req)->domain->SetAttrs(M(req)->vol, ino, s));
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+    s.mask |= NASGW_SET_ATIME_NOW;
+  else if (to_set & FUSE_SET_ATTR_ATIME)
+    s.mask |= NASGW_SET_ATIME, s.atime = Ts(attr->st_atim);
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+    s.mask |= NASGW_SET_MTIME_NOW;
+  else if (to_set & FUSE_SET_ATTR_MTIME)
+    s.mask |= NASGW_SET_MTIME, s.mtime = Ts(attr->st_mtim);
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  nasgw_attr a{};
+  ReplyAttr(req, nasgw_setattr(M(req)->client, &c, &h, &s, &a), a);
 }
 
 void ReadLink(fuse_req_t req, fuse_ino_t ino) {
-  auto t = M(req)->domain->ReadLink(M(req)->vol, ino);
-  if (!t.ok()) {
-    fuse_reply_err(req, Errno(t.status()));
-    return;
-  }
-  fuse_reply_readlink(req, t->c_str());
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  std::vector<char> buf(4097);
+  int rc = nasgw_readlink(M(req)->client, &c, &h, buf.data(), buf.size());
+  if (rc < 0) return (void)fuse_reply_err(req, -rc);
+  fuse_reply_readlink(req, buf.data());
+}
+
+void MakeAny(fuse_req_t req, fuse_ino_t parent, const char* name, uint32_t type, mode_t mode, dev_t rdev,
+             const char* link, uint32_t flags, fuse_file_info* fi) {
+  Cred c(req);
+  nasgw_handle d = H(req, parent);
+  nasgw_attr a{};
+  const mode_t umask = type == NASGW_TYPE_LNK ? 0 : fuse_req_ctx(req)->umask;
+  int rc = nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777 & ~umask, rdev, link, flags, &a);
+  if (fi == nullptr || rc != 0) return ReplyEntry(req, rc, a);
+  fuse_entry_param e{};
+  e.ino = a.handle.ino;
+  e.generation = a.handle.gen;
+  e.attr = Stat(a);
+  e.attr_timeout = M(req)->timeout;
+  e.entry_timeout = M(req)->timeout;
+  fuse_reply_create(req, &e, fi);
 }
 
 void MakeNode(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
-  const fuse_ctx* c = fuse_req_ctx(req);
-  FileType t = TypeOf(mode);
-  if (t == FileType::kNone || t == FileType::kDirectory || t == FileType::kSymlink) {
-    fuse_reply_err(req, EINVAL);
-    return;
-  }
-  ReplyEntry(req, M(req)->domain->Create(M(req)->vol, parent, name, t, mode & ~c->umask, c->uid, c->gid, rdev));
+  const uint32_t t = TypeOf(mode);
+  if (t == 0 || t == NASGW_TYPE_DIR || t == NASGW_TYPE_LNK) return (void)fuse_reply_err(req, EINVAL);
+  MakeAny(req, parent, name, t, mode, rdev, nullptr, 0, nullptr);
 }
 
 void MakeDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
-  const fuse_ctx* c = fuse_req_ctx(req);
-  ReplyEntry(req, M(req)->domain->Create(M(req)->vol, parent, name, FileType::kDirectory, mode & ~c->umask, c->uid,
-                                         c->gid));
+  MakeAny(req, parent, name, NASGW_TYPE_DIR, mode, 0, nullptr, 0, nullptr);
 }
 
 void Symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
-  const fuse_ctx* c = fuse_req_ctx(req);
-  ReplyEntry(req, M(req)->domain->Create(M(req)->vol, parent, name, FileType::kSymlink, 0777, c->uid, c->gid, 0, link));
+  MakeAny(req, parent, name, NASGW_TYPE_LNK, 0777, 0, link, 0, nullptr);
+}
+
+void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  MakeAny(req, parent, name, NASGW_TYPE_REG, mode, 0, nullptr, NASGW_CREATE_OPEN, fi);
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  ReplyStatus(req, M(req)->domain->Unlink(M(req)->vol, parent, name));
+  Cred c(req);
+  nasgw_handle d = H(req, parent);
+  ReplyStatus(req, nasgw_unlink(M(req)->client, &c, &d, name));
 }
 
 void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  ReplyStatus(req, M(req)->domain->Rmdir(M(req)->vol, parent, name));
+  Cred c(req);
+  nasgw_handle d = H(req, parent);
+  ReplyStatus(req, nasgw_rmdir(M(req)->client, &c, &d, name));
 }
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
             unsigned int flags) {
-  if (flags & RENAME_EXCHANGE) {
-    fuse_reply_err(req, EINVAL);
-    return;
-  }
-  if ((flags & RENAME_NOREPLACE) && M(req)->domain->Lookup(M(req)->vol, newparent, newname).ok()) {
-    fuse_reply_err(req, EEXIST);
-    return;
-  }
-  ReplyStatus(req, M(req)->domain->Rename(M(req)->vol, parent, name, newparent, newname));
+  if (flags & RENAME_EXCHANGE) return (void)fuse_reply_err(req, EINVAL);
+  Cred c(req);
+  nasgw_handle from = H(req, parent), to = H(req, newparent);
+  ReplyStatus(req, nasgw_rename(M(req)->client, &c, &from, name, &to, newname,
+                                (flags & RENAME_NOREPLACE) ? NASGW_RENAME_NOREPLACE : 0));
 }
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
-  ReplyEntry(req, M(req)->domain->Link(M(req)->vol, ino, newparent, newname));
+  Cred c(req);
+  nasgw_handle h = H(req, ino), d = H(req, newparent);
+  nasgw_attr a{};
+  ReplyEntry(req, nasgw_link(M(req)->client, &c, &h, &d, newname, &a), a);
+}
+
+uint32_t AccessOf(int flags) {
+  switch (flags & O_ACCMODE) {
+    case O_RDONLY:
+      return NASGW_ACCESS_READ;
+    case O_WRONLY:
+      return NASGW_ACCESS_WRITE;
+    default:
+      return NASGW_ACCESS_READ | NASGW_ACCESS_WRITE;
+  }
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Status s = M(req)->domain->OpenFile(M(req)->vol, ino);
-  if (!s.ok()) {
-    fuse_reply_err(req, Errno(s));
-    return;
-  }
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  int rc = nasgw_open(M(req)->client, &c, &h, AccessOf(fi->flags), nullptr);
+  if (rc != 0) return (void)fuse_reply_err(req, -rc);
   fuse_reply_open(req, fi);
 }
 
-void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
-  const fuse_ctx* c = fuse_req_ctx(req);
-  auto a = M(req)->domain->Create(M(req)->vol, parent, name, FileType::kRegular, mode & ~c->umask, c->uid, c->gid);
-  if (!a.ok()) {
-    fuse_reply_err(req, Errno(a.status()));
-    return;
-  }
-  Status s = M(req)->domain->OpenFile(M(req)->vol, a->ino);
-  if (!s.ok()) {
-    fuse_reply_err(req, Errno(s));
-    return;
-  }
-  fuse_entry_param e = Entry(req, *a);
-  fuse_reply_create(req, &e, fi);
-}
-
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
-  std::vector<char> buf(size);
-  auto n = M(req)->domain->Read(M(req)->vol, ino, static_cast<uint64_t>(off), size, buf.data());
-  if (!n.ok()) {
-    fuse_reply_err(req, Errno(n.status()));
-    return;
-  }
-  fuse_reply_buf(req, buf.data(), *n);
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  std::vector<char> buf(std::min<size_t>(size, NASGW_IO_MAX));
+  int64_t n = nasgw_read(M(req)->client, &c, &h, static_cast<uint64_t>(off), buf.data(),
+                         static_cast<uint32_t>(buf.size()), nullptr);
+  if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
+  fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
 }
 
 void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
-  auto a = M(req)->domain->Write(M(req)->vol, ino, static_cast<uint64_t>(off), buf, size);
-  if (!a.ok()) {
-    fuse_reply_err(req, Errno(a.status()));
-    return;
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  size_t done = 0;
+  while (done < size) {
+    const auto chunk = static_cast<uint32_t>(std::min<size_t>(size - done, NASGW_IO_MAX));
+    int64_t n = nasgw_write(M(req)->client, &c, &h, static_cast<uint64_t>(off) + done, buf + done, chunk, 0, nullptr);
+    if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
+    done += static_cast<size_t>(n);
   }
   fuse_reply_write(req, size);
 }
 
-void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+  fuse_reply_err(req, 0);
+}
 
 void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  ReplyStatus(req, M(req)->domain->ReleaseFile(M(req)->vol, ino));
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  ReplyStatus(req, nasgw_release(M(req)->client, &c, &h));
 }
 
 void Fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
-  ReplyStatus(req, M(req)->domain->Fsync(M(req)->vol, ino));
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  ReplyStatus(req, nasgw_fsync(M(req)->client, &c, &h));
 }
 
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto a = M(req)->domain->GetAttr(M(req)->vol, ino);
-  if (!a.ok()) {
-    fuse_reply_err(req, Errno(a.status()));
-    return;
-  }
-  if (a->type != FileType::kDirectory) {
-    fuse_reply_err(req, ENOTDIR);
-    return;
-  }
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  nasgw_attr a{};
+  int rc = nasgw_getattr(M(req)->client, &c, &h, &a);
+  if (rc != 0) return (void)fuse_reply_err(req, -rc);
+  if (a.type != NASGW_TYPE_DIR) return (void)fuse_reply_err(req, ENOTDIR);
   fuse_reply_open(req, fi);
 }
 
 // FUSE offsets: 1 after ".", 2 after "..", cookie + 2 after an entry.
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
   std::vector<char> buf(size);
   size_t used = 0;
-  auto add = [&](const char* name, uint64_t child, FileType t, off_t next) {
+  auto add = [&](const char* name, uint64_t child, uint32_t t, off_t next) {
     struct stat st {};
     st.st_ino = child;
     st.st_mode = TypeBits(t);
@@ -302,33 +344,38 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     used += need;
     return true;
   };
-  if (off < 1 && !add(".", ino, FileType::kDirectory, 1)) return (void)fuse_reply_buf(req, buf.data(), used);
+  if (off < 1 && !add(".", ino, NASGW_TYPE_DIR, 1)) return (void)fuse_reply_buf(req, buf.data(), used);
   if (off < 2) {
-    auto parent = M(req)->domain->Lookup(M(req)->vol, ino, "..");
-    if (!add("..", parent.ok() ? parent->ino : ino, FileType::kDirectory, 2)) {
+    nasgw_attr parent{};
+    int rc = nasgw_lookup(M(req)->client, &c, &h, "..", &parent);
+    if (!add("..", rc == 0 ? parent.handle.ino : ino, NASGW_TYPE_DIR, 2)) {
       return (void)fuse_reply_buf(req, buf.data(), used);
     }
   }
   uint64_t cookie = off > 2 ? static_cast<uint64_t>(off) - 2 : 0;
-  for (;;) {
-    auto page = M(req)->domain->ReadDir(M(req)->vol, ino, cookie, 64);
-    if (!page.ok()) {
-      if (used == 0) return (void)fuse_reply_err(req, Errno(page.status()));
+  std::vector<nasgw_dirent> ents(64);
+  for (int eof = 0; !eof;) {
+    uint32_t n = 0;
+    int rc = nasgw_readdir(M(req)->client, &c, &h, cookie, 64, 0, ents.data(), nullptr, &n, &eof);
+    if (rc != 0) {
+      if (used == 0) return (void)fuse_reply_err(req, -rc);
       break;
     }
-    if (page->empty()) break;
-    for (const auto& e : *page) {
-      if (!add(e.name.c_str(), e.ino, e.type, static_cast<off_t>(e.cookie + 2))) {
+    for (uint32_t i = 0; i < n; i++) {
+      if (!add(ents[i].name, ents[i].ino, ents[i].type, static_cast<off_t>(ents[i].cookie + 2))) {
         return (void)fuse_reply_buf(req, buf.data(), used);
       }
-      cookie = e.cookie;
+      cookie = ents[i].cookie;
     }
   }
   fuse_reply_buf(req, buf.data(), used);
 }
 
 void StatFs(fuse_req_t req, fuse_ino_t) {
-  fs::StatFs s = M(req)->domain->Statfs();
+  Cred c(req);
+  nasgw_fs_stats s{};
+  int rc = nasgw_statfs(M(req)->client, &c, M(req)->vol, &s);
+  if (rc != 0) return (void)fuse_reply_err(req, -rc);
   struct statvfs v {};
   v.f_bsize = 4096;
   v.f_frsize = 4096;
@@ -338,113 +385,94 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
   v.f_files = s.files + (1ull << 32);
   v.f_ffree = 1ull << 32;
   v.f_favail = 1ull << 32;
-  v.f_namemax = fs::kNameMax;
+  v.f_namemax = NASGW_NAME_MAX;
   fuse_reply_statfs(req, &v);
 }
 
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
-  Status s = M(req)->domain->SetXattr(M(req)->vol, ino, name, std::string(value, size), flags);
-  if (s.code() == Code::kNotFound && (flags & XATTR_REPLACE)) return (void)fuse_reply_err(req, ENODATA);
-  ReplyStatus(req, s);
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  ReplyStatus(req, nasgw_setxattr(M(req)->client, &c, &h, name, value, size, static_cast<uint32_t>(flags) & 3));
 }
 
 void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  auto v = M(req)->domain->GetXattr(M(req)->vol, ino, name);
-  if (!v.ok()) return (void)fuse_reply_err(req, v.status().code() == Code::kNotFound ? ENODATA : Errno(v.status()));
-  if (size == 0) return (void)fuse_reply_xattr(req, v->size());
-  if (size < v->size()) return (void)fuse_reply_err(req, ERANGE);
-  fuse_reply_buf(req, v->data(), v->size());
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  std::vector<char> buf(64 << 10);
+  int64_t n = nasgw_getxattr(M(req)->client, &c, &h, name, buf.data(), buf.size());
+  if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
+  if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
+  if (size < static_cast<size_t>(n)) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
 }
 
 void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  auto names = M(req)->domain->ListXattr(M(req)->vol, ino);
-  if (!names.ok()) return (void)fuse_reply_err(req, Errno(names.status()));
-  std::string all;
-  for (const auto& n : *names) {
-    all += n;
-    all += '\0';
-  }
-  if (size == 0) return (void)fuse_reply_xattr(req, all.size());
-  if (size < all.size()) return (void)fuse_reply_err(req, ERANGE);
-  fuse_reply_buf(req, all.data(), all.size());
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  int64_t need = nasgw_listxattr(M(req)->client, &c, &h, nullptr, 0);
+  if (need < 0) return (void)fuse_reply_err(req, static_cast<int>(-need));
+  if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(need));
+  std::vector<char> buf(static_cast<size_t>(need) + 1);
+  int64_t n = nasgw_listxattr(M(req)->client, &c, &h, buf.data(), buf.size());
+  if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
+  if (size < static_cast<size_t>(n)) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
 }
 
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  Status s = M(req)->domain->RemoveXattr(M(req)->vol, ino, name);
-  if (s.code() == Code::kNotFound) return (void)fuse_reply_err(req, ENODATA);
-  ReplyStatus(req, s);
+  Cred c(req);
+  nasgw_handle h = H(req, ino);
+  ReplyStatus(req, nasgw_removexattr(M(req)->client, &c, &h, name));
 }
 
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "nasgw-fuse: %s\n"
-               "usage: nasgw-fuse --lun URL [--lun URL ...] --volume NAME [--format RESERVE-NAME [--force]]\n"
-               "                  [--create-volume] [--ag-mib N] [--record-kib N] [--initiator IQN] [-f] MOUNTPOINT\n",
+               "usage: nasgw-fuse [--socket PATH] --volume NAME [-f] MOUNTPOINT\n"
+               "  --socket PATH  nasgwd's head socket (default /run/nasgw/head.sock)\n",
                why.c_str());
   std::exit(2);
 }
 
 int Main(int argc, char** argv) {
-  std::vector<std::string> luns;
-  std::string volume, format, initiator, mountpoint;
-  bool create_volume = false, foreground = false, force = false;
-  uint64_t ag_mib = 1024;
-  uint32_t record_kib = fs::kRecordBytesDefault >> 10;
+  std::string socket = "/run/nasgw/head.sock", volume, mountpoint;
+  bool foreground = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) Usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--lun") luns.push_back(next());
-    else if (a == "--volume") volume = next();
-    else if (a == "--format") format = next();
-    else if (a == "--create-volume") create_volume = true;
-    else if (a == "--force") force = true;
-    else if (a == "--ag-mib") ag_mib = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--record-kib") record_kib = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
-    else if (a == "--initiator") initiator = next();
-    else if (a == "-f") foreground = true;
-    else if (!a.empty() && a[0] != '-' && mountpoint.empty()) mountpoint = a;
-    else Usage("unknown argument " + a);
+    if (a == "--socket")
+      socket = next();
+    else if (a == "--volume")
+      volume = next();
+    else if (a == "-f")
+      foreground = true;
+    else if (!a.empty() && a[0] != '-' && mountpoint.empty())
+      mountpoint = a;
+    else
+      Usage("unknown argument " + a);
   }
-  if (luns.empty() || volume.empty() || mountpoint.empty()) Usage("--lun, --volume and a mount point are required");
+  if (volume.empty() || mountpoint.empty()) Usage("--volume and a mount point are required");
 
-  auto opened = block::OpenLuns(luns, initiator);
-  if (!opened.ok()) {
-    std::fprintf(stderr, "nasgw-fuse: %s\n", opened.status().ToString().c_str());
-    return 1;
-  }
-  const std::vector<fs::Reserve::Device>& devs = *opened;
-  auto fail = [](const Status& s) {
-    std::fprintf(stderr, "nasgw-fuse: %s\n", s.ToString().c_str());
-    return 1;
-  };
   Mount m;
-  std::shared_ptr<fs::Reserve> reserve;
-  if (!format.empty()) {
-    fs::ReserveOptions ro;
-    ro.name = format;
-    ro.ag_bytes = ag_mib << 20;
-    ro.force = force;
-    auto r = fs::Reserve::Format(devs, ro);
-    if (!r.ok()) return fail(r.status());
-    reserve = std::move(r.value());
-    auto d = Domain::Create(reserve, 0);
-    if (!d.ok()) return fail(d.status());
-    m.domain = std::move(d.value());
-  } else {
-    auto r = fs::Reserve::Open(devs);
-    if (!r.ok()) return fail(r.status());
-    reserve = std::move(r.value());
-    auto d = Domain::Open(reserve, 0);
-    if (!d.ok()) return fail(d.status());
-    m.domain = std::move(d.value());
+  nasgw_client_options co{};
+  co.socket_path = socket.c_str();
+  co.client_name = "fuse";
+  co.connections = 4;
+  if (int rc = nasgw_client_open(&co, &m.client); rc != 0) {
+    std::fprintf(stderr, "nasgw-fuse: %s (%s)\n", nasgw_client_last_message(), std::strerror(-rc));
+    return 1;
   }
-  auto v = m.domain->FindVolume(volume);
-  if (!v.ok() && create_volume) v = m.domain->CreateVolume(volume, record_kib << 10);
-  if (!v.ok()) return fail(v.status());
-  m.vol = v->id;
+  const nasgw_cred root{0, 0, 0, nullptr};
+  nasgw_attr r{};
+  if (int rc = nasgw_mount(m.client, &root, volume.c_str(), &r); rc != 0) {
+    std::fprintf(stderr, "nasgw-fuse: volume %s: %s\n", volume.c_str(), nasgw_client_last_message());
+    nasgw_client_close(m.client);
+    return 1;
+  }
+  m.vol = r.handle.volume;
 
   fuse_lowlevel_ops ops{};
   ops.lookup = Lookup;
@@ -473,16 +501,18 @@ int Main(int argc, char** argv) {
   ops.listxattr = ListXattr;
   ops.removexattr = RemoveXattr;
 
-  std::vector<std::string> fargs_s = {"nasgw-fuse", "-o", "default_permissions,fsname=nasgw:" + volume + ",subtype=nasgw"};
+  std::vector<std::string> fargs_s = {"nasgw-fuse", "-o",
+                                      "default_permissions,fsname=nasgw:" + volume + ",subtype=nasgw"};
   std::vector<char*> fargv;
   for (auto& s : fargs_s) fargv.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), fargv.data());
   fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &m);
   fuse_opt_free_args(&args);
-  if (se == nullptr) return fail(Status::IoError("fuse_session_new failed"));
-  if (fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, mountpoint.c_str()) != 0) {
-    fuse_session_destroy(se);
-    return fail(Status::IoError("cannot mount on " + mountpoint));
+  if (se == nullptr || fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, mountpoint.c_str()) != 0) {
+    if (se != nullptr) fuse_session_destroy(se);
+    nasgw_client_close(m.client);
+    std::fprintf(stderr, "nasgw-fuse: cannot mount on %s\n", mountpoint.c_str());
+    return 1;
   }
   NASGW_LOG(kInfo, "fuse") << "mounted" << Kv("volume", volume) << Kv("at", mountpoint);
   if (!foreground) fuse_daemonize(0);
@@ -494,7 +524,7 @@ int Main(int argc, char** argv) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
-  m.domain.reset();  // clean shutdown: RocksDB flushed and closed
+  nasgw_client_close(m.client);
   NASGW_LOG(kInfo, "fuse") << "unmounted" << Kv("volume", volume);
   return rc == 0 ? 0 : 1;
 }
@@ -502,4 +532,6 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace nasgw::fuse
 
-int main(int argc, char** argv) { return nasgw::fuse::Main(argc, argv); }
+int main(int argc, char** argv) {
+  return nasgw::fuse::Main(argc, argv);
+}
