@@ -23,147 +23,37 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SANLAB = os.path.join(HERE, "..", "lab", "sanlab")
-MOUNT_TIMEOUT_S = 30
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nasgwlab import Node, is_mounted  # noqa: E402
 
 
-def sh(cmd, check=True, **kw):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-    if check and p.returncode != 0:
-        raise RuntimeError("%s failed (%d): %s%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
-    return p
+def bins(a):
+    return {"fuse": a.fuse, "fsck": a.fsck, "nasgwd": a.nasgwd, "cli": a.cli}
 
 
-def is_mounted(path):
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == path for line in f)
-
-
-class Volume:
-    """Lab + reserve + mounted volume; state saved to a file for `remount`."""
-
-    def __init__(self, fuse, fsck=None, luns=3, size="512M", state=None):
-        self.state_file = state
-        if state and os.path.exists(state):
-            with open(state) as f:
-                self.s = json.load(f)
-            return
-        self.s = {"fuse": os.path.abspath(fuse), "fsck": os.path.abspath(fsck) if fsck else None,
-                  "mount": "/tmp/nasgw-fuse-%d" % os.getpid(), "pid": None, "generation": 0}
-        lab = json.loads(sh([SANLAB, "start", "fuse%d" % os.getpid(), "--luns", str(luns), "--size", size,
-                             "--owner-pid", str(os.getpid())]).stdout)
-        self.s["lab"] = lab["name"]
-        self.s["urls"] = [l["url"] for l in lab["luns"]]
-        os.makedirs(self.s["mount"], exist_ok=True)
-        self.state_file = os.path.join("/tmp", "nasgw-fuse-%d.json" % os.getpid())
-        self.mount(fmt=True)
-
-    def save(self):
-        with open(self.state_file, "w") as f:
-            json.dump(self.s, f)
-
-    def mount(self, fmt=False):
-        # Each mount logs in with a new initiator name: the volume is opened
-        # from the SAN alone, as another controller would after a failover.
-        self.s["generation"] += 1
-        cmd = [self.s["fuse"], "--volume", "vol1", "-f",
-               "--initiator", "iqn.2026-11.org.nasgw:fuse-%d-%d" % (os.getpid(), self.s["generation"])]
-        urls = list(self.s["urls"])
-        random.shuffle(urls)
-        for u in urls:
-            cmd += ["--lun", u]
-        if fmt:
-            cmd += ["--format", "lab", "--create-volume", "--ag-mib", "16", "--record-kib", "64"]
-        cmd.append(self.s["mount"])
-        log = open(self.s["mount"] + ".log", "a")
-        p = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
-        self.s["pid"] = p.pid
-        deadline = time.monotonic() + MOUNT_TIMEOUT_S
-        while not is_mounted(self.s["mount"]):
-            if p.poll() is not None:
-                raise RuntimeError("nasgw-fuse exited (%s); see %s.log" % (p.returncode, self.s["mount"]))
-            if time.monotonic() > deadline:
-                p.kill()
-                raise RuntimeError("nasgw-fuse did not mount within %ds" % MOUNT_TIMEOUT_S)
-            time.sleep(0.05)  # polling /proc/mounts: the mount has no event to wait on
-        self.save()
-
-    def wait_daemon(self, timeout=60):
-        pid = self.s["pid"]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                r, _ = os.waitpid(pid, os.WNOHANG)
-                if r == pid:
-                    return
-            except ChildProcessError:
-                if not os.path.exists("/proc/%d" % pid):
-                    return
-                with open("/proc/%d/stat" % pid) as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                        return
-            time.sleep(0.05)
-        raise RuntimeError("nasgw-fuse pid %d did not exit" % pid)
-
-    def unmount(self):
-        """Clean unmount: the daemon flushes and closes the store."""
-        if is_mounted(self.s["mount"]):
-            sh(["fusermount3", "-u", self.s["mount"]], check=False)
-        if self.s["pid"]:
-            self.wait_daemon()
-            self.s["pid"] = None
-
-    def kill(self):
-        """The controller dies: SIGKILL, then the kernel's mount is dropped."""
-        if self.s["pid"]:
-            try:
-                os.kill(self.s["pid"], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.wait_daemon()
-            self.s["pid"] = None
-        sh(["fusermount3", "-u", "-z", self.s["mount"]], check=False)
-
-    def fsck(self):
-        """Checks the unmounted volume; raises with fsck's findings if any."""
-        if not self.s["fsck"]:
-            return
-        cmd = [self.s["fsck"], "--initiator", "iqn.2026-11.org.nasgw:fsck-%d" % os.getpid()]
-        for u in self.s["urls"]:
-            cmd += ["--lun", u]
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if p.returncode != 0:
-            raise RuntimeError("nasgw-fsck exit %d:\n%s%s" % (p.returncode, p.stdout[-3000:], p.stderr[-2000:]))
-
-    def remount(self):
-        self.unmount()
-        self.fsck()
-        self.mount()
-
-    def close(self):
-        try:
-            self.unmount()
-        except Exception:
-            self.kill()
-        sh([SANLAB, "stop", self.s["lab"]], check=False)
-        if os.path.isdir(self.s["mount"]) and not is_mounted(self.s["mount"]):
-            shutil.rmtree(self.s["mount"], ignore_errors=True)
-        if os.path.exists(self.s["mount"] + ".log"):
-            os.remove(self.s["mount"] + ".log")
-        if self.state_file and os.path.exists(self.state_file):
-            os.remove(self.state_file)
+def Volume(a, luns=3, size="512M"):
+    """A node with a formatted reserve and vol1 mounted through FUSE."""
+    v = Node(bins(a), luns=luns, size=size, tag="fuse")
+    try:
+        v.start()
+        v.format()
+        v.mount()
+    except Exception:
+        print(v.log_tail())
+        v.close()
+        raise
+    return v
 
 
 def cmd_fsx(a):
-    v = Volume(a.fuse, a.fsck)
+    v = Volume(a)
     passed = failed = 0
     try:
         for seed in [int(x) for x in a.seeds.split(",")]:
-            if not is_mounted(v.s["mount"]):
+            if not is_mounted(v.mount_path):
                 failed += 1
                 break  # a remount failed: never run on the bare directory
-            d = os.path.join(v.s["mount"], "fsx%d" % seed)
+            d = os.path.join(v.mount_path, "fsx%d" % seed)
             os.makedirs(d)
             remount = "%s %s remount %s" % (sys.executable, os.path.abspath(__file__), v.state_file)
             p = subprocess.run([a.fsx, "--dir", d, "--seed", str(seed), "--ops", str(a.ops),
@@ -183,7 +73,7 @@ def cmd_fsx(a):
 
 
 def cmd_remount(a):
-    v = Volume(None, state=a.state)
+    v = Node(state=a.state)
     v.remount()
     return None
 
@@ -230,13 +120,13 @@ def cmd_crash(a):
     each, remount (as another initiator) and check every fsynced file. Every
     operation the workload saw complete must be there; the one in flight at
     the kill may have happened or not, but nothing else."""
-    v = Volume(a.fuse, a.fsck)
+    v = Volume(a)
     rng = random.Random(7)
     durable = {}  # path -> sha256 of content that was fsynced
     passed = failed = 0
     try:
         for rnd in range(a.rounds):
-            p = subprocess.Popen([sys.executable, "-c", CRASH_WORKLOAD, v.s["mount"], str(rnd), str(rnd + 1)],
+            p = subprocess.Popen([sys.executable, "-c", CRASH_WORKLOAD, v.mount_path, str(rnd), str(rnd + 1)],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             want = rng.randrange(3, 40)
             creates = 0
@@ -256,10 +146,11 @@ def cmd_crash(a):
                     durable.pop(ev["path"], None)
                 if creates >= want:
                     break
-            v.kill()  # the node dies mid-workload
+            v.kill()  # the node dies mid-workload: nasgwd and the head
             p.kill()
             p.wait()
             v.fsck()
+            v.start()
             v.mount()
             # The operation in flight may or may not have happened.
             if pending and pending["kind"] == "rename" and os.path.exists(pending["to"]):
@@ -289,10 +180,10 @@ def cmd_enospc(a):
     """Fill a small reserve through FUSE: ENOSPC comes back cleanly, the
     file keeps what was written, deleting gives the space back, fsck clean."""
     import errno
-    v = Volume(a.fuse, a.fsck, luns=1, size="64M")
+    v = Volume(a, luns=1, size="64M")
     passed = failed = 0
     try:
-        path = os.path.join(v.s["mount"], "fill")
+        path = os.path.join(v.mount_path, "fill")
         chunk = os.urandom(1 << 20)
         written = 0
         err = None
@@ -309,15 +200,16 @@ def cmd_enospc(a):
         checks.append(("the file holds every acknowledged MiB", os.path.getsize(path) == written))
         with open(path, "rb") as f:
             checks.append(("its content is intact", all(f.read(1 << 20) == chunk for _ in range(written >> 20))))
-        st = os.statvfs(v.s["mount"])
+        st = os.statvfs(v.mount_path)
         checks.append(("statfs shows the volume full", st.f_bavail * st.f_frsize < (1 << 20)))
         os.unlink(path)
-        st2 = os.statvfs(v.s["mount"])
+        st2 = os.statvfs(v.mount_path)
         checks.append(("deleting gives the space back", st2.f_bavail * st2.f_frsize >= written))
-        with open(os.path.join(v.s["mount"], "again"), "wb") as f:
+        with open(os.path.join(v.mount_path, "again"), "wb") as f:
             f.write(chunk * 8)
-        checks.append(("writing works again", os.path.getsize(os.path.join(v.s["mount"], "again")) == 8 << 20))
+        checks.append(("writing works again", os.path.getsize(os.path.join(v.mount_path, "again")) == 8 << 20))
         v.unmount()
+        v.stop()
         v.fsck()
         checks.append(("fsck clean", True))
         for what, ok in checks:
@@ -330,11 +222,98 @@ def cmd_enospc(a):
     return passed, failed
 
 
-def cmd_stress(a):
-    v = Volume(a.fuse, a.fsck)
+RESTART_WORKLOAD = r"""
+import errno, os, sys, json, random, hashlib
+root, seed = sys.argv[1], int(sys.argv[2])
+rng = random.Random(seed)
+files = {}
+# Until stdin says stop: random 8K..64K writes into 6 files, each fsynced
+# before it counts; the model is what the file must hold.
+import select
+n = 0
+while not select.select([sys.stdin], [], [], 0)[0]:
+    name = "f%d" % rng.randrange(6)
+    path = os.path.join(root, name)
+    if name not in files:
+        files[name] = bytearray()
+    off = rng.randrange(0, 4 << 20)
+    data = os.urandom(rng.choice([8192, 16384, 65536]))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    os.pwrite(fd, data, off)
+    os.fsync(fd)
+    os.close(fd)
+    m = files[name]
+    if len(m) < off + len(data):
+        m.extend(b"\0" * (off + len(data) - len(m)))
+    m[off:off + len(data)] = data
+    n += 1
+    if n % 20 == 0:
+        print(json.dumps({"fsynced": n}), flush=True)
+bad = []
+for name, m in files.items():
+    with open(os.path.join(root, name), "rb") as f:
+        got = f.read()
+    if got != bytes(m):
+        bad.append(name)
+print(json.dumps({"done": n, "bad": bad, "files": len(files)}), flush=True)
+"""
+
+
+def cmd_restart(a):
+    """nasgwd is restarted (SIGTERM, then SIGKILL) again and again while a
+    client streams fsynced writes through FUSE: the head reconnects by
+    itself, the writes carry on, and every fsynced byte reads back."""
+    v = Volume(a)
     passed = failed = 0
     try:
-        d = os.path.join(v.s["mount"], "stress")
+        d = os.path.join(v.mount_path, "stream")
+        os.makedirs(d)
+        p = subprocess.Popen([sys.executable, "-c", RESTART_WORKLOAD, d, "3"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        last = 0
+        for i in range(a.restarts):
+            # Let the stream make progress, then take nasgwd away under it.
+            want = last + 20
+            for line in p.stdout:
+                last = json.loads(line).get("fsynced", last)
+                if last >= want:
+                    break
+            sig = signal.SIGTERM if i % 2 == 0 else signal.SIGKILL
+            v.stop(sig)
+            v.start()
+            print("restart %d (%s) after %d fsynced writes" % (i, sig.name, last))
+        for line in p.stdout:  # progress after the last restart
+            last = json.loads(line).get("fsynced", last)
+            if last >= want + 20:
+                break
+        p.stdin.close()  # the workload stops, verifies, and reports
+        out = p.stdout.read()
+        err = p.stderr.read()
+        p.wait(timeout=300)
+        result = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+        if p.returncode == 0 and result and not result["bad"]:
+            passed = 1
+            print("%d fsynced writes over %d restarts; all %d files read back exact" %
+                  (result["done"], a.restarts, result["files"]))
+        else:
+            failed = 1
+            print("workload failed (rc %s): %s %s" % (p.returncode, result, err[-2000:]))
+        v.unmount()
+        v.stop()
+        v.fsck()
+    except Exception:
+        print(v.log_tail())
+        raise
+    finally:
+        v.close()
+    return passed, failed
+
+
+def cmd_stress(a):
+    v = Volume(a)
+    passed = failed = 0
+    try:
+        d = os.path.join(v.mount_path, "stress")
         os.makedirs(d)
         # binderfs always fails here (no binder); the rest of the class runs.
         p = subprocess.run(["stress-ng", "--class", "filesystem", "--seq", "1", "-t", str(a.seconds),
@@ -342,6 +321,7 @@ def cmd_stress(a):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         print(p.stdout[-4000:])
         v.unmount()
+        v.stop()
         v.fsck()
         if p.returncode == 0:
             passed = 1
@@ -374,13 +354,21 @@ def main():
     e = sub.add_parser("enospc")
     e.add_argument("--fuse", required=True)
     e.add_argument("--fsck")
+    t = sub.add_parser("restart")
+    t.add_argument("--fuse", required=True)
+    t.add_argument("--fsck")
+    t.add_argument("--restarts", type=int, default=4)
     r = sub.add_parser("remount")
     r.add_argument("state")
+    for p in (f, c, s, e, t):
+        p.add_argument("--nasgwd", required=True)
+        p.add_argument("--cli", required=True)
     a = ap.parse_args()
     if a.cmd == "remount":
         cmd_remount(a)
         return 0
-    passed, failed = {"fsx": cmd_fsx, "crash": cmd_crash, "stress": cmd_stress, "enospc": cmd_enospc}[a.cmd](a)
+    passed, failed = {"fsx": cmd_fsx, "crash": cmd_crash, "stress": cmd_stress, "enospc": cmd_enospc,
+                      "restart": cmd_restart}[a.cmd](a)
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 and passed > 0 else 1
 

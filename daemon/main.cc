@@ -1,0 +1,193 @@
+// nasgwd: one per controller node. Owns the reserve's LUNs and its file
+// system, serves the heads (head protocol on a Unix socket), the admin API
+// (gRPC) and the metrics endpoint, and stops cleanly on SIGTERM: it stops
+// taking requests, lets those in flight finish (up to [shutdown] drain_ms),
+// then flushes and closes the file system and the LUNs.
+//
+//   nasgwd --config FILE [--check-config]
+//
+// Runs in the foreground (systemd, or the lab) and logs one line per event
+// to stderr. Exit status: 0 after a clean stop, 2 for a bad configuration,
+// 1 when it cannot start (an unreachable LUN, a socket it cannot bind).
+#include <grp.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "base/log.h"
+#include "daemon/admin_service.h"
+#include "daemon/config.h"
+#include "daemon/head_server.h"
+#include "daemon/metrics.h"
+#include "daemon/node.h"
+#include "daemon/node_metrics.h"
+
+#include <sys/stat.h>
+
+namespace nasgw::daemon {
+namespace {
+
+int Usage(const char* why) {
+  std::fprintf(stderr,
+               "nasgwd: %s\n"
+               "usage: nasgwd --config FILE [--check-config]\n"
+               "  --config FILE    the TOML configuration (see deploy/nasgwd.toml)\n"
+               "  --check-config   validate the file and exit (0: valid, 2: not)\n",
+               why);
+  return 2;
+}
+
+Status MakeDir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) == 0 || errno == EEXIST) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return Status::InvalidArgument(path + " exists and is not a directory");
+    }
+    return Status();
+  }
+  return Status::IoError("cannot create " + path + ": " + std::strerror(errno));
+}
+
+int Run(const Config& cfg) {
+  if (Status s = MakeDir(cfg.run_dir, 0750); !s.ok()) {
+    NASGW_LOG(kError, "nasgwd") << "cannot start" << Kv("why", s.ToString());
+    return 1;
+  }
+  int gid = -1;
+  if (!cfg.head_socket_group.empty()) {
+    struct group* g = ::getgrnam(cfg.head_socket_group.c_str());
+    if (g == nullptr) {
+      NASGW_LOG(kError, "nasgwd") << "cannot start: head.socket_group: no such group"
+                                  << Kv("group", cfg.head_socket_group);
+      return 2;
+    }
+    gid = static_cast<int>(g->gr_gid);
+  }
+
+  NASGW_LOG(kInfo, "nasgwd") << "starting" << Kv("node", cfg.node_name) << Kv("luns", cfg.luns.size());
+  auto node = Node::Start(cfg);
+  if (!node.ok()) {
+    NASGW_LOG(kError, "nasgwd") << "cannot start" << Kv("why", node.status().ToString());
+    std::fprintf(stderr, "nasgwd: cannot start: %s\n", node.status().ToString().c_str());
+    return 1;
+  }
+  Node* n = node->get();
+
+  Metrics metrics;
+  HeadMetrics head_metrics(&metrics, n);
+  HeadService service([n] { return n->domain(); });
+  HeadServerOptions ho;
+  ho.socket_path = cfg.head_socket;
+  ho.socket_mode = cfg.head_socket_mode;
+  ho.socket_gid = gid;
+  ho.workers = cfg.head_workers;
+  ho.max_connections = cfg.head_max_connections;
+  ho.max_inflight = cfg.head_max_inflight;
+  ho.node_name = cfg.node_name;
+  auto head = HeadServer::Start(&service, ho, &head_metrics);
+  if (!head.ok()) {
+    std::fprintf(stderr, "nasgwd: cannot start: %s\n", head.status().ToString().c_str());
+    (*node)->Shutdown();
+    return 1;
+  }
+  auto admin = AdminServer::Start(n, cfg);
+  if (!admin.ok()) {
+    std::fprintf(stderr, "nasgwd: cannot start: %s\n", admin.status().ToString().c_str());
+    (*head)->Shutdown(std::chrono::milliseconds(0));
+    (*node)->Shutdown();
+    return 1;
+  }
+  head_metrics.set_server(head->get());
+  AddNodeCollectors(&metrics, n, head->get());
+  std::unique_ptr<MetricsHttpServer> http;
+  if (!cfg.metrics_listen.empty()) {
+    auto h = MetricsHttpServer::Start(cfg.metrics_listen, &metrics);
+    if (!h.ok()) {
+      std::fprintf(stderr, "nasgwd: cannot start: %s\n", h.status().ToString().c_str());
+      (*admin)->Shutdown();
+      (*head)->Shutdown(std::chrono::milliseconds(0));
+      (*node)->Shutdown();
+      return 1;
+    }
+    http = std::move(h.value());
+    NASGW_LOG(kInfo, "nasgwd") << "metrics" << Kv("listen", cfg.metrics_listen) << Kv("port", http->port());
+  }
+  NASGW_LOG(kInfo, "nasgwd") << "ready" << Kv("node", cfg.node_name)
+                             << Kv("reserve", ReserveStateName(n->GetReserve().state)) << Kv("head", cfg.head_socket)
+                             << Kv("admin", cfg.admin_socket);
+
+  // Signals were blocked in every thread before any was created; this one
+  // takes them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      NASGW_LOG(kInfo, "nasgwd") << "SIGHUP: nothing to reload (the configuration is read at start)";
+      continue;
+    }
+    NASGW_LOG(kInfo, "nasgwd") << "stopping" << Kv("signal", strsignal(sig)) << Kv("drain_ms", cfg.drain_ms);
+    break;
+  }
+  (*admin)->Shutdown();
+  (*head)->Shutdown(std::chrono::milliseconds(cfg.drain_ms));
+  if (http != nullptr) http->Stop();
+  (*node)->Shutdown();
+  NASGW_LOG(kInfo, "nasgwd") << "stopped" << Kv("node", cfg.node_name);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  // Before any thread exists, so that every thread inherits the mask and
+  // only sigwait() sees these signals. SIGPIPE: sockets use MSG_NOSIGNAL,
+  // but a library's stray write must not kill the daemon.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string config_path;
+  bool check = false;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "--config" && i + 1 < argc)
+      config_path = argv[++i];
+    else if (a == "--check-config")
+      check = true;
+    else if (a == "-h" || a == "--help")
+      return Usage("help") == 2 ? 0 : 0;
+    else
+      return Usage(("unknown argument " + a).c_str());
+  }
+  if (config_path.empty()) return Usage("--config is required");
+  auto cfg = LoadConfig(config_path);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "nasgwd: %s\n", std::string(cfg.status().message()).c_str());
+    return 2;
+  }
+  if (check) {
+    std::printf("%s: valid\n", config_path.c_str());
+    return 0;
+  }
+  if (std::getenv("NASGW_LOG") == nullptr) setenv("NASGW_LOG", cfg->log_level.c_str(), 1);
+  return Run(*cfg);
+}
+
+}  // namespace
+}  // namespace nasgw::daemon
+
+int main(int argc, char** argv) {
+  return nasgw::daemon::Main(argc, argv);
+}

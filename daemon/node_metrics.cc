@@ -1,0 +1,123 @@
+#include "daemon/node_metrics.h"
+
+namespace nasgw::daemon {
+
+namespace {
+// Latency families by kind: data moves, and everything else.
+const char* Kind(proto::Op op) {
+  switch (op) {
+    case proto::Op::kRead:
+      return "read";
+    case proto::Op::kWrite:
+      return "write";
+    case proto::Op::kFsync:
+      return "fsync";
+    default:
+      return "meta";
+  }
+}
+}  // namespace
+
+std::string HeadMetrics::VolumeName(uint32_t volume) {
+  auto it = names_.find(volume);
+  if (it != names_.end()) return it->second;
+  auto vols = node_->ListVolumes();
+  if (vols.ok()) {
+    for (const auto& v : *vols) names_[v.id] = v.name;
+  }
+  it = names_.find(volume);
+  // An unknown id (a bad handle) is counted under its number: bounded by
+  // what the protocol accepts, and rare.
+  return it != names_.end() ? it->second : "#" + std::to_string(volume);
+}
+
+HeadMetrics::Children& HeadMetrics::For(uint32_t volume, proto::Op op) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto key = std::make_pair(volume, op);
+  auto it = children_.find(key);
+  if (it != children_.end()) return it->second;
+  const std::string vol = VolumeName(volume);
+  Children c;
+  c.ops = metrics_->Counter("nasgw_volume_ops_total", "Head requests completed, by volume and operation.",
+                            {{"volume", vol}, {"op", proto::OpName(op)}});
+  c.errors = metrics_->Counter("nasgw_volume_errors_total", "Head requests that failed, by volume and operation.",
+                               {{"volume", vol}, {"op", proto::OpName(op)}});
+  if (op == proto::Op::kRead || op == proto::Op::kWrite) {
+    c.bytes = metrics_->Counter("nasgw_volume_bytes_total", "Bytes read or written through the heads, by volume.",
+                                {{"volume", vol}, {"op", proto::OpName(op)}});
+  }
+  c.latency = metrics_->Histogram("nasgw_volume_latency_seconds",
+                                  "Head request latency in nasgwd (decode to reply sent), by volume and kind.",
+                                  {{"volume", vol}, {"kind", Kind(op)}});
+  return children_.emplace(key, c).first->second;
+}
+
+void HeadMetrics::OnRequest(proto::Op op, uint32_t volume, uint64_t bytes, uint64_t latency_ns, int err) {
+  Children& c = For(volume, op);
+  c.ops->Inc();
+  if (err != 0) c.errors->Inc();
+  if (c.bytes != nullptr) c.bytes->Inc(bytes);
+  c.latency->Record(latency_ns);
+  node_->head_requests++;
+  if (head_ != nullptr) node_->head_connections = head_->connections();
+}
+
+void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head) {
+  metrics->AddCollector([node, head](Metrics::Sink& s) {
+    NodeStatus ns = node->Status();
+    s.Gauge("nasgw_up", "1 while nasgwd runs.", {{"node", ns.node_name}}, 1);
+    s.Gauge("nasgw_uptime_seconds", "Seconds since nasgwd started.", {}, static_cast<double>(ns.uptime_s));
+    if (head != nullptr) {
+      s.Gauge("nasgw_head_connections", "Open head-protocol connections.", {}, head->connections());
+      s.Gauge("nasgw_head_queue_depth", "Head requests waiting for a worker.", {}, head->queued());
+      s.Counter("nasgw_head_requests_total", "Head requests completed.", {}, head->requests());
+      s.Counter("nasgw_head_protocol_errors_total", "Head connections closed for a malformed frame.", {},
+                head->protocol_errors());
+    }
+    ReserveStatus r = node->GetReserve();
+    for (const char* st : {"unformatted", "online", "failed"}) {
+      s.Gauge("nasgw_reserve_state", "1 for the reserve's current state.", {{"state", st}},
+              std::string_view(ReserveStateName(r.state)) == st ? 1 : 0);
+    }
+    s.Gauge("nasgw_reserve_capacity_bytes", "Data capacity of the reserve.", {}, static_cast<double>(r.capacity_bytes));
+    s.Gauge("nasgw_reserve_free_bytes", "Free data space of the reserve.", {}, static_cast<double>(r.free_bytes));
+    for (const auto& l : r.luns) {
+      const Labels lun = {{"lun", std::to_string(l.index)}, {"serial", l.serial}};
+      s.Gauge("nasgw_lun_healthy", "1 when at least one path to the LUN is up.", lun, l.healthy ? 1 : 0);
+      s.Gauge("nasgw_lun_paths_up", "Paths to the LUN that are up.", lun, l.paths_up);
+      s.Gauge("nasgw_lun_size_bytes", "Size of the LUN.", lun, static_cast<double>(l.size_bytes));
+      s.Gauge("nasgw_lun_inflight", "Commands on the wire to the LUN.", lun, l.stats.in_flight);
+      s.Gauge("nasgw_lun_queued", "Commands admitted but waiting for a slot or a path.", lun, l.stats.queued);
+      s.Counter("nasgw_lun_retries_total", "Commands re-issued (transient errors, path loss).", lun, l.stats.retries);
+      s.Counter("nasgw_lun_timeouts_total", "Commands that timed out.", lun, l.stats.timeouts);
+      const std::pair<const char*, const block::OpStats*> ops[] = {
+          {"read", &l.stats.read}, {"write", &l.stats.write}, {"other", &l.stats.other}};
+      for (const auto& [name, st] : ops) {
+        Labels lo = lun;
+        lo.emplace_back("op", name);
+        s.Counter("nasgw_lun_ops_total", "Commands completed on the LUN.", lo, st->ops);
+        s.Counter("nasgw_lun_bytes_total", "Bytes moved to or from the LUN.", lo, st->bytes);
+        s.Counter("nasgw_lun_errors_total", "Commands that failed on the LUN.", lo, st->errors);
+        for (const auto& [q, v] : {std::pair<const char*, double>{"0.5", 0.5}, {"0.99", 0.99}}) {
+          Labels lq = lo;
+          lq.emplace_back("quantile", q);
+          s.Gauge("nasgw_lun_latency_seconds", "LUN command latency quantiles since start.", lq,
+                  static_cast<double>(st->latency_ns.Percentile(v)) / 1e9);
+        }
+      }
+    }
+    if (r.state == ReserveState::kOnline) {
+      auto vols = node->ListVolumes();
+      if (vols.ok()) {
+        for (const auto& v : *vols) {
+          s.Gauge("nasgw_volume_used_bytes", "Bytes of file data in the volume.", {{"volume", v.name}},
+                  static_cast<double>(v.bytes));
+          s.Gauge("nasgw_volume_files", "Files and directories in the volume.", {{"volume", v.name}},
+                  static_cast<double>(v.files));
+        }
+      }
+    }
+  });
+}
+
+}  // namespace nasgw::daemon

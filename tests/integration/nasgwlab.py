@@ -1,0 +1,280 @@
+"""A controller node on a lab SAN, for the integration suites: a tgtd lab
+(tests/lab/sanlab), nasgwd with a config written for it, the `nasgw` CLI
+against its admin socket, and optionally a FUSE mount of a volume through
+nasgw-fuse -> fsal/client -> nasgwd.
+
+Everything a Node starts is stopped by close(), also after a failure; the
+lab is owned by this process, so `sanlab gc` cleans up after a crash of the
+harness itself.
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SANLAB = os.path.join(HERE, "..", "lab", "sanlab")
+START_TIMEOUT_S = 60
+MOUNT_TIMEOUT_S = 30
+
+
+def sh(cmd, check=True, **kw):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    if check and p.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
+    return p
+
+
+def is_mounted(path):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+def wait_exit(pid, timeout):
+    """Waits for a process (our child or not) to exit; False on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            r, _ = os.waitpid(pid, os.WNOHANG)
+            if r == pid:
+                return True
+        except ChildProcessError:
+            if not os.path.exists("/proc/%d" % pid):
+                return True
+            with open("/proc/%d/stat" % pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        time.sleep(0.05)  # no event to wait on for a process that is not our child
+    return False
+
+
+def toml_str(s):
+    return json.dumps(s)  # a JSON string is a valid TOML basic string
+
+
+class Node:
+    """State is a dict so that a helper process (fsx's remount command) can
+    pick it up from a file."""
+
+    def __init__(self, bins=None, luns=3, size="512M", tag="node", state=None, metrics=False):
+        self.state_file = state
+        if state and os.path.exists(state):
+            with open(state) as f:
+                self.s = json.load(f)
+            return
+        base = "/tmp/nasgw-%s-%d" % (tag, os.getpid())
+        self.s = {"bins": {k: os.path.abspath(v) for k, v in (bins or {}).items() if v},
+                  "dir": base, "mount": base + ".mnt", "fuse_pid": None, "daemon_pid": None,
+                  "generation": 0, "tag": tag, "metrics": metrics}
+        os.makedirs(base, exist_ok=True)
+        self.state_file = base + ".json"
+        lab = json.loads(sh([SANLAB, "start", "%s%d" % (tag, os.getpid()), "--luns", str(luns), "--size", size,
+                             "--owner-pid", str(os.getpid())]).stdout)
+        self.s["lab"] = lab["name"]
+        self.s["urls"] = [l["url"] for l in lab["luns"]]
+        self.save()
+
+    # ---- paths
+    @property
+    def run_dir(self):
+        return os.path.join(self.s["dir"], "run")
+
+    @property
+    def head_socket(self):
+        return os.path.join(self.run_dir, "head.sock")
+
+    @property
+    def admin_socket(self):
+        return os.path.join(self.run_dir, "admin.sock")
+
+    @property
+    def config_path(self):
+        return os.path.join(self.s["dir"], "nasgwd.toml")
+
+    @property
+    def log_path(self):
+        return os.path.join(self.s["dir"], "nasgwd.log")
+
+    @property
+    def mount_path(self):
+        return self.s["mount"]
+
+    def save(self):
+        with open(self.state_file, "w") as f:
+            json.dump(self.s, f)
+
+    # ---- nasgwd
+    def write_config(self, extra=""):
+        # Each start logs in with a new initiator name: the reserve is opened
+        # from the SAN alone, as another controller would after a failover.
+        self.s["generation"] += 1
+        urls = list(self.s["urls"])
+        random.shuffle(urls)
+        text = "\n".join([
+            "[node]",
+            "name = %s" % toml_str("lab-%s" % self.s["tag"]),
+            "run_dir = %s" % toml_str(self.run_dir),
+            "state_dir = %s" % toml_str(os.path.join(self.s["dir"], "state")),
+            "[reserve]",
+            "luns = [%s]" % ", ".join(toml_str(u) for u in urls),
+            "initiator = %s" % toml_str("iqn.2026-11.org.nasgw:%s-%d-%d" % (self.s["tag"], os.getpid(),
+                                                                           self.s["generation"])),
+            "[head]",
+            "workers = 8",
+            "[shutdown]",
+            "drain_ms = 5000",
+        ]) + "\n"
+        if self.s.get("metrics"):
+            text += "[metrics]\nlisten = \"127.0.0.1:%d\"\n" % self.metrics_port()
+        text += extra
+        with open(self.config_path, "w") as f:
+            f.write(text)
+
+    def metrics_port(self):
+        if "metrics_port" not in self.s:
+            import socket
+            with socket.socket() as so:
+                so.bind(("127.0.0.1", 0))
+                self.s["metrics_port"] = so.getsockname()[1]
+        return self.s["metrics_port"]
+
+    def start(self, extra_config=""):
+        self.write_config(extra_config)
+        log = open(self.log_path, "a")
+        p = subprocess.Popen([self.s["bins"]["nasgwd"], "--config", self.config_path], stdout=log, stderr=log,
+                             start_new_session=True)
+        self.s["daemon_pid"] = p.pid
+        self.save()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            # Ready when the admin API answers (polling: there is no event
+            # for "another process is ready" short of its log).
+            if self.cli("node", "status", check=False).returncode == 0 and os.path.exists(self.head_socket):
+                return
+            if p.poll() is not None:
+                raise RuntimeError("nasgwd exited (%s): %s" % (p.returncode, self.log_tail()))
+            if time.monotonic() > deadline:
+                p.kill()
+                raise RuntimeError("nasgwd not ready within %ds: %s" % (START_TIMEOUT_S, self.log_tail()))
+            time.sleep(0.1)
+
+    def log_tail(self, n=3000):
+        try:
+            with open(self.log_path) as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        pid = self.s["daemon_pid"]
+        if not pid:
+            return
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+        if not wait_exit(pid, timeout):
+            os.kill(pid, signal.SIGKILL)
+            wait_exit(pid, 10)
+            raise RuntimeError("nasgwd did not stop within %ds on %s" % (timeout, sig))
+        self.s["daemon_pid"] = None
+        self.save()
+
+    def cli(self, *args, check=True, json_out=False):
+        cmd = [self.s["bins"]["cli"], "--socket", self.admin_socket]
+        if json_out:
+            cmd.append("--json")
+        p = sh(cmd + list(args), check=check)
+        if json_out and p.returncode == 0:
+            return json.loads(p.stdout)
+        return p
+
+    def format(self, ag="16M", volume="vol1", record="64K"):
+        self.cli("reserve", "format", "--name", "lab", "--ag-size", ag)
+        if volume:
+            self.cli("volume", "create", volume, "--record-size", record)
+
+    # ---- FUSE
+    def mount(self, volume="vol1"):
+        os.makedirs(self.mount_path, exist_ok=True)
+        log = open(self.mount_path + ".log", "a")
+        p = subprocess.Popen([self.s["bins"]["fuse"], "--socket", self.head_socket, "--volume", volume, "-f",
+                              self.mount_path], stdout=log, stderr=log, start_new_session=True)
+        self.s["fuse_pid"] = p.pid
+        deadline = time.monotonic() + MOUNT_TIMEOUT_S
+        while not is_mounted(self.mount_path):
+            if p.poll() is not None:
+                raise RuntimeError("nasgw-fuse exited (%s); see %s.log" % (p.returncode, self.mount_path))
+            if time.monotonic() > deadline:
+                p.kill()
+                raise RuntimeError("nasgw-fuse did not mount within %ds" % MOUNT_TIMEOUT_S)
+            time.sleep(0.05)  # polling /proc/mounts: the mount has no event to wait on
+        self.save()
+
+    def unmount(self):
+        if is_mounted(self.mount_path):
+            sh(["fusermount3", "-u", self.mount_path], check=False)
+        if self.s["fuse_pid"]:
+            if not wait_exit(self.s["fuse_pid"], 60):
+                raise RuntimeError("nasgw-fuse pid %d did not exit" % self.s["fuse_pid"])
+            self.s["fuse_pid"] = None
+            self.save()
+
+    # ---- whole node
+    def kill(self):
+        """The controller dies: nasgwd and the head are SIGKILLed."""
+        for key in ("daemon_pid", "fuse_pid"):
+            pid = self.s[key]
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                wait_exit(pid, 30)
+                self.s[key] = None
+        sh(["fusermount3", "-u", "-z", self.mount_path], check=False)
+        self.save()
+
+    def fsck(self):
+        """Checks the reserve while nasgwd is stopped; raises with findings."""
+        fsck = self.s["bins"].get("fsck")
+        if not fsck:
+            return
+        cmd = [fsck, "--initiator", "iqn.2026-11.org.nasgw:fsck-%d" % os.getpid()]
+        for u in self.s["urls"]:
+            cmd += ["--lun", u]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if p.returncode != 0:
+            raise RuntimeError("nasgw-fsck exit %d:\n%s%s" % (p.returncode, p.stdout[-3000:], p.stderr[-2000:]))
+
+    def remount(self):
+        """Clean stop of head and daemon, fsck, start again (new initiator)."""
+        self.unmount()
+        self.stop()
+        self.fsck()
+        self.start()
+        self.mount()
+
+    def close(self):
+        try:
+            self.unmount()
+        except Exception:
+            pass
+        try:
+            self.stop(timeout=30)
+        except Exception:
+            pass
+        self.kill()
+        sh([SANLAB, "stop", self.s["lab"]], check=False)
+        if os.path.isdir(self.mount_path) and not is_mounted(self.mount_path):
+            shutil.rmtree(self.mount_path, ignore_errors=True)
+        for p in (self.mount_path + ".log",):
+            if os.path.exists(p):
+                os.remove(p)
+        if os.environ.get("NASGW_KEEP_LOGS") is None:
+            shutil.rmtree(self.s["dir"], ignore_errors=True)
+        if self.state_file and os.path.exists(self.state_file):
+            os.remove(self.state_file)
