@@ -4,6 +4,7 @@
 #   make release  Release build (benchmarks)
 #   make bench    Release build, then the block benchmark against a lab LUN
 #   make tsan     ThreadSanitizer build and every test under it
+#   make fuzz     the head-protocol decoder under libFuzzer (clang), for FUZZ_SECONDS
 #   make format   clang-format the tree
 
 SHELL := /bin/bash
@@ -11,9 +12,11 @@ JOBS ?= 2
 DEBUG_DIR ?= build/debug
 RELEASE_DIR ?= build/release
 TSAN_DIR ?= build/tsan
+FUZZ_DIR ?= build/fuzz
+FUZZ_SECONDS ?= 30
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
 
-.PHONY: deps build release tsan test unit bench format clean lab-gc
+.PHONY: deps build release tsan fuzz test unit bench format clean lab-gc
 
 deps:
 	@bash deploy/install-deps.sh
@@ -42,11 +45,23 @@ tsan: deps $(TSAN_DIR)/CMakeCache.txt lab-gc
 	cmake --build $(TSAN_DIR) -j$(JOBS)
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest -j1 --output-on-failure --timeout 600 -R '$(TSAN_TESTS)'
 
+$(FUZZ_DIR)/CMakeCache.txt:
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) $(GEN) -DCMAKE_BUILD_TYPE=Debug -DNASGW_FUZZ=ON
+
+# A bounded libFuzzer run over the head-protocol decoders (ASan+UBSan). The
+# corpus it grows is kept in the build tree between runs.
+fuzz: deps $(FUZZ_DIR)/CMakeCache.txt
+	cmake --build $(FUZZ_DIR) --target proto_head_fuzz -j$(JOBS)
+	mkdir -p $(FUZZ_DIR)/corpus
+	$(FUZZ_DIR)/proto/proto_head_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  -print_final_stats=1 $(FUZZ_DIR)/corpus
+
 # Unit tests in parallel, then the lab integration tests one at a time (they
 # start tgtd targets and namespaces and are timing-sensitive on two cores).
 test: build lab-gc
 	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure --timeout 300
 	cd $(DEBUG_DIR) && ctest -L integration --output-on-failure --timeout 600
+	$(MAKE) fuzz
 	$(MAKE) tsan
 
 unit: build
