@@ -66,7 +66,10 @@ struct Config {
   std::vector<std::string> LunUrlsWithChap() const;
 };
 
-// Parses and validates TOML text. `origin` names the file in messages.
+// Parses and validates TOML text. `origin` names the file in messages. Files
+// the config names are checked too (chap_secret_file is read; tls_* must be
+// readable). Every problem found is reported, "; "-separated, in one
+// InvalidArgument; syntax errors as "<origin>:<line>:<column>: ...".
 Result<Config> ParseConfig(const std::string& text, const std::string& origin = "config");
 // Reads and parses a file (NotFound / PermissionDenied naming the path).
 Result<Config> LoadConfig(const std::string& path);
