@@ -8,6 +8,10 @@
 // not start when a configured LUN cannot be reached at all: that is a
 // configuration error.
 //
+// Node-local state: <state_dir>/luns lists the LUNs added at run time (one
+// URL a line, as given, so it may hold a CHAP secret: the directory is 0700
+// and the file 0600), rewritten atomically (temp file, fsync, rename).
+//
 // Thread-safety: all methods may be called concurrently. Format and AddLun
 // are serialised with each other; the domain pointer handed to heads stays
 // valid until Shutdown().
@@ -34,19 +38,19 @@ enum class ReserveState { kUnformatted, kOnline, kFailed };
 const char* ReserveStateName(ReserveState s);
 
 struct LunStatus {
-  uint32_t index = 0;          // member index in the reserve (order of AddLun)
-  std::string url;             // without the CHAP secret
-  std::string serial;          // SCSI unit serial / identity
+  uint32_t index = 0;  // member index in the reserve (order of AddLun)
+  std::string url;     // without the CHAP secret
+  std::string serial;  // SCSI unit serial / identity
   uint64_t size_bytes = 0;
-  uint32_t ag_count = 0;       // allocation groups on this LUN
-  bool healthy = false;        // at least one path up
+  uint32_t ag_count = 0;  // allocation groups on this LUN
+  bool healthy = false;   // at least one path up
   uint32_t paths_up = 0, paths_total = 0;
   block::BlockStats stats;
 };
 
 struct ReserveStatus {
   ReserveState state = ReserveState::kUnformatted;
-  std::string reason;          // why kFailed / kUnformatted
+  std::string reason;  // why kFailed / kUnformatted
   std::string name;
   std::string uuid;
   uint64_t ag_bytes = 0;
@@ -72,9 +76,13 @@ using LunOpener = std::function<Result<std::shared_ptr<block::BlockDevice>>(cons
 
 class Node {
  public:
-  // Opens every configured LUN (fails naming the first unreachable one), then
-  // the reserve and its domain if there is one.
-  static Result<std::unique_ptr<Node>> Start(const Config& config, LunOpener opener = {});
+  // Opens every configured LUN and every LUN remembered in
+  // <state_dir>/luns (fails naming the first unreachable one, without its
+  // secret), then the reserve and its domain if there is one. `opener`
+  // defaults to IscsiDevice::Open with the config's [reserve] settings;
+  // `domain_options` lets tests run with tiny limits.
+  static Result<std::unique_ptr<Node>> Start(const Config& config, LunOpener opener = {},
+                                             const fs::DomainOptions& domain_options = {});
   ~Node();
 
   const Config& config() const { return config_; }
@@ -82,12 +90,20 @@ class Node {
 
   // ---- reserve
   ReserveStatus GetReserve() const;
-  // Labels the configured LUNs as a new reserve and creates its domain.
-  // FailedPrecondition when online already (unless force) ; with force, any
-  // LUN content is overwritten.
+  // Labels the node's LUNs as a new reserve and creates its domain.
+  // `ag_bytes` 0 means fs::kAgBytesDefault. Refused with NotEmpty (base has
+  // no FailedPrecondition code; NotEmpty is the "it holds something, force
+  // destroys it" refusal) when the reserve is online, and with Exists when a
+  // LUN carries another label, unless `force`: then the online domain is
+  // closed first (Busy if heads still hold it after the drain time) and any
+  // LUN content is overwritten. On failure the state is read again from the
+  // LUNs.
   nasgw::Status FormatReserve(const std::string& name, uint64_t ag_bytes, bool force);
-  // Opens the LUN at `url`, adds it to the reserve and grows the domain onto
-  // it. Remembered in <state_dir>/luns so the next start opens it too.
+  // Opens the LUN at `url` (the configured CHAP credentials are added when
+  // the URL has none), adds it to the reserve and grows the domain onto it.
+  // Remembered in <state_dir>/luns (written before the add, removed again if
+  // the add fails) so the next start opens it too; a remembered LUN that
+  // carries no label at start (a crash between the two) is left out.
   Result<LunStatus> AddLun(const std::string& url, bool force);
 
   // ---- volumes (Unavailable unless the reserve is online)
@@ -101,7 +117,8 @@ class Node {
   // flight keeps it alive through a concurrent Shutdown.
   std::shared_ptr<fs::Domain> domain() const;
 
-  // Flushes and closes the domain and the reserve. Idempotent.
+  // Flushes and closes the domain and the reserve, and closes the LUNs. The
+  // state then reads kFailed, "shut down". Idempotent.
   void Shutdown();
 
   // Head server statistics feed NodeStatus.
@@ -110,14 +127,22 @@ class Node {
 
  private:
   Node() = default;
-  nasgw::Status OpenReserveLocked();
+  // Reads the state from the LUNs: sets reserve_, domain_, state_, reason_.
+  // REQUIRES: mu_ held exclusively.
+  void OpenReserveLocked();
+  // LUN status for member `index` of the reserve (or device position when
+  // not online). REQUIRES: mu_ held.
+  LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& dev) const;
+  Result<std::shared_ptr<fs::Domain>> OnlineDomain() const;
 
   Config config_;
   LunOpener opener_;
+  fs::DomainOptions domain_options_;
   int64_t started_unix_ = 0;
   mutable std::mutex admin_mu_;  // Format, AddLun; taken before mu_
   mutable std::shared_mutex mu_;
-  std::vector<std::string> urls_;                             // GUARDED_BY(mu_), configured + added
+  std::vector<std::string> added_urls_;  // GUARDED_BY(admin_mu_): <state_dir>/luns, as given
+  std::vector<std::string> urls_;        // GUARDED_BY(mu_), configured + added, as opened (may hold secrets)
   std::vector<std::shared_ptr<block::BlockDevice>> devices_;  // GUARDED_BY(mu_), same order as urls_
   std::shared_ptr<fs::Reserve> reserve_;                      // GUARDED_BY(mu_)
   std::shared_ptr<fs::Domain> domain_;                        // GUARDED_BY(mu_)

@@ -671,13 +671,18 @@ uint64_t Domain::txg() const {
 
 namespace {
 VolumeInfo Info(uint32_t id, const VolumeRec& v) { return {id, v.name, v.record_bytes, v.files, v.bytes}; }
+
+Status CheckRecordBytes(uint32_t record_bytes) {
+  if (record_bytes < kRecordBytesMin || record_bytes > kRecordBytesMax || (record_bytes & (record_bytes - 1))) {
+    return Status::InvalidArgument("record size must be a power of two from 4 KiB to 1 MiB");
+  }
+  return Status();
+}
 }  // namespace
 
 Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record_bytes) {
   NASGW_RETURN_IF_ERROR(CheckName(name));
-  if (record_bytes < kRecordBytesMin || record_bytes > kRecordBytesMax || (record_bytes & (record_bytes - 1))) {
-    return Status::InvalidArgument("record size must be a power of two from 4 KiB to 1 MiB");
-  }
+  NASGW_RETURN_IF_ERROR(CheckRecordBytes(record_bytes));
   std::unique_lock<std::shared_mutex> lock(impl_->mu);
   if (impl_->store->Get(VolNameKey(name)).ok()) return Status::Exists("volume '" + name + "' exists");
   const uint32_t id = impl_->rec.next_volume++;
@@ -723,6 +728,35 @@ std::vector<VolumeInfo> Domain::ListVolumes() {
        })
       .IgnoreError();
   return out;
+}
+
+Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes) {
+  NASGW_RETURN_IF_ERROR(CheckRecordBytes(record_bytes));
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  auto idb = impl_->store->Get(VolNameKey(name));
+  if (!idb.ok()) return Status::NotFound("no volume '" + name + "'");
+  const uint32_t id = static_cast<uint32_t>(GetBE64(std::string(4, '\0') + *idb, 0));
+  auto v = impl_->LoadVolume(id);
+  if (!v.ok()) return v.status();
+  if (v->record_bytes == record_bytes) return Info(id, *v);
+  // Record r of a file covers [r*rs, (r+1)*rs): a new size would reinterpret
+  // every extent map. The byte counter is the extent maps' sum; the scan
+  // makes sure even if a counter were off.
+  bool has_extents = false;
+  const std::string p = Prefix('E', id);
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view, std::string_view) {
+    has_extents = true;
+    return false;
+  }));
+  if (v->bytes > 0 || has_extents) {
+    return Status(Code::kNotEmpty,
+                  "volume '" + name + "' holds data; the record size can only change while it is empty");
+  }
+  v->record_bytes = record_bytes;
+  Impl::Txn t;
+  t.batch.Put(VolKey(id), EncodeVolume(*v));
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return Info(id, *v);
 }
 
 Status Domain::DeleteVolume(const std::string& name, bool force) {

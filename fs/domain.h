@@ -132,6 +132,11 @@ class Domain {
   Result<VolumeInfo> CreateVolume(const std::string& name, uint32_t record_bytes = kRecordBytesDefault);
   Result<VolumeInfo> FindVolume(const std::string& name);
   std::vector<VolumeInfo> ListVolumes();
+  // Changes a volume's record size (a power of two in [kRecordBytesMin,
+  // kRecordBytesMax]). Files' extent maps are keyed by record index, so the
+  // size can change only while the volume holds no data: NotEmpty otherwise
+  // (files without data, and directories, may exist).
+  Result<VolumeInfo> SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes);
   Status DeleteVolume(const std::string& name, bool force);
 
   // ---- names

@@ -350,5 +350,41 @@ TEST_F(DomainTest, VolumesAreSeparateAndDeleteNeedsForce) {
   EXPECT_EQ(dom_->FindVolume("vol1")->record_bytes, 16u << 10);
 }
 
+TEST_F(DomainTest, RecordSizeChangesOnlyWhileTheVolumeHoldsNoData) {
+  Build();
+  auto v = dom_->CreateVolume("rs");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(dom_->SetVolumeRecordBytes("rs", 3000).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->SetVolumeRecordBytes("rs", kRecordBytesMin / 2).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->SetVolumeRecordBytes("rs", kRecordBytesMax * 2).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->SetVolumeRecordBytes("nope", 64 << 10).status().code(), Code::kNotFound);
+  // Names and empty files hold no data: still allowed.
+  auto f = dom_->Create(v->id, kRootIno, "empty", FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(f.ok());
+  auto changed = dom_->SetVolumeRecordBytes("rs", 64 << 10);
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  EXPECT_EQ(changed->record_bytes, 64u << 10);
+  EXPECT_EQ(dom_->FindVolume("rs")->record_bytes, 64u << 10);
+  // With data it is refused and nothing changes; the data reads back intact.
+  const std::string data(100 << 10, 'x');
+  ASSERT_TRUE(dom_->Write(v->id, f->ino, 0, data.data(), data.size()).ok());
+  auto refused = dom_->SetVolumeRecordBytes("rs", 4 << 10);
+  EXPECT_EQ(refused.status().code(), Code::kNotEmpty);
+  EXPECT_NE(refused.status().message().find("holds data"), std::string_view::npos) << refused.status().ToString();
+  EXPECT_TRUE(dom_->SetVolumeRecordBytes("rs", 64 << 10).ok()) << "the same size is no change";
+  Reopen();
+  EXPECT_EQ(dom_->FindVolume("rs")->record_bytes, 64u << 10);
+  std::string back(data.size(), 0);
+  auto n = dom_->Read(v->id, f->ino, 0, back.size(), back.data());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(back, data);
+  // Once the data is gone the size may change again.
+  ASSERT_TRUE(dom_->Unlink(v->id, kRootIno, "empty").ok());
+  EXPECT_TRUE(dom_->SetVolumeRecordBytes("rs", 1 << 20).ok());
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
 }  // namespace
 }  // namespace nasgw::fs

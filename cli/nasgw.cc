@@ -1,0 +1,929 @@
+// nasgw: the admin CLI. Every subcommand is one call of the admin API
+// (proto/admin.proto) to nasgwd, over its Unix socket or over TCP with TLS.
+// It holds no logic of its own beyond parsing, printing and exit codes.
+//
+// Exit codes (also in --help):
+//   0  ok
+//   1  the operation failed on the server (message on stderr: "nasgw: <message>")
+//   2  usage error (bad command, option or value)
+//   3  nasgwd unreachable (socket/server named; TLS handshake failures too)
+//   4  not found
+//   5  already exists
+//   6  refused (a precondition: e.g. deleting a non-empty volume needs --force)
+// Errors are one line on stderr; with --json, stdout also gets one object
+// {"error": {"code": ..., "message": ...}}.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proto/admin.grpc.pb.h"
+
+#include <grpcpp/grpcpp.h>
+
+namespace {
+
+namespace pb = ::nasgw::admin::v1;
+using nlohmann::json;
+
+enum Exit : int {
+  kExitOk = 0,
+  kExitFailed = 1,
+  kExitUsage = 2,
+  kExitUnreachable = 3,
+  kExitNotFound = 4,
+  kExitExists = 5,
+  kExitRefused = 6,
+};
+
+constexpr const char* kDefaultSocket = "/run/nasgw/admin.sock";
+
+const char* kMainHelp = R"(usage: nasgw [global options] <command> [options]
+
+Manage a nasgw node through nasgwd's admin API.
+
+commands:
+  node status                        the node: name, version, uptime, reserve state
+  reserve status                     the reserve: state, capacity, free space
+  reserve luns                       the reserve's LUNs: size, groups, health, paths, I/O
+  reserve format --name NAME [--ag-size SIZE] [--force]
+                                     label the node's LUNs as a new reserve
+  reserve add-lun URL [--force]      add a LUN to the online reserve (grows it)
+  volume list                        the NAS volumes
+  volume show NAME                   one volume
+  volume create NAME [--record-size SIZE]
+  volume set NAME --record-size SIZE (only while the volume holds no data)
+  volume delete NAME [--force]       --force deletes a volume that holds files
+  stats                              per-LUN I/O: operations, bytes, latency p50/p99
+
+global options:
+  --socket PATH      nasgwd's admin socket (default $NASGW_ADMIN_SOCKET or /run/nasgw/admin.sock)
+  --server HOST:PORT reach nasgwd over TCP with TLS instead
+  --tls-ca FILE      CA bundle that signed the server's certificate
+  --tls-cert FILE    client certificate (when nasgwd requires one), with --tls-key FILE
+  --json             print one JSON object on stdout instead of tables
+  --timeout SECONDS  give up after this long (default 30)
+  -h, --help         help; also after any command: nasgw volume create --help
+
+SIZE takes a suffix: 4K, 128K, 1M, 1G (powers of 1024).
+
+exit codes:
+  0 ok                      4 not found
+  1 failed on the server    5 already exists
+  2 usage error             6 refused (e.g. needs --force)
+  3 nasgwd unreachable
+)";
+
+struct CommandSpec {
+  std::string group, verb;
+  size_t positionals;               // required positional arguments
+  std::vector<std::string> flags;   // boolean options
+  std::vector<std::string> valued;  // options taking a value
+  std::string usage;
+};
+
+const std::vector<CommandSpec>& Commands() {
+  static const std::vector<CommandSpec> specs = {
+      {"node",
+       "status",
+       0,
+       {},
+       {},
+       "usage: nasgw node status\n\nThe node: name, version, uptime, reserve state, head activity.\n"},
+      {"reserve",
+       "status",
+       0,
+       {},
+       {},
+       "usage: nasgw reserve status\n\nThe reserve's state (and why it is not online), name, uuid, capacity and free "
+       "space.\n"},
+      {"reserve",
+       "luns",
+       0,
+       {},
+       {},
+       "usage: nasgw reserve luns\n\nThe reserve's LUNs: URL (never the CHAP secret), serial, size, allocation groups, "
+       "health, paths, I/O.\n"},
+      {"reserve",
+       "format",
+       0,
+       {"--force"},
+       {"--name", "--ag-size"},
+       "usage: nasgw reserve format --name NAME [--ag-size SIZE] [--force]\n\n"
+       "Labels the node's LUNs as a new reserve named NAME and creates its domain.\n"
+       "  --name NAME     1-63 characters: letters, digits, '.', '_', '-'\n"
+       "  --ag-size SIZE  allocation group size, a power of two from 1M to 64G (default 1G)\n"
+       "  --force         format over an existing reserve or labelled LUNs: destroys every volume on them\n"},
+      {"reserve",
+       "add-lun",
+       1,
+       {"--force"},
+       {},
+       "usage: nasgw reserve add-lun URL [--force]\n\n"
+       "Adds the LUN at URL (iscsi://[user%password@]host[:port]/target-iqn/lun) to the online\n"
+       "reserve and grows the file system onto it. nasgwd remembers it across restarts.\n"
+       "  --force  overwrite a LUN that carries a nasgw label\n"},
+      {"volume",
+       "list",
+       0,
+       {},
+       {},
+       "usage: nasgw volume list\n\nThe NAS volumes: name, id, record size, files, bytes used.\n"},
+      {"volume", "show", 1, {}, {}, "usage: nasgw volume show NAME\n\nOne NAS volume.\n"},
+      {"volume",
+       "create",
+       1,
+       {},
+       {"--record-size"},
+       "usage: nasgw volume create NAME [--record-size SIZE]\n\n"
+       "Creates a NAS volume (served as /NAME).\n"
+       "  --record-size SIZE  a power of two from 4K to 1M (default 128K)\n"},
+      {"volume",
+       "set",
+       1,
+       {},
+       {"--record-size"},
+       "usage: nasgw volume set NAME --record-size SIZE\n\n"
+       "Changes a volume's settings.\n"
+       "  --record-size SIZE  a power of two from 4K to 1M; only while the volume holds no data\n"},
+      {"volume",
+       "delete",
+       1,
+       {"--force"},
+       {},
+       "usage: nasgw volume delete NAME [--force]\n\n"
+       "Deletes a NAS volume.\n"
+       "  --force  delete it even though it holds files (they are lost)\n"},
+      {"stats",
+       "",
+       0,
+       {},
+       {},
+       "usage: nasgw stats\n\nPer-LUN I/O: operations, bytes, latency p50/p99, retries, timeouts.\n"},
+  };
+  return specs;
+}
+
+std::string GroupHelp(const std::string& group) {
+  std::string s = "usage: nasgw " + group + " <command>\n\ncommands:\n";
+  for (const auto& c : Commands()) {
+    if (c.group == group) s += "  " + c.usage.substr(7, c.usage.find('\n') - 7) + "\n";
+  }
+  s += "\nSee nasgw --help for global options and exit codes.\n";
+  return s;
+}
+
+// ---- errors
+
+struct Failure {
+  int exit_code;
+  std::string message;
+  std::string code;  // for --json
+};
+
+bool g_json = false;
+
+int Fail(const Failure& f) {
+  std::cerr << "nasgw: " << f.message << "\n";
+  if (g_json) std::cout << json{{"error", {{"code", f.code}, {"message", f.message}}}}.dump(2) << "\n";
+  return f.exit_code;
+}
+
+int Usage(const std::string& message, const std::string& help_hint) {
+  return Fail({kExitUsage, message + " (see " + help_hint + " --help)", "USAGE"});
+}
+
+// ---- sizes
+
+std::optional<uint64_t> ParseSize(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  size_t pos = 0;
+  uint64_t v = 0;
+  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+    if (v > (UINT64_MAX - 9) / 10) return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(text[pos] - '0');
+    pos++;
+  }
+  if (pos == 0) return std::nullopt;
+  std::string suffix = text.substr(pos);
+  for (auto& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (suffix == "IB" || suffix == "B") suffix.clear();
+  if (suffix.size() == 3 && suffix.substr(1) == "IB") suffix = suffix.substr(0, 1);
+  if (suffix.size() == 2 && suffix[1] == 'B') suffix = suffix.substr(0, 1);
+  int shift = 0;
+  if (suffix.empty())
+    shift = 0;
+  else if (suffix == "K")
+    shift = 10;
+  else if (suffix == "M")
+    shift = 20;
+  else if (suffix == "G")
+    shift = 30;
+  else if (suffix == "T")
+    shift = 40;
+  else
+    return std::nullopt;
+  if (shift && v > (UINT64_MAX >> shift)) return std::nullopt;
+  return v << shift;
+}
+
+std::string HumanBytes(uint64_t b) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  double v = static_cast<double>(b);
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    u++;
+  }
+  char buf[32];
+  if (u == 0)
+    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(b));
+  else if (v == std::floor(v))
+    std::snprintf(buf, sizeof(buf), "%.0f %s", v, kUnits[u]);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string HumanCount(uint64_t n) {
+  char buf[32];
+  if (n < 10'000)
+    std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(n));
+  else if (n < 10'000'000)
+    std::snprintf(buf, sizeof(buf), "%.1fk", static_cast<double>(n) / 1e3);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1fM", static_cast<double>(n) / 1e6);
+  return buf;
+}
+
+std::string HumanUs(uint64_t us) {
+  char buf[32];
+  if (us < 1000)
+    std::snprintf(buf, sizeof(buf), "%lluus", static_cast<unsigned long long>(us));
+  else if (us < 1'000'000)
+    std::snprintf(buf, sizeof(buf), "%.1fms", static_cast<double>(us) / 1e3);
+  else
+    std::snprintf(buf, sizeof(buf), "%.2fs", static_cast<double>(us) / 1e6);
+  return buf;
+}
+
+std::string HumanDuration(uint64_t s) {
+  std::string out;
+  if (s >= 86400) out += std::to_string(s / 86400) + "d ";
+  if (s >= 3600) out += std::to_string(s % 86400 / 3600) + "h ";
+  if (s >= 60) out += std::to_string(s % 3600 / 60) + "m ";
+  out += std::to_string(s % 60) + "s";
+  return out;
+}
+
+// ---- tables
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // Columns in `right` are right-aligned (numbers).
+  void Print(const std::set<size_t>& right = {}) const {
+    std::vector<size_t> w;
+    for (const auto& r : rows_) {
+      for (size_t i = 0; i < r.size(); i++) {
+        if (w.size() <= i) w.push_back(0);
+        w[i] = std::max(w[i], r[i].size());
+      }
+    }
+    for (const auto& r : rows_) {
+      std::string line;
+      for (size_t i = 0; i < r.size(); i++) {
+        const std::string pad(w[i] - r[i].size(), ' ');
+        const bool last = i + 1 == r.size();
+        line += right.count(i) ? pad + r[i] : (last ? r[i] : r[i] + pad);
+        if (!last) line += "  ";
+      }
+      std::cout << line << "\n";
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+void PrintPairs(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  size_t w = 0;
+  for (const auto& [k, v] : pairs) w = std::max(w, k.size());
+  for (const auto& [k, v] : pairs) std::cout << k << std::string(w - k.size() + 2, ' ') << v << "\n";
+}
+
+// ---- messages to JSON (numbers stay numbers; proto3's JSON mapping would
+// make every 64-bit counter a string)
+
+std::string StateName(pb::ReserveState s) {
+  switch (s) {
+    case pb::RESERVE_STATE_UNFORMATTED:
+      return "unformatted";
+    case pb::RESERVE_STATE_ONLINE:
+      return "online";
+    case pb::RESERVE_STATE_FAILED:
+      return "failed";
+    default:
+      return "unknown";
+  }
+}
+
+json ToJson(const pb::Node& n) {
+  return {{"name", n.name()},
+          {"version", n.version()},
+          {"started_unix", n.started_unix()},
+          {"uptime_seconds", n.uptime_seconds()},
+          {"reserve_state", StateName(n.reserve_state())},
+          {"head_connections", n.head_connections()},
+          {"head_requests", n.head_requests()}};
+}
+
+json ToJson(const pb::OpStats& s) {
+  return {{"ops", s.ops()},
+          {"bytes", s.bytes()},
+          {"errors", s.errors()},
+          {"latency_p50_us", s.latency_p50_us()},
+          {"latency_p99_us", s.latency_p99_us()},
+          {"latency_max_us", s.latency_max_us()},
+          {"latency_mean_us", s.latency_mean_us()}};
+}
+
+json ToJson(const pb::LunIo& io) {
+  return {{"read", ToJson(io.read())},   {"write", ToJson(io.write())}, {"other", ToJson(io.other())},
+          {"in_flight", io.in_flight()}, {"queued", io.queued()},       {"retries", io.retries()},
+          {"timeouts", io.timeouts()}};
+}
+
+json ToJson(const pb::Lun& l) {
+  json paths = json::array();
+  for (const auto& p : l.paths()) {
+    paths.push_back({{"portal", p.portal()},
+                     {"up", p.up()},
+                     {"ops", p.ops()},
+                     {"failures", p.failures()},
+                     {"last_error", p.last_error()}});
+  }
+  return {{"index", l.index()},
+          {"url", l.url()},
+          {"serial", l.serial()},
+          {"size_bytes", l.size_bytes()},
+          {"allocation_groups", l.allocation_groups()},
+          {"healthy", l.healthy()},
+          {"paths_up", l.paths_up()},
+          {"paths_total", l.paths_total()},
+          {"io", ToJson(l.io())},
+          {"paths", paths}};
+}
+
+json ToJson(const pb::Reserve& r) {
+  json luns = json::array();
+  for (const auto& l : r.luns()) luns.push_back(ToJson(l));
+  return {{"state", StateName(r.state())},
+          {"reason", r.reason()},
+          {"name", r.name()},
+          {"uuid", r.uuid()},
+          {"ag_bytes", r.ag_bytes()},
+          {"capacity_bytes", r.capacity_bytes()},
+          {"free_bytes", r.free_bytes()},
+          {"files", r.files()},
+          {"generation", r.generation()},
+          {"luns", luns}};
+}
+
+json ToJson(const pb::Volume& v) {
+  return {{"id", v.id()},
+          {"name", v.name()},
+          {"record_bytes", v.record_bytes()},
+          {"files", v.files()},
+          {"bytes", v.bytes()}};
+}
+
+void PrintJson(const json& j) {
+  std::cout << j.dump(2) << "\n";
+}
+
+// ---- human output
+
+void PrintReserve(const pb::Reserve& r) {
+  std::vector<std::pair<std::string, std::string>> p;
+  p.push_back({"state", StateName(r.state())});
+  if (!r.reason().empty()) p.push_back({"reason", r.reason()});
+  if (r.state() == pb::RESERVE_STATE_ONLINE) {
+    p.push_back({"name", r.name()});
+    p.push_back({"uuid", r.uuid()});
+    p.push_back({"capacity", HumanBytes(r.capacity_bytes())});
+    const double pct = r.capacity_bytes()
+                           ? 100.0 * static_cast<double>(r.free_bytes()) / static_cast<double>(r.capacity_bytes())
+                           : 0.0;
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%s (%.0f%%)", HumanBytes(r.free_bytes()).c_str(), pct);
+    p.push_back({"free", buf});
+    p.push_back({"files", std::to_string(r.files())});
+    p.push_back({"group size", HumanBytes(r.ag_bytes())});
+    p.push_back({"generation", std::to_string(r.generation())});
+  }
+  int healthy = 0;
+  for (const auto& l : r.luns()) healthy += l.healthy() ? 1 : 0;
+  p.push_back({"luns", std::to_string(r.luns_size()) + " (" + std::to_string(healthy) + " healthy)"});
+  PrintPairs(p);
+}
+
+void PrintLuns(const pb::Reserve& r) {
+  Table t({"#", "URL", "SERIAL", "SIZE", "GROUPS", "HEALTH", "PATHS", "READS", "WRITES", "ERRORS"});
+  for (const auto& l : r.luns()) {
+    const auto& io = l.io();
+    t.Add({std::to_string(l.index()), l.url(), l.serial().empty() ? "-" : l.serial(), HumanBytes(l.size_bytes()),
+           std::to_string(l.allocation_groups()), l.healthy() ? "ok" : "DOWN",
+           std::to_string(l.paths_up()) + "/" + std::to_string(l.paths_total()), HumanCount(io.read().ops()),
+           HumanCount(io.write().ops()),
+           std::to_string(io.read().errors() + io.write().errors() + io.other().errors())});
+  }
+  t.Print({0, 3, 4, 7, 8, 9});
+}
+
+void PrintVolume(const pb::Volume& v) {
+  PrintPairs({{"name", v.name()},
+              {"id", std::to_string(v.id())},
+              {"record size", HumanBytes(v.record_bytes())},
+              {"files", std::to_string(v.files())},
+              {"used", HumanBytes(v.bytes())}});
+}
+
+// ---- the connection
+
+struct Options {
+  std::string socket;
+  std::string server;
+  std::string tls_ca, tls_cert, tls_key;
+  double timeout_s = 30;
+};
+
+std::string Endpoint(const Options& o) {
+  return o.server.empty() ? "unix:" + o.socket : o.server;
+}
+
+Failure ReadPem(const std::string& path, const char* what, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {kExitUsage, std::string("cannot read ") + what + " " + path, "USAGE"};
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return {kExitOk, "", ""};
+}
+
+class Client {
+ public:
+  // Connects (within the timeout); a failure is exit 3 naming the endpoint.
+  static std::optional<Failure> Connect(const Options& o, std::unique_ptr<Client>* out) {
+    std::shared_ptr<grpc::ChannelCredentials> creds;
+    if (o.server.empty()) {
+      creds = grpc::InsecureChannelCredentials();
+      if (::access(o.socket.c_str(), F_OK) != 0) {
+        return Failure{kExitUnreachable,
+                       "cannot reach nasgwd: no socket at " + o.socket +
+                           " (is nasgwd running? check 'systemctl status nasgwd', or pass --socket PATH)",
+                       "UNREACHABLE"};
+      }
+    } else {
+      grpc::SslCredentialsOptions tls;
+      if (!o.tls_ca.empty()) {
+        if (auto f = ReadPem(o.tls_ca, "--tls-ca", &tls.pem_root_certs); f.exit_code) return f;
+      }
+      if (!o.tls_cert.empty()) {
+        if (auto f = ReadPem(o.tls_cert, "--tls-cert", &tls.pem_cert_chain); f.exit_code) return f;
+        if (auto f = ReadPem(o.tls_key, "--tls-key", &tls.pem_private_key); f.exit_code) return f;
+      }
+      creds = grpc::SslCredentials(tls);
+    }
+    grpc::ChannelArguments args;
+    // Fail fast: one connection attempt, then report (the CLI is not a daemon).
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    auto channel = grpc::CreateCustomChannel(Endpoint(o), creds, args);
+    const auto deadline =
+        std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+    grpc_connectivity_state state = channel->GetState(true);
+    while (state != GRPC_CHANNEL_READY) {
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN ||
+          !channel->WaitForStateChange(state, deadline)) {
+        const bool timed_out = state != GRPC_CHANNEL_TRANSIENT_FAILURE && state != GRPC_CHANNEL_SHUTDOWN;
+        std::string m = "cannot reach nasgwd at " + Endpoint(o) + (timed_out ? ": no answer within the timeout" : "");
+        if (o.server.empty()) {
+          m += " (is nasgwd running? check 'systemctl status nasgwd', or pass --socket PATH)";
+        } else {
+          m += " (is nasgwd running with admin.tcp set? a TLS handshake failure also ends here: check --tls-ca, "
+               "--tls-cert and --tls-key against the server's certificate and client CA)";
+        }
+        return Failure{kExitUnreachable, m, "UNREACHABLE"};
+      }
+      state = channel->GetState(true);
+    }
+    out->reset(new Client(pb::Admin::NewStub(channel), o));
+    return std::nullopt;
+  }
+
+  template <typename Req, typename Resp>
+  std::optional<Failure> Call(grpc::Status (pb::Admin::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+                              const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000)));
+    grpc::Status s = (stub_.get()->*method)(&ctx, req, resp);
+    if (s.ok()) return std::nullopt;
+    return FromGrpc(s);
+  }
+
+ private:
+  Client(std::unique_ptr<pb::Admin::Stub> stub, const Options& o) : stub_(std::move(stub)), options_(o) {}
+
+  Failure FromGrpc(const grpc::Status& s) const {
+    std::string m = s.error_message();
+    switch (s.error_code()) {
+      case grpc::StatusCode::NOT_FOUND:
+        return {kExitNotFound, m, "NOT_FOUND"};
+      case grpc::StatusCode::ALREADY_EXISTS:
+        return {kExitExists, m, "ALREADY_EXISTS"};
+      case grpc::StatusCode::FAILED_PRECONDITION:
+        return {kExitRefused, m, "FAILED_PRECONDITION"};
+      case grpc::StatusCode::INVALID_ARGUMENT:
+        return {kExitUsage, m, "INVALID_ARGUMENT"};
+      case grpc::StatusCode::DEADLINE_EXCEEDED: {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), "no answer from nasgwd within %gs (--timeout)", options_.timeout_s);
+        return {kExitFailed, buf, "DEADLINE_EXCEEDED"};
+      }
+      case grpc::StatusCode::UNAVAILABLE:
+        return {kExitFailed, m, "UNAVAILABLE"};
+      case grpc::StatusCode::RESOURCE_EXHAUSTED:
+        return {kExitFailed, m, "RESOURCE_EXHAUSTED"};
+      case grpc::StatusCode::PERMISSION_DENIED:
+        return {kExitFailed, m, "PERMISSION_DENIED"};
+      default:
+        return {kExitFailed, m.empty() ? "nasgwd failed the request" : m, "INTERNAL"};
+    }
+  }
+
+  std::unique_ptr<pb::Admin::Stub> stub_;
+  Options options_;
+};
+
+// ---- the command line
+
+struct Parsed {
+  Options options;
+  bool help = false;
+  std::vector<std::string> words;             // group, verb, positionals
+  std::map<std::string, std::string> values;  // command options with a value
+  std::set<std::string> flags;
+};
+
+const std::set<std::string> kGlobalValued = {"--socket",   "--server",  "--tls-ca",
+                                             "--tls-cert", "--tls-key", "--timeout"};
+const std::set<std::string> kCommandValued = {"--name", "--ag-size", "--record-size"};
+const std::set<std::string> kCommandFlags = {"--force"};
+
+// Returns a usage message, or "" when the arguments parse.
+std::string Parse(int argc, char** argv, Parsed* p) {
+  const char* env = std::getenv("NASGW_ADMIN_SOCKET");
+  p->options.socket = env && *env ? env : kDefaultSocket;
+  bool only_words = false;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (only_words || a.empty() || a[0] != '-' || a == "-") {
+      p->words.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      only_words = true;
+      continue;
+    }
+    if (a == "-h" || a == "--help") {
+      p->help = true;
+      continue;
+    }
+    if (a == "--json") {
+      g_json = true;
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (const size_t eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    const bool valued = kGlobalValued.count(a) || kCommandValued.count(a);
+    if (!valued && !kCommandFlags.count(a)) return "unknown option '" + a + "'";
+    if (!valued) {
+      if (has_value) return "option " + a + " takes no value";
+      p->flags.insert(a);
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) return "option " + a + " needs a value";
+      value = argv[++i];
+    }
+    if (a == "--socket")
+      p->options.socket = value;
+    else if (a == "--server")
+      p->options.server = value;
+    else if (a == "--tls-ca")
+      p->options.tls_ca = value;
+    else if (a == "--tls-cert")
+      p->options.tls_cert = value;
+    else if (a == "--tls-key")
+      p->options.tls_key = value;
+    else if (a == "--timeout") {
+      char* end = nullptr;
+      const double t = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(t > 0) || t > 86400) {
+        return "--timeout takes a number of seconds (0 < SECONDS <= 86400), not '" + value + "'";
+      }
+      p->options.timeout_s = t;
+    } else {
+      p->values[a] = value;
+    }
+  }
+  if (p->options.tls_cert.empty() != p->options.tls_key.empty()) return "--tls-cert and --tls-key go together";
+  if (p->options.server.empty() && (!p->options.tls_ca.empty() || !p->options.tls_cert.empty())) {
+    return "--tls-ca, --tls-cert and --tls-key are for --server";
+  }
+  if (p->options.socket.empty()) return "--socket is empty";
+  return "";
+}
+
+const CommandSpec* Find(const std::vector<std::string>& words) {
+  for (const auto& c : Commands()) {
+    if (words.empty() || words[0] != c.group) continue;
+    if (c.verb.empty() || (words.size() > 1 && words[1] == c.verb)) return &c;
+  }
+  return nullptr;
+}
+
+std::optional<uint64_t> SizeOption(const Parsed& p, const std::string& name, std::string* error) {
+  auto it = p.values.find(name);
+  if (it == p.values.end()) return std::nullopt;
+  auto v = ParseSize(it->second);
+  if (!v) *error = name + " takes a size such as 4K, 128K, 1M or 1G, not '" + it->second + "'";
+  return v;
+}
+
+// The hint added to a refusal that --force would override.
+std::string ForceHint(const CommandSpec& c, const std::vector<std::string>& args) {
+  if (c.group == "volume" && c.verb == "delete") {
+    return "; use --force to delete it with its files (nasgw volume delete " + args[0] + " --force)";
+  }
+  if (c.group == "reserve" && c.verb == "format") return "; use --force to format over it";
+  if (c.group == "reserve" && c.verb == "add-lun") return "; use --force to overwrite that LUN's label";
+  return "";
+}
+
+int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed& p) {
+  const std::string hint = "nasgw " + c.group + (c.verb.empty() ? "" : " " + c.verb);
+  std::string size_error;
+  const auto ag = SizeOption(p, "--ag-size", &size_error);
+  const auto rs = SizeOption(p, "--record-size", &size_error);
+  if (!size_error.empty()) return Usage(size_error, hint);
+  if (rs && *rs > UINT32_MAX) return Usage("--record-size is too large", hint);
+  if (c.verb == "format" && !p.values.count("--name")) return Usage("reserve format needs --name NAME", hint);
+  if (c.verb == "set" && !rs) return Usage("volume set needs a setting to change (--record-size SIZE)", hint);
+
+  std::unique_ptr<Client> client;
+  if (auto f = Client::Connect(p.options, &client)) return Fail(*f);
+  const bool force = p.flags.count("--force") > 0;
+
+  auto fail = [&](Failure f) {
+    if (f.exit_code == kExitRefused || (f.exit_code == kExitExists && f.message.find("force") != std::string::npos)) {
+      f.message += ForceHint(c, args);
+    }
+    return Fail(f);
+  };
+
+  if (c.group == "node") {
+    pb::GetNodeResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::GetNode, pb::GetNodeRequest(), &r)) return fail(*f);
+    if (g_json) {
+      PrintJson({{"node", ToJson(r.node())}});
+    } else {
+      const auto& n = r.node();
+      PrintPairs({{"node", n.name()},
+                  {"version", n.version()},
+                  {"uptime", HumanDuration(n.uptime_seconds())},
+                  {"reserve", StateName(n.reserve_state())},
+                  {"heads", std::to_string(n.head_connections()) + " connections, " +
+                                std::to_string(n.head_requests()) + " requests"}});
+    }
+    return kExitOk;
+  }
+  if (c.group == "reserve" && (c.verb == "status" || c.verb == "luns")) {
+    pb::GetReserveResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::GetReserve, pb::GetReserveRequest(), &r)) return fail(*f);
+    if (c.verb == "status") {
+      if (g_json)
+        PrintJson({{"reserve", ToJson(r.reserve())}});
+      else
+        PrintReserve(r.reserve());
+    } else {
+      if (g_json) {
+        json luns = json::array();
+        for (const auto& l : r.reserve().luns()) luns.push_back(ToJson(l));
+        PrintJson({{"luns", luns}});
+      } else {
+        PrintLuns(r.reserve());
+      }
+    }
+    return kExitOk;
+  }
+  if (c.verb == "format") {
+    pb::FormatReserveRequest req;
+    req.set_name(p.values.at("--name"));
+    if (ag) req.set_ag_bytes(*ag);
+    req.set_force(force);
+    pb::FormatReserveResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::FormatReserve, req, &r)) return fail(*f);
+    if (g_json) {
+      PrintJson({{"reserve", ToJson(r.reserve())}});
+    } else {
+      std::cout << "formatted reserve " << r.reserve().name() << ": " << r.reserve().luns_size() << " LUNs, "
+                << HumanBytes(r.reserve().capacity_bytes()) << "\n";
+    }
+    return kExitOk;
+  }
+  if (c.verb == "add-lun") {
+    pb::AddLunRequest req;
+    req.set_url(args[0]);
+    req.set_force(force);
+    pb::AddLunResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::AddLun, req, &r)) return fail(*f);
+    if (g_json) {
+      PrintJson({{"lun", ToJson(r.lun())}, {"reserve", ToJson(r.reserve())}});
+    } else {
+      std::cout << "added LUN " << r.lun().index() << " (" << r.lun().url() << ", " << HumanBytes(r.lun().size_bytes())
+                << "); reserve capacity now " << HumanBytes(r.reserve().capacity_bytes()) << "\n";
+    }
+    return kExitOk;
+  }
+  if (c.verb == "list") {
+    pb::ListVolumesResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::ListVolumes, pb::ListVolumesRequest(), &r)) return fail(*f);
+    if (g_json) {
+      json vols = json::array();
+      for (const auto& v : r.volumes()) vols.push_back(ToJson(v));
+      PrintJson({{"volumes", vols}});
+    } else {
+      Table t({"NAME", "ID", "RECORD", "FILES", "USED"});
+      for (const auto& v : r.volumes()) {
+        t.Add({v.name(), std::to_string(v.id()), HumanBytes(v.record_bytes()), std::to_string(v.files()),
+               HumanBytes(v.bytes())});
+      }
+      t.Print({1, 2, 3, 4});
+    }
+    return kExitOk;
+  }
+  if (c.verb == "show" || c.verb == "create" || c.verb == "set") {
+    pb::Volume v;
+    if (c.verb == "show") {
+      pb::GetVolumeRequest req;
+      req.set_name(args[0]);
+      pb::GetVolumeResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::GetVolume, req, &r)) return fail(*f);
+      v = r.volume();
+    } else if (c.verb == "create") {
+      pb::CreateVolumeRequest req;
+      req.set_name(args[0]);
+      if (rs) req.set_record_bytes(static_cast<uint32_t>(*rs));
+      pb::CreateVolumeResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::CreateVolume, req, &r)) return fail(*f);
+      v = r.volume();
+    } else {
+      pb::UpdateVolumeRequest req;
+      req.set_name(args[0]);
+      req.set_record_bytes(static_cast<uint32_t>(*rs));
+      pb::UpdateVolumeResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::UpdateVolume, req, &r)) return fail(*f);
+      v = r.volume();
+    }
+    if (g_json)
+      PrintJson({{"volume", ToJson(v)}});
+    else
+      PrintVolume(v);
+    return kExitOk;
+  }
+  if (c.verb == "delete") {
+    pb::DeleteVolumeRequest req;
+    req.set_name(args[0]);
+    req.set_force(force);
+    pb::DeleteVolumeResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::DeleteVolume, req, &r)) return fail(*f);
+    if (g_json)
+      PrintJson({{"deleted", {{"volume", args[0]}}}});
+    else
+      std::cout << "deleted volume " << args[0] << "\n";
+    return kExitOk;
+  }
+  if (c.group == "stats") {
+    pb::GetStatsResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::GetStats, pb::GetStatsRequest(), &r)) return fail(*f);
+    if (g_json) {
+      json luns = json::array();
+      for (const auto& l : r.luns()) luns.push_back({{"index", l.index()}, {"url", l.url()}, {"io", ToJson(l.io())}});
+      PrintJson({{"node", ToJson(r.node())}, {"luns", luns}});
+    } else {
+      std::cout << "node " << r.node().name() << ", up " << HumanDuration(r.node().uptime_seconds()) << ", reserve "
+                << StateName(r.node().reserve_state()) << "\n\n";
+      Table t({"#", "URL", "R-OPS", "R-BYTES", "R-P50", "R-P99", "W-OPS", "W-BYTES", "W-P50", "W-P99", "ERRORS",
+               "RETRIES", "TIMEOUTS"});
+      for (const auto& l : r.luns()) {
+        const auto& io = l.io();
+        t.Add({std::to_string(l.index()), l.url(), HumanCount(io.read().ops()), HumanBytes(io.read().bytes()),
+               HumanUs(io.read().latency_p50_us()), HumanUs(io.read().latency_p99_us()), HumanCount(io.write().ops()),
+               HumanBytes(io.write().bytes()), HumanUs(io.write().latency_p50_us()),
+               HumanUs(io.write().latency_p99_us()),
+               std::to_string(io.read().errors() + io.write().errors() + io.other().errors()),
+               std::to_string(io.retries()), std::to_string(io.timeouts())});
+      }
+      t.Print({0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+    }
+    return kExitOk;
+  }
+  return Usage("unhandled command", "nasgw");
+}
+
+int Main(int argc, char** argv) {
+  Parsed p;
+  const std::string error = Parse(argc, argv, &p);
+  const CommandSpec* c = Find(p.words);
+  if (p.help) {
+    if (c)
+      std::cout << c->usage;
+    else if (!p.words.empty() && (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "volume")) {
+      std::cout << GroupHelp(p.words[0]);
+    } else {
+      std::cout << kMainHelp;
+    }
+    return kExitOk;
+  }
+  if (!error.empty() && !c) return Usage(error, "nasgw");
+  if (p.words.empty()) {
+    std::cerr << kMainHelp;
+    return kExitUsage;
+  }
+  if (!c) {
+    const std::string& g = p.words[0];
+    if (g == "node" || g == "reserve" || g == "volume") {
+      if (p.words.size() == 1) return Usage(g + " needs a command", "nasgw " + g);
+      return Usage("unknown command '" + g + " " + p.words[1] + "'", "nasgw " + g);
+    }
+    return Usage("unknown command '" + g + "'", "nasgw");
+  }
+  const std::string hint = "nasgw " + c->group + (c->verb.empty() ? "" : " " + c->verb);
+  if (!error.empty()) return Usage(error, hint);
+  const size_t skip = c->verb.empty() ? 1 : 2;
+  std::vector<std::string> args(p.words.begin() + static_cast<std::ptrdiff_t>(skip), p.words.end());
+  if (args.size() < c->positionals) {
+    return Usage(hint + " needs " + (c->group == "volume" ? "a volume NAME" : "a URL"), hint);
+  }
+  if (args.size() > c->positionals) return Usage("unexpected argument '" + args[c->positionals] + "'", hint);
+  for (const auto& [k, v] : p.values) {
+    if (std::find(c->valued.begin(), c->valued.end(), k) == c->valued.end()) {
+      return Usage("option " + k + " does not apply to " + hint, hint);
+    }
+  }
+  for (const auto& f : p.flags) {
+    if (std::find(c->flags.begin(), c->flags.end(), f) == c->flags.end()) {
+      return Usage("option " + f + " does not apply to " + hint, hint);
+    }
+  }
+  return Run(*c, args, p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    // Never a stack trace: one line.
+    std::cerr << "nasgw: " << e.what() << "\n";
+    return kExitFailed;
+  }
+}

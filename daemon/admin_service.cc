@@ -1,0 +1,472 @@
+#include "daemon/admin_service.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "base/log.h"
+#include "block/iscsi_url.h"
+#include "fs/domain.h"
+#include "fs/label.h"
+#include "fs/reserve.h"
+#include "proto/admin.grpc.pb.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+namespace nasgw::daemon {
+
+namespace pb = ::nasgw::admin::v1;
+
+int GrpcCodeOf(Code code) {
+  switch (code) {
+    case Code::kOk:
+      return grpc::StatusCode::OK;
+    case Code::kNotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case Code::kExists:
+      return grpc::StatusCode::ALREADY_EXISTS;
+    case Code::kInvalidArgument:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    // NotEmpty is nasgw's refusal that force overrides (base has no
+    // FailedPrecondition code): a non-empty volume, an online reserve.
+    case Code::kNotEmpty:
+      return grpc::StatusCode::FAILED_PRECONDITION;
+    case Code::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    // Busy is "try again later", which is what UNAVAILABLE tells a client.
+    case Code::kBusy:
+      return grpc::StatusCode::UNAVAILABLE;
+    case Code::kNoSpace:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case Code::kPermissionDenied:
+      return grpc::StatusCode::PERMISSION_DENIED;
+    default:
+      return grpc::StatusCode::INTERNAL;
+  }
+}
+
+namespace {
+
+grpc::Status ToGrpc(const nasgw::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(GrpcCodeOf(s.code())), std::string(s.message()));
+}
+
+grpc::Status Invalid(const std::string& m) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m);
+}
+
+// ---- request checks (the same bounds as fs/, said in the client's words)
+
+bool PowerOfTwo(uint64_t v) {
+  return v != 0 && (v & (v - 1)) == 0;
+}
+
+grpc::Status CheckVolumeName(const std::string& name) {
+  // A volume is a path component (/<volume>/...): the file system's name rules.
+  if (name.empty()) return Invalid("volume name is empty");
+  if (name == "." || name == "..") return Invalid("volume name cannot be '" + name + "'");
+  if (name.size() > fs::kNameMax) {
+    return Invalid("volume name is " + std::to_string(name.size()) + " bytes; at most " + std::to_string(fs::kNameMax));
+  }
+  if (name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
+    return Invalid("volume name cannot contain '/' or NUL");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckReserveName(const std::string& name) {
+  if (name.empty()) return Invalid("reserve name is empty");
+  if (name.size() > fs::kLabelTextMax) {
+    return Invalid("reserve name is " + std::to_string(name.size()) + " bytes; at most " +
+                   std::to_string(fs::kLabelTextMax));
+  }
+  for (char c : name) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!ok) return Invalid("reserve name may hold only letters, digits, '.', '_' and '-'");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckRecordBytes(uint64_t record_bytes) {
+  if (record_bytes < fs::kRecordBytesMin || record_bytes > fs::kRecordBytesMax || !PowerOfTwo(record_bytes)) {
+    return Invalid("record size " + std::to_string(record_bytes) + " is not a power of two from " +
+                   std::to_string(fs::kRecordBytesMin >> 10) + " KiB to " + std::to_string(fs::kRecordBytesMax >> 20) +
+                   " MiB");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CheckAgBytes(uint64_t ag_bytes) {
+  if (ag_bytes == 0) return grpc::Status::OK;  // the default
+  if (ag_bytes < fs::kAgBytesMin || ag_bytes > fs::kAgBytesMax || !PowerOfTwo(ag_bytes)) {
+    return Invalid("allocation group size " + std::to_string(ag_bytes) + " is not a power of two from " +
+                   std::to_string(fs::kAgBytesMin >> 20) + " MiB to " + std::to_string(fs::kAgBytesMax >> 30) + " GiB");
+  }
+  return grpc::Status::OK;
+}
+
+// ---- Node structs to messages
+
+pb::ReserveState ToProto(ReserveState s) {
+  switch (s) {
+    case ReserveState::kUnformatted:
+      return pb::RESERVE_STATE_UNFORMATTED;
+    case ReserveState::kOnline:
+      return pb::RESERVE_STATE_ONLINE;
+    case ReserveState::kFailed:
+      return pb::RESERVE_STATE_FAILED;
+  }
+  return pb::RESERVE_STATE_UNSPECIFIED;
+}
+
+void Fill(const NodeStatus& n, pb::Node* out) {
+  out->set_name(n.node_name);
+  out->set_version(n.version);
+  out->set_started_unix(n.started_unix);
+  out->set_uptime_seconds(n.uptime_s);
+  out->set_reserve_state(ToProto(n.reserve_state));
+  out->set_head_connections(n.head_connections);
+  out->set_head_requests(n.head_requests);
+}
+
+void Fill(const block::OpStats& s, pb::OpStats* out) {
+  out->set_ops(s.ops);
+  out->set_bytes(s.bytes);
+  out->set_errors(s.errors);
+  out->set_latency_p50_us(s.latency_ns.Percentile(0.50) / 1000);
+  out->set_latency_p99_us(s.latency_ns.Percentile(0.99) / 1000);
+  out->set_latency_max_us(s.latency_ns.max / 1000);
+  out->set_latency_mean_us(s.latency_ns.Mean() / 1000.0);
+}
+
+void Fill(const block::BlockStats& s, pb::LunIo* out) {
+  Fill(s.read, out->mutable_read());
+  Fill(s.write, out->mutable_write());
+  Fill(s.other, out->mutable_other());
+  out->set_in_flight(s.in_flight);
+  out->set_queued(s.queued);
+  out->set_retries(s.retries);
+  out->set_timeouts(s.timeouts);
+}
+
+void Fill(const LunStatus& l, pb::Lun* out) {
+  out->set_index(l.index);
+  out->set_url(l.url);
+  out->set_serial(l.serial);
+  out->set_size_bytes(l.size_bytes);
+  out->set_allocation_groups(l.ag_count);
+  out->set_healthy(l.healthy);
+  out->set_paths_up(l.paths_up);
+  out->set_paths_total(l.paths_total);
+  Fill(l.stats, out->mutable_io());
+  for (const auto& p : l.stats.paths) {
+    auto* q = out->add_paths();
+    q->set_portal(p.portal);
+    q->set_up(p.up);
+    q->set_ops(p.ops);
+    q->set_failures(p.failures);
+    q->set_last_error(p.last_error);
+  }
+}
+
+void Fill(const ReserveStatus& r, pb::Reserve* out) {
+  out->set_state(ToProto(r.state));
+  out->set_reason(r.reason);
+  out->set_name(r.name);
+  out->set_uuid(r.uuid);
+  out->set_ag_bytes(r.ag_bytes);
+  out->set_capacity_bytes(r.capacity_bytes);
+  out->set_free_bytes(r.free_bytes);
+  out->set_files(r.files);
+  out->set_generation(r.generation);
+  for (const auto& l : r.luns) Fill(l, out->add_luns());
+}
+
+void Fill(const fs::VolumeInfo& v, pb::Volume* out) {
+  out->set_id(v.id);
+  out->set_name(v.name);
+  out->set_record_bytes(v.record_bytes);
+  out->set_files(v.files);
+  out->set_bytes(v.bytes);
+}
+
+class AdminService final : public pb::Admin::Service {
+ public:
+  explicit AdminService(Node* node) : node_(node) {}
+
+  grpc::Status GetNode(grpc::ServerContext*, const pb::GetNodeRequest*, pb::GetNodeResponse* out) override {
+    Fill(node_->Status(), out->mutable_node());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetReserve(grpc::ServerContext*, const pb::GetReserveRequest*, pb::GetReserveResponse* out) override {
+    Fill(node_->GetReserve(), out->mutable_reserve());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status FormatReserve(grpc::ServerContext*, const pb::FormatReserveRequest* req,
+                             pb::FormatReserveResponse* out) override {
+    if (auto s = CheckReserveName(req->name()); !s.ok()) return s;
+    if (auto s = CheckAgBytes(req->ag_bytes()); !s.ok()) return s;
+    NASGW_LOG(kInfo, "admin") << "format reserve" << Kv("name", req->name()) << Kv("ag_bytes", req->ag_bytes())
+                              << Kv("force", req->force());
+    auto st = node_->FormatReserve(req->name(), req->ag_bytes(), req->force());
+    if (!st.ok()) return ToGrpc(st);
+    Fill(node_->GetReserve(), out->mutable_reserve());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AddLun(grpc::ServerContext*, const pb::AddLunRequest* req, pb::AddLunResponse* out) override {
+    auto url = block::ParseIscsiUrl(req->url());
+    if (!url.ok()) return ToGrpc(url.status());  // its message never shows the secret
+    NASGW_LOG(kInfo, "admin") << "add LUN" << Kv("url", url->ToString()) << Kv("force", req->force());
+    auto lun = node_->AddLun(req->url(), req->force());
+    if (!lun.ok()) return ToGrpc(lun.status());
+    Fill(*lun, out->mutable_lun());
+    Fill(node_->GetReserve(), out->mutable_reserve());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListVolumes(grpc::ServerContext*, const pb::ListVolumesRequest*, pb::ListVolumesResponse* out) override {
+    auto vols = node_->ListVolumes();
+    if (!vols.ok()) return ToGrpc(vols.status());
+    for (const auto& v : *vols) Fill(v, out->add_volumes());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetVolume(grpc::ServerContext*, const pb::GetVolumeRequest* req, pb::GetVolumeResponse* out) override {
+    if (auto s = CheckVolumeName(req->name()); !s.ok()) return s;
+    auto v = node_->GetVolume(req->name());
+    if (!v.ok()) return ToGrpc(v.status());
+    Fill(*v, out->mutable_volume());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CreateVolume(grpc::ServerContext*, const pb::CreateVolumeRequest* req,
+                            pb::CreateVolumeResponse* out) override {
+    if (auto s = CheckVolumeName(req->name()); !s.ok()) return s;
+    const uint32_t rs = req->record_bytes() == 0 ? fs::kRecordBytesDefault : req->record_bytes();
+    if (auto s = CheckRecordBytes(rs); !s.ok()) return s;
+    NASGW_LOG(kInfo, "admin") << "create volume" << Kv("name", req->name()) << Kv("record_bytes", rs);
+    auto v = node_->CreateVolume(req->name(), rs);
+    if (!v.ok()) return ToGrpc(v.status());
+    Fill(*v, out->mutable_volume());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UpdateVolume(grpc::ServerContext*, const pb::UpdateVolumeRequest* req,
+                            pb::UpdateVolumeResponse* out) override {
+    if (auto s = CheckVolumeName(req->name()); !s.ok()) return s;
+    if (req->has_record_bytes()) {
+      if (auto s = CheckRecordBytes(req->record_bytes()); !s.ok()) return s;
+      NASGW_LOG(kInfo, "admin") << "set volume record size" << Kv("name", req->name())
+                                << Kv("record_bytes", req->record_bytes());
+      auto v = node_->SetVolumeRecordBytes(req->name(), req->record_bytes());
+      if (!v.ok()) return ToGrpc(v.status());
+      Fill(*v, out->mutable_volume());
+      return grpc::Status::OK;
+    }
+    // Nothing to change: answer with the volume as it is.
+    auto v = node_->GetVolume(req->name());
+    if (!v.ok()) return ToGrpc(v.status());
+    Fill(*v, out->mutable_volume());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DeleteVolume(grpc::ServerContext*, const pb::DeleteVolumeRequest* req,
+                            pb::DeleteVolumeResponse*) override {
+    if (auto s = CheckVolumeName(req->name()); !s.ok()) return s;
+    NASGW_LOG(kInfo, "admin") << "delete volume" << Kv("name", req->name()) << Kv("force", req->force());
+    return ToGrpc(node_->DeleteVolume(req->name(), req->force()));
+  }
+
+  grpc::Status GetStats(grpc::ServerContext*, const pb::GetStatsRequest*, pb::GetStatsResponse* out) override {
+    Fill(node_->Status(), out->mutable_node());
+    for (const auto& l : node_->GetReserve().luns) {
+      auto* s = out->add_luns();
+      s->set_index(l.index);
+      s->set_url(l.url);
+      Fill(l.stats, s->mutable_io());
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  Node* const node_;
+};
+
+Result<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    const std::string m = std::string(what) + " " + path + ": " + std::strerror(err);
+    return err == EACCES ? nasgw::Status::PermissionDenied(m) : nasgw::Status::NotFound(m);
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+nasgw::Status ErrnoStatus(const std::string& what, int err) {
+  const std::string m = what + ": " + std::strerror(err);
+  if (err == EACCES || err == EPERM) return nasgw::Status::PermissionDenied(m);
+  return nasgw::Status::IoError(m);
+}
+
+// Removes a socket nobody listens on; refuses a live one or a non-socket.
+nasgw::Status ClearStaleSocket(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return nasgw::Status();
+    return ErrnoStatus("stat " + path, errno);
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return nasgw::Status::Exists(path + " exists and is not a socket; refusing to replace it");
+  }
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus("socket", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int err = errno;
+  ::close(fd);
+  if (rc == 0) return nasgw::Status::Exists("another process (a running nasgwd?) serves " + path);
+  if (err != ECONNREFUSED) return ErrnoStatus("probe " + path, err);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("remove stale socket " + path, errno);
+  NASGW_LOG(kInfo, "admin") << "removed stale socket" << Kv("path", path);
+  return nasgw::Status();
+}
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+struct AdminServer::Impl {
+  Node* node = nullptr;
+  std::string socket_path;
+  std::string bind_dir;  // the private 0700 directory the socket was bound in
+  int tcp_port = 0;
+  std::unique_ptr<AdminService> service;
+  std::unique_ptr<grpc::Server> server;
+  bool shut_down = false;
+};
+
+AdminServer::AdminServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+AdminServer::~AdminServer() {
+  Shutdown();
+}
+
+const std::string& AdminServer::socket_path() const {
+  return impl_->socket_path;
+}
+int AdminServer::tcp_port() const {
+  return impl_->tcp_port;
+}
+
+Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->node = node;
+  impl->socket_path = !config.admin_socket.empty() ? config.admin_socket : config.run_dir + "/admin.sock";
+  const std::string& path = impl->socket_path;
+  const std::string dir = DirOf(path);
+  // The bind path is <dir>/.admin-XXXXXX/s: it must fit sun_path too.
+  if (path.size() >= sizeof(sockaddr_un::sun_path) || dir.size() + 16 >= sizeof(sockaddr_un::sun_path)) {
+    return nasgw::Status::InvalidArgument("admin socket path " + path + " is too long for a Unix socket (at most " +
+                                          std::to_string(sizeof(sockaddr_un::sun_path) - 17) + " bytes)");
+  }
+  if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) return ErrnoStatus("create " + dir, errno);
+  NASGW_RETURN_IF_ERROR(ClearStaleSocket(path));
+
+  std::string tmpl = dir + "/.admin-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return ErrnoStatus("create a private directory in " + dir, errno);
+  impl->bind_dir = tmpl;
+  const std::string bind_path = tmpl + "/s";
+  auto cleanup_bind_dir = [&] {
+    ::unlink(bind_path.c_str());
+    ::rmdir(tmpl.c_str());
+  };
+
+  impl->service = std::make_unique<AdminService>(node);
+  grpc::ServerBuilder builder;
+  builder.RegisterService(impl->service.get());
+  builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());
+  int selected_port = 0;
+  if (!config.admin_tcp.empty()) {
+    if (config.tls_cert.empty() || config.tls_key.empty()) {
+      cleanup_bind_dir();
+      return nasgw::Status::InvalidArgument("admin.tcp requires admin.tls_cert and admin.tls_key");
+    }
+    grpc::SslServerCredentialsOptions tls;
+    auto cert = ReadFile(config.tls_cert, "admin.tls_cert");
+    auto key = ReadFile(config.tls_key, "admin.tls_key");
+    if (!cert.ok() || !key.ok()) {
+      cleanup_bind_dir();
+      return !cert.ok() ? cert.status() : key.status();
+    }
+    tls.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!config.tls_client_ca.empty()) {
+      auto ca = ReadFile(config.tls_client_ca, "admin.tls_client_ca");
+      if (!ca.ok()) {
+        cleanup_bind_dir();
+        return ca.status();
+      }
+      tls.pem_root_certs = *ca;
+      tls.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    } else {
+      tls.client_certificate_request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
+    }
+    builder.AddListeningPort(config.admin_tcp, grpc::SslServerCredentials(tls), &selected_port);
+  }
+  impl->server = builder.BuildAndStart();
+  if (!impl->server) {
+    cleanup_bind_dir();
+    return nasgw::Status::Unavailable("cannot serve the admin API on unix:" + path +
+                                      (config.admin_tcp.empty() ? "" : " and " + config.admin_tcp) +
+                                      " (gRPC refused to start; see its log above)");
+  }
+  if (!config.admin_tcp.empty() && selected_port == 0) {
+    impl->server->Shutdown();
+    cleanup_bind_dir();
+    return nasgw::Status::Unavailable("cannot listen on " + config.admin_tcp + " for the admin API");
+  }
+  impl->tcp_port = selected_port;
+  // Nobody but us can reach the socket inside the 0700 directory; make it
+  // 0600, then move it into place (a bound socket keeps working when renamed).
+  if (::chmod(bind_path.c_str(), 0600) != 0 || ::rename(bind_path.c_str(), path.c_str()) != 0) {
+    nasgw::Status s = ErrnoStatus("place the admin socket at " + path, errno);
+    impl->server->Shutdown();
+    cleanup_bind_dir();
+    return s;
+  }
+  ::rmdir(tmpl.c_str());
+  NASGW_LOG(kInfo, "admin") << "serving" << Kv("socket", path) << Kv("tcp", config.admin_tcp)
+                            << Kv("tcp_port", selected_port) << Kv("client_certs", !config.tls_client_ca.empty());
+  return std::unique_ptr<AdminServer>(new AdminServer(std::move(impl)));
+}
+
+void AdminServer::Shutdown() {
+  if (!impl_ || impl_->shut_down) return;
+  impl_->shut_down = true;
+  // RPCs in flight get a short grace, then are cancelled.
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  impl_->server->Wait();
+  ::unlink(impl_->socket_path.c_str());
+  NASGW_LOG(kInfo, "admin") << "stopped" << Kv("socket", impl_->socket_path);
+}
+
+}  // namespace nasgw::daemon

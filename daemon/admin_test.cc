@@ -1,0 +1,761 @@
+// The admin API end to end, without iSCSI: a Node over in-memory LUNs, its
+// AdminServer on a Unix socket in a temporary directory, driven through a
+// gRPC stub and through the real `nasgw` CLI binary as a subprocess; TLS on
+// TCP with certificates the openssl CLI makes.
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "block/mem_device.h"
+#include "daemon/admin_service.h"
+#include "daemon/node.h"
+#include "proto/admin.grpc.pb.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+extern char** environ;
+
+namespace nasgw::daemon {
+namespace {
+
+namespace pb = ::nasgw::admin::v1;
+using nlohmann::json;
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kLunBytes = 64 * kMiB;
+const std::string kUrlBase = "iscsi://198.18.0.1/iqn.2026-11.org.nasgw:lab/";
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+class AdminTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/nasgw-admin-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    for (int i = 0; i < 3; i++) AddMedium(i);
+    config_.node_name = "n1";
+    config_.run_dir = dir_;
+    config_.state_dir = dir_ + "/state";
+    config_.admin_socket = dir_ + "/admin.sock";
+    for (int i = 0; i < 3; i++) config_.luns.push_back(Url(i));
+  }
+
+  void TearDown() override {
+    server_.reset();
+    node_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  static std::string Url(int i) { return kUrlBase + std::to_string(i); }
+
+  void AddMedium(int i) {
+    media_[Url(i)] = std::make_shared<block::MemLun>(512, kLunBytes / 512, "naa.admin" + std::to_string(i));
+  }
+
+  LunOpener Opener() {
+    return [this](const std::string& url) -> Result<std::shared_ptr<block::BlockDevice>> {
+      opened_.push_back(url);
+      std::string bare = url;  // the media are keyed without CHAP credentials
+      if (const size_t at = bare.rfind('@'); at != std::string::npos) bare = "iscsi://" + bare.substr(at + 1);
+      auto it = media_.find(bare);
+      if (it == media_.end()) return Status::Unavailable("connection refused");
+      return std::shared_ptr<block::BlockDevice>(std::make_shared<block::MemDevice>(it->second));
+    };
+  }
+
+  static fs::DomainOptions SmallDomain() {
+    fs::DomainOptions o;
+    o.store.write_buffer_bytes = 256 << 10;
+    o.store.block_cache_bytes = 1 << 20;
+    o.metafs.log_compact_bytes = 512 << 10;
+    return o;
+  }
+
+  void StartAll() {
+    auto n = Node::Start(config_, Opener(), SmallDomain());
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    node_ = std::move(n.value());
+    auto s = AdminServer::Start(node_.get(), config_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s.value());
+    auto channel = grpc::CreateChannel("unix:" + config_.admin_socket, grpc::InsecureChannelCredentials());
+    stub_ = pb::Admin::NewStub(channel);
+  }
+
+  void StopAll() {
+    stub_.reset();
+    server_.reset();
+    node_.reset();
+  }
+
+  template <typename Req, typename Resp>
+  grpc::Status Call(grpc::Status (pb::Admin::Stub::*method)(grpc::ClientContext*, const Req&, Resp*), const Req& req,
+                    Resp* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    return (stub_.get()->*method)(&ctx, req, resp);
+  }
+
+  pb::Reserve Reserve() {
+    pb::GetReserveResponse r;
+    auto s = Call(&pb::Admin::Stub::GetReserve, pb::GetReserveRequest(), &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return r.reserve();
+  }
+
+  grpc::Status Format(const std::string& name, uint64_t ag_bytes = kMiB, bool force = false) {
+    pb::FormatReserveRequest req;
+    req.set_name(name);
+    req.set_ag_bytes(ag_bytes);
+    req.set_force(force);
+    pb::FormatReserveResponse r;
+    return Call(&pb::Admin::Stub::FormatReserve, req, &r);
+  }
+
+  grpc::Status CreateVolume(const std::string& name, uint32_t record_bytes = 0, pb::Volume* out = nullptr) {
+    pb::CreateVolumeRequest req;
+    req.set_name(name);
+    req.set_record_bytes(record_bytes);
+    pb::CreateVolumeResponse r;
+    auto s = Call(&pb::Admin::Stub::CreateVolume, req, &r);
+    if (out) *out = r.volume();
+    return s;
+  }
+
+  grpc::Status DeleteVolume(const std::string& name, bool force) {
+    pb::DeleteVolumeRequest req;
+    req.set_name(name);
+    req.set_force(force);
+    pb::DeleteVolumeResponse r;
+    return Call(&pb::Admin::Stub::DeleteVolume, req, &r);
+  }
+
+  grpc::Status SetRecordBytes(const std::string& name, uint32_t record_bytes, pb::Volume* out = nullptr) {
+    pb::UpdateVolumeRequest req;
+    req.set_name(name);
+    req.set_record_bytes(record_bytes);
+    pb::UpdateVolumeResponse r;
+    auto s = Call(&pb::Admin::Stub::UpdateVolume, req, &r);
+    if (out) *out = r.volume();
+    return s;
+  }
+
+  // Puts a file with data into a volume, as a head would.
+  void WriteFile(const std::string& volume, const std::string& name, size_t bytes) {
+    auto d = node_->domain();
+    ASSERT_NE(d, nullptr);
+    auto v = d->FindVolume(volume);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    auto f = d->Create(v->id, fs::kRootIno, name, fs::FileType::kRegular, 0644, 0, 0);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    const std::string data(bytes, 'd');
+    ASSERT_TRUE(d->Write(v->id, f->ino, 0, data.data(), data.size()).ok());
+  }
+
+  // Runs the real CLI; stdout and stderr go to files in the temp dir.
+  CliResult Cli(std::vector<std::string> args, bool with_socket = true) {
+    std::vector<std::string> argv = {NASGW_CLI_PATH};
+    if (with_socket) {
+      argv.push_back("--socket");
+      argv.push_back(config_.admin_socket);
+    }
+    argv.push_back("--timeout");
+    argv.push_back("20");
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    const std::string out_path = dir_ + "/cli.out", err_path = dir_ + "/cli.err";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = 0;
+    CliResult r;
+    const int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+      r.err = "spawn failed: " + std::string(std::strerror(rc));
+      return r;
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = ReadText(out_path);
+    r.err = ReadText(err_path);
+    return r;
+  }
+
+  std::string dir_;
+  Config config_;
+  std::map<std::string, std::shared_ptr<block::MemLun>> media_;
+  std::vector<std::string> opened_;
+  std::unique_ptr<Node> node_;
+  std::unique_ptr<AdminServer> server_;
+  std::unique_ptr<pb::Admin::Stub> stub_;
+};
+
+std::string Describe(const CliResult& r) {
+  return "exit " + std::to_string(r.exit_code) + "\nstdout:\n" + r.out + "stderr:\n" + r.err;
+}
+
+TEST(AdminStatusTest, CodesMapToGrpc) {
+  EXPECT_EQ(GrpcCodeOf(Code::kOk), grpc::StatusCode::OK);
+  EXPECT_EQ(GrpcCodeOf(Code::kNotFound), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GrpcCodeOf(Code::kExists), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(GrpcCodeOf(Code::kInvalidArgument), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(GrpcCodeOf(Code::kNotEmpty), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(GrpcCodeOf(Code::kUnavailable), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(GrpcCodeOf(Code::kBusy), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(GrpcCodeOf(Code::kNoSpace), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(GrpcCodeOf(Code::kPermissionDenied), grpc::StatusCode::PERMISSION_DENIED);
+  for (Code c : {Code::kIoError, Code::kCorruption, Code::kFenced, Code::kTimedOut, Code::kStale, Code::kNotDir,
+                 Code::kIsDir, Code::kNotSupported, Code::kOutOfRange, Code::kMiscompare}) {
+    EXPECT_EQ(GrpcCodeOf(c), grpc::StatusCode::INTERNAL) << CodeName(c);
+  }
+}
+
+TEST_F(AdminTest, StartsUnformattedThenFormats) {
+  StartAll();
+  struct stat st {};
+  ASSERT_EQ(::stat(config_.admin_socket.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "the admin socket is the owner's only";
+
+  pb::GetNodeResponse node;
+  ASSERT_TRUE(Call(&pb::Admin::Stub::GetNode, pb::GetNodeRequest(), &node).ok());
+  EXPECT_EQ(node.node().name(), "n1");
+  EXPECT_EQ(node.node().reserve_state(), pb::RESERVE_STATE_UNFORMATTED);
+  EXPECT_FALSE(node.node().version().empty());
+
+  pb::Reserve r = Reserve();
+  EXPECT_EQ(r.state(), pb::RESERVE_STATE_UNFORMATTED);
+  EXPECT_FALSE(r.reason().empty());
+  EXPECT_EQ(r.luns_size(), 3);
+
+  pb::ListVolumesResponse vols;
+  auto s = Call(&pb::Admin::Stub::ListVolumes, pb::ListVolumesRequest(), &vols);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find("reserve is not online: unformatted"), std::string::npos) << s.error_message();
+
+  EXPECT_EQ(Format("").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Format("bad name").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Format(std::string(64, 'x')).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Format("tank", 3 * kMiB).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "not a power of two";
+  EXPECT_EQ(Format("tank", kMiB / 2).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Format("tank", 128ull << 30).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // The default group (1 GiB) does not fit 64 MiB LUNs: fs says so.
+  s = Format("tank", 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_EQ(Reserve().state(), pb::RESERVE_STATE_UNFORMATTED);
+
+  s = Format("tank");
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  r = Reserve();
+  EXPECT_EQ(r.state(), pb::RESERVE_STATE_ONLINE);
+  EXPECT_EQ(r.name(), "tank");
+  EXPECT_EQ(r.ag_bytes(), kMiB);
+  EXPECT_EQ(r.luns_size(), 3);
+  EXPECT_GT(r.capacity_bytes(), 100 * kMiB);
+  EXPECT_GT(r.free_bytes(), 0u);
+  EXPECT_EQ(r.uuid().size(), 36u);
+  for (const auto& l : r.luns()) {
+    EXPECT_TRUE(l.healthy());
+    EXPECT_EQ(l.size_bytes(), kLunBytes);
+    EXPECT_GT(l.allocation_groups(), 50u);
+    EXPECT_EQ(l.url().rfind(kUrlBase, 0), 0u) << l.url();
+  }
+
+  s = Format("tank2");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "online already";
+  EXPECT_NE(s.error_message().find("force"), std::string::npos) << s.error_message();
+  ASSERT_TRUE(CreateVolume("v1").ok());
+  s = Format("tank2", kMiB, /*force=*/true);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Reserve().name(), "tank2");
+  pb::ListVolumesResponse after;
+  ASSERT_TRUE(Call(&pb::Admin::Stub::ListVolumes, pb::ListVolumesRequest(), &after).ok());
+  EXPECT_EQ(after.volumes_size(), 0) << "a forced format starts over";
+
+  // The reserve is found again at the next start.
+  StopAll();
+  StartAll();
+  EXPECT_EQ(Reserve().state(), pb::RESERVE_STATE_ONLINE);
+  EXPECT_EQ(Reserve().name(), "tank2");
+}
+
+TEST_F(AdminTest, VolumesCreateListRefuseAndDelete) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  pb::Volume v;
+  ASSERT_TRUE(CreateVolume("v1", 0, &v).ok());
+  EXPECT_EQ(v.name(), "v1");
+  EXPECT_EQ(v.record_bytes(), fs::kRecordBytesDefault);
+  ASSERT_TRUE(CreateVolume("v2", 64 << 10, &v).ok());
+  EXPECT_EQ(v.record_bytes(), 64u << 10);
+
+  auto s = CreateVolume("v1");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_NE(s.error_message().find("v1"), std::string::npos) << "the message is intact: " << s.error_message();
+  for (const std::string& bad :
+       std::vector<std::string>{"", ".", "..", "a/b", std::string(256, 'n'), std::string("nul\0x", 5)}) {
+    EXPECT_EQ(CreateVolume(bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+  EXPECT_EQ(CreateVolume("v3", 3000).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(CreateVolume("v3", 2 << 20).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(CreateVolume("v3", 2 << 10).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  pb::ListVolumesResponse list;
+  ASSERT_TRUE(Call(&pb::Admin::Stub::ListVolumes, pb::ListVolumesRequest(), &list).ok());
+  ASSERT_EQ(list.volumes_size(), 2);
+  EXPECT_EQ(list.volumes(0).name(), "v1");
+  EXPECT_EQ(list.volumes(1).name(), "v2");
+
+  pb::GetVolumeRequest get;
+  get.set_name("nope");
+  pb::GetVolumeResponse got;
+  EXPECT_EQ(Call(&pb::Admin::Stub::GetVolume, get, &got).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  WriteFile("v2", "f", 10000);
+  get.set_name("v2");
+  ASSERT_TRUE(Call(&pb::Admin::Stub::GetVolume, get, &got).ok());
+  EXPECT_EQ(got.volume().files(), 2u) << "root and the file";
+  EXPECT_GT(got.volume().bytes(), 0u);
+
+  s = DeleteVolume("v2", false);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("not empty"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(Call(&pb::Admin::Stub::GetVolume, get, &got).ok()) << "still there";
+  ASSERT_TRUE(DeleteVolume("v2", true).ok());
+  EXPECT_EQ(Call(&pb::Admin::Stub::GetVolume, get, &got).error_code(), grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(DeleteVolume("v1", false).ok()) << "an empty volume needs no force";
+  EXPECT_EQ(DeleteVolume("v1", false).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  auto problems = node_->domain()->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+TEST_F(AdminTest, RecordSizeChangesOnlyWhileEmpty) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  pb::Volume v;
+  auto s = SetRecordBytes("v", 16 << 10, &v);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(v.record_bytes(), 16u << 10);
+  EXPECT_EQ(SetRecordBytes("v", 5000).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(SetRecordBytes("v", 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(SetRecordBytes("missing", 16 << 10).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // No field set: nothing changes, the volume comes back.
+  pb::UpdateVolumeRequest req;
+  req.set_name("v");
+  pb::UpdateVolumeResponse resp;
+  ASSERT_TRUE(Call(&pb::Admin::Stub::UpdateVolume, req, &resp).ok());
+  EXPECT_EQ(resp.volume().record_bytes(), 16u << 10);
+
+  WriteFile("v", "data", 40000);
+  s = SetRecordBytes("v", 1 << 20);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("record size can only change while it is empty"), std::string::npos)
+      << s.error_message();
+}
+
+TEST_F(AdminTest, AddLunGrowsCapacityAndIsRemembered) {
+  StartAll();
+  pb::AddLunRequest add;
+  add.set_url(Url(3));
+  pb::AddLunResponse added;
+  EXPECT_EQ(Call(&pb::Admin::Stub::AddLun, add, &added).error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "no reserve yet";
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  WriteFile("v", "f", 100000);
+  const pb::Reserve before = Reserve();
+
+  AddMedium(3);
+  auto s = Call(&pb::Admin::Stub::AddLun, add, &added);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(added.lun().index(), 3u);
+  EXPECT_EQ(added.lun().url(), Url(3));
+  EXPECT_GT(added.lun().allocation_groups(), 50u);
+  const pb::Reserve after = Reserve();
+  EXPECT_EQ(after.luns_size(), 4);
+  EXPECT_GT(after.capacity_bytes(), before.capacity_bytes());
+  EXPECT_GT(after.free_bytes(), before.free_bytes());
+  EXPECT_NE(ReadText(config_.state_dir + "/luns").find(Url(3)), std::string::npos);
+  struct stat st {};
+  ASSERT_EQ(::stat(config_.state_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat((config_.state_dir + "/luns").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  EXPECT_EQ(Call(&pb::Admin::Stub::AddLun, add, &added).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  add.set_url(Url(9));
+  s = Call(&pb::Admin::Stub::AddLun, add, &added);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find(Url(9)), std::string::npos) << s.error_message();
+  add.set_url("http://not-iscsi");
+  EXPECT_EQ(Call(&pb::Admin::Stub::AddLun, add, &added).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ReadText(config_.state_dir + "/luns").find(Url(9)), std::string::npos) << "a failed add is forgotten";
+
+  // The next start opens the added LUN from <state_dir>/luns.
+  StopAll();
+  opened_.clear();
+  StartAll();
+  EXPECT_EQ(opened_.size(), 4u);
+  const pb::Reserve again = Reserve();
+  EXPECT_EQ(again.state(), pb::RESERVE_STATE_ONLINE) << again.reason();
+  EXPECT_EQ(again.luns_size(), 4);
+  EXPECT_EQ(again.capacity_bytes(), after.capacity_bytes());
+}
+
+TEST_F(AdminTest, RememberedLunThatNeverJoinedIsLeftOut) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  StopAll();
+  // As if nasgwd stopped between remembering a LUN and labelling it.
+  AddMedium(5);
+  ASSERT_EQ(::mkdir(config_.state_dir.c_str(), 0700), 0);
+  std::ofstream(config_.state_dir + "/luns") << "# comment\n\n" << Url(5) << "\n";
+  StartAll();
+  const pb::Reserve r = Reserve();
+  EXPECT_EQ(r.state(), pb::RESERVE_STATE_ONLINE) << r.reason();
+  EXPECT_EQ(r.luns_size(), 3);
+  EXPECT_EQ(opened_.back(), Url(5)) << "it was opened and looked at";
+  // An unreachable remembered LUN is a start failure that names the file.
+  StopAll();
+  media_.erase(Url(5));
+  auto n = Node::Start(config_, Opener(), SmallDomain());
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find(config_.state_dir + "/luns"), std::string::npos) << n.status().ToString();
+}
+
+TEST_F(AdminTest, FailedReserveStillStartsAndCanBeFormattedOver) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  StopAll();
+  // A member missing from the configuration: the reserve cannot open.
+  config_.luns.pop_back();
+  StartAll();
+  pb::Reserve r = Reserve();
+  EXPECT_EQ(r.state(), pb::RESERVE_STATE_FAILED);
+  EXPECT_NE(r.reason().find("missing"), std::string::npos) << r.reason();
+  pb::ListVolumesResponse vols;
+  auto s = Call(&pb::Admin::Stub::ListVolumes, pb::ListVolumesRequest(), &vols);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find("reserve is not online: failed: "), std::string::npos) << s.error_message();
+  s = Format("fresh");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << "labelled LUNs need force: " << s.error_message();
+  EXPECT_EQ(Reserve().state(), pb::RESERVE_STATE_FAILED);
+  ASSERT_TRUE(Format("fresh", kMiB, true).ok());
+  EXPECT_EQ(Reserve().state(), pb::RESERVE_STATE_ONLINE);
+  EXPECT_EQ(Reserve().luns_size(), 2);
+}
+
+TEST_F(AdminTest, StartFailsNamingTheUnreachableLunWithoutItsSecret) {
+  config_.chap_user = "admin";
+  config_.chap_secret = "s3cr3t-chap-pw";
+  config_.luns.push_back(kUrlBase + "7");
+  auto n = Node::Start(config_, Opener(), SmallDomain());
+  ASSERT_FALSE(n.ok());
+  const std::string m(n.status().message());
+  EXPECT_NE(m.find("198.18.0.1"), std::string::npos) << m;
+  EXPECT_NE(m.find("lab/7"), std::string::npos) << m;
+  EXPECT_EQ(m.find("s3cr3t"), std::string::npos) << m;
+  ASSERT_FALSE(opened_.empty());
+  EXPECT_NE(opened_[0].find("admin%s3cr3t-chap-pw@"), std::string::npos) << "the opener gets the credentials";
+}
+
+TEST_F(AdminTest, StatsCountLunIo) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  WriteFile("v", "f", 1 << 20);
+  pb::GetStatsResponse stats;
+  ASSERT_TRUE(Call(&pb::Admin::Stub::GetStats, pb::GetStatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.node().name(), "n1");
+  ASSERT_EQ(stats.luns_size(), 3);
+  uint64_t write_ops = 0, write_bytes = 0, read_ops = 0;
+  for (const auto& l : stats.luns()) {
+    write_ops += l.io().write().ops();
+    write_bytes += l.io().write().bytes();
+    read_ops += l.io().read().ops();
+    EXPECT_GE(l.io().write().latency_p99_us(), l.io().write().latency_p50_us());
+  }
+  EXPECT_GT(write_ops, 0u);
+  EXPECT_GE(write_bytes, 1u << 20) << "the file's data at least";
+  EXPECT_GT(read_ops, 0u) << "labels and metadata were read";
+}
+
+TEST_F(AdminTest, CliDrivesTheNode) {
+  StartAll();
+  CliResult r = Cli({"reserve", "status"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("unformatted"), std::string::npos) << r.out;
+
+  r = Cli({"reserve", "format", "--name", "tank", "--ag-size", "1M"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Cli({"reserve", "format", "--name", "again", "--ag-size", "1M"});
+  EXPECT_EQ(r.exit_code, 6) << Describe(r);
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+
+  r = Cli({"volume", "create", "v1", "--record-size", "64K"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Cli({"volume", "create", "v2"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Cli({"volume", "create", "v1"});
+  EXPECT_EQ(r.exit_code, 5) << Describe(r);
+  EXPECT_EQ(r.err.rfind("nasgw: ", 0), 0u) << r.err;
+
+  r = Cli({"--json", "volume", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  json j = json::parse(r.out);
+  ASSERT_EQ(j["volumes"].size(), 2u) << r.out;
+  EXPECT_EQ(j["volumes"][0]["name"], "v1");
+  EXPECT_EQ(j["volumes"][0]["record_bytes"], 64 << 10);
+  EXPECT_EQ(j["volumes"][1]["name"], "v2");
+
+  r = Cli({"volume", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("NAME"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("64 KiB"), std::string::npos) << r.out;
+
+  r = Cli({"volume", "set", "v2", "--record-size", "1M"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("1 MiB"), std::string::npos) << r.out;
+
+  WriteFile("v1", "file", 5000);
+  r = Cli({"volume", "set", "v1", "--record-size", "4K"});
+  EXPECT_EQ(r.exit_code, 6) << Describe(r);
+  EXPECT_NE(r.err.find("holds data"), std::string::npos) << r.err;
+
+  r = Cli({"volume", "delete", "v1"});
+  EXPECT_EQ(r.exit_code, 6) << Describe(r);
+  EXPECT_NE(r.err.find("not empty"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  r = Cli({"--json", "volume", "delete", "v1"});
+  EXPECT_EQ(r.exit_code, 6) << Describe(r);
+  EXPECT_EQ(json::parse(r.out)["error"]["code"], "FAILED_PRECONDITION") << r.out;
+  r = Cli({"volume", "delete", "v1", "--force"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Cli({"volume", "show", "v1"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+
+  r = Cli({"volume", "show", "v2"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("record size"), std::string::npos) << r.out;
+
+  for (auto cmd : std::vector<std::vector<std::string>>{
+           {"node", "status"}, {"reserve", "status"}, {"reserve", "luns"}, {"stats"}}) {
+    r = Cli(cmd);
+    EXPECT_EQ(r.exit_code, 0) << cmd[0] << ": " << Describe(r);
+    cmd.insert(cmd.begin(), "--json");
+    r = Cli(cmd);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_TRUE(json::accept(r.out)) << r.out;
+  }
+  r = Cli({"--json", "reserve", "status"});
+  j = json::parse(r.out);
+  EXPECT_EQ(j["reserve"]["state"], "online");
+  EXPECT_EQ(j["reserve"]["luns"].size(), 3u);
+  r = Cli({"reserve", "luns"});
+  EXPECT_NE(r.out.find(Url(0)), std::string::npos) << r.out;
+
+  AddMedium(3);
+  r = Cli({"reserve", "add-lun", Url(3)});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Cli({"--json", "reserve", "luns"});
+  EXPECT_EQ(json::parse(r.out)["luns"].size(), 4u);
+
+  // The environment names the socket too.
+  ::setenv("NASGW_ADMIN_SOCKET", config_.admin_socket.c_str(), 1);
+  r = Cli({"node", "status"}, /*with_socket=*/false);
+  ::unsetenv("NASGW_ADMIN_SOCKET");
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("n1"), std::string::npos) << r.out;
+}
+
+TEST_F(AdminTest, CliUsageAndUnreachableErrors) {
+  StartAll();
+  CliResult r = Cli({"--socket", dir_ + "/nobody.sock", "node", "status"}, false);
+  EXPECT_EQ(r.exit_code, 3) << Describe(r);
+  EXPECT_NE(r.err.find(dir_ + "/nobody.sock"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nasgwd"), std::string::npos) << r.err;
+
+  // A socket file nobody listens on.
+  const std::string stale = dir_ + "/stale.sock";
+  {
+    Config c = config_;
+    c.admin_socket = stale;
+    auto s = AdminServer::Start(node_.get(), c);
+    ASSERT_TRUE(s.ok());
+    // Leaves the file behind as a crashed daemon would: copy it aside first.
+    ASSERT_EQ(::link(stale.c_str(), (stale + ".kept").c_str()), 0);
+  }
+  r = Cli({"--socket", stale + ".kept", "volume", "list"}, false);
+  EXPECT_EQ(r.exit_code, 3) << Describe(r);
+
+  for (const auto& bad : std::vector<std::vector<std::string>>{
+           {},
+           {"frobnicate"},
+           {"volume"},
+           {"volume", "frobnicate"},
+           {"volume", "create"},
+           {"volume", "create", "x", "y"},
+           {"volume", "create", "x", "--record-size", "12Q"},
+           {"volume", "create", "x", "--force"},
+           {"volume", "set", "x"},
+           {"reserve", "format"},
+           {"reserve", "format", "--name"},
+           {"node", "status", "--bogus"},
+           {"--timeout", "soon", "node", "status"},
+       }) {
+    r = Cli(bad);
+    std::string joined;
+    for (const auto& w : bad) joined += w + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined << Describe(r);
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  }
+  // The server checks values the CLI passes on.
+  r = Cli({"volume", "create", "a/b"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+
+  r = Cli({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("exit codes"), std::string::npos) << r.out;
+  r = Cli({"volume", "create", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--record-size"), std::string::npos) << r.out;
+  r = Cli({"volume", "-h"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("volume delete"), std::string::npos) << r.out;
+}
+
+TEST_F(AdminTest, AdminSocketRefusesALiveServerAndReplacesAStaleOne) {
+  StartAll();
+  auto second = AdminServer::Start(node_.get(), config_);
+  EXPECT_FALSE(second.ok()) << "another server listens there";
+  EXPECT_EQ(second.status().code(), Code::kExists) << second.status().ToString();
+  // A stale socket file (the listener gone) is replaced.
+  const std::string kept = dir_ + "/kept.sock";
+  ASSERT_EQ(::link(config_.admin_socket.c_str(), kept.c_str()), 0);
+  server_.reset();
+  ASSERT_EQ(::rename(kept.c_str(), config_.admin_socket.c_str()), 0);
+  auto again = AdminServer::Start(node_.get(), config_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  server_ = std::move(again.value());
+  pb::GetNodeResponse node;
+  EXPECT_TRUE(Call(&pb::Admin::Stub::GetNode, pb::GetNodeRequest(), &node).ok());
+  // A file that is not a socket is never removed.
+  Config c = config_;
+  c.admin_socket = dir_ + "/plain";
+  std::ofstream(c.admin_socket) << "x";
+  EXPECT_FALSE(AdminServer::Start(node_.get(), c).ok());
+  EXPECT_EQ(ReadText(c.admin_socket), "x");
+}
+
+// ---- TLS
+
+class AdminTlsTest : public AdminTest {
+ protected:
+  bool Openssl(const std::string& args) {
+    const std::string cmd = "cd " + dir_ + " && openssl " + args + " >>openssl.log 2>&1";
+    return std::system(cmd.c_str()) == 0;
+  }
+  // A CA and a certificate it signs (EC keys: fast to make).
+  bool MakeCa(const std::string& name) {
+    return Openssl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + name + ".key -out " +
+                   name + ".crt -days 2 -subj /CN=" + name);
+  }
+  bool MakeCert(const std::string& name, const std::string& ca, const std::string& ext) {
+    std::ofstream(dir_ + "/" + name + ".ext") << ext << "\n";
+    return Openssl("req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + name + ".key -out " + name +
+                   ".csr -subj /CN=" + name) &&
+           Openssl("x509 -req -in " + name + ".csr -CA " + ca + ".crt -CAkey " + ca + ".key -CAcreateserial -out " +
+                   name + ".crt -days 2 -extfile " + name + ".ext");
+  }
+};
+
+TEST_F(AdminTlsTest, ClientCertificatesAreRequiredAndVerified) {
+  ASSERT_TRUE(MakeCa("ca")) << ReadText(dir_ + "/openssl.log");
+  ASSERT_TRUE(MakeCa("other-ca")) << ReadText(dir_ + "/openssl.log");
+  ASSERT_TRUE(MakeCert("server", "ca", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"));
+  ASSERT_TRUE(MakeCert("client", "ca", "extendedKeyUsage=clientAuth"));
+  ASSERT_TRUE(MakeCert("intruder", "other-ca", "extendedKeyUsage=clientAuth"));
+  config_.admin_tcp = "127.0.0.1:0";
+  config_.tls_cert = dir_ + "/server.crt";
+  config_.tls_key = dir_ + "/server.key";
+  config_.tls_client_ca = dir_ + "/ca.crt";
+  StartAll();
+  ASSERT_GT(server_->tcp_port(), 0);
+  const std::string server = "127.0.0.1:" + std::to_string(server_->tcp_port());
+
+  CliResult r = Cli({"--server", server, "--tls-ca", dir_ + "/ca.crt", "--tls-cert", dir_ + "/client.crt", "--tls-key",
+                     dir_ + "/client.key", "node", "status"},
+                    false);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("n1"), std::string::npos) << r.out;
+
+  // A gRPC client with the good certificate, directly.
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = ReadText(dir_ + "/ca.crt");
+  tls.pem_cert_chain = ReadText(dir_ + "/client.crt");
+  tls.pem_private_key = ReadText(dir_ + "/client.key");
+  auto stub = pb::Admin::NewStub(grpc::CreateChannel(server, grpc::SslCredentials(tls)));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    pb::GetReserveResponse resp;
+    auto s = stub->GetReserve(&ctx, pb::GetReserveRequest(), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.reserve().luns_size(), 3);
+  }
+
+  r = Cli({"--server", server, "--tls-ca", dir_ + "/ca.crt", "node", "status"}, false);
+  EXPECT_EQ(r.exit_code, 3) << "no client certificate: " << Describe(r);
+  EXPECT_NE(r.err.find(server), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("TLS"), std::string::npos) << r.err;
+
+  r = Cli({"--server", server, "--tls-ca", dir_ + "/ca.crt", "--tls-cert", dir_ + "/intruder.crt", "--tls-key",
+           dir_ + "/intruder.key", "node", "status"},
+          false);
+  EXPECT_EQ(r.exit_code, 3) << "a certificate of another CA: " << Describe(r);
+
+  r = Cli({"--server", server, "--tls-ca", dir_ + "/other-ca.crt", "--tls-cert", dir_ + "/client.crt", "--tls-key",
+           dir_ + "/client.key", "node", "status"},
+          false);
+  EXPECT_EQ(r.exit_code, 3) << "a server the client's CA did not sign: " << Describe(r);
+
+  // The Unix socket still serves without TLS.
+  r = Cli({"node", "status"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+}
+
+}  // namespace
+}  // namespace nasgw::daemon
