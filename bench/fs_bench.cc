@@ -2,10 +2,16 @@
 // in-process fs API (fs) or any mounted directory (posix: a nasgw FUSE mount,
 // or ext4 as the baseline), so that the figures are comparable line by line.
 //
-//   nasgw-bench fs    --lun URL [--lun URL ...] --test meta|randrw [options]
-//   nasgw-bench posix --dir DIR --test meta|randrw [options]
-//     meta:   --files N           create N empty files, stat each, unlink each
-//     randrw: --file-mib N --bs 8k --rwmix 70 --threads N --seconds S
+// The client target runs them through fsal/client and nasgwd (the heads'
+// path) so that the cost of the head protocol is measured against the
+// in-process API on the same LUNs.
+//
+//   nasgw-bench fs     --lun URL [--lun URL ...] --test meta|randrw|getattr [options]
+//   nasgw-bench client --socket PATH --volume NAME --test meta|randrw|getattr [options]
+//   nasgw-bench posix  --dir DIR --test meta|randrw|getattr [options]
+//     meta:    --files N           create N empty files, stat each, unlink each
+//     randrw:  --file-mib N --bs 8k --rwmix 70 --threads N --seconds S
+//     getattr: --ops N             attributes of one file, one at a time (round-trip latency)
 //     fs only: --record-kib N (the volume's record size)
 //
 // Every operation is timed; the JSON gives ops/s and p50/p99 per phase and
@@ -29,6 +35,7 @@
 #include "base/histogram.h"
 #include "block/iscsi_device.h"
 #include "fs/domain.h"
+#include "fsal/client/nasgw_client.h"
 
 namespace nasgw::bench {
 
@@ -44,6 +51,7 @@ class Target {
   virtual Status Prepare(const std::string& name, uint64_t bytes) = 0;  // the randrw file
   virtual Status ReadAt(uint64_t off, void* buf, size_t n) = 0;
   virtual Status WriteAt(uint64_t off, const void* buf, size_t n) = 0;
+  virtual Status GetAttr() = 0;  // of the prepared file
 };
 
 Status Errno(const char* what) { return Status(Code::kIoError, std::string(what) + ": " + std::strerror(errno)); }
@@ -87,6 +95,10 @@ class PosixTarget : public Target {
     if (pwrite(fd_, buf, n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) return Errno("pwrite");
     return fdatasync(fd_) == 0 ? Status() : Errno("fdatasync");
   }
+  Status GetAttr() override {
+    struct stat st;
+    return fstat(fd_, &st) == 0 ? Status() : Errno("fstat");
+  }
 
  private:
   std::string dir_;
@@ -116,6 +128,7 @@ class DomainTarget : public Target {
   Status WriteAt(uint64_t off, const void* buf, size_t n) override {
     return dom_->Write(vol_, ino_, off, buf, n).status();
   }
+  Status GetAttr() override { return dom_->GetAttr(vol_, ino_).status(); }
 
  private:
   std::shared_ptr<fs::Reserve> reserve_;
@@ -124,8 +137,58 @@ class DomainTarget : public Target {
   uint64_t ino_ = 0;
 };
 
+// Through the client library to nasgwd, as root (a trusted head).
+class ClientTarget : public Target {
+ public:
+  ClientTarget(nasgw_client* c, const nasgw_attr& root) : c_(c), root_(root.handle) {}
+  ~ClientTarget() override { nasgw_client_close(c_); }
+  Status Create(const std::string& n) override {
+    return Rc(nasgw_create(c_, &cred_, &root_, n.c_str(), NASGW_TYPE_REG, 0644, 0, nullptr, 0, nullptr), "create");
+  }
+  Status Stat(const std::string& n) override {
+    nasgw_attr a;
+    return Rc(nasgw_lookup(c_, &cred_, &root_, n.c_str(), &a), "lookup");
+  }
+  Status Unlink(const std::string& n) override { return Rc(nasgw_unlink(c_, &cred_, &root_, n.c_str()), "unlink"); }
+  Status Prepare(const std::string& n, uint64_t bytes) override {
+    nasgw_attr a;
+    NASGW_RETURN_IF_ERROR(
+        Rc(nasgw_create(c_, &cred_, &root_, n.c_str(), NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a), "create"));
+    file_ = a.handle;
+    std::vector<char> buf(1 << 20, 'p');
+    for (uint64_t off = 0; off < bytes; off += buf.size()) {
+      NASGW_RETURN_IF_ERROR(WriteAt(off, buf.data(), buf.size()));
+    }
+    return Status();
+  }
+  Status ReadAt(uint64_t off, void* buf, size_t n) override {
+    int64_t r = nasgw_read(c_, &cred_, &file_, off, buf, static_cast<uint32_t>(n), nullptr);
+    return r == static_cast<int64_t>(n) ? Status() : Rc(r < 0 ? static_cast<int>(r) : -EIO, "read");
+  }
+  Status WriteAt(uint64_t off, const void* buf, size_t n) override {
+    int64_t r = nasgw_write(c_, &cred_, &file_, off, buf, static_cast<uint32_t>(n), NASGW_WRITE_STABLE, nullptr);
+    return r == static_cast<int64_t>(n) ? Status() : Rc(r < 0 ? static_cast<int>(r) : -EIO, "write");
+  }
+  Status GetAttr() override {
+    nasgw_attr a;
+    return Rc(nasgw_getattr(c_, &cred_, &file_, &a), "getattr");
+  }
+
+ private:
+  static Status Rc(int rc, const char* what) {
+    if (rc == 0) return Status();
+    return Status(Code::kIoError, std::string(what) + ": " + std::strerror(-rc) + ": " + nasgw_client_last_message());
+  }
+  nasgw_client* c_;
+  nasgw_handle root_;
+  nasgw_handle file_{};
+  const nasgw_cred cred_{0, 0, 0, nullptr};
+};
+
 struct Args {
-  std::string mode, dir, test = "meta", bs_s = "8k";
+  std::string mode, dir, test = "meta", bs_s = "8k", socket = "/run/nasgw/head.sock", volume = "bench";
+  uint64_t ops = 20000;
+  uint32_t connections = 4;
   std::vector<std::string> luns;
   uint64_t files = 10000, file_mib = 256, bs = 8192;
   uint32_t record_kib = fs::kRecordBytesDefault >> 10;
@@ -169,6 +232,30 @@ int Run(Target& t, const Args& a) {
                 a.mode.c_str(), static_cast<unsigned long long>(a.files), h[0].count / secs[0],
                 Phase("create", h[0], secs[0]).c_str(), Phase("stat", h[1], secs[1]).c_str(),
                 Phase("unlink", h[2], secs[2]).c_str());
+    return 0;
+  }
+  if (a.test == "getattr") {
+    Status p = t.Prepare("getattr.dat", 0);
+    if (!p.ok()) {
+      std::fprintf(stderr, "nasgw-bench: prepare: %s\n", p.ToString().c_str());
+      return 1;
+    }
+    HistogramData h;
+    const uint64_t t0 = MonotonicNanos();
+    for (uint64_t i = 0; i < a.ops; i++) {
+      const uint64_t s = MonotonicNanos();
+      Status st = t.GetAttr();
+      if (!st.ok()) {
+        std::fprintf(stderr, "nasgw-bench: getattr: %s\n", st.ToString().c_str());
+        return 1;
+      }
+      h.Record(MonotonicNanos() - s);
+    }
+    const double secs = (MonotonicNanos() - t0) / 1e9;
+    std::printf("{\"target\": \"%s\", \"test\": \"getattr\", \"ops\": %llu, \"p50_us\": %.2f, \"p99_us\": %.2f, "
+                "\"per_sec\": %.1f}\n",
+                a.mode.c_str(), static_cast<unsigned long long>(h.count), h.Percentile(0.5) / 1e3,
+                h.Percentile(0.99) / 1e3, h.count / secs);
     return 0;
   }
   // randrw
@@ -246,14 +333,38 @@ int FsMain(int argc, char** argv) {
     else if (s == "--threads") a.threads = std::atoi(next().c_str());
     else if (s == "--seconds") a.seconds = std::atof(next().c_str());
     else if (s == "--record-kib") a.record_kib = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
+    else if (s == "--socket") a.socket = next();
+    else if (s == "--volume") a.volume = next();
+    else if (s == "--ops") a.ops = std::strtoull(next().c_str(), nullptr, 10);
+    else if (s == "--connections") a.connections = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
     else if (s == "--json") {
     } else Usage("unknown option " + s);
   }
-  if (a.test != "meta" && a.test != "randrw") Usage("--test is meta or randrw");
+  if (a.test != "meta" && a.test != "randrw" && a.test != "getattr") Usage("--test is meta, randrw or getattr");
   if (a.bs == 0 || a.threads < 1 || a.rwmix < 0 || a.rwmix > 100) Usage("bad --bs, --threads or --rwmix");
   if (a.mode == "posix") {
     if (a.dir.empty()) Usage("posix needs --dir");
     PosixTarget t(a.dir);
+    return Run(t, a);
+  }
+  if (a.mode == "client") {
+    nasgw_client_options co{};
+    co.socket_path = a.socket.c_str();
+    co.client_name = "nasgw-bench";
+    co.connections = a.connections;
+    nasgw_client* c = nullptr;
+    if (nasgw_client_open(&co, &c) != 0) {
+      std::fprintf(stderr, "nasgw-bench: %s\n", nasgw_client_last_message());
+      return 1;
+    }
+    const nasgw_cred root{0, 0, 0, nullptr};
+    nasgw_attr r{};
+    if (nasgw_mount(c, &root, a.volume.c_str(), &r) != 0) {
+      std::fprintf(stderr, "nasgw-bench: volume %s: %s\n", a.volume.c_str(), nasgw_client_last_message());
+      nasgw_client_close(c);
+      return 1;
+    }
+    ClientTarget t(c, r);
     return Run(t, a);
   }
   if (a.luns.empty()) Usage("fs needs --lun");

@@ -311,7 +311,7 @@ int FsMain(int argc, char** argv);  // bench/fs_bench.cc
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && (std::string(argv[1]) == "fs" || std::string(argv[1]) == "posix")) {
+  if (argc >= 2 && (std::string(argv[1]) == "fs" || std::string(argv[1]) == "posix" || std::string(argv[1]) == "client")) {
     return nasgw::bench::FsMain(argc, argv);
   }
   return nasgw::bench::Main(argc, argv);

@@ -299,6 +299,9 @@ LunStatus Node::LunStatusLocked(uint32_t index, const std::shared_ptr<block::Blo
   if (l.url.empty()) l.url = dev->info().name;
   const auto& in = dev->info();
   l.serial = !in.serial.empty() ? in.serial : in.designator;
+  // SCSI pads the unit serial number with spaces (tgtd on the left).
+  const size_t b = l.serial.find_first_not_of(' '), e = l.serial.find_last_not_of(' ');
+  l.serial = b == std::string::npos ? std::string() : l.serial.substr(b, e - b + 1);
   l.size_bytes = in.size_bytes();
   if (reserve_ && state_ == ReserveState::kOnline && index < reserve_->lun_count()) {
     l.ag_count = reserve_->ag_count(index);

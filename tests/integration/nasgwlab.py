@@ -59,7 +59,8 @@ class Node:
     """State is a dict so that a helper process (fsx's remount command) can
     pick it up from a file."""
 
-    def __init__(self, bins=None, luns=3, size="512M", tag="node", state=None, metrics=False):
+    def __init__(self, bins=None, luns=3, size="512M", tag="node", state=None, metrics=False, urls=None):
+        """urls: LUNs of a lab someone else owns (not stopped by close())."""
         self.state_file = state
         if state and os.path.exists(state):
             with open(state) as f:
@@ -71,6 +72,11 @@ class Node:
                   "generation": 0, "tag": tag, "metrics": metrics}
         os.makedirs(base, exist_ok=True)
         self.state_file = base + ".json"
+        if urls:
+            self.s["lab"] = None
+            self.s["urls"] = list(urls)
+            self.save()
+            return
         lab = json.loads(sh([SANLAB, "start", "%s%d" % (tag, os.getpid()), "--luns", str(luns), "--size", size,
                              "--owner-pid", str(os.getpid())]).stdout)
         self.s["lab"] = lab["name"]
@@ -268,7 +274,8 @@ class Node:
         except Exception:
             pass
         self.kill()
-        sh([SANLAB, "stop", self.s["lab"]], check=False)
+        if self.s["lab"]:
+            sh([SANLAB, "stop", self.s["lab"]], check=False)
         if os.path.isdir(self.mount_path) and not is_mounted(self.mount_path):
             shutil.rmtree(self.mount_path, ignore_errors=True)
         for p in (self.mount_path + ".log",):
