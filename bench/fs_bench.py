@@ -15,10 +15,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from nasgwlab import Node  # noqa: E402
 SANLAB = os.path.join(ROOT, "tests", "lab", "sanlab")
 REL = os.path.join(ROOT, "build", "release")
 BENCH = os.path.join(REL, "bench", "nasgw-bench")
-FUSE = os.path.join(REL, "fsal", "fuse", "nasgw-fuse")
+BINS = {"fuse": os.path.join(REL, "fsal", "fuse", "nasgw-fuse"), "nasgwd": os.path.join(REL, "daemon", "nasgwd"),
+        "cli": os.path.join(REL, "cli", "nasgw")}
 
 
 def sh(cmd, **kw):
@@ -88,22 +91,16 @@ def main():
             res["fs_randrw_record%dk" % rk] = med([[BENCH, "fs"] + lun_args + rr + ["--record-kib", str(rk)]
                                                    for _ in range(a.runs)])
         res["fs_meta"] = js([BENCH, "fs"] + lun_args + ["--test", "meta", "--files", str(a.files)])
-        # FUSE on the same LUNs.
-        mnt = "/tmp/nasgw-fuse-%d" % os.getpid()
-        os.makedirs(mnt, exist_ok=True)
-        p = subprocess.Popen([FUSE] + lun_args + ["--volume", "b", "--format", "bench", "--create-volume",
-                                                  "--ag-mib", "64", "--force", "-f", mnt],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while not mounted(mnt):
-            if p.poll() is not None:
-                raise SystemExit("nasgw-fuse failed")
-            time.sleep(0.05)
+        # FUSE -> fsal/client -> nasgwd on the same LUNs.
+        node = Node(BINS, urls=urls, tag="fsbench")
         try:
-            posix(mnt, "fuse")
+            node.start()
+            node.cli("reserve", "format", "--name", "bench", "--ag-size", "64M", "--force")
+            node.cli("volume", "create", "b")
+            node.mount("b")
+            posix(node.mount_path, "fuse")
         finally:
-            subprocess.run(["fusermount3", "-u", mnt])
-            p.wait()
-            os.rmdir(mnt)
+            node.close()
     finally:
         subprocess.run([SANLAB, "stop", l["name"]], stdout=subprocess.DEVNULL)
 
