@@ -25,6 +25,7 @@ std::string_view CodeName(Code code) {
     case Code::kOutOfRange: return "OutOfRange";
     case Code::kMiscompare: return "Miscompare";
     case Code::kUnavailable: return "Unavailable";
+    case Code::kFailedPrecondition: return "FailedPrecondition";
   }
   return "Unknown";
 }
@@ -86,6 +87,7 @@ int Status::ToErrno() const {
     case Code::kOutOfRange: return EFBIG;
     case Code::kMiscompare: return EILSEQ;
     case Code::kUnavailable: return EHOSTUNREACH;
+    case Code::kFailedPrecondition: return EPERM;
   }
   return EIO;
 }

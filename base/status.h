@@ -40,6 +40,7 @@ enum class Code : uint8_t {
   kOutOfRange,        // an address beyond the end of a device or file
   kMiscompare,        // COMPARE AND WRITE found other data: the test failed
   kUnavailable,       // cannot reach it now (connection refused, path down)
+  kFailedPrecondition,  // refused in the current state (e.g. format an online reserve without force)
 };
 
 std::string_view CodeName(Code code);
@@ -64,6 +65,7 @@ class [[nodiscard]] Status {
   static Status OutOfRange(std::string m) { return {Code::kOutOfRange, std::move(m)}; }
   static Status Miscompare(std::string m) { return {Code::kMiscompare, std::move(m)}; }
   static Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
+  static Status FailedPrecondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
 
   Status(const Status& other);
   Status& operator=(const Status& other);

@@ -37,6 +37,7 @@ int GrpcCodeOf(Code code) {
     // NotEmpty is nasgw's refusal that force overrides (base has no
     // FailedPrecondition code): a non-empty volume, an online reserve.
     case Code::kNotEmpty:
+    case Code::kFailedPrecondition:
       return grpc::StatusCode::FAILED_PRECONDITION;
     case Code::kUnavailable:
       return grpc::StatusCode::UNAVAILABLE;

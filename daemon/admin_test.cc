@@ -228,6 +228,7 @@ TEST(AdminStatusTest, CodesMapToGrpc) {
   EXPECT_EQ(GrpcCodeOf(Code::kExists), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_EQ(GrpcCodeOf(Code::kInvalidArgument), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(GrpcCodeOf(Code::kNotEmpty), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(GrpcCodeOf(Code::kFailedPrecondition), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(GrpcCodeOf(Code::kUnavailable), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(GrpcCodeOf(Code::kBusy), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(GrpcCodeOf(Code::kNoSpace), grpc::StatusCode::RESOURCE_EXHAUSTED);

@@ -91,9 +91,8 @@ class Node {
   // ---- reserve
   ReserveStatus GetReserve() const;
   // Labels the node's LUNs as a new reserve and creates its domain.
-  // `ag_bytes` 0 means fs::kAgBytesDefault. Refused with NotEmpty (base has
-  // no FailedPrecondition code; NotEmpty is the "it holds something, force
-  // destroys it" refusal) when the reserve is online, and with Exists when a
+  // `ag_bytes` 0 means fs::kAgBytesDefault. Refused with FailedPrecondition
+  // when the reserve is online, and with Exists when a
   // LUN carries another label, unless `force`: then the online domain is
   // closed first (Busy if heads still hold it after the drain time) and any
   // LUN content is overwritten. On failure the state is read again from the

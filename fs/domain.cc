@@ -749,7 +749,7 @@ Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_
     return false;
   }));
   if (v->bytes > 0 || has_extents) {
-    return Status(Code::kNotEmpty,
+    return Status(Code::kFailedPrecondition,
                   "volume '" + name + "' holds data; the record size can only change while it is empty");
   }
   v->record_bytes = record_bytes;

@@ -369,7 +369,7 @@ TEST_F(DomainTest, RecordSizeChangesOnlyWhileTheVolumeHoldsNoData) {
   const std::string data(100 << 10, 'x');
   ASSERT_TRUE(dom_->Write(v->id, f->ino, 0, data.data(), data.size()).ok());
   auto refused = dom_->SetVolumeRecordBytes("rs", 4 << 10);
-  EXPECT_EQ(refused.status().code(), Code::kNotEmpty);
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("holds data"), std::string_view::npos) << refused.status().ToString();
   EXPECT_TRUE(dom_->SetVolumeRecordBytes("rs", 64 << 10).ok()) << "the same size is no change";
   Reopen();
