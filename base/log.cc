@@ -7,6 +7,27 @@
 #include <mutex>
 
 namespace nasgw {
+
+void WriteLogValue(std::ostream& os, std::string_view v) {
+  bool quote = v.empty();
+  for (char c : v) quote = quote || c == ' ' || c == '"' || static_cast<unsigned char>(c) < 0x20;
+  if (!quote) {
+    os << v;
+    return;
+  }
+  os << '"';
+  for (char c : v) {
+    if (c == '"' || c == '\\')
+      os << '\\' << c;
+    else if (c == '\n')
+      os << "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20)
+      os << '?';
+    else
+      os << c;
+  }
+  os << '"';
+}
 namespace {
 
 LogLevel ThresholdFromEnv() {
@@ -20,10 +41,14 @@ LogLevel ThresholdFromEnv() {
 
 const char* LevelName(LogLevel l) {
   switch (l) {
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kError: return "ERROR";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kError:
+      return "ERROR";
   }
   return "?";
 }
@@ -46,8 +71,8 @@ LogLine::LogLine(LogLevel level, std::string_view component) {
   tm t;
   gmtime_r(&ts.tv_sec, &t);
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", t.tm_year + 1900, t.tm_mon + 1,
-                t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ts.tv_nsec / 1000);
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", t.tm_year + 1900, t.tm_mon + 1, t.tm_mday,
+                t.tm_hour, t.tm_min, t.tm_sec, ts.tv_nsec / 1000);
   os_ << buf << ' ' << LevelName(level) << ' ' << component << ' ';
 }
 

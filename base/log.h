@@ -36,15 +36,23 @@ template <typename T>
 KvPair<T> Kv(std::string_view key, const T& value) {
   return {key, value};
 }
+// A value that is empty or holds a space, a quote or a control character is
+// written quoted (with \" and \\ escaped), so a line always splits on
+// spaces into key=value fields.
+void WriteLogValue(std::ostream& os, std::string_view v);
 template <typename T>
 std::ostream& operator<<(std::ostream& os, const KvPair<T>& kv) {
-  return os << ' ' << kv.key << '=' << kv.value;
+  std::ostringstream v;
+  v << kv.value;
+  os << ' ' << kv.key << '=';
+  WriteLogValue(os, v.str());
+  return os;
 }
 
 }  // namespace nasgw
 
 // A for statement, not if/else, so that an unbraced `if (x) NASGW_LOG(...)`
 // has no dangling else.
-#define NASGW_LOG(level, component)                                                                 \
+#define NASGW_LOG(level, component)                                                                              \
   for (bool _nasgw_log_on = ::nasgw::LogEnabled(::nasgw::LogLevel::level); _nasgw_log_on; _nasgw_log_on = false) \
   ::nasgw::LogLine(::nasgw::LogLevel::level, component)

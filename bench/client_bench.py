@@ -52,7 +52,7 @@ def main():
     urls = [x["url"] for x in lab["luns"]]
     lun_args = sum([["--lun", u] for u in urls], [])
     node = Node(bins, urls=urls, tag="cbench")
-    res = {"runs": a.runs, "seconds": a.seconds, "threads": a.threads, "fs": [], "client": []}
+    res = {"runs": a.runs, "seconds": a.seconds, "threads": a.threads, "fs": [], "client": [], "uds": []}
     try:
         for i in range(a.runs):
             order = ["fs", "client"] if i % 2 == 0 else ["client", "fs"]
@@ -68,6 +68,8 @@ def main():
                     r = {"getattr": js([bench, "client"] + sock + ga), "randrw": js([bench, "client"] + sock + rr)}
                     node.stop()
                 res[target].append(r)
+                if target == "client":
+                    res["uds"].append(js([bench, "uds", "--ops", str(a.getattr_ops)]))
                 print("run %d %-6s getattr p50 %.1f us p99 %.1f us; randrw %.0f IOPS p50 %.0f us p99 %.0f us" % (
                     i, target, r["getattr"]["p50_us"], r["getattr"]["p99_us"], r["randrw"]["iops"],
                     r["randrw"]["lat_p50_us"], r["randrw"]["lat_p99_us"]), flush=True)
@@ -83,6 +85,8 @@ def main():
         summary[t] = {"getattr_p50_us": med(t, "getattr", "p50_us"), "getattr_p99_us": med(t, "getattr", "p99_us"),
                       "randrw_iops": med(t, "randrw", "iops"), "randrw_p50_us": med(t, "randrw", "lat_p50_us"),
                       "randrw_p99_us": med(t, "randrw", "lat_p99_us")}
+    summary["uds_pingpong_p50_us"] = statistics.median(r["p50_us"] for r in res["uds"])
+    summary["uds_pingpong_p99_us"] = statistics.median(r["p99_us"] for r in res["uds"])
     summary["randrw_ratio_client_over_fs"] = summary["client"]["randrw_iops"] / summary["fs"]["randrw_iops"]
     res["median"] = summary
     print(json.dumps(summary, indent=1))

@@ -9,6 +9,7 @@
 //   nasgw-bench fs     --lun URL [--lun URL ...] --test meta|randrw|getattr [options]
 //   nasgw-bench client --socket PATH --volume NAME --test meta|randrw|getattr [options]
 //   nasgw-bench posix  --dir DIR --test meta|randrw|getattr [options]
+//   nasgw-bench uds    [--ops N]    the machine's Unix-socket round trip (the floor)
 //     meta:    --files N           create N empty files, stat each, unlink each
 //     randrw:  --file-mib N --bs 8k --rwmix 70 --threads N --seconds S
 //     getattr: --ops N             attributes of one file, one at a time (round-trip latency)
@@ -17,7 +18,6 @@
 // Every operation is timed; the JSON gives ops/s and p50/p99 per phase and
 // a top-level "iops" (randrw) or "creates_per_sec" (meta).
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -37,6 +37,10 @@
 #include "fs/domain.h"
 #include "fsal/client/nasgw_client.h"
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
 namespace nasgw::bench {
 
 namespace {
@@ -54,7 +58,9 @@ class Target {
   virtual Status GetAttr() = 0;  // of the prepared file
 };
 
-Status Errno(const char* what) { return Status(Code::kIoError, std::string(what) + ": " + std::strerror(errno)); }
+Status Errno(const char* what) {
+  return Status(Code::kIoError, std::string(what) + ": " + std::strerror(errno));
+}
 
 class PosixTarget : public Target {
  public:
@@ -252,10 +258,11 @@ int Run(Target& t, const Args& a) {
       h.Record(MonotonicNanos() - s);
     }
     const double secs = (MonotonicNanos() - t0) / 1e9;
-    std::printf("{\"target\": \"%s\", \"test\": \"getattr\", \"ops\": %llu, \"p50_us\": %.2f, \"p99_us\": %.2f, "
-                "\"per_sec\": %.1f}\n",
-                a.mode.c_str(), static_cast<unsigned long long>(h.count), h.Percentile(0.5) / 1e3,
-                h.Percentile(0.99) / 1e3, h.count / secs);
+    std::printf(
+        "{\"target\": \"%s\", \"test\": \"getattr\", \"ops\": %llu, \"p50_us\": %.2f, \"p99_us\": %.2f, "
+        "\"per_sec\": %.1f}\n",
+        a.mode.c_str(), static_cast<unsigned long long>(h.count), h.Percentile(0.5) / 1e3, h.Percentile(0.99) / 1e3,
+        h.count / secs);
     return 0;
   }
   // randrw
@@ -304,15 +311,48 @@ int Run(Target& t, const Args& a) {
   }
   HistogramData all = reads;
   all.Merge(writes);
-  std::printf("{\"target\": \"%s\", \"test\": \"randrw\", \"bs\": %llu, \"rwmix_read\": %d, \"threads\": %d, "
-              "\"iops\": %.1f, \"lat_p50_us\": %.1f, \"lat_p99_us\": %.1f, %s, %s}\n",
-              a.mode.c_str(), static_cast<unsigned long long>(a.bs), a.rwmix, a.threads, all.count / secs,
-              all.Percentile(0.5) / 1e3, all.Percentile(0.99) / 1e3, Phase("read", reads, secs).c_str(),
-              Phase("write", writes, secs).c_str());
+  std::printf(
+      "{\"target\": \"%s\", \"test\": \"randrw\", \"bs\": %llu, \"rwmix_read\": %d, \"threads\": %d, "
+      "\"iops\": %.1f, \"lat_p50_us\": %.1f, \"lat_p99_us\": %.1f, %s, %s}\n",
+      a.mode.c_str(), static_cast<unsigned long long>(a.bs), a.rwmix, a.threads, all.count / secs,
+      all.Percentile(0.5) / 1e3, all.Percentile(0.99) / 1e3, Phase("read", reads, secs).c_str(),
+      Phase("write", writes, secs).c_str());
   return 0;
 }
 
 }  // namespace
+
+// The floor under any head-protocol round trip on this machine: a 64-byte
+// ping-pong over a Unix socket between two processes.
+int UdsPingPong(uint64_t ops) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(sv[0]);  // else the parent's close never reads as EOF here
+    char b[64];
+    while (read(sv[1], b, sizeof(b)) == static_cast<ssize_t>(sizeof(b))) {
+      if (write(sv[1], b, sizeof(b)) != static_cast<ssize_t>(sizeof(b))) break;
+    }
+    _exit(0);
+  }
+  close(sv[1]);
+  char b[64] = {};
+  HistogramData h;
+  for (uint64_t i = 0; i < ops; i++) {
+    const uint64_t s = MonotonicNanos();
+    if (write(sv[0], b, sizeof(b)) != static_cast<ssize_t>(sizeof(b)) ||
+        read(sv[0], b, sizeof(b)) != static_cast<ssize_t>(sizeof(b))) {
+      return 1;
+    }
+    h.Record(MonotonicNanos() - s);
+  }
+  close(sv[0]);
+  waitpid(pid, nullptr, 0);
+  std::printf("{\"target\": \"uds\", \"test\": \"pingpong\", \"ops\": %llu, \"p50_us\": %.2f, \"p99_us\": %.2f}\n",
+              static_cast<unsigned long long>(h.count), h.Percentile(0.5) / 1e3, h.Percentile(0.99) / 1e3);
+  return 0;
+}
 
 int FsMain(int argc, char** argv) {
   Args a;
@@ -323,23 +363,39 @@ int FsMain(int argc, char** argv) {
       if (i + 1 >= argc) Usage(s + " needs a value");
       return argv[++i];
     };
-    if (s == "--lun") a.luns.push_back(next());
-    else if (s == "--dir") a.dir = next();
-    else if (s == "--test") a.test = next();
-    else if (s == "--files") a.files = std::strtoull(next().c_str(), nullptr, 10);
-    else if (s == "--file-mib") a.file_mib = std::strtoull(next().c_str(), nullptr, 10);
-    else if (s == "--bs") a.bs = std::strtoull(next().c_str(), nullptr, 10) * 1024;  // in KiB: "8" or "8k"
-    else if (s == "--rwmix") a.rwmix = std::atoi(next().c_str());
-    else if (s == "--threads") a.threads = std::atoi(next().c_str());
-    else if (s == "--seconds") a.seconds = std::atof(next().c_str());
-    else if (s == "--record-kib") a.record_kib = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
-    else if (s == "--socket") a.socket = next();
-    else if (s == "--volume") a.volume = next();
-    else if (s == "--ops") a.ops = std::strtoull(next().c_str(), nullptr, 10);
-    else if (s == "--connections") a.connections = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
+    if (s == "--lun")
+      a.luns.push_back(next());
+    else if (s == "--dir")
+      a.dir = next();
+    else if (s == "--test")
+      a.test = next();
+    else if (s == "--files")
+      a.files = std::strtoull(next().c_str(), nullptr, 10);
+    else if (s == "--file-mib")
+      a.file_mib = std::strtoull(next().c_str(), nullptr, 10);
+    else if (s == "--bs")
+      a.bs = std::strtoull(next().c_str(), nullptr, 10) * 1024;  // in KiB: "8" or "8k"
+    else if (s == "--rwmix")
+      a.rwmix = std::atoi(next().c_str());
+    else if (s == "--threads")
+      a.threads = std::atoi(next().c_str());
+    else if (s == "--seconds")
+      a.seconds = std::atof(next().c_str());
+    else if (s == "--record-kib")
+      a.record_kib = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
+    else if (s == "--socket")
+      a.socket = next();
+    else if (s == "--volume")
+      a.volume = next();
+    else if (s == "--ops")
+      a.ops = std::strtoull(next().c_str(), nullptr, 10);
+    else if (s == "--connections")
+      a.connections = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
     else if (s == "--json") {
-    } else Usage("unknown option " + s);
+    } else
+      Usage("unknown option " + s);
   }
+  if (a.mode == "uds") return UdsPingPong(a.ops);
   if (a.test != "meta" && a.test != "randrw" && a.test != "getattr") Usage("--test is meta, randrw or getattr");
   if (a.bs == 0 || a.threads < 1 || a.rwmix < 0 || a.rwmix > 100) Usage("bad --bs, --threads or --rwmix");
   if (a.mode == "posix") {

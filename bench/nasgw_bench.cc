@@ -69,10 +69,14 @@ uint64_t ParseBytes(const std::string& s) {
   unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   if (errno != 0 || end == s.c_str()) Usage("bad size '" + s + "'");
   std::string unit(end);
-  if (unit == "k" || unit == "K") v <<= 10;
-  else if (unit == "m" || unit == "M") v <<= 20;
-  else if (unit == "g" || unit == "G") v <<= 30;
-  else if (!unit.empty()) Usage("bad size unit in '" + s + "'");
+  if (unit == "k" || unit == "K")
+    v <<= 10;
+  else if (unit == "m" || unit == "M")
+    v <<= 20;
+  else if (unit == "g" || unit == "G")
+    v <<= 30;
+  else if (!unit.empty())
+    Usage("bad size unit in '" + s + "'");
   return v;
 }
 
@@ -94,17 +98,28 @@ Config ParseArgs(int argc, char** argv) {
       if (i + 1 >= argc) Usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--url") c.urls.push_back(next());
-    else if (a == "--workload") c.workload = next();
-    else if (a == "--bs") c.bs = ParseBytes(next());
-    else if (a == "--rwmix") c.rwmix = static_cast<int>(ParseNumber(next(), 0, 100, "--rwmix"));
-    else if (a == "--qd") c.qd = static_cast<uint32_t>(ParseNumber(next(), 1, limits::kQueueDepthMax, "--qd"));
-    else if (a == "--clients") c.clients = static_cast<int>(ParseNumber(next(), 1, 64, "--clients"));
-    else if (a == "--seconds") c.seconds = ParseNumber(next(), 0.1, 86400, "--seconds");
-    else if (a == "--ramp") c.ramp = ParseNumber(next(), 0, 600, "--ramp");
-    else if (a == "--size") c.size = ParseBytes(next());
-    else if (a == "--json") c.json = true;
-    else Usage("unknown option " + a);
+    if (a == "--url")
+      c.urls.push_back(next());
+    else if (a == "--workload")
+      c.workload = next();
+    else if (a == "--bs")
+      c.bs = ParseBytes(next());
+    else if (a == "--rwmix")
+      c.rwmix = static_cast<int>(ParseNumber(next(), 0, 100, "--rwmix"));
+    else if (a == "--qd")
+      c.qd = static_cast<uint32_t>(ParseNumber(next(), 1, limits::kQueueDepthMax, "--qd"));
+    else if (a == "--clients")
+      c.clients = static_cast<int>(ParseNumber(next(), 1, 64, "--clients"));
+    else if (a == "--seconds")
+      c.seconds = ParseNumber(next(), 0.1, 86400, "--seconds");
+    else if (a == "--ramp")
+      c.ramp = ParseNumber(next(), 0, 600, "--ramp");
+    else if (a == "--size")
+      c.size = ParseBytes(next());
+    else if (a == "--json")
+      c.json = true;
+    else
+      Usage("unknown option " + a);
   }
   if (c.urls.empty()) Usage("--url is required");
   const std::string w = c.workload;
@@ -287,8 +302,8 @@ int Main(int argc, char** argv) {
         "{\"target\": \"block\", \"workload\": \"%s\", \"bs\": %llu, \"rwmix_read\": %d, \"qd\": %u, "
         "\"clients\": %d, \"seconds\": %.3f, \"iops\": %.1f, \"mbps\": %.2f, \"lat_p50_us\": %.1f, "
         "\"lat_p99_us\": %.1f, %s, %s}\n",
-        cfg.workload.c_str(), static_cast<unsigned long long>(cfg.bs), cfg.rwmix, cfg.qd, cfg.clients, secs, iops,
-        mbps, all.Percentile(0.5) / 1e3, all.Percentile(0.99) / 1e3, OpJson("read", reads, secs, cfg.bs).c_str(),
+        cfg.workload.c_str(), static_cast<unsigned long long>(cfg.bs), cfg.rwmix, cfg.qd, cfg.clients, secs, iops, mbps,
+        all.Percentile(0.5) / 1e3, all.Percentile(0.99) / 1e3, OpJson("read", reads, secs, cfg.bs).c_str(),
         OpJson("write", writes, secs, cfg.bs).c_str());
   } else {
     std::printf("block %s bs=%llu qd=%u clients=%d: %.0f IOPS, %.1f MB/s, p50 %.0f us, p99 %.0f us\n",
@@ -311,7 +326,8 @@ int FsMain(int argc, char** argv);  // bench/fs_bench.cc
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && (std::string(argv[1]) == "fs" || std::string(argv[1]) == "posix" || std::string(argv[1]) == "client")) {
+  if (argc >= 2 && (std::string(argv[1]) == "fs" || std::string(argv[1]) == "posix" ||
+                    std::string(argv[1]) == "client" || std::string(argv[1]) == "uds")) {
     return nasgw::bench::FsMain(argc, argv);
   }
   return nasgw::bench::Main(argc, argv);

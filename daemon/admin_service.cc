@@ -34,8 +34,7 @@ int GrpcCodeOf(Code code) {
       return grpc::StatusCode::ALREADY_EXISTS;
     case Code::kInvalidArgument:
       return grpc::StatusCode::INVALID_ARGUMENT;
-    // NotEmpty is nasgw's refusal that force overrides (base has no
-    // FailedPrecondition code): a non-empty volume, an online reserve.
+    // Refusals that force overrides: a non-empty volume, an online reserve.
     case Code::kNotEmpty:
     case Code::kFailedPrecondition:
       return grpc::StatusCode::FAILED_PRECONDITION;
@@ -457,6 +456,11 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config
   ::rmdir(tmpl.c_str());
   NASGW_LOG(kInfo, "admin") << "serving" << Kv("socket", path) << Kv("tcp", config.admin_tcp)
                             << Kv("tcp_port", selected_port) << Kv("client_certs", !config.tls_client_ca.empty());
+  if (!config.admin_tcp.empty() && config.tls_client_ca.empty()) {
+    NASGW_LOG(kWarn, "admin") << "admin TCP without client certificates: anyone who reaches the port can "
+                                 "administer this node; set admin.tls_client_ca"
+                              << Kv("tcp", config.admin_tcp);
+  }
   return std::unique_ptr<AdminServer>(new AdminServer(std::move(impl)));
 }
 

@@ -21,6 +21,7 @@
 
 #include "base/limits.h"
 #include "block/iscsi_url.h"
+#include "fs/label.h"
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
@@ -46,9 +47,8 @@
 namespace nasgw::daemon {
 namespace {
 
-// The reserve's LUNs as the header documents them: a reserve is built from a
-// handful of LUNs; 256 bounds the per-LUN I/O threads and sessions.
-constexpr size_t kLunsMax = 256;
+// A reserve holds at most as many LUNs as its label has member slots.
+constexpr size_t kLunsMax = fs::kReserveLunsMax;
 // A DNS label, so the node name can appear in host names and IQNs.
 constexpr size_t kNodeNameMax = 63;
 // RFC 3720 3.2.6.1: an iSCSI name is at most 223 bytes.
@@ -261,7 +261,8 @@ bool IsDnsName(std::string_view s) {
 
 // "host:port" where host is an IPv4 address, a bracketed IPv6 address or a
 // host name, and port is 1..65535. Returns what is wrong, empty when fine.
-std::string CheckHostPort(std::string_view s) {
+// `ip_only`: the metrics endpoint binds an address literal (no resolver).
+std::string CheckHostPort(std::string_view s, bool ip_only = false) {
   std::string host;
   std::string_view port;
   if (!s.empty() && s.front() == '[') {
@@ -283,6 +284,8 @@ std::string CheckHostPort(std::string_view s) {
     if (host.empty()) return Quote(s) + ": missing host (0.0.0.0 or [::] means every address)";
     if (host.find_first_not_of("0123456789.") == std::string::npos) {
       if (!IsIpv4(host)) return Quote(host) + " is not an IPv4 address";
+    } else if (ip_only) {
+      return Quote(host) + " is not an IP address (this endpoint takes an IPv4 address or a bracketed IPv6 address)";
     } else if (!IsDnsName(host)) {
       return Quote(host) + " is not a host name, an IPv4 address or a bracketed IPv6 address";
     }
@@ -691,7 +694,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
              &errors);
   Section metrics("metrics", table("metrics"), {"listen"}, &errors);
   if (metrics.String("listen", &c.metrics_listen) && !c.metrics_listen.empty()) {
-    if (std::string why = CheckHostPort(c.metrics_listen); !why.empty()) errors.Add("metrics.listen", why);
+    if (std::string why = CheckHostPort(c.metrics_listen, true); !why.empty()) errors.Add("metrics.listen", why);
   }
   Section shutdown("shutdown", table("shutdown"), {"drain_ms"}, &errors);
   shutdown.Integer("drain_ms", 0, kShutdownDrainMsMax, &c.drain_ms);

@@ -27,37 +27,37 @@ constexpr uint32_t kShutdownDrainMsMax = 600'000;
 
 struct Config {
   // [node]
-  std::string node_name;              // required; [A-Za-z0-9._-], 1..63 bytes
-  std::string run_dir = "/run/nasgw";  // sockets live here (created 0750)
+  std::string node_name;                     // required; [A-Za-z0-9._-], 1..63 bytes
+  std::string run_dir = "/run/nasgw";        // sockets live here (created 0750)
   std::string state_dir = "/var/lib/nasgw";  // node-local state (the LUN cache)
-  std::string log_level = "info";     // debug|info|warn|error
+  std::string log_level = "info";            // debug|info|warn|error
 
   // [reserve]
-  std::vector<std::string> luns;      // required, 1..256 iSCSI URLs (iscsi://host[:port]/iqn/lun)
-  std::string initiator;              // empty: iqn.2026-11.org.nasgw:<node_name>
-  std::string chap_user;              // both or neither
-  std::string chap_secret;            // 12..16 bytes (RFC 3720); or chap_secret_file
-  uint32_t io_timeout_ms = 30'000;    // limits::kIoTimeoutMs{Min,Max}
-  uint32_t queue_depth = 64;          // 1..limits::kQueueDepthMax
+  std::vector<std::string> luns;    // required, 1..96 iSCSI URLs (fs::kReserveLunsMax) (iscsi://host[:port]/iqn/lun)
+  std::string initiator;            // empty: iqn.2026-11.org.nasgw:<node_name>
+  std::string chap_user;            // both or neither
+  std::string chap_secret;          // 12..16 bytes (RFC 3720); or chap_secret_file
+  uint32_t io_timeout_ms = 30'000;  // limits::kIoTimeoutMs{Min,Max}
+  uint32_t queue_depth = 64;        // 1..limits::kQueueDepthMax
   uint32_t connect_timeout_ms = 5'000;
 
   // [head]
-  std::string head_socket;            // default: <run_dir>/head.sock
-  uint32_t head_socket_mode = 0660;   // 0600..0777 (octal string "0660" or integer)
-  std::string head_socket_group;      // empty: nasgwd's group
-  uint32_t head_workers = kHeadWorkersDefault;          // 1..kHeadWorkersMax
+  std::string head_socket;                                  // default: <run_dir>/head.sock
+  uint32_t head_socket_mode = 0660;                         // 0600..0777 (octal string "0660" or integer)
+  std::string head_socket_group;                            // empty: nasgwd's group
+  uint32_t head_workers = kHeadWorkersDefault;              // 1..kHeadWorkersMax
   uint32_t head_max_connections = kHeadConnectionsDefault;  // 1..kHeadConnectionsMax
-  uint32_t head_max_inflight = kHeadInflightDefault;    // 1..kHeadInflightMax per connection
+  uint32_t head_max_inflight = kHeadInflightDefault;        // 1..kHeadInflightMax per connection
 
   // [admin]
-  std::string admin_socket;           // default: <run_dir>/admin.sock (mode 0600)
-  std::string admin_tcp;              // optional "host:port"; requires tls_cert and tls_key
-  std::string tls_cert;               // PEM server certificate chain (file)
-  std::string tls_key;                // PEM private key (file)
-  std::string tls_client_ca;          // PEM CA bundle: when set, clients must present a certificate it signed
+  std::string admin_socket;   // default: <run_dir>/admin.sock (mode 0600)
+  std::string admin_tcp;      // optional "host:port"; requires tls_cert and tls_key
+  std::string tls_cert;       // PEM server certificate chain (file)
+  std::string tls_key;        // PEM private key (file)
+  std::string tls_client_ca;  // PEM CA bundle: when set, clients must present a certificate it signed
 
   // [metrics]
-  std::string metrics_listen;         // optional "host:port" for the Prometheus text endpoint
+  std::string metrics_listen;  // optional "host:port" for the Prometheus text endpoint
 
   // [shutdown]
   uint32_t drain_ms = kShutdownDrainMsDefault;  // 0..kShutdownDrainMsMax

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -74,6 +75,17 @@ uint64_t NowNs() {
 
 }  // namespace
 
+struct Conn;
+bool ActsAsItself(const Conn& c, const proto::Creds& creds);
+
+namespace {
+
+bool Inline(Op op) {
+  return op == Op::kGetAttr || op == Op::kAccess || op == Op::kLookup;
+}
+
+}  // namespace
+
 struct SessionEntry {
   std::shared_ptr<HeadSession> session;
   uint32_t connections = 0;
@@ -84,6 +96,7 @@ struct Conn {
   int fd = -1;
   bool trusted = false;  // may state any credentials
   uint32_t peer_uid = 0;
+  std::vector<uint32_t> peer_gids;  // the peer's group and supplementary groups (SO_PEERGROUPS)
   int peer_pid = 0;
   std::mutex write_mu;
   std::mutex mu;
@@ -93,6 +106,14 @@ struct Conn {
   std::thread reader;
   std::atomic<bool> done{false};
 };
+
+// An untrusted peer's stated credentials must be its own: its uid, and only
+// groups it is in.
+bool ActsAsItself(const Conn& c, const proto::Creds& creds) {
+  auto member = [&](uint32_t g) { return std::find(c.peer_gids.begin(), c.peer_gids.end(), g) != c.peer_gids.end(); };
+  if (creds.uid != c.peer_uid || !member(creds.gid)) return false;
+  return std::all_of(creds.groups.begin(), creds.groups.end(), member);
+}
 
 struct Task {
   std::shared_ptr<Conn> conn;
@@ -131,6 +152,7 @@ struct HeadServer::Impl {
   void AcceptLoop();
   void ReaderLoop(std::shared_ptr<Conn> c);
   void WorkerLoop();
+  void Execute(Task& t);
   bool Hello(Conn& c, const proto::FrameHeader& h, std::string_view payload);
   void Send(Conn& c, const proto::FrameHeader& req, const HeadOutcome& out);
   void Finish(Conn& c);
@@ -171,8 +193,17 @@ void HeadServer::Impl::AcceptLoop() {
       c->peer_uid = cred.uid;
       c->peer_pid = cred.pid;
       c->trusted = cred.uid == 0 || cred.uid == ::geteuid();
+      c->peer_gids.push_back(cred.gid);
+      if (!c->trusted) {
+        gid_t groups[1024];
+        socklen_t glen = sizeof(groups);
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0) {
+          c->peer_gids.insert(c->peer_gids.end(), groups, groups + glen / sizeof(gid_t));
+        }
+      }
     }
-    n_conns++;
+    const uint32_t open_now = ++n_conns;
+    if (observer != nullptr) observer->OnConnections(open_now);
     std::lock_guard<std::mutex> l(mu);
     conns.push_back(c);
     c->reader = std::thread([this, c] { ReaderLoop(c); });
@@ -182,9 +213,11 @@ void HeadServer::Impl::AcceptLoop() {
 bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_view payload) {
   auto r = proto::DecodeRequest(Op::kHello, payload);
   if (!r.ok()) return false;
+  bool resumed = false;
   {
     std::lock_guard<std::mutex> l(mu);
     SessionEntry& e = sessions[r->session];
+    resumed = e.session != nullptr;
     if (e.session == nullptr) {
       e.session = std::make_shared<HeadSession>();
       e.session->id = r->session;
@@ -197,6 +230,7 @@ bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_v
   out.reply.hello.instance = instance;
   out.reply.hello.payload_max = proto::kPayloadMax;
   out.reply.hello.inflight_max = opt.max_inflight;
+  out.reply.hello.resumed = resumed;
   NASGW_LOG(kDebug, "head") << "hello" << Kv("client", r->name2) << Kv("pid", c.peer_pid);
   Send(c, h, out);
   return true;
@@ -239,9 +273,21 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
       break;
     }
     t.request = std::move(*r);
-    if (!c->trusted && t.request.creds.uid != c->peer_uid && t.request.reject == 0) {
+    if (!c->trusted && t.request.reject == 0 && !ActsAsItself(*c, t.request.creds)) {
       t.request.reject = EPERM;
-      t.request.reject_why = "an unprivileged head may only act as itself";
+      t.request.reject_why = "an unprivileged head may only act as itself (its uid and groups)";
+    }
+    // Attribute reads are answered here, on the reader: a hand-off to a
+    // worker costs two thread wake-ups, several times the work itself (a
+    // metadata point read, from cache). Anything that may write or move
+    // data goes to the workers.
+    if (Inline(t.request.op)) {
+      {
+        std::lock_guard<std::mutex> l(c->mu);
+        c->inflight++;
+      }
+      Execute(t);
+      continue;
     }
     // Backpressure: at most max_inflight per connection, and a bounded queue.
     {
@@ -278,7 +324,8 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
     auto it = sessions.find(c->session->id);
     if (it != sessions.end() && --it->second.connections == 0) it->second.detached_ns = NowNs();
   }
-  n_conns--;
+  const uint32_t open_now = --n_conns;
+  if (observer != nullptr) observer->OnConnections(open_now);
   c->done = true;
 }
 
@@ -319,6 +366,15 @@ void HeadServer::Impl::Send(Conn& c, const proto::FrameHeader& req, const HeadOu
   if (c.fd >= 0 && !WriteFull(c.fd, iov, n)) ::shutdown(c.fd, SHUT_RDWR);  // the reader sees it and closes
 }
 
+void HeadServer::Impl::Execute(Task& t) {
+  HeadOutcome out = service->Execute(*t.conn->session, t.request);
+  Send(*t.conn, t.header, out);
+  const uint64_t ns = NowNs() - t.start_ns;
+  n_requests++;
+  if (observer != nullptr) observer->OnRequest(t.header.op, out.volume, out.bytes, ns, out.err);
+  Finish(*t.conn);
+}
+
 void HeadServer::Impl::WorkerLoop() {
   for (;;) {
     Task t;
@@ -330,12 +386,7 @@ void HeadServer::Impl::WorkerLoop() {
       queue.pop_front();
       space_cv.notify_one();
     }
-    HeadOutcome out = service->Execute(*t.conn->session, t.request);
-    Send(*t.conn, t.header, out);
-    const uint64_t ns = NowNs() - t.start_ns;
-    n_requests++;
-    if (observer != nullptr) observer->OnRequest(t.header.op, out.volume, out.bytes, ns, out.err);
-    Finish(*t.conn);
+    Execute(t);
   }
 }
 

@@ -46,6 +46,8 @@ class HeadObserver {
  public:
   virtual ~HeadObserver() = default;
   virtual void OnRequest(proto::Op op, uint32_t volume, uint64_t bytes, uint64_t latency_ns, int err) = 0;
+  // The number of open connections changed (from the acceptor or a reader).
+  virtual void OnConnections(uint32_t open) {}
 };
 
 class HeadServer {

@@ -86,6 +86,7 @@ class Exec {
   bool Write();
   bool Xattr();
   bool Open();
+  bool AddOpen(uint64_t ino);
   bool Release();
   bool ReadDir();
 
@@ -146,7 +147,8 @@ bool Exec::Run() {
     case Op::kRename:
       return Rename();
     case Op::kReadLink: {
-      auto t = d_.ReadLink(vol, r_.h.ino);
+      if (!Load(r_.h, a)) return false;
+      auto t = d_.ReadLink(vol, a.ino);
       if (!t.ok()) return Error(t.status());
       out_.reply.text = *t;
       return true;
@@ -195,15 +197,7 @@ bool Exec::Create() {
     if (made.ok() && made->type != fs::FileType::kRegular) return Error(EEXIST, "exists and is not a file");
   }
   if (!Set(made)) return false;
-  if (r_.flags & proto::kCreateOpen) {
-    std::lock_guard<std::mutex> l(s_.mu);
-    if (s_.opens.insert({r_.h.volume, made->ino}).second) {
-      if (Status s = d_.OpenFile(r_.h.volume, made->ino); !s.ok()) {
-        s_.opens.erase({r_.h.volume, made->ino});
-        return Error(s);
-      }
-    }
-  }
+  if (r_.flags & proto::kCreateOpen) return AddOpen(made->ino);
   return true;
 }
 
@@ -257,22 +251,30 @@ bool Exec::Open() {
   if (!Load(r_.h, a)) return false;
   if (a.type == fs::FileType::kDirectory && (r_.count & proto::kAccessWrite)) return Error(EISDIR, "is a directory");
   if (!Deny(CheckAccess(a, r_.creds, r_.count), "open")) return false;
-  {
-    std::lock_guard<std::mutex> l(s_.mu);
-    if (s_.opens.insert({r_.h.volume, a.ino}).second) {
-      if (Status s = d_.OpenFile(r_.h.volume, a.ino); !s.ok()) {
-        s_.opens.erase({r_.h.volume, a.ino});
-        return Error(s);
-      }
+  if (!AddOpen(a.ino)) return false;
+  out_.reply.attr = a;
+  return true;
+}
+
+bool Exec::AddOpen(uint64_t ino) {
+  std::lock_guard<std::mutex> l(s_.mu);
+  std::set<uint64_t>& ids = s_.opens[{r_.h.volume, ino}];
+  if (ids.empty()) {
+    if (Status s = d_.OpenFile(r_.h.volume, ino); !s.ok()) {
+      s_.opens.erase({r_.h.volume, ino});
+      return Error(s);
     }
   }
-  out_.reply.attr = a;
+  ids.insert(r_.open_id);  // a resend inserts what is there
   return true;
 }
 
 bool Exec::Release() {
   std::lock_guard<std::mutex> l(s_.mu);
-  if (s_.opens.erase({r_.h.volume, r_.h.ino}) == 0) return true;  // a resend, or never opened
+  auto it = s_.opens.find({r_.h.volume, r_.h.ino});
+  if (it == s_.opens.end() || it->second.erase(r_.open_id) == 0) return true;  // a resend, or never opened
+  if (!it->second.empty()) return true;
+  s_.opens.erase(it);
   return Done(d_.ReleaseFile(r_.h.volume, r_.h.ino));
 }
 
@@ -405,7 +407,7 @@ void HeadService::EndSession(HeadSession& session) {
   std::shared_ptr<fs::Domain> d = domain_();
   std::lock_guard<std::mutex> l(session.mu);
   if (d != nullptr) {
-    for (const auto& [vol, ino] : session.opens) d->ReleaseFile(vol, ino).IgnoreError();
+    for (const auto& [file, ids] : session.opens) d->ReleaseFile(file.first, file.second).IgnoreError();
   }
   session.opens.clear();
 }

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -24,13 +25,14 @@
 
 namespace nasgw::daemon {
 
-// A client session: what its connections share. Opens are a set (not a
-// count) so that OPEN and RELEASE can be resent safely; the client keeps
-// the count. They are released when the session ends.
+// A client session: what its connections share. Each open has the client's
+// id, so OPEN and RELEASE are idempotent and may arrive in any order; a file
+// is open (to the domain) while any of its ids is. Released when the
+// session ends.
 struct HeadSession {
   proto::SessionId id{};
   std::mutex mu;
-  std::set<std::pair<uint32_t, uint64_t>> opens;  // GUARDED_BY(mu)
+  std::map<std::pair<uint32_t, uint64_t>, std::set<uint64_t>> opens;  // GUARDED_BY(mu): file -> open ids
 };
 
 struct HeadOutcome {

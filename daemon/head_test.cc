@@ -1,5 +1,6 @@
 // The head protocol end to end in one process: the C client library over a
 // real Unix socket to the HeadServer, on a file system on in-memory LUNs.
+#include <grp.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "fsal/client/nasgw_client.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 namespace nasgw::daemon {
@@ -168,6 +170,94 @@ TEST_F(HeadTest, NamespaceAndDataRoundTrip) {
   nasgw_fs_stats sf{};
   EXPECT_EQ(nasgw_statfs(client_, &kRoot, root_.handle.volume, &sf), 0);
   EXPECT_GT(sf.total_bytes, 0u);
+}
+
+// An OPEN and the RELEASE of an earlier open of the same file can reach
+// nasgwd in either order (they travel on different connections): the file
+// must stay open while any open is outstanding, so that an unlinked open
+// file keeps its data.
+TEST_F(HeadTest, OpensOverlapInAnyOrder) {
+  nasgw_attr f = Create(root_.handle, "overlap");
+  HeadSession session;
+  auto run = [&](proto::Op op, uint64_t open_id) {
+    proto::Request r;
+    r.op = op;
+    r.h = f.handle.volume == 0 ? fs::Handle{} : fs::Handle{f.handle.volume, f.handle.ino, f.handle.gen};
+    r.count = proto::kAccessRead;
+    r.open_id = open_id;
+    return service_->Execute(session, r).err;
+  };
+  ASSERT_EQ(run(proto::Op::kOpen, 1), 0);
+  ASSERT_EQ(run(proto::Op::kOpen, 2), 0);     // the second open arrives first...
+  ASSERT_EQ(run(proto::Op::kRelease, 1), 0);  // ...then the release of the first
+  ASSERT_EQ(run(proto::Op::kOpen, 2), 0);     // a resend changes nothing
+  ASSERT_EQ(nasgw_unlink(client_, &kRoot, &root_.handle, "overlap"), 0);
+  EXPECT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, "still here", 10, 0, nullptr), 10)
+      << "the file was closed while an open was outstanding";
+  ASSERT_EQ(run(proto::Op::kRelease, 2), 0);
+  ASSERT_EQ(run(proto::Op::kRelease, 2), 0);  // a resent release is harmless
+  nasgw_attr a{};
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f.handle, &a), -ESTALE) << "the last release frees the unlinked file";
+}
+
+// The client checks a request with the server's own decoder first: a bad
+// one fails at once with EINVAL and never costs the connection (nor is it
+// resent in a loop as if the connection had broken).
+TEST_F(HeadTest, MalformedRequestsFailLocally) {
+  const uint64_t before = server_->protocol_errors();
+  nasgw_handle zero{root_.handle.volume, 0, 0};
+  nasgw_attr a{};
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &zero, &a), -EINVAL);
+  nasgw_sattr s{};
+  s.mask = NASGW_SET_MODE;
+  s.mode = 010000;
+  EXPECT_EQ(nasgw_setattr(client_, &kRoot, &root_.handle, &s, &a), -EINVAL);
+  s.mask = 1u << 20;
+  EXPECT_EQ(nasgw_setattr(client_, &kRoot, &root_.handle, &s, &a), -EINVAL);
+  EXPECT_EQ(nasgw_access(client_, &kRoot, &root_.handle, 8, nullptr), -EINVAL);
+  EXPECT_EQ(nasgw_write(client_, &kRoot, &root_.handle, (1ull << 63) - 2, "abcd", 4, 0, nullptr), -EFBIG);
+  EXPECT_EQ(server_->protocol_errors(), before);
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &root_.handle, &a), 0);
+}
+
+// A head that is neither root nor nasgwd's user may only act as itself:
+// its own uid and only groups it is in (SO_PEERCRED, SO_PEERGROUPS).
+TEST_F(HeadTest, UnprivilegedPeerCannotClaimOthersCredentials) {
+  Create(root_.handle, "open", NASGW_TYPE_DIR, 0777);
+  Create(root_.handle, "rootonly", NASGW_TYPE_DIR, 0770);  // root:root
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);                 // the socket's directory: nobody may enter
+  pid_t pid = fork();
+  if (pid == 0) {
+    // The child: drop to nobody, then try.
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    nasgw_client_options co{};
+    co.socket_path = socket_.c_str();
+    co.reconnect_timeout_ms = 2000;
+    nasgw_client* c = nullptr;
+    if (nasgw_client_open(&co, &c) != 0) _exit(11);
+    nasgw_attr root{}, dir{}, a{};
+    const nasgw_cred self{65534, 65534, 0, nullptr};
+    const uint32_t zero = 0;
+    const nasgw_cred as_root{0, 0, 0, nullptr};
+    const nasgw_cred root_group{65534, 0, 0, nullptr};
+    const nasgw_cred root_supp{65534, 65534, 1, &zero};
+    if (nasgw_mount(c, &self, "vol1", &root) != 0) _exit(12);
+    if (nasgw_lookup(c, &self, &root.handle, "rootonly", &dir) != 0) _exit(13);
+    if (nasgw_create(c, &as_root, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EPERM) _exit(14);
+    if (nasgw_create(c, &root_group, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EPERM) _exit(15);
+    if (nasgw_create(c, &root_supp, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EPERM) _exit(16);
+    if (nasgw_create(c, &self, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EACCES) _exit(17);
+    if (nasgw_lookup(c, &self, &root.handle, "open", &dir) != 0) _exit(18);
+    if (nasgw_create(c, &self, &dir.handle, "mine", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != 0) _exit(19);
+    if (a.uid != 65534) _exit(20);
+    nasgw_client_close(c);
+    _exit(0);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check that failed (see the exit codes in the test)";
 }
 
 TEST_F(HeadTest, PermissionsUseTheCallersCredentials) {

@@ -9,8 +9,10 @@
 // Runs in the foreground (systemd, or the lab) and logs one line per event
 // to stderr. Exit status: 0 after a clean stop, 2 for a bad configuration,
 // 1 when it cannot start (an unreachable LUN, a socket it cannot bind).
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -27,6 +29,7 @@
 #include "daemon/node.h"
 #include "daemon/node_metrics.h"
 
+#include <sys/file.h>
 #include <sys/stat.h>
 
 namespace nasgw::daemon {
@@ -57,6 +60,21 @@ int Run(const Config& cfg) {
   if (Status s = MakeDir(cfg.run_dir, 0750); !s.ok()) {
     NASGW_LOG(kError, "nasgwd") << "cannot start" << Kv("why", s.ToString());
     return 1;
+  }
+  // One nasgwd per run directory: a second one must not open the reserve or
+  // take over the sockets of the first. The lock lives as long as we do.
+  const std::string lock_path = cfg.run_dir + "/nasgwd.lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    if (lock_fd >= 0 && ::pread(lock_fd, pid, sizeof(pid) - 1, 0) < 0) pid[0] = 0;
+    std::fprintf(stderr, "nasgwd: cannot start: another nasgwd (pid %s) runs with run_dir %s\n", pid[0] ? pid : "?",
+                 cfg.run_dir.c_str());
+    return 1;
+  }
+  const std::string me = std::to_string(::getpid());
+  if (::ftruncate(lock_fd, 0) != 0 || ::pwrite(lock_fd, me.data(), me.size(), 0) < 0) {
+    NASGW_LOG(kWarn, "nasgwd") << "cannot write the pid into the lock file" << Kv("path", lock_path);
   }
   int gid = -1;
   if (!cfg.head_socket_group.empty()) {
@@ -102,7 +120,6 @@ int Run(const Config& cfg) {
     (*node)->Shutdown();
     return 1;
   }
-  head_metrics.set_server(head->get());
   AddNodeCollectors(&metrics, n, head->get());
   std::unique_ptr<MetricsHttpServer> http;
   if (!cfg.metrics_listen.empty()) {

@@ -350,9 +350,10 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
     std::unique_lock<std::shared_mutex> lock(mu_);
     if (devices_.empty()) return nasgw::Status::Unavailable("the node has no LUNs (shut down, or none configured)");
     if (state_ == ReserveState::kOnline && !force) {
-      return nasgw::Status(Code::kFailedPrecondition, "reserve '" + reserve_->name() +
-                                                "' is online on these LUNs; formatting destroys it and every volume on "
-                                                "it (force formats over it)");
+      return nasgw::Status(Code::kFailedPrecondition,
+                           "reserve '" + reserve_->name() +
+                               "' is online on these LUNs; formatting destroys it and every volume on "
+                               "it (force formats over it)");
     }
     old_domain = std::move(domain_);
     old_reserve = std::move(reserve_);

@@ -59,7 +59,6 @@ void HeadMetrics::OnRequest(proto::Op op, uint32_t volume, uint64_t bytes, uint6
   if (c.bytes != nullptr) c.bytes->Inc(bytes);
   c.latency->Record(latency_ns);
   node_->head_requests++;
-  if (head_ != nullptr) node_->head_connections = head_->connections();
 }
 
 void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head) {

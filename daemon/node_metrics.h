@@ -1,6 +1,6 @@
 // What nasgwd exports to Prometheus: per-volume head operations (counted as
 // they complete), and at scrape time the node's health, the reserve's space
-// and every LUN's I/O statistics. docs/metrics.md lists the families.
+// and every LUN's I/O statistics. docs/admin.md lists the families.
 #pragma once
 
 #include <map>
@@ -18,8 +18,7 @@ class HeadMetrics final : public HeadObserver {
  public:
   HeadMetrics(Metrics* metrics, Node* node) : metrics_(metrics), node_(node) {}
   void OnRequest(proto::Op op, uint32_t volume, uint64_t bytes, uint64_t latency_ns, int err) override;
-  // The server whose connection count the node's status reports.
-  void set_server(const HeadServer* head) { head_ = head; }
+  void OnConnections(uint32_t open) override { node_->head_connections = open; }
 
  private:
   struct Children {
@@ -33,7 +32,6 @@ class HeadMetrics final : public HeadObserver {
 
   Metrics* metrics_;
   Node* node_;
-  const HeadServer* head_ = nullptr;
   std::mutex mu_;
   std::map<std::pair<uint32_t, proto::Op>, Children> children_;  // GUARDED_BY(mu_)
   std::map<uint32_t, std::string> names_;                        // GUARDED_BY(mu_)

@@ -194,7 +194,7 @@ bool Idempotent(Op op) {
     case Op::kReadLink:
     case Op::kReadDir:
     case Op::kFindCaseless:
-    case Op::kOpen:  // opens are a per-session set, not a count
+    case Op::kOpen:  // each open has its own id: a resend adds nothing
     case Op::kRelease:
     case Op::kRead:
     case Op::kWrite:  // the same bytes at the same offset
@@ -274,8 +274,11 @@ std::string EncodeRequest(const Request& r) {
     case Op::kReadLink:
     case Op::kFsync:
     case Op::kListXattr:
+      PutHandle(e, r.h);
+      break;
     case Op::kRelease:
       PutHandle(e, r.h);
+      e.U64(r.open_id);
       break;
     case Op::kSetAttr:
       PutHandle(e, r.h);
@@ -288,9 +291,13 @@ std::string EncodeRequest(const Request& r) {
       PutTime(e, r.set.mtime);
       break;
     case Op::kAccess:
+      PutHandle(e, r.h);
+      e.U32(r.count);
+      break;
     case Op::kOpen:
       PutHandle(e, r.h);
       e.U32(r.count);
+      e.U64(r.open_id);
       break;
     case Op::kCreate:
       PutHandle(e, r.h);
@@ -300,6 +307,7 @@ std::string EncodeRequest(const Request& r) {
       e.U64(r.offset);
       e.Str16(r.name2);
       e.U32(r.flags);
+      e.U64(r.open_id);
       break;
     case Op::kLink:
       PutHandle(e, r.h);
@@ -384,8 +392,11 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
     case Op::kReadLink:
     case Op::kFsync:
     case Op::kListXattr:
+      r.h = GetHandle(d);
+      break;
     case Op::kRelease:
       r.h = GetHandle(d);
+      r.open_id = d.U64();
       break;
     case Op::kSetAttr:
       r.h = GetHandle(d);
@@ -414,6 +425,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
     case Op::kOpen:
       r.h = GetHandle(d);
       r.count = d.U32();
+      if (op == Op::kOpen) r.open_id = d.U64();
       if (d.ok() && (r.count & ~7u)) s = Bad("access bits beyond rwx");
       break;
     case Op::kCreate: {
@@ -425,6 +437,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.offset = d.U64();
       r.name2 = d.Str16();
       r.flags = d.U32();
+      r.open_id = d.U64();
       if (!d.ok()) break;
       CheckName(r, r.name, "name");
       if (!TypeOk(t))
@@ -526,6 +539,7 @@ std::string EncodeReply(Op op, const Reply& r) {
       for (uint8_t b : r.hello.instance) e.U8(b);
       e.U32(r.hello.payload_max);
       e.U32(r.hello.inflight_max);
+      e.U8(r.hello.resumed ? 1 : 0);
       break;
     case Op::kMount:
       e.U32(r.volume.volume);
@@ -607,6 +621,11 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
       for (auto& b : r.hello.instance) b = d.U8();
       r.hello.payload_max = d.U32();
       r.hello.inflight_max = d.U32();
+      {
+        const uint8_t resumed = d.U8();
+        if (resumed > 1) ok = false;
+        r.hello.resumed = resumed == 1;
+      }
       break;
     case Op::kMount:
       r.volume.volume = d.U32();

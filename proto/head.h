@@ -13,6 +13,9 @@
 //   20 u32 status  request: 0. reply: 0 or a Linux errno value
 //
 // Requests may be pipelined: replies come back in any order, matched by id.
+// Opens are named by a client-chosen id, so that an OPEN and the RELEASE of
+// an earlier open of the same file may arrive in either order (over
+// different connections) and a resent one changes nothing.
 // A request's payload starts with the caller's credentials; then the op's
 // arguments. A failed reply's payload is a message (Str16) only. Integers are
 // little-endian; strings are a u16 length and bytes (no NUL). Decoding is
@@ -140,6 +143,7 @@ struct Request {
   fs::SetAttr set;                          // SETATTR (with set_mask)
   uint32_t set_mask = 0;
   SessionId session{};    // HELLO
+  uint64_t open_id = 0;   // OPEN, RELEASE, CREATE with kCreateOpen: the client's id for this open
   std::string_view data;  // WRITE bytes, in place in the payload
   // A well-formed request whose values the file system refuses (a name
   // longer than 255 bytes, with '/', an xattr value over 64 KiB): answered
@@ -165,6 +169,9 @@ struct Hello {
   SessionId instance{};  // a new random value every time nasgwd starts
   uint32_t payload_max = kPayloadMax;
   uint32_t inflight_max = 0;
+  // The session named in the HELLO was still known (its opens held); false
+  // for a new session, or one nasgwd forgot (restart, grace time over).
+  bool resumed = false;
 };
 
 // A successful reply, all ops. READ's bytes are not here: see ReadReplyPrefix.

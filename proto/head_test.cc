@@ -1,9 +1,9 @@
 #include "proto/head.h"
 
-#include <gtest/gtest.h>
-
 #include <cerrno>
 #include <random>
+
+#include <gtest/gtest.h>
 
 namespace nasgw::proto {
 namespace {
@@ -216,8 +216,8 @@ TEST(HeadProtocol, RandomPayloadsNeverCrash) {
   for (int i = 0; i < 20000; i++) {
     std::string p(rng() % 200, '\0');
     for (auto& c : p) c = static_cast<char>(rng());
-    const Op op = static_cast<Op>(std::vector<uint16_t>{1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23, 24, 25, 26, 27, 30,
-                                                        31, 32, 33, 34, 40, 41, 42, 43}[rng() % 24]);
+    const Op op = static_cast<Op>(std::vector<uint16_t>{1,  2,  3,  10, 11, 12, 13, 20, 21, 22, 23, 24,
+                                                        25, 26, 27, 30, 31, 32, 33, 34, 40, 41, 42, 43}[rng() % 24]);
     (void)DecodeRequest(op, p);
     (void)DecodeReply(op, p);
   }

@@ -33,6 +33,8 @@ using proto::Op;
 
 thread_local std::string t_message;
 
+constexpr uint32_t kResendMax = 8;
+
 struct Call {
   Op op = Op::kHello;
   std::string payload;          // the encoded request (WRITE: without its bytes)
@@ -41,6 +43,9 @@ struct Call {
   uint8_t* rbuf = nullptr;  // READ destination, the caller's
   uint32_t rlen = 0;
   uint64_t deadline_ns = 0;  // for a call waiting for a connection
+  uint32_t resends = 0;      // times it was sent again after a broken connection
+  int invalid = 0;           // an errno when the request fails the codec's own checks
+  std::string invalid_why;
   // Result.
   int err = 0;
   std::string why;
@@ -105,8 +110,9 @@ bool SendFrame(int fd, Op op, uint64_t id, const std::string& payload, const voi
 
 class Client;
 
+// A file this client holds open: one id per open, as nasgwd knows them.
 struct OpenEntry {
-  uint32_t count = 0;
+  std::vector<uint64_t> ids;
   uint64_t gen = 0;
   proto::Creds creds;
 };
@@ -154,14 +160,17 @@ class Client {
   std::deque<CallPtr> waiting;  // GUARDED_BY(mu): no connection up
   bool closing = false;         // GUARDED_BY(mu)
   uint32_t up = 0;              // GUARDED_BY(mu)
-  bool have_instance = false;   // GUARDED_BY(mu)
-  proto::SessionId instance{};  // GUARDED_BY(mu)
   std::string node_name;        // GUARDED_BY(mu)
 
+  std::atomic<uint64_t> next_open_id{1};
   std::mutex open_mu;                                        // taken before mu
   std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens;  // GUARDED_BY(open_mu)
 
   void Submit(const CallPtr& call) {
+    if (call->invalid != 0) {
+      call->Complete(call->invalid, call->invalid_why);
+      return;
+    }
     const size_t n = conns.size();
     const uint32_t first = rr.fetch_add(1);
     for (size_t i = 0; i < n; i++) {
@@ -284,29 +293,31 @@ bool Conn::Connect() {
     ::close(fd);
     return false;
   }
-  bool restarted;
   {
     std::lock_guard<std::mutex> l(client_->mu);
-    restarted = client_->have_instance && client_->instance != reply.hello.instance;
-    client_->have_instance = true;
-    client_->instance = reply.hello.instance;
     client_->node_name = reply.hello.node_name;
   }
-  if (restarted) {
-    // nasgwd restarted: its sessions are gone. Open again what we hold open
-    // (a file deleted meanwhile stays gone: its handle is stale).
+  if (!reply.hello.resumed) {
+    // nasgwd does not know this session (it restarted, or the session's
+    // grace time ran out): open again what we hold open. A file deleted
+    // meanwhile stays gone: its handle is stale. Any failure here drops
+    // the connection and the next attempt tries again.
     std::lock_guard<std::mutex> l(client_->open_mu);
     uint64_t id = 1;
     for (const auto& [key, e] : client_->opens) {
-      proto::Request o;
-      o.op = Op::kOpen;
-      o.creds = e.creds;
-      o.h = {key.first, key.second, e.gen};
-      proto::Reply ignored;
-      int oerr = 0;
-      if (!exchange(Op::kOpen, proto::EncodeRequest(o), id++, &ignored, &oerr)) {
-        ::close(fd);
-        return false;
+      for (uint64_t open_id : e.ids) {
+        proto::Request o;
+        o.op = Op::kOpen;
+        o.creds = e.creds;
+        o.h = {key.first, key.second, e.gen};
+        o.open_id = open_id;
+        proto::Reply ignored;
+        int oerr = 0;
+        if (!exchange(Op::kOpen, proto::EncodeRequest(o), id++, &ignored, &oerr) ||
+            (oerr != 0 && oerr != ESTALE && oerr != ENOENT)) {
+          ::close(fd);
+          return false;
+        }
       }
     }
   }
@@ -318,7 +329,11 @@ bool Conn::Connect() {
 
 // A call whose reply was lost with the connection.
 void Lost(Client* client, const CallPtr& call) {
-  if (proto::Idempotent(call->op)) {
+  // A request that breaks the connection every time (nasgwd refusing it, or
+  // dying on it) must not be resent forever.
+  if (proto::Idempotent(call->op) && ++call->resends > kResendMax) {
+    call->Complete(EIO, "the connection to nasgwd broke " + std::to_string(kResendMax) + " times under this request");
+  } else if (proto::Idempotent(call->op)) {
     client->Submit(call);
   } else {
     call->Complete(EAGAIN, "connection to nasgwd lost; the request may or may not have been done");
@@ -339,7 +354,10 @@ bool Conn::ReadReplies() {
       call = it->second;
       pending_.erase(it);
     }
-    if (h->op != call->op) return false;
+    if (h->op != call->op) {
+      Lost(client_, call);  // a broken stream: this call is answered like the others
+      return false;
+    }
     if (h->status != 0) {
       std::string p(h->length, '\0');
       if (!ReadFull(fd_, p.data(), p.size())) {
@@ -381,8 +399,14 @@ void Conn::Fail() {
   std::map<uint64_t, CallPtr> pending;
   {
     std::lock_guard<std::mutex> l(mu_);
-    std::lock_guard<std::mutex> w(wmu_);
     up_ = false;
+    // A sender blocked in sendmsg on a full socket holds wmu_: the shutdown
+    // makes it return before we wait for wmu_.
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::lock_guard<std::mutex> w(wmu_);
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     pending.swap(pending_);
@@ -474,6 +498,19 @@ void ToC(uint32_t vol, const fs::Attr& a, nasgw_attr* out) {
   out->btime = T(a.btime);
 }
 
+// The same strict decoder nasgwd runs: a request it would refuse is refused
+// here, without a round trip (and without costing the connection).
+void Validate(Call& call, std::string_view payload) {
+  auto d = proto::DecodeRequest(call.op, payload);
+  if (!d.ok()) {
+    call.invalid = EINVAL;
+    call.invalid_why = std::string(d.status().message());
+  } else if (d->reject != 0) {
+    call.invalid = d->reject;
+    call.invalid_why = d->reject_why;
+  }
+}
+
 CallPtr Make(Op op, const nasgw_cred* cr, const nasgw_handle* h, const std::function<void(proto::Request&)>& fill) {
   proto::Request r;
   r.op = op;
@@ -483,6 +520,7 @@ CallPtr Make(Op op, const nasgw_cred* cr, const nasgw_handle* h, const std::func
   auto call = std::make_shared<Call>();
   call->op = op;
   call->payload = proto::EncodeRequest(r);
+  Validate(*call, call->payload);
   return call;
 }
 
@@ -502,12 +540,15 @@ int Simple(nasgw_client* c, Op op, const nasgw_cred* cr, const nasgw_handle* h,
   return rc;
 }
 
-// The client's open counts: OPEN goes to nasgwd on 0 -> 1, RELEASE on 1 -> 0.
-void NoteOpen(nasgw::client::Client& cl, const nasgw_cred* cr, uint32_t vol, const fs::Attr& a) {
+// Every open has its own id (nasgwd keeps the set per file); the client
+// remembers them to release one per nasgw_release and to open them again
+// on a nasgwd that lost the session.
+void NoteOpen(nasgw::client::Client& cl, const nasgw_cred* cr, uint32_t vol, uint64_t ino, uint64_t gen,
+              uint64_t open_id) {
   std::lock_guard<std::mutex> l(cl.open_mu);
-  auto& e = cl.opens[{vol, a.ino}];
-  e.count++;
-  e.gen = a.gen;
+  auto& e = cl.opens[{vol, ino}];
+  e.ids.push_back(open_id);
+  e.gen = gen;
   e.creds = Creds(cr);
 }
 
@@ -624,6 +665,7 @@ int nasgw_create(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir,
                  uint32_t mode, uint64_t rdev, const char* symlink, uint32_t flags, nasgw_attr* out) {
   if (BadName(name) || type < 1 || type > 7) return -EINVAL;
   nasgw_attr a{};
+  const uint64_t open_id = (c != nullptr && (flags & NASGW_CREATE_OPEN)) ? c->c->next_open_id++ : 0;
   int rc = Simple(
       c, Op::kCreate, cr, dir,
       [&](proto::Request& r) {
@@ -633,14 +675,10 @@ int nasgw_create(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir,
         r.offset = rdev;
         r.name2 = symlink != nullptr ? symlink : "";
         r.flags = flags;
+        r.open_id = open_id;
       },
       &a);
-  if (rc == 0 && (flags & NASGW_CREATE_OPEN)) {
-    fs::Attr fa;
-    fa.ino = a.handle.ino;
-    fa.gen = a.handle.gen;
-    NoteOpen(*c->c, cr, dir->volume, fa);
-  }
+  if (rc == 0 && (flags & NASGW_CREATE_OPEN)) NoteOpen(*c->c, cr, dir->volume, a.handle.ino, a.handle.gen, open_id);
   if (rc == 0 && out != nullptr) *out = a;
   return rc;
 }
@@ -740,24 +778,30 @@ int nasgw_find_caseless(nasgw_client* c, const nasgw_cred* cr, const nasgw_handl
 
 int nasgw_open(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint32_t access, nasgw_attr* out) {
   if (c == nullptr || h == nullptr) return -EINVAL;
-  auto call = Make(Op::kOpen, cr, h, [&](proto::Request& r) { r.count = access & 7; });
+  const uint64_t open_id = c->c->next_open_id++;
+  auto call = Make(Op::kOpen, cr, h, [&](proto::Request& r) {
+    r.count = access & 7;
+    r.open_id = open_id;
+  });
   int rc = c->c->Sync(call);
   if (rc != 0) return rc;
-  NoteOpen(*c->c, cr, h->volume, call->reply.attr);
+  NoteOpen(*c->c, cr, h->volume, call->reply.attr.ino, call->reply.attr.gen, open_id);
   ToC(h->volume, call->reply.attr, out);
   return 0;
 }
 
 int nasgw_release(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) {
   if (c == nullptr || h == nullptr) return -EINVAL;
+  uint64_t open_id = 0;
   {
     std::lock_guard<std::mutex> l(c->c->open_mu);
     auto it = c->c->opens.find({h->volume, h->ino});
-    if (it == c->c->opens.end()) return -EBADF;
-    if (--it->second.count > 0) return 0;
-    c->c->opens.erase(it);
+    if (it == c->c->opens.end() || it->second.ids.empty()) return -EBADF;
+    open_id = it->second.ids.back();
+    it->second.ids.pop_back();
+    if (it->second.ids.empty()) c->c->opens.erase(it);
   }
-  auto call = Make(Op::kRelease, cr, h, {});
+  auto call = Make(Op::kRelease, cr, h, [&](proto::Request& r) { r.open_id = open_id; });
   return c->c->Sync(call);
 }
 
@@ -789,6 +833,15 @@ CallPtr WriteCall(const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, 
   auto call = std::make_shared<Call>();
   call->op = Op::kWrite;
   call->payload = proto::EncodeRequest(r);
+  // The arguments are checked without the bytes (a copy would defeat the
+  // point); the length and the end offset are checked here.
+  proto::Request args = r;
+  args.data = {};
+  Validate(*call, proto::EncodeRequest(args));
+  if (call->invalid == 0 && (offset > fs::kFileSizeMax || len > fs::kFileSizeMax - offset)) {
+    call->invalid = EFBIG;
+    call->invalid_why = "write beyond the largest file";
+  }
   call->wdata = buf;
   call->wlen = len;
   return call;

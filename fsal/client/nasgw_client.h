@@ -127,7 +127,9 @@ typedef struct nasgw_client_options {
 } nasgw_client_options;
 
 int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out);
-void nasgw_client_close(nasgw_client* c); /* waits for calls in flight */
+/* Cuts every connection; calls still waiting fail with -ESHUTDOWN. Call it
+ * after the last call has returned. */
+void nasgw_client_close(nasgw_client* c);
 const char* nasgw_client_last_message(void);
 /* nasgwd's node name, from the current connection. */
 const char* nasgw_client_node_name(nasgw_client* c);
@@ -155,7 +157,8 @@ int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir
                   uint32_t flags, nasgw_dirent* entries, nasgw_attr* attrs, uint32_t* count, int* eof);
 int nasgw_find_caseless(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, char* out,
                         size_t size);
-/* Opens are counted per client: each open needs one release. */
+/* Each open needs one release. Opens and releases of one file may overlap
+ * from different threads in any order: nasgwd keeps each open by its id. */
 int nasgw_open(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint32_t access, nasgw_attr* out);
 int nasgw_release(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h);
 /* Returns bytes read (< len only at the end of the file). */

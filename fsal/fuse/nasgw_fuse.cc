@@ -1,6 +1,6 @@
 // nasgw-fuse: mounts one NAS volume through FUSE (low-level API), so that
 // standard tools exercise the file system. A translator only: every call
-// maps onto fs::Domain; it holds no file-system state of its own beyond the
+// goes to nasgwd over fsal/client; it holds no file-system state beyond the
 // kernel's open-file references. It is a head like Ganesha's FSAL: every
 // call goes through the client library to nasgwd, with the caller's
 // credentials (nasgwd checks permissions; the kernel checks them too, with
@@ -44,9 +44,14 @@ Mount* M(fuse_req_t req) {
 struct Cred {
   explicit Cred(fuse_req_t req) {
     const fuse_ctx* c = fuse_req_ctx(req);
-    gid_t g[64];
-    int n = fuse_req_getgroups(req, 64, g);
-    for (int i = 0; i < std::min(n, 64); i++) groups.push_back(g[i]);
+    // All of the caller's groups, up to the protocol's limit.
+    std::vector<gid_t> g(64);
+    int n = fuse_req_getgroups(req, static_cast<int>(g.size()), g.data());
+    if (n > static_cast<int>(g.size())) {
+      g.resize(std::min(n, 1024));
+      n = fuse_req_getgroups(req, static_cast<int>(g.size()), g.data());
+    }
+    for (int i = 0; i < std::min(n, static_cast<int>(g.size())); i++) groups.push_back(g[i]);
     cred = {c->uid, c->gid, static_cast<uint32_t>(groups.size()), groups.data()};
   }
   std::vector<uint32_t> groups;
@@ -457,22 +462,34 @@ int Main(int argc, char** argv) {
   if (volume.empty() || mountpoint.empty()) Usage("--volume and a mount point are required");
 
   Mount m;
-  nasgw_client_options co{};
-  co.socket_path = socket.c_str();
-  co.client_name = "fuse";
-  co.connections = 4;
-  if (int rc = nasgw_client_open(&co, &m.client); rc != 0) {
-    std::fprintf(stderr, "nasgw-fuse: %s (%s)\n", nasgw_client_last_message(), std::strerror(-rc));
-    return 1;
-  }
-  const nasgw_cred root{0, 0, 0, nullptr};
-  nasgw_attr r{};
-  if (int rc = nasgw_mount(m.client, &root, volume.c_str(), &r); rc != 0) {
-    std::fprintf(stderr, "nasgw-fuse: volume %s: %s\n", volume.c_str(), nasgw_client_last_message());
+  // Connect and find the volume now, so that errors reach the terminal; in
+  // the background case connect again after fuse_daemonize(), because the
+  // client library's threads do not survive its fork.
+  auto connect = [&]() -> bool {
+    nasgw_client_options co{};
+    co.socket_path = socket.c_str();
+    co.client_name = "fuse";
+    co.connections = 4;
+    if (int rc = nasgw_client_open(&co, &m.client); rc != 0) {
+      std::fprintf(stderr, "nasgw-fuse: %s (%s)\n", nasgw_client_last_message(), std::strerror(-rc));
+      return false;
+    }
+    const nasgw_cred root{0, 0, 0, nullptr};
+    nasgw_attr r{};
+    if (nasgw_mount(m.client, &root, volume.c_str(), &r) != 0) {
+      std::fprintf(stderr, "nasgw-fuse: volume %s: %s\n", volume.c_str(), nasgw_client_last_message());
+      nasgw_client_close(m.client);
+      m.client = nullptr;
+      return false;
+    }
+    m.vol = r.handle.volume;
+    return true;
+  };
+  if (!connect()) return 1;
+  if (!foreground) {
     nasgw_client_close(m.client);
-    return 1;
+    m.client = nullptr;
   }
-  m.vol = r.handle.volume;
 
   fuse_lowlevel_ops ops{};
   ops.lookup = Lookup;
@@ -515,7 +532,15 @@ int Main(int argc, char** argv) {
     return 1;
   }
   NASGW_LOG(kInfo, "fuse") << "mounted" << Kv("volume", volume) << Kv("at", mountpoint);
-  if (!foreground) fuse_daemonize(0);
+  if (!foreground) {
+    fuse_daemonize(0);
+    if (!connect()) {
+      fuse_session_unmount(se);
+      fuse_remove_signal_handlers(se);
+      fuse_session_destroy(se);
+      return 1;
+    }
+  }
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(cfg, 0);
   fuse_loop_cfg_set_max_threads(cfg, 8);

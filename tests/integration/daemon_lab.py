@@ -75,6 +75,12 @@ def cmd_config(a):
         c("a missing config file is named", p.returncode == 2 and "/nonexistent/nasgwd.toml" in p.stdout, p.stdout)
         # Start and a clean stop.
         node.start()
+        p = subprocess.run([a.nasgwd, "--config", node.config_path], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        c("a second nasgwd on the same run_dir is refused", p.returncode == 1 and "another nasgwd" in p.stdout,
+          p.stdout)
+        c("...and the first still serves", node.cli("node", "status", check=False).returncode == 0 and
+          os.path.exists(node.head_socket))
         t0 = time.monotonic()
         node.stop(signal.SIGTERM)
         c("SIGTERM stops nasgwd cleanly", "stopped" in node.log_tail(), node.log_tail())
@@ -140,6 +146,21 @@ def cmd_admin(a):
             c("the client keeps working after garbage on the socket", len(f.read()) == 1 << 20)
         c("nasgwd is still up", node.cli("node", "status", check=False).returncode == 0)
 
+        # nasgw-fuse in the background (no -f): it forks, then connects.
+        bg = node.mount_path + "-bg"
+        os.makedirs(bg, exist_ok=True)
+        p = subprocess.run([a.fuse, "--socket", node.head_socket, "--volume", "beta", bg], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        try:
+            c("nasgw-fuse daemonizes (exit 0)", p.returncode == 0, p.stdout)
+            with open(os.path.join(bg, "f"), "w") as f:
+                f.write("background")
+            with open(os.path.join(bg, "f")) as f:
+                c("a daemonized nasgw-fuse serves", f.read() == "background")
+        finally:
+            subprocess.run(["fusermount3", "-u", bg])
+            os.rmdir(bg)
+
         status, text = scrape(node.metrics_port())
         c("metrics endpoint answers 200", status == 200, status)
         c("per-volume head operations exported", 'nasgw_volume_ops_total{' in text and 'volume="alpha"' in text,
@@ -155,7 +176,7 @@ def cmd_admin(a):
         p = node.cli("volume", "delete", "nosuch", check=False)
         c("deleting a missing volume: exit 4", p.returncode == 4, (p.returncode, p.stderr))
         node.cli("volume", "delete", "alpha", "--force")
-        node.cli("volume", "delete", "beta")
+        node.cli("volume", "delete", "beta", "--force")
         vols = node.cli("volume", "list", json_out=True)
         c("both volumes gone", "alpha" not in str(vols) and "beta" not in str(vols), vols)
 
