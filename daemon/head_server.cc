@@ -142,6 +142,7 @@ struct HeadServer::Impl {
   std::map<proto::SessionId, SessionEntry> sessions;  // GUARDED_BY(mu)
   bool shut = false;                                  // GUARDED_BY(mu)
 
+  std::mutex count_mu;  // orders connection counts as the observer sees them
   std::atomic<uint32_t> n_conns{0};
   std::atomic<uint64_t> n_requests{0};
   std::atomic<uint64_t> n_protocol_errors{0};
@@ -152,6 +153,12 @@ struct HeadServer::Impl {
   void AcceptLoop();
   void ReaderLoop(std::shared_ptr<Conn> c);
   void WorkerLoop();
+  // Counts a connection in or out and tells the observer, in order.
+  void CountConnection(int delta) {
+    std::lock_guard<std::mutex> l(count_mu);
+    const uint32_t n = delta > 0 ? ++n_conns : --n_conns;
+    if (observer != nullptr) observer->OnConnections(n);
+  }
   void Execute(Task& t);
   bool Hello(Conn& c, const proto::FrameHeader& h, std::string_view payload);
   void Send(Conn& c, const proto::FrameHeader& req, const HeadOutcome& out);
@@ -202,8 +209,7 @@ void HeadServer::Impl::AcceptLoop() {
         }
       }
     }
-    const uint32_t open_now = ++n_conns;
-    if (observer != nullptr) observer->OnConnections(open_now);
+    CountConnection(+1);
     std::lock_guard<std::mutex> l(mu);
     conns.push_back(c);
     c->reader = std::thread([this, c] { ReaderLoop(c); });
@@ -324,8 +330,7 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
     auto it = sessions.find(c->session->id);
     if (it != sessions.end() && --it->second.connections == 0) it->second.detached_ns = NowNs();
   }
-  const uint32_t open_now = --n_conns;
-  if (observer != nullptr) observer->OnConnections(open_now);
+  CountConnection(-1);
   c->done = true;
 }
 

@@ -1,7 +1,9 @@
 // HeadServer: the head protocol's transport. A Unix-domain socket (mode and
 // group from the config) accepts heads; each connection has a reader thread
 // that decodes frames and hands requests to a fixed pool of workers, which
-// execute them (HeadService) and write the replies, in any order.
+// execute them (HeadService) and write the replies, in any order. Attribute
+// reads (GETATTR, ACCESS, LOOKUP) are executed on the reader itself: the
+// hand-off would cost more than the work.
 //
 // Limits: at most max_connections connections (more are closed at accept);
 // at most max_inflight requests per connection (past that the reader stops
@@ -10,7 +12,8 @@
 //
 // Callers the socket lets in are trusted to state their credentials when
 // they run as root or as nasgwd's own user (Ganesha, smbd); any other peer
-// (SO_PEERCRED) may only act as itself.
+// may only act as itself: its uid, and groups it is in (SO_PEERCRED,
+// SO_PEERGROUPS).
 //
 // Sessions: a connection's first frame is HELLO with a session id; the
 // session (its open files) outlives a broken connection by kSessionGraceMs
@@ -41,7 +44,7 @@ struct HeadServerOptions {
   uint32_t session_grace_ms = kSessionGraceMs;
 };
 
-// Called after every request (from worker threads): statistics.
+// Called after every request (from workers and readers): statistics.
 class HeadObserver {
  public:
   virtual ~HeadObserver() = default;

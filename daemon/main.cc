@@ -8,7 +8,8 @@
 //
 // Runs in the foreground (systemd, or the lab) and logs one line per event
 // to stderr. Exit status: 0 after a clean stop, 2 for a bad configuration,
-// 1 when it cannot start (an unreachable LUN, a socket it cannot bind).
+// 1 when it cannot start (an unreachable LUN, a socket it cannot bind,
+// another nasgwd holding <run_dir>/nasgwd.lock).
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>

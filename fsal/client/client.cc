@@ -23,6 +23,7 @@
 #include "proto/head.h"
 
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 
@@ -34,6 +35,7 @@ using proto::Op;
 thread_local std::string t_message;
 
 constexpr uint32_t kResendMax = 8;
+constexpr int kHandshakeTimeoutS = 10;
 
 struct Call {
   Op op = Op::kHello;
@@ -136,11 +138,13 @@ class Conn {
   bool Connect();
   bool ReadReplies();
   void Fail();
+  void Forget(int fd);  // closes a socket whose handshake failed
 
   Client* client_;
   std::thread thread_;
   std::mutex mu_;
   int fd_ = -1;                          // GUARDED_BY(mu_) for changes; writers hold wmu_
+  int connecting_fd_ = -1;  // GUARDED_BY(mu_): the socket of a handshake in progress
   bool up_ = false;                      // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                 // GUARDED_BY(mu_)
   std::map<uint64_t, CallPtr> pending_;  // GUARDED_BY(mu_)
@@ -163,6 +167,7 @@ class Client {
   std::string node_name;        // GUARDED_BY(mu)
 
   std::atomic<uint64_t> next_open_id{1};
+  bool reopen_pending = false;  // GUARDED_BY(open_mu): opens still to be sent to a nasgwd that lost them
   std::mutex open_mu;                                        // taken before mu
   std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens;  // GUARDED_BY(open_mu)
 
@@ -235,6 +240,7 @@ class Client {
 void Conn::Kick() {
   std::lock_guard<std::mutex> l(mu_);
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  if (connecting_fd_ >= 0) ::shutdown(connecting_fd_, SHUT_RDWR);
 }
 
 bool Conn::Send(const CallPtr& call) {
@@ -263,8 +269,19 @@ bool Conn::Connect() {
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, client_->socket_path.c_str(),
               std::min(client_->socket_path.size(), sizeof(addr.sun_path) - 1));
+  {
+    // Visible to Kick(), so that a close does not wait for a handshake.
+    std::lock_guard<std::mutex> l(mu_);
+    connecting_fd_ = fd;
+  }
+  // The handshake (hello, re-opens) is bounded: a nasgwd that accepts but
+  // never answers must not hold this thread, or open_mu, forever.
+  struct timeval limit {};
+  limit.tv_sec = kHandshakeTimeoutS;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
+    Forget(fd);
     return false;
   }
   // A synchronous exchange on the new socket.
@@ -290,19 +307,21 @@ bool Conn::Connect() {
   proto::Reply reply;
   int err = 0;
   if (!exchange(Op::kHello, proto::EncodeRequest(hello), 0, &reply, &err) || err != 0) {
-    ::close(fd);
+    Forget(fd);
     return false;
   }
   {
     std::lock_guard<std::mutex> l(client_->mu);
     client_->node_name = reply.hello.node_name;
   }
-  if (!reply.hello.resumed) {
+  std::unique_lock<std::mutex> opens_lock(client_->open_mu);
+  if (!reply.hello.resumed) client_->reopen_pending = true;
+  if (client_->reopen_pending) {
     // nasgwd does not know this session (it restarted, or the session's
-    // grace time ran out): open again what we hold open. A file deleted
-    // meanwhile stays gone: its handle is stale. Any failure here drops
-    // the connection and the next attempt tries again.
-    std::lock_guard<std::mutex> l(client_->open_mu);
+    // grace time ran out), or an earlier re-open did not finish: open again
+    // what we hold open (opens are idempotent by id). A file deleted
+    // meanwhile stays gone: its handle is stale. Any failure here drops the
+    // connection, and the next connection tries again.
     uint64_t id = 1;
     for (const auto& [key, e] : client_->opens) {
       for (uint64_t open_id : e.ids) {
@@ -315,16 +334,29 @@ bool Conn::Connect() {
         int oerr = 0;
         if (!exchange(Op::kOpen, proto::EncodeRequest(o), id++, &ignored, &oerr) ||
             (oerr != 0 && oerr != ESTALE && oerr != ENOENT)) {
-          ::close(fd);
+          Forget(fd);
           return false;
         }
       }
     }
+    client_->reopen_pending = false;
   }
+  opens_lock.unlock();
+  // The handshake was bounded; calls are not (a long write may take long).
+  struct timeval none {};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
   std::lock_guard<std::mutex> l(mu_);
+  connecting_fd_ = -1;
   fd_ = fd;
   up_ = true;
   return true;
+}
+
+void Conn::Forget(int fd) {
+  std::lock_guard<std::mutex> l(mu_);
+  connecting_fd_ = -1;
+  ::close(fd);
 }
 
 // A call whose reply was lost with the connection.

@@ -17,8 +17,12 @@
  * writes, lookups, attribute changes, opens...); otherwise (create, remove,
  * rename, link, xattr changes) it fails with -EAGAIN: it may or may not have
  * been done, and the caller decides (look, then retry). A call that cannot
- * be sent before the reconnect timeout fails with -ENOTCONN. Open files are
- * re-opened on a restarted nasgwd, so handles and opens survive restarts.
+ * be sent before the reconnect timeout fails with -ENOTCONN, and one whose
+ * connection broke under it more than 8 times with -EIO. Open files are
+ * opened again on a nasgwd that lost the session (a restart), so handles
+ * and opens survive restarts. Every request is first checked with
+ * nasgwd's own decoder: one it would refuse fails here, with -EINVAL or the
+ * errno nasgwd would give, and never reaches the socket.
  *
  * Thread-safety: every function may be called from any thread. Async
  * callbacks run on the library's threads: they must not block, and must not
@@ -127,8 +131,8 @@ typedef struct nasgw_client_options {
 } nasgw_client_options;
 
 int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out);
-/* Cuts every connection; calls still waiting fail with -ESHUTDOWN. Call it
- * after the last call has returned. */
+/* Cuts every connection; calls still waiting fail with -ENOTCONN (or
+ * -ESHUTDOWN). Call it after the last call has returned. */
 void nasgw_client_close(nasgw_client* c);
 const char* nasgw_client_last_message(void);
 /* nasgwd's node name, from the current connection. */

@@ -474,9 +474,11 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "nasgw-fuse: %s (%s)\n", nasgw_client_last_message(), std::strerror(-rc));
       return false;
     }
-    const nasgw_cred root{0, 0, 0, nullptr};
+    // Finding the volume needs no permission; ask as ourselves, which is
+    // what nasgwd accepts from an unprivileged head.
+    const nasgw_cred self{::getuid(), ::getgid(), 0, nullptr};
     nasgw_attr r{};
-    if (nasgw_mount(m.client, &root, volume.c_str(), &r) != 0) {
+    if (nasgw_mount(m.client, &self, volume.c_str(), &r) != 0) {
       std::fprintf(stderr, "nasgw-fuse: volume %s: %s\n", volume.c_str(), nasgw_client_last_message());
       nasgw_client_close(m.client);
       m.client = nullptr;
