@@ -37,10 +37,11 @@ $(TSAN_DIR)/CMakeCache.txt:
 	cmake -S . -B $(TSAN_DIR) $(GEN) -DCMAKE_BUILD_TYPE=Debug -DNASGW_TSAN=ON
 
 # The threaded parts under ThreadSanitizer: the block layer's I/O loop and its
-# submitters (unit and tgtd tests), MemDevice, the allocator and MetaFs.
+# submitters (unit and tgtd tests), MemDevice, the allocator, MetaFs, the
+# head server and client library (HeadTest), the metrics endpoint.
 # (Tests that drive RocksDB's own threads are left out: RocksDB is not built
 # with TSan here, so its internal synchronisation is invisible to it.)
-TSAN_TESTS := ^(Status|Result|Histogram|Crc32c|Coding|IscsiUrl|IscsiOptions|IscsiDevice|ScsiStatus|Backoff|MemDevice|Allocator|MetaFsTest|Label|Reserve|BlockLab)\.
+TSAN_TESTS := ^(Status|Result|Histogram|Crc32c|Coding|Log|IscsiUrl|IscsiOptions|IscsiDevice|ScsiStatus|Backoff|MemDevice|Allocator|MetaFsTest|Label|Reserve|BlockLab|HeadProtocol|Access|ConfigTest|Metrics|MetricsHttp|MetricsHttpStart|HeadTest)\.
 tsan: deps $(TSAN_DIR)/CMakeCache.txt lab-gc
 	cmake --build $(TSAN_DIR) -j$(JOBS)
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest -j1 --output-on-failure --timeout 600 -R '$(TSAN_TESTS)'
