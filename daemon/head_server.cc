@@ -18,6 +18,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "proto/stream.h"
 
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -28,46 +29,10 @@
 namespace nasgw::daemon {
 
 using proto::Op;
+using proto::ReadFull;
+using proto::WriteFull;
 
 namespace {
-
-// Reads exactly n bytes; false on EOF or error.
-bool ReadFull(int fd, void* buf, size_t n) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-// Writes every byte of the iovecs; false on error.
-bool WriteFull(int fd, struct iovec* iov, int n) {
-  while (n > 0) {
-    // sendmsg, not writev: MSG_NOSIGNAL, so a peer that went away is an
-    // error here and never a SIGPIPE for the whole process.
-    struct msghdr msg {};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(n);
-    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    auto left = static_cast<size_t>(w);
-    while (n > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      iov++;
-      n--;
-    }
-    if (n > 0) {
-      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
-  }
-  return true;
-}
 
 uint64_t NowNs() {
   return MonotonicNanos();

@@ -21,6 +21,7 @@
 #include "base/clock.h"
 #include "fsal/client/nasgw_client.h"
 #include "proto/head.h"
+#include "proto/stream.h"
 
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -31,6 +32,8 @@ namespace nasgw::client {
 namespace {
 
 using proto::Op;
+using proto::ReadFull;
+using proto::WriteFull;
 
 thread_local std::string t_message;
 
@@ -63,42 +66,6 @@ struct Call {
   }
 };
 using CallPtr = std::shared_ptr<Call>;
-
-bool ReadFull(int fd, void* buf, size_t n) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool WriteFull(int fd, struct iovec* iov, int n) {
-  while (n > 0) {
-    // sendmsg, not writev: MSG_NOSIGNAL, so a peer that went away is an
-    // error here and never a SIGPIPE for the whole process.
-    struct msghdr msg {};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(n);
-    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    auto left = static_cast<size_t>(w);
-    while (n > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      iov++;
-      n--;
-    }
-    if (n > 0) {
-      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
-  }
-  return true;
-}
 
 bool SendFrame(int fd, Op op, uint64_t id, const std::string& payload, const void* data, uint32_t dlen) {
   uint8_t hb[proto::kHeaderBytes];
@@ -144,7 +111,7 @@ class Conn {
   std::thread thread_;
   std::mutex mu_;
   int fd_ = -1;                          // GUARDED_BY(mu_) for changes; writers hold wmu_
-  int connecting_fd_ = -1;  // GUARDED_BY(mu_): the socket of a handshake in progress
+  int connecting_fd_ = -1;               // GUARDED_BY(mu_): the socket of a handshake in progress
   bool up_ = false;                      // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                 // GUARDED_BY(mu_)
   std::map<uint64_t, CallPtr> pending_;  // GUARDED_BY(mu_)
@@ -168,7 +135,7 @@ class Client {
 
   std::atomic<uint64_t> next_open_id{1};
   bool reopen_pending = false;  // GUARDED_BY(open_mu): opens still to be sent to a nasgwd that lost them
-  std::mutex open_mu;                                        // taken before mu
+  std::mutex open_mu;           // taken before mu
   std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens;  // GUARDED_BY(open_mu)
 
   void Submit(const CallPtr& call) {

@@ -121,14 +121,19 @@ struct stat Stat(const nasgw_attr& a) {
   return st;
 }
 
-void ReplyEntry(fuse_req_t req, int rc, const nasgw_attr& a) {
-  if (rc != 0) return (void)fuse_reply_err(req, -rc);
+fuse_entry_param Entry(fuse_req_t req, const nasgw_attr& a) {
   fuse_entry_param e{};
   e.ino = a.handle.ino;
   e.generation = a.handle.gen;
   e.attr = Stat(a);
   e.attr_timeout = M(req)->timeout;
   e.entry_timeout = M(req)->timeout;
+  return e;
+}
+
+void ReplyEntry(fuse_req_t req, int rc, const nasgw_attr& a) {
+  if (rc != 0) return (void)fuse_reply_err(req, -rc);
+  fuse_entry_param e = Entry(req, a);
   fuse_reply_entry(req, &e);
 }
 
@@ -211,12 +216,7 @@ void MakeAny(fuse_req_t req, fuse_ino_t parent, const char* name, uint32_t type,
   const mode_t umask = type == NASGW_TYPE_LNK ? 0 : fuse_req_ctx(req)->umask;
   int rc = nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777 & ~umask, rdev, link, flags, &a);
   if (fi == nullptr || rc != 0) return ReplyEntry(req, rc, a);
-  fuse_entry_param e{};
-  e.ino = a.handle.ino;
-  e.generation = a.handle.gen;
-  e.attr = Stat(a);
-  e.attr_timeout = M(req)->timeout;
-  e.entry_timeout = M(req)->timeout;
+  fuse_entry_param e = Entry(req, a);
   fuse_reply_create(req, &e, fi);
 }
 
