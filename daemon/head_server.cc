@@ -70,6 +70,11 @@ struct Conn {
   std::shared_ptr<HeadSession> session;
   std::thread reader;
   std::atomic<bool> done{false};
+  // The head is gone (it closed, or a reply could not be sent): requests it
+  // queued are not executed. Its client has resent them (or failed them as
+  // "may or may not have been done"); executing them late could undo the
+  // resent ones.
+  std::atomic<bool> dead{false};
 };
 
 // An untrusted peer's stated credentials must be its own: its uid, and only
@@ -112,6 +117,7 @@ struct HeadServer::Impl {
   std::atomic<uint64_t> n_requests{0};
   std::atomic<uint64_t> n_protocol_errors{0};
   std::atomic<bool> accepting{true};
+  std::atomic<bool> reading_stopped{false};  // Shutdown() stopped the readers: a drain, not a dead head
 
   size_t QueueMax() const { return static_cast<size_t>(opt.workers) * 4 + 64; }
 
@@ -157,6 +163,17 @@ void HeadServer::Impl::AcceptLoop() {
       ::close(fd);
       continue;
     }
+    // A head has hello_timeout_ms to say hello (a silent connection must not
+    // hold a slot), and a reply may wait send_timeout_ms for a head that
+    // does not read (it must not hold a worker): then the connection is cut.
+    struct timeval rcv {};
+    rcv.tv_sec = opt.hello_timeout_ms / 1000;
+    rcv.tv_usec = (opt.hello_timeout_ms % 1000) * 1000;
+    struct timeval snd {};
+    snd.tv_sec = opt.send_timeout_ms / 1000;
+    snd.tv_usec = (opt.send_timeout_ms % 1000) * 1000;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rcv, sizeof(rcv));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
     auto c = std::make_shared<Conn>();
     c->fd = fd;
     struct ucred cred {};
@@ -217,8 +234,16 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
       why = h.status().ToString();
       break;
     }
-    std::string payload(h->length, '\0');
-    if (!ReadFull(c->fd, payload.data(), payload.size())) {
+    // Grown as the bytes arrive: a header alone must not make us allocate
+    // a megabyte.
+    std::string payload;
+    bool got = true;
+    while (got && payload.size() < h->length) {
+      const size_t at = payload.size();
+      payload.resize(std::min<size_t>(h->length, at + (64u << 10)));
+      got = ReadFull(c->fd, payload.data() + at, payload.size() - at);
+    }
+    if (!got) {
       why = "connection closed inside a frame";
       break;
     }
@@ -227,6 +252,8 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
         why = "the first frame must be a valid hello";
         break;
       }
+      struct timeval none {};  // the hello deadline is over
+      ::setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
       continue;
     }
     if (h->op == Op::kHello) {
@@ -275,18 +302,20 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
     queue.push_back(std::move(t));
     queue_cv.notify_one();
   }
+  if (!reading_stopped.load()) c->dead = true;  // not nasgwd's own drain: the head is gone
   if (!why.empty()) {
     n_protocol_errors++;
     NASGW_LOG(kWarn, "head") << "closing connection: protocol error" << Kv("pid", c->peer_pid) << Kv("why", why);
   }
-  ::shutdown(c->fd, SHUT_RDWR);
+  // A dead head gets nothing more; in nasgwd's own drain the replies to
+  // what it already sent still go out.
+  if (c->dead.load()) ::shutdown(c->fd, SHUT_RDWR);
   {
-    // Replies still being produced need the descriptor: wait for them.
+    // Replies still being produced need the descriptor: wait for them, then
+    // close it under both locks (Shutdown() shuts it down under c->mu).
     std::unique_lock<std::mutex> l(c->mu);
     c->cv.wait(l, [&] { return c->inflight == 0; });
-  }
-  {
-    std::lock_guard<std::mutex> l(c->write_mu);
+    std::lock_guard<std::mutex> w(c->write_mu);
     ::close(c->fd);
     c->fd = -1;
   }
@@ -321,6 +350,11 @@ void HeadServer::Impl::Send(Conn& c, const proto::FrameHeader& req, const HeadOu
     proto::EncodeReadPrefix(out.reply.eof, static_cast<uint32_t>(out.data.size()), prefix);
   } else {
     body = proto::EncodeReply(req.op, out.reply);
+    if (body.size() > proto::kPayloadMax) {  // e.g. a file with a huge list of xattrs
+      h.status = E2BIG;
+      body =
+          proto::EncodeError("the reply would exceed the protocol's " + std::to_string(proto::kPayloadMax) + " bytes");
+    }
   }
   if (out.err == 0 && req.op == Op::kRead) {
     h.length = static_cast<uint32_t>(proto::kReadPrefixBytes + out.data.size());
@@ -333,10 +367,17 @@ void HeadServer::Impl::Send(Conn& c, const proto::FrameHeader& req, const HeadOu
   proto::EncodeHeader(h, hb);
   iov[0] = {hb, sizeof(hb)};
   std::lock_guard<std::mutex> l(c.write_mu);
-  if (c.fd >= 0 && !WriteFull(c.fd, iov, n)) ::shutdown(c.fd, SHUT_RDWR);  // the reader sees it and closes
+  if (c.fd >= 0 && !c.dead.load() && !WriteFull(c.fd, iov, n)) {
+    c.dead = true;
+    ::shutdown(c.fd, SHUT_RDWR);  // the reader sees it and closes
+  }
 }
 
 void HeadServer::Impl::Execute(Task& t) {
+  if (t.conn->dead.load()) {
+    Finish(*t.conn);
+    return;
+  }
   HeadOutcome out = service->Execute(*t.conn->session, t.request);
   Send(*t.conn, t.header, out);
   const uint64_t ns = NowNs() - t.start_ns;
@@ -377,7 +418,7 @@ void HeadServer::Impl::ReapSessions(bool all) {
     }
   }
   for (auto& s : ended) {
-    if (!all) service->EndSession(*s);
+    service->EndSession(*s);
   }
 }
 
@@ -396,27 +437,35 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadService* service, cons
     return Status::InvalidArgument("head socket path longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
                                    " bytes: " + options.socket_path);
   }
-  std::memcpy(addr.sun_path, options.socket_path.c_str(), options.socket_path.size());
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::IoError(std::string("socket: ") + std::strerror(errno));
-  ::unlink(options.socket_path.c_str());  // a stale socket of an earlier run
-  // Bind with no permissions at all, then open up to the configured mode:
-  // there is no moment when the socket is more open than configured.
-  mode_t old = ::umask(0777);
-  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  int bind_errno = errno;
-  ::umask(old);
-  if (rc != 0) {
-    ::close(fd);
-    return Status::IoError("cannot bind head socket " + options.socket_path + ": " + std::strerror(bind_errno));
+  // Bind inside a fresh 0700 directory beside the final path, set the
+  // configured owner and mode, then rename into place: the socket is never
+  // more open than configured, and no process-wide umask is touched.
+  const std::string& final_path = options.socket_path;
+  const size_t slash = final_path.rfind('/');
+  std::string tmpl = (slash == std::string::npos ? std::string(".") : final_path.substr(0, slash)) + "/.hXXXXXX";
+  if (tmpl.size() + 2 >= sizeof(addr.sun_path) || ::mkdtemp(tmpl.data()) == nullptr) {
+    return Status::IoError("cannot make a directory beside " + final_path + " to bind in: " +
+                           (tmpl.size() + 2 >= sizeof(addr.sun_path) ? "path too long" : std::strerror(errno)));
   }
-  if ((options.socket_gid >= 0 &&
-       ::chown(options.socket_path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(options.socket_gid)) != 0) ||
-      ::chmod(options.socket_path.c_str(), options.socket_mode) != 0 || ::listen(fd, 128) != 0) {
+  const std::string bind_path = tmpl + "/s";
+  std::memcpy(addr.sun_path, bind_path.c_str(), bind_path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    ::rmdir(tmpl.c_str());
+    return Status::IoError(std::string("socket: ") + std::strerror(errno));
+  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      (options.socket_gid >= 0 &&
+       ::chown(bind_path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(options.socket_gid)) != 0) ||
+      ::chmod(bind_path.c_str(), options.socket_mode) != 0 || ::listen(fd, 128) != 0 ||
+      ::rename(bind_path.c_str(), final_path.c_str()) != 0) {  // replaces a stale socket of an earlier run
     int e = errno;
     ::close(fd);
-    return Status::IoError("cannot set up head socket " + options.socket_path + ": " + std::strerror(e));
+    ::unlink(bind_path.c_str());
+    ::rmdir(tmpl.c_str());
+    return Status::IoError("cannot set up head socket " + final_path + ": " + std::strerror(e));
   }
+  ::rmdir(tmpl.c_str());
   impl->listen_fd = fd;
   impl->stop_fd = ::eventfd(0, EFD_CLOEXEC);
   Impl* p = impl.get();
@@ -453,8 +502,11 @@ void HeadServer::Shutdown(std::chrono::milliseconds drain) {
     std::lock_guard<std::mutex> l(m.mu);
     conns = m.conns;
   }
+  // c->mu, not write_mu: a worker may be blocked writing to a head that
+  // does not read (for up to send_timeout_ms).
+  m.reading_stopped = true;
   for (auto& c : conns) {
-    std::lock_guard<std::mutex> l(c->write_mu);
+    std::lock_guard<std::mutex> l(c->mu);
     if (c->fd >= 0) ::shutdown(c->fd, SHUT_RD);
   }
   const auto deadline = std::chrono::steady_clock::now() + drain;
@@ -465,7 +517,8 @@ void HeadServer::Shutdown(std::chrono::milliseconds drain) {
   // Past the drain time, cut the connections: replies not yet sent are lost
   // and the clients resend (or fail with a retryable error).
   for (auto& c : conns) {
-    std::lock_guard<std::mutex> l(c->write_mu);
+    std::lock_guard<std::mutex> l(c->mu);
+    c->dead = true;
     if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
   }
   {

@@ -42,6 +42,11 @@ struct HeadServerOptions {
   uint32_t max_inflight = 64;
   std::string node_name;
   uint32_t session_grace_ms = kSessionGraceMs;
+  // A head must say hello within hello_timeout_ms, and read a reply within
+  // send_timeout_ms: else its connection is cut (it must not hold a
+  // connection slot or a worker).
+  uint32_t hello_timeout_ms = 10'000;
+  uint32_t send_timeout_ms = 10'000;
 };
 
 // Called after every request (from workers and readers): statistics.

@@ -38,7 +38,7 @@ class HeadTest : public ::testing::Test {
     socket_ = dir_ + "/head.sock";
     std::vector<fs::Reserve::Device> devs;
     for (int i = 0; i < 2; i++) {
-      auto lun = std::make_shared<block::MemLun>(512, 64 * kMiB / 512, "naa.head" + std::to_string(i));
+      auto lun = std::make_shared<block::MemLun>(512, LunMib() * kMiB / 512, "naa.head" + std::to_string(i));
       devs.push_back(std::make_shared<block::MemDevice>(lun));
     }
     fs::ReserveOptions o;
@@ -71,8 +71,11 @@ class HeadTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void StartServer() {
+  virtual uint64_t LunMib() const { return 64; }
+
+  void StartServer(uint32_t send_timeout_ms = 10'000) {
     HeadServerOptions o;
+    o.send_timeout_ms = send_timeout_ms;
     o.socket_path = socket_;
     o.socket_mode = 0666;
     o.workers = 4;
@@ -100,7 +103,9 @@ class HeadTest : public ::testing::Test {
 };
 
 TEST_F(HeadTest, NamespaceAndDataRoundTrip) {
-  EXPECT_STREQ(nasgw_client_node_name(client_), "test-node");
+  char node[64];
+  ASSERT_EQ(nasgw_client_node_name(client_, node, sizeof(node)), 0);
+  EXPECT_STREQ(node, "test-node");
   EXPECT_EQ(root_.type, static_cast<uint32_t>(NASGW_TYPE_DIR));
   nasgw_attr d = Create(root_.handle, "docs", NASGW_TYPE_DIR, 0755);
   nasgw_attr f = Create(d.handle, "a.txt");
@@ -420,6 +425,103 @@ TEST_F(HeadTest, GarbageClosesOnlyThatConnection) {
   EXPECT_GE(server_->protocol_errors() - before, 30u);
   nasgw_attr a{};
   EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f.handle, &a), 0);
+}
+
+// A head that sends requests and never reads the replies: it must not take
+// the workers (others keep being served), and a shutdown still returns.
+TEST_F(HeadTest, AHeadThatDoesNotReadCannotStallTheServer) {
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  StartServer(/*send_timeout_ms=*/300);
+  int fd = RawConnect(socket_);
+  ASSERT_GE(fd, 0);
+  auto frame = [&](proto::Op op, uint64_t id, const proto::Request& r) {
+    std::string p = proto::EncodeRequest(r);
+    uint8_t hb[proto::kHeaderBytes];
+    proto::EncodeHeader({op, id, static_cast<uint32_t>(p.size()), 0}, hb);
+    return std::string(reinterpret_cast<char*>(hb), sizeof(hb)) + p;
+  };
+  proto::Request hello;
+  hello.op = proto::Op::kHello;
+  std::string out = frame(proto::Op::kHello, 0, hello);
+  proto::Request st;
+  st.op = proto::Op::kReadDir;  // big replies, executed by the workers
+  st.h = {root_.handle.volume, root_.handle.ino, 0};
+  st.count = 1024;
+  st.flags = proto::kReadDirPlus;
+  for (int i = 0; i < 40; i++) Create(root_.handle, ("d" + std::to_string(i)).c_str());
+  for (uint64_t i = 1; i <= 3000; i++) out += frame(proto::Op::kReadDir, i, st);
+  std::thread flood([&] { (void)!::send(fd, out.data(), out.size(), MSG_NOSIGNAL); });
+  // Meanwhile another client is served.
+  nasgw_attr f = Create(root_.handle, "served");
+  for (int i = 0; i < 20; i++) {
+    ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, "x", 1, 0, nullptr), 1) << nasgw_client_last_message();
+  }
+  ::shutdown(fd, SHUT_RDWR);
+  flood.join();
+  ::close(fd);
+  const auto t0 = std::chrono::steady_clock::now();
+  server_->Shutdown(std::chrono::milliseconds(100));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "Shutdown waited on the stuck head";
+  server_.reset();
+  StartServer();
+}
+
+// Calls queued while nasgwd is away are all sent when it is back: the
+// client's readers never write (a reader blocked writing to nasgwd while
+// nasgwd writes to it would deadlock the connection).
+TEST_F(HeadTest, CallsQueuedWhileAwayAllComplete) {
+  nasgw_attr f = Create(root_.handle, "queued");
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  constexpr int kCalls = 1000;
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, ok = 0;
+  struct Ctx {
+    std::mutex* mu;
+    std::condition_variable* cv;
+    int* done;
+    int* ok;
+  } ctx{&mu, &cv, &done, &ok};
+  for (int i = 0; i < kCalls; i++) {
+    ASSERT_EQ(nasgw_getattr_async(
+                  client_, &kRoot, &f.handle,
+                  [](void* arg, int result, const nasgw_attr*) {
+                    auto* c = static_cast<Ctx*>(arg);
+                    std::lock_guard<std::mutex> l(*c->mu);
+                    (*c->done)++;
+                    if (result == 0) (*c->ok)++;
+                    c->cv->notify_all();
+                  },
+                  &ctx),
+              0);
+  }
+  StartServer();
+  std::unique_lock<std::mutex> l(mu);
+  ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return done == kCalls; })) << done << " of " << kCalls;
+  EXPECT_EQ(ok, kCalls);
+}
+
+// A reply that would not fit the protocol is an error, not a broken
+// connection (a file can hold more xattr names than one frame carries).
+class HeadBigTest : public HeadTest {
+ protected:
+  uint64_t LunMib() const override { return 512; }  // room for megabytes of metadata
+};
+
+TEST_F(HeadBigTest, OversizedReplyIsAnError) {
+  nasgw_attr f = Create(root_.handle, "xattrs");
+  const std::string pad(240, 'p');
+  for (int i = 0; i < 5000; i++) {
+    const std::string name = "user." + pad + std::to_string(i);
+    ASSERT_EQ(nasgw_setxattr(client_, &kRoot, &f.handle, name.c_str(), "", 0, 0), 0) << i;
+  }
+  const uint64_t before = server_->protocol_errors();
+  EXPECT_EQ(nasgw_listxattr(client_, &kRoot, &f.handle, nullptr, 0), -E2BIG);
+  nasgw_attr a{};
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f.handle, &a), 0);
+  EXPECT_EQ(server_->protocol_errors(), before);
 }
 
 // nasgwd's head server goes away and comes back while a client streams

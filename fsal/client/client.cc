@@ -36,6 +36,10 @@ using proto::ReadFull;
 using proto::WriteFull;
 
 thread_local std::string t_message;
+// Set on the connections' reader threads: they must never block writing to
+// nasgwd (nasgwd may be blocked writing replies they are to read), so what
+// they (re)submit goes to the client's sender thread.
+thread_local bool t_reader = false;
 
 constexpr uint32_t kResendMax = 8;
 constexpr int kHandshakeTimeoutS = 10;
@@ -114,6 +118,8 @@ class Conn {
   int connecting_fd_ = -1;               // GUARDED_BY(mu_): the socket of a handshake in progress
   bool up_ = false;                      // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;                 // GUARDED_BY(mu_)
+  uint64_t gen_ = 0;                     // GUARDED_BY(mu_ and wmu_ to change): bumped when fd_ is closed
+  bool kicked_ = false;                  // GUARDED_BY(mu_): the client is closing
   std::map<uint64_t, CallPtr> pending_;  // GUARDED_BY(mu_)
   std::mutex wmu_;                       // one frame at a time on the socket
 };
@@ -129,9 +135,11 @@ class Client {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<CallPtr> waiting;  // GUARDED_BY(mu): no connection up
-  bool closing = false;         // GUARDED_BY(mu)
-  uint32_t up = 0;              // GUARDED_BY(mu)
-  std::string node_name;        // GUARDED_BY(mu)
+  std::deque<CallPtr> outbox;   // GUARDED_BY(mu): for the sender thread
+  std::thread sender;
+  bool closing = false;   // GUARDED_BY(mu)
+  uint32_t up = 0;        // GUARDED_BY(mu)
+  std::string node_name;  // GUARDED_BY(mu)
 
   std::atomic<uint64_t> next_open_id{1};
   bool reopen_pending = false;  // GUARDED_BY(open_mu): opens still to be sent to a nasgwd that lost them
@@ -143,30 +151,61 @@ class Client {
       call->Complete(call->invalid, call->invalid_why);
       return;
     }
-    const size_t n = conns.size();
-    const uint32_t first = rr.fetch_add(1);
-    for (size_t i = 0; i < n; i++) {
-      if (conns[(first + i) % n]->Send(call)) return;
-    }
-    std::unique_lock<std::mutex> l(mu);
-    if (closing) {
-      l.unlock();
-      call->Complete(ESHUTDOWN, "client closing");
+    if (t_reader) {
+      std::lock_guard<std::mutex> l(mu);
+      outbox.push_back(call);
+      cv.notify_all();
       return;
     }
-    if (call->deadline_ns == 0) call->deadline_ns = MonotonicNanos() + uint64_t{opt.reconnect_timeout_ms} * 1'000'000;
-    waiting.push_back(call);
+    for (;;) {
+      const size_t n = conns.size();
+      const uint32_t first = rr.fetch_add(1);
+      for (size_t i = 0; i < n; i++) {
+        if (conns[(first + i) % n]->Send(call)) return;
+      }
+      std::unique_lock<std::mutex> l(mu);
+      if (closing) {
+        l.unlock();
+        call->Complete(ESHUTDOWN, "client closing");
+        return;
+      }
+      // A connection that came up since the sends failed has drained
+      // `waiting` already: try it rather than wait for the next one.
+      if (up > 0) {
+        l.unlock();
+        std::this_thread::yield();
+        continue;
+      }
+      if (call->deadline_ns == 0) call->deadline_ns = MonotonicNanos() + uint64_t{opt.reconnect_timeout_ms} * 1'000'000;
+      waiting.push_back(call);
+      cv.notify_all();
+      return;
+    }
+  }
+
+  // A connection came up: what waited goes to the sender.
+  void Drain() {
+    std::lock_guard<std::mutex> l(mu);
+    for (auto& c : waiting) outbox.push_back(std::move(c));
+    waiting.clear();
     cv.notify_all();
   }
 
-  // A connection came up: send what waited.
-  void Drain() {
-    std::deque<CallPtr> w;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      w.swap(waiting);
+  // The sender thread: sends what readers handed over, and fails waiting
+  // calls whose reconnect time ran out.
+  void SenderLoop() {
+    for (;;) {
+      std::deque<CallPtr> batch;
+      {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait_for(l, std::chrono::milliseconds(100), [&] { return closing || !outbox.empty(); });
+        batch.swap(outbox);
+        if (closing && batch.empty()) break;
+      }
+      for (auto& c : batch) Submit(c);
+      Expire();
     }
-    for (auto& c : w) Submit(c);
+    Expire();
   }
 
   // Fails waiting calls whose time ran out.
@@ -206,21 +245,27 @@ class Client {
 
 void Conn::Kick() {
   std::lock_guard<std::mutex> l(mu_);
+  kicked_ = true;
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   if (connecting_fd_ >= 0) ::shutdown(connecting_fd_, SHUT_RDWR);
 }
 
 bool Conn::Send(const CallPtr& call) {
   int fd;
-  uint64_t id;
+  uint64_t id, gen;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!up_) return false;
     fd = fd_;
+    gen = gen_;
     id = next_id_++;
     pending_[id] = call;
   }
   std::lock_guard<std::mutex> w(wmu_);
+  // The connection failed (and its descriptor may be reused by now) since
+  // we took it: Fail() took this call with the others, and has resent or
+  // failed it.
+  if (gen_ != gen) return true;
   if (!SendFrame(fd, call->op, id, call->payload, call->wdata, call->wlen)) {
     ::shutdown(fd, SHUT_RDWR);  // the reader fails over every pending call, this one too
   }
@@ -239,6 +284,10 @@ bool Conn::Connect() {
   {
     // Visible to Kick(), so that a close does not wait for a handshake.
     std::lock_guard<std::mutex> l(mu_);
+    if (kicked_) {
+      ::close(fd);
+      return false;
+    }
     connecting_fd_ = fd;
   }
   // The handshake (hello, re-opens) is bounded: a nasgwd that accepts but
@@ -315,6 +364,10 @@ bool Conn::Connect() {
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
   std::lock_guard<std::mutex> l(mu_);
   connecting_fd_ = -1;
+  if (kicked_) {  // closed while we shook hands
+    ::close(fd);
+    return false;
+  }
   fd_ = fd;
   up_ = true;
   return true;
@@ -406,6 +459,7 @@ void Conn::Fail() {
   {
     std::lock_guard<std::mutex> l(mu_);
     std::lock_guard<std::mutex> w(wmu_);
+    gen_++;  // a Send that took fd_ before now must not write to it
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     pending.swap(pending_);
@@ -418,6 +472,7 @@ void Conn::Fail() {
 }
 
 void Conn::Loop() {
+  t_reader = true;
   uint32_t backoff_ms = 20;
   for (;;) {
     {
@@ -520,6 +575,10 @@ CallPtr Make(Op op, const nasgw_cred* cr, const nasgw_handle* h, const std::func
   call->op = op;
   call->payload = proto::EncodeRequest(r);
   Validate(*call, call->payload);
+  if (cr == nullptr) {  // never a silent root
+    call->invalid = EINVAL;
+    call->invalid_why = "no credentials";
+  }
   return call;
 }
 
@@ -557,6 +616,10 @@ extern "C" {
 
 int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out) {
   if (options == nullptr || options->socket_path == nullptr || out == nullptr) return -EINVAL;
+  if (std::strlen(options->socket_path) >= sizeof(sockaddr_un::sun_path)) {
+    nasgw::client::t_message = "socket path longer than 107 bytes";
+    return -ENAMETOOLONG;
+  }
   if (options->connections > 16) return -EINVAL;
   auto cl = std::make_unique<nasgw::client::Client>();
   cl->opt = *options;
@@ -571,6 +634,8 @@ int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out) {
   for (uint32_t i = 0; i < cl->opt.connections; i++)
     cl->conns.push_back(std::make_unique<nasgw::client::Conn>(cl.get()));
   for (auto& c : cl->conns) c->Start();
+  nasgw::client::Client* raw = cl.get();
+  cl->sender = std::thread([raw] { raw->SenderLoop(); });
   {
     std::unique_lock<std::mutex> l(cl->mu);
     const bool ok =
@@ -579,7 +644,9 @@ int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out) {
       cl->closing = true;
       cl->cv.notify_all();
       l.unlock();
+      for (auto& c : cl->conns) c->Kick();
       for (auto& c : cl->conns) c->Join();
+      cl->sender.join();
       nasgw::client::t_message = "cannot reach nasgwd at " + cl->socket_path;
       return -ENOTCONN;
     }
@@ -597,6 +664,7 @@ void nasgw_client_close(nasgw_client* c) {
   }
   for (auto& k : c->c->conns) k->Kick();
   for (auto& k : c->c->conns) k->Join();
+  c->c->sender.join();
   c->c->Expire();
   delete c;
 }
@@ -605,9 +673,13 @@ const char* nasgw_client_last_message(void) {
   return nasgw::client::t_message.c_str();
 }
 
-const char* nasgw_client_node_name(nasgw_client* c) {
+int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size) {
+  if (c == nullptr || buf == nullptr || size == 0) return -EINVAL;
   std::lock_guard<std::mutex> l(c->c->mu);
-  return c->c->node_name.c_str();
+  const std::string& n = c->c->node_name;
+  if (n.size() >= size) return -ERANGE;
+  std::memcpy(buf, n.c_str(), n.size() + 1);
+  return 0;
 }
 
 int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root) {
@@ -761,7 +833,10 @@ int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir
     d.ino = e.ino;
     d.type = static_cast<uint32_t>(e.type);
     d.cookie = e.cookie;
-    if ((flags & NASGW_READDIR_PLUS) && i < rep.attrs.size()) ToC(dir->volume, rep.attrs[i], &attrs[i]);
+    if (flags & NASGW_READDIR_PLUS) {
+      if (i >= rep.attrs.size()) return -EPROTO;  // nasgwd sends one per entry
+      ToC(dir->volume, rep.attrs[i], &attrs[i]);
+    }
   }
   if (eof != nullptr) *eof = rep.eof ? 1 : 0;
   return 0;
@@ -837,7 +912,10 @@ CallPtr WriteCall(const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, 
   proto::Request args = r;
   args.data = {};
   Validate(*call, proto::EncodeRequest(args));
-  if (call->invalid == 0 && (offset > fs::kFileSizeMax || len > fs::kFileSizeMax - offset)) {
+  if (cr == nullptr) {
+    call->invalid = EINVAL;
+    call->invalid_why = "no credentials";
+  } else if (call->invalid == 0 && (offset > fs::kFileSizeMax || len > fs::kFileSizeMax - offset)) {
     call->invalid = EFBIG;
     call->invalid_why = "write beyond the largest file";
   }
@@ -869,6 +947,7 @@ int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle
   if (rc != 0) return rc;
   const std::string& v = call->reply.text;
   if (size == 0) return static_cast<int64_t>(v.size());
+  if (buf == nullptr) return -EINVAL;
   if (size < v.size()) return -ERANGE;
   std::memcpy(buf, v.data(), v.size());
   return static_cast<int64_t>(v.size());
@@ -899,6 +978,7 @@ int64_t nasgw_listxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handl
     all += '\0';
   }
   if (size == 0) return static_cast<int64_t>(all.size());
+  if (buf == nullptr) return -EINVAL;
   if (size < all.size()) return -ERANGE;
   std::memcpy(buf, all.data(), all.size());
   return static_cast<int64_t>(all.size());

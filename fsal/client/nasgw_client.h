@@ -135,8 +135,8 @@ int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out);
  * -ESHUTDOWN). Call it after the last call has returned. */
 void nasgw_client_close(nasgw_client* c);
 const char* nasgw_client_last_message(void);
-/* nasgwd's node name, from the current connection. */
-const char* nasgw_client_node_name(nasgw_client* c);
+/* nasgwd's node name, from the latest connection, into buf. */
+int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size);
 
 int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root);
 int nasgw_statfs(nasgw_client* c, const nasgw_cred* cr, uint32_t volume, nasgw_fs_stats* out);
