@@ -610,6 +610,15 @@ void NoteOpen(nasgw::client::Client& cl, const nasgw_cred* cr, uint32_t vol, uin
   e.creds = Creds(cr);
 }
 
+void ForgetOpen(nasgw::client::Client& cl, uint32_t vol, uint64_t ino, uint64_t open_id) {
+  std::lock_guard<std::mutex> l(cl.open_mu);
+  auto it = cl.opens.find({vol, ino});
+  if (it == cl.opens.end()) return;
+  auto& ids = it->second.ids;
+  ids.erase(std::remove(ids.begin(), ids.end(), open_id), ids.end());
+  if (ids.empty()) cl.opens.erase(it);
+}
+
 }  // namespace
 
 extern "C" {
@@ -857,9 +866,14 @@ int nasgw_open(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uin
     r.count = access & 7;
     r.open_id = open_id;
   });
+  // Noted before it is sent: a re-open on a restarted nasgwd while this call
+  // is in flight must include it.
+  if (call->invalid == 0) NoteOpen(*c->c, cr, h->volume, h->ino, h->gen, open_id);
   int rc = c->c->Sync(call);
-  if (rc != 0) return rc;
-  NoteOpen(*c->c, cr, h->volume, call->reply.attr.ino, call->reply.attr.gen, open_id);
+  if (rc != 0) {
+    if (call->invalid == 0) ForgetOpen(*c->c, h->volume, h->ino, open_id);
+    return rc;
+  }
   ToC(h->volume, call->reply.attr, out);
   return 0;
 }
