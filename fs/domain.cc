@@ -14,22 +14,14 @@ namespace nasgw::fs {
 
 const char* FileTypeName(FileType t) {
   switch (t) {
-    case FileType::kNone:
-      return "none";
-    case FileType::kRegular:
-      return "file";
-    case FileType::kDirectory:
-      return "directory";
-    case FileType::kSymlink:
-      return "symlink";
-    case FileType::kFifo:
-      return "fifo";
-    case FileType::kSocket:
-      return "socket";
-    case FileType::kCharDevice:
-      return "char-device";
-    case FileType::kBlockDevice:
-      return "block-device";
+    case FileType::kNone: return "none";
+    case FileType::kRegular: return "file";
+    case FileType::kDirectory: return "directory";
+    case FileType::kSymlink: return "symlink";
+    case FileType::kFifo: return "fifo";
+    case FileType::kSocket: return "socket";
+    case FileType::kCharDevice: return "char-device";
+    case FileType::kBlockDevice: return "block-device";
   }
   return "?";
 }
@@ -63,32 +55,18 @@ std::string Prefix(char tag, uint32_t vol, uint64_t ino) {
   PutBE64(&k, ino);
   return k;
 }
-std::string SuperKey() {
-  return "S";
-}
-std::string VolKey(uint32_t vol) {
-  return Prefix('V', vol);
-}
-std::string VolNameKey(const std::string& name) {
-  return "N" + name;
-}
-std::string InodeKey(uint32_t vol, uint64_t ino) {
-  return Prefix('I', vol, ino);
-}
-std::string DirentKey(uint32_t vol, uint64_t dir, const std::string& name) {
-  return Prefix('D', vol, dir) + name;
-}
+std::string SuperKey() { return "S"; }
+std::string VolKey(uint32_t vol) { return Prefix('V', vol); }
+std::string VolNameKey(const std::string& name) { return "N" + name; }
+std::string InodeKey(uint32_t vol, uint64_t ino) { return Prefix('I', vol, ino); }
+std::string DirentKey(uint32_t vol, uint64_t dir, const std::string& name) { return Prefix('D', vol, dir) + name; }
 std::string CookieKey(uint32_t vol, uint64_t dir, uint64_t cookie) {
   std::string k = Prefix('C', vol, dir);
   PutBE64(&k, cookie);
   return k;
 }
-std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name) {
-  return Prefix('X', vol, ino) + name;
-}
-std::string OrphanKey(uint32_t vol, uint64_t ino) {
-  return Prefix('O', vol, ino);
-}
+std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name) { return Prefix('X', vol, ino) + name; }
+std::string OrphanKey(uint32_t vol, uint64_t ino) { return Prefix('O', vol, ino); }
 // Case-folded name index for case-insensitive lookups (SMB): one key per
 // entry, the folded name then the exact name, so names that differ only in
 // case can coexist. Folding is ASCII only for now.
@@ -102,9 +80,7 @@ std::string Fold(const std::string& name) {
 std::string FoldPrefix(uint32_t vol, uint64_t dir, const std::string& name) {
   return Prefix('F', vol, dir) + Fold(name) + '\0';
 }
-std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name) {
-  return FoldPrefix(vol, dir, name) + name;
-}
+std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name) { return FoldPrefix(vol, dir, name) + name; }
 std::string ExtentKey(uint32_t vol, uint64_t ino, uint64_t record) {
   std::string k = Prefix('E', vol, ino);
   PutBE64(&k, record);
@@ -337,7 +313,7 @@ struct Domain::Impl {
   bool unmap_freed = true;
   // Readers (lookups, attributes, reads) share it; changes hold it alone.
   mutable std::shared_mutex mu;
-  DomainRec rec;                                                 // GUARDED_BY(mu)
+  DomainRec rec;  // GUARDED_BY(mu)
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count;  // GUARDED_BY(mu)
 
   // One change: a metadata batch plus the extents to free once it is durable.
@@ -345,27 +321,13 @@ struct Domain::Impl {
     MetaBatch batch;
     std::vector<Extent> to_free;    // replaced: free once the batch is durable
     std::vector<Extent> allocated;  // new: free if the change is abandoned
-    bool frees = false;             // a removal: allowed deeper into the metadata headroom
     void Abandon(Allocator& a) {
       for (const Extent& e : allocated) a.Free(e).IgnoreError();
       allocated.clear();
     }
   };
 
-  // Metadata space kept free so that RocksDB can always flush its memtable
-  // and compact: if it ran out, it would stop taking writes until restart.
-  // Changes are refused with NoSpace before that; removals may use half of
-  // the headroom, so that an administrator can free space.
-  uint64_t meta_headroom = 0;
-
   Status Commit(Txn& t) {
-    const uint64_t floor = t.frees ? meta_headroom / 2 : meta_headroom;
-    if (const uint64_t free = metafs->free_bytes(); free < floor) {
-      t.Abandon(*space);
-      return Status::NoSpace("metadata space is low (" + std::to_string(free >> 10) + " KiB free, " +
-                             std::to_string(floor >> 10) + " KiB kept for the metadata store)" +
-                             (t.frees ? "" : "; removing files or attributes frees some"));
-    }
     rec.txg++;
     t.batch.Put(SuperKey(), EncodeDomain(rec));
     Status s = store->Write(t.batch, /*sync=*/true);
@@ -405,7 +367,8 @@ struct Domain::Impl {
   Result<VolumeRec> LoadVolume(uint32_t vol) {
     auto v = store->Get(VolKey(vol));
     if (!v.ok()) {
-      return v.status().code() == Code::kNotFound ? Status::NotFound("no volume " + std::to_string(vol)) : v.status();
+      return v.status().code() == Code::kNotFound ? Status::NotFound("no volume " + std::to_string(vol))
+                                                  : v.status();
     }
     return DecodeVolume(*v);
   }
@@ -413,7 +376,8 @@ struct Domain::Impl {
   Result<Inode> LoadInode(uint32_t vol, uint64_t ino) {
     auto v = store->Get(InodeKey(vol, ino));
     if (!v.ok()) {
-      return v.status().code() == Code::kNotFound ? Status::NotFound("no inode " + std::to_string(ino)) : v.status();
+      return v.status().code() == Code::kNotFound ? Status::NotFound("no inode " + std::to_string(ino))
+                                                  : v.status();
     }
     return DecodeInode(ino, *v);
   }
@@ -445,28 +409,25 @@ struct Domain::Impl {
   bool DirEmpty(uint32_t vol, uint64_t dir) {
     bool empty = true;
     std::string p = Prefix('D', vol, dir);
-    store
-        ->Scan(p, PrefixEnd(p),
-               [&](std::string_view, std::string_view) {
-                 empty = false;
-                 return false;
-               })
+    store->Scan(p, PrefixEnd(p), [&](std::string_view, std::string_view) {
+           empty = false;
+           return false;
+         })
         .IgnoreError();
     return empty;
   }
 
   // Extent maps of records [from, to] (inclusive) of a file.
-  std::map<uint64_t, RecordMap> LoadRecords(uint32_t vol, uint64_t ino, uint64_t from = 0, uint64_t to = UINT64_MAX) {
+  std::map<uint64_t, RecordMap> LoadRecords(uint32_t vol, uint64_t ino, uint64_t from = 0,
+                                            uint64_t to = UINT64_MAX) {
     std::map<uint64_t, RecordMap> out;
     std::string p = Prefix('E', vol, ino);
     std::string end = to == UINT64_MAX ? PrefixEnd(p) : ExtentKey(vol, ino, to + 1);
-    store
-        ->Scan(ExtentKey(vol, ino, from), end,
-               [&](std::string_view k, std::string_view v) {
-                 auto r = DecodeRecordMap(v);
-                 if (r.ok()) out[GetBE64(k, p.size())] = *r;
-                 return true;
-               })
+    store->Scan(ExtentKey(vol, ino, from), end, [&](std::string_view k, std::string_view v) {
+           auto r = DecodeRecordMap(v);
+           if (r.ok()) out[GetBE64(k, p.size())] = *r;
+           return true;
+         })
         .IgnoreError();
     return out;
   }
@@ -488,12 +449,10 @@ struct Domain::Impl {
   void DropInode(Txn& t, uint32_t vol, const Inode& in, VolumeRec& v) {
     t.batch.Delete(InodeKey(vol, in.a.ino));
     std::string xp = Prefix('X', vol, in.a.ino);
-    store
-        ->Scan(xp, PrefixEnd(xp),
-               [&](std::string_view k, std::string_view) {
-                 t.batch.Delete(k);
-                 return true;
-               })
+    store->Scan(xp, PrefixEnd(xp), [&](std::string_view k, std::string_view) {
+           t.batch.Delete(k);
+           return true;
+         })
         .IgnoreError();
     for (auto& [r, m] : LoadRecords(vol, in.a.ino)) {
       t.batch.Delete(ExtentKey(vol, in.a.ino, r));
@@ -540,8 +499,8 @@ struct Domain::Impl {
   // of content: new data `data` at file offset `off` (n bytes), old content
   // elsewhere, zeros past the old size. Allocates all new space before it
   // writes anything, so NoSpace changes nothing.
-  Status RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last, uint64_t new_size,
-                        uint64_t off, const uint8_t* data, size_t n) {
+  Status RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
+                        uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) {
     const uint64_t rs = v.record_bytes;
     auto old = LoadRecords(vol, in.a.ino, first, last);
     uint64_t need = 0;
@@ -573,8 +532,7 @@ struct Domain::Impl {
       if (it != old.end()) {
         // Old content, up to the old size (a hole or past-EOF reads as zeros).
         const uint64_t old_valid = in.a.size > start ? std::min(rs, in.a.size - start) : 0;
-        const uint64_t have =
-            std::min<uint64_t>(it->second.bytes(), (old_valid + kDataBlock - 1) / kDataBlock * kDataBlock);
+        const uint64_t have = std::min<uint64_t>(it->second.bytes(), (old_valid + kDataBlock - 1) / kDataBlock * kDataBlock);
         NASGW_RETURN_IF_ERROR(ReadExtents(it->second.extents, 0, buf.data(), static_cast<size_t>(have)));
         if (old_valid < rs) std::memset(buf.data() + old_valid, 0, rs - old_valid);
       }
@@ -612,7 +570,8 @@ struct Domain::Impl {
 Domain::Domain(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Domain::~Domain() = default;
 
-Result<std::unique_ptr<Domain>> Domain::Create(std::shared_ptr<Reserve> reserve, uint32_t id, const DomainOptions& o) {
+Result<std::unique_ptr<Domain>> Domain::Create(std::shared_ptr<Reserve> reserve, uint32_t id,
+                                               const DomainOptions& o) {
   // Metadata: the first groups of every LUN; data: the rest.
   uint64_t total = 0;
   for (uint32_t l = 0; l < reserve->lun_count(); l++) total += reserve->ag_count(l);
@@ -640,7 +599,8 @@ Result<std::unique_ptr<Domain>> Domain::Create(std::shared_ptr<Reserve> reserve,
   return Open(reserve, id, o);
 }
 
-Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, uint32_t id, const DomainOptions& o) {
+Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, uint32_t id,
+                                             const DomainOptions& o) {
   auto impl = std::make_unique<Impl>();
   impl->reserve = reserve;
   impl->id = id;
@@ -648,10 +608,6 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   auto fs = MetaFs::Mount(reserve, id, o.metafs);
   if (!fs.ok()) return fs.status();
   impl->metafs = std::move(fs.value());
-  // Room for two memtable flushes or an eighth of the metadata space,
-  // whichever is more, but never more than a quarter of it.
-  const uint64_t meta_total = impl->metafs->total_bytes();
-  impl->meta_headroom = std::min(std::max(2 * o.store.write_buffer_bytes, meta_total / 8), meta_total / 4);
   auto store = MetaStore::Open(impl->metafs.get(), o.store);
   if (!store.ok()) return store.status();
   impl->store = std::move(store.value());
@@ -663,8 +619,8 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   impl->space = std::make_unique<Allocator>(reserve->ag_bytes(), kDataBlock);
   for (const auto& [first, n] : impl->rec.data_groups) {
     for (uint32_t g = 0; g < n; g++) {
-      NASGW_RETURN_IF_ERROR(
-          impl->space->AddGroup({first.lun, first.index + g}, Reserve::AgOffset(reserve->ag_bytes(), first.index + g)));
+      NASGW_RETURN_IF_ERROR(impl->space->AddGroup({first.lun, first.index + g},
+                                                 Reserve::AgOffset(reserve->ag_bytes(), first.index + g)));
     }
   }
   // Space in use is what the extent maps name.
@@ -688,8 +644,8 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   // Files that were unlinked while open when the domain last stopped.
   std::vector<std::pair<uint32_t, uint64_t>> orphans;
   NASGW_RETURN_IF_ERROR(impl->store->Scan("O", "P", [&](std::string_view k, std::string_view) {
-    orphans.push_back(
-        {static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1, 4)), 0)), GetBE64(k, 5)});
+    orphans.push_back({static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1, 4)), 0)),
+                       GetBE64(k, 5)});
     return true;
   }));
   for (const auto& [vol, ino] : orphans) {
@@ -714,9 +670,7 @@ uint64_t Domain::txg() const {
 // ---- volumes -------------------------------------------------------------------
 
 namespace {
-VolumeInfo Info(uint32_t id, const VolumeRec& v) {
-  return {id, v.name, v.record_bytes, v.files, v.bytes};
-}
+VolumeInfo Info(uint32_t id, const VolumeRec& v) { return {id, v.name, v.record_bytes, v.files, v.bytes}; }
 
 Status CheckRecordBytes(uint32_t record_bytes) {
   if (record_bytes < kRecordBytesMin || record_bytes > kRecordBytesMax || (record_bytes & (record_bytes - 1))) {
@@ -767,15 +721,11 @@ Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
 std::vector<VolumeInfo> Domain::ListVolumes() {
   std::shared_lock<std::shared_mutex> lock(impl_->mu);
   std::vector<VolumeInfo> out;
-  impl_->store
-      ->Scan("V", "W",
-             [&](std::string_view k, std::string_view val) {
-               auto v = DecodeVolume(val);
-               if (v.ok())
-                 out.push_back(
-                     Info(static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1)), 0)), *v));
-               return true;
-             })
+  impl_->store->Scan("V", "W", [&](std::string_view k, std::string_view val) {
+         auto v = DecodeVolume(val);
+         if (v.ok()) out.push_back(Info(static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1)), 0)), *v));
+         return true;
+       })
       .IgnoreError();
   return out;
 }
@@ -818,19 +768,16 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
     return Status(Code::kNotEmpty, "volume '" + name + "' is not empty (force deletes it with its files)");
   }
   Impl::Txn t;
-  t.frees = true;
   for (char tag : {'I', 'D', 'C', 'F', 'X', 'E', 'O'}) {
     std::string p = Prefix(tag, vol);
-    impl_->store
-        ->Scan(p, PrefixEnd(p),
-               [&](std::string_view k, std::string_view v) {
-                 t.batch.Delete(k);
-                 if (tag == 'E') {
-                   auto m = DecodeRecordMap(v);
-                   if (m.ok()) t.to_free.insert(t.to_free.end(), m->extents.begin(), m->extents.end());
-                 }
-                 return true;
-               })
+    impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+           t.batch.Delete(k);
+           if (tag == 'E') {
+             auto m = DecodeRecordMap(v);
+             if (m.ok()) t.to_free.insert(t.to_free.end(), m->extents.begin(), m->extents.end());
+           }
+           return true;
+         })
         .IgnoreError();
   }
   t.batch.Delete(VolKey(vol));
@@ -992,7 +939,6 @@ Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
   auto in = impl_->LoadInode(vol, e->ino);
   if (!in.ok()) return in.status();
   Impl::Txn t;
-  t.frees = true;
   RemoveEntry(*impl_, t, vol, *d, name, *e);
   impl_->PutInode(t, vol, *d);
   if (--in->a.nlink == 0) {
@@ -1019,7 +965,6 @@ Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
   auto in = impl_->LoadInode(vol, e->ino);
   if (!in.ok()) return in.status();
   Impl::Txn t;
-  t.frees = true;
   RemoveEntry(*impl_, t, vol, *d, name, *e);
   d->a.nlink--;
   impl_->PutInode(t, vol, *d);
@@ -1110,17 +1055,17 @@ Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64
   std::vector<DirEntry> out;
   std::string p = Prefix('C', vol, dir);
   Status bad;
-  NASGW_RETURN_IF_ERROR(
-      impl_->store->Scan(CookieKey(vol, dir, cookie + 1), PrefixEnd(p), [&](std::string_view k, std::string_view name) {
-        if (out.size() >= max) return false;
-        auto e = impl_->LoadDirent(vol, dir, std::string(name));
-        if (!e.ok()) {
-          bad = e.status().WithContext("directory index");
-          return false;
-        }
-        out.push_back({std::string(name), e->ino, e->type, GetBE64(k, p.size())});
-        return true;
-      }));
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(CookieKey(vol, dir, cookie + 1), PrefixEnd(p),
+                                           [&](std::string_view k, std::string_view name) {
+                                             if (out.size() >= max) return false;
+                                             auto e = impl_->LoadDirent(vol, dir, std::string(name));
+                                             if (!e.ok()) {
+                                               bad = e.status().WithContext("directory index");
+                                               return false;
+                                             }
+                                             out.push_back({std::string(name), e->ino, e->type, GetBE64(k, p.size())});
+                                             return true;
+                                           }));
   NASGW_RETURN_IF_ERROR(bad);
   return out;
 }
@@ -1142,8 +1087,8 @@ Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, con
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   const bool exists = impl_->store->Get(XattrKey(vol, ino, name)).ok();
-  if ((flags & 1) && exists) return Status::Exists("attribute " + name + " exists");  // XATTR_CREATE
-  if ((flags & 2) && !exists) return Status::NotFound("no attribute " + name);        // XATTR_REPLACE
+  if ((flags & 1) && exists) return Status::Exists("attribute " + name + " exists");         // XATTR_CREATE
+  if ((flags & 2) && !exists) return Status::NotFound("no attribute " + name);               // XATTR_REPLACE
   Impl::Txn t;
   t.batch.Put(XattrKey(vol, ino, name), value);
   Impl::Touch(*in, false);
@@ -1169,7 +1114,6 @@ Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) 
   if (!in.ok()) return in.status();
   if (!impl_->store->Get(XattrKey(vol, ino, name)).ok()) return Status::NotFound("no attribute " + name);
   Impl::Txn t;
-  t.frees = true;
   t.batch.Delete(XattrKey(vol, ino, name));
   Impl::Touch(*in, false);
   impl_->PutInode(t, vol, *in);
@@ -1333,7 +1277,6 @@ Status Domain::ReleaseFile(uint32_t vol, uint64_t ino) {
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   Impl::Txn t;
-  t.frees = true;
   impl_->DropInode(t, vol, *in, *v);
   t.batch.Delete(OrphanKey(vol, ino));
   t.batch.Put(VolKey(vol), EncodeVolume(*v));
@@ -1428,8 +1371,7 @@ Result<std::vector<std::string>> Domain::Check() {
       names[e->ino]++;
       if (e->type == FileType::kDirectory) {
         subdirs[dir]++;
-        if (in->second.parent != dir)
-          add(at + ": the directory's parent pointer is " + std::to_string(in->second.parent));
+        if (in->second.parent != dir) add(at + ": the directory's parent pointer is " + std::to_string(in->second.parent));
       }
       auto c = st.Get(CookieKey(vol, dir, e->cookie));
       if (!c.ok() || *c != name) add(at + ": missing from the readdir index");
@@ -1444,8 +1386,7 @@ Result<std::vector<std::string>> Domain::Check() {
       return true;
     }));
     if (cookies != entries) {
-      add(where + "readdir index has " + std::to_string(cookies) + " entries for " + std::to_string(entries) +
-          " names");
+      add(where + "readdir index has " + std::to_string(cookies) + " entries for " + std::to_string(entries) + " names");
     }
     uint64_t folded = 0;
     std::string fp = Prefix('F', vol);

@@ -1,5 +1,7 @@
 #include "fs/metafs.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -8,8 +10,6 @@
 #include "base/coding.h"
 #include "base/crc32c.h"
 #include "base/log.h"
-
-#include <sys/random.h>
 
 namespace nasgw::fs {
 
@@ -124,9 +124,9 @@ class MetaFs::File {
   std::mutex mu;
   std::vector<Extent> extents;  // every extent allocated to the file, in file order
   uint64_t allocated = 0;
-  uint64_t size = 0;         // bytes appended
-  uint64_t buf_start = 0;    // file offset of buf[0], block aligned
-  std::vector<uint8_t> buf;  // bytes [buf_start, size) not yet written in whole blocks
+  uint64_t size = 0;            // bytes appended
+  uint64_t buf_start = 0;       // file offset of buf[0], block aligned
+  std::vector<uint8_t> buf;     // bytes [buf_start, size) not yet written in whole blocks
   std::set<uint32_t> dirty_luns;
 };
 
@@ -346,14 +346,16 @@ Result<std::unique_ptr<MetaFs>> MetaFs::Create(std::shared_ptr<Reserve> reserve,
                                                const std::vector<AgId>& groups, const MetaFsOptions& options) {
   if (domain >= kDomainsMax) return Status::InvalidArgument("domain id must be below " + std::to_string(kDomainsMax));
   if (groups.empty() || groups.size() > kMetaGroupsMax) {
-    return Status::InvalidArgument("a metadata store needs 1-" + std::to_string(kMetaGroupsMax) + " allocation groups");
+    return Status::InvalidArgument("a metadata store needs 1-" + std::to_string(kMetaGroupsMax) +
+                                   " allocation groups");
   }
   std::unique_ptr<MetaFs> fs(new MetaFs(reserve, domain, options));
   // Refuse to overwrite a live store.
   auto dev = reserve->lun(0);
   for (uint64_t copy = 0; copy < 2; copy++) {
     std::vector<uint8_t> b(kMetaBlockBytes);
-    NASGW_RETURN_IF_ERROR(block::ReadSync(*dev, SlotOffset(domain, copy) / dev->info().block_size, b.data(), b.size()));
+    NASGW_RETURN_IF_ERROR(
+        block::ReadSync(*dev, SlotOffset(domain, copy) / dev->info().block_size, b.data(), b.size()));
     auto sb = DecodeSuper(b);
     if (sb.ok() && sb->reserve == reserve->uuid()) {
       return Status::Exists("domain " + std::to_string(domain) + " already has a metadata store");
@@ -389,7 +391,8 @@ Result<std::unique_ptr<MetaFs>> MetaFs::Mount(std::shared_ptr<Reserve> reserve, 
   Status damaged;
   for (uint64_t copy = 0; copy < 2; copy++) {
     std::vector<uint8_t> b(kMetaBlockBytes);
-    NASGW_RETURN_IF_ERROR(block::ReadSync(*dev, SlotOffset(domain, copy) / dev->info().block_size, b.data(), b.size()));
+    NASGW_RETURN_IF_ERROR(
+        block::ReadSync(*dev, SlotOffset(domain, copy) / dev->info().block_size, b.data(), b.size()));
     auto sb = DecodeSuper(b);
     if (!sb.ok()) {
       if (sb.status().code() != Code::kNotFound) damaged = sb.status();
@@ -687,9 +690,7 @@ Status MetaFs::Sync(const FileRef& f) {
   return MaybeCompact();
 }
 
-Status MetaFs::Close(const FileRef& f) {
-  return Sync(f);
-}
+Status MetaFs::Close(const FileRef& f) { return Sync(f); }
 
 Result<size_t> MetaFs::Read(const FileRef& f, uint64_t offset, size_t n, void* out) {
   std::lock_guard<std::mutex> lock(f->mu);
@@ -817,16 +818,6 @@ std::vector<std::string> MetaFs::List(const std::string& prefix) {
     out.push_back(it->first);
   }
   return out;
-}
-
-uint64_t MetaFs::free_bytes() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return alloc_->free_bytes();
-}
-
-uint64_t MetaFs::total_bytes() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return alloc_->total_bytes();
 }
 
 MetaFsStats MetaFs::Stats() {

@@ -42,15 +42,15 @@ namespace nasgw::fs {
 
 // The domain table: a slot per domain in LUN 0's reserve header.
 constexpr uint64_t kDomainTableOffset = 64ull << 10;
-constexpr uint64_t kDomainSlotBytes = 16ull << 10;   // superblock copies A and B, 4 KiB each, then spare
+constexpr uint64_t kDomainSlotBytes = 16ull << 10;  // superblock copies A and B, 4 KiB each, then spare
 constexpr uint32_t kDomainsMax = 28;                 // slots between 64 KiB and 512 KiB
 constexpr uint64_t kHeartbeatOffset = 512ull << 10;  // [512 KiB, 1 MiB): the cluster's disk heartbeat slots
 static_assert(kDomainTableOffset + kDomainsMax * kDomainSlotBytes <= kHeartbeatOffset);
 static_assert(kHeartbeatOffset < kReserveHeaderBytes);
 
-constexpr size_t kMetaBlockBytes = 4096;  // log block and superblock size
+constexpr size_t kMetaBlockBytes = 4096;         // log block and superblock size
 constexpr size_t kMetaFileNameMax = 255;
-constexpr uint32_t kMetaGroupsMax = 400;  // metadata allocation groups listed in a superblock
+constexpr uint32_t kMetaGroupsMax = 400;         // metadata allocation groups listed in a superblock
 
 struct MetaFsOptions {
   // Compact the log once it holds this many bytes.
@@ -106,10 +106,6 @@ class MetaFs {
   std::vector<std::string> List(const std::string& prefix);
 
   MetaFsStats Stats();
-  // Unallocated and total bytes of the metadata groups (cheap: for checks
-  // on every commit).
-  uint64_t free_bytes();
-  uint64_t total_bytes();
   uint32_t domain() const { return domain_; }
 
  private:
@@ -119,17 +115,17 @@ class MetaFs {
   Status WriteSuperblock();  // REQUIRES: mu_
   Status Replay();
   Status AppendLog(const std::vector<std::vector<uint8_t>>& records);  // REQUIRES: mu_
-  Status CompactLog();                                                 // REQUIRES: mu_
-  Status MaybeCompact();                                               // REQUIRES: mu_
-  Status EnsureLogSpace(size_t bytes, uint64_t next_seq);              // REQUIRES: mu_
+  Status CompactLog();                                                  // REQUIRES: mu_
+  Status MaybeCompact();                                                // REQUIRES: mu_
+  Status EnsureLogSpace(size_t bytes, uint64_t next_seq);               // REQUIRES: mu_
   Status WriteExtentBytes(const Extent& e, uint64_t at, const uint8_t* data, size_t n);
   Status ReadExtentBytes(const Extent& e, uint64_t at, uint8_t* data, size_t n);
   Status FlushLuns(const std::vector<uint32_t>& luns);
-  Status WriteBuffered(File& f, bool tail);                                   // REQUIRES: f.mu
+  Status WriteBuffered(File& f, bool tail);  // REQUIRES: f.mu
   std::vector<uint8_t> EncodeRecord(uint8_t type, std::string_view payload);  // REQUIRES: mu_
   std::vector<uint8_t> EncodeRecordAt(uint8_t type, std::string_view payload, uint64_t seq);
-  void DropFile(uint64_t id);  // REQUIRES: mu_
-  void ReleaseSpace(File& f);  // REQUIRES: not mu_ (takes f.mu)
+  void DropFile(uint64_t id);                // REQUIRES: mu_
+  void ReleaseSpace(File& f);                // REQUIRES: not mu_ (takes f.mu)
 
   std::shared_ptr<Reserve> reserve_;
   const uint32_t domain_;
@@ -150,8 +146,8 @@ class MetaFs {
   uint64_t log_pos_ = 0;             // bytes used in log_extents_.back()
   uint64_t log_bytes_ = 0;           // since the last compaction
   uint64_t compactions_ = 0;
-  uint64_t log_salt_ = 0;  // per log: records of another log never verify
-  Status sticky_;          // a failed log write poisons the MetaFs
+  uint64_t log_salt_ = 0;            // per log: records of another log never verify
+  Status sticky_;                    // a failed log write poisons the MetaFs
 };
 
 }  // namespace nasgw::fs
