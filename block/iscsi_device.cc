@@ -3,7 +3,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +13,8 @@
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include <sys/eventfd.h>
 
 extern "C" {
 #include <iscsi/iscsi.h>
@@ -44,10 +45,12 @@ Status IscsiOptions::Validate() const {
   NASGW_RETURN_IF_ERROR(range("io_timeout_ms", io_timeout_ms, limits::kIoTimeoutMsMin, limits::kIoTimeoutMsMax));
   NASGW_RETURN_IF_ERROR(
       range("path_timeout_ms", path_timeout_ms, limits::kPathTimeoutMsMin, limits::kPathTimeoutMsMax));
-  NASGW_RETURN_IF_ERROR(range("connect_timeout_ms", connect_timeout_ms, limits::kConnectTimeoutMsMin,
-                              limits::kConnectTimeoutMsMax));
-  if (!initiator_name.empty() && initiator_name.rfind("iqn.", 0) != 0 && initiator_name.rfind("eui.", 0) != 0) {
-    return Status::InvalidArgument("initiator_name '" + initiator_name + "' must start with iqn. or eui.");
+  NASGW_RETURN_IF_ERROR(
+      range("connect_timeout_ms", connect_timeout_ms, limits::kConnectTimeoutMsMin, limits::kConnectTimeoutMsMax));
+  // The three iSCSI name formats (RFC 3720 3.2.6.3, RFC 3980).
+  if (!initiator_name.empty() && initiator_name.rfind("iqn.", 0) != 0 && initiator_name.rfind("eui.", 0) != 0 &&
+      initiator_name.rfind("naa.", 0) != 0) {
+    return Status::InvalidArgument("initiator_name '" + initiator_name + "' must start with iqn., eui. or naa.");
   }
   return Status();
 }
@@ -123,8 +126,9 @@ std::string BestDesignator(const scsi_inquiry_device_identification* id) {
         break;
       case SCSI_DESIGNATOR_TYPE_T10_VENDORT_ID:
         rank = 1;
-        value = "t10." + (d->code_set == SCSI_CODESET_ASCII ? Trim(std::string(d->designator, d->designator_length).c_str())
-                                                           : Hex(d->designator, d->designator_length));
+        value =
+            "t10." + (d->code_set == SCSI_CODESET_ASCII ? Trim(std::string(d->designator, d->designator_length).c_str())
+                                                        : Hex(d->designator, d->designator_length));
         break;
       default:
         break;
@@ -170,22 +174,22 @@ struct IscsiDevice::Impl {
   struct Request {
     IoRequest io;
     Kind kind = Kind::kIo;
-    int page = -1;                  // kInquiry: VPD page, -1 for standard
-    Path* pinned = nullptr;         // only on this path (probes)
-    bool internal = false;          // the device's own command: no stats, no PR bookkeeping
+    int page = -1;                            // kInquiry: VPD page, -1 for standard
+    Path* pinned = nullptr;                   // only on this path (probes)
+    bool internal = false;                    // the device's own command: no stats, no PR bookkeeping
     std::function<Status(scsi_task*)> parse;  // data-in decoding, on success
     uint64_t submit_ns = 0;
     uint64_t deadline_ns = 0;
     uint64_t not_before_ns = 0;
     uint64_t sent_ns = 0;
     uint32_t retries = 0;
-    Path* path = nullptr;           // while in flight
+    Path* path = nullptr;  // while in flight
     std::list<Request*>::iterator in_path;
     scsi_task* task = nullptr;
     std::vector<scsi_iovec> siov;
     unmap_list unmap{};
     scsi_persistent_reserve_out_basic pr{};
-    std::vector<uint8_t> caw;       // libiscsi may keep the pointer: own a copy
+    std::vector<uint8_t> caw;  // libiscsi may keep the pointer: own a copy
     Status last_error;
     Impl* impl = nullptr;
   };
@@ -201,11 +205,11 @@ struct IscsiDevice::Impl {
     uint64_t state_deadline_ns = 0;  // connect/probe must finish by then
     uint64_t next_connect_ns = 0;
     uint32_t consecutive_failures = 0;
-    std::list<Request*> inflight;    // in send order: front is the oldest
-    Status fail_request;             // non-ok: tear down at the next turn of the loop
+    std::list<Request*> inflight;  // in send order: front is the oldest
+    Status fail_request;           // non-ok: tear down at the next turn of the loop
     Status last_error;
-    bool attempted = false;          // at least one connect attempt finished
-    bool tearing_down = false;       // inside TearDown(): cancels are ours
+    bool attempted = false;     // at least one connect attempt finished
+    bool tearing_down = false;  // inside TearDown(): cancels are ours
     std::atomic<uint64_t> ops{0};
     std::atomic<uint64_t> failures{0};
     std::atomic<bool> up{false};
@@ -228,12 +232,12 @@ struct IscsiDevice::Impl {
 
   // Shared with submitters.
   std::mutex mu;
-  std::condition_variable cv;          // submitters waiting for room; Open() waiting for paths
-  std::deque<Request*> submitted;      // GUARDED_BY(mu)
-  bool closing = false;                // GUARDED_BY(mu)
-  bool open_done = false;              // GUARDED_BY(mu): every path tried once
-  std::vector<Status> open_results;    // GUARDED_BY(mu): per path, until open_done
-  std::atomic<uint32_t> admitted{0};   // requests not yet completed
+  std::condition_variable cv;         // submitters waiting for room; Open() waiting for paths
+  std::deque<Request*> submitted;     // GUARDED_BY(mu)
+  bool closing = false;               // GUARDED_BY(mu)
+  bool open_done = false;             // GUARDED_BY(mu): every path tried once
+  std::vector<Status> open_results;   // GUARDED_BY(mu): per path, until open_done
+  std::atomic<uint32_t> admitted{0};  // requests not yet completed
   std::atomic<bool> wakeup_pending{false};
   int event_fd = -1;
   std::thread thread;
@@ -484,8 +488,8 @@ struct IscsiDevice::Impl {
             t = iscsi_read16_iov_task(p->ctx, lun, io.lba, len, static_cast<int>(bs), 0, 0, 0, 0, 0, TaskCallback, r,
                                       r->siov.data(), static_cast<int>(r->siov.size()));
           } else {
-            t = iscsi_write16_iov_task(p->ctx, lun, io.lba, nullptr, len, static_cast<int>(bs), 0, 0, io.fua ? 1 : 0,
-                                       0, 0, TaskCallback, r, r->siov.data(), static_cast<int>(r->siov.size()));
+            t = iscsi_write16_iov_task(p->ctx, lun, io.lba, nullptr, len, static_cast<int>(bs), 0, 0, io.fua ? 1 : 0, 0,
+                                       0, TaskCallback, r, r->siov.data(), static_cast<int>(r->siov.size()));
           }
           break;
         }
@@ -513,8 +517,8 @@ struct IscsiDevice::Impl {
                                                TaskCallback, r);
           break;
         case Op::kPrReadReservation:
-          t = iscsi_persistent_reserve_in_task(p->ctx, lun, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, 24,
-                                               TaskCallback, r);
+          t = iscsi_persistent_reserve_in_task(p->ctx, lun, SCSI_PERSISTENT_RESERVE_READ_RESERVATION, 24, TaskCallback,
+                                               r);
           break;
       }
     }
@@ -550,8 +554,8 @@ struct IscsiDevice::Impl {
 
     if (c.disposition == Disposition::kDone) {
       if (!c.status.ok()) {
-        c.status = c.status.WithContext(std::string(OpName(r->io.op)) + " lba " + std::to_string(r->io.lba) +
-                                        " on " + p->url.Portal());
+        c.status = c.status.WithContext(std::string(OpName(r->io.op)) + " lba " + std::to_string(r->io.lba) + " on " +
+                                        p->url.Portal());
       }
       Complete(r, std::move(c.status));
       return;
@@ -581,7 +585,8 @@ struct IscsiDevice::Impl {
     if (d == Disposition::kRetryBackoff) {
       std::uniform_real_distribution<double> jitter(0, 1);
       r->not_before_ns =
-          now + BackoffMs(r->retries, limits::kReconnectBackoffMsMin, limits::kReconnectBackoffMsMax, jitter(rng)) * kMs;
+          now +
+          BackoffMs(r->retries, limits::kReconnectBackoffMsMin, limits::kReconnectBackoffMsMax, jitter(rng)) * kMs;
       delayed.push_back(r);
     } else {
       ready.push_front(r);
@@ -631,8 +636,7 @@ struct IscsiDevice::Impl {
     p->ctx = ctx;
     p->state = PathState::kConnecting;
     p->state_deadline_ns = now + connect_timeout_ns;
-    if (iscsi_full_connect_async(ctx, p->url.Portal().c_str(), static_cast<int>(p->url.lun), ConnectCallback, p) !=
-        0) {
+    if (iscsi_full_connect_async(ctx, p->url.Portal().c_str(), static_cast<int>(p->url.lun), ConnectCallback, p) != 0) {
       RequestPathFailure(p, ConnectError(iscsi_get_error(ctx), p->url));
     }
   }
@@ -873,7 +877,9 @@ struct IscsiDevice::Impl {
 
 IscsiDevice::IscsiDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-const DeviceInfo& IscsiDevice::info() const { return impl_->info; }
+const DeviceInfo& IscsiDevice::info() const {
+  return impl_->info;
+}
 
 Status IscsiDevice::SubmitValidated(IoRequest req) {
   auto* r = new Impl::Request;
@@ -910,7 +916,9 @@ BlockStats IscsiDevice::Stats() const {
   return s;
 }
 
-IscsiDevice::~IscsiDevice() { impl_->Shutdown(); }
+IscsiDevice::~IscsiDevice() {
+  impl_->Shutdown();
+}
 
 namespace {
 
@@ -953,28 +961,30 @@ T* Unmarshall(scsi_task* t) {
 Status IdentifyLun(Impl* impl) {
   DeviceInfo& in = impl->info;
   NASGW_RETURN_IF_ERROR(Identify(impl, Impl::Kind::kInquiry, -1, [&in](scsi_task* t) {
-    auto* d = Unmarshall<scsi_inquiry_standard>(t);
-    if (d == nullptr) return Status::IoError("cannot decode standard INQUIRY data");
-    if (d->device_type != SCSI_INQUIRY_PERIPHERAL_DEVICE_TYPE_DIRECT_ACCESS) {
-      return Status::InvalidArgument("not a disk (peripheral device type " + std::to_string(d->device_type) + ")");
-    }
-    in.vendor = Trim(d->vendor_identification);
-    in.product = Trim(d->product_identification);
-    in.revision = Trim(d->product_revision_level);
-    return Status();
-  }).WithContext("INQUIRY"));
-  NASGW_RETURN_IF_ERROR(Identify(impl, Impl::Kind::kReadCapacity, -1, [&in](scsi_task* t) {
-    auto* d = Unmarshall<scsi_readcapacity16>(t);
-    if (d == nullptr) return Status::IoError("cannot decode READ CAPACITY(16) data");
-    if (d->block_length < 512 || d->block_length > 65536 || (d->block_length & (d->block_length - 1)) != 0) {
-      return Status::NotSupported("block size " + std::to_string(d->block_length) + " is not supported");
-    }
-    in.block_size = d->block_length;
-    in.num_blocks = d->returned_lba + 1;
-    in.thin_provisioned = d->lbpme != 0;
-    in.unmap_reads_zeroes = d->lbprz != 0;
-    return Status();
-  }).WithContext("READ CAPACITY(16)"));
+                          auto* d = Unmarshall<scsi_inquiry_standard>(t);
+                          if (d == nullptr) return Status::IoError("cannot decode standard INQUIRY data");
+                          if (d->device_type != SCSI_INQUIRY_PERIPHERAL_DEVICE_TYPE_DIRECT_ACCESS) {
+                            return Status::InvalidArgument("not a disk (peripheral device type " +
+                                                           std::to_string(d->device_type) + ")");
+                          }
+                          in.vendor = Trim(d->vendor_identification);
+                          in.product = Trim(d->product_identification);
+                          in.revision = Trim(d->product_revision_level);
+                          return Status();
+                        }).WithContext("INQUIRY"));
+  NASGW_RETURN_IF_ERROR(
+      Identify(impl, Impl::Kind::kReadCapacity, -1, [&in](scsi_task* t) {
+        auto* d = Unmarshall<scsi_readcapacity16>(t);
+        if (d == nullptr) return Status::IoError("cannot decode READ CAPACITY(16) data");
+        if (d->block_length < 512 || d->block_length > 65536 || (d->block_length & (d->block_length - 1)) != 0) {
+          return Status::NotSupported("block size " + std::to_string(d->block_length) + " is not supported");
+        }
+        in.block_size = d->block_length;
+        in.num_blocks = d->returned_lba + 1;
+        in.thin_provisioned = d->lbpme != 0;
+        in.unmap_reads_zeroes = d->lbprz != 0;
+        return Status();
+      }).WithContext("READ CAPACITY(16)"));
   // Optional pages: a target that lacks them still works, with defaults.
   Identify(impl, Impl::Kind::kInquiry, SCSI_INQUIRY_PAGECODE_UNIT_SERIAL_NUMBER, [&in](scsi_task* t) {
     auto* d = Unmarshall<scsi_inquiry_unit_serial_number>(t);
@@ -1030,8 +1040,7 @@ Result<std::unique_ptr<IscsiDevice>> IscsiDevice::Open(const IscsiOptions& optio
   std::vector<Status> results;
   {
     std::unique_lock<std::mutex> lock(im->mu);
-    im->cv.wait_for(lock, std::chrono::milliseconds(options.connect_timeout_ms + 1000),
-                    [im] { return im->open_done; });
+    im->cv.wait_for(lock, std::chrono::milliseconds(options.connect_timeout_ms + 1000), [im] { return im->open_done; });
     im->open_done = true;  // late outcomes are the loop's business now
     results = im->open_results;
   }

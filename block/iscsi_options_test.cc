@@ -11,7 +11,9 @@ IscsiOptions Good() {
   return o;
 }
 
-TEST(IscsiOptions, DefaultsAreValid) { EXPECT_TRUE(Good().Validate().ok()); }
+TEST(IscsiOptions, DefaultsAreValid) {
+  EXPECT_TRUE(Good().Validate().ok());
+}
 
 TEST(IscsiOptions, OutOfRangeNamesTheFieldAndRange) {
   IscsiOptions o = Good();
@@ -40,6 +42,11 @@ TEST(IscsiOptions, PathsAndNames) {
   o = Good();
   o.initiator_name = "node-a";
   EXPECT_NE(o.Validate().ToString().find("must start with iqn."), std::string::npos);
+  // Every iSCSI name format the daemon's config accepts is accepted here too.
+  for (const char* name : {"iqn.2026-11.org.nasgw:a", "eui.02004567A425678D", "naa.52004567BA64678D"}) {
+    o.initiator_name = name;
+    EXPECT_TRUE(o.Validate().ok()) << name;
+  }
 }
 
 TEST(IscsiDevice, OpenRefusesBadUrlsBeforeConnecting) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -700,7 +701,12 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   shutdown.Integer("drain_ms", 0, kShutdownDrainMsMax, &c.drain_ms);
 
   // Defaults that depend on other fields.
-  if (c.initiator.empty() && !c.node_name.empty()) c.initiator = std::string(kDefaultInitiatorPrefix) + c.node_name;
+  if (c.initiator.empty() && !c.node_name.empty()) {
+    // iSCSI names are lower case and have no '_' (RFC 3722 stringprep).
+    std::string name = c.node_name;
+    for (char& ch : name) ch = ch == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    c.initiator = std::string(kDefaultInitiatorPrefix) + name;
+  }
   const bool head_default = c.head_socket.empty();
   const bool admin_default = c.admin_socket.empty();
   if (head_default) c.head_socket = c.run_dir + "/head.sock";

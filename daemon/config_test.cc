@@ -581,6 +581,9 @@ TEST_F(ConfigTest, Initiator) {
   auto c = Parse(Cfg("", "initiator = \"\""));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->initiator, "iqn.2026-11.org.nasgw:gw-a");
+  auto upper = ParseConfig("[node]\nname = \"GW_A\"\n[reserve]\nluns = [\"iscsi://198.18.0.10/iqn.x:t/1\"]\n");
+  ASSERT_TRUE(upper.ok()) << upper.status().ToString();
+  EXPECT_EQ(upper->initiator, "iqn.2026-11.org.nasgw:gw-a");  // a valid iSCSI name from any node name
   ExpectInvalid(Cfg("", "initiator = \"gw-a\""), {"reserve.initiator: 'gw-a' must start with iqn., eui. or naa."});
   ExpectInvalid(Cfg("", "initiator = \"IQN.1994-05.com.example:x\""), {"reserve.initiator:", "must start with iqn."});
   ExpectInvalid(Cfg("", "initiator = \"iqn." + std::string(220, 'x') + "\""),
