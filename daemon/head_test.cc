@@ -534,6 +534,8 @@ TEST_F(HeadTest, ClientSurvivesServerRestart) {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> acked{0};
   std::atomic<int> errors{0};
+  std::mutex mu;
+  std::condition_variable progress;
   std::thread writer([&] {
     std::string buf(8192, '\0');
     for (uint64_t i = 0; !stop.load() || i < 400; i++) {
@@ -543,18 +545,30 @@ TEST_F(HeadTest, ClientSurvivesServerRestart) {
         errors++;
         break;
       }
-      acked = i + 1;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        acked = i + 1;
+      }
+      progress.notify_all();
     }
+    progress.notify_all();
   });
-  for (int restart = 0; restart < 3; restart++) {
-    const uint64_t at = acked.load();
-    while (acked.load() < at + 50 && errors.load() == 0) std::this_thread::yield();
+  bool stalled = false;
+  for (int restart = 0; restart < 3 && !stalled; restart++) {
+    {
+      // The stream must make progress between restarts (bounded wait).
+      std::unique_lock<std::mutex> l(mu);
+      const uint64_t at = acked.load();
+      stalled = !progress.wait_for(l, std::chrono::seconds(60),
+                                   [&] { return acked.load() >= at + 50 || errors.load() != 0; });
+    }
     server_->Shutdown(std::chrono::milliseconds(0));
     server_.reset();
     StartServer();
   }
   stop = true;
   writer.join();
+  ASSERT_FALSE(stalled) << "the writer stalled at " << acked.load();
   ASSERT_EQ(errors.load(), 0) << nasgw_client_last_message();
   const uint64_t n = acked.load();
   ASSERT_GE(n, 150u);
