@@ -50,7 +50,9 @@ struct CliResult {
 class AdminTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/nasgw-admin-XXXXXX";
+    // The pid in the name lets `sanlab gc` remove it after a crashed run.
+    std::string name = "/tmp/nasgw-admin-" + std::to_string(::getpid()) + "-XXXXXX";
+    char* tmpl = name.data();
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     for (int i = 0; i < 3; i++) AddMedium(i);

@@ -32,8 +32,9 @@ const nasgw_cred kRoot{0, 0, 0, nullptr};
 class HeadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/nasgw-head-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    // The pid in the name lets `sanlab gc` remove it after a crashed run.
+    std::string tmpl = "/tmp/nasgw-head-test-" + std::to_string(getpid()) + "-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
     socket_ = dir_ + "/head.sock";
     std::vector<fs::Reserve::Device> devs;
