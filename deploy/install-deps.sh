@@ -20,6 +20,15 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libtomlplusplus-dev openssl
   # the head-protocol decoder's libFuzzer run
   clang libclang-rt-14-dev
+  # the NFS head: Debian's ganesha (runtime, FSAL_VFS for the benchmark's
+  # peer), rpcbind for NFSv3, libnfs clients; the FSAL's compile needs the
+  # source package's headers (deploy/ganesha-headers.sh) and these -dev
+  # packages so its cmake configure matches Debian's feature set
+  nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils libnfs-dev dpkg-dev
+  libntirpc-dev liburcu-dev libkrb5-dev bison flex libdbus-1-dev libnfsidmap-dev
+  libcap-dev libblkid-dev uuid-dev libacl1-dev libwbclient-dev
+  # benchmark peer file system and chart; nfs-rs (PyPI) for NFSv4 tests
+  xfsprogs python3-matplotlib python3-venv python3-pip
 )
 
 missing=()

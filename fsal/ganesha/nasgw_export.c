@@ -1,0 +1,304 @@
+/* FSAL_NASGW exports: an export is a volume or a directory inside one,
+ * named by its Path, "/<volume>[/sub/path]" (the form nasgwd writes into the
+ * exports file it renders; docs/nfs.md). */
+#include "nasgw_int.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "fsal_convert.h"
+#include "nfs_exports.h"
+#include "export_mgr.h"
+
+/* Changes every time this module is loaded, i.e. every ganesha start. */
+static uint64_t load_nonce;
+
+static struct nasgw_fsal_export *of(struct fsal_export *e)
+{
+	return container_of(e, struct nasgw_fsal_export, export);
+}
+
+static void nasgw_release_export(struct fsal_export *exp_hdl)
+{
+	struct nasgw_fsal_export *me = of(exp_hdl);
+
+	fsal_detach_export(exp_hdl->fsal, &exp_hdl->exports);
+	free_export_ops(exp_hdl);
+	gsh_free(me->volume);
+	gsh_free(me->path);
+	gsh_free(me);
+}
+
+/* Walks `rest` ("a/b/c", may be empty) from `from` as root. */
+static int walk(nasgw_client *c, const nasgw_handle *from, const char *rest,
+		nasgw_attr *out)
+{
+	nasgw_cred root = { 0, 0, 0, NULL };
+	char name[NASGW_NAME_MAX + 1];
+	nasgw_handle at = *from;
+	int rc = nasgw_getattr(c, &root, &at, out);
+
+	while (rc == 0 && *rest != '\0') {
+		const char *slash = strchr(rest, '/');
+		size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+
+		if (n == 0) {
+			rest++;
+			continue;
+		}
+		if (n > NASGW_NAME_MAX)
+			return -ENAMETOOLONG;
+		memcpy(name, rest, n);
+		name[n] = '\0';
+		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+			return -EINVAL;
+		rc = nasgw_lookup(c, &root, &at, name, out);
+		at = out->handle;
+		rest += n;
+	}
+	return rc;
+}
+
+static fsal_status_t nasgw_lookup_path(struct fsal_export *exp_hdl,
+				       const char *path,
+				       struct fsal_obj_handle **handle,
+				       struct fsal_attrlist *attrs_out)
+{
+	struct nasgw_fsal_export *me = of(exp_hdl);
+	nasgw_client *c = nasgw_get_client();
+	size_t n = strlen(me->path);
+	nasgw_attr a;
+	int rc;
+
+	*handle = NULL;
+	if (c == NULL)
+		return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
+	if (strncmp(path, me->path, n) != 0 ||
+	    (path[n] != '\0' && path[n] != '/'))
+		return fsalstat(ERR_FSAL_NOENT, ENOENT);
+	rc = walk(c, &me->root, path + n, &a);
+	if (rc != 0)
+		return nasgw_status(rc);
+	*handle = &nasgw_alloc_obj(exp_hdl, &a)->obj_handle;
+	nasgw_to_attrs(&a, attrs_out);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t nasgw_wire_to_host(struct fsal_export *exp_hdl,
+					fsal_digesttype_t in_type,
+					struct gsh_buffdesc *fh_desc, int flags)
+{
+	nasgw_handle h;
+
+	/* The wire form has a fixed byte order: nothing to swap. */
+	if (!nasgw_decode_wire(fh_desc->addr, fh_desc->len, &h))
+		return fsalstat(ERR_FSAL_BADHANDLE, 0);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t nasgw_create_handle(struct fsal_export *exp_hdl,
+					 struct gsh_buffdesc *fh_desc,
+					 struct fsal_obj_handle **handle,
+					 struct fsal_attrlist *attrs_out)
+{
+	nasgw_client *c = nasgw_get_client();
+	nasgw_handle h;
+	nasgw_attr a;
+	nasgw_cred cr;
+	int rc;
+
+	*handle = NULL;
+	if (!nasgw_decode_wire(fh_desc->addr, fh_desc->len, &h))
+		return fsalstat(ERR_FSAL_BADHANDLE, 0);
+	if (c == NULL)
+		return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
+	nasgw_creds(&cr);
+	rc = nasgw_getattr(c, &cr, &h, &a);
+	if (rc != 0)
+		return nasgw_status(rc);
+	*handle = &nasgw_alloc_obj(exp_hdl, &a)->obj_handle;
+	nasgw_to_attrs(&a, attrs_out);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t nasgw_dynamic_info(struct fsal_export *exp_hdl,
+					struct fsal_obj_handle *obj_hdl,
+					fsal_dynamicfsinfo_t *info)
+{
+	struct nasgw_fsal_export *me = of(exp_hdl);
+	nasgw_client *c = nasgw_get_client();
+	nasgw_fs_stats st;
+	nasgw_cred cr;
+	int rc;
+
+	if (c == NULL)
+		return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
+	nasgw_creds(&cr);
+	rc = nasgw_statfs(c, &cr, me->root.volume, &st);
+	if (rc != 0)
+		return nasgw_status(rc);
+	memset(info, 0, sizeof(*info));
+	info->total_bytes = st.total_bytes;
+	info->free_bytes = st.free_bytes;
+	info->avail_bytes = st.free_bytes;
+	/* Inodes are not preallocated: one per 4 KiB of free space is what
+	 * could still be made. */
+	info->free_files = st.free_bytes / 4096;
+	info->avail_files = info->free_files;
+	info->total_files = st.files + info->free_files;
+	info->maxread = NASGW_IO_MAX;
+	info->maxwrite = NASGW_IO_MAX;
+	info->time_delta.tv_sec = 0;
+	info->time_delta.tv_nsec = 1;
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static struct state_t *nasgw_alloc_state(struct fsal_export *exp_hdl,
+					 enum state_type state_type,
+					 struct state_t *related_state)
+{
+	struct state_t *st = gsh_calloc(1, sizeof(struct state_t) +
+					       sizeof(struct nasgw_state_fd));
+
+	return init_state(st, exp_hdl, state_type, related_state);
+}
+
+/* The write verifier must change whenever data a client wrote UNSTABLE may
+ * have been lost, so the client sends it again. Unstable data lives in
+ * nasgwd (its cache, later mirrored), so the verifier follows nasgwd's
+ * instance id, which is new at every nasgwd start; mixed with this module's
+ * load time it also changes when ganesha restarts. */
+static void nasgw_write_verifier(struct fsal_export *exp_hdl,
+				 struct gsh_buffdesc *verf_desc)
+{
+	uint8_t inst[16] = { 0 };
+	uint64_t v = load_nonce;
+	nasgw_client *c = nasgw_get_client();
+	size_t i;
+
+	if (c != NULL)
+		(void)nasgw_client_instance(c, inst);
+	for (i = 0; i < 8; i++)
+		v ^= (uint64_t)(inst[i] ^ inst[i + 8]) << (8 * i);
+	memset(verf_desc->addr, 0, verf_desc->len);
+	memcpy(verf_desc->addr, &v,
+	       verf_desc->len < sizeof(v) ? verf_desc->len : sizeof(v));
+}
+
+static void nasgw_export_ops_init(struct export_ops *ops)
+{
+	ops->release = nasgw_release_export;
+	ops->lookup_path = nasgw_lookup_path;
+	ops->wire_to_host = nasgw_wire_to_host;
+	ops->create_handle = nasgw_create_handle;
+	ops->get_fs_dynamic_info = nasgw_dynamic_info;
+	ops->alloc_state = nasgw_alloc_state;
+	ops->get_write_verifier = nasgw_write_verifier;
+}
+
+static struct config_item nasgw_export_params[] = {
+	CONF_ITEM_NOOP("name"),
+	CONFIG_EOL
+};
+
+static struct config_block nasgw_export_block = {
+	.dbus_interface_name = "org.ganesha.nfsd.config.fsal.nasgw-export%d",
+	.blk_desc.name = "FSAL",
+	.blk_desc.type = CONFIG_BLOCK,
+	.blk_desc.u.blk.init = noop_conf_init,
+	.blk_desc.u.blk.params = nasgw_export_params,
+	.blk_desc.u.blk.commit = noop_conf_commit
+};
+
+fsal_status_t nasgw_create_export(struct fsal_module *fsal_hdl,
+				  void *parse_node,
+				  struct config_error_type *err_type,
+				  const struct fsal_up_vector *up_ops)
+{
+	const char *path = CTX_FULLPATH(op_ctx);
+	nasgw_cred root = { 0, 0, 0, NULL };
+	struct nasgw_fsal_export *me;
+	nasgw_client *c;
+	nasgw_attr vol, dir;
+	const char *slash;
+	int rc;
+
+	if (load_nonce == 0) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		load_nonce = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec;
+	}
+	if (path == NULL || path[0] != '/' || path[1] == '\0') {
+		LogCrit(COMPONENT_FSAL,
+			"FSAL_NASGW: export path \"%s\" must be /<volume>[/path]",
+			path ? path : "");
+		return fsalstat(ERR_FSAL_INVAL, EINVAL);
+	}
+	me = gsh_calloc(1, sizeof(*me));
+	me->path = gsh_strdup(path);
+	/* drop trailing slashes: "/vol1/" is "/vol1" */
+	while (strlen(me->path) > 1 && me->path[strlen(me->path) - 1] == '/')
+		me->path[strlen(me->path) - 1] = '\0';
+	slash = strchr(me->path + 1, '/');
+	if (slash != NULL) {
+		size_t n = (size_t)(slash - me->path - 1);
+
+		me->volume = gsh_malloc(n + 1);
+		memcpy(me->volume, me->path + 1, n);
+		me->volume[n] = '\0';
+	} else {
+		me->volume = gsh_strdup(me->path + 1);
+	}
+	fsal_export_init(&me->export);
+	nasgw_export_ops_init(&me->export.exp_ops);
+
+	if (load_config_from_node(parse_node, &nasgw_export_block, me, true,
+				  err_type) != 0) {
+		rc = -EINVAL;
+		goto fail;
+	}
+	c = nasgw_get_client();
+	if (c == NULL) {
+		rc = -ENOTCONN;
+		goto fail;
+	}
+	rc = nasgw_mount(c, &root, me->volume, &vol);
+	if (rc != 0) {
+		LogCrit(COMPONENT_FSAL,
+			"FSAL_NASGW: export %s: volume \"%s\": %s (%s)",
+			me->path, me->volume, strerror(-rc),
+			nasgw_client_last_message());
+		goto fail;
+	}
+	rc = walk(c, &vol.handle, slash ? slash + 1 : "", &dir);
+	if (rc == 0 && dir.type != NASGW_TYPE_DIR)
+		rc = -ENOTDIR;
+	if (rc != 0) {
+		LogCrit(COMPONENT_FSAL, "FSAL_NASGW: export %s: %s",
+			me->path, strerror(-rc));
+		goto fail;
+	}
+	me->root = dir.handle;
+	rc = fsal_attach_export(fsal_hdl, &me->export.exports);
+	if (rc != 0) {
+		rc = -rc;
+		goto fail;
+	}
+	me->export.fsal = fsal_hdl;
+	me->export.up_ops = up_ops;
+	op_ctx->fsal_export = &me->export;
+	LogEvent(COMPONENT_FSAL,
+		 "FSAL_NASGW: export %s: volume %s (id %u), directory ino %llu",
+		 me->path, me->volume, me->root.volume,
+		 (unsigned long long)me->root.ino);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+
+fail:
+	free_export_ops(&me->export);
+	gsh_free(me->volume);
+	gsh_free(me->path);
+	gsh_free(me);
+	return nasgw_status(rc);
+}

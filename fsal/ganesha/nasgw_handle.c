@@ -1,0 +1,1006 @@
+/* FSAL_NASGW object operations: each is one head-protocol call (two where
+ * an NFS create also sets owner or times). READ and WRITE are asynchronous:
+ * Ganesha's worker is released at once and the reply finishes the request
+ * from the client library's thread. */
+#include "nasgw_int.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/sysmacros.h>
+
+#include "fsal_convert.h"
+#include "export_mgr.h"
+
+#define READDIR_BATCH 128
+/* NFSv4 reserves readdir cookies 0, 1 and 2 ("start", ".", ".."); nasgw's
+ * directory cookies start at 1 and never change, so shift them past. */
+#define COOKIE_SHIFT 2
+
+static struct nasgw_fsal_obj *obj_of(struct fsal_obj_handle *o)
+{
+	return container_of(o, struct nasgw_fsal_obj, obj_handle);
+}
+
+#define CLIENT_OR_DELAY(c)                                           \
+	do {                                                         \
+		(c) = nasgw_get_client();                            \
+		if ((c) == NULL)                                     \
+			return fsalstat(ERR_FSAL_DELAY, ENOTCONN);   \
+	} while (0)
+
+/* A new object for `a`, with its attributes for Ganesha. */
+static void made(const nasgw_attr *a, struct fsal_obj_handle **new_obj,
+		 struct fsal_attrlist *attrs_out)
+{
+	*new_obj = &nasgw_alloc_obj(op_ctx->fsal_export, a)->obj_handle;
+	nasgw_to_attrs(a, attrs_out);
+}
+
+static void op_release(struct fsal_obj_handle *obj_hdl)
+{
+	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
+
+	fsal_obj_handle_fini(obj_hdl);
+	gsh_free(o);
+}
+
+static fsal_status_t op_merge(struct fsal_obj_handle *orig_hdl,
+				 struct fsal_obj_handle *dupe_hdl)
+{
+	if (orig_hdl == dupe_hdl || orig_hdl->type != REGULAR_FILE ||
+	    dupe_hdl->type != REGULAR_FILE)
+		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	return merge_share(orig_hdl, &obj_of(orig_hdl)->share,
+			   &obj_of(dupe_hdl)->share);
+}
+
+static fsal_status_t op_lookup(struct fsal_obj_handle *dir_hdl,
+				  const char *path,
+				  struct fsal_obj_handle **handle,
+				  struct fsal_attrlist *attrs_out)
+{
+	nasgw_client *c;
+	nasgw_cred cr;
+	nasgw_attr a;
+	int rc;
+
+	*handle = NULL;
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	rc = nasgw_lookup(c, &cr, &obj_of(dir_hdl)->h, path, &a);
+	if (rc != 0)
+		return nasgw_status(rc);
+	made(&a, handle, attrs_out);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t op_readdir(struct fsal_obj_handle *dir_hdl,
+				   fsal_cookie_t *whence, void *dir_state,
+				   fsal_readdir_cb cb, attrmask_t attrmask,
+				   bool *eof)
+{
+	uint64_t cookie = 0;
+	nasgw_dirent *ents;
+	nasgw_attr *attrs;
+	nasgw_client *c;
+	nasgw_cred cr;
+	int rc = 0, end = 0;
+
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	if (whence != NULL && *whence > COOKIE_SHIFT)
+		cookie = *whence - COOKIE_SHIFT;
+	*eof = false;
+	ents = gsh_malloc(READDIR_BATCH * sizeof(*ents));
+	attrs = gsh_malloc(READDIR_BATCH * sizeof(*attrs));
+	while (!end) {
+		uint32_t n = 0, i;
+
+		rc = nasgw_readdir(c, &cr, &obj_of(dir_hdl)->h, cookie,
+				   READDIR_BATCH, NASGW_READDIR_PLUS, ents,
+				   attrs, &n, &end);
+		if (rc != 0)
+			break;
+		for (i = 0; i < n; i++) {
+			struct fsal_attrlist fa;
+			struct fsal_obj_handle *obj;
+			enum fsal_dir_result r;
+
+			cookie = ents[i].cookie;
+			fsal_prepare_attrs(&fa, attrmask);
+			made(&attrs[i], &obj, &fa);
+			r = cb(ents[i].name, obj, &fa, dir_state,
+			       cookie + COOKIE_SHIFT);
+			fsal_release_attrs(&fa);
+			if (r >= DIR_TERMINATE)
+				goto out;
+		}
+		if (n == 0)
+			break;
+	}
+	*eof = end != 0;
+out:
+	gsh_free(ents);
+	gsh_free(attrs);
+	return nasgw_status(rc);
+}
+
+/* Applies what a create did not: owner, group and times (mode and, for
+ * files, nothing else). Owner or group equal to the creator's are skipped:
+ * the new object already has them. */
+static int set_rest(nasgw_client *c, const nasgw_cred *cr, nasgw_attr *a,
+		    const struct fsal_attrlist *in)
+{
+	nasgw_sattr s;
+
+	if (in == NULL)
+		return 0;
+	memset(&s, 0, sizeof(s));
+	if ((in->valid_mask & ATTR_OWNER) && in->owner != a->uid) {
+		s.mask |= NASGW_SET_UID;
+		s.uid = (uint32_t)in->owner;
+	}
+	if ((in->valid_mask & ATTR_GROUP) && in->group != a->gid) {
+		s.mask |= NASGW_SET_GID;
+		s.gid = (uint32_t)in->group;
+	}
+	if ((in->valid_mask & ATTR_SIZE) && a->type == NASGW_TYPE_REG &&
+	    in->filesize != a->size) {
+		s.mask |= NASGW_SET_SIZE;
+		s.size = in->filesize;
+	}
+	if (in->valid_mask & ATTR_ATIME) {
+		s.mask |= NASGW_SET_ATIME;
+		s.atime.sec = in->atime.tv_sec;
+		s.atime.nsec = (uint32_t)in->atime.tv_nsec;
+	}
+	if (in->valid_mask & ATTR_MTIME) {
+		s.mask |= NASGW_SET_MTIME;
+		s.mtime.sec = in->mtime.tv_sec;
+		s.mtime.nsec = (uint32_t)in->mtime.tv_nsec;
+	}
+	if (s.mask == 0)
+		return 0;
+	return nasgw_setattr(c, cr, &a->handle, &s, a);
+}
+
+static fsal_status_t make(struct fsal_obj_handle *dir_hdl, const char *name,
+			  uint32_t type, uint64_t rdev, const char *target,
+			  struct fsal_attrlist *attrs_in, uint32_t flags,
+			  struct fsal_obj_handle **new_obj,
+			  struct fsal_attrlist *attrs_out)
+{
+	uint32_t mode = type == NASGW_TYPE_DIR ? 0755 : 0644;
+	nasgw_client *c;
+	nasgw_cred cr;
+	nasgw_attr a;
+	int rc;
+
+	*new_obj = NULL;
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	if (type == NASGW_TYPE_LNK)
+		mode = 0777;
+	else if (attrs_in != NULL && (attrs_in->valid_mask & ATTR_MODE))
+		mode = attrs_in->mode & 07777;
+	rc = nasgw_create(c, &cr, &obj_of(dir_hdl)->h, name, type, mode, rdev,
+			  target, flags, &a);
+	if (rc == 0)
+		rc = set_rest(c, &cr, &a, attrs_in);
+	if (rc != 0)
+		return nasgw_status(rc);
+	made(&a, new_obj, attrs_out);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t op_mkdir(struct fsal_obj_handle *dir_hdl,
+				 const char *name,
+				 struct fsal_attrlist *attrs_in,
+				 struct fsal_obj_handle **new_obj,
+				 struct fsal_attrlist *attrs_out)
+{
+	return make(dir_hdl, name, NASGW_TYPE_DIR, 0, NULL, attrs_in, 0,
+		    new_obj, attrs_out);
+}
+
+static fsal_status_t op_mknode(struct fsal_obj_handle *dir_hdl,
+				  const char *name,
+				  object_file_type_t nodetype,
+				  struct fsal_attrlist *attrs_in,
+				  struct fsal_obj_handle **new_obj,
+				  struct fsal_attrlist *attrs_out)
+{
+	uint64_t rdev = 0;
+	uint32_t type;
+
+	switch (nodetype) {
+	case CHARACTER_FILE:
+		type = NASGW_TYPE_CHR;
+		break;
+	case BLOCK_FILE:
+		type = NASGW_TYPE_BLK;
+		break;
+	case FIFO_FILE:
+		type = NASGW_TYPE_FIFO;
+		break;
+	case SOCKET_FILE:
+		type = NASGW_TYPE_SOCK;
+		break;
+	default:
+		return fsalstat(ERR_FSAL_INVAL, EINVAL);
+	}
+	if (attrs_in != NULL && (attrs_in->valid_mask & ATTR_RAWDEV))
+		rdev = makedev(attrs_in->rawdev.major, attrs_in->rawdev.minor);
+	return make(dir_hdl, name, type, rdev, NULL, attrs_in, 0, new_obj,
+		    attrs_out);
+}
+
+static fsal_status_t op_symlink(struct fsal_obj_handle *dir_hdl,
+				   const char *name, const char *link_path,
+				   struct fsal_attrlist *attrs_in,
+				   struct fsal_obj_handle **new_obj,
+				   struct fsal_attrlist *attrs_out)
+{
+	return make(dir_hdl, name, NASGW_TYPE_LNK, 0, link_path, attrs_in, 0,
+		    new_obj, attrs_out);
+}
+
+static fsal_status_t op_readlink(struct fsal_obj_handle *obj_hdl,
+				    struct gsh_buffdesc *link_content,
+				    bool refresh)
+{
+	char buf[4096 + 1];
+	nasgw_client *c;
+	nasgw_cred cr;
+	int rc;
+
+	link_content->addr = NULL;
+	link_content->len = 0;
+	if (obj_hdl->type != SYMBOLIC_LINK)
+		return fsalstat(ERR_FSAL_INVAL, EINVAL);
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	rc = nasgw_readlink(c, &cr, &obj_of(obj_hdl)->h, buf, sizeof(buf));
+	if (rc < 0)
+		return nasgw_status(rc);
+	if ((size_t)rc >= sizeof(buf))
+		return fsalstat(ERR_FSAL_NAMETOOLONG, ENAMETOOLONG);
+	link_content->len = (size_t)rc + 1;
+	link_content->addr = gsh_malloc(link_content->len);
+	memcpy(link_content->addr, buf, link_content->len);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t op_getattrs(struct fsal_obj_handle *obj_hdl,
+				    struct fsal_attrlist *attrs_out)
+{
+	nasgw_client *c;
+	nasgw_cred cr;
+	nasgw_attr a;
+	int rc;
+
+	c = nasgw_get_client();
+	if (c == NULL) {
+		rc = -ENOTCONN;
+	} else {
+		nasgw_creds(&cr);
+		rc = nasgw_getattr(c, &cr, &obj_of(obj_hdl)->h, &a);
+	}
+	if (rc != 0) {
+		if (attrs_out->request_mask & ATTR_RDATTR_ERR)
+			attrs_out->valid_mask = ATTR_RDATTR_ERR;
+		return nasgw_status(rc);
+	}
+	nasgw_to_attrs(&a, attrs_out);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t op_setattr2(struct fsal_obj_handle *obj_hdl,
+				    bool bypass, struct state_t *state,
+				    struct fsal_attrlist *in)
+{
+	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
+	nasgw_client *c;
+	nasgw_sattr s;
+	nasgw_cred cr;
+	nasgw_attr a;
+	int rc;
+
+	CLIENT_OR_DELAY(c);
+	memset(&s, 0, sizeof(s));
+	if (in->valid_mask & ATTR_MODE) {
+		s.mask |= NASGW_SET_MODE;
+		s.mode = in->mode & 07777;
+	}
+	if (in->valid_mask & ATTR_OWNER) {
+		s.mask |= NASGW_SET_UID;
+		s.uid = (uint32_t)in->owner;
+	}
+	if (in->valid_mask & ATTR_GROUP) {
+		s.mask |= NASGW_SET_GID;
+		s.gid = (uint32_t)in->group;
+	}
+	if (in->valid_mask & ATTR_SIZE) {
+		if (obj_hdl->type != REGULAR_FILE)
+			return fsalstat(ERR_FSAL_INVAL, EINVAL);
+		if (state == NULL) {
+			/* A size change is a write: honour deny-write shares
+			 * of NFSv4 opens. */
+			fsal_status_t st;
+
+			PTHREAD_RWLOCK_rdlock(&obj_hdl->obj_lock);
+			st = check_share_conflict(&o->share, FSAL_O_WRITE,
+						  bypass);
+			PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+			if (FSAL_IS_ERROR(st))
+				return st;
+		}
+		s.mask |= NASGW_SET_SIZE;
+		s.size = in->filesize;
+	}
+	if (in->valid_mask & ATTR_ATIME_SERVER) {
+		s.mask |= NASGW_SET_ATIME_NOW;
+	} else if (in->valid_mask & ATTR_ATIME) {
+		s.mask |= NASGW_SET_ATIME;
+		s.atime.sec = in->atime.tv_sec;
+		s.atime.nsec = (uint32_t)in->atime.tv_nsec;
+	}
+	if (in->valid_mask & ATTR_MTIME_SERVER) {
+		s.mask |= NASGW_SET_MTIME_NOW;
+	} else if (in->valid_mask & ATTR_MTIME) {
+		s.mask |= NASGW_SET_MTIME;
+		s.mtime.sec = in->mtime.tv_sec;
+		s.mtime.nsec = (uint32_t)in->mtime.tv_nsec;
+	}
+	if (s.mask == 0)
+		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	nasgw_creds(&cr);
+	rc = nasgw_setattr(c, &cr, &o->h, &s, &a);
+	return nasgw_status(rc);
+}
+
+static fsal_status_t op_link(struct fsal_obj_handle *obj_hdl,
+				struct fsal_obj_handle *destdir_hdl,
+				const char *name)
+{
+	nasgw_client *c;
+	nasgw_cred cr;
+	nasgw_attr a;
+
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	return nasgw_status(nasgw_link(c, &cr, &obj_of(obj_hdl)->h,
+				       &obj_of(destdir_hdl)->h, name, &a));
+}
+
+static fsal_status_t op_rename(struct fsal_obj_handle *obj_hdl,
+				  struct fsal_obj_handle *olddir_hdl,
+				  const char *old_name,
+				  struct fsal_obj_handle *newdir_hdl,
+				  const char *new_name)
+{
+	nasgw_client *c;
+	nasgw_cred cr;
+
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	return nasgw_status(nasgw_rename(c, &cr, &obj_of(olddir_hdl)->h,
+					 old_name, &obj_of(newdir_hdl)->h,
+					 new_name, 0));
+}
+
+static fsal_status_t op_unlink(struct fsal_obj_handle *dir_hdl,
+				  struct fsal_obj_handle *obj_hdl,
+				  const char *name)
+{
+	nasgw_client *c;
+	nasgw_cred cr;
+
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	if (obj_hdl->type == DIRECTORY)
+		return nasgw_status(
+			nasgw_rmdir(c, &cr, &obj_of(dir_hdl)->h, name));
+	return nasgw_status(nasgw_unlink(c, &cr, &obj_of(dir_hdl)->h, name));
+}
+
+/* ---- opens and shares ------------------------------------------------ */
+
+static struct nasgw_state_fd *state_fd(struct state_t *state)
+{
+	return (struct nasgw_state_fd *)(state + 1);
+}
+
+static bool is_share_state(struct state_t *state)
+{
+	return state->state_type == STATE_TYPE_SHARE ||
+	       state->state_type == STATE_TYPE_NLM_SHARE ||
+	       state->state_type == STATE_TYPE_9P_FID;
+}
+
+/* Opens an existing regular file `o` for `state` (or the global fd). */
+static fsal_status_t open_existing(struct nasgw_fsal_obj *o,
+				   struct state_t *state,
+				   fsal_openflags_t openflags,
+				   enum fsal_create_mode createmode,
+				   fsal_verifier_t verifier,
+				   struct fsal_attrlist *attrs_out)
+{
+	struct fsal_obj_handle *obj_hdl = &o->obj_handle;
+	nasgw_client *c;
+	nasgw_cred cr;
+	nasgw_attr a;
+	int rc;
+
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
+	if (state != NULL) {
+		fsal_status_t st = check_share_conflict(&o->share, openflags,
+							 false);
+
+		if (FSAL_IS_ERROR(st)) {
+			PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+			return st;
+		}
+		update_share_counters(&o->share, FSAL_O_CLOSED, openflags);
+	}
+	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+
+	/* Ganesha checked the caller's access; nasgwd is asked only to hold
+	 * the file open (an unlinked file lives while an NFSv4 open holds
+	 * it). Stateless NFSv3 I/O needs no open. */
+	if (state != NULL)
+		rc = nasgw_open(c, &cr, &o->h, 0, &a);
+	else
+		rc = nasgw_getattr(c, &cr, &o->h, &a);
+	if (rc == 0 && (openflags & FSAL_O_TRUNC) && a.size != 0) {
+		nasgw_sattr s;
+
+		memset(&s, 0, sizeof(s));
+		s.mask = NASGW_SET_SIZE;
+		rc = nasgw_setattr(c, &cr, &o->h, &s, &a);
+	}
+	if (rc == 0 && createmode >= FSAL_EXCLUSIVE &&
+	    createmode != FSAL_EXCLUSIVE_9P) {
+		struct fsal_attrlist fa;
+
+		memset(&fa, 0, sizeof(fa));
+		nasgw_to_attrs(&a, &fa);
+		if (!check_verifier_attrlist(&fa, verifier, false))
+			rc = -EEXIST;
+	}
+	if (rc != 0) {
+		if (state != NULL) {
+			(void)nasgw_release(c, &cr, &o->h);
+			PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
+			update_share_counters(&o->share, openflags,
+					      FSAL_O_CLOSED);
+			PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+		}
+		return nasgw_status(rc);
+	}
+	if (state != NULL) {
+		state_fd(state)->fd.openflags = FSAL_O_NFS_FLAGS(openflags);
+		state_fd(state)->nasgwd_open = true;
+	} else {
+		PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
+		o->fd.openflags = FSAL_O_NFS_FLAGS(openflags);
+		PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+	}
+	nasgw_to_attrs(&a, attrs_out);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t op_open2(struct fsal_obj_handle *obj_hdl,
+				 struct state_t *state,
+				 fsal_openflags_t openflags,
+				 enum fsal_create_mode createmode,
+				 const char *name,
+				 struct fsal_attrlist *attrs_set,
+				 fsal_verifier_t verifier,
+				 struct fsal_obj_handle **new_obj,
+				 struct fsal_attrlist *attrs_out,
+				 bool *caller_perm_check)
+{
+	struct fsal_attrlist verifier_attr;
+	struct nasgw_fsal_obj *o;
+	uint32_t flags = 0, mode = 0644;
+	nasgw_client *c;
+	nasgw_cred cr;
+	nasgw_attr a;
+	fsal_status_t st;
+	int rc;
+
+	if (createmode >= FSAL_EXCLUSIVE) {
+		/* The verifier lives in the new file's times. */
+		if (attrs_set == NULL) {
+			memset(&verifier_attr, 0, sizeof(verifier_attr));
+			attrs_set = &verifier_attr;
+		}
+		set_common_verifier(attrs_set, verifier, false);
+	}
+	if (name == NULL) {
+		/* open by handle */
+		if (obj_hdl->type != REGULAR_FILE)
+			return fsalstat(obj_hdl->type == DIRECTORY
+						? ERR_FSAL_ISDIR
+						: ERR_FSAL_INVAL, 0);
+		return open_existing(obj_of(obj_hdl), state, openflags,
+				     createmode, verifier, attrs_out);
+	}
+
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	if (createmode == FSAL_NO_CREATE) {
+		rc = nasgw_lookup(c, &cr, &obj_of(obj_hdl)->h, name, &a);
+		if (rc != 0)
+			return nasgw_status(rc);
+		if (a.type != NASGW_TYPE_REG)
+			return fsalstat(a.type == NASGW_TYPE_DIR
+						? ERR_FSAL_ISDIR
+						: ERR_FSAL_INVAL, 0);
+		o = nasgw_alloc_obj(op_ctx->fsal_export, &a);
+		*new_obj = &o->obj_handle;
+		*caller_perm_check = true;
+		st = open_existing(o, state, openflags, createmode, verifier,
+				   attrs_out);
+		if (FSAL_IS_ERROR(st)) {
+			op_release(&o->obj_handle);
+			*new_obj = NULL;
+		}
+		return st;
+	}
+
+	/* Create. UNCHECKED opens an existing file; GUARDED and EXCLUSIVE
+	 * fail on one (EXCLUSIVE then compares the verifier, so a resent
+	 * create succeeds). */
+	if (createmode == FSAL_UNCHECKED)
+		flags |= NASGW_CREATE_UNCHECKED;
+	if (state != NULL)
+		flags |= NASGW_CREATE_OPEN;
+	if (attrs_set != NULL && (attrs_set->valid_mask & ATTR_MODE))
+		mode = attrs_set->mode & 07777;
+	rc = nasgw_create(c, &cr, &obj_of(obj_hdl)->h, name, NASGW_TYPE_REG,
+			  mode, 0, NULL, flags, &a);
+	if (rc == -EEXIST && createmode >= FSAL_EXCLUSIVE) {
+		/* maybe our own earlier create: open it and check */
+		rc = nasgw_lookup(c, &cr, &obj_of(obj_hdl)->h, name, &a);
+		if (rc != 0)
+			return nasgw_status(rc);
+		if (a.type != NASGW_TYPE_REG)
+			return fsalstat(ERR_FSAL_EXIST, EEXIST);
+		o = nasgw_alloc_obj(op_ctx->fsal_export, &a);
+		*new_obj = &o->obj_handle;
+		*caller_perm_check = true;
+		st = open_existing(o, state, openflags, createmode, verifier,
+				   attrs_out);
+		if (FSAL_IS_ERROR(st)) {
+			op_release(&o->obj_handle);
+			*new_obj = NULL;
+		}
+		return st;
+	}
+	if (rc != 0)
+		return nasgw_status(rc);
+	/* The create did not say whether the file was new (UNCHECKED):
+	 * Ganesha checks permission on it unless we made it now. */
+	*caller_perm_check = a.uid != cr.uid || a.size != 0;
+	if (attrs_set != NULL) {
+		struct fsal_attrlist rest = *attrs_set;
+
+		rest.valid_mask &= ~(attrmask_t)ATTR_MODE;
+		rc = set_rest(c, &cr, &a, &rest);
+	}
+	if (rc == 0 && (openflags & FSAL_O_TRUNC) && a.size != 0) {
+		nasgw_sattr s;
+
+		memset(&s, 0, sizeof(s));
+		s.mask = NASGW_SET_SIZE;
+		rc = nasgw_setattr(c, &cr, &a.handle, &s, &a);
+	}
+	o = nasgw_alloc_obj(op_ctx->fsal_export, &a);
+	if (rc != 0) {
+		if (state != NULL)
+			(void)nasgw_release(c, &cr, &a.handle);
+		op_release(&o->obj_handle);
+		return nasgw_status(rc);
+	}
+	if (state != NULL) {
+		PTHREAD_RWLOCK_wrlock(&o->obj_handle.obj_lock);
+		update_share_counters(&o->share, FSAL_O_CLOSED, openflags);
+		PTHREAD_RWLOCK_unlock(&o->obj_handle.obj_lock);
+		state_fd(state)->fd.openflags = FSAL_O_NFS_FLAGS(openflags);
+		state_fd(state)->nasgwd_open = true;
+	} else {
+		o->fd.openflags = FSAL_O_NFS_FLAGS(openflags);
+	}
+	*new_obj = &o->obj_handle;
+	nasgw_to_attrs(&a, attrs_out);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t op_reopen2(struct fsal_obj_handle *obj_hdl,
+				   struct state_t *state,
+				   fsal_openflags_t openflags)
+{
+	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
+	struct nasgw_state_fd *fd = state_fd(state);
+	fsal_openflags_t old = fd->fd.openflags;
+	fsal_status_t st;
+
+	PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
+	update_share_counters(&o->share, old, FSAL_O_CLOSED);
+	st = check_share_conflict(&o->share, openflags, false);
+	if (FSAL_IS_ERROR(st)) {
+		update_share_counters(&o->share, FSAL_O_CLOSED, old);
+		PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+		return st;
+	}
+	update_share_counters(&o->share, FSAL_O_CLOSED, openflags);
+	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+	fd->fd.openflags = FSAL_O_NFS_FLAGS(openflags);
+	if (openflags & FSAL_O_TRUNC) {
+		nasgw_client *c = nasgw_get_client();
+		nasgw_sattr s;
+		nasgw_cred cr;
+		nasgw_attr a;
+
+		if (c == NULL)
+			return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
+		memset(&s, 0, sizeof(s));
+		s.mask = NASGW_SET_SIZE;
+		nasgw_creds(&cr);
+		return nasgw_status(nasgw_setattr(c, &cr, &o->h, &s, &a));
+	}
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_openflags_t op_status2(struct fsal_obj_handle *obj_hdl,
+				      struct state_t *state)
+{
+	return state_fd(state)->fd.openflags;
+}
+
+static fsal_status_t op_close(struct fsal_obj_handle *obj_hdl)
+{
+	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
+	fsal_status_t st = fsalstat(ERR_FSAL_NO_ERROR, 0);
+
+	PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
+	if (o->fd.openflags == FSAL_O_CLOSED)
+		st = fsalstat(ERR_FSAL_NOT_OPENED, 0);
+	o->fd.openflags = FSAL_O_CLOSED;
+	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+	return st;
+}
+
+static fsal_status_t op_close2(struct fsal_obj_handle *obj_hdl,
+				  struct state_t *state)
+{
+	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
+	struct nasgw_state_fd *fd = state_fd(state);
+	bool held;
+
+	PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
+	if (is_share_state(state))
+		update_share_counters(&o->share, fd->fd.openflags,
+				      FSAL_O_CLOSED);
+	fd->fd.openflags = FSAL_O_CLOSED;
+	held = fd->nasgwd_open;
+	fd->nasgwd_open = false;
+	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+	if (held) {
+		nasgw_client *c = nasgw_get_client();
+		nasgw_cred cr;
+
+		if (c != NULL) {
+			nasgw_creds(&cr);
+			(void)nasgw_release(c, &cr, &o->h);
+		}
+	}
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+/* ---- data -------------------------------------------------------------- */
+
+struct nasgw_io {
+	struct fsal_obj_handle *obj_hdl;
+	fsal_async_cb done_cb;
+	struct fsal_io_arg *arg;
+	void *caller_arg;
+	struct gsh_export *ctx_export;
+	struct fsal_export *fsal_export;
+	nasgw_cred cred;
+	uint32_t groups[];
+};
+
+static struct nasgw_io *io_new(struct fsal_obj_handle *obj_hdl,
+			       fsal_async_cb done_cb, struct fsal_io_arg *arg,
+			       void *caller_arg)
+{
+	nasgw_cred cr;
+	struct nasgw_io *io;
+
+	nasgw_creds(&cr);
+	io = gsh_malloc(sizeof(*io) + cr.ngroups * sizeof(uint32_t));
+	io->obj_hdl = obj_hdl;
+	io->done_cb = done_cb;
+	io->arg = arg;
+	io->caller_arg = caller_arg;
+	io->ctx_export = op_ctx->ctx_export;
+	io->fsal_export = op_ctx->fsal_export;
+	get_gsh_export_ref(io->ctx_export);
+	io->cred = cr;
+	if (cr.ngroups)
+		memcpy(io->groups, cr.groups, cr.ngroups * sizeof(uint32_t));
+	io->cred.groups = io->groups;
+	return io;
+}
+
+/* Runs on a client-library thread: give Ganesha an op context there. */
+static void io_finish(struct nasgw_io *io, fsal_status_t st)
+{
+	struct req_op_context ctx;
+
+	init_op_context_simple(&ctx, io->ctx_export, io->fsal_export);
+	io->done_cb(io->obj_hdl, st, io->arg, io->caller_arg);
+	release_op_context();	/* drops the export reference io_new took */
+	gsh_free(io);
+}
+
+static void read_done(void *p, int64_t result, int eof)
+{
+	struct nasgw_io *io = p;
+
+	if (result >= 0) {
+		io->arg->io_amount = (size_t)result;
+		io->arg->end_of_file = eof != 0;
+	}
+	io_finish(io, nasgw_status(result < 0 ? (int)result : 0));
+}
+
+static void write_done(void *p, int64_t result, int eof)
+{
+	struct nasgw_io *io = p;
+
+	(void)eof;
+	if (result >= 0) {
+		io->arg->io_amount = (size_t)result;
+		/* nasgwd acknowledges a write once it is on the SAN (every
+		 * write today; docs/nfs.md): it is FILE_SYNC. */
+		io->arg->fsal_stable = true;
+	}
+	io_finish(io, nasgw_status(result < 0 ? (int)result : 0));
+}
+
+/* Share reservations against I/O without an open state (NFSv3, or
+ * anonymous NFSv4 stateids). */
+static fsal_status_t io_share_check(struct fsal_obj_handle *obj_hdl,
+				    struct state_t *state, bool bypass,
+				    fsal_openflags_t want)
+{
+	fsal_status_t st = fsalstat(ERR_FSAL_NO_ERROR, 0);
+
+	if (state != NULL && is_share_state(state))
+		return st;
+	PTHREAD_RWLOCK_rdlock(&obj_hdl->obj_lock);
+	st = check_share_conflict(&obj_of(obj_hdl)->share, want, bypass);
+	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+	return st;
+}
+
+/* Several buffers (rare: Ganesha 4.3's NFS READ and WRITE pass one) are
+ * done one after another, synchronously. */
+static fsal_status_t io_vector(struct fsal_obj_handle *obj_hdl,
+			       struct fsal_io_arg *arg, bool write)
+{
+	nasgw_client *c = nasgw_get_client();
+	uint64_t off = arg->offset;
+	nasgw_cred cr;
+	int i;
+
+	if (c == NULL)
+		return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
+	nasgw_creds(&cr);
+	arg->io_amount = 0;
+	for (i = 0; i < arg->iov_count; i++) {
+		int64_t n;
+		int eof = 0;
+		nasgw_attr post;
+
+		if (write)
+			n = nasgw_write(c, &cr, &obj_of(obj_hdl)->h, off,
+					arg->iov[i].iov_base,
+					(uint32_t)arg->iov[i].iov_len, 0,
+					&post);
+		else
+			n = nasgw_read(c, &cr, &obj_of(obj_hdl)->h, off,
+				       arg->iov[i].iov_base,
+				       (uint32_t)arg->iov[i].iov_len, &eof);
+		if (n < 0)
+			return nasgw_status((int)n);
+		arg->io_amount += (size_t)n;
+		off += (uint64_t)n;
+		if (!write && (eof || (size_t)n < arg->iov[i].iov_len)) {
+			arg->end_of_file = true;
+			break;
+		}
+	}
+	if (write)
+		arg->fsal_stable = true;
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static void op_read2(struct fsal_obj_handle *obj_hdl, bool bypass,
+			fsal_async_cb done_cb, struct fsal_io_arg *arg,
+			void *caller_arg)
+{
+	nasgw_client *c = nasgw_get_client();
+	struct nasgw_io *io;
+	fsal_status_t st;
+	int rc;
+
+	if (arg->info != NULL) {	/* READ_PLUS */
+		done_cb(obj_hdl, fsalstat(ERR_FSAL_NOTSUPP, 0), arg,
+			caller_arg);
+		return;
+	}
+	if (c == NULL) {
+		done_cb(obj_hdl, fsalstat(ERR_FSAL_DELAY, ENOTCONN), arg,
+			caller_arg);
+		return;
+	}
+	st = io_share_check(obj_hdl, arg->state, bypass, FSAL_O_READ);
+	if (!FSAL_IS_ERROR(st) && arg->iov_count != 1)
+		st = io_vector(obj_hdl, arg, false);
+	if (FSAL_IS_ERROR(st) || arg->iov_count != 1) {
+		done_cb(obj_hdl, st, arg, caller_arg);
+		return;
+	}
+	arg->io_amount = 0;
+	arg->end_of_file = false;
+	io = io_new(obj_hdl, done_cb, arg, caller_arg);
+	rc = nasgw_read_async(c, &io->cred, &obj_of(obj_hdl)->h, arg->offset,
+			      arg->iov[0].iov_base,
+			      (uint32_t)arg->iov[0].iov_len, read_done, io);
+	if (rc != 0) {
+		put_gsh_export(io->ctx_export);
+		gsh_free(io);
+		done_cb(obj_hdl, nasgw_status(rc), arg, caller_arg);
+	}
+}
+
+static void op_write2(struct fsal_obj_handle *obj_hdl, bool bypass,
+			 fsal_async_cb done_cb, struct fsal_io_arg *arg,
+			 void *caller_arg)
+{
+	nasgw_client *c = nasgw_get_client();
+	struct nasgw_io *io;
+	fsal_status_t st;
+	int rc;
+
+	if (obj_hdl->type != REGULAR_FILE) {
+		done_cb(obj_hdl, fsalstat(ERR_FSAL_INVAL, EINVAL), arg,
+			caller_arg);
+		return;
+	}
+	if (c == NULL) {
+		done_cb(obj_hdl, fsalstat(ERR_FSAL_DELAY, ENOTCONN), arg,
+			caller_arg);
+		return;
+	}
+	st = io_share_check(obj_hdl, arg->state, bypass, FSAL_O_WRITE);
+	if (!FSAL_IS_ERROR(st) && arg->iov_count != 1)
+		st = io_vector(obj_hdl, arg, true);
+	if (FSAL_IS_ERROR(st) || arg->iov_count != 1) {
+		done_cb(obj_hdl, st, arg, caller_arg);
+		return;
+	}
+	arg->io_amount = 0;
+	io = io_new(obj_hdl, done_cb, arg, caller_arg);
+	rc = nasgw_write_async(c, &io->cred, &obj_of(obj_hdl)->h, arg->offset,
+			       arg->iov[0].iov_base,
+			       (uint32_t)arg->iov[0].iov_len,
+			       arg->fsal_stable ? NASGW_WRITE_STABLE : 0,
+			       write_done, io);
+	if (rc != 0) {
+		put_gsh_export(io->ctx_export);
+		gsh_free(io);
+		done_cb(obj_hdl, nasgw_status(rc), arg, caller_arg);
+	}
+}
+
+/* COMMIT returns once nasgwd holds the file's data stably (brief,
+ * decision 5). */
+static fsal_status_t op_commit2(struct fsal_obj_handle *obj_hdl,
+				   off_t offset, size_t len)
+{
+	nasgw_client *c;
+	nasgw_cred cr;
+
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	return nasgw_status(nasgw_fsync(c, &cr, &obj_of(obj_hdl)->h));
+}
+
+/* ---- locks --------------------------------------------------------------- */
+
+static fsal_status_t op_lock_op2(struct fsal_obj_handle *obj_hdl,
+				    struct state_t *state, void *owner,
+				    fsal_lock_op_t lock_op,
+				    fsal_lock_param_t *request_lock,
+				    fsal_lock_param_t *conflicting_lock)
+{
+	if (obj_hdl->type != REGULAR_FILE)
+		return fsalstat(ERR_FSAL_INVAL, EINVAL);
+	switch (lock_op) {
+	case FSAL_OP_LOCKT:
+		if (conflicting_lock != NULL)
+			conflicting_lock->lock_type = FSAL_NO_LOCK;
+		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	case FSAL_OP_LOCK:
+	case FSAL_OP_UNLOCK:
+		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	default:
+		return fsalstat(ERR_FSAL_NOTSUPP, 0);
+	}
+}
+
+/* ---- handles ------------------------------------------------------------- */
+
+static fsal_status_t op_handle_to_wire(const struct fsal_obj_handle *obj_hdl,
+					  fsal_digesttype_t output_type,
+					  struct gsh_buffdesc *fh_desc)
+{
+	const struct nasgw_fsal_obj *o =
+		container_of(obj_hdl, const struct nasgw_fsal_obj, obj_handle);
+
+	switch (output_type) {
+	case FSAL_DIGEST_NFSV3:
+	case FSAL_DIGEST_NFSV4:
+		if (fh_desc->len < NASGW_WIRE_LEN)
+			return fsalstat(ERR_FSAL_TOOSMALL, 0);
+		memcpy(fh_desc->addr, o->wire, NASGW_WIRE_LEN);
+		fh_desc->len = NASGW_WIRE_LEN;
+		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	default:
+		return fsalstat(ERR_FSAL_SERVERFAULT, 0);
+	}
+}
+
+static void op_handle_to_key(struct fsal_obj_handle *obj_hdl,
+				struct gsh_buffdesc *fh_desc)
+{
+	fh_desc->addr = obj_of(obj_hdl)->wire;
+	fh_desc->len = NASGW_WIRE_LEN;
+}
+
+void nasgw_handle_ops_init(struct fsal_obj_ops *ops)
+{
+	fsal_default_obj_ops_init(ops);
+	ops->release = op_release;
+	ops->merge = op_merge;
+	ops->lookup = op_lookup;
+	ops->readdir = op_readdir;
+	ops->mkdir = op_mkdir;
+	ops->mknode = op_mknode;
+	ops->symlink = op_symlink;
+	ops->readlink = op_readlink;
+	ops->getattrs = op_getattrs;
+	ops->setattr2 = op_setattr2;
+	ops->link = op_link;
+	ops->rename = op_rename;
+	ops->unlink = op_unlink;
+	ops->open2 = op_open2;
+	ops->reopen2 = op_reopen2;
+	ops->status2 = op_status2;
+	ops->close = op_close;
+	ops->close2 = op_close2;
+	ops->read2 = op_read2;
+	ops->write2 = op_write2;
+	ops->commit2 = op_commit2;
+	ops->lock_op2 = op_lock_op2;
+	ops->handle_to_wire = op_handle_to_wire;
+	ops->handle_to_key = op_handle_to_key;
+}

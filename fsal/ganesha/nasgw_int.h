@@ -1,0 +1,81 @@
+/* FSAL_NASGW: NFS-Ganesha's file system access layer over nasgwd.
+ *
+ * A thin translator (docs/nfs.md): every operation becomes a head-protocol
+ * call through fsal/client; nasgwd checks permissions with the caller's
+ * credentials and owns all file-system state. This module keeps only what
+ * Ganesha asks an FSAL to keep: object handles (the nasgw handle, so a
+ * restart of ganesha or nasgwd never makes a handle stale), share
+ * reservation counters, and the fds Ganesha's state machinery embeds in
+ * its states.
+ *
+ * C, because Ganesha's headers are not C++-clean; fsal/client is C++ behind
+ * a C API. */
+#ifndef NASGW_FSAL_INT_H
+#define NASGW_FSAL_INT_H
+
+#include "config.h"
+
+#include "fsal.h"
+#include "fsal_types.h"
+#include "fsal_api.h"
+#include "FSAL/fsal_commonlib.h"
+
+#include "nasgw_client.h"
+
+/* The wire handle: a version byte, then volume (u32), inode (u64) and
+ * generation (u64), little endian, so a handle means the same on any node. */
+#define NASGW_WIRE_VERSION 1
+#define NASGW_WIRE_LEN 21
+
+struct nasgw_fsal_module {
+	struct fsal_module fsal;
+	struct fsal_obj_ops handle_ops;
+	/* config (NASGW { ... }) */
+	char *socket_path;
+	uint32_t connections;
+	uint32_t reconnect_timeout_ms;
+	/* one client shared by every export */
+	pthread_mutex_t client_lock;
+	nasgw_client *client;
+};
+
+extern struct nasgw_fsal_module NASGW;
+
+struct nasgw_fsal_export {
+	struct fsal_export export;
+	char *volume;		/* volume name */
+	char *path;		/* the export's path: /<volume>[/sub/path] */
+	nasgw_handle root;	/* the exported directory */
+	uint8_t verifier_seed[8];
+};
+
+struct nasgw_fsal_obj {
+	struct fsal_obj_handle obj_handle;
+	nasgw_handle h;
+	uint8_t wire[NASGW_WIRE_LEN];
+	/* regular files: the global fd (stateless NFSv3 I/O) and share
+	 * reservations, both under obj_handle.obj_lock */
+	struct fsal_fd fd;
+	struct fsal_share share;
+};
+
+/* A state's fd: Ganesha allocates it right behind the state_t. */
+struct nasgw_state_fd {
+	struct fsal_fd fd;	/* must be first */
+	bool nasgwd_open;	/* an open is held in nasgwd (released on close) */
+};
+
+nasgw_client *nasgw_get_client(void);
+void nasgw_creds(nasgw_cred *cr);
+fsal_status_t nasgw_status(int rc);
+void nasgw_to_attrs(const nasgw_attr *a, struct fsal_attrlist *out);
+struct nasgw_fsal_obj *nasgw_alloc_obj(struct fsal_export *exp, const nasgw_attr *a);
+void nasgw_encode_wire(const nasgw_handle *h, uint8_t out[NASGW_WIRE_LEN]);
+bool nasgw_decode_wire(const void *buf, size_t len, nasgw_handle *h);
+
+void nasgw_handle_ops_init(struct fsal_obj_ops *ops);
+fsal_status_t nasgw_create_export(struct fsal_module *fsal_hdl, void *parse_node,
+				  struct config_error_type *err_type,
+				  const struct fsal_up_vector *up_ops);
+
+#endif

@@ -1,0 +1,272 @@
+/* FSAL_NASGW: module registration, the NASGW { } config block, the shared
+ * nasgwd client, and the conversions every other file uses. */
+#include "nasgw_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "FSAL/fsal_init.h"
+#include "fsal_convert.h"
+
+static const char nasgw_name[] = "NASGW";
+
+struct nasgw_fsal_module NASGW = {
+	.fsal = {
+		.fs_info = {
+			.maxfilesize = INT64_MAX,
+			.maxlink = 65000,
+			.maxnamelen = NASGW_NAME_MAX,
+			.maxpathlen = 4096,
+			.no_trunc = true,
+			.chown_restricted = true,
+			.case_insensitive = false,
+			.case_preserving = true,
+			.link_support = true,
+			.symlink_support = true,
+			.lock_support = true,
+			.lock_support_async_block = false,
+			.named_attr = false,
+			.unique_handles = true,
+			.acl_support = 0,
+			.cansettime = true,
+			.homogenous = true,
+			.supported_attrs = ATTRS_POSIX,
+			.maxread = NASGW_IO_MAX,
+			.maxwrite = NASGW_IO_MAX,
+			.umask = 0,
+			.auth_exportpath_xdev = false,
+			.link_supports_permission_checks = true,
+			.readdir_plus = true,
+			.expire_time_parent = -1,
+		}
+	}
+};
+
+static struct config_item nasgw_items[] = {
+	CONF_ITEM_PATH("Socket", 1, MAXPATHLEN, "/run/nasgw/head.sock",
+		       nasgw_fsal_module, socket_path),
+	CONF_ITEM_UI32("Connections", 1, 16, 4, nasgw_fsal_module, connections),
+	CONF_ITEM_UI32("Reconnect_Timeout_Ms", 1000, 3600000, 60000,
+		       nasgw_fsal_module, reconnect_timeout_ms),
+	CONFIG_EOL
+};
+
+static struct config_block nasgw_block = {
+	.dbus_interface_name = "org.ganesha.nfsd.config.fsal.nasgw",
+	.blk_desc.name = "NASGW",
+	.blk_desc.type = CONFIG_BLOCK,
+	.blk_desc.u.blk.init = noop_conf_init,
+	.blk_desc.u.blk.params = nasgw_items,
+	.blk_desc.u.blk.commit = noop_conf_commit
+};
+
+/* The client is opened on first use (the first export), not at config time:
+ * ganesha may start before nasgwd, and the client library then waits for it
+ * within Reconnect_Timeout_Ms. */
+nasgw_client *nasgw_get_client(void)
+{
+	nasgw_client *c;
+
+	PTHREAD_MUTEX_lock(&NASGW.client_lock);
+	if (NASGW.client == NULL) {
+		nasgw_client_options o;
+		int rc;
+
+		memset(&o, 0, sizeof(o));
+		o.socket_path = NASGW.socket_path;
+		o.client_name = "ganesha";
+		o.connections = NASGW.connections;
+		o.reconnect_timeout_ms = NASGW.reconnect_timeout_ms;
+		o.connect_timeout_ms = NASGW.reconnect_timeout_ms;
+		rc = nasgw_client_open(&o, &NASGW.client);
+		if (rc != 0) {
+			LogCrit(COMPONENT_FSAL,
+				"FSAL_NASGW: cannot reach nasgwd at %s: %s (%s)",
+				NASGW.socket_path, strerror(-rc),
+				nasgw_client_last_message());
+			NASGW.client = NULL;
+		} else {
+			LogEvent(COMPONENT_FSAL,
+				 "FSAL_NASGW: connected to nasgwd at %s",
+				 NASGW.socket_path);
+		}
+	}
+	c = NASGW.client;
+	PTHREAD_MUTEX_unlock(&NASGW.client_lock);
+	return c;
+}
+
+/* The caller's credentials, after Ganesha applied the export's squashing. */
+void nasgw_creds(nasgw_cred *cr)
+{
+	const struct user_cred *u = &op_ctx->creds;
+
+	cr->uid = u->caller_uid;
+	cr->gid = u->caller_gid;
+	cr->ngroups = u->caller_glen > 1024 ? 1024 : u->caller_glen;
+	cr->groups = (const uint32_t *)u->caller_garray;
+}
+
+/* nasgw results are 0 or -errno. -EAGAIN (a non-idempotent call whose
+ * outcome is unknown after a reconnect) and -ENOTCONN (nasgwd unreachable
+ * for now) become DELAY, so NFS clients retry rather than fail. */
+fsal_status_t nasgw_status(int rc)
+{
+	if (rc >= 0)
+		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	if (rc == -EAGAIN || rc == -ENOTCONN)
+		return fsalstat(ERR_FSAL_DELAY, -rc);
+	return fsalstat(posix2fsal_error(-rc), -rc);
+}
+
+static object_file_type_t nasgw_type(uint32_t t)
+{
+	switch (t) {
+	case NASGW_TYPE_REG:
+		return REGULAR_FILE;
+	case NASGW_TYPE_DIR:
+		return DIRECTORY;
+	case NASGW_TYPE_LNK:
+		return SYMBOLIC_LINK;
+	case NASGW_TYPE_FIFO:
+		return FIFO_FILE;
+	case NASGW_TYPE_SOCK:
+		return SOCKET_FILE;
+	case NASGW_TYPE_CHR:
+		return CHARACTER_FILE;
+	case NASGW_TYPE_BLK:
+		return BLOCK_FILE;
+	}
+	return NO_FILE_TYPE;
+}
+
+void nasgw_to_attrs(const nasgw_attr *a, struct fsal_attrlist *out)
+{
+	if (out == NULL)
+		return;
+	out->type = nasgw_type(a->type);
+	out->filesize = a->size;
+	out->fsid.major = a->handle.volume;
+	out->fsid.minor = 0;
+	out->fileid = a->handle.ino;
+	out->mode = a->mode & 07777;
+	out->numlinks = a->nlink;
+	out->owner = a->uid;
+	out->group = a->gid;
+	out->rawdev.major = (uint32_t)(a->rdev >> 32);
+	out->rawdev.minor = (uint32_t)a->rdev;
+	out->atime.tv_sec = a->atime.sec;
+	out->atime.tv_nsec = a->atime.nsec;
+	out->mtime.tv_sec = a->mtime.sec;
+	out->mtime.tv_nsec = a->mtime.nsec;
+	out->ctime.tv_sec = a->ctime.sec;
+	out->ctime.tv_nsec = a->ctime.nsec;
+	out->creation.tv_sec = a->btime.sec;
+	out->creation.tv_nsec = a->btime.nsec;
+	out->spaceused = a->blocks * 512;
+	out->change = a->change;
+	out->generation = a->handle.gen;
+	out->valid_mask = ATTRS_POSIX | ATTR_CREATION | ATTR_GENERATION;
+	out->supported = ATTRS_POSIX | ATTR_CREATION | ATTR_GENERATION;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	int i;
+
+	for (i = n - 1; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+void nasgw_encode_wire(const nasgw_handle *h, uint8_t out[NASGW_WIRE_LEN])
+{
+	out[0] = NASGW_WIRE_VERSION;
+	put_le(out + 1, h->volume, 4);
+	put_le(out + 5, h->ino, 8);
+	put_le(out + 13, h->gen, 8);
+}
+
+bool nasgw_decode_wire(const void *buf, size_t len, nasgw_handle *h)
+{
+	const uint8_t *p = buf;
+
+	if (len != NASGW_WIRE_LEN || p[0] != NASGW_WIRE_VERSION)
+		return false;
+	h->volume = (uint32_t)get_le(p + 1, 4);
+	h->ino = get_le(p + 5, 8);
+	h->gen = get_le(p + 13, 8);
+	return h->ino != 0;
+}
+
+struct nasgw_fsal_obj *nasgw_alloc_obj(struct fsal_export *exp,
+				       const nasgw_attr *a)
+{
+	struct nasgw_fsal_obj *o = gsh_calloc(1, sizeof(*o));
+
+	o->h = a->handle;
+	nasgw_encode_wire(&o->h, o->wire);
+	fsal_obj_handle_init(&o->obj_handle, exp, nasgw_type(a->type));
+	o->obj_handle.obj_ops = &NASGW.handle_ops;
+	o->obj_handle.fsid.major = a->handle.volume;
+	o->obj_handle.fsid.minor = 0;
+	o->obj_handle.fileid = a->handle.ino;
+	o->fd.openflags = FSAL_O_CLOSED;
+	return o;
+}
+
+static fsal_status_t nasgw_init_config(struct fsal_module *fsal_hdl,
+				       config_file_t config_struct,
+				       struct config_error_type *err_type)
+{
+	struct nasgw_fsal_module *me =
+		container_of(fsal_hdl, struct nasgw_fsal_module, fsal);
+
+	(void)load_config_from_parse(config_struct, &nasgw_block, me, true,
+				     err_type);
+	if (!config_error_is_harmless(err_type))
+		return fsalstat(ERR_FSAL_INVAL, 0);
+	display_fsinfo(&me->fsal);
+	LogEvent(COMPONENT_FSAL,
+		 "FSAL_NASGW: nasgwd socket %s, %u connections",
+		 me->socket_path, me->connections);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+MODULE_INIT void nasgw_init(void)
+{
+	struct fsal_module *myself = &NASGW.fsal;
+
+	PTHREAD_MUTEX_init(&NASGW.client_lock, NULL);
+	if (register_fsal(myself, nasgw_name, FSAL_MAJOR_VERSION,
+			  FSAL_MINOR_VERSION, FSAL_ID_NO_PNFS) != 0) {
+		LogCrit(COMPONENT_FSAL, "FSAL_NASGW: failed to register");
+		return;
+	}
+	myself->m_ops.create_export = nasgw_create_export;
+	myself->m_ops.init_config = nasgw_init_config;
+	nasgw_handle_ops_init(&NASGW.handle_ops);
+}
+
+MODULE_FINI void nasgw_fini(void)
+{
+	if (unregister_fsal(&NASGW.fsal) != 0) {
+		LogCrit(COMPONENT_FSAL, "FSAL_NASGW: unable to unload");
+		return;
+	}
+	PTHREAD_MUTEX_lock(&NASGW.client_lock);
+	if (NASGW.client != NULL)
+		nasgw_client_close(NASGW.client);
+	NASGW.client = NULL;
+	PTHREAD_MUTEX_unlock(&NASGW.client_lock);
+	PTHREAD_MUTEX_destroy(&NASGW.client_lock);
+}
