@@ -147,7 +147,12 @@ class Node:
                 self.s["metrics_port"] = so.getsockname()[1]
         return self.s["metrics_port"]
 
-    def start(self, extra_config=""):
+    def start(self, extra_config=None):
+        """extra_config: TOML appended to the config; None: what the last
+        start used (so a restart keeps e.g. an [nfs] section)."""
+        if extra_config is None:
+            extra_config = self.s.get("extra_config", "")
+        self.s["extra_config"] = extra_config
         self.write_config(extra_config)
         log = open(self.log_path, "a")
         p = subprocess.Popen([self.s["bins"]["nasgwd"], "--config", self.config_path], stdout=log, stderr=log,

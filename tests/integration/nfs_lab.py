@@ -1,0 +1,457 @@
+#!/usr/bin/env python3
+"""NFS through the real path: NFS clients in lab namespaces -> ganesha.nfsd
+with FSAL_NASGW -> nasgwd -> tgtd LUNs. Exports are made with the `nasgw`
+CLI; nasgwd renders them into the file ganesha %includes and SIGHUPs it.
+
+Clients: nfs-rs (PyPI) for NFSv3, v4.0 and v4.1 namespace and data
+operations, libnfs-utils (nfs-cp, nfs-ls, nfs-cat) for v3 data. Checks:
+  namespace   every namespace operation and its errors, on v3, v4.0, v4.1
+  data        random-offset writes read back exact (v3 and v4.1), a 3 MiB
+              nfs-cp round trip, a 300-entry directory listed whole
+  restart     one client session keeps its file handle across a ganesha
+              restart and a nasgwd restart (no ESTALE)
+  exports     a client outside an export's range is refused, a read-only
+              export refuses writes, root squash maps root to 65534, a
+              removed export goes away; all without restarting ganesha
+
+  nfs_lab.py --build BUILD_DIR [--only NAME ...]
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "lab"))
+import nasgwlab  # noqa: E402
+import nfslab  # noqa: E402
+
+VISIBLE_TIMEOUT_S = 30.0
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def until(fn, timeout=VISIBLE_TIMEOUT_S, what="condition"):
+    """Polls a remote state (ganesha's exports after nasgwd's SIGHUP) with a
+    deadline: there is no event a test can wait on for that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = fn()
+        if r:
+            return r
+        if time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)
+
+
+# A Python snippet run in a client namespace with the lab's venv: connect
+# with nfs-rs as ARGS['uid'] (default root) and run BODY.
+CONNECT = """
+import errno, nfs_rs
+def connect(path, version, uid=0, gid=0):
+    url = 'nfs://%s/%s?version=%s' % (ARGS['server'], path.lstrip('/'), version)
+    return nfs_rs.Client.connect(url, uid=uid, gid=gid)
+def err(fn):
+    try:
+        fn()
+    except OSError as e:
+        return e.errno or type(e).__name__
+    except Exception as e:
+        return type(e).__name__
+    return 0
+"""
+
+
+def py(client, lab, body, args=None, check_rc=True, timeout=120):
+    a = dict(args or {})
+    a["server"] = lab.server_addr
+    p = client.python(CONNECT + body, a, check=False, timeout=timeout)
+    outs = [json.loads(l[len("NFSLAB-OUT "):]) for l in p.stdout.splitlines() if l.startswith("NFSLAB-OUT ")]
+    if check_rc and p.returncode != 0:
+        raise RuntimeError("client snippet failed (%d):\n%s" % (p.returncode, (p.stdout + p.stderr)[-3000:]))
+    return outs
+
+
+NAMESPACE = """
+import stat as S
+c = connect('/vol1', ARGS['version'])
+d = ARGS['dir']
+r = {}
+c.mkdir(d, 0o755)
+c.mkdir(d + '/sub')
+with c.open(d + '/f', 'wb') as f:
+    f.write(b'hello nasgw')
+r['size'] = c.stat(d + '/f').size
+c.link(d + '/f', d + '/hard')
+r['nlink'] = c.stat(d + '/f').nlink
+c.symlink('f', d + '/sym')
+r['readlink'] = c.readlink(d + '/sym')
+c.rename(d + '/f', d + '/sub/g')
+r['old_gone'] = not c.exists(d + '/f')
+with c.open(d + '/sub/g', 'rb') as f:
+    r['moved_data'] = f.read().decode()
+c.chmod(d + '/sub/g', 0o640)
+r['mode'] = c.stat(d + '/sub/g').mode & 0o7777
+c.truncate(d + '/sub/g', 5)
+r['truncated'] = c.stat(d + '/sub/g').size
+c.utime(d + '/sub/g', ns=(1000 * 10**9, 2000 * 10**9 + 5))
+st = c.stat(d + '/sub/g')
+r['mtime'] = st.mtime
+r['atime'] = st.atime
+r['list'] = sorted(c.listdir(d))
+r['dir_nlink'] = c.stat(d).nlink
+# errors
+r['e_mkdir_exists'] = err(lambda: c.mkdir(d + '/sub'))
+r['e_rmdir_notempty'] = err(lambda: c.rmdir(d + '/sub'))
+r['e_stat_missing'] = err(lambda: c.stat(d + '/nothing'))
+r['e_unlink_missing'] = err(lambda: c.unlink(d + '/nothing'))
+r['e_rmdir_file'] = err(lambda: c.rmdir(d + '/hard'))
+r['e_readlink_file'] = err(lambda: c.readlink(d + '/hard'))
+r['e_name_too_long'] = err(lambda: c.mkdir(d + '/' + 'x' * 256))
+r['e_rename_into_self'] = err(lambda: c.rename(d + '/sub', d + '/sub/inner'))
+r['e_link_dir'] = err(lambda: c.link(d + '/sub', d + '/dirlink'))
+r['e_open_missing'] = err(lambda: c.open(d + '/nothing', 'rb'))
+r['e_not_dir'] = err(lambda: c.stat(d + '/hard/x'))
+# rename over an existing file replaces it
+with c.open(d + '/a', 'wb') as f:
+    f.write(b'A')
+with c.open(d + '/b', 'wb') as f:
+    f.write(b'BB')
+c.rename(d + '/a', d + '/b')
+with c.open(d + '/b', 'rb') as f:
+    r['replaced'] = f.read().decode()
+# an unprivileged user: may not write root's directory, may read it
+u = connect('/vol1', ARGS['version'], uid=1000, gid=1000)
+r['e_user_create'] = err(lambda: u.mkdir(d + '/byuser'))
+r['user_reads'] = sorted(u.listdir(d)) == sorted(c.listdir(d))
+c.chmod(d, 0o777)
+u.mkdir(d + '/byuser')
+r['user_owner'] = [c.stat(d + '/byuser').uid, c.stat(d + '/byuser').gid]
+c.chmod(d, 0o1777)
+r['e_sticky'] = err(lambda: u.unlink(d + '/b'))
+r['b_after_sticky'] = c.exists(d + '/b')
+u.close()
+for p in ('/hard', '/sym', '/sub/g', '/b'):
+    c.remove(d + p, missing_ok=True)
+c.rmdir(d + '/byuser')
+c.rmdir(d + '/sub')
+c.rmdir(d)
+r['cleaned'] = not c.exists(d)
+out(r)
+"""
+
+
+def test_namespace(ctx):
+    lab = ctx["lab"]
+    c1 = lab.client(1)
+    for version in ("3", "4.0", "4.1"):
+        r = py(c1, lab, NAMESPACE, {"version": version, "dir": "ns-v" + version})[0]
+        v = "v%s: " % version
+        check(r["size"] == 11, v + "create + write: size 11")
+        check(r["nlink"] == 2, v + "link: nlink 2")
+        check(r["readlink"] == "f", v + "symlink/readlink")
+        check(r["old_gone"] and r["moved_data"] == "hello nasgw", v + "rename keeps data, old name gone")
+        check(r["mode"] == 0o640, v + "chmod 0640 (got %o)" % r["mode"])
+        check(r["truncated"] == 5, v + "truncate to 5")
+        check(r["mtime"] == 2000 * 10**9 + 5 and r["atime"] == 1000 * 10**9,
+              v + "utime sets atime and mtime to the ns (got %s %s)" % (r["atime"], r["mtime"]))
+        check(r["list"] == ["hard", "sub", "sym"], v + "readdir lists %s" % r["list"])
+        check(r["dir_nlink"] == 3, v + "directory nlink counts its subdirectory (%d)" % r["dir_nlink"])
+        expect = {"e_mkdir_exists": 17, "e_rmdir_notempty": 39, "e_stat_missing": 2, "e_unlink_missing": 2,
+                  "e_name_too_long": 36, "e_open_missing": 2, "e_user_create": 13, "e_sticky": 1}
+        if version == "3":
+            # NFSv4 has one REMOVE for files and directories (so "rmdir" of
+            # a file removes it), and nfs-rs walks v4 paths in one compound
+            # that reports a file in the middle as missing.
+            expect.update({"e_rmdir_file": 20, "e_not_dir": 20})
+        for k, want in expect.items():
+            # EPERM and EACCES are both a refusal on the wire for some calls
+            ok = r[k] == want or (want in (1, 13) and r[k] in (1, 13))
+            check(ok, v + "%s: errno %s (got %s)" % (k[2:], want, r[k]))
+        check(r["e_readlink_file"] != 0, v + "readlink of a file fails (%s)" % r["e_readlink_file"])
+        check(r["e_rename_into_self"] != 0, v + "rename of a directory into itself fails (%s)" % r["e_rename_into_self"])
+        check(r["e_link_dir"] != 0, v + "hard link to a directory fails (%s)" % r["e_link_dir"])
+        check(r["replaced"] == "A", v + "rename over a file replaces it")
+        check(r["b_after_sticky"], v + "sticky directory: another user's file survives an unlink attempt")
+        check(r["user_reads"], v + "uid 1000 reads root's directory")
+        check(r["user_owner"] == [1000, 1000], v + "uid 1000 owns what it made (%s)" % r["user_owner"])
+        check(r["cleaned"], v + "unlink/rmdir leave nothing")
+
+
+DATA = """
+import random
+c = connect('/vol1', ARGS['version'])
+rnd = random.Random(ARGS['seed'])
+size = 4 << 20
+model = bytearray(size)
+with c.open(ARGS['file'], 'wb') as f:
+    f.write_at(b'\\0', size - 1)
+    for i in range(200):
+        n = rnd.choice([1, 511, 4096, 8192, 65536, 300000])
+        off = rnd.randrange(0, size - n)
+        b = bytes(rnd.getrandbits(8) for _ in range(min(n, 64))) * (n // 64 + 1)
+        b = b[:n]
+        f.write_at(b, off)
+        model[off:off + n] = b
+    f.flush()
+with c.open(ARGS['file'], 'rb') as f:
+    got = bytearray()
+    while True:
+        chunk = f.read_at(len(got), 1 << 20)
+        if not chunk:
+            break
+        got += chunk
+out({'same': bytes(got) == bytes(model), 'len': len(got)})
+# a large directory, read in several READDIR round trips
+c.mkdir(ARGS['file'] + '.d')
+for i in range(300):
+    c.touch('%s.d/file-%03d' % (ARGS['file'], i))
+names = c.listdir(ARGS['file'] + '.d')
+out({'entries': len(names), 'unique': len(set(names))})
+"""
+
+
+def test_data(ctx):
+    lab = ctx["lab"]
+    c1 = lab.client(1)
+    for version, seed in (("3", 1), ("4.1", 2)):
+        r = py(c1, lab, DATA, {"version": version, "seed": seed, "file": "data-v%s" % version}, timeout=300)
+        check(r[0]["same"] and r[0]["len"] == 4 << 20,
+              "v%s: 200 random-offset writes (1 B..300 KB) read back exact" % version)
+        check(r[1] == {"entries": 300, "unique": 300}, "v%s: 300-entry directory listed whole (%s)" % (version, r[1]))
+    # libnfs (nfs-cp) over v3: 3 MiB both ways
+    src = os.path.join(lab.dir, "big.bin")
+    back = os.path.join(lab.dir, "big.back")
+    with open(src, "wb") as f:
+        f.write(os.urandom(3 << 20))
+    c1.nfs_put(src, "vol1/big.bin", version=3)
+    c1.nfs_get("vol1/big.bin", back, version=3)
+    check(open(src, "rb").read() == open(back, "rb").read(), "libnfs v3: 3 MiB nfs-cp round trip exact")
+    check(open(src, "rb").read(64) == c1.nfs_cat("vol1/big.bin", version=4)[:64], "libnfs v4: nfs-cat reads it")
+
+
+# Keeps a session (and its file handles) open across restarts: prints
+# "ready", then per line on stdin writes and reads through the handle it
+# already holds (nfs-rs; its File keeps the server's file handle).
+HOLD_V3 = """
+import sys
+c = connect('/vol1', '3')
+c.mkdir(ARGS['dir'], exist_ok=True)
+with c.open(ARGS['dir'] + '/held', 'wb') as w:
+    w.write(b'before')
+f = c.open(ARGS['dir'] + '/held', 'rb')
+f.read_at(0, 6)
+print('ready', flush=True)
+res = []
+for line in sys.stdin:
+    step = line.strip()
+    try:
+        # nfs-rs does not resend a WRITE whose reply a restart lost (it
+        # reports an uncertain outcome), so the held v3 handle is read.
+        res.append([step, f.read_at(0, 6).decode() + step, c.listdir(ARGS['dir'])])
+    except Exception as e:
+        res.append([step, 'error: %s %s' % (type(e).__name__, e), []])
+    print('done', flush=True)
+out(res)
+"""
+
+HOLD_V4 = """
+import sys
+c = connect('/vol1', '4.1')
+c.mkdir(ARGS['dir'], exist_ok=True)
+f = c.open(ARGS['dir'] + '/held', 'w+b')
+f.write_at(b'before', 0)
+f.flush()
+print('ready', flush=True)
+res = []
+for line in sys.stdin:
+    step = line.strip()
+    try:
+        f.write_at(step.encode(), 100)
+        f.flush()
+        data = f.read_at(0, 6) + f.read_at(100, len(step))
+        res.append([step, data.decode(), c.listdir(ARGS['dir'])])
+    except Exception as e:
+        res.append([step, 'error: %s %s' % (type(e).__name__, e), []])
+    print('done', flush=True)
+out(res)
+f.close()
+"""
+
+
+def held_session(lab, client, code, d, restarts):
+    """Runs `code` in `client`'s namespace, calls each restart between
+    steps, and checks every step read back what it wrote through the handle
+    held from before."""
+    py_bin = nfslab.ensure_venv()
+    env = {"NFSLAB_ARGS": json.dumps({"server": lab.server_addr, "dir": d})}
+    prelude = ("import json, os\nARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
+               "def out(x):\n    print('NFSLAB-OUT ' + json.dumps(x), flush=True)\n")
+    p = client.popen(["env"] + ["%s=%s" % kv for kv in env.items()] + [py_bin, "-c", prelude + CONNECT + code],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        check(p.stdout.readline().strip() == "ready", "%s: session open" % d)
+        for name, fn in restarts:
+            fn()
+            p.stdin.write(name + "\n")
+            p.stdin.flush()
+            p.stdout.readline()
+        p.stdin.close()
+        outs = p.stdout.read()
+        errs = p.stderr.read()
+        p.wait(timeout=60)
+        res = [json.loads(l[len("NFSLAB-OUT "):]) for l in outs.splitlines() if l.startswith("NFSLAB-OUT ")]
+        res = res[0] if res else []
+        for step, data, names in res:
+            check(data == "before" + step and names == ["held"],
+                  "%s: %s: the handle held from before still works (%s)" % (d, step, data))
+        check(len(res) == len(restarts), "%s: every step ran %s" % (d, errs[-800:] if len(res) != len(restarts) else ""))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_restart(ctx):
+    lab, node, server = ctx["lab"], ctx["node"], ctx["server"]
+    c1 = lab.client(1)
+
+    def restart_ganesha():
+        server.stop()
+        server.start()
+
+    def restart_nasgwd():
+        node.stop()
+        node.start()
+
+    held_session(lab, c1, HOLD_V3, "restart-v3", [("after-ganesha-restart", restart_ganesha),
+                                                   ("after-nasgwd-restart", restart_nasgwd),
+                                                   ("after-nasgwd-kill", lambda: (node.kill(), node.start()))])
+    # NFSv4 open state lives in ganesha, so a ganesha restart ends it (the
+    # lab runs graceless); a nasgwd restart must not be visible at all.
+    held_session(lab, c1, HOLD_V4, "restart-v41", [("after-nasgwd-restart", restart_nasgwd),
+                                                    ("after-nasgwd-kill", lambda: (node.kill(), node.start()))])
+
+
+def export_visible(client, pseudo, version=3):
+    p = client.run(["nfs-ls", client.url(pseudo, version)], check=False)
+    return p.returncode == 0
+
+
+def test_exports(ctx):
+    lab, node = ctx["lab"], ctx["node"]
+    c1, c2 = lab.client(1), lab.client(2)
+    # directories for the sub-path exports, made through the open export
+    py(c1, lab, "c = connect('/vol1', '3')\nfor d in ('ro', 'only1', 'sq'):\n    c.mkdir(d, exist_ok=True)\n"
+       "    c.chmod(d, 0o777)\nout(1)\n")
+    node.cli("export", "add", "vol1/ro", "--pseudo", "/ro", "--ro", "--no-root-squash")
+    node.cli("export", "add", "vol1/only1", "--pseudo", "/only1", "--clients", c1.addr + "/32", "--no-root-squash")
+    node.cli("export", "add", "vol1/sq", "--pseudo", "/sq")
+    listed = json.loads(node.cli("export", "list", json_out=True).stdout)
+    check(len(listed if isinstance(listed, list) else listed.get("exports", [])) == 4,
+          "nasgw export list shows 4 exports")
+    # nasgwd SIGHUPs ganesha: the exports appear without the test reloading it
+    check(until(lambda: export_visible(c1, "ro") and export_visible(c1, "only1") and export_visible(c1, "sq")),
+          "new exports served after nasgwd's reload (no ganesha restart)")
+    # client range
+    check(export_visible(c1, "only1"), "/only1: the allowed client lists it")
+    check(not export_visible(c2, "only1"), "/only1: a client outside the range is refused (v3)")
+    check(not export_visible(c2, "only1", version=4), "/only1: a client outside the range is refused (v4)")
+    # read-only
+    tmp = os.path.join(lab.dir, "small.txt")
+    with open(tmp, "w") as f:
+        f.write("x\n")
+    check(c1.nfs_put(tmp, "ro/new.txt", version=3, check=False).returncode != 0, "/ro: write refused (v3)")
+    r = py(c1, lab, "c = connect('/ro', '4.1')\nout(err(lambda: c.mkdir('newdir')))\n"
+           "out(sorted(c.listdir('.')))\n")
+    check(r[0] in (30, 13, 1), "/ro: mkdir refused over v4.1 (errno %s)" % r[0])
+    check(isinstance(r[1], list), "/ro: reads still work")
+    # root squash
+    r = py(c1, lab, "c = connect('/sq', '4.1')\nc.mkdir('byroot')\nst = c.stat('byroot')\n"
+           "out([st.uid, st.gid])\nc.rmdir('byroot')\n"
+           "c = connect('/vol1', '4.1')\nc.mkdir('byroot2')\nst = c.stat('byroot2')\nout([st.uid, st.gid])\n"
+           "c.rmdir('byroot2')\n")
+    check(r[0] == [65534, 65534], "/sq: root squashed to 65534 (%s)" % r[0])
+    check(r[1] == [0, 0], "/vol1 (no_root_squash): root stays root (%s)" % r[1])
+    # removal
+    ids = [e for e in (listed if isinstance(listed, list) else listed.get("exports", []))
+           if e.get("pseudo") == "/sq"]
+    check(len(ids) == 1, "export /sq found in the list")
+    if ids:
+        node.cli("export", "remove", str(ids[0]["id"]))
+        check(until(lambda: not export_visible(c1, "sq")), "/sq gone after nasgw export remove")
+    # survive a nasgwd restart: exports live in the reserve
+    node.stop()
+    node.start()
+    after = json.loads(node.cli("export", "list", json_out=True).stdout)
+    after = after if isinstance(after, list) else after.get("exports", [])
+    check(sorted(e["pseudo"] for e in after) == ["/only1", "/ro", "/vol1"],
+          "exports kept in the reserve across a nasgwd restart (%s)" % [e.get("pseudo") for e in after])
+
+
+TESTS = [("namespace", test_namespace), ("data", test_data), ("exports", test_exports),
+         ("restart", test_restart)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    b = os.path.abspath(a.build)
+    bins = {"nasgwd": b + "/daemon/nasgwd", "cli": b + "/cli/nasgw"}
+    fsal = b + "/fsal/ganesha/libfsalnasgw.so"
+    if not os.path.exists(fsal):
+        print("FAIL: %s is not built (deploy/ganesha-headers.sh, then reconfigure)" % fsal)
+        return 1
+    node = lab = server = None
+    try:
+        lab = nfslab.Lab(clients=2)
+        node = nasgwlab.Node(bins=bins, luns=2, size="1G", tag="nfs")
+        exports_file = os.path.join(node.s["dir"], "ganesha-exports.conf")
+        pid_file = os.path.join(lab.dir, "ganesha.pid")
+        node.s["extra_config"] = "[nfs]\nexports_file = %s\nganesha_pid_file = %s\n" % (
+            nasgwlab.toml_str(exports_file), nasgwlab.toml_str(pid_file))
+        node.save()
+        node.start(node.s["extra_config"])
+        node.format()
+        node.cli("export", "add", "vol1", "--no-root-squash")
+        cfg = nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=node.head_socket,
+                                   exports_file=exports_file)
+        server = lab.start_server(cfg)
+        ctx = {"lab": lab, "node": node, "server": server}
+        for name, fn in TESTS:
+            if a.only and name not in a.only:
+                continue
+            print("== %s" % name, flush=True)
+            try:
+                fn(ctx)
+            except Exception:
+                traceback.print_exc()
+                failures.append(name + ": exception")
+    finally:
+        if failures and server is not None:
+            print("--- ganesha log tail\n" + server.log_tail(3000))
+        if failures and node is not None:
+            print("--- nasgwd log tail\n" + node.log_tail(2000))
+        if lab is not None:
+            lab.close()
+        if node is not None:
+            node.close()
+    print("%d failure(s)" % len(failures) if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
