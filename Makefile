@@ -5,6 +5,8 @@
 #   make bench    Release build, then the block benchmark against a lab LUN
 #   make tsan     ThreadSanitizer build and every test under it
 #   make fuzz     the head-protocol decoder under libFuzzer (clang), for FUZZ_SECONDS
+#   make demo     deps, Release build, then a lab SAN + nasgwd + ganesha serving NFS (deploy/demo.py)
+#   make demo-stop  stop the demo and remove what it made
 #   make format   clang-format the tree
 
 SHELL := /bin/bash
@@ -16,7 +18,7 @@ FUZZ_DIR ?= build/fuzz
 FUZZ_SECONDS ?= 30
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
 
-.PHONY: deps build release tsan fuzz test unit bench format clean lab-gc
+.PHONY: deps build release tsan fuzz test unit bench format clean lab-gc demo demo-stop
 
 deps:
 	@bash deploy/install-deps.sh
@@ -75,6 +77,12 @@ lab-gc:
 
 bench: release lab-gc
 	bash bench/run-block-bench.sh $(RELEASE_DIR)
+
+demo: release
+	python3 deploy/demo.py up --build $(RELEASE_DIR)
+
+demo-stop:
+	python3 deploy/demo.py down
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i

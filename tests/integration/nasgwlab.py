@@ -59,8 +59,12 @@ class Node:
     """State is a dict so that a helper process (fsx's remount command) can
     pick it up from a file."""
 
-    def __init__(self, bins=None, luns=3, size="512M", tag="node", state=None, metrics=False, urls=None):
-        """urls: LUNs of a lab someone else owns (not stopped by close())."""
+    def __init__(self, bins=None, luns=3, size="512M", tag="node", state=None, metrics=False, urls=None,
+                 netns=None):
+        """urls: LUNs of a lab someone else owns (not stopped by close()).
+        netns: the network namespace nasgwd runs in (a sanlab netns lab's
+        host namespace, the controller node); its sockets are files, so heads
+        and the CLI reach it from anywhere."""
         self.state_file = state
         if state and os.path.exists(state):
             with open(state) as f:
@@ -69,7 +73,7 @@ class Node:
         base = "/tmp/nasgw-%s-%d" % (tag, os.getpid())
         self.s = {"bins": {k: os.path.abspath(v) for k, v in (bins or {}).items() if v},
                   "dir": base, "mount": base + ".mnt", "fuse_pid": None, "daemon_pid": None,
-                  "generation": 0, "tag": tag, "metrics": metrics}
+                  "generation": 0, "tag": tag, "metrics": metrics, "netns": netns}
         os.makedirs(base, exist_ok=True)
         self.state_file = base + ".json"
         if urls:
@@ -155,8 +159,10 @@ class Node:
         self.s["extra_config"] = extra_config
         self.write_config(extra_config)
         log = open(self.log_path, "a")
-        p = subprocess.Popen([self.s["bins"]["nasgwd"], "--config", self.config_path], stdout=log, stderr=log,
-                             start_new_session=True)
+        prefix = ["ip", "netns", "exec", self.s["netns"]] if self.s.get("netns") else []
+        # (ip netns exec execs nasgwd: the pid is nasgwd's)
+        p = subprocess.Popen(prefix + [self.s["bins"]["nasgwd"], "--config", self.config_path], stdout=log,
+                             stderr=log, start_new_session=True)
         self.s["daemon_pid"] = p.pid
         self.save()
         deadline = time.monotonic() + START_TIMEOUT_S
