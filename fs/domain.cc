@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <shared_mutex>
@@ -85,6 +86,24 @@ std::string ExtentKey(uint32_t vol, uint64_t ino, uint64_t record) {
   std::string k = Prefix('E', vol, ino);
   PutBE64(&k, record);
   return k;
+}
+// NFS exports: the record by id, the pseudo-path index (unique), and the
+// id counter (absent: no export was ever added, the next id is 1).
+std::string ExportKey(uint32_t id) {
+  std::string k(1, 'P');
+  PutBE32(&k, id);
+  return k;
+}
+std::string PseudoKey(const std::string& pseudo) {
+  return "Q" + pseudo;
+}
+std::string ExportCounterKey() {
+  return "R";
+}
+uint32_t GetBE32(std::string_view s, size_t at) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
 }
 // The first key after every key that starts with `p`.
 std::string PrefixEnd(std::string p) {
@@ -284,6 +303,63 @@ Result<DomainRec> DecodeDomain(std::string_view s) {
   }
   if (!d.ok()) return Status::Corruption("bad domain record");
   return r;
+}
+
+// An export as stored: the volume by id (its identity; the name is looked up
+// when the export is read) and the other fields of fs::Export. New
+// fields go at the end under a new version; a decoder refuses versions it
+// does not know rather than drop what it cannot read.
+constexpr uint8_t kExportVersion = 1;
+
+struct ExportRec {
+  uint32_t vol = 0;
+  Export e;  // e.volume is not stored
+};
+
+std::string EncodeExport(const ExportRec& r) {
+  Encoder e;
+  e.U8(kExportVersion);
+  e.U32(r.vol);
+  e.Str16(r.e.path);
+  e.Str16(r.e.pseudo);
+  e.U8(static_cast<uint8_t>((r.e.read_only ? 1 : 0) | (r.e.root_squash ? 2 : 0)));
+  e.U8(static_cast<uint8_t>(r.e.protocols.size()));
+  for (uint32_t p : r.e.protocols) e.U8(static_cast<uint8_t>(p));
+  e.U8(static_cast<uint8_t>(r.e.sec.size()));
+  for (const auto& s : r.e.sec) e.Str16(s);
+  e.U16(static_cast<uint16_t>(r.e.clients.size()));
+  for (const auto& c : r.e.clients) e.Str16(c);
+  return e.Release();
+}
+
+Result<ExportRec> DecodeExport(uint32_t id, std::string_view v) {
+  Decoder d(v);
+  ExportRec r;
+  const uint8_t version = d.U8();
+  if (version != kExportVersion) {
+    return Status::Corruption("export " + std::to_string(id) + ": unknown record version " + std::to_string(version));
+  }
+  r.e.id = id;
+  r.vol = d.U32();
+  r.e.path = d.Str16();
+  r.e.pseudo = d.Str16();
+  const uint8_t flags = d.U8();
+  r.e.read_only = (flags & 1) != 0;
+  r.e.root_squash = (flags & 2) != 0;
+  r.e.protocols.clear();
+  for (uint8_t i = 0, n = d.U8(); i < n && d.ok(); i++) r.e.protocols.push_back(d.U8());
+  r.e.sec.clear();
+  for (uint8_t i = 0, n = d.U8(); i < n && d.ok(); i++) r.e.sec.push_back(d.Str16());
+  for (uint16_t i = 0, n = d.U16(); i < n && d.ok(); i++) r.e.clients.push_back(d.Str16());
+  if (!d.done() || (flags & ~3) != 0) return Status::Corruption("export " + std::to_string(id) + ": bad record");
+  return r;
+}
+
+std::string EncodeExportCounter(uint32_t next) {
+  Encoder e;
+  e.U8(kExportVersion);
+  e.U32(next);
+  return e.Release();
 }
 
 Timespec Now() {
@@ -560,6 +636,71 @@ struct Domain::Impl {
     return Status();
   }
 
+  // ---- exports. REQUIRES: mu held (shared for reads, exclusively for changes).
+  Result<ExportRec> LoadExport(uint32_t export_id) {
+    auto v = store->Get(ExportKey(export_id));
+    if (!v.ok()) {
+      return v.status().code() == Code::kNotFound ? Status::NotFound("no export " + std::to_string(export_id))
+                                                  : v.status();
+    }
+    return DecodeExport(export_id, *v);
+  }
+
+  // The export with its volume's name.
+  Result<Export> Named(const ExportRec& r) {
+    auto v = LoadVolume(r.vol);
+    if (!v.ok()) {
+      return Status::Corruption("export " + std::to_string(r.e.id) + " names volume " + std::to_string(r.vol) +
+                                ", which does not exist");
+    }
+    Export e = r.e;
+    e.volume = v->name;
+    return e;
+  }
+
+  Result<uint32_t> NextExportId() {
+    auto v = store->Get(ExportCounterKey());
+    if (!v.ok()) return v.status().code() == Code::kNotFound ? Result<uint32_t>(1u) : v.status();
+    Decoder d(*v);
+    const uint8_t version = d.U8();
+    const uint32_t next = d.U32();
+    if (version != kExportVersion || !d.done() || next == 0) return Status::Corruption("bad export id counter");
+    return next;
+  }
+
+  // Every export record, by id; fn returns false to stop.
+  Status ScanExports(const std::function<bool(Result<ExportRec>)>& fn) {
+    return store->Scan("P", "Q", [&](std::string_view k, std::string_view v) {
+      if (k.size() != 5) return fn(Status::Corruption("export key of " + std::to_string(k.size()) + " bytes"));
+      return fn(DecodeExport(GetBE32(k, 1), v));
+    });
+  }
+
+  // NotFound unless `path` (normalised) is a directory of volume `vol`.
+  Status CheckExportDir(uint32_t vol, const std::string& volume, const std::string& path) {
+    uint64_t dir = kRootIno;
+    std::string walked;
+    size_t at = 1;
+    while (at < path.size()) {
+      size_t end = path.find('/', at);
+      if (end == std::string::npos) end = path.size();
+      const std::string name = path.substr(at, end - at);
+      at = end + 1;
+      walked += "/" + name;
+      auto e = LoadDirent(vol, dir, name);
+      if (!e.ok()) {
+        if (e.status().code() != Code::kNotFound) return e.status();
+        return Status::NotFound("no directory '" + walked + "' in volume '" + volume + "'");
+      }
+      if (e->type != FileType::kDirectory) {
+        return Status::NotFound("'" + walked + "' in volume '" + volume + "' is a " + FileTypeName(e->type) +
+                                ", not a directory");
+      }
+      dir = e->ino;
+    }
+    return Status();
+  }
+
   Status data_reserve(uint64_t bytes) {
     Status s = space->Reserve(bytes);
     if (!s.ok()) return Status::NoSpace("volume full: " + std::string(s.message()));
@@ -764,6 +905,26 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
   if (!info.ok()) return info.status();
   std::unique_lock<std::shared_mutex> lock(impl_->mu);
   const uint32_t vol = info->id;
+  std::string exported;
+  size_t exports = 0;
+  Status bad;
+  NASGW_RETURN_IF_ERROR(impl_->ScanExports([&](Result<ExportRec> r) {
+    if (!r.ok()) {
+      bad = r.status();
+      return false;
+    }
+    if (r->vol == vol) {
+      exported += (exported.empty() ? "" : ", ") + std::to_string(r->e.id);
+      exports++;
+    }
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  if (!exported.empty()) {
+    return Status(Code::kFailedPrecondition, "volume '" + name + "' is exported over NFS (" +
+                                                 (exports == 1 ? "export " : "exports ") + exported +
+                                                 "); remove its exports first");
+  }
   if (!force && !impl_->DirEmpty(vol, kRootIno)) {
     return Status(Code::kNotEmpty, "volume '" + name + "' is not empty (force deletes it with its files)");
   }
@@ -783,6 +944,95 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
   t.batch.Delete(VolKey(vol));
   t.batch.Delete(VolNameKey(name));
   return impl_->Commit(t);
+}
+
+// ---- NFS exports ---------------------------------------------------------------
+
+Result<Export> Domain::AddExport(const Export& spec) {
+  Export e = spec;
+  NASGW_RETURN_IF_ERROR(NormalizeExport(&e));
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  auto idb = impl_->store->Get(VolNameKey(e.volume));
+  if (!idb.ok()) {
+    return idb.status().code() == Code::kNotFound ? Status::NotFound("no volume '" + e.volume + "'") : idb.status();
+  }
+  const uint32_t vol = GetBE32(*idb, 0);
+  NASGW_RETURN_IF_ERROR(impl_->CheckExportDir(vol, e.volume, e.path));
+  auto other = impl_->store->Get(PseudoKey(e.pseudo));
+  if (other.ok()) {
+    return Status::Exists("pseudo path '" + e.pseudo + "' is taken by export " + std::to_string(GetBE32(*other, 0)));
+  }
+  if (other.status().code() != Code::kNotFound) return other.status();
+  auto next = impl_->NextExportId();
+  if (!next.ok()) return next.status();
+  if (*next > kExportIdMax) {
+    return Status::NoSpace("every export id (1.." + std::to_string(kExportIdMax) +
+                           ") has been used; ids are never reused");
+  }
+  e.id = *next;
+  ExportRec r{vol, e};
+  r.e.volume.clear();
+  Impl::Txn t;
+  std::string idv;
+  PutBE32(&idv, e.id);
+  t.batch.Put(ExportKey(e.id), EncodeExport(r));
+  t.batch.Put(PseudoKey(e.pseudo), idv);
+  t.batch.Put(ExportCounterKey(), EncodeExportCounter(e.id + 1));
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return e;
+}
+
+Result<std::vector<Export>> Domain::ListExports() {
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  std::vector<Export> out;
+  Status bad;
+  NASGW_RETURN_IF_ERROR(impl_->ScanExports([&](Result<ExportRec> r) {
+    Result<Export> e = r.ok() ? impl_->Named(*r) : Result<Export>(r.status());
+    if (!e.ok()) {
+      bad = e.status();
+      return false;
+    }
+    out.push_back(std::move(e.value()));
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  return out;
+}
+
+Result<Export> Domain::GetExport(uint32_t id) {
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  auto r = impl_->LoadExport(id);
+  if (!r.ok()) return r.status();
+  return impl_->Named(*r);
+}
+
+Result<Export> Domain::FindExport(const std::string& pseudo) {
+  auto p = NormalizeExportPath("pseudo path", pseudo);
+  if (!p.ok()) return p.status();
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  auto idv = impl_->store->Get(PseudoKey(*p));
+  if (!idv.ok()) {
+    return idv.status().code() == Code::kNotFound ? Status::NotFound("no export with pseudo path '" + *p + "'")
+                                                  : idv.status();
+  }
+  if (idv->size() != 4) return Status::Corruption("pseudo path index of '" + *p + "'");
+  auto r = impl_->LoadExport(GetBE32(*idv, 0));
+  if (!r.ok()) return r.status();
+  return impl_->Named(*r);
+}
+
+Result<Export> Domain::RemoveExport(uint32_t id) {
+  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  auto r = impl_->LoadExport(id);
+  if (!r.ok()) return r.status();
+  Export e = r->e;
+  auto v = impl_->LoadVolume(r->vol);
+  if (v.ok()) e.volume = v->name;  // removing an export of a missing volume repairs it
+  Impl::Txn t;
+  t.batch.Delete(ExportKey(id));
+  t.batch.Delete(PseudoKey(e.pseudo));
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return e;
 }
 
 // ---- names ---------------------------------------------------------------------
@@ -1417,6 +1667,36 @@ Result<std::vector<std::string>> Domain::Check() {
     if (v->files != inodes.size()) {
       add(where + "file count " + std::to_string(v->files) + ", inodes " + std::to_string(inodes.size()));
     }
+  }
+  // NFS exports: each decodes, names a volume, sits below the id counter,
+  // and the pseudo-path index and the records name each other.
+  auto next = impl_->NextExportId();
+  if (!next.ok()) add("export id counter: " + next.status().ToString());
+  std::map<std::string, uint32_t> pseudos;
+  NASGW_RETURN_IF_ERROR(impl_->ScanExports([&](Result<ExportRec> r) {
+    if (!r.ok()) {
+      add(r.status().ToString());
+      return true;
+    }
+    const std::string at = "export " + std::to_string(r->e.id) + ": ";
+    if (!impl_->LoadVolume(r->vol).ok()) add(at + "names volume " + std::to_string(r->vol) + ", which does not exist");
+    if (next.ok() && r->e.id >= *next) add(at + "is not below the id counter " + std::to_string(*next));
+    if (!pseudos.emplace(r->e.pseudo, r->e.id).second) add(at + "pseudo path '" + r->e.pseudo + "' is used twice");
+    return true;
+  }));
+  uint64_t indexed = 0;
+  NASGW_RETURN_IF_ERROR(st.Scan("Q", "R", [&](std::string_view k, std::string_view v) {
+    indexed++;
+    const std::string pseudo(k.substr(1));
+    auto it = pseudos.find(pseudo);
+    if (v.size() != 4 || it == pseudos.end() || it->second != GetBE32(v, 0)) {
+      add("pseudo path index: '" + pseudo + "' does not match an export");
+    }
+    return true;
+  }));
+  if (indexed != pseudos.size()) {
+    add("pseudo path index has " + std::to_string(indexed) + " entries for " + std::to_string(pseudos.size()) +
+        " exports");
   }
   return problems;
 }

@@ -31,6 +31,7 @@
 
 #include "base/status.h"
 #include "fs/allocator.h"
+#include "fs/export.h"
 #include "fs/meta_store.h"
 #include "fs/metafs.h"
 #include "fs/reserve.h"
@@ -137,7 +138,24 @@ class Domain {
   // size can change only while the volume holds no data: NotEmpty otherwise
   // (files without data, and directories, may exist).
   Result<VolumeInfo> SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes);
+  // Refused with FailedPrecondition, even with force, while the volume has
+  // NFS exports (the message names them): no export may name nothing.
   Status DeleteVolume(const std::string& name, bool force);
+
+  // ---- NFS exports (fs/export.h), kept in this domain's metadata
+  // Adds an export: its fields are normalised and checked (NormalizeExport:
+  // InvalidArgument naming the value); NotFound for an unknown volume or a
+  // sub-path that is not a directory of the volume (symbolic links are not
+  // followed); Exists when another export has the pseudo path. Assigns the
+  // next id from a counter kept with the exports, so ids are never reused;
+  // NoSpace once kExportIdMax ids have been handed out. Returns the export
+  // as stored.
+  Result<Export> AddExport(const Export& e);
+  // Every export, by id.
+  Result<std::vector<Export>> ListExports();
+  Result<Export> GetExport(uint32_t id);                 // NotFound
+  Result<Export> FindExport(const std::string& pseudo);  // by pseudo path (normalised first); NotFound
+  Result<Export> RemoveExport(uint32_t id);              // returns what was removed; NotFound
 
   // ---- names
   Result<Attr> Lookup(uint32_t vol, uint64_t dir, const std::string& name);
@@ -188,8 +206,10 @@ class Domain {
   // fsck: checks every volume's names against its inodes (types, link
   // counts, the readdir index, directory parents), every extent against the
   // data allocation groups and every other extent, the free-space count
-  // against what the extent maps use, and the volume counters. Returns one
-  // line per problem; empty means clean. Read-only.
+  // against what the extent maps use, the volume counters, and the NFS
+  // exports (each decodes, names a volume, is below the id counter and
+  // matches the pseudo-path index). Returns one line per problem; empty
+  // means clean. Read-only.
   Result<std::vector<std::string>> Check();
 
   struct Impl;
