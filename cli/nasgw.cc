@@ -31,6 +31,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -72,6 +73,12 @@ commands:
   volume create NAME [--record-size SIZE]
   volume set NAME --record-size SIZE (only while the volume holds no data)
   volume delete NAME [--force]       --force deletes a volume that holds files
+  export list                        the NFS exports
+  export show ID|PSEUDO              one export, by id or pseudo path
+  export add VOLUME[/SUBPATH] [--pseudo P] [--clients CIDR[,CIDR...]] [--ro]
+             [--no-root-squash] [--sec sys[,krb5...]] [--protocols 3,4]
+                                     export a volume (or a directory in it) over NFS
+  export remove ID                   stop exporting
   stats                              per-LUN I/O: operations, bytes, latency p50/p99
 
 global options:
@@ -172,6 +179,42 @@ const std::vector<CommandSpec>& Commands() {
        "usage: nasgw volume delete NAME [--force]\n\n"
        "Deletes a NAS volume.\n"
        "  --force  delete it even though it holds files (they are lost)\n"},
+      {"export",
+       "list",
+       0,
+       {},
+       {},
+       "usage: nasgw export list\n\nThe NFS exports: id, pseudo path, volume and path, access, clients, root squash,\n"
+       "security flavours, NFS versions.\n"},
+      {"export",
+       "show",
+       1,
+       {},
+       {},
+       "usage: nasgw export show ID|PSEUDO\n\nOne NFS export, by its id (a number) or its pseudo path (/...).\n"},
+      {"export",
+       "add",
+       1,
+       {"--ro", "--no-root-squash"},
+       {"--pseudo", "--clients", "--sec", "--protocols"},
+       "usage: nasgw export add VOLUME[/SUBPATH] [--pseudo P] [--clients CIDR[,CIDR...]] [--ro]\n"
+       "                        [--no-root-squash] [--sec sys[,krb5...]] [--protocols 3,4]\n\n"
+       "Exports a volume, or a directory in it (SUBPATH must exist), over NFS. nasgwd assigns\n"
+       "the export an id, keeps it with the reserve and has NFS-Ganesha reload its exports.\n"
+       "  --pseudo P          NFSv4 pseudo path, unique (default /VOLUME/SUBPATH)\n"
+       "  --clients LIST      IPv4/IPv6 addresses or CIDR networks, comma separated\n"
+       "                      (default: every client)\n"
+       "  --ro                read-only (default read-write)\n"
+       "  --no-root-squash    root stays root (default: root is squashed to 65534)\n"
+       "  --sec LIST          security flavours among sys, krb5, krb5i, krb5p (default sys)\n"
+       "  --protocols LIST    NFS versions among 3 and 4 (default 3,4)\n"},
+      {"export",
+       "remove",
+       1,
+       {},
+       {},
+       "usage: nasgw export remove ID\n\nStops exporting: removes export ID and has NFS-Ganesha reload its "
+       "exports.\n"},
       {"stats",
        "",
        0,
@@ -417,6 +460,18 @@ json ToJson(const pb::Volume& v) {
           {"bytes", v.bytes()}};
 }
 
+json ToJson(const pb::Export& e) {
+  return {{"id", e.id()},
+          {"volume", e.volume()},
+          {"path", e.path()},
+          {"pseudo", e.pseudo()},
+          {"clients", json(std::vector<std::string>(e.clients().begin(), e.clients().end()))},
+          {"read_only", e.read_only()},
+          {"root_squash", e.root_squash()},
+          {"sec", json(std::vector<std::string>(e.sec().begin(), e.sec().end()))},
+          {"protocols", json(std::vector<uint32_t>(e.protocols().begin(), e.protocols().end()))}};
+}
+
 void PrintJson(const json& j) {
   std::cout << j.dump(2) << "\n";
 }
@@ -466,6 +521,34 @@ void PrintVolume(const pb::Volume& v) {
               {"record size", HumanBytes(v.record_bytes())},
               {"files", std::to_string(v.files())},
               {"used", HumanBytes(v.bytes())}});
+}
+
+template <typename List>
+std::string JoinList(const List& items, const std::string& sep) {
+  std::string out;
+  for (const auto& i : items) {
+    if (!out.empty()) out += sep;
+    if constexpr (std::is_integral_v<std::decay_t<decltype(i)>>) {
+      out += std::to_string(i);
+    } else {
+      out += i;
+    }
+  }
+  return out;
+}
+
+void PrintExport(const pb::Export& e) {
+  std::string versions;
+  for (uint32_t p : e.protocols()) versions += (versions.empty() ? "NFSv" : ", NFSv") + std::to_string(p);
+  PrintPairs({{"id", std::to_string(e.id())},
+              {"pseudo", e.pseudo()},
+              {"volume", e.volume()},
+              {"path", e.path()},
+              {"access", e.read_only() ? "read-only" : "read-write"},
+              {"clients", e.clients().empty() ? "every client" : JoinList(e.clients(), ", ")},
+              {"root squash", e.root_squash() ? "yes (root is 65534)" : "no"},
+              {"security", JoinList(e.sec(), ", ")},
+              {"protocols", versions}});
 }
 
 // ---- the connection
@@ -598,8 +681,9 @@ struct Parsed {
 
 const std::set<std::string> kGlobalValued = {"--socket",   "--server",  "--tls-ca",
                                              "--tls-cert", "--tls-key", "--timeout"};
-const std::set<std::string> kCommandValued = {"--name", "--ag-size", "--record-size"};
-const std::set<std::string> kCommandFlags = {"--force"};
+const std::set<std::string> kCommandValued = {"--name",    "--ag-size", "--record-size", "--pseudo",
+                                              "--clients", "--sec",     "--protocols"};
+const std::set<std::string> kCommandFlags = {"--force", "--ro", "--no-root-squash"};
 
 // Returns a usage message, or "" when the arguments parse.
 std::string Parse(int argc, char** argv, Parsed* p) {
@@ -697,6 +781,38 @@ std::string ForceHint(const CommandSpec& c, const std::vector<std::string>& args
   return "";
 }
 
+// A comma-separated option value; empty entries are a usage error.
+std::optional<std::vector<std::string>> ListOption(const Parsed& p, const std::string& name, std::string* error) {
+  auto it = p.values.find(name);
+  if (it == p.values.end()) return std::nullopt;
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(it->second);
+  while (std::getline(in, item, ',')) {
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b == std::string::npos) {
+      *error = name + " has an empty entry in '" + it->second + "'";
+      return std::nullopt;
+    }
+    out.push_back(item.substr(b, e - b + 1));
+  }
+  if (out.empty() || it->second.back() == ',') {
+    *error = name + " has an empty entry in '" + it->second + "'";
+    return std::nullopt;
+  }
+  return out;
+}
+
+// An export id: a decimal number 1..UINT32_MAX.
+std::optional<uint32_t> ParseExportId(const std::string& text) {
+  if (text.empty() || text.size() > 10 || text.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const uint64_t v = std::stoull(text);
+  if (v == 0 || v > UINT32_MAX) return std::nullopt;
+  return static_cast<uint32_t>(v);
+}
+
 int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed& p) {
   const std::string hint = "nasgw " + c.group + (c.verb.empty() ? "" : " " + c.verb);
   std::string size_error;
@@ -707,13 +823,66 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
   if (c.verb == "format" && !p.values.count("--name")) return Usage("reserve format needs --name NAME", hint);
   if (c.verb == "set" && !rs) return Usage("volume set needs a setting to change (--record-size SIZE)", hint);
 
+  // Export arguments, checked before connecting.
+  pb::AddExportRequest add_export;
+  pb::GetExportRequest get_export;
+  uint32_t export_id = 0;
+  if (c.group == "export" && c.verb == "add") {
+    const std::string& target = args[0];
+    const size_t slash = target.find('/');
+    add_export.set_volume(target.substr(0, slash));
+    if (add_export.volume().empty())
+      return Usage("give the volume first: VOLUME[/SUBPATH], not '" + target + "'", hint);
+    if (slash != std::string::npos) add_export.set_path(target.substr(slash));
+    if (auto it = p.values.find("--pseudo"); it != p.values.end()) {
+      if (it->second.empty()) return Usage("--pseudo is empty", hint);
+      add_export.set_pseudo(it->second);
+    }
+    std::string error;
+    const auto clients = ListOption(p, "--clients", &error);
+    const auto sec = ListOption(p, "--sec", &error);
+    const auto protocols = ListOption(p, "--protocols", &error);
+    if (!error.empty()) return Usage(error, hint);
+    if (clients) {
+      for (const auto& x : *clients) add_export.add_clients(x);
+    }
+    if (sec) {
+      for (const auto& x : *sec) add_export.add_sec(x);
+    }
+    if (protocols) {
+      for (const auto& x : *protocols) {
+        if (x != "3" && x != "4") return Usage("--protocols takes NFS versions 3 and/or 4, not '" + x + "'", hint);
+        add_export.add_protocols(static_cast<uint32_t>(std::stoul(x)));
+      }
+    }
+    add_export.set_read_only(p.flags.count("--ro") > 0);
+    if (p.flags.count("--no-root-squash")) add_export.set_root_squash(false);
+  } else if (c.group == "export" && c.verb == "show") {
+    if (auto id = ParseExportId(args[0])) {
+      get_export.set_id(*id);
+    } else if (!args[0].empty() && args[0][0] == '/') {
+      get_export.set_pseudo(args[0]);
+    } else {
+      return Usage("an export is named by its id (a number from 1) or its pseudo path (/...), not '" + args[0] + "'",
+                   hint);
+    }
+  } else if (c.group == "export" && c.verb == "remove") {
+    auto id = ParseExportId(args[0]);
+    if (!id) return Usage("export remove takes an export id (a number from 1), not '" + args[0] + "'", hint);
+    export_id = *id;
+  }
+
   std::unique_ptr<Client> client;
   if (auto f = Client::Connect(p.options, &client)) return Fail(*f);
   const bool force = p.flags.count("--force") > 0;
 
   auto fail = [&](Failure f) {
-    if (f.exit_code == kExitRefused || (f.exit_code == kExitExists && f.message.find("force") != std::string::npos)) {
-      f.message += ForceHint(c, args);
+    // Only refusals --force overrides get the hint (an exported volume's
+    // deletion is refused even with --force).
+    const bool forceable = f.message.find("force") != std::string::npos;
+    if ((f.exit_code == kExitRefused || f.exit_code == kExitExists) && forceable) f.message += ForceHint(c, args);
+    if (f.exit_code == kExitRefused && c.group == "volume" && c.verb == "delete" && !forceable) {
+      f.message += " (nasgw export list shows them; nasgw export remove ID)";
     }
     return Fail(f);
   };
@@ -781,6 +950,71 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
                 << "); reserve capacity now " << HumanBytes(r.reserve().capacity_bytes()) << "\n";
     }
     return kExitOk;
+  }
+  if (c.group == "export") {
+    // A change that committed while the Ganesha file could not be written:
+    // the export stands (exit 0) and the next change or start writes the file.
+    auto warn_publish = [](const std::string& what, const std::string& publish_error) {
+      if (!publish_error.empty()) {
+        std::cerr << "nasgw: warning: " << what << ", but nasgwd could not write the NFS-Ganesha exports file ("
+                  << publish_error << "); the next export change or nasgwd start writes it\n";
+      }
+    };
+    if (c.verb == "list") {
+      pb::ListExportsResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::ListExports, pb::ListExportsRequest(), &r)) return fail(*f);
+      if (g_json) {
+        json exports = json::array();
+        for (const auto& e : r.exports()) exports.push_back(ToJson(e));
+        PrintJson({{"exports", exports}});
+      } else {
+        Table t({"ID", "PSEUDO", "VOLUME", "PATH", "ACCESS", "CLIENTS", "SQUASH", "SEC", "NFS"});
+        for (const auto& e : r.exports()) {
+          t.Add({std::to_string(e.id()), e.pseudo(), e.volume(), e.path(), e.read_only() ? "ro" : "rw",
+                 e.clients().empty() ? "*" : JoinList(e.clients(), ","), e.root_squash() ? "root" : "none",
+                 JoinList(e.sec(), ","), JoinList(e.protocols(), ",")});
+        }
+        t.Print({0});
+      }
+      return kExitOk;
+    }
+    if (c.verb == "show") {
+      pb::GetExportResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::GetExport, get_export, &r)) return fail(*f);
+      if (g_json)
+        PrintJson({{"export", ToJson(r.export_())}});
+      else
+        PrintExport(r.export_());
+      return kExitOk;
+    }
+    if (c.verb == "add") {
+      pb::AddExportResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::AddExport, add_export, &r)) return fail(*f);
+      if (g_json) {
+        json j = {{"export", ToJson(r.export_())}};
+        if (!r.publish_error().empty()) j["publish_error"] = r.publish_error();
+        PrintJson(j);
+      } else {
+        PrintExport(r.export_());
+      }
+      warn_publish("export " + std::to_string(r.export_().id()) + " was added", r.publish_error());
+      return kExitOk;
+    }
+    if (c.verb == "remove") {
+      pb::RemoveExportRequest req;
+      req.set_id(export_id);
+      pb::RemoveExportResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::RemoveExport, req, &r)) return fail(*f);
+      if (g_json) {
+        json j = {{"removed", {{"export", ToJson(r.export_())}}}};
+        if (!r.publish_error().empty()) j["publish_error"] = r.publish_error();
+        PrintJson(j);
+      } else {
+        std::cout << "removed export " << r.export_().id() << " (" << r.export_().pseudo() << ")\n";
+      }
+      warn_publish("export " + std::to_string(r.export_().id()) + " was removed", r.publish_error());
+      return kExitOk;
+    }
   }
   if (c.verb == "list") {
     pb::ListVolumesResponse r;
@@ -875,7 +1109,8 @@ int Main(int argc, char** argv) {
   if (p.help) {
     if (c)
       std::cout << c->usage;
-    else if (!p.words.empty() && (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "volume")) {
+    else if (!p.words.empty() &&
+             (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "volume" || p.words[0] == "export")) {
       std::cout << GroupHelp(p.words[0]);
     } else {
       std::cout << kMainHelp;
@@ -889,7 +1124,7 @@ int Main(int argc, char** argv) {
   }
   if (!c) {
     const std::string& g = p.words[0];
-    if (g == "node" || g == "reserve" || g == "volume") {
+    if (g == "node" || g == "reserve" || g == "volume" || g == "export") {
       if (p.words.size() == 1) return Usage(g + " needs a command", "nasgw " + g);
       return Usage("unknown command '" + g + " " + p.words[1] + "'", "nasgw " + g);
     }
@@ -900,7 +1135,12 @@ int Main(int argc, char** argv) {
   const size_t skip = c->verb.empty() ? 1 : 2;
   std::vector<std::string> args(p.words.begin() + static_cast<std::ptrdiff_t>(skip), p.words.end());
   if (args.size() < c->positionals) {
-    return Usage(hint + " needs " + (c->group == "volume" ? "a volume NAME" : "a URL"), hint);
+    const std::string what = c->group == "volume"   ? "a volume NAME"
+                             : c->group == "export" ? (c->verb == "add"    ? "VOLUME[/SUBPATH]"
+                                                       : c->verb == "show" ? "an export ID or PSEUDO path"
+                                                                           : "an export ID")
+                                                    : "a URL";
+    return Usage(hint + " needs " + what, hint);
   }
   if (args.size() > c->positionals) return Usage("unexpected argument '" + args[c->positionals] + "'", hint);
   for (const auto& [k, v] : p.values) {

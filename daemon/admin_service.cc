@@ -199,6 +199,18 @@ void Fill(const fs::VolumeInfo& v, pb::Volume* out) {
   out->set_bytes(v.bytes);
 }
 
+void Fill(const fs::Export& e, pb::Export* out) {
+  out->set_id(e.id);
+  out->set_volume(e.volume);
+  out->set_path(e.path);
+  out->set_pseudo(e.pseudo);
+  for (const auto& c : e.clients) out->add_clients(c);
+  out->set_read_only(e.read_only);
+  out->set_root_squash(e.root_squash);
+  for (const auto& f : e.sec) out->add_sec(f);
+  for (uint32_t p : e.protocols) out->add_protocols(p);
+}
+
 class AdminService final : public pb::Admin::Service {
  public:
   explicit AdminService(Node* node) : node_(node) {}
@@ -287,6 +299,66 @@ class AdminService final : public pb::Admin::Service {
     if (auto s = CheckVolumeName(req->name()); !s.ok()) return s;
     NASGW_LOG(kInfo, "admin") << "delete volume" << Kv("name", req->name()) << Kv("force", req->force());
     return ToGrpc(node_->DeleteVolume(req->name(), req->force()));
+  }
+
+  grpc::Status AddExport(grpc::ServerContext*, const pb::AddExportRequest* req, pb::AddExportResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    // The other fields' rules are the file system's (fs::NormalizeExport),
+    // whose messages name the value.
+    fs::Export e;
+    e.volume = req->volume();
+    e.path = req->path();
+    e.pseudo = req->pseudo();
+    e.clients.assign(req->clients().begin(), req->clients().end());
+    e.read_only = req->read_only();
+    e.root_squash = req->has_root_squash() ? req->root_squash() : true;
+    e.sec.assign(req->sec().begin(), req->sec().end());
+    e.protocols.assign(req->protocols().begin(), req->protocols().end());
+    NASGW_LOG(kInfo, "admin") << "add export" << Kv("volume", e.volume) << Kv("path", e.path) << Kv("pseudo", e.pseudo)
+                              << Kv("clients", e.clients.size()) << Kv("read_only", e.read_only);
+    std::string publish_error;
+    auto added = node_->AddExport(e, &publish_error);
+    if (!added.ok()) return ToGrpc(added.status());
+    Fill(*added, out->mutable_export_());
+    out->set_publish_error(publish_error);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListExports(grpc::ServerContext*, const pb::ListExportsRequest*, pb::ListExportsResponse* out) override {
+    auto exports = node_->ListExports();
+    if (!exports.ok()) return ToGrpc(exports.status());
+    for (const auto& e : *exports) Fill(e, out->add_exports());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetExport(grpc::ServerContext*, const pb::GetExportRequest* req, pb::GetExportResponse* out) override {
+    Result<fs::Export> e = nasgw::Status::InvalidArgument("give an export id or a pseudo path");
+    switch (req->key_case()) {
+      case pb::GetExportRequest::kId:
+        if (req->id() == 0) return Invalid("export id 0 names no export (ids start at 1)");
+        e = node_->GetExport(req->id());
+        break;
+      case pb::GetExportRequest::kPseudo:
+        e = node_->FindExport(req->pseudo());
+        break;
+      case pb::GetExportRequest::KEY_NOT_SET:
+        break;
+    }
+    if (!e.ok()) return ToGrpc(e.status());
+    Fill(*e, out->mutable_export_());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RemoveExport(grpc::ServerContext*, const pb::RemoveExportRequest* req,
+                            pb::RemoveExportResponse* out) override {
+    if (req->id() == 0) return Invalid("export id 0 names no export (ids start at 1)");
+    NASGW_LOG(kInfo, "admin") << "remove export" << Kv("id", req->id());
+    std::string publish_error;
+    auto removed = node_->RemoveExport(req->id(), &publish_error);
+    if (!removed.ok()) return ToGrpc(removed.status());
+    Fill(*removed, out->mutable_export_());
+    out->set_publish_error(publish_error);
+    return grpc::Status::OK;
   }
 
   grpc::Status GetStats(grpc::ServerContext*, const pb::GetStatsRequest*, pb::GetStatsResponse* out) override {

@@ -3,6 +3,7 @@
 // gRPC stub and through the real `nasgw` CLI binary as a subprocess; TLS on
 // TCP with certificates the openssl CLI makes.
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "proto/admin.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -681,6 +683,468 @@ TEST_F(AdminTest, AdminSocketRefusesALiveServerAndReplacesAStaleOne) {
   std::ofstream(c.admin_socket) << "x";
   EXPECT_FALSE(AdminServer::Start(node_.get(), c).ok());
   EXPECT_EQ(ReadText(c.admin_socket), "x");
+}
+
+// ---- NFS exports
+
+// The exports file read back as Ganesha's parser reads it: blocks of
+// `key = value[, value...];` and sub-blocks, comments from '#' to the end of
+// the line, values bare or in double quotes (without escapes: the file
+// never needs any).
+struct GaneshaBlock {
+  std::string name;
+  std::map<std::string, std::vector<std::string>> keys;
+  std::vector<GaneshaBlock> blocks;
+  std::string One(const std::string& key) const {
+    auto it = keys.find(key);
+    return it == keys.end() || it->second.size() != 1 ? "<" + key + ": not one value>" : it->second[0];
+  }
+};
+
+class GaneshaParser {
+ public:
+  explicit GaneshaParser(std::string text) : text_(std::move(text)) {}
+
+  // Top-level blocks; false (and why()) on a syntax error.
+  bool Parse(std::vector<GaneshaBlock>* out) {
+    while (Peek() != "") {
+      GaneshaBlock b;
+      if (!Block(&b)) return false;
+      out->push_back(std::move(b));
+    }
+    return error_.empty();
+  }
+  const std::string& why() const { return error_; }
+
+ private:
+  // `name`: the block's name when the caller has read it already.
+  bool Block(GaneshaBlock* b, std::string name = "") {
+    b->name = name.empty() ? Next() : name;
+    if (!Ident(b->name) || Next() != "{") return Fail("expected NAME {");
+    while (Peek() != "}") {
+      if (Peek() == "") return Fail("unterminated block " + b->name);
+      const std::string key = Next();
+      if (!Ident(key)) return Fail("expected a key, got '" + key + "'");
+      if (Peek() == "{") {
+        GaneshaBlock sub;
+        if (!Block(&sub, key)) return false;
+        b->blocks.push_back(std::move(sub));
+        continue;
+      }
+      if (Next() != "=") return Fail("expected '=' after " + key);
+      if (b->keys.count(key)) return Fail("key " + key + " twice");
+      auto& values = b->keys[key];
+      for (;;) {
+        const std::string v = Next();
+        if (v.empty() || v == ";" || v == "," || v == "{" || v == "}" || v == "=") return Fail("bad value for " + key);
+        values.push_back(v[0] == '"' ? v.substr(1, v.size() - 2) : v);
+        const std::string sep = Next();
+        if (sep == ";") break;
+        if (sep != ",") return Fail("expected ',' or ';' after a value of " + key + ", got '" + sep + "'");
+      }
+    }
+    Next();
+    return true;
+  }
+  static bool Ident(const std::string& t) {
+    return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return std::isalnum(c) || c == '_'; });
+  }
+  bool Fail(const std::string& m) {
+    if (error_.empty()) error_ = m + " at byte " + std::to_string(pos_);
+    return false;
+  }
+  std::string Peek() {
+    const size_t at = pos_;
+    std::string t = Next();
+    pos_ = at;
+    return t;
+  }
+  std::string Next() {
+    for (;;) {
+      while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) pos_++;
+      if (pos_ < text_.size() && text_[pos_] == '#') {
+        while (pos_ < text_.size() && text_[pos_] != '\n') pos_++;
+        continue;
+      }
+      break;
+    }
+    if (pos_ >= text_.size()) return "";
+    const char c = text_[pos_];
+    if (c == '{' || c == '}' || c == ';' || c == ',' || c == '=') return std::string(1, text_[pos_++]);
+    if (c == '"') {
+      const size_t end = text_.find('"', pos_ + 1);
+      if (end == std::string::npos) return Fail("unterminated string"), "";
+      std::string t = text_.substr(pos_, end + 1 - pos_);
+      pos_ = end + 1;
+      return t;
+    }
+    const size_t start = pos_;
+    while (pos_ < text_.size() && !std::isspace(static_cast<unsigned char>(text_[pos_])) &&
+           std::string("{};,=\"#").find(text_[pos_]) == std::string::npos) {
+      pos_++;
+    }
+    return text_.substr(start, pos_ - start);
+  }
+
+  std::string text_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
+// A child process named `comm` that blocks SIGHUP and waits, so a SIGHUP sent
+// to it stays pending where the test can see it. Killed by the destructor.
+class FakeProcess {
+ public:
+  explicit FakeProcess(const char* comm) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      sigset_t set;  // async-signal-safe calls only: the parent has threads
+      sigemptyset(&set);
+      sigaddset(&set, SIGHUP);
+      sigprocmask(SIG_BLOCK, &set, nullptr);
+      prctl(PR_SET_NAME, comm, 0, 0, 0);
+      for (;;) pause();
+    }
+    for (int i = 0; i < 2000 && Comm() != comm; i++) ::usleep(1000);
+  }
+  ~FakeProcess() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  std::string Comm() const {
+    std::string c = ReadText("/proc/" + std::to_string(pid_) + "/comm");
+    while (!c.empty() && c.back() == '\n') c.pop_back();
+    return c;
+  }
+  bool HupPending() const {
+    std::istringstream in(ReadText("/proc/" + std::to_string(pid_) + "/status"));
+    uint64_t pending = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("SigPnd:", 0) == 0 || line.rfind("ShdPnd:", 0) == 0) {
+        pending |= std::stoull(line.substr(7), nullptr, 16);
+      }
+    }
+    return (pending & (1ull << (SIGHUP - 1))) != 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+class AdminExportsTest : public AdminTest {
+ protected:
+  void SetUp() override {
+    AdminTest::SetUp();
+    ASSERT_EQ(::mkdir((dir_ + "/ganesha").c_str(), 0755), 0);
+    exports_file_ = dir_ + "/ganesha/nasgw-exports.conf";
+    config_.nfs_exports_file = exports_file_;
+  }
+
+  // Formats, creates volumes and a directory tree in vol1: /a/b and a file /a/f.
+  void Prepare() {
+    StartAll();
+    ASSERT_TRUE(Format("tank").ok());
+    ASSERT_TRUE(CreateVolume("vol1").ok());
+    ASSERT_TRUE(CreateVolume("vol2").ok());
+    auto d = node_->domain();
+    const uint32_t v = d->FindVolume("vol1")->id;
+    auto a = d->Create(v, fs::kRootIno, "a", fs::FileType::kDirectory, 0755, 0, 0);
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(d->Create(v, a->ino, "b", fs::FileType::kDirectory, 0755, 0, 0).ok());
+    ASSERT_TRUE(d->Create(v, a->ino, "f", fs::FileType::kRegular, 0644, 0, 0).ok());
+  }
+
+  // The exports file's EXPORT blocks by Export_Id.
+  std::map<uint32_t, GaneshaBlock> Rendered() {
+    std::vector<GaneshaBlock> blocks;
+    GaneshaParser parser(ReadText(exports_file_));
+    EXPECT_TRUE(parser.Parse(&blocks)) << parser.why() << "\n" << ReadText(exports_file_);
+    std::map<uint32_t, GaneshaBlock> out;
+    for (auto& b : blocks) {
+      EXPECT_EQ(b.name, "EXPORT");
+      out[static_cast<uint32_t>(std::stoul(b.One("Export_Id")))] = b;
+    }
+    return out;
+  }
+
+  std::string exports_file_;
+};
+
+TEST_F(AdminExportsTest, CliAddListShowRemove) {
+  Prepare();
+  EXPECT_TRUE(Rendered().empty()) << "the file exists from the format on, with no export";
+
+  CliResult r = Cli({"export", "add", "vol1"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("/vol1"), std::string::npos) << r.out;
+  r = Cli({"--json", "export", "add", "vol1/a/b/", "--pseudo", "/data", "--clients", "198.18.2.0/24, 198.18.3.7",
+           "--ro", "--no-root-squash", "--sec", "krb5p,sys", "--protocols", "4"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["export"]["id"], 2);
+  EXPECT_EQ(j["export"]["volume"], "vol1");
+  EXPECT_EQ(j["export"]["path"], "/a/b");
+  EXPECT_EQ(j["export"]["pseudo"], "/data");
+  EXPECT_EQ(j["export"]["clients"], json({"198.18.2.0/24", "198.18.3.7"}));
+  EXPECT_EQ(j["export"]["read_only"], true);
+  EXPECT_EQ(j["export"]["root_squash"], false);
+  EXPECT_EQ(j["export"]["sec"], json({"krb5p", "sys"}));
+  EXPECT_EQ(j["export"]["protocols"], json({4}));
+  EXPECT_FALSE(j.contains("publish_error")) << r.out;
+  r = Cli({"export", "add", "vol2", "--clients", "2001:DB8::/32"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+
+  r = Cli({"export", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("PSEUDO"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/data"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2001:db8::/32"), std::string::npos) << "canonical form: " << r.out;
+  r = Cli({"--json", "export", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  j = json::parse(r.out);
+  ASSERT_EQ(j["exports"].size(), 3u) << r.out;
+  EXPECT_EQ(j["exports"][0]["pseudo"], "/vol1");
+  EXPECT_EQ(j["exports"][0]["clients"], json::array());
+  EXPECT_EQ(j["exports"][0]["root_squash"], true);
+  EXPECT_EQ(j["exports"][0]["sec"], json({"sys"}));
+  EXPECT_EQ(j["exports"][0]["protocols"], json({3, 4}));
+  EXPECT_EQ(j["exports"][2]["volume"], "vol2");
+
+  r = Cli({"export", "show", "2"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("read-only"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/a/b"), std::string::npos) << r.out;
+  r = Cli({"--json", "export", "show", "/data/"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(json::parse(r.out)["export"]["id"], 2);
+
+  // The rendered file, read back.
+  auto rendered = Rendered();
+  ASSERT_EQ(rendered.size(), 3u) << ReadText(exports_file_);
+  const GaneshaBlock& e1 = rendered[1];
+  EXPECT_EQ(e1.One("Path"), "/vol1");
+  EXPECT_EQ(e1.One("Pseudo"), "/vol1");
+  EXPECT_EQ(e1.keys.at("Protocols"), (std::vector<std::string>{"3", "4"}));
+  EXPECT_EQ(e1.One("Transports"), "TCP");
+  EXPECT_EQ(e1.One("SecType"), "sys");
+  EXPECT_EQ(e1.One("Squash"), "Root_Squash");
+  EXPECT_EQ(e1.One("Anonymous_Uid"), "65534");
+  EXPECT_EQ(e1.One("Anonymous_Gid"), "65534");
+  EXPECT_EQ(e1.One("Access_Type"), "RW");
+  ASSERT_EQ(e1.blocks.size(), 1u) << "no CLIENT block without clients";
+  EXPECT_EQ(e1.blocks[0].name, "FSAL");
+  EXPECT_EQ(e1.blocks[0].One("Name"), "NASGW");
+  const GaneshaBlock& e2 = rendered[2];
+  EXPECT_EQ(e2.One("Path"), "/vol1/a/b");
+  EXPECT_EQ(e2.One("Pseudo"), "/data");
+  EXPECT_EQ(e2.One("Protocols"), "4");
+  EXPECT_EQ(e2.keys.at("SecType"), (std::vector<std::string>{"krb5p", "sys"}));
+  EXPECT_EQ(e2.One("Squash"), "No_Root_Squash");
+  EXPECT_EQ(e2.One("Access_Type"), "None") << "only the listed clients get access";
+  ASSERT_EQ(e2.blocks.size(), 2u);
+  EXPECT_EQ(e2.blocks[0].name, "CLIENT");
+  EXPECT_EQ(e2.blocks[0].keys.at("Clients"), (std::vector<std::string>{"198.18.2.0/24", "198.18.3.7"}));
+  EXPECT_EQ(e2.blocks[0].One("Access_Type"), "RO");
+  EXPECT_EQ(e2.blocks[1].name, "FSAL");
+  EXPECT_EQ(rendered[3].blocks[0].One("Clients"), "2001:db8::/32");
+  EXPECT_EQ(rendered[3].blocks[0].One("Access_Type"), "RW");
+
+  // Remove, and ids are never reused.
+  r = Cli({"export", "remove", "3"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("removed export 3"), std::string::npos) << r.out;
+  EXPECT_EQ(Rendered().count(3), 0u);
+  r = Cli({"export", "remove", "3"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"--json", "export", "add", "vol2"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(json::parse(r.out)["export"]["id"], 4) << "id 3 is never handed out again";
+  EXPECT_EQ(Rendered().count(4), 1u);
+
+  auto problems = node_->domain()->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+TEST_F(AdminExportsTest, BadExportsGetClearErrorsAndExitCodes) {
+  StartAll();
+  CliResult r = Cli({"export", "list"});
+  EXPECT_EQ(r.exit_code, 1) << "the reserve is not online: " << Describe(r);
+  EXPECT_NE(r.err.find("not online"), std::string::npos) << r.err;
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("vol1").ok());
+  auto d = node_->domain();
+  const uint32_t v = d->FindVolume("vol1")->id;
+  ASSERT_TRUE(d->Create(v, fs::kRootIno, "f", fs::FileType::kRegular, 0644, 0, 0).ok());
+  ASSERT_EQ(Cli({"export", "add", "vol1"}).exit_code, 0);
+
+  struct Case {
+    std::vector<std::string> args;
+    int exit;
+    std::string named;  // in the message
+  };
+  const std::vector<Case> cases = {
+      {{"export", "add", "nope"}, 4, "'nope'"},
+      {{"export", "add", "vol1/missing/dir"}, 4, "'/missing'"},
+      {{"export", "add", "vol1/f"}, 4, "not a directory"},
+      {{"export", "add", "vol1"}, 5, "'/vol1'"},
+      {{"export", "add", "vol1", "--pseudo", "/vol1/"}, 5, "export 1"},
+      {{"export", "add", "vol1", "--pseudo", "/"}, 2, "pseudo root"},
+      {{"export", "add", "vol1", "--pseudo", "rel"}, 2, "'rel'"},
+      {{"export", "add", "vol1/../x"}, 2, "'..'"},
+      {{"export", "add", "vol1", "--pseudo", "/a\"b"}, 2, "'\"'"},
+      {{"export", "add", "vol1", "--pseudo", "/x", "--clients", "198.18.2.5/24"}, 2, "'198.18.2.5/24'"},
+      {{"export", "add", "vol1", "--pseudo", "/x", "--clients", "host.example"}, 2, "'host.example'"},
+      {{"export", "add", "vol1", "--pseudo", "/x", "--clients", "198.18.2.0/24,,198.18.3.7"}, 2, "empty entry"},
+      {{"export", "add", "vol1", "--pseudo", "/x", "--sec", "sys,ntlm"}, 2, "'ntlm'"},
+      {{"export", "add", "vol1", "--pseudo", "/x", "--protocols", "2"}, 2, "'2'"},
+      {{"export", "add", "vol1", "--pseudo", "/x", "--protocols", "3,x"}, 2, "'x'"},
+      {{"export", "add", "/vol1"}, 2, "VOLUME[/SUBPATH]"},
+      {{"export", "add"}, 2, "VOLUME[/SUBPATH]"},
+      {{"export", "add", "vol1", "--force"}, 2, "--force"},
+      {{"export", "show", "7"}, 4, "no export 7"},
+      {{"export", "show", "/nothing"}, 4, "'/nothing'"},
+      {{"export", "show", "0"}, 2, "'0'"},
+      {{"export", "show", "name"}, 2, "'name'"},
+      {{"export", "remove", "99"}, 4, "no export 99"},
+      {{"export", "remove", "/vol1"}, 2, "'/vol1'"},
+      {{"export", "remove"}, 2, "export ID"},
+      {{"export", "frob"}, 2, "export frob"},
+  };
+  for (const auto& c : cases) {
+    std::string joined;
+    for (const auto& w : c.args) joined += w + " ";
+    r = Cli(c.args);
+    EXPECT_EQ(r.exit_code, c.exit) << joined << Describe(r);
+    EXPECT_NE(r.err.find(c.named), std::string::npos) << joined << Describe(r);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << joined << "one line: " << r.err;
+  }
+  // Nothing of that was added.
+  r = Cli({"--json", "export", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(json::parse(r.out)["exports"].size(), 1u) << r.out;
+  r = Cli({"--json", "export", "show", "9"});
+  EXPECT_EQ(json::parse(r.out)["error"]["code"], "NOT_FOUND") << r.out;
+  r = Cli({"export", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("export add"), std::string::npos) << r.out;
+  r = Cli({"export", "add", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--no-root-squash"), std::string::npos) << r.out;
+
+  // The API directly: the same rules.
+  pb::AddExportRequest add;
+  add.set_volume("vol1");
+  add.set_pseudo("/y");
+  add.add_protocols(5);
+  pb::AddExportResponse added;
+  auto s = Call(&pb::Admin::Stub::AddExport, add, &added);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("version 5"), std::string::npos) << s.error_message();
+  pb::GetExportResponse got;
+  EXPECT_EQ(Call(&pb::Admin::Stub::GetExport, pb::GetExportRequest(), &got).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT)
+      << "neither id nor pseudo";
+  pb::RemoveExportRequest rm;
+  pb::RemoveExportResponse removed;
+  EXPECT_EQ(Call(&pb::Admin::Stub::RemoveExport, rm, &removed).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(AdminExportsTest, AnExportedVolumeCannotBeDeleted) {
+  Prepare();
+  ASSERT_EQ(Cli({"export", "add", "vol2"}).exit_code, 0);
+  ASSERT_EQ(Cli({"export", "add", "vol1"}).exit_code, 0);
+  ASSERT_EQ(Cli({"export", "add", "vol1/a", "--pseudo", "/a"}).exit_code, 0);
+  for (auto args :
+       std::vector<std::vector<std::string>>{{"volume", "delete", "vol1"}, {"volume", "delete", "vol1", "--force"}}) {
+    CliResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 6) << Describe(r);
+    EXPECT_NE(r.err.find("exports 2, 3"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("use --force"), std::string::npos) << "force does not help: " << r.err;
+    EXPECT_NE(r.err.find("nasgw export remove"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(DeleteVolume("vol1", true).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Cli({"volume", "show", "vol1"}).exit_code, 0) << "still there";
+  ASSERT_EQ(Cli({"export", "remove", "2"}).exit_code, 0);
+  ASSERT_EQ(Cli({"export", "remove", "3"}).exit_code, 0);
+  CliResult r = Cli({"volume", "delete", "vol1", "--force"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  r = Cli({"--json", "export", "list"});
+  EXPECT_EQ(json::parse(r.out)["exports"].size(), 1u) << r.out;
+}
+
+TEST_F(AdminExportsTest, ExportsPersistAcrossARestartAndTheFileIsRewritten) {
+  Prepare();
+  ASSERT_EQ(Cli({"export", "add", "vol1/a/b", "--clients", "198.18.0.0/15", "--ro"}).exit_code, 0);
+  ASSERT_EQ(Cli({"export", "add", "vol2", "--sec", "krb5", "--protocols", "3"}).exit_code, 0);
+  ASSERT_EQ(Cli({"export", "remove", "1"}).exit_code, 0);
+  CliResult before = Cli({"--json", "export", "list"});
+  ASSERT_EQ(before.exit_code, 0) << Describe(before);
+
+  StopAll();
+  ASSERT_EQ(::unlink(exports_file_.c_str()), 0);
+  StartAll();
+  EXPECT_EQ(Rendered().size(), 1u) << "written when the reserve came online";
+  CliResult after = Cli({"--json", "export", "list"});
+  ASSERT_EQ(after.exit_code, 0) << Describe(after);
+  EXPECT_EQ(json::parse(after.out), json::parse(before.out));
+  EXPECT_EQ(Rendered()[2].One("SecType"), "krb5");
+  CliResult r = Cli({"--json", "export", "add", "vol1"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(json::parse(r.out)["export"]["id"], 3) << "the id counter is kept with the reserve";
+
+  // A forced format starts over: no exports, and the file says so.
+  ASSERT_TRUE(Format("fresh", kMiB, true).ok());
+  EXPECT_TRUE(Rendered().empty()) << ReadText(exports_file_);
+  r = Cli({"--json", "export", "list"});
+  EXPECT_EQ(json::parse(r.out)["exports"].size(), 0u) << r.out;
+}
+
+TEST_F(AdminExportsTest, GaneshaIsSignalledOnlyWhenItIsGanesha) {
+  const std::string pid_file = dir_ + "/ganesha/ganesha.pid";
+  config_.nfs_ganesha_pid_file = pid_file;
+  Prepare();  // no pid file yet: a WARN line, not an error
+
+  FakeProcess other("not-ganesha");
+  ASSERT_EQ(other.Comm(), "not-ganesha");
+  std::ofstream(pid_file) << other.pid() << "\n";
+  CliResult r = Cli({"export", "add", "vol1"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.err, "") << "a pid that is not Ganesha is nasgwd's WARN line, not the admin's error";
+  EXPECT_FALSE(other.HupPending()) << "never signal a process that is not ganesha.nfsd";
+
+  FakeProcess ganesha("ganesha.nfsd");
+  ASSERT_EQ(ganesha.Comm(), "ganesha.nfsd");
+  std::ofstream(pid_file) << ganesha.pid() << "\n";
+  ASSERT_EQ(Cli({"export", "add", "vol2"}).exit_code, 0);
+  EXPECT_TRUE(ganesha.HupPending()) << "SIGHUP after the change";
+  EXPECT_EQ(Rendered().size(), 2u) << "the file was complete before the signal";
+  EXPECT_FALSE(other.HupPending());
+
+  // Removal signals too (a fresh Ganesha, nothing pending yet).
+  FakeProcess ganesha2("ganesha.nfsd");
+  std::ofstream(pid_file) << ganesha2.pid() << "\n";
+  ASSERT_FALSE(ganesha2.HupPending());
+  ASSERT_EQ(Cli({"export", "remove", "1"}).exit_code, 0);
+  EXPECT_TRUE(ganesha2.HupPending());
+}
+
+TEST_F(AdminExportsTest, AnUnwritableFileIsAWarningAndTheChangeStands) {
+  Prepare();
+  ASSERT_EQ(::rename((dir_ + "/ganesha").c_str(), (dir_ + "/gone").c_str()), 0);
+  CliResult r = Cli({"--json", "export", "add", "vol1"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["export"]["id"], 1);
+  EXPECT_NE(j["publish_error"].get<std::string>().find(exports_file_), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("warning: export 1 was added"), std::string::npos) << r.err;
+  // Back in place: the next change writes the whole file.
+  ASSERT_EQ(::rename((dir_ + "/gone").c_str(), (dir_ + "/ganesha").c_str()), 0);
+  r = Cli({"export", "add", "vol2"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(Rendered().size(), 2u);
 }
 
 // ---- TLS

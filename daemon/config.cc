@@ -71,7 +71,7 @@ constexpr size_t kSecretFileBytesMax = 4096;
 constexpr size_t kErrorsShownMax = 10;
 
 constexpr std::string_view kDefaultInitiatorPrefix = "iqn.2026-11.org.nasgw:";
-constexpr std::string_view kSections[] = {"node", "reserve", "head", "admin", "metrics", "shutdown"};
+constexpr std::string_view kSections[] = {"node", "reserve", "head", "admin", "metrics", "shutdown", "nfs"};
 
 // Text from the file as it may appear in a message: control characters as '?'.
 std::string Printable(std::string_view s) {
@@ -655,6 +655,37 @@ void ParseAdmin(const Section& s, Config* c, Errors* errors) {
   }
 }
 
+void ParseNfs(const Section& s, Config* c, Errors* errors) {
+  if (s.String("exports_file", &c->nfs_exports_file) && !c->nfs_exports_file.empty()) {
+    std::string& path = c->nfs_exports_file;
+    if (CheckAbsolutePath("nfs.exports_file", &path, errors)) {
+      // Ganesha's %include takes a path of these characters only.
+      if (path.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/") !=
+          std::string::npos) {
+        errors->Add("nfs.exports_file", Quote(path) +
+                                            " may only contain the characters [A-Za-z0-9._/-] (what Ganesha's "
+                                            "%include accepts)");
+      } else {
+        const size_t slash = path.rfind('/');
+        const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+        struct stat st {};
+        if (path == "/") {
+          errors->Add("nfs.exports_file", "'/' is a directory; name a file");
+        } else if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+          errors->Add("nfs.exports_file", "its directory " + Quote(dir) + " does not exist");
+        } else if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+          errors->Add("nfs.exports_file", Quote(path) + " is a directory; name a file");
+        }
+      }
+    }
+  }
+  if (s.String("ganesha_pid_file", &c->nfs_ganesha_pid_file) && !c->nfs_ganesha_pid_file.empty()) {
+    if (CheckAbsolutePath("nfs.ganesha_pid_file", &c->nfs_ganesha_pid_file, errors) && c->nfs_exports_file.empty()) {
+      errors->Add("nfs.ganesha_pid_file", "set but nfs.exports_file is not (nasgwd signals Ganesha after writing it)");
+    }
+  }
+}
+
 Result<Config> Parse(const std::string& text, const std::string& origin) {
   toml::parse_result parsed = toml::parse(text, origin);
   if (!parsed) {
@@ -671,7 +702,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
     if (known && !value.is_table()) {
       errors.Add(name, "expected a table ([" + name + "]), got " + std::string(Describe(value)));
     } else if (!known && value.is_table()) {
-      errors.Add(name, "unknown section [" + name + "] (known: node, reserve, head, admin, metrics, shutdown)");
+      errors.Add(name, "unknown section [" + name + "] (known: node, reserve, head, admin, metrics, shutdown, nfs)");
     } else if (!known) {
       errors.Add(name, "unknown key at the top level (every key belongs in a section: [node], [reserve], ...)");
     }
@@ -699,6 +730,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   }
   Section shutdown("shutdown", table("shutdown"), {"drain_ms"}, &errors);
   shutdown.Integer("drain_ms", 0, kShutdownDrainMsMax, &c.drain_ms);
+  ParseNfs(Section("nfs", table("nfs"), {"exports_file", "ganesha_pid_file"}, &errors), &c, &errors);
 
   // Defaults that depend on other fields.
   if (c.initiator.empty() && !c.node_name.empty()) {

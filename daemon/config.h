@@ -62,6 +62,16 @@ struct Config {
   // [shutdown]
   uint32_t drain_ms = kShutdownDrainMsDefault;  // 0..kShutdownDrainMsMax
 
+  // [nfs]
+  // Optional: where nasgwd writes the NFS exports as NFS-Ganesha EXPORT
+  // blocks (ganesha.conf %includes it); empty: nasgwd writes nothing. An
+  // absolute path of [A-Za-z0-9._/-] (what %include takes) whose directory
+  // exists.
+  std::string nfs_exports_file;
+  // Optional: ganesha.nfsd's pid file. After writing exports_file nasgwd
+  // sends SIGHUP to that pid if it is a live ganesha.nfsd. Needs exports_file.
+  std::string nfs_ganesha_pid_file;
+
   // The reserve LUN URLs with the CHAP credentials filled in.
   std::vector<std::string> LunUrlsWithChap() const;
 };

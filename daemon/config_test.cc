@@ -726,6 +726,31 @@ TEST_F(ConfigTest, EveryProblemReportedInOneMessage) {
   EXPECT_NE(d.status().message().find("and 5 more"), std::string::npos) << d.status().ToString();
 }
 
+TEST_F(ConfigTest, NfsExportsFileAndGaneshaPidFile) {
+  auto c = Parse(Cfg());
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->nfs_exports_file.empty()) << "off by default: nasgwd renders nothing";
+  EXPECT_TRUE(c->nfs_ganesha_pid_file.empty());
+  c = Parse(Cfg(
+      "", "",
+      "[nfs]\nexports_file = \"" + dir_ + "/nasgw-exports.conf\"\nganesha_pid_file = \"/run/ganesha/ganesha.pid\""));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->nfs_exports_file, dir_ + "/nasgw-exports.conf");
+  EXPECT_EQ(c->nfs_ganesha_pid_file, "/run/ganesha/ganesha.pid");
+  ExpectOk(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "/x.conf\""));
+  ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"exports.conf\""), {"nfs.exports_file: must be an absolute path"});
+  ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "/no/such/dir/x.conf\""),
+                {"nfs.exports_file: its directory", "does not exist"});
+  ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "\""), {"nfs.exports_file:", "is a directory"});
+  ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "/my exports.conf\""),
+                {"nfs.exports_file:", "[A-Za-z0-9._/-]"});
+  ExpectInvalid(Cfg("", "", "[nfs]\nganesha_pid_file = \"/run/ganesha.pid\""),
+                {"nfs.ganesha_pid_file: set but nfs.exports_file is not"});
+  ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "/x.conf\"\nganesha_pid_file = \"ganesha.pid\""),
+                {"nfs.ganesha_pid_file: must be an absolute path"});
+  ExpectInvalid(Cfg("", "", "[nfs]\nexport_file = \"/x\""), {"nfs.export_file: unknown key", "exports_file"});
+}
+
 TEST_F(ConfigTest, ControlCharactersRefused) {
   ExpectInvalid(Cfg("run_dir = \"/run/a\\nb\""), {"node.run_dir: contains a control character"});
   ExpectInvalid(Cfg("state_dir = \"/var/\\u0000x\""), {"node.state_dir: contains a control character"});

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "block/iscsi_device.h"
 #include "block/iscsi_url.h"
+#include "daemon/nfs_exports.h"
 
 #include <sys/stat.h>
 
@@ -215,6 +216,9 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   node->OpenReserveLocked();
   NASGW_LOG(kInfo, "node") << "started" << Kv("node", config.node_name) << Kv("luns", node->devices_.size())
                            << Kv("reserve", ReserveStateName(node->state_)) << Kv("reason", node->reason_);
+  lock.unlock();
+  // A failure is logged; the file is written again at the next change.
+  node->PublishExports().IgnoreError();
   return node;
 }
 
@@ -403,18 +407,23 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
     }
   }
 
-  std::unique_lock<std::shared_mutex> lock(mu_);
-  if (!failed.ok()) {
-    // Whatever the LUNs hold now decides the state.
-    OpenReserveLocked();
-    return failed;
+  {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    if (!failed.ok()) {
+      // Whatever the LUNs hold now decides the state.
+      OpenReserveLocked();
+    } else {
+      reserve_ = std::move(reserve);
+      domain_ = std::move(domain);
+      state_ = ReserveState::kOnline;
+      reason_.clear();
+      NASGW_LOG(kInfo, "node") << "reserve formatted" << Kv("name", name) << Kv("luns", devices.size());
+    }
   }
-  reserve_ = std::move(reserve);
-  domain_ = std::move(domain);
-  state_ = ReserveState::kOnline;
-  reason_.clear();
-  NASGW_LOG(kInfo, "node") << "reserve formatted" << Kv("name", name) << Kv("luns", devices.size());
-  return nasgw::Status();
+  // The reserve came online (a new one without exports, or the old one
+  // again): the exports file follows it.
+  PublishExports().IgnoreError();
+  return failed;
 }
 
 Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
@@ -505,6 +514,67 @@ nasgw::Status Node::DeleteVolume(const std::string& name, bool force) {
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();
   return (*d)->DeleteVolume(name, force);
+}
+
+Result<std::vector<fs::Export>> Node::ListExports() {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->ListExports();
+}
+
+Result<fs::Export> Node::GetExport(uint32_t id) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->GetExport(id);
+}
+
+Result<fs::Export> Node::FindExport(const std::string& pseudo) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->FindExport(pseudo);
+}
+
+Result<fs::Export> Node::AddExport(const fs::Export& spec, std::string* publish_error) {
+  std::lock_guard<std::mutex> lock(exports_mu_);
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  auto e = (*d)->AddExport(spec);
+  if (!e.ok()) return e.status();
+  NASGW_LOG(kInfo, "node") << "export added" << Kv("id", e->id) << Kv("volume", e->volume) << Kv("path", e->path)
+                           << Kv("pseudo", e->pseudo);
+  nasgw::Status p = PublishExportsLocked();
+  if (publish_error) *publish_error = p.ok() ? "" : p.ToString();
+  return e;
+}
+
+Result<fs::Export> Node::RemoveExport(uint32_t id, std::string* publish_error) {
+  std::lock_guard<std::mutex> lock(exports_mu_);
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  auto e = (*d)->RemoveExport(id);
+  if (!e.ok()) return e.status();
+  NASGW_LOG(kInfo, "node") << "export removed" << Kv("id", e->id) << Kv("pseudo", e->pseudo);
+  nasgw::Status p = PublishExportsLocked();
+  if (publish_error) *publish_error = p.ok() ? "" : p.ToString();
+  return e;
+}
+
+nasgw::Status Node::PublishExports() {
+  std::lock_guard<std::mutex> lock(exports_mu_);
+  return PublishExportsLocked();
+}
+
+nasgw::Status Node::PublishExportsLocked() {
+  if (config_.nfs_exports_file.empty()) return nasgw::Status();
+  std::shared_ptr<fs::Domain> d = domain();
+  if (!d) return nasgw::Status();  // not online: the file keeps what it last had
+  auto exports = d->ListExports();
+  if (!exports.ok()) {
+    NASGW_LOG(kError, "nfs") << "cannot read the exports; the exports file is left as it was"
+                             << Kv("error", exports.status().ToString());
+    return exports.status().WithContext("read the exports");
+  }
+  return daemon::PublishExports(config_.nfs_exports_file, config_.nfs_ganesha_pid_file, config_.node_name, *exports);
 }
 
 std::shared_ptr<fs::Domain> Node::domain() const {

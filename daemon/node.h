@@ -12,6 +12,11 @@
 // URL a line, as given, so it may hold a CHAP secret: the directory is 0700
 // and the file 0600), rewritten atomically (temp file, fsync, rename).
 //
+// NFS exports live in the domain (every node that opens it sees them); the
+// node renders them into [nfs] exports_file for NFS-Ganesha
+// (daemon/nfs_exports.h) whenever the reserve comes online and after every
+// export change, and signals ganesha.nfsd to reload.
+//
 // Thread-safety: all methods may be called concurrently. Format and AddLun
 // are serialised with each other; the domain pointer handed to heads stays
 // valid until Shutdown().
@@ -112,6 +117,20 @@ class Node {
   Result<fs::VolumeInfo> SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes);
   nasgw::Status DeleteVolume(const std::string& name, bool force);
 
+  // ---- NFS exports (Unavailable unless the reserve is online; the rules
+  // are fs::Domain's). A change that committed stays committed even if the
+  // exports file cannot be written then: *publish_error (when given) says
+  // why, and the next change or start writes it again.
+  Result<std::vector<fs::Export>> ListExports();
+  Result<fs::Export> GetExport(uint32_t id);
+  Result<fs::Export> FindExport(const std::string& pseudo);
+  Result<fs::Export> AddExport(const fs::Export& spec, std::string* publish_error = nullptr);
+  Result<fs::Export> RemoveExport(uint32_t id, std::string* publish_error = nullptr);
+  // Writes [nfs] exports_file from the online domain's exports and signals
+  // ganesha.nfsd ([nfs] ganesha_pid_file). Nothing when exports_file is not
+  // configured or the reserve is not online.
+  nasgw::Status PublishExports();
+
   // The domain heads act on; null unless online. Shared so a head request in
   // flight keeps it alive through a concurrent Shutdown.
   std::shared_ptr<fs::Domain> domain() const;
@@ -133,12 +152,17 @@ class Node {
   // not online). REQUIRES: mu_ held.
   LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& dev) const;
   Result<std::shared_ptr<fs::Domain>> OnlineDomain() const;
+  // REQUIRES: exports_mu_ held.
+  nasgw::Status PublishExportsLocked();
 
   Config config_;
   LunOpener opener_;
   fs::DomainOptions domain_options_;
   int64_t started_unix_ = 0;
-  mutable std::mutex admin_mu_;  // Format, AddLun; taken before mu_
+  mutable std::mutex admin_mu_;  // Format, AddLun; taken before exports_mu_
+  // Export changes and the exports file, one at a time, so that the file
+  // always follows the last change. Taken before mu_.
+  std::mutex exports_mu_;
   mutable std::shared_mutex mu_;
   std::vector<std::string> added_urls_;  // GUARDED_BY(admin_mu_): <state_dir>/luns, as given
   std::vector<std::string> urls_;        // GUARDED_BY(mu_), configured + added, as opened (may hold secrets)

@@ -3,8 +3,9 @@
 bad configurations, the `nasgw` CLI end to end, the metrics endpoint, and
 garbage on the head socket while a client works.
 
-  daemon_lab.py config --nasgwd BIN --cli BIN
-  daemon_lab.py admin  --nasgwd BIN --cli BIN --fuse BIN
+  daemon_lab.py config  --nasgwd BIN --cli BIN
+  daemon_lab.py admin   --nasgwd BIN --cli BIN --fuse BIN
+  daemon_lab.py exports --nasgwd BIN --cli BIN --fuse BIN
 
 Each command starts its own lab and tears it down even when it fails.
 Prints one line per check and "N passed, N failed".
@@ -12,6 +13,7 @@ Prints one line per check and "N passed, N failed".
 import argparse
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -209,16 +211,187 @@ def cmd_admin(a):
     return c
 
 
+def parse_ganesha(text):
+    """The EXPORT blocks of a Ganesha config text, as Ganesha's grammar reads
+    them: [{"key": [values], "CLIENT": {...}, "FSAL": {...}}, ...]. Raises
+    ValueError on a syntax error."""
+    toks = re.findall(r'"[^"]*"|[{};,=]|[^\s{};,="#]+', re.sub(r"#[^\n]*", "", text))
+    pos = [0]
+
+    def nxt():
+        if pos[0] >= len(toks):
+            raise ValueError("unexpected end")
+        pos[0] += 1
+        return toks[pos[0] - 1]
+
+    def block():
+        if nxt() != "{":
+            raise ValueError("expected {")
+        b = {}
+        while True:
+            key = nxt()
+            if key == "}":
+                return b
+            t = nxt()
+            if t == "{":
+                pos[0] -= 1
+                b[key] = block()
+                continue
+            if t != "=":
+                raise ValueError("expected = after %s" % key)
+            values = []
+            while True:
+                v = nxt()
+                values.append(v[1:-1] if v.startswith('"') else v)
+                sep = nxt()
+                if sep == ";":
+                    break
+                if sep != ",":
+                    raise ValueError("expected , or ; after a value of %s" % key)
+            b[key] = values
+
+    out = []
+    while pos[0] < len(toks):
+        if nxt() != "EXPORT":
+            raise ValueError("expected EXPORT")
+        out.append(block())
+    return out
+
+
+def cmd_exports(a):
+    """NFS exports through the CLI: kept in the reserve's metadata (they
+    survive a restart of nasgwd from the SAN alone), rendered into the
+    Ganesha exports file, and a SIGHUP to ganesha.nfsd (a stand-in: a copy of
+    sleep named ganesha.nfsd, which SIGHUP ends) after every change."""
+    c = Checks()
+    node = Node({"nasgwd": a.nasgwd, "cli": a.cli, "fuse": a.fuse}, luns=2, size="256M", tag="exp")
+    procs = []
+    try:
+        gdir = os.path.join(node.s["dir"], "ganesha")
+        os.makedirs(gdir, exist_ok=True)
+        exports_file = os.path.join(gdir, "nasgw-exports.conf")
+        pid_file = os.path.join(gdir, "ganesha.pid")
+        fake = os.path.join(gdir, "ganesha.nfsd")
+        shutil.copy(shutil.which("sleep"), fake)
+
+        def ganesha(binary=fake):
+            p = subprocess.Popen([binary, "600"])
+            procs.append(p)
+            with open(pid_file, "w") as f:
+                f.write("%d\n" % p.pid)
+            return p
+
+        def hupped(p, timeout=10):
+            try:
+                return p.wait(timeout) == -signal.SIGHUP
+            except subprocess.TimeoutExpired:
+                return False
+
+        def rendered():
+            with open(exports_file) as f:
+                return {int(b["Export_Id"][0]): b for b in parse_ganesha(f.read())}
+
+        extra = '[nfs]\nexports_file = "%s"\nganesha_pid_file = "%s"\n' % (exports_file, pid_file)
+        node.start(extra)
+        node.cli("reserve", "format", "--name", "lab", "--ag-size", "16M")
+        c("the exports file is written when the reserve comes online, empty",
+          os.path.exists(exports_file) and rendered() == {}, node.log_tail())
+        node.cli("volume", "create", "alpha")
+        node.cli("volume", "create", "beta")
+        node.mount("alpha")
+        os.makedirs(os.path.join(node.mount_path, "sub", "dir"))
+        with open(os.path.join(node.mount_path, "file"), "w") as f:
+            f.write("x")
+        node.unmount()
+
+        g = ganesha()
+        node.cli("export", "add", "alpha")
+        c("ganesha.nfsd gets SIGHUP after an export is added", hupped(g), node.log_tail())
+        node.cli("export", "add", "alpha/sub/dir", "--pseudo", "/projects", "--clients", "198.18.2.0/24,198.18.3.7",
+                 "--ro", "--no-root-squash")
+        node.cli("export", "add", "beta", "--sec", "krb5i,sys", "--protocols", "4")
+        lst = node.cli("export", "list", json_out=True)["exports"]
+        c("export list --json shows the three exports with ids 1..3",
+          [e["id"] for e in lst] == [1, 2, 3] and lst[1]["path"] == "/sub/dir" and lst[1]["read_only"], lst)
+        p = node.cli("export", "list")
+        c("export list prints a table", "PSEUDO" in p.stdout and "/projects" in p.stdout, p.stdout)
+        show = node.cli("export", "show", "/projects", json_out=True)
+        c("export show by pseudo path", show["export"]["id"] == 2 and show["export"]["clients"] ==
+          ["198.18.2.0/24", "198.18.3.7"], show)
+        r = rendered()
+        c("the file holds an EXPORT block per export", sorted(r) == [1, 2, 3], r)
+        e2 = r.get(2, {})
+        c("...with the contract's fields",
+          e2.get("Path") == ["/alpha/sub/dir"] and e2.get("Pseudo") == ["/projects"] and
+          e2.get("Protocols") == ["3", "4"] and e2.get("Transports") == ["TCP"] and
+          e2.get("SecType") == ["sys"] and e2.get("Squash") == ["No_Root_Squash"] and
+          e2.get("Access_Type") == ["None"] and
+          e2.get("CLIENT") == {"Clients": ["198.18.2.0/24", "198.18.3.7"], "Access_Type": ["RO"]} and
+          e2.get("FSAL") == {"Name": ["NASGW"]} and r.get(1, {}).get("Path") == ["/alpha"] and
+          r.get(1, {}).get("Access_Type") == ["RW"] and r.get(3, {}).get("SecType") == ["krb5i", "sys"] and
+          r.get(3, {}).get("Protocols") == ["4"], r)
+
+        for args, code, what in [
+                (("export", "add", "alpha/nosuch"), 4, "a sub-path that does not exist: exit 4"),
+                (("export", "add", "alpha/file"), 4, "a sub-path that is a file: exit 4"),
+                (("export", "add", "gamma"), 4, "an unknown volume: exit 4"),
+                (("export", "add", "beta", "--pseudo", "/projects"), 5, "a pseudo path in use: exit 5"),
+                (("export", "add", "beta", "--pseudo", "/b2", "--clients", "198.18.2.1/24"), 2,
+                 "a CIDR with host bits: exit 2"),
+                (("export", "add", "beta", "--pseudo", "/b2", "--sec", "none"), 2, "an unknown sec flavour: exit 2"),
+                (("export", "show", "9"), 4, "showing a missing export: exit 4"),
+                (("volume", "delete", "alpha", "--force"), 6, "deleting an exported volume, even with --force: exit 6")]:
+            p = node.cli(*args, check=False)
+            c(what, p.returncode == code and p.stderr.startswith("nasgw: "), (p.returncode, p.stderr))
+
+        other = ganesha(shutil.which("sleep"))
+        node.cli("export", "remove", "3")
+        c("a pid that is not ganesha.nfsd is never signalled", other.poll() is None, other.returncode)
+        c("...and nasgwd says so in a WARN line", "not signalled" in node.log_tail(), node.log_tail())
+        c("a removed export leaves the file", sorted(rendered()) == [1, 2], rendered())
+        before = node.cli("export", "list", json_out=True)
+
+        # Restart: the exports come from the reserve, the file is rewritten.
+        node.stop()
+        os.remove(exports_file)
+        g = ganesha()
+        node.start(extra)
+        after = node.cli("export", "list", json_out=True)
+        c("exports survive a nasgwd restart", after == before, (before, after))
+        c("the file is written again at start", os.path.exists(exports_file) and sorted(rendered()) == [1, 2],
+          node.log_tail())
+        c("...and ganesha.nfsd is told", hupped(g), node.log_tail())
+        e = node.cli("export", "add", "beta", json_out=True)
+        c("ids are never reused across restarts", e["export"]["id"] == 4, e)
+        node.cli("export", "remove", "1")
+        node.cli("export", "remove", "2")
+        node.cli("export", "remove", "4")
+        p = node.cli("volume", "delete", "alpha", "--force", check=False)
+        c("without exports the volume can be deleted", p.returncode == 0, (p.returncode, p.stderr))
+        c("no exports: the file holds only comments",
+          rendered() == {} and all(l.startswith("#") for l in open(exports_file).read().splitlines() if l.strip()))
+    except Exception:
+        print(node.log_tail())
+        raise
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        node.close()
+    return c
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("config", "admin"):
+    for name in ("config", "admin", "exports"):
         p = sub.add_parser(name)
         p.add_argument("--nasgwd", required=True)
         p.add_argument("--cli", required=True)
         p.add_argument("--fuse")
     a = ap.parse_args()
-    c = {"config": cmd_config, "admin": cmd_admin}[a.cmd](a)
+    c = {"config": cmd_config, "admin": cmd_admin, "exports": cmd_exports}[a.cmd](a)
     print("%d passed, %d failed" % (c.passed, c.failed))
     return 0 if c.failed == 0 and c.passed > 0 else 1
 
