@@ -44,7 +44,7 @@ $(TSAN_DIR)/CMakeCache.txt:
 # head server and client library (HeadTest), the metrics endpoint.
 # (Tests that drive RocksDB's own threads are left out: RocksDB is not built
 # with TSan here, so its internal synchronisation is invisible to it.)
-TSAN_TESTS := ^(Status|Result|Histogram|Crc32c|Coding|Log|IscsiUrl|IscsiOptions|IscsiDevice|ScsiStatus|Backoff|MemDevice|Allocator|MetaFsTest|Label|Reserve|BlockLab|HeadProtocol|Access|ConfigTest|Metrics|MetricsHttp|MetricsHttpStart|HeadTest)\.
+TSAN_TESTS := ^(Status|Result|Histogram|Crc32c|Coding|Log|IscsiUrl|IscsiOptions|IscsiDevice|ScsiStatus|Backoff|MemDevice|Allocator|MetaFsTest|Label|Reserve|BlockLab|HeadProtocol|Access|ConfigTest|Metrics|MetricsHttp|MetricsHttpStart|HeadTest|LockTable)\.
 tsan: deps $(TSAN_DIR)/CMakeCache.txt lab-gc
 	cmake --build $(TSAN_DIR) -j$(JOBS)
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest -j1 --output-on-failure --timeout 600 -R '$(TSAN_TESTS)'

@@ -22,6 +22,13 @@ constexpr uint32_t kHeadConnectionsMax = 4096;
 // reading that socket (backpressure) until replies drain.
 constexpr uint32_t kHeadInflightDefault = 64;
 constexpr uint32_t kHeadInflightMax = 1024;
+// Byte-range locks (ranges) nasgwd holds for all heads, and for one session.
+// A range costs about 100 bytes with the maps around it: 100 MiB at the
+// default. One head session (Ganesha: every NFS client's locks) may hold a
+// quarter, so that a runaway head cannot take every lock from the others.
+constexpr uint32_t kHeadLocksDefault = 1u << 20;
+constexpr uint32_t kHeadLocksMax = 1u << 24;
+constexpr uint32_t kHeadLocksPerSessionDefault = 1u << 18;
 constexpr uint32_t kShutdownDrainMsDefault = 10'000;
 constexpr uint32_t kShutdownDrainMsMax = 600'000;
 
@@ -42,12 +49,14 @@ struct Config {
   uint32_t connect_timeout_ms = 5'000;
 
   // [head]
-  std::string head_socket;                                  // default: <run_dir>/head.sock
-  uint32_t head_socket_mode = 0660;                         // 0600..0777 (octal string "0660" or integer)
-  std::string head_socket_group;                            // empty: nasgwd's group
-  uint32_t head_workers = kHeadWorkersDefault;              // 1..kHeadWorkersMax
-  uint32_t head_max_connections = kHeadConnectionsDefault;  // 1..kHeadConnectionsMax
-  uint32_t head_max_inflight = kHeadInflightDefault;        // 1..kHeadInflightMax per connection
+  std::string head_socket;                                            // default: <run_dir>/head.sock
+  uint32_t head_socket_mode = 0660;                                   // 0600..0777 (octal string "0660" or integer)
+  std::string head_socket_group;                                      // empty: nasgwd's group
+  uint32_t head_workers = kHeadWorkersDefault;                        // 1..kHeadWorkersMax
+  uint32_t head_max_connections = kHeadConnectionsDefault;            // 1..kHeadConnectionsMax
+  uint32_t head_max_inflight = kHeadInflightDefault;                  // 1..kHeadInflightMax per connection
+  uint32_t head_max_locks = kHeadLocksDefault;                        // 1..kHeadLocksMax
+  uint32_t head_max_locks_per_session = kHeadLocksPerSessionDefault;  // 1..kHeadLocksMax
 
   // [admin]
   std::string admin_socket;   // default: <run_dir>/admin.sock (mode 0600)

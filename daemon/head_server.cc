@@ -205,8 +205,9 @@ bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_v
   {
     std::lock_guard<std::mutex> l(mu);
     SessionEntry& e = sessions[r->session];
-    resumed = e.session != nullptr;
-    if (e.session == nullptr) {
+    // A session that said goodbye is over, even if its id comes back.
+    resumed = e.session != nullptr && !e.session->ended.load();
+    if (!resumed) {
       e.session = std::make_shared<HeadSession>();
       e.session->id = r->session;
     }
@@ -344,7 +345,9 @@ void HeadServer::Impl::Send(Conn& c, const proto::FrameHeader& req, const HeadOu
   struct iovec iov[3];
   int n = 1;
   uint8_t hb[proto::kHeaderBytes];
-  if (out.err != 0) {
+  if (out.err == EAGAIN && req.op == Op::kLock) {
+    body = proto::EncodeLockDenied(out.why, out.reply.lock);  // the conflicting lock
+  } else if (out.err != 0) {
     body = proto::EncodeError(out.why);
   } else if (req.op == Op::kRead) {
     proto::EncodeReadPrefix(out.reply.eof, static_cast<uint32_t>(out.data.size()), prefix);
@@ -382,7 +385,10 @@ void HeadServer::Impl::Execute(Task& t) {
   Send(*t.conn, t.header, out);
   const uint64_t ns = NowNs() - t.start_ns;
   n_requests++;
-  if (observer != nullptr) observer->OnRequest(t.header.op, out.volume, out.bytes, ns, out.err);
+  // GOODBYE is the session's, not a volume's.
+  if (observer != nullptr && t.header.op != Op::kGoodbye) {
+    observer->OnRequest(t.header.op, out.volume, out.bytes, ns, out.err);
+  }
   Finish(*t.conn);
 }
 

@@ -33,7 +33,8 @@ struct Fail {
 // the error, so each op reads as a straight line of checks.
 class Exec {
  public:
-  Exec(fs::Domain& d, HeadSession& s, const proto::Request& r, HeadOutcome& out) : d_(d), s_(s), r_(r), out_(out) {
+  Exec(fs::Domain& d, LockTable& locks, HeadSession& s, const proto::Request& r, HeadOutcome& out)
+      : d_(d), locks_(locks), s_(s), r_(r), out_(out) {
     out_.volume = r.h.volume;
   }
 
@@ -89,8 +90,11 @@ class Exec {
   bool AddOpen(uint64_t ino);
   bool Release();
   bool ReadDir();
+  bool Lock();
+  bool Unlock();
 
   fs::Domain& d_;
+  LockTable& locks_;
   HeadSession& s_;
   const proto::Request& r_;
   HeadOutcome& out_;
@@ -102,6 +106,8 @@ bool Exec::Run() {
   switch (r_.op) {
     case Op::kHello:
       return Error(EPROTO, "hello is answered by the transport");
+    case Op::kGoodbye:
+      return Error(EPROTO, "goodbye is answered before the domain is needed");
     case Op::kMount: {
       auto v = d_.FindVolume(r_.name);
       if (!v.ok()) return Error(v.status());
@@ -179,6 +185,11 @@ bool Exec::Run() {
     case Op::kListXattr:
     case Op::kRemoveXattr:
       return Xattr();
+    case Op::kLock:
+    case Op::kTestLock:
+      return Lock();
+    case Op::kUnlock:
+      return Unlock();
   }
   return Error(ENOSYS, "unknown op");
 }
@@ -258,6 +269,7 @@ bool Exec::Open() {
 
 bool Exec::AddOpen(uint64_t ino) {
   std::lock_guard<std::mutex> l(s_.mu);
+  if (s_.ended.load()) return Error(EBADF, "the session has ended (goodbye)");
   std::set<uint64_t>& ids = s_.opens[{r_.h.volume, ino}];
   if (ids.empty()) {
     if (Status s = d_.OpenFile(r_.h.volume, ino); !s.ok()) {
@@ -383,7 +395,76 @@ bool Exec::ReadDir() {
   return true;
 }
 
+proto::LockInfo Describe(const HeldLock& h) {
+  proto::LockInfo l;
+  l.type = h.range.type;
+  l.start = h.range.start;
+  l.length = proto::LockLength(h.range);
+  l.session = h.who.session;
+  l.owner = h.who.owner;
+  return l;
+}
+
+// LOCK and TESTLOCK: regular files only; the caller needs read permission
+// or ownership, whatever the lock type (as knfsd asks of NLM requests).
+bool Exec::Lock() {
+  fs::Attr a;
+  if (!Load(r_.h, a)) return false;
+  if (a.type != fs::FileType::kRegular) return Error(EINVAL, "byte-range locks are for regular files only");
+  if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "lock")) return false;
+  proto::LockRange want{r_.offset, 0, r_.lock_type};
+  if (!proto::LockRangeEnd(r_.offset, r_.length, &want.end)) return Error(EINVAL, "lock range beyond 2^64 - 1");
+  const LockFile file{r_.h.volume, a.ino};
+  const LockOwner who{s_.serial, r_.owner};
+  HeldLock conflict;
+  if (r_.op == Op::kTestLock) {
+    if (locks_.Test(file, who, want, &conflict)) out_.reply.lock = Describe(conflict);
+    return true;
+  }
+  switch (locks_.Lock(file, who, want, &conflict)) {
+    case LockResult::kOk:
+      break;
+    case LockResult::kConflict:
+      out_.reply.lock = Describe(conflict);
+      return Error(EAGAIN, "conflicts with a " +
+                               std::string(conflict.range.type == proto::kLockWrite ? "write" : "read") +
+                               " lock of session " + std::to_string(conflict.who.session) + " owner " +
+                               std::to_string(conflict.who.owner));
+    case LockResult::kNoLocks:
+      return Error(ENOLCK, "too many byte-range locks (head.max_locks, head.max_locks_per_session)");
+  }
+  // EndSession may have run meanwhile: it set `ended` before releasing the
+  // session's locks, so either it released this one or we see the flag.
+  if (s_.ended.load()) {
+    locks_.ReleaseSession(s_.serial);
+    return Error(EBADF, "the session has ended (goodbye)");
+  }
+  return true;
+}
+
+// UNLOCK does not look the handle up (as RELEASE): a lock on a file deleted
+// since can still be released.
+bool Exec::Unlock() {
+  uint64_t end = 0;
+  if (!proto::LockRangeEnd(r_.offset, r_.length, &end)) return Error(EINVAL, "lock range beyond 2^64 - 1");
+  switch (locks_.Unlock({r_.h.volume, r_.h.ino}, {s_.serial, r_.owner}, r_.offset, end)) {
+    case LockResult::kOk:
+    case LockResult::kConflict:
+      return true;
+    case LockResult::kNoLocks:
+      return Error(ENOLCK,
+                   "the unlock would split a lock past the lock limits (head.max_locks, head.max_locks_per_session)");
+  }
+  return true;
+}
+
 }  // namespace
+
+HeadSession::HeadSession()
+    : serial([] {
+        static std::atomic<uint64_t> next{1};
+        return next.fetch_add(1);
+      }()) {}
 
 HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) {
   HeadOutcome out;
@@ -393,23 +474,32 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
     out.why = r.reject_why;
     return out;
   }
+  if (r.op == Op::kGoodbye) {  // needs no domain
+    EndSession(session);
+    return out;
+  }
   std::shared_ptr<fs::Domain> d = domain_();
   if (d == nullptr) {
     out.err = EHOSTUNREACH;
     out.why = "the reserve is not online";
     return out;
   }
-  Exec(*d, session, r, out).Run();
+  Exec(*d, locks_, session, r, out).Run();
   return out;
 }
 
 void HeadService::EndSession(HeadSession& session) {
   std::shared_ptr<fs::Domain> d = domain_();
-  std::lock_guard<std::mutex> l(session.mu);
-  if (d != nullptr) {
-    for (const auto& [file, ids] : session.opens) d->ReleaseFile(file.first, file.second).IgnoreError();
+  {
+    std::lock_guard<std::mutex> l(session.mu);
+    session.ended = true;
+    if (d != nullptr) {
+      for (const auto& [file, ids] : session.opens) d->ReleaseFile(file.first, file.second).IgnoreError();
+    }
+    session.opens.clear();
   }
-  session.opens.clear();
+  // After `ended` is set: a LOCK racing this sees the flag or is released here.
+  locks_.ReleaseSession(session.serial);
 }
 
 }  // namespace nasgw::daemon

@@ -99,7 +99,7 @@ int Run(const Config& cfg) {
 
   Metrics metrics;
   HeadMetrics head_metrics(&metrics, n);
-  HeadService service([n] { return n->domain(); });
+  HeadService service([n] { return n->domain(); }, LockLimits{cfg.head_max_locks, cfg.head_max_locks_per_session});
   HeadServerOptions ho;
   ho.socket_path = cfg.head_socket;
   ho.socket_mode = cfg.head_socket_mode;
@@ -121,7 +121,7 @@ int Run(const Config& cfg) {
     (*node)->Shutdown();
     return 1;
   }
-  AddNodeCollectors(&metrics, n, head->get());
+  AddNodeCollectors(&metrics, n, head->get(), &service);
   std::unique_ptr<MetricsHttpServer> http;
   if (!cfg.metrics_listen.empty()) {
     auto h = MetricsHttpServer::Start(cfg.metrics_listen, &metrics);

@@ -61,8 +61,8 @@ void HeadMetrics::OnRequest(proto::Op op, uint32_t volume, uint64_t bytes, uint6
   node_->head_requests++;
 }
 
-void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head) {
-  metrics->AddCollector([node, head](Metrics::Sink& s) {
+void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, const HeadService* service) {
+  metrics->AddCollector([node, head, service](Metrics::Sink& s) {
     NodeStatus ns = node->Status();
     s.Gauge("nasgw_up", "1 while nasgwd runs.", {{"node", ns.node_name}}, 1);
     s.Gauge("nasgw_uptime_seconds", "Seconds since nasgwd started.", {}, static_cast<double>(ns.uptime_s));
@@ -72,6 +72,10 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head) {
       s.Counter("nasgw_head_requests_total", "Head requests completed.", {}, head->requests());
       s.Counter("nasgw_head_protocol_errors_total", "Head connections closed for a malformed frame.", {},
                 head->protocol_errors());
+    }
+    if (service != nullptr) {
+      s.Gauge("nasgw_head_locks", "Byte-range lock ranges held by the heads' sessions.", {},
+              static_cast<double>(service->locks().size()));
     }
     ReserveStatus r = node->GetReserve();
     for (const char* st : {"unformatted", "online", "failed"}) {

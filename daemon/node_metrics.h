@@ -37,7 +37,8 @@ class HeadMetrics final : public HeadObserver {
   std::map<uint32_t, std::string> names_;                        // GUARDED_BY(mu_)
 };
 
-// Scrape-time gauges and counters of the node, its reserve, volumes and LUNs.
-void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head);
+// Scrape-time gauges and counters of the node, its reserve, volumes and LUNs
+// (and the heads' byte-range locks, with `service`).
+void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, const HeadService* service = nullptr);
 
 }  // namespace nasgw::daemon

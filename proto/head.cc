@@ -122,6 +122,34 @@ Status CheckFlags(uint32_t flags, uint32_t allowed) {
   return Status();
 }
 
+bool LockTypeOk(uint32_t t) {
+  return t == kLockRead || t == kLockWrite;
+}
+// A lock description: u8 type, u64 start, u64 length, u64 session, u64 owner.
+void PutLock(Encoder& e, const LockInfo& l) {
+  e.U8(static_cast<uint8_t>(l.type));
+  e.U64(l.start);
+  e.U64(l.length);
+  e.U64(l.session);
+  e.U64(l.owner);
+}
+// `none_ok`: type 0 (no lock; every other field 0) is allowed.
+LockInfo GetLock(Decoder& d, bool none_ok, bool& ok) {
+  LockInfo l;
+  l.type = d.U8();
+  l.start = d.U64();
+  l.length = d.U64();
+  l.session = d.U64();
+  l.owner = d.U64();
+  uint64_t end = 0;
+  if (l.type == 0) {
+    if (!none_ok || l.start != 0 || l.length != 0 || l.session != 0 || l.owner != 0) ok = false;
+  } else if (!LockTypeOk(l.type) || !LockRangeEnd(l.start, l.length, &end)) {
+    ok = false;
+  }
+  return l;
+}
+
 }  // namespace
 
 const char* OpName(Op op) {
@@ -132,6 +160,8 @@ const char* OpName(Op op) {
       return "mount";
     case Op::kStatfs:
       return "statfs";
+    case Op::kGoodbye:
+      return "goodbye";
     case Op::kLookup:
       return "lookup";
     case Op::kGetAttr:
@@ -174,6 +204,12 @@ const char* OpName(Op op) {
       return "listxattr";
     case Op::kRemoveXattr:
       return "removexattr";
+    case Op::kLock:
+      return "lock";
+    case Op::kUnlock:
+      return "unlock";
+    case Op::kTestLock:
+      return "testlock";
   }
   return "?";
 }
@@ -201,6 +237,10 @@ bool Idempotent(Op op) {
     case Op::kFsync:
     case Op::kGetXattr:
     case Op::kListXattr:
+    case Op::kGoodbye:  // ending an ended session changes nothing
+    case Op::kLock:     // re-locking what the owner holds changes nothing
+    case Op::kUnlock:   // unlocking nothing is fine
+    case Op::kTestLock:
       return true;
     case Op::kCreate:  // a resend could report EEXIST for its own create
     case Op::kLink:
@@ -343,6 +383,23 @@ std::string EncodeRequest(const Request& r) {
       e.Str16(r.name);
       e.Str32(r.value);
       e.U32(r.flags);
+      break;
+    case Op::kGoodbye:
+      break;
+    case Op::kLock:
+    case Op::kTestLock:
+      PutHandle(e, r.h);
+      e.U64(r.owner);
+      e.U8(static_cast<uint8_t>(r.lock_type));
+      e.U64(r.offset);
+      e.U64(r.length);
+      if (r.op == Op::kLock) e.U32(r.flags);
+      break;
+    case Op::kUnlock:
+      PutHandle(e, r.h);
+      e.U64(r.owner);
+      e.U64(r.offset);
+      e.U64(r.length);
       break;
   }
   return e.Release();
@@ -519,11 +576,32 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       s = CheckFlags(r.flags, kXattrCreate | kXattrReplace);
       if (s.ok() && r.flags == (kXattrCreate | kXattrReplace)) s = Bad("xattr create and replace both set");
       break;
+    case Op::kGoodbye:
+      break;
+    case Op::kLock:
+    case Op::kTestLock:
+    case Op::kUnlock: {
+      r.h = GetHandle(d);
+      r.owner = d.U64();
+      if (op != Op::kUnlock) r.lock_type = d.U8();
+      r.offset = d.U64();
+      r.length = d.U64();
+      if (op == Op::kLock) r.flags = d.U32();
+      if (!d.ok()) break;
+      uint64_t end = 0;
+      if (op != Op::kUnlock && !LockTypeOk(r.lock_type))
+        s = Bad("lock type must be 1 (read) or 2 (write)");
+      else if (!(s = CheckFlags(r.flags, kLockFlagsAll)).ok())
+        break;
+      else if (!LockRangeEnd(r.offset, r.length, &end))
+        Reject(r, EINVAL, "lock range ends beyond the largest offset (2^64 - 1)");
+      break;
+    }
   }
   if (!s.ok()) return s;
   if (!d.ok()) return Bad(std::string("truncated ") + OpName(op) + " request");
   if (!d.done()) return Bad(std::string("trailing bytes after ") + OpName(op) + " request");
-  if (op != Op::kHello && op != Op::kMount && op != Op::kStatfs) {
+  if (op != Op::kHello && op != Op::kMount && op != Op::kStatfs && op != Op::kGoodbye) {
     if (Status hs = CheckHandle(r.h, "handle"); !hs.ok()) return hs;
   }
   return r;
@@ -573,6 +651,12 @@ std::string EncodeReply(Op op, const Reply& r) {
     case Op::kFsync:
     case Op::kSetXattr:
     case Op::kRemoveXattr:
+    case Op::kGoodbye:
+    case Op::kLock:
+    case Op::kUnlock:
+      break;
+    case Op::kTestLock:
+      PutLock(e, r.lock);
       break;
     case Op::kReadLink:
     case Op::kFindCaseless:
@@ -659,6 +743,12 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
     case Op::kFsync:
     case Op::kSetXattr:
     case Op::kRemoveXattr:
+    case Op::kGoodbye:
+    case Op::kLock:
+    case Op::kUnlock:
+      break;
+    case Op::kTestLock:
+      r.lock = GetLock(d, /*none_ok=*/true, ok);
       break;
     case Op::kReadLink:
     case Op::kFindCaseless:
@@ -702,7 +792,7 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
       break;
     }
   }
-  if (!ok) return Bad(std::string("bad attributes in ") + OpName(op) + " reply");
+  if (!ok) return Bad(std::string("bad attributes or lock in ") + OpName(op) + " reply");
   if (!d.done()) return Bad(std::string("malformed ") + OpName(op) + " reply");
   return r;
 }
@@ -730,6 +820,32 @@ std::string DecodeError(std::string_view payload) {
   std::string m = d.Str16();
   if (!d.ok()) return "(no message)";
   return m.substr(0, kMessageMax);
+}
+
+bool LockRangeEnd(uint64_t start, uint64_t length, uint64_t* end) {
+  if (length == 0) {
+    *end = kLockEnd;
+    return true;
+  }
+  if (length - 1 > kLockEnd - start) return false;
+  *end = start + (length - 1);
+  return true;
+}
+
+std::string EncodeLockDenied(std::string_view message, const LockInfo& conflict) {
+  Encoder e;
+  e.Str16(message.substr(0, kMessageMax));
+  PutLock(e, conflict);
+  return e.Release();
+}
+
+Result<LockInfo> DecodeLockDenied(std::string_view payload) {
+  Decoder d(payload);
+  (void)d.Str16();
+  bool ok = true;
+  LockInfo l = GetLock(d, /*none_ok=*/false, ok);
+  if (!d.ok() || !ok || !d.done()) return Bad("malformed lock conflict in a lock reply");
+  return l;
 }
 
 }  // namespace nasgw::proto

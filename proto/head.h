@@ -15,7 +15,10 @@
 // Requests may be pipelined: replies come back in any order, matched by id.
 // Opens are named by a client-chosen id, so that an OPEN and the RELEASE of
 // an earlier open of the same file may arrive in either order (over
-// different connections) and a resent one changes nothing.
+// different connections) and a resent one changes nothing. Byte-range locks
+// (LOCK, UNLOCK, TESTLOCK) belong to a (session, owner) and follow POSIX
+// rules; they are idempotent too, and end with the session (GOODBYE, or the
+// grace time after the last connection closed).
 // A request's payload starts with the caller's credentials; then the op's
 // arguments. A failed reply's payload is a message (Str16) only. Integers are
 // little-endian; strings are a u16 length and bytes (no NUL). Decoding is
@@ -60,6 +63,7 @@ enum class Op : uint16_t {
   kHello = 1,  // must be first on a connection
   kMount = 2,  // volume name -> volume id, root
   kStatfs = 3,
+  kGoodbye = 4,  // a clean close: the session ends now (its opens and locks are released)
   kLookup = 10,
   kGetAttr = 11,
   kSetAttr = 12,
@@ -81,6 +85,9 @@ enum class Op : uint16_t {
   kSetXattr = 41,
   kListXattr = 42,
   kRemoveXattr = 43,
+  kLock = 50,  // byte-range locks, arbitrated by nasgwd (non-blocking)
+  kUnlock = 51,
+  kTestLock = 52,
 };
 const char* OpName(Op op);  // "?" for an unknown value
 bool KnownOp(uint16_t op);
@@ -122,6 +129,11 @@ constexpr uint32_t kReadDirPlus = 1;  // attributes with every entry
 constexpr uint32_t kWriteStable = 1;  // FILE_SYNC: durable on reply (today every write is)
 // SetXattr flags (as XATTR_CREATE, XATTR_REPLACE).
 constexpr uint32_t kXattrCreate = 1, kXattrReplace = 2;
+// Lock types (LOCK, TESTLOCK, and a lock description's type; 0 there: none).
+constexpr uint32_t kLockRead = 1, kLockWrite = 2;
+// LOCK flags: none defined yet (room for "reclaim" and "wait"); any bit set
+// is a protocol error.
+constexpr uint32_t kLockFlagsAll = 0;
 
 using SessionId = std::array<uint8_t, 16>;
 
@@ -142,8 +154,14 @@ struct Request {
   uint32_t mode = 0;                        // CREATE
   fs::SetAttr set;                          // SETATTR (with set_mask)
   uint32_t set_mask = 0;
-  SessionId session{};    // HELLO
-  uint64_t open_id = 0;   // OPEN, RELEASE, CREATE with kCreateOpen: the client's id for this open
+  SessionId session{};   // HELLO
+  uint64_t open_id = 0;  // OPEN, RELEASE, CREATE with kCreateOpen: the client's id for this open
+  // LOCK, UNLOCK, TESTLOCK: the head's lock owner (opaque, scoped to the
+  // session), the lock type (not UNLOCK), and the range: `offset` is its
+  // start, `length` its bytes (0: to the end of the file).
+  uint64_t owner = 0;
+  uint32_t lock_type = 0;
+  uint64_t length = 0;
   std::string_view data;  // WRITE bytes, in place in the payload
   // A well-formed request whose values the file system refuses (a name
   // longer than 255 bytes, with '/', an xattr value over 64 KiB): answered
@@ -163,6 +181,23 @@ struct VolumeRoot {
   uint32_t record_bytes = 0;
   fs::Attr root;
 };
+
+// A byte-range lock as the protocol describes it: the conflicting lock of a
+// TESTLOCK reply or of a LOCK refused with EAGAIN. `session` is nasgwd's
+// number for the holder's session (not its id: that would let a head join
+// another's session) and `owner` the holder's owner; both are for display.
+struct LockInfo {
+  uint32_t type = 0;  // kLockRead, kLockWrite; 0: none (TESTLOCK found no conflict; the rest is 0)
+  uint64_t start = 0;
+  uint64_t length = 0;  // 0: to the end of the file
+  uint64_t session = 0;
+  uint64_t owner = 0;
+};
+
+// The last byte of the range [start, start + length) (length 0: to the
+// end, kLockEnd), or false when it would lie beyond 2^64 - 1.
+constexpr uint64_t kLockEnd = UINT64_MAX;
+bool LockRangeEnd(uint64_t start, uint64_t length, uint64_t* end);
 
 struct Hello {
   std::string node_name;
@@ -186,6 +221,7 @@ struct Reply {
   fs::StatFs statfs;                  // STATFS
   VolumeRoot volume;                  // MOUNT
   Hello hello;                        // HELLO
+  LockInfo lock;                      // TESTLOCK: the conflicting lock (type 0: none)
 };
 
 std::string EncodeReply(Op op, const Reply& r);
@@ -201,5 +237,9 @@ Result<std::pair<bool, uint32_t>> DecodeReadPrefix(const uint8_t in[kReadPrefixB
 // A failed reply's payload.
 std::string EncodeError(std::string_view message);
 std::string DecodeError(std::string_view payload);  // best effort, never fails
+// A LOCK refused with EAGAIN: the message, then the conflicting lock (its
+// type is 1 or 2). Decoding is strict.
+std::string EncodeLockDenied(std::string_view message, const LockInfo& conflict);
+Result<LockInfo> DecodeLockDenied(std::string_view payload);
 
 }  // namespace nasgw::proto

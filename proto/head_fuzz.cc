@@ -12,8 +12,8 @@
 
 namespace {
 
-constexpr uint16_t kOps[] = {1,  2,  3,  10, 11, 12, 13, 20, 21, 22, 23, 24,
-                             25, 26, 27, 30, 31, 32, 33, 34, 40, 41, 42, 43};
+constexpr uint16_t kOps[] = {1,  2,  3,  4,  10, 11, 12, 13, 20, 21, 22, 23, 24, 25,
+                             26, 27, 30, 31, 32, 33, 34, 40, 41, 42, 43, 50, 51, 52};
 
 void Check(bool ok) {
   if (!ok) std::abort();
@@ -49,5 +49,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (size >= 1 + kReadPrefixBytes) (void)DecodeReadPrefix(data + 1, static_cast<uint32_t>(size), 1u << 20);
   (void)DecodeError(payload);
+  // A LOCK refused with EAGAIN carries the conflict after the message.
+  auto denied = DecodeLockDenied(payload);
+  if (denied.ok()) {
+    auto again = DecodeLockDenied(EncodeLockDenied(DecodeError(payload), *denied));
+    Check(again.ok());
+    Check(EncodeLockDenied("", *again) == EncodeLockDenied("", *denied));
+  }
   return 0;
 }

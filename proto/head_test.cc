@@ -209,6 +209,116 @@ TEST(HeadProtocol, RepliesRoundTrip) {
   EXPECT_EQ(DecodeError("x"), "(no message)");
 }
 
+TEST(HeadProtocol, LockRequestsRoundTripAndAreStrict) {
+  std::string keep;
+  Request r = Base(Op::kLock);
+  r.owner = 0xfeedface12345678ull;
+  r.lock_type = kLockWrite;
+  r.offset = 4096;
+  r.length = 0;  // to the end of the file
+  Request d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.owner, r.owner);
+  EXPECT_EQ(d.lock_type, kLockWrite);
+  EXPECT_EQ(d.offset, 4096u);
+  EXPECT_EQ(d.length, 0u);
+  EXPECT_EQ(d.reject, 0);
+  // The field layout: handle, u64 owner, u8 type, u64 start, u64 length, u32 flags.
+  EXPECT_EQ(keep.size(), EncodeRequest(Base(Op::kGetAttr)).size() + 8 + 1 + 8 + 8 + 4);
+  r.op = Op::kTestLock;
+  r.lock_type = kLockRead;
+  r.length = 10;
+  d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.lock_type, kLockRead);
+  EXPECT_EQ(d.length, 10u);
+  EXPECT_EQ(keep.size(), EncodeRequest(Base(Op::kGetAttr)).size() + 8 + 1 + 8 + 8);
+  Request u = Base(Op::kUnlock);
+  u.owner = 3;
+  u.offset = 1;
+  u.length = ~0ull;  // ends exactly at 2^64 - 1
+  d = RoundTrip(u, &keep);
+  EXPECT_EQ(d.owner, 3u);
+  EXPECT_EQ(d.length, ~0ull);
+  EXPECT_EQ(keep.size(), EncodeRequest(Base(Op::kGetAttr)).size() + 8 + 8 + 8);
+  Request g = Base(Op::kGoodbye);
+  g.h = {};
+  RoundTrip(g, &keep);
+
+  // Protocol errors: an unknown type, flags, a handle with inode 0, truncation.
+  r = Base(Op::kLock);
+  r.lock_type = 3;
+  EXPECT_FALSE(DecodeRequest(Op::kLock, EncodeRequest(r)).ok());
+  r.lock_type = 0;
+  EXPECT_FALSE(DecodeRequest(Op::kLock, EncodeRequest(r)).ok());
+  r.lock_type = kLockRead;
+  r.flags = 1;  // no flags defined yet
+  EXPECT_FALSE(DecodeRequest(Op::kLock, EncodeRequest(r)).ok());
+  r.flags = 0;
+  r.h.ino = 0;
+  EXPECT_FALSE(DecodeRequest(Op::kLock, EncodeRequest(r)).ok());
+  r.h.ino = 42;
+  std::string p = EncodeRequest(r);
+  EXPECT_FALSE(DecodeRequest(Op::kLock, p.substr(0, p.size() - 1)).ok());
+  EXPECT_FALSE(DecodeRequest(Op::kLock, p + "x").ok());
+  EXPECT_FALSE(DecodeRequest(Op::kGoodbye, EncodeRequest(Base(Op::kGoodbye)) + "x").ok());
+  // A range beyond 2^64 - 1 is well-formed but refused: EINVAL, the
+  // connection stays.
+  r.offset = 2;
+  r.length = ~0ull;
+  auto e = DecodeRequest(Op::kLock, EncodeRequest(r));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->reject, EINVAL);
+  u.offset = ~0ull;
+  u.length = 2;
+  EXPECT_EQ(DecodeRequest(Op::kUnlock, EncodeRequest(u))->reject, EINVAL);
+  u.length = 1;  // the last byte alone
+  EXPECT_EQ(DecodeRequest(Op::kUnlock, EncodeRequest(u))->reject, 0);
+
+  for (Op op : {Op::kLock, Op::kUnlock, Op::kTestLock, Op::kGoodbye}) {
+    EXPECT_TRUE(Idempotent(op)) << OpName(op);
+    EXPECT_TRUE(KnownOp(static_cast<uint16_t>(op)));
+  }
+  EXPECT_STREQ(OpName(Op::kTestLock), "testlock");
+}
+
+TEST(HeadProtocol, LockRepliesRoundTripAndAreStrict) {
+  Reply r;
+  r.lock = {kLockWrite, 100, 0, 7, 0xabcdefull};
+  auto d = DecodeReply(Op::kTestLock, EncodeReply(Op::kTestLock, r));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->lock.type, kLockWrite);
+  EXPECT_EQ(d->lock.start, 100u);
+  EXPECT_EQ(d->lock.length, 0u);
+  EXPECT_EQ(d->lock.session, 7u);
+  EXPECT_EQ(d->lock.owner, 0xabcdefull);
+  EXPECT_EQ(EncodeReply(Op::kTestLock, r).size(), 33u);
+  // Nothing conflicts: type 0, every other field 0.
+  d = DecodeReply(Op::kTestLock, EncodeReply(Op::kTestLock, Reply{}));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->lock.type, 0u);
+  Reply bad;
+  bad.lock = {0, 5, 0, 0, 0};  // no lock, but a start
+  EXPECT_FALSE(DecodeReply(Op::kTestLock, EncodeReply(Op::kTestLock, bad)).ok());
+  bad.lock = {3, 0, 0, 1, 1};  // unknown type
+  EXPECT_FALSE(DecodeReply(Op::kTestLock, EncodeReply(Op::kTestLock, bad)).ok());
+  bad.lock = {kLockRead, ~0ull, 2, 1, 1};  // beyond 2^64 - 1
+  EXPECT_FALSE(DecodeReply(Op::kTestLock, EncodeReply(Op::kTestLock, bad)).ok());
+  EXPECT_TRUE(DecodeReply(Op::kLock, "").ok());
+  EXPECT_FALSE(DecodeReply(Op::kLock, "x").ok());
+  EXPECT_TRUE(DecodeReply(Op::kUnlock, "").ok());
+  EXPECT_TRUE(DecodeReply(Op::kGoodbye, "").ok());
+
+  // A LOCK refused with EAGAIN: the message, then the conflicting lock.
+  const std::string denied = EncodeLockDenied("conflicts", r.lock);
+  EXPECT_EQ(DecodeError(denied), "conflicts");  // still reads as an error message
+  auto c = DecodeLockDenied(denied);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->owner, 0xabcdefull);
+  EXPECT_EQ(c->type, kLockWrite);
+  EXPECT_FALSE(DecodeLockDenied(EncodeError("conflicts")).ok());  // no lock
+  EXPECT_FALSE(DecodeLockDenied(denied + "x").ok());
+  EXPECT_FALSE(DecodeLockDenied(EncodeLockDenied("m", Reply{}.lock)).ok());  // type 0 is no conflict
+}
+
 // Random bytes never crash the decoders (the libFuzzer target runs the same
 // function far longer; this keeps a quick version in every build).
 TEST(HeadProtocol, RandomPayloadsNeverCrash) {
@@ -216,10 +326,12 @@ TEST(HeadProtocol, RandomPayloadsNeverCrash) {
   for (int i = 0; i < 20000; i++) {
     std::string p(rng() % 200, '\0');
     for (auto& c : p) c = static_cast<char>(rng());
-    const Op op = static_cast<Op>(std::vector<uint16_t>{1,  2,  3,  10, 11, 12, 13, 20, 21, 22, 23, 24,
-                                                        25, 26, 27, 30, 31, 32, 33, 34, 40, 41, 42, 43}[rng() % 24]);
+    static const std::vector<uint16_t> kOps = {1,  2,  3,  4,  10, 11, 12, 13, 20, 21, 22, 23, 24, 25,
+                                               26, 27, 30, 31, 32, 33, 34, 40, 41, 42, 43, 50, 51, 52};
+    const Op op = static_cast<Op>(kOps[rng() % kOps.size()]);
     (void)DecodeRequest(op, p);
     (void)DecodeReply(op, p);
+    (void)DecodeLockDenied(p);
   }
 }
 

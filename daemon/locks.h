@@ -1,0 +1,107 @@
+// LockTable: nasgwd's byte-range locks, one table for every head, so that
+// NFS (NLM and NFSv4 through Ganesha), SMB and FUSE clients see each other's
+// locks. Heads take locks with LOCK, UNLOCK and TESTLOCK (head protocol).
+//
+// A lock belongs to an owner: a (session, owner) pair, the session being
+// nasgwd's number for the head's session and the owner a u64 the head
+// chose (an NLM or NFSv4 lock owner, a Samba file handle...). Within one
+// owner the rules are POSIX's (proto/lock_range.h): a new lock replaces the
+// owner's overlapping ranges, merges with adjacent ones of its type, and an
+// unlock splits. Two owners conflict when their ranges overlap and either
+// lock is a write lock. Locks are non-blocking: a conflict is reported at
+// once (the head retries, or blocks its own client); there is no wait queue.
+//
+// Locks are advisory: READ and WRITE do not look at them. They are keyed by
+// (volume, inode) (inode numbers are never reused) and are not tied to
+// opens; they end when their owner unlocks them or when the session ends
+// (ReleaseSession).
+//
+// Bounded: at most `per_session` ranges per session and `total` in the
+// table; an operation that would go past either (a lock, or an unlock that
+// splits a range) is refused with kNoLocks (ENOLCK, as fcntl).
+//
+// Cost: the ranges of a file are scanned linearly for conflicts (as Linux's
+// fs/locks.c walks an inode's POSIX locks), so an operation costs in
+// proportion to the locks held on that one file.
+//
+// Thread-safe: one mutex, a leaf (held alone, and nothing is called under it).
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "daemon/config.h"
+#include "proto/lock_range.h"
+
+namespace nasgw::daemon {
+
+// Limits of the lock table: head.max_locks, head.max_locks_per_session
+// (daemon/config.h says why these defaults).
+struct LockLimits {
+  uint32_t total = kHeadLocksDefault;
+  uint32_t per_session = kHeadLocksPerSessionDefault;
+};
+
+struct LockOwner {
+  uint64_t session = 0;
+  uint64_t owner = 0;
+  auto operator<=>(const LockOwner&) const = default;
+};
+
+using LockFile = std::pair<uint32_t, uint64_t>;  // volume, inode
+
+struct HeldLock {
+  LockOwner who;
+  proto::LockRange range;
+};
+
+enum class LockResult {
+  kOk,
+  kConflict,  // another owner holds a conflicting lock (EAGAIN)
+  kNoLocks,   // past a limit (ENOLCK); nothing changed
+};
+
+class LockTable {
+ public:
+  explicit LockTable(LockLimits limits = {});
+
+  // Locks `lock` for `who`. On kConflict, *conflict (if given) is the
+  // conflicting lock with the lowest start; nothing changed.
+  LockResult Lock(const LockFile& file, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict);
+  // Unlocks [start, end] of who's locks (nothing held there is fine).
+  LockResult Unlock(const LockFile& file, const LockOwner& who, uint64_t start, uint64_t end);
+  // Whether `lock` would conflict with another owner's; *conflict as Lock.
+  bool Test(const LockFile& file, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict) const;
+  // Releases every lock of the session.
+  void ReleaseSession(uint64_t session);
+
+  size_t size() const;                                      // ranges held, all sessions
+  size_t SessionSize(uint64_t session) const;               // ranges held by one session
+  std::vector<HeldLock> Locks(const LockFile& file) const;  // by owner, then start
+
+ private:
+  struct File {
+    std::map<LockOwner, std::vector<proto::LockRange>> owners;  // never an empty vector
+  };
+  struct Session {
+    size_t ranges = 0;
+    std::map<LockFile, size_t> files;  // ranges per file, never 0
+  };
+
+  bool FindConflict(const File& f, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict) const;
+  // Replaces who's ranges in `file` with `ranges` if the limits allow.
+  LockResult Commit(const LockFile& file, const LockOwner& who, std::vector<proto::LockRange> ranges);
+
+  const LockLimits limits_;
+  mutable std::mutex mu_;
+  std::map<LockFile, File> files_;        // GUARDED_BY(mu_)
+  std::map<uint64_t, Session> sessions_;  // GUARDED_BY(mu_)
+  size_t total_ = 0;                      // GUARDED_BY(mu_)
+};
+
+}  // namespace nasgw::daemon
