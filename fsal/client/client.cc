@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "fsal/client/nasgw_client.h"
 #include "proto/head.h"
+#include "proto/lock_range.h"
 #include "proto/stream.h"
 
 #include <sys/socket.h>
@@ -43,6 +45,8 @@ thread_local bool t_reader = false;
 
 constexpr uint32_t kResendMax = 8;
 constexpr int kHandshakeTimeoutS = 10;
+// How long nasgw_client_close waits for nasgwd to end the session.
+constexpr int kGoodbyeTimeoutMs = 2000;
 
 struct Call {
   Op op = Op::kHello;
@@ -90,6 +94,25 @@ struct OpenEntry {
   proto::Creds creds;
 };
 
+// The byte-range locks one owner holds on one file, as nasgwd granted them
+// (the same arithmetic as nasgwd's table: proto/lock_range.h).
+struct OwnerLocks {
+  std::vector<proto::LockRange> ranges;
+  proto::Creds creds;  // of the owner's latest lock call: taking the locks again uses them
+  bool lost = false;   // they could not be taken again on a nasgwd that lost the session
+};
+struct LockedFile {
+  uint64_t gen = 0;
+  std::map<uint64_t, OwnerLocks> owners;  // by owner; never empty ranges unless lost
+};
+
+// Errors with which nasgwd refuses a lock for good (it stays lost); any
+// other error while re-locking is nasgwd not being ready, and the next
+// connection tries again.
+bool LockRefused(int err) {
+  return err == EAGAIN || err == ENOLCK || err == EACCES || err == EPERM || err == EINVAL;
+}
+
 void Lost(Client* client, const CallPtr& call);
 
 class Conn {
@@ -107,6 +130,11 @@ class Conn {
  private:
   void Loop();
   bool Connect();
+  using Exchange = std::function<bool(Op, const std::string&, uint64_t, proto::Reply*, int*)>;
+  // Takes the client's byte-range locks again on a nasgwd that lost the
+  // session; false when the connection must be dropped (and tried again).
+  // REQUIRES: client_->open_mu held.
+  bool Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload);
   bool ReadReplies();
   void Fail();
   void Forget(int fd);  // closes a socket whose handshake failed
@@ -144,7 +172,13 @@ class Client {
   std::atomic<uint64_t> next_open_id{1};
   bool reopen_pending = false;  // GUARDED_BY(open_mu): opens still to be sent to a nasgwd that lost them
   std::mutex open_mu;           // taken before mu
-  std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens;  // GUARDED_BY(open_mu)
+  std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens;   // GUARDED_BY(open_mu)
+  std::map<std::pair<uint32_t, uint64_t>, LockedFile> locks;  // GUARDED_BY(open_mu)
+  // Bumped (under open_mu) when opens and locks start being taken again on
+  // a nasgwd that lost the session: a lock call that was out meanwhile may
+  // have been granted by the old nasgwd and missed by the re-lock, so it is
+  // sent again (nasgw_lock, nasgw_unlock).
+  uint64_t relock_epoch = 0;  // GUARDED_BY(open_mu)
 
   void Submit(const CallPtr& call) {
     if (call->invalid != 0) {
@@ -241,7 +275,43 @@ class Client {
     if (call->err != 0) t_message = call->why;
     return -call->err;
   }
+
+  // Ends the session on nasgwd (its opens and locks are released at once),
+  // over a connection that is up now, waiting at most kGoodbyeTimeoutMs.
+  // With none up there is nobody to tell: nasgwd ends the session when its
+  // grace time runs out.
+  void Goodbye();
 };
+
+void Client::Goodbye() {
+  proto::Request r;
+  r.op = Op::kGoodbye;
+  r.creds.uid = ::geteuid();  // our own: nasgwd accepts them from any peer
+  r.creds.gid = ::getegid();
+  auto call = std::make_shared<Call>();
+  call->op = Op::kGoodbye;
+  call->payload = proto::EncodeRequest(r);
+  // The call may complete after we stopped waiting (a resend failed by the
+  // close): the state it touches is shared, not on this stack.
+  struct Wait {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto w = std::make_shared<Wait>();
+  call->done = [w](Call&) {
+    std::lock_guard<std::mutex> l(w->m);
+    w->done = true;
+    w->cv.notify_all();
+  };
+  bool sent = false;
+  for (auto& k : conns) {
+    if ((sent = k->Send(call))) break;
+  }
+  if (!sent) return;
+  std::unique_lock<std::mutex> l(w->m);
+  w->cv.wait_for(l, std::chrono::milliseconds(kGoodbyeTimeoutMs), [&] { return w->done; });
+}
 
 void Conn::Kick() {
   std::lock_guard<std::mutex> l(mu_);
@@ -301,6 +371,7 @@ bool Conn::Connect() {
     return false;
   }
   // A synchronous exchange on the new socket.
+  std::string error_payload;  // the last error reply's payload
   auto exchange = [&](Op op, const std::string& payload, uint64_t id, proto::Reply* reply, int* err) {
     if (!SendFrame(fd, op, id, payload, nullptr, 0)) return false;
     uint8_t hb[proto::kHeaderBytes];
@@ -310,7 +381,10 @@ bool Conn::Connect() {
     std::string p(h->length, '\0');
     if (!ReadFull(fd, p.data(), p.size())) return false;
     *err = static_cast<int>(h->status);
-    if (*err != 0) return true;
+    if (*err != 0) {
+      error_payload = std::move(p);
+      return true;
+    }
     auto r = proto::DecodeReply(op, p);
     if (!r.ok()) return false;
     *reply = std::move(*r);
@@ -333,6 +407,7 @@ bool Conn::Connect() {
   std::unique_lock<std::mutex> opens_lock(client_->open_mu);
   if (!reply.hello.resumed) client_->reopen_pending = true;
   if (client_->reopen_pending) {
+    client_->relock_epoch++;
     // nasgwd does not know this session (it restarted, or the session's
     // grace time ran out), or an earlier re-open did not finish: open again
     // what we hold open (opens are idempotent by id). A file deleted
@@ -355,6 +430,10 @@ bool Conn::Connect() {
         }
       }
     }
+    if (!Relock(exchange, id, error_payload)) {
+      Forget(fd);
+      return false;
+    }
     client_->reopen_pending = false;
   }
   opens_lock.unlock();
@@ -370,6 +449,65 @@ bool Conn::Connect() {
   }
   fd_ = fd;
   up_ = true;
+  return true;
+}
+
+bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload) {
+  auto& files = client_->locks;
+  for (auto fit = files.begin(); fit != files.end();) {
+    const auto [vol, ino] = fit->first;
+    LockedFile& file = fit->second;
+    bool gone = false;  // the file was deleted meanwhile: its locks go with it
+    for (auto& [owner, held] : file.owners) {
+      for (const proto::LockRange& r : held.ranges) {
+        if (held.lost) break;
+        proto::Request q;
+        q.op = Op::kLock;
+        q.creds = held.creds;
+        q.h = {vol, ino, file.gen};
+        q.owner = owner;
+        q.lock_type = r.type;
+        q.offset = r.start;
+        q.length = proto::LockLength(r);
+        proto::Reply ignored;
+        int err = 0;
+        if (!exchange(Op::kLock, proto::EncodeRequest(q), id++, &ignored, &err)) return false;
+        if (err == 0) continue;
+        if (err == ESTALE || err == ENOENT) {
+          gone = true;
+          break;
+        }
+        if (!LockRefused(err)) return false;  // nasgwd not ready (EHOSTUNREACH...): the next connection retries
+        NASGW_LOG(kWarn, "client") << "lock lost: nasgwd lost the session and refused the lock again"
+                                   << Kv("volume", vol) << Kv("ino", ino) << Kv("owner", owner)
+                                   << Kv("type", r.type == proto::kLockWrite ? "write" : "read") << Kv("start", r.start)
+                                   << Kv("length", proto::LockLength(r)) << Kv("errno", err)
+                                   << Kv("why", proto::DecodeError(error_payload));
+        held.lost = true;
+        break;
+      }
+      if (gone) break;
+      if (held.lost && !held.ranges.empty()) {
+        // The owner holds all of its locks on the file or none: release the
+        // ones taken again before the refusal (on a later connection if this
+        // one fails now).
+        proto::Request u;
+        u.op = Op::kUnlock;
+        u.creds = held.creds;
+        u.h = {vol, ino, file.gen};
+        u.owner = owner;
+        proto::Reply ignored;
+        int err = 0;
+        if (!exchange(Op::kUnlock, proto::EncodeRequest(u), id++, &ignored, &err) || err != 0) return false;
+        held.ranges.clear();
+      }
+    }
+    if (gone) {
+      fit = files.erase(fit);
+    } else {
+      ++fit;
+    }
+  }
   return true;
 }
 
@@ -415,6 +553,14 @@ bool Conn::ReadReplies() {
       if (!ReadFull(fd_, p.data(), p.size())) {
         Lost(client_, call);
         return false;
+      }
+      if (call->op == Op::kLock && h->status == EAGAIN) {  // carries the conflicting lock
+        auto conflict = proto::DecodeLockDenied(p);
+        if (!conflict.ok()) {
+          Lost(client_, call);
+          return false;
+        }
+        call->reply.lock = *conflict;
       }
       call->Complete(static_cast<int>(h->status), proto::DecodeError(p));
       continue;
@@ -619,6 +765,40 @@ void ForgetOpen(nasgw::client::Client& cl, uint32_t vol, uint64_t ino, uint64_t 
   if (ids.empty()) cl.opens.erase(it);
 }
 
+void ToC(const proto::LockInfo& l, nasgw_lock_info* out) {
+  if (out != nullptr) *out = {l.type, l.start, l.length, l.session, l.owner};
+}
+
+CallPtr LockCall(Op op, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type, uint64_t start,
+                 uint64_t length) {
+  return Make(op, cr, h, [&](proto::Request& r) {
+    r.owner = owner;
+    r.lock_type = type;
+    r.offset = start;
+    r.length = length;
+  });
+}
+
+// REQUIRES: cl.open_mu held.
+nasgw::client::OwnerLocks* FindOwner(nasgw::client::Client& cl, const nasgw_handle* h, uint64_t owner) {
+  auto f = cl.locks.find({h->volume, h->ino});
+  if (f == cl.locks.end()) return nullptr;
+  auto o = f->second.owners.find(owner);
+  return o == f->second.owners.end() ? nullptr : &o->second;
+}
+
+// REQUIRES: cl.open_mu held.
+void DropOwner(nasgw::client::Client& cl, const nasgw_handle* h, uint64_t owner) {
+  auto f = cl.locks.find({h->volume, h->ino});
+  if (f == cl.locks.end()) return;
+  f->second.owners.erase(owner);
+  if (f->second.owners.empty()) cl.locks.erase(f);
+}
+
+constexpr const char* kLocksLost =
+    "this owner's locks on the file were lost when nasgwd restarted (another client took the range, or nasgwd "
+    "refused them); unlock the whole file (start 0, length 0) to start again";
+
 }  // namespace
 
 extern "C" {
@@ -666,6 +846,7 @@ int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out) {
 
 void nasgw_client_close(nasgw_client* c) {
   if (c == nullptr) return;
+  c->c->Goodbye();
   {
     std::lock_guard<std::mutex> l(c->c->mu);
     c->c->closing = true;
@@ -1052,6 +1233,94 @@ int nasgw_getattr_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handl
   };
   c->c->Submit(call);
   return 0;
+}
+
+// Locks and unlocks are recorded once nasgwd granted them. A re-lock on a
+// nasgwd that lost the session (Conn::Relock) may have run while the call
+// was out, without it (a lock granted by the old nasgwd) or with it (a range
+// unlocked meanwhile): then the call is sent again (it is idempotent) before
+// it is recorded.
+int nasgw_lock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,
+               uint64_t start, uint64_t length, nasgw_lock_info* conflict) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  nasgw::client::Client& cl = *c->c;
+  for (uint32_t attempt = 1;; attempt++) {
+    uint64_t epoch = 0;
+    {
+      std::lock_guard<std::mutex> l(cl.open_mu);
+      const auto* held = FindOwner(cl, h, owner);
+      if (held != nullptr && held->lost) {
+        nasgw::client::t_message = kLocksLost;
+        return -ENOLCK;
+      }
+      epoch = cl.relock_epoch;
+    }
+    auto call = LockCall(Op::kLock, cr, h, owner, type, start, length);
+    const int rc = cl.Sync(call);
+    if (rc == -EAGAIN) ToC(call->reply.lock, conflict);
+    if (rc != 0) return rc;
+    std::lock_guard<std::mutex> l(cl.open_mu);
+    if (cl.relock_epoch != epoch) {
+      if (attempt < nasgw::client::kResendMax) continue;
+      nasgw::client::t_message = "nasgwd lost the session under this lock call too many times";
+      return -EIO;
+    }
+    uint64_t end = 0;
+    proto::LockRangeEnd(start, length, &end);  // checked by the decoder
+    auto& file = cl.locks[{h->volume, h->ino}];
+    file.gen = h->gen;
+    auto& held = file.owners[owner];
+    held.creds = Creds(cr);
+    proto::AddLockRange(held.ranges, {start, end, type});
+    return 0;
+  }
+}
+
+int nasgw_unlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint64_t start,
+                 uint64_t length) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  nasgw::client::Client& cl = *c->c;
+  for (uint32_t attempt = 1;; attempt++) {
+    uint64_t epoch = 0;
+    {
+      std::lock_guard<std::mutex> l(cl.open_mu);
+      const auto* held = FindOwner(cl, h, owner);
+      if (held != nullptr && held->lost) {
+        if (start != 0 || length != 0) {
+          nasgw::client::t_message = kLocksLost;
+          return -ENOLCK;
+        }
+        DropOwner(cl, h, owner);  // the whole file: the mark is cleared, and nasgwd told below
+      }
+      epoch = cl.relock_epoch;
+    }
+    auto call = LockCall(Op::kUnlock, cr, h, owner, 0, start, length);
+    const int rc = cl.Sync(call);
+    if (rc != 0) return rc;
+    std::lock_guard<std::mutex> l(cl.open_mu);
+    if (cl.relock_epoch != epoch) {
+      if (attempt < nasgw::client::kResendMax) continue;
+      nasgw::client::t_message = "nasgwd lost the session under this unlock call too many times";
+      return -EIO;
+    }
+    auto* held = FindOwner(cl, h, owner);
+    if (held != nullptr) {
+      uint64_t end = 0;
+      proto::LockRangeEnd(start, length, &end);
+      proto::RemoveLockRange(held->ranges, start, end);
+      if (held->ranges.empty() && !held->lost) DropOwner(cl, h, owner);
+    }
+    return 0;
+  }
+}
+
+int nasgw_testlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,
+                   uint64_t start, uint64_t length, nasgw_lock_info* conflict) {
+  if (c == nullptr || h == nullptr || conflict == nullptr) return -EINVAL;
+  auto call = LockCall(Op::kTestLock, cr, h, owner, type, start, length);
+  const int rc = c->c->Sync(call);
+  if (rc == 0) ToC(call->reply.lock, conflict);
+  return rc;
 }
 
 }  // extern "C"

@@ -20,7 +20,8 @@
  * be sent before the reconnect timeout fails with -ENOTCONN, and one whose
  * connection broke under it more than 8 times with -EIO. Open files are
  * opened again on a nasgwd that lost the session (a restart), so handles
- * and opens survive restarts. Every request is first checked with
+ * and opens survive restarts; byte-range locks are taken again too (see
+ * nasgw_lock). Every request is first checked with
  * nasgwd's own decoder: one it would refuse fails here, with -EINVAL or the
  * errno nasgwd would give, and never reaches the socket.
  *
@@ -131,8 +132,10 @@ typedef struct nasgw_client_options {
 } nasgw_client_options;
 
 int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out);
-/* Cuts every connection; calls still waiting fail with -ENOTCONN (or
- * -ESHUTDOWN). Call it after the last call has returned. */
+/* Ends the session (GOODBYE: nasgwd releases its opens and locks at once;
+ * if nasgwd cannot be reached within 2 s, they go when the session's grace
+ * time runs out), then cuts every connection; calls still waiting fail with
+ * -ENOTCONN (or -ESHUTDOWN). Call it after the last call has returned. */
 void nasgw_client_close(nasgw_client* c);
 const char* nasgw_client_last_message(void);
 /* nasgwd's node name, from the latest connection, into buf. */
@@ -191,6 +194,61 @@ int nasgw_write_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle*
 int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_io_done done, void* arg);
 typedef void (*nasgw_attr_done)(void* arg, int result, const nasgw_attr* attr);
 int nasgw_getattr_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr_done done, void* arg);
+
+/* Byte-range locks, arbitrated by nasgwd: every head (NFS, SMB, FUSE) and
+ * every client of them sees the same locks. Advisory (reads and writes do
+ * not check them), regular files only (-EINVAL otherwise), non-blocking.
+ *
+ * A lock belongs to (this client's session, owner): `owner` is any u64 the
+ * head chooses (an NLM or NFSv4 lock owner...). Within one owner the rules
+ * are POSIX fcntl's: a lock replaces the owner's locks in its range (upgrade,
+ * downgrade, split) and merges with adjacent ones of its type; an unlock
+ * splits. Different owners conflict where their ranges overlap and either
+ * lock is a write lock, also two owners of the same client. `length` 0 means
+ * to the end of the file (whatever its size); a range may not end beyond
+ * 2^64 - 1 (-EINVAL). Locks are not tied to opens: the head unlocks (on
+ * close, as POSIX does, if it wants that). All of a client's locks end with
+ * nasgw_client_close (or, if the client dies, when its session's grace time
+ * runs out).
+ *
+ * Returns: 0; -EAGAIN when another owner holds a conflicting lock, with
+ * *conflict (if not NULL) describing it (the lowest-starting one); -ENOLCK
+ * past nasgwd's lock limits (an unlock that would split a range can get it
+ * too, as with fcntl), or for an owner whose locks were lost (below);
+ * -ESTALE for a deleted file; -EACCES without read permission on the file
+ * (or ownership: knfsd's rule for NLM), whatever the lock type.
+ * Locking again what the owner holds, and unlocking what it does not hold,
+ * succeed: so the calls are resent safely after a lost connection.
+ *
+ * Restarts: the client keeps a record of the locks it holds and takes them
+ * again, with the credentials of each owner's latest lock call, when nasgwd
+ * lost the session (it restarted), before that connection takes calls. A
+ * lock that meets a conflict then (another client took the range meanwhile)
+ * or is refused otherwise (limits, permissions) is lost: the client logs a
+ * WARN line, releases that owner's other locks on that file, and every
+ * nasgw_lock and nasgw_unlock of that (file, owner) fails with -ENOLCK
+ * ("locks lost") until the owner unlocks the whole file (start 0, length 0),
+ * which succeeds and clears the mark. Locks of a deleted file are dropped.
+ *
+ * nasgw_unlock and nasgw_testlock do not look the handle up (unlock never
+ * gives -ESTALE: a deleted file's locks can be released). nasgw_testlock
+ * returns 0 and fills *conflict: type 0 when nothing conflicts with the
+ * lock `owner` would take, else the conflicting lock. */
+#define NASGW_LOCK_READ 1u
+#define NASGW_LOCK_WRITE 2u
+typedef struct nasgw_lock_info {
+  uint32_t type; /* NASGW_LOCK_READ or NASGW_LOCK_WRITE; 0: no lock */
+  uint64_t start;
+  uint64_t length;  /* 0: to the end of the file */
+  uint64_t session; /* the holder's session as nasgwd numbers them: for display only */
+  uint64_t owner;   /* the holder's owner, as its head chose it: for display only */
+} nasgw_lock_info;
+int nasgw_lock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,
+               uint64_t start, uint64_t length, nasgw_lock_info* conflict);
+int nasgw_unlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint64_t start,
+                 uint64_t length);
+int nasgw_testlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,
+                   uint64_t start, uint64_t length, nasgw_lock_info* conflict);
 
 #ifdef __cplusplus
 }
