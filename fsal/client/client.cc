@@ -168,6 +168,7 @@ class Client {
   bool closing = false;   // GUARDED_BY(mu)
   uint32_t up = 0;        // GUARDED_BY(mu)
   std::string node_name;  // GUARDED_BY(mu)
+  proto::SessionId instance{};  // GUARDED_BY(mu): the last HELLO's server instance
 
   std::atomic<uint64_t> next_open_id{1};
   bool reopen_pending = false;  // GUARDED_BY(open_mu): opens still to be sent to a nasgwd that lost them
@@ -403,6 +404,7 @@ bool Conn::Connect() {
   {
     std::lock_guard<std::mutex> l(client_->mu);
     client_->node_name = reply.hello.node_name;
+    client_->instance = reply.hello.instance;
   }
   std::unique_lock<std::mutex> opens_lock(client_->open_mu);
   if (!reply.hello.resumed) client_->reopen_pending = true;
@@ -869,6 +871,13 @@ int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size) {
   const std::string& n = c->c->node_name;
   if (n.size() >= size) return -ERANGE;
   std::memcpy(buf, n.c_str(), n.size() + 1);
+  return 0;
+}
+
+int nasgw_client_instance(nasgw_client* c, uint8_t out[16]) {
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  std::lock_guard<std::mutex> l(c->c->mu);
+  std::memcpy(out, c->c->instance.data(), 16);
   return 0;
 }
 

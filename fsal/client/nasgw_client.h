@@ -140,6 +140,11 @@ void nasgw_client_close(nasgw_client* c);
 const char* nasgw_client_last_message(void);
 /* nasgwd's node name, from the latest connection, into buf. */
 int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size);
+/* The instance id of the nasgwd this client last greeted: a new random value
+ * every time nasgwd starts, so a head can tell that nasgwd restarted (the
+ * NFS head derives its write verifier from it). All zero before the first
+ * connection. */
+int nasgw_client_instance(nasgw_client* c, uint8_t out[16]);
 
 int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root);
 int nasgw_statfs(nasgw_client* c, const nasgw_cred* cr, uint32_t volume, nasgw_fs_stats* out);
