@@ -926,25 +926,75 @@ static fsal_status_t op_commit2(struct fsal_obj_handle *obj_hdl,
 
 /* ---- locks --------------------------------------------------------------- */
 
+/* Byte-range locks (NLM and NFSv4) are arbitrated in nasgwd, so every head
+ * and, later, every node sees the same locks. Ganesha's own lock manager
+ * checks its clients first and then pushes each lock here; the owner is
+ * Ganesha's lock owner (stable while it holds locks). A conflict is
+ * answered DELAY with the conflicting range, which Ganesha's state layer
+ * reads as "denied" (as fcntl's EAGAIN). */
 static fsal_status_t op_lock_op2(struct fsal_obj_handle *obj_hdl,
-				    struct state_t *state, void *owner,
-				    fsal_lock_op_t lock_op,
-				    fsal_lock_param_t *request_lock,
-				    fsal_lock_param_t *conflicting_lock)
+				 struct state_t *state, void *owner,
+				 fsal_lock_op_t lock_op,
+				 fsal_lock_param_t *request_lock,
+				 fsal_lock_param_t *conflicting_lock)
 {
+	uint64_t id = (uint64_t)(uintptr_t)owner;
+	nasgw_lock_info conflict;
+	uint32_t type;
+	nasgw_client *c;
+	nasgw_cred cr;
+	int rc;
+
 	if (obj_hdl->type != REGULAR_FILE)
 		return fsalstat(ERR_FSAL_INVAL, EINVAL);
+	if (request_lock->lock_sle_type != FSAL_POSIX_LOCK)
+		return fsalstat(ERR_FSAL_NOTSUPP, 0);
+	c = nasgw_get_client();
+	if (c == NULL)
+		return fsalstat(ERR_FSAL_IO, ENOTCONN);
+	nasgw_creds(&cr);
+	type = request_lock->lock_type == FSAL_LOCK_R ? NASGW_LOCK_READ
+						      : NASGW_LOCK_WRITE;
+	memset(&conflict, 0, sizeof(conflict));
 	switch (lock_op) {
 	case FSAL_OP_LOCKT:
-		if (conflicting_lock != NULL)
-			conflicting_lock->lock_type = FSAL_NO_LOCK;
-		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+		rc = nasgw_testlock(c, &cr, &obj_of(obj_hdl)->h, id, type,
+				    request_lock->lock_start,
+				    request_lock->lock_length, &conflict);
+		if (rc == 0 && conflict.type != 0)
+			rc = -EAGAIN;
+		break;
 	case FSAL_OP_LOCK:
+	case FSAL_OP_LOCKB:	/* not async-capable: Ganesha polls */
+		rc = nasgw_lock(c, &cr, &obj_of(obj_hdl)->h, id, type,
+				request_lock->lock_start,
+				request_lock->lock_length, &conflict);
+		break;
 	case FSAL_OP_UNLOCK:
-		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+		rc = nasgw_unlock(c, &cr, &obj_of(obj_hdl)->h, id,
+				  request_lock->lock_start,
+				  request_lock->lock_length);
+		break;
 	default:
 		return fsalstat(ERR_FSAL_NOTSUPP, 0);
 	}
+	if (rc == -EAGAIN) {
+		if (conflicting_lock != NULL) {
+			conflicting_lock->lock_sle_type = FSAL_POSIX_LOCK;
+			conflicting_lock->lock_type =
+				conflict.type == NASGW_LOCK_READ ? FSAL_LOCK_R
+								 : FSAL_LOCK_W;
+			conflicting_lock->lock_start = conflict.start;
+			conflicting_lock->lock_length = conflict.length;
+		}
+		return fsalstat(ERR_FSAL_DELAY, EAGAIN);
+	}
+	if (lock_op == FSAL_OP_LOCKT && conflicting_lock != NULL)
+		conflicting_lock->lock_type = FSAL_NO_LOCK;
+	/* nasgwd unreachable is an error here, not a conflict */
+	if (rc == -ENOTCONN)
+		return fsalstat(ERR_FSAL_IO, ENOTCONN);
+	return nasgw_status(rc);
 }
 
 /* ---- handles ------------------------------------------------------------- */
