@@ -85,9 +85,9 @@ def files_per_client():
 
 def client_stream(client):
     """The file a client's sequential workloads stream through: as many bytes
-    as its tree. (fio 3.33's nfs engine crashes when it moves on to another
-    file with I/O in flight: a callback finds the file it belongs to closed;
-    random I/O keeps every file open, sequential I/O over many files does not.)"""
+    as its tree, one large file as a streaming client would read or write.
+    (It also keeps the sequential runs off fio's file switching, where the
+    unpatched nfs engine crashed; see deploy/build-fio.sh.)"""
     return "c%d/stream" % client
 
 
@@ -305,6 +305,11 @@ class Bench:
                                    row["p99_us"]))
                         except Exception as e:
                             row["error"] = str(e)[-3000:]
+                            if t != "block" and self.lab.server:
+                                srv = self.lab.server
+                                up = srv.pid and nfslab.alive(srv.pid, srv.st.get("ganesha_start"))
+                                row["error"] += "\n--- ganesha %s; log tail:\n%s" % (
+                                    "running" if up else "NOT RUNNING", srv.log_tail(1500))
                             log("FAILED: [%s] run %d %s %s %d clients: %s" % (out["name"], r + 1, wl, t, n,
                                                                              str(e)[-800:]))
                         out["runs"].append(row)
