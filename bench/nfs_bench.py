@@ -142,7 +142,6 @@ class Bench:
             start += ["--rate", rate]
         san = json.loads(sh(start).stdout)
         node = lab = None
-        wrapper = "/tmp/nasgw-nfsbench-%d.nasgwd-netns" % pid
         try:
             host = san["ns_host"]
             lab = nfslab.Lab(name=lab_name, clients=1, server_ns=host)
@@ -155,11 +154,9 @@ class Bench:
                 exports.append(nfslab.vfs_export(1, os.path.join(xfs, "export"), PSEUDO["vfs"]))
                 out["targets"]["vfs"] = {"path": "FSAL_VFS on XFS on loop (%s)" % xfs}
             if "nasgw" in targets:
-                with open(wrapper, "w") as f:
-                    f.write("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n" % (host, self.bins["nasgwd"]))
-                os.chmod(wrapper, 0o755)
-                node = Node({"nasgwd": wrapper, "cli": self.bins["cli"]},
-                            urls=[l["url"] for l in san["luns"][:2]], tag="nfsbench")
+                # nasgwd in the controller namespace, where the array is.
+                node = Node({"nasgwd": self.bins["nasgwd"], "cli": self.bins["cli"]},
+                            urls=[l["url"] for l in san["luns"][:2]], tag="nfsbench", netns=host)
                 node.start()
                 node.cli("reserve", "format", "--name", "bench", "--ag-size", a.ag_size, "--force")
                 create = ["volume", "create", VOLUME]
@@ -209,8 +206,6 @@ class Bench:
                     fn()
                 except Exception as e:  # keep tearing down
                     errors.append("%s: %s" % (what, e))
-            if os.path.exists(wrapper):
-                os.remove(wrapper)
             if errors:
                 log("teardown: " + "; ".join(errors))
 
