@@ -267,11 +267,14 @@ class GaneshaConfig:
     exports_file: %include'd (created empty if missing), e.g. what nasgwd renders.
     exports: literal EXPORT blocks (see vfs_export / nasgw_export).
     extra: literal text appended (other top-level blocks).
+    lease_lifetime: NFSV4 Lease_Lifetime in seconds (ganesha's default: 60).
+        Only here: a second NFSV4 block in `extra` would reset the first's
+        settings to their defaults (ganesha re-initialises a block per copy).
     """
 
     def __init__(self, exports=(), exports_file=None, nasgw_socket=None, plugins=None,
                  log_level="EVENT", components=None, minor_versions="0, 1, 2", mount_path_pseudo=True,
-                 extra=""):
+                 extra="", lease_lifetime=None):
         self.exports = list(exports)
         self.exports_file = exports_file
         self.nasgw_socket = nasgw_socket
@@ -281,6 +284,7 @@ class GaneshaConfig:
         self.minor_versions = minor_versions
         self.mount_path_pseudo = mount_path_pseudo
         self.extra = extra
+        self.lease_lifetime = lease_lifetime
 
     def render(self, plugins_dir, recovery_root):
         comps = "".join("        %s = %s;\n" % kv for kv in sorted(self.components.items()))
@@ -304,6 +308,7 @@ class GaneshaConfig:
             "    Minor_Versions = %s;" % self.minor_versions,
             "    RecoveryBackend = fs;",
             "    RecoveryRoot = %s;" % conf_str(recovery_root),
+            "    Lease_Lifetime = %d;" % self.lease_lifetime if self.lease_lifetime else "",
             "}",
             "NFS_KRB5 { Active_krb5 = false; }",
             "LOG {",

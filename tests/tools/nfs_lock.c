@@ -1,0 +1,901 @@
+/* nasgw-nfs-lock: takes or tests one byte-range lock on a file as a real NFS
+ * client would (libnfs, userspace), so a test can drive NFS locking from
+ * several client namespaces without a kernel NFS client.
+ *
+ *   nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4|3
+ *                  --op lock|test --type read|write --start N --len N
+ *                  [--hold] [--caller NAME] [--renew-ms N] [--timeout-ms N]
+ *
+ * --len 0 means "to the end of the file" (as in fcntl).
+ *
+ * NFSv4.0: libnfs's nfs_open() (OPEN), nfs_fcntl(NFS4_F_SETLK) (LOCK, LOCKU).
+ *   libnfs has no LOCKT for a given lock type (nfs_lockf's F_TEST always
+ *   tests a write lock) and drops the LOCK4denied it gets back, so --op test,
+ *   and the conflicting range printed after a denied lock, come from a LOCKT
+ *   sent by a second client identity (its own SETCLIENTID/CONFIRM) on the same
+ *   connection.
+ * NFSv3: NLM version 4 over TCP, found through the server's portmapper:
+ *   NLM4_TEST, NLM4_LOCK (non-blocking), NLM4_UNLOCK with the NFSv3 file
+ *   handle of nfs_open(). caller_name is --caller or the local address of the
+ *   NLM connection (the client namespaces of a lab share one host name); the
+ *   owner handle is "nasgw-nfs-lock:<pid>@<caller>", svid the pid.
+ *
+ * Prints exactly one line on stdout and exits with its code:
+ *   granted                                     0
+ *   denied [start=S len=L|eof type=read|write]  1  (the conflicting lock, when
+ *                                                   the protocol reports it)
+ *   error: <message>                            2
+ *
+ * --hold (with --op lock): after "granted" the lock is kept until stdin
+ * reaches EOF, then released (LOCKU + CLOSE, or NLM4_UNLOCK) and the exit
+ * code is 0 (2 and a message on stderr if the release failed). libnfs has no
+ * timer of its own: it only talks to the server inside a call, so for v4 the
+ * hold loop renews the client's lease itself, with a READ on the open
+ * stateid every --renew-ms (default a third of the server's lease_time
+ * attribute). NLM locks have no lease. Killed with SIGKILL the tool just
+ * dies: a v4 server frees the lock when the lease expires, an NLM server
+ * only when the client's statd reports a reboot (SM_NOTIFY).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nfsc/libnfs.h>
+#include <nfsc/libnfs-raw.h>
+#include <nfsc/libnfs-raw-nfs4.h>
+#include <nfsc/libnfs-raw-nlm.h>
+
+/* nfs_get_fh() returns this; libnfs declares it only in its private
+ * header (libnfs-private.h, the same in every release). */
+struct nfs_fh {
+	int len;
+	char *val;
+};
+
+enum { EXIT_GRANTED = 0, EXIT_DENIED = 1, EXIT_ERROR = 2 };
+
+struct options {
+	const char *url;
+	int version; /* 3 or 4, from the URL's ?version= (libnfs default: 3) */
+	bool lock;   /* --op lock (else test) */
+	bool write;  /* --type write (else read) */
+	uint64_t start;
+	uint64_t len; /* 0: to EOF */
+	bool hold;
+	const char *caller;
+	int renew_ms; /* 0: from the server's lease_time */
+	int timeout_ms;
+};
+
+struct conflict {
+	bool known;
+	bool write;
+	uint64_t start;
+	uint64_t len;
+	bool to_eof;
+};
+
+/* ---- output ------------------------------------------------------------- */
+
+static void one_line(char *s)
+{
+	for (char *p = s; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = ' ';
+	size_t n = strlen(s);
+	while (n > 0 && s[n - 1] == ' ')
+		s[--n] = '\0';
+}
+
+static int say_error(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	one_line(buf);
+	printf("error: %s\n", buf);
+	fflush(stdout);
+	return EXIT_ERROR;
+}
+
+static int say_granted(void)
+{
+	printf("granted\n");
+	fflush(stdout);
+	return EXIT_GRANTED;
+}
+
+static int say_denied(const struct conflict *c)
+{
+	if (c != NULL && c->known) {
+		if (c->to_eof)
+			printf("denied start=%" PRIu64 " len=eof type=%s\n", c->start,
+			       c->write ? "write" : "read");
+		else
+			printf("denied start=%" PRIu64 " len=%" PRIu64 " type=%s\n", c->start,
+			       c->len, c->write ? "write" : "read");
+	} else {
+		printf("denied\n");
+	}
+	fflush(stdout);
+	return EXIT_DENIED;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- raw RPCs: our own event loop on an rpc_context ----------------------- */
+
+struct call {
+	bool done;
+	bool ok;         /* an RPC reply arrived (status below is meaningful) */
+	int status;      /* nfsstat4 or nlmstat4 */
+	char err[512];   /* transport error */
+	/* results, per call */
+	clientid4 clientid;
+	verifier4 confirm;
+	struct conflict conflict;
+	uint32_t lease_time;
+};
+
+static void call_failed(struct call *c, int rpc_status, void *data)
+{
+	c->done = true;
+	c->ok = false;
+	if (rpc_status == RPC_STATUS_ERROR && data != NULL)
+		snprintf(c->err, sizeof(c->err), "%s", (const char *)data);
+	else if (rpc_status == RPC_STATUS_TIMEOUT)
+		snprintf(c->err, sizeof(c->err), "RPC timed out");
+	else
+		snprintf(c->err, sizeof(c->err), "RPC failed (status %d)", rpc_status);
+}
+
+/* Services `rpc` until c->done or the deadline; false (c->err set) if the
+ * connection broke or the server did not answer in time. */
+static bool rpc_wait(struct rpc_context *rpc, struct call *c, int timeout_ms)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+
+	while (!c->done) {
+		int64_t left = deadline - now_ms();
+		if (left <= 0) {
+			snprintf(c->err, sizeof(c->err), "no answer within %d ms", timeout_ms);
+			return false;
+		}
+		struct pollfd p = {.fd = rpc_get_fd(rpc), .events = (short)rpc_which_events(rpc)};
+		int n = poll(&p, 1, left < 100 ? (int)left : 100);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			snprintf(c->err, sizeof(c->err), "poll: %s", strerror(errno));
+			return false;
+		}
+		if (rpc_service(rpc, n > 0 ? p.revents : 0) < 0) {
+			snprintf(c->err, sizeof(c->err), "connection: %s", rpc_get_error(rpc));
+			return false;
+		}
+	}
+	return c->ok;
+}
+
+static const char *nfsstat4_name(int s)
+{
+	switch (s) {
+	case NFS4_OK: return "NFS4_OK";
+	case NFS4ERR_DENIED: return "NFS4ERR_DENIED";
+	case NFS4ERR_EXPIRED: return "NFS4ERR_EXPIRED";
+	case NFS4ERR_GRACE: return "NFS4ERR_GRACE";
+	case NFS4ERR_STALE_CLIENTID: return "NFS4ERR_STALE_CLIENTID";
+	case NFS4ERR_STALE: return "NFS4ERR_STALE";
+	case NFS4ERR_INVAL: return "NFS4ERR_INVAL";
+	case NFS4ERR_ACCESS: return "NFS4ERR_ACCESS";
+	case NFS4ERR_CLID_INUSE: return "NFS4ERR_CLID_INUSE";
+	case NFS4ERR_NOTSUPP: return "NFS4ERR_NOTSUPP";
+	case NFS4ERR_LOCK_RANGE: return "NFS4ERR_LOCK_RANGE";
+	case NFS4ERR_SERVERFAULT: return "NFS4ERR_SERVERFAULT";
+	default: return "NFS4ERR_?";
+	}
+}
+
+/* ---- NFSv4: a second client identity for LOCKT ----------------------------- */
+
+static const nfs_resop4 *find_op(const COMPOUND4res *res, int op)
+{
+	for (u_int i = 0; i < res->resarray.resarray_len; i++)
+		if ((int)res->resarray.resarray_val[i].resop == op)
+			return &res->resarray.resarray_val[i];
+	return NULL;
+}
+
+static void setclientid_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	const COMPOUND4res *res = data;
+	c->done = c->ok = true;
+	c->status = res->status;
+	const nfs_resop4 *r = find_op(res, OP_SETCLIENTID);
+	if (res->status == NFS4_OK && r != NULL) {
+		const SETCLIENTID4resok *ok = &r->nfs_resop4_u.opsetclientid.SETCLIENTID4res_u.resok4;
+		c->clientid = ok->clientid;
+		memcpy(c->confirm, ok->setclientid_confirm, sizeof(verifier4));
+	}
+}
+
+static void status_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	const COMPOUND4res *res = data;
+	c->done = c->ok = true;
+	c->status = res->status;
+}
+
+static void lockt_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	const COMPOUND4res *res = data;
+	c->done = c->ok = true;
+	c->status = res->status;
+	const nfs_resop4 *r = find_op(res, OP_LOCKT);
+	if (res->status == NFS4ERR_DENIED && r != NULL) {
+		const LOCK4denied *d = &r->nfs_resop4_u.oplockt.LOCKT4res_u.denied;
+		c->conflict.known = true;
+		c->conflict.start = d->offset;
+		c->conflict.len = d->length;
+		c->conflict.to_eof = d->length == UINT64_MAX;
+		c->conflict.write = d->locktype == WRITE_LT || d->locktype == WRITEW_LT;
+	}
+}
+
+static void getattr_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	const COMPOUND4res *res = data;
+	c->done = c->ok = true;
+	c->status = res->status;
+	const nfs_resop4 *r = find_op(res, OP_GETATTR);
+	if (res->status == NFS4_OK && r != NULL) {
+		const fattr4 *a = &r->nfs_resop4_u.opgetattr.GETATTR4res_u.resok4.obj_attributes;
+		if (a->attr_vals.attrlist4_len >= 4) {
+			uint32_t v;
+			memcpy(&v, a->attr_vals.attrlist4_val, 4);
+			c->lease_time = ntohl(v);
+		}
+	}
+}
+
+static bool compound(struct rpc_context *rpc, rpc_cb cb, nfs_argop4 *ops, u_int n, struct call *c,
+		     int timeout_ms)
+{
+	COMPOUND4args args;
+
+	memset(&args, 0, sizeof(args));
+	args.argarray.argarray_len = n;
+	args.argarray.argarray_val = ops;
+	if (rpc_nfs4_compound_async(rpc, cb, &args, c) != 0) {
+		snprintf(c->err, sizeof(c->err), "could not send COMPOUND: %s", rpc_get_error(rpc));
+		return false;
+	}
+	return rpc_wait(rpc, c, timeout_ms);
+}
+
+static void put_fh(nfs_argop4 *op, const struct nfs_fh *fh)
+{
+	op->argop = OP_PUTFH;
+	op->nfs_argop4_u.opputfh.object.nfs_fh4_len = (u_int)fh->len;
+	op->nfs_argop4_u.opputfh.object.nfs_fh4_val = fh->val;
+}
+
+/* LOCKT from a client of our own; 0 granted, 1 denied (c->conflict), 2 error
+ * (message in err). */
+static int v4_lockt(struct rpc_context *rpc, const struct nfs_fh *fh, const struct options *o,
+		    const char *tag, struct conflict *conflict, char *err, size_t errlen)
+{
+	char id[128];
+	verifier4 verf;
+	nfs_argop4 op[2];
+	struct call c;
+	uint64_t r = ((uint64_t)getpid() << 32) ^ (uint64_t)now_ms();
+
+	snprintf(id, sizeof(id), "nasgw-nfs-lock %s pid:%d t:%" PRId64, tag, (int)getpid(), now_ms());
+	memcpy(verf, &r, sizeof(verf));
+
+	memset(op, 0, sizeof(op));
+	memset(&c, 0, sizeof(c));
+	op[0].argop = OP_SETCLIENTID;
+	SETCLIENTID4args *sc = &op[0].nfs_argop4_u.opsetclientid;
+	memcpy(sc->client.verifier, verf, sizeof(verf));
+	sc->client.id.id_len = strlen(id);
+	sc->client.id.id_val = id;
+	sc->callback.cb_program = 0; /* no callbacks: LOCKT needs none */
+	sc->callback.cb_location.r_netid = "tcp";
+	sc->callback.cb_location.r_addr = "0.0.0.0.0.0";
+	sc->callback_ident = 1;
+	if (!compound(rpc, setclientid_cb, op, 1, &c, o->timeout_ms) || c.status != NFS4_OK) {
+		snprintf(err, errlen, "SETCLIENTID: %s", c.ok ? nfsstat4_name(c.status) : c.err);
+		return EXIT_ERROR;
+	}
+	clientid4 clientid = c.clientid;
+
+	memset(op, 0, sizeof(op));
+	op[0].argop = OP_SETCLIENTID_CONFIRM;
+	op[0].nfs_argop4_u.opsetclientid_confirm.clientid = clientid;
+	memcpy(op[0].nfs_argop4_u.opsetclientid_confirm.setclientid_confirm, c.confirm, sizeof(verifier4));
+	memset(&c, 0, sizeof(c));
+	if (!compound(rpc, status_cb, op, 1, &c, o->timeout_ms) || c.status != NFS4_OK) {
+		snprintf(err, errlen, "SETCLIENTID_CONFIRM: %s", c.ok ? nfsstat4_name(c.status) : c.err);
+		return EXIT_ERROR;
+	}
+
+	static char owner[] = "nasgw-nfs-lock-lockt";
+	memset(op, 0, sizeof(op));
+	put_fh(&op[0], fh);
+	op[1].argop = OP_LOCKT;
+	LOCKT4args *lt = &op[1].nfs_argop4_u.oplockt;
+	lt->locktype = o->write ? WRITE_LT : READ_LT;
+	lt->offset = o->start;
+	lt->length = o->len == 0 ? UINT64_MAX : o->len;
+	lt->owner.clientid = clientid;
+	lt->owner.owner.owner_len = sizeof(owner) - 1;
+	lt->owner.owner.owner_val = owner;
+	memset(&c, 0, sizeof(c));
+	if (!compound(rpc, lockt_cb, op, 2, &c, o->timeout_ms)) {
+		snprintf(err, errlen, "LOCKT: %s", c.err);
+		return EXIT_ERROR;
+	}
+	if (c.status == NFS4_OK)
+		return EXIT_GRANTED;
+	if (c.status == NFS4ERR_DENIED) {
+		*conflict = c.conflict;
+		return EXIT_DENIED;
+	}
+	snprintf(err, errlen, "LOCKT: %s (%d)", nfsstat4_name(c.status), c.status);
+	return EXIT_ERROR;
+}
+
+/* The server's lease in seconds (0 if it would not say). */
+static uint32_t v4_lease_time(struct rpc_context *rpc, const struct nfs_fh *fh, int timeout_ms)
+{
+	static uint32_t mask[1] = {1u << FATTR4_LEASE_TIME};
+	nfs_argop4 op[2];
+	struct call c;
+
+	memset(op, 0, sizeof(op));
+	memset(&c, 0, sizeof(c));
+	put_fh(&op[0], fh);
+	op[1].argop = OP_GETATTR;
+	op[1].nfs_argop4_u.opgetattr.attr_request.bitmap4_len = 1;
+	op[1].nfs_argop4_u.opgetattr.attr_request.bitmap4_val = mask;
+	if (!compound(rpc, getattr_cb, op, 2, &c, timeout_ms) || c.status != NFS4_OK)
+		return 0;
+	return c.lease_time;
+}
+
+/* ---- NFSv3: NLM4 ------------------------------------------------------------ */
+
+static void connect_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	c->done = c->ok = true;
+}
+
+static void nlm_test_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	const NLM4_TESTres *res = data;
+	c->done = c->ok = true;
+	c->status = res->reply.status;
+	if (res->reply.status == NLM4_DENIED) {
+		const nlm4_holder *h = &res->reply.nlm4_testreply_u.lock.holder;
+		c->conflict.known = true;
+		c->conflict.write = h->exclusive != 0;
+		c->conflict.start = h->l_offset;
+		c->conflict.len = h->l_len;
+		c->conflict.to_eof = h->l_len == 0;
+	}
+}
+
+static void nlm_lock_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	c->done = c->ok = true;
+	c->status = ((const NLM4_LOCKres *)data)->status;
+}
+
+static void nlm_unlock_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	c->done = c->ok = true;
+	c->status = ((const NLM4_UNLOCKres *)data)->status;
+}
+
+struct nlm {
+	struct rpc_context *rpc;
+	char caller[INET6_ADDRSTRLEN + 64];
+	char oh[256];
+	uint32_t cookie;
+	char cookie_buf[4];
+	nlm4_lock lock;
+};
+
+static void next_cookie(struct nlm *n, nlm_cookie *ck)
+{
+	n->cookie++;
+	memcpy(n->cookie_buf, &n->cookie, sizeof(n->cookie_buf));
+	ck->data.data_len = sizeof(n->cookie_buf);
+	ck->data.data_val = n->cookie_buf;
+}
+
+static bool nlm_connect(struct nlm *n, const char *server, const struct nfs_fh *fh,
+			const struct options *o, char *err, size_t errlen)
+{
+	struct call c;
+
+	memset(&c, 0, sizeof(c));
+	n->rpc = rpc_init_context();
+	if (n->rpc == NULL) {
+		snprintf(err, errlen, "rpc_init_context failed");
+		return false;
+	}
+	if (rpc_connect_program_async(n->rpc, server, NLM_PROGRAM, NLM_V4, connect_cb, &c) != 0) {
+		snprintf(err, errlen, "NLM connect to %s: %s", server, rpc_get_error(n->rpc));
+		return false;
+	}
+	if (!rpc_wait(n->rpc, &c, o->timeout_ms)) {
+		snprintf(err, errlen, "NLM v4 (program %d) on %s via the portmapper: %s", NLM_PROGRAM, server,
+			 c.err);
+		return false;
+	}
+	if (o->caller != NULL) {
+		snprintf(n->caller, sizeof(n->caller), "%s", o->caller);
+	} else {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		if (getsockname(rpc_get_fd(n->rpc), (struct sockaddr *)&ss, &sl) != 0) {
+			snprintf(err, errlen, "getsockname: %s", strerror(errno));
+			return false;
+		}
+		const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+							 : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+		if (inet_ntop(ss.ss_family, a, n->caller, sizeof(n->caller)) == NULL) {
+			snprintf(err, errlen, "inet_ntop: %s", strerror(errno));
+			return false;
+		}
+	}
+	snprintf(n->oh, sizeof(n->oh), "nasgw-nfs-lock:%d@%s", (int)getpid(), n->caller);
+	memset(&n->lock, 0, sizeof(n->lock));
+	n->lock.caller_name = n->caller;
+	n->lock.fh.data.data_len = (u_int)fh->len;
+	n->lock.fh.data.data_val = fh->val;
+	n->lock.oh = n->oh;
+	n->lock.svid = (u_int)getpid();
+	n->lock.l_offset = o->start;
+	n->lock.l_len = o->len; /* NLM: 0 is "to EOF" already */
+	return true;
+}
+
+static const char *nlm_status(int s)
+{
+	return nlmstat4_to_str(s);
+}
+
+/* 0 granted, 1 denied, 2 error (err set). */
+static int nlm_test(struct nlm *n, const struct options *o, struct conflict *conflict, char *err,
+		    size_t errlen)
+{
+	NLM4_TESTargs a;
+	struct call c;
+
+	memset(&a, 0, sizeof(a));
+	memset(&c, 0, sizeof(c));
+	next_cookie(n, &a.cookie);
+	a.exclusive = o->write;
+	a.lock = n->lock;
+	if (rpc_nlm4_test_async(n->rpc, nlm_test_cb, &a, &c) != 0 || !rpc_wait(n->rpc, &c, o->timeout_ms)) {
+		snprintf(err, errlen, "NLM4_TEST: %s", c.err[0] ? c.err : rpc_get_error(n->rpc));
+		return EXIT_ERROR;
+	}
+	if (c.status == NLM4_GRANTED)
+		return EXIT_GRANTED;
+	if (c.status == NLM4_DENIED) {
+		*conflict = c.conflict;
+		return EXIT_DENIED;
+	}
+	snprintf(err, errlen, "NLM4_TEST: %s", nlm_status(c.status));
+	return EXIT_ERROR;
+}
+
+static int nlm_lock(struct nlm *n, const struct options *o, char *err, size_t errlen)
+{
+	NLM4_LOCKargs a;
+	struct call c;
+
+	memset(&a, 0, sizeof(a));
+	memset(&c, 0, sizeof(c));
+	next_cookie(n, &a.cookie);
+	a.block = 0;
+	a.exclusive = o->write;
+	a.lock = n->lock;
+	a.reclaim = 0;
+	a.state = 1; /* our NSM state number: we never reboot within a run */
+	if (rpc_nlm4_lock_async(n->rpc, nlm_lock_cb, &a, &c) != 0 || !rpc_wait(n->rpc, &c, o->timeout_ms)) {
+		snprintf(err, errlen, "NLM4_LOCK: %s", c.err[0] ? c.err : rpc_get_error(n->rpc));
+		return EXIT_ERROR;
+	}
+	if (c.status == NLM4_GRANTED)
+		return EXIT_GRANTED;
+	if (c.status == NLM4_DENIED)
+		return EXIT_DENIED;
+	snprintf(err, errlen, "NLM4_LOCK: %s", nlm_status(c.status));
+	return EXIT_ERROR;
+}
+
+static bool nlm_unlock(struct nlm *n, const struct options *o, char *err, size_t errlen)
+{
+	NLM4_UNLOCKargs a;
+	struct call c;
+
+	memset(&a, 0, sizeof(a));
+	memset(&c, 0, sizeof(c));
+	next_cookie(n, &a.cookie);
+	a.lock = n->lock;
+	if (rpc_nlm4_unlock_async(n->rpc, nlm_unlock_cb, &a, &c) != 0 || !rpc_wait(n->rpc, &c, o->timeout_ms)) {
+		snprintf(err, errlen, "NLM4_UNLOCK: %s", c.err[0] ? c.err : rpc_get_error(n->rpc));
+		return false;
+	}
+	if (c.status != NLM4_GRANTED) {
+		snprintf(err, errlen, "NLM4_UNLOCK: %s", nlm_status(c.status));
+		return false;
+	}
+	return true;
+}
+
+/* ---- holding ------------------------------------------------------------- */
+
+/* Waits for EOF on stdin. For v4 (nfs != NULL) services the NFS connection
+ * meanwhile and renews the lease every renew_ms with a READ on the open
+ * stateid. False (message in err) if the connection or a renewal failed. */
+static bool hold_until_eof(struct nfs_context *nfs, struct nfsfh *fh, int renew_ms, char *err, size_t errlen)
+{
+	int64_t next = now_ms() + renew_ms;
+
+	for (;;) {
+		struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN}};
+		int n = 1;
+		if (nfs != NULL) {
+			p[1].fd = nfs_get_fd(nfs);
+			p[1].events = (short)nfs_which_events(nfs);
+			n = 2;
+		}
+		int timeout = -1;
+		if (nfs != NULL) {
+			int64_t left = next - now_ms();
+			timeout = left < 0 ? 0 : (int)left;
+		}
+		int r = poll(p, (nfds_t)n, timeout);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			snprintf(err, errlen, "poll: %s", strerror(errno));
+			return false;
+		}
+		if (p[0].revents != 0) {
+			char buf[256];
+			ssize_t got = read(STDIN_FILENO, buf, sizeof(buf));
+			if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+				return true; /* EOF (or stdin gone): release */
+		}
+		if (nfs != NULL && p[1].revents != 0 && nfs_service(nfs, p[1].revents) < 0) {
+			snprintf(err, errlen, "NFS connection lost: %s", nfs_get_error(nfs));
+			return false;
+		}
+		if (nfs != NULL && now_ms() >= next) {
+			char b[1];
+			if (nfs_pread(nfs, fh, 0, 1, b) < 0) {
+				snprintf(err, errlen, "lease renewal (READ) failed: %s", nfs_get_error(nfs));
+				return false;
+			}
+			next = now_ms() + renew_ms;
+		}
+	}
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4|3 --op lock|test\n"
+		"                      --type read|write --start N --len N (0: to EOF)\n"
+		"                      [--hold] [--caller NAME] [--renew-ms N] [--timeout-ms N]\n"
+		"prints one line: granted (exit 0), denied [start=S len=L|eof type=T] (1),\n"
+		"error: MSG (2). --hold keeps a granted lock until stdin reaches EOF.\n");
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (s[0] == '-' || s[0] == '\0')
+		return false;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (errno != 0 || *end != '\0')
+		return false;
+	*out = v;
+	return true;
+}
+
+static int url_version(const char *url)
+{
+	const char *q = strchr(url, '?');
+	if (q == NULL)
+		return 3;
+	for (const char *p = q + 1; p != NULL && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+		if (strncmp(p, "version=", 8) == 0) {
+			if (strncmp(p + 8, "4", 1) == 0 && (p[9] == '\0' || p[9] == '&'))
+				return 4;
+			if (strncmp(p + 8, "3", 1) == 0 && (p[9] == '\0' || p[9] == '&'))
+				return 3;
+			return -1;
+		}
+	}
+	return 3;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"url", required_argument, NULL, 'u'},      {"op", required_argument, NULL, 'o'},
+		{"type", required_argument, NULL, 't'},     {"start", required_argument, NULL, 's'},
+		{"len", required_argument, NULL, 'l'},      {"hold", no_argument, NULL, 'H'},
+		{"caller", required_argument, NULL, 'c'},   {"renew-ms", required_argument, NULL, 'r'},
+		{"timeout-ms", required_argument, NULL, 'T'}, {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0}};
+	struct options o = {.timeout_ms = 30000};
+	bool have_op = false, have_type = false, have_start = false, have_len = false;
+	uint64_t v;
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'u': o.url = optarg; break;
+		case 'o':
+			if (strcmp(optarg, "lock") != 0 && strcmp(optarg, "test") != 0)
+				return say_error("--op must be lock or test, not %s", optarg);
+			o.lock = strcmp(optarg, "lock") == 0;
+			have_op = true;
+			break;
+		case 't':
+			if (strcmp(optarg, "read") != 0 && strcmp(optarg, "write") != 0)
+				return say_error("--type must be read or write, not %s", optarg);
+			o.write = strcmp(optarg, "write") == 0;
+			have_type = true;
+			break;
+		case 's':
+			if (!parse_u64(optarg, &o.start))
+				return say_error("--start: not a number: %s", optarg);
+			have_start = true;
+			break;
+		case 'l':
+			if (!parse_u64(optarg, &o.len))
+				return say_error("--len: not a number: %s", optarg);
+			have_len = true;
+			break;
+		case 'H': o.hold = true; break;
+		case 'c': o.caller = optarg; break;
+		case 'r':
+			if (!parse_u64(optarg, &v) || v == 0 || v > 3600000)
+				return say_error("--renew-ms: 1..3600000");
+			o.renew_ms = (int)v;
+			break;
+		case 'T':
+			if (!parse_u64(optarg, &v) || v == 0 || v > 3600000)
+				return say_error("--timeout-ms: 1..3600000");
+			o.timeout_ms = (int)v;
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return say_error("bad arguments");
+		}
+	}
+	if (optind != argc || o.url == NULL || !have_op || !have_type || !have_start || !have_len) {
+		usage(stderr);
+		return say_error("--url, --op, --type, --start and --len are required");
+	}
+	if (o.hold && !o.lock)
+		return say_error("--hold needs --op lock");
+	if (o.len != 0 && o.start > UINT64_MAX - o.len)
+		return say_error("--start + --len overflows");
+	o.version = url_version(o.url);
+	if (o.version < 0)
+		return say_error("the URL's version must be 3 or 4");
+
+	struct nfs_context *nfs = nfs_init_context();
+	if (nfs == NULL)
+		return say_error("nfs_init_context failed");
+	int rc = EXIT_ERROR;
+	struct nfs_url *u = NULL;
+	struct nfsfh *fh = NULL;
+	struct nlm n;
+	char err[1024] = "";
+	struct conflict conflict = {0};
+	memset(&n, 0, sizeof(n));
+
+	if (o.version == 4) {
+		/* Our own client identity (libnfs's default is "Libnfs pid:<pid> <time>");
+		 * the lab's client namespaces share one pid space, so either is unique. */
+		char id[128];
+		uint64_t r = ((uint64_t)now_ms() << 20) ^ (uint64_t)getpid();
+		snprintf(id, sizeof(id), "nasgw-nfs-lock pid:%d t:%" PRId64, (int)getpid(), now_ms());
+		nfs4_set_client_name(nfs, id);
+		nfs4_set_verifier(nfs, (const char *)&r);
+	}
+	u = nfs_parse_url_full(nfs, o.url);
+	if (u == NULL) {
+		rc = say_error("URL %s: %s", o.url, nfs_get_error(nfs));
+		goto out;
+	}
+	nfs_set_timeout(nfs, o.timeout_ms);
+	if (nfs_mount(nfs, u->server, u->path) != 0) {
+		rc = say_error("mount %s:%s (NFSv%d): %s", u->server, u->path, o.version, nfs_get_error(nfs));
+		goto out;
+	}
+	if (nfs_open(nfs, u->file, o.lock && o.write ? O_RDWR : O_RDONLY, &fh) != 0) {
+		fh = NULL;
+		rc = say_error("open %s: %s", u->file, nfs_get_error(nfs));
+		goto out;
+	}
+	const struct nfs_fh *wire = nfs_get_fh(fh);
+
+	if (o.version == 4) {
+		struct rpc_context *rpc = nfs_get_rpc_context(nfs);
+		if (!o.lock) {
+			rc = v4_lockt(rpc, wire, &o, "test", &conflict, err, sizeof(err));
+			rc = rc == EXIT_GRANTED ? say_granted() : rc == EXIT_DENIED ? say_denied(&conflict)
+										 : say_error("%s", err);
+			goto out;
+		}
+		struct nfs4_flock fl = {.l_type = o.write ? F_WRLCK : F_RDLCK,
+					.l_whence = SEEK_SET,
+					.l_pid = (uint32_t)getpid(),
+					.l_start = o.start,
+					.l_len = o.len == 0 ? UINT64_MAX : o.len};
+		if (nfs_fcntl(nfs, fh, NFS4_F_SETLK, &fl) != 0) {
+			const char *e = nfs_get_error(nfs);
+			if (e != NULL && strstr(e, "NFS4ERR_DENIED") != NULL) {
+				/* libnfs drops the LOCK4denied: ask LOCKT who is in the way. */
+				if (v4_lockt(rpc, wire, &o, "conflict", &conflict, err, sizeof(err)) != EXIT_DENIED)
+					conflict.known = false;
+				rc = say_denied(&conflict);
+			} else {
+				rc = say_error("LOCK: %s", e ? e : "failed");
+			}
+			goto out;
+		}
+		rc = say_granted();
+		if (o.hold) {
+			int renew_ms = o.renew_ms;
+			if (renew_ms == 0) {
+				uint32_t lease = v4_lease_time(rpc, wire, o.timeout_ms);
+				renew_ms = lease > 0 ? (int)(lease * 1000 / 3) : 1000;
+				if (renew_ms < 200)
+					renew_ms = 200;
+			}
+			if (!hold_until_eof(nfs, fh, renew_ms, err, sizeof(err))) {
+				fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
+				rc = EXIT_ERROR;
+				goto out;
+			}
+		}
+		/* LOCKU before CLOSE: a v4.0 CLOSE with locks held is refused. */
+		fl.l_type = F_UNLCK;
+		if (nfs_fcntl(nfs, fh, NFS4_F_SETLK, &fl) != 0) {
+			fprintf(stderr, "nasgw-nfs-lock: LOCKU: %s\n", nfs_get_error(nfs));
+			rc = EXIT_ERROR;
+		}
+		goto out;
+	}
+
+	/* NFSv3: NLM */
+	if (!nlm_connect(&n, u->server, wire, &o, err, sizeof(err))) {
+		rc = say_error("%s", err);
+		goto out;
+	}
+	if (!o.lock) {
+		rc = nlm_test(&n, &o, &conflict, err, sizeof(err));
+		rc = rc == EXIT_GRANTED ? say_granted() : rc == EXIT_DENIED ? say_denied(&conflict) : say_error("%s", err);
+		goto out;
+	}
+	rc = nlm_lock(&n, &o, err, sizeof(err));
+	if (rc == EXIT_DENIED) {
+		/* NLM4_LOCK carries no holder: NLM4_TEST does. */
+		if (nlm_test(&n, &o, &conflict, err, sizeof(err)) != EXIT_DENIED)
+			conflict.known = false;
+		rc = say_denied(&conflict);
+		goto out;
+	}
+	if (rc != EXIT_GRANTED) {
+		rc = say_error("%s", err);
+		goto out;
+	}
+	rc = say_granted();
+	if (!o.hold) {
+		/* Without --hold the lock goes with us: NLM would keep it forever. */
+		if (!nlm_unlock(&n, &o, err, sizeof(err))) {
+			fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
+			rc = EXIT_ERROR;
+		}
+		goto out;
+	}
+	if (!hold_until_eof(NULL, NULL, 0, err, sizeof(err))) {
+		fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
+		rc = EXIT_ERROR;
+		goto out;
+	}
+	if (!nlm_unlock(&n, &o, err, sizeof(err))) {
+		fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
+		rc = EXIT_ERROR;
+	}
+
+out:
+	if (n.rpc != NULL)
+		rpc_destroy_context(n.rpc);
+	if (fh != NULL)
+		nfs_close(nfs, fh);
+	if (u != NULL)
+		nfs_destroy_url(u);
+	nfs_destroy_context(nfs);
+	return rc;
+}
