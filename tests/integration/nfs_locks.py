@@ -193,11 +193,23 @@ def conflict_named(line, start, length, typ):
     return line == "denied start=%d len=%d type=%s" % (start, length, typ)
 
 
-def test_basic(lk, lab, v):
+def nasgwd_locks(node):
+    """nasgwd's count of byte-range lock ranges (the nasgw_head_locks gauge)."""
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % node.metrics_port(), timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("nasgw_head_locks "):
+                return float(line.split()[1])
+    return None
+
+
+def test_basic(lk, lab, v, node):
     c1, c2 = lab.client(1), lab.client(2)
     tag = "v%d" % v
     h1 = lk.hold(c1, v, "write", 0, 100)
     check(h1.line == "granted", "%s: client 1 holds a write lock on [0,100)" % tag, h1.line)
+    n = nasgwd_locks(node)
+    check(n is not None and n >= 1, "%s: the lock is held in nasgwd's lock table (nasgw_head_locks)" % tag, n)
     r = lk.run(c2, v, "lock", "write", 50, 10)
     check(r.startswith("denied"), "%s: client 2's write lock on [50,60) is denied" % tag, r)
     check(conflict_named(r, 0, 100, "write"), "%s: the denial names client 1's write lock on [0,100)" % tag, r)
@@ -300,7 +312,7 @@ def main():
     local = "/tmp/nasgw-nfslocks-%d.bin" % os.getpid()
     try:
         node = nasgwlab.Node(bins={"nasgwd": paths["nasgwd"], "cli": paths["cli"]}, luns=2, size="512M",
-                             tag="nfslk")
+                             tag="nfslk", metrics=True)
         node.start("")
         node.format(volume="vol1")
         lab = nfslab.Lab(clients=2)
@@ -318,7 +330,7 @@ def main():
         print("note: NLM lock without rpc.statd on the server: %s" % r, flush=True)
         statd = start_statd(lab, server)
 
-        for name, fn in (("basic-v4", lambda: test_basic(lk, lab, 4)), ("basic-v3", lambda: test_basic(lk, lab, 3)),
+        for name, fn in (("basic-v4", lambda: test_basic(lk, lab, 4, node)), ("basic-v3", lambda: test_basic(lk, lab, 3, node)),
                          ("cross", lambda: test_cross(lk, lab)), ("away", lambda: test_away(lk, lab, server))):
             if a.only and name not in a.only:
                 continue
