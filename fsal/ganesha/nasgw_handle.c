@@ -418,6 +418,17 @@ static bool is_share_state(struct state_t *state)
 	       state->state_type == STATE_TYPE_9P_FID;
 }
 
+/* O_TRUNC: size 0, attributes after it in *a. */
+static int truncate_zero(nasgw_client *c, const nasgw_cred *cr,
+			 const nasgw_handle *h, nasgw_attr *a)
+{
+	nasgw_sattr s;
+
+	memset(&s, 0, sizeof(s));
+	s.mask = NASGW_SET_SIZE;
+	return nasgw_setattr(c, cr, h, &s, a);
+}
+
 /* Opens an existing regular file `o` for `state` (or the global fd). */
 static fsal_status_t open_existing(struct nasgw_fsal_obj *o,
 				   struct state_t *state,
@@ -454,13 +465,8 @@ static fsal_status_t open_existing(struct nasgw_fsal_obj *o,
 		rc = nasgw_open(c, &cr, &o->h, 0, &a);
 	else
 		rc = nasgw_getattr(c, &cr, &o->h, &a);
-	if (rc == 0 && (openflags & FSAL_O_TRUNC) && a.size != 0) {
-		nasgw_sattr s;
-
-		memset(&s, 0, sizeof(s));
-		s.mask = NASGW_SET_SIZE;
-		rc = nasgw_setattr(c, &cr, &o->h, &s, &a);
-	}
+	if (rc == 0 && (openflags & FSAL_O_TRUNC) && a.size != 0)
+		rc = truncate_zero(c, &cr, &o->h, &a);
 	if (rc == 0 && createmode >= FSAL_EXCLUSIVE &&
 	    createmode != FSAL_EXCLUSIVE_9P) {
 		struct fsal_attrlist fa;
@@ -490,6 +496,27 @@ static fsal_status_t open_existing(struct nasgw_fsal_obj *o,
 	}
 	nasgw_to_attrs(&a, attrs_out);
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+/* A file found by name: a new object for it, opened. */
+static fsal_status_t open_found(const nasgw_attr *a, struct state_t *state,
+				fsal_openflags_t openflags,
+				enum fsal_create_mode createmode,
+				fsal_verifier_t verifier,
+				struct fsal_obj_handle **new_obj,
+				struct fsal_attrlist *attrs_out)
+{
+	struct nasgw_fsal_obj *o = nasgw_alloc_obj(op_ctx->fsal_export, a);
+	fsal_status_t st = open_existing(o, state, openflags, createmode,
+					 verifier, attrs_out);
+
+	if (FSAL_IS_ERROR(st)) {
+		op_release(&o->obj_handle);
+		*new_obj = NULL;
+	} else {
+		*new_obj = &o->obj_handle;
+	}
+	return st;
 }
 
 static fsal_status_t op_open2(struct fsal_obj_handle *obj_hdl,
@@ -540,16 +567,9 @@ static fsal_status_t op_open2(struct fsal_obj_handle *obj_hdl,
 			return fsalstat(a.type == NASGW_TYPE_DIR
 						? ERR_FSAL_ISDIR
 						: ERR_FSAL_INVAL, 0);
-		o = nasgw_alloc_obj(op_ctx->fsal_export, &a);
-		*new_obj = &o->obj_handle;
 		*caller_perm_check = true;
-		st = open_existing(o, state, openflags, createmode, verifier,
-				   attrs_out);
-		if (FSAL_IS_ERROR(st)) {
-			op_release(&o->obj_handle);
-			*new_obj = NULL;
-		}
-		return st;
+		return open_found(&a, state, openflags, createmode, verifier,
+				  new_obj, attrs_out);
 	}
 
 	/* Create. UNCHECKED opens an existing file; GUARDED and EXCLUSIVE
@@ -570,16 +590,9 @@ static fsal_status_t op_open2(struct fsal_obj_handle *obj_hdl,
 			return nasgw_status(rc);
 		if (a.type != NASGW_TYPE_REG)
 			return fsalstat(ERR_FSAL_EXIST, EEXIST);
-		o = nasgw_alloc_obj(op_ctx->fsal_export, &a);
-		*new_obj = &o->obj_handle;
 		*caller_perm_check = true;
-		st = open_existing(o, state, openflags, createmode, verifier,
-				   attrs_out);
-		if (FSAL_IS_ERROR(st)) {
-			op_release(&o->obj_handle);
-			*new_obj = NULL;
-		}
-		return st;
+		return open_found(&a, state, openflags, createmode, verifier,
+				  new_obj, attrs_out);
 	}
 	if (rc != 0)
 		return nasgw_status(rc);
@@ -592,13 +605,8 @@ static fsal_status_t op_open2(struct fsal_obj_handle *obj_hdl,
 		rest.valid_mask &= ~(attrmask_t)ATTR_MODE;
 		rc = set_rest(c, &cr, &a, &rest);
 	}
-	if (rc == 0 && (openflags & FSAL_O_TRUNC) && a.size != 0) {
-		nasgw_sattr s;
-
-		memset(&s, 0, sizeof(s));
-		s.mask = NASGW_SET_SIZE;
-		rc = nasgw_setattr(c, &cr, &a.handle, &s, &a);
-	}
+	if (rc == 0 && (openflags & FSAL_O_TRUNC) && a.size != 0)
+		rc = truncate_zero(c, &cr, &a.handle, &a);
 	o = nasgw_alloc_obj(op_ctx->fsal_export, &a);
 	if (rc != 0) {
 		if (state != NULL)
@@ -642,16 +650,13 @@ static fsal_status_t op_reopen2(struct fsal_obj_handle *obj_hdl,
 	fd->fd.openflags = FSAL_O_NFS_FLAGS(openflags);
 	if (openflags & FSAL_O_TRUNC) {
 		nasgw_client *c = nasgw_get_client();
-		nasgw_sattr s;
 		nasgw_cred cr;
 		nasgw_attr a;
 
 		if (c == NULL)
 			return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
-		memset(&s, 0, sizeof(s));
-		s.mask = NASGW_SET_SIZE;
 		nasgw_creds(&cr);
-		return nasgw_status(nasgw_setattr(c, &cr, &o->h, &s, &a));
+		return nasgw_status(truncate_zero(c, &cr, &o->h, &a));
 	}
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);
 }
@@ -832,38 +837,47 @@ static fsal_status_t io_vector(struct fsal_obj_handle *obj_hdl,
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);
 }
 
-static void op_read2(struct fsal_obj_handle *obj_hdl, bool bypass,
-			fsal_async_cb done_cb, struct fsal_io_arg *arg,
-			void *caller_arg)
+/* READ and WRITE: checks, then one asynchronous call whose reply completes
+ * the request (or the synchronous loop for several buffers). */
+static void io2(struct fsal_obj_handle *obj_hdl, bool bypass,
+		fsal_async_cb done_cb, struct fsal_io_arg *arg,
+		void *caller_arg, bool write)
 {
 	nasgw_client *c = nasgw_get_client();
+	fsal_status_t st = fsalstat(ERR_FSAL_NO_ERROR, 0);
 	struct nasgw_io *io;
-	fsal_status_t st;
 	int rc;
 
-	if (arg->info != NULL) {	/* READ_PLUS */
-		done_cb(obj_hdl, fsalstat(ERR_FSAL_NOTSUPP, 0), arg,
-			caller_arg);
-		return;
-	}
-	if (c == NULL) {
-		done_cb(obj_hdl, fsalstat(ERR_FSAL_DELAY, ENOTCONN), arg,
-			caller_arg);
-		return;
-	}
-	st = io_share_check(obj_hdl, arg->state, bypass, FSAL_O_READ);
+	if (!write && arg->info != NULL)	/* READ_PLUS */
+		st = fsalstat(ERR_FSAL_NOTSUPP, 0);
+	else if (write && obj_hdl->type != REGULAR_FILE)
+		st = fsalstat(ERR_FSAL_INVAL, EINVAL);
+	else if (c == NULL)
+		st = fsalstat(ERR_FSAL_DELAY, ENOTCONN);
+	else
+		st = io_share_check(obj_hdl, arg->state, bypass,
+				    write ? FSAL_O_WRITE : FSAL_O_READ);
 	if (!FSAL_IS_ERROR(st) && arg->iov_count != 1)
-		st = io_vector(obj_hdl, arg, false);
+		st = io_vector(obj_hdl, arg, write);
 	if (FSAL_IS_ERROR(st) || arg->iov_count != 1) {
 		done_cb(obj_hdl, st, arg, caller_arg);
 		return;
 	}
 	arg->io_amount = 0;
-	arg->end_of_file = false;
+	if (!write)
+		arg->end_of_file = false;
 	io = io_new(obj_hdl, done_cb, arg, caller_arg);
-	rc = nasgw_read_async(c, &io->cred, &obj_of(obj_hdl)->h, arg->offset,
-			      arg->iov[0].iov_base,
-			      (uint32_t)arg->iov[0].iov_len, read_done, io);
+	if (write)
+		rc = nasgw_write_async(c, &io->cred, &obj_of(obj_hdl)->h,
+				       arg->offset, arg->iov[0].iov_base,
+				       (uint32_t)arg->iov[0].iov_len,
+				       arg->fsal_stable ? NASGW_WRITE_STABLE : 0,
+				       write_done, io);
+	else
+		rc = nasgw_read_async(c, &io->cred, &obj_of(obj_hdl)->h,
+				      arg->offset, arg->iov[0].iov_base,
+				      (uint32_t)arg->iov[0].iov_len, read_done,
+				      io);
 	if (rc != 0) {
 		put_gsh_export(io->ctx_export);
 		gsh_free(io);
@@ -871,44 +885,18 @@ static void op_read2(struct fsal_obj_handle *obj_hdl, bool bypass,
 	}
 }
 
-static void op_write2(struct fsal_obj_handle *obj_hdl, bool bypass,
-			 fsal_async_cb done_cb, struct fsal_io_arg *arg,
-			 void *caller_arg)
+static void op_read2(struct fsal_obj_handle *obj_hdl, bool bypass,
+		     fsal_async_cb done_cb, struct fsal_io_arg *arg,
+		     void *caller_arg)
 {
-	nasgw_client *c = nasgw_get_client();
-	struct nasgw_io *io;
-	fsal_status_t st;
-	int rc;
+	io2(obj_hdl, bypass, done_cb, arg, caller_arg, false);
+}
 
-	if (obj_hdl->type != REGULAR_FILE) {
-		done_cb(obj_hdl, fsalstat(ERR_FSAL_INVAL, EINVAL), arg,
-			caller_arg);
-		return;
-	}
-	if (c == NULL) {
-		done_cb(obj_hdl, fsalstat(ERR_FSAL_DELAY, ENOTCONN), arg,
-			caller_arg);
-		return;
-	}
-	st = io_share_check(obj_hdl, arg->state, bypass, FSAL_O_WRITE);
-	if (!FSAL_IS_ERROR(st) && arg->iov_count != 1)
-		st = io_vector(obj_hdl, arg, true);
-	if (FSAL_IS_ERROR(st) || arg->iov_count != 1) {
-		done_cb(obj_hdl, st, arg, caller_arg);
-		return;
-	}
-	arg->io_amount = 0;
-	io = io_new(obj_hdl, done_cb, arg, caller_arg);
-	rc = nasgw_write_async(c, &io->cred, &obj_of(obj_hdl)->h, arg->offset,
-			       arg->iov[0].iov_base,
-			       (uint32_t)arg->iov[0].iov_len,
-			       arg->fsal_stable ? NASGW_WRITE_STABLE : 0,
-			       write_done, io);
-	if (rc != 0) {
-		put_gsh_export(io->ctx_export);
-		gsh_free(io);
-		done_cb(obj_hdl, nasgw_status(rc), arg, caller_arg);
-	}
+static void op_write2(struct fsal_obj_handle *obj_hdl, bool bypass,
+		      fsal_async_cb done_cb, struct fsal_io_arg *arg,
+		      void *caller_arg)
+{
+	io2(obj_hdl, bypass, done_cb, arg, caller_arg, true);
 }
 
 /* COMMIT returns once nasgwd holds the file's data stably (brief,
