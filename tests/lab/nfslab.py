@@ -304,6 +304,11 @@ class GaneshaConfig:
             "}",
             "NFSV4 {",
             "    Graceless = true;",            # tests must not wait out a 90 s grace period
+            # nasgw offers no pNFS layouts; Ganesha advertises itself as a pNFS
+            # metadata server unless told not to, and clients then send
+            # LAYOUTGET only to be refused (nfs-rs then reuses a slot's
+            # sequence id: NFS4ERR_RETRY_UNCACHED_REP).
+            "    PNFS_MDS = false;",
             "    Only_Numeric_Owners = true;",
             "    Minor_Versions = %s;" % self.minor_versions,
             "    RecoveryBackend = fs;",
