@@ -857,9 +857,9 @@ static void io2(struct fsal_obj_handle *obj_hdl, bool bypass,
 	else
 		st = io_share_check(obj_hdl, arg->state, bypass,
 				    write ? FSAL_O_WRITE : FSAL_O_READ);
-	if (!FSAL_IS_ERROR(st) && arg->iov_count != 1)
+	if (!FSAL_IS_ERROR(st) && (arg->iov_count != 1 || !NASGW.async_io))
 		st = io_vector(obj_hdl, arg, write);
-	if (FSAL_IS_ERROR(st) || arg->iov_count != 1) {
+	if (FSAL_IS_ERROR(st) || arg->iov_count != 1 || !NASGW.async_io) {
 		done_cb(obj_hdl, st, arg, caller_arg);
 		return;
 	}

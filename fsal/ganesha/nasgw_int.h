@@ -34,6 +34,7 @@ struct nasgw_fsal_module {
 	char *socket_path;
 	uint32_t connections;
 	uint32_t reconnect_timeout_ms;
+	bool async_io;		/* READ/WRITE completed from the library's thread */
 	/* one client shared by every export */
 	pthread_mutex_t client_lock;
 	nasgw_client *client;

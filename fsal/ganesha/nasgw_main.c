@@ -48,6 +48,7 @@ static struct config_item nasgw_items[] = {
 	CONF_ITEM_UI32("Connections", 1, 16, 4, nasgw_fsal_module, connections),
 	CONF_ITEM_UI32("Reconnect_Timeout_Ms", 1000, 3600000, 60000,
 		       nasgw_fsal_module, reconnect_timeout_ms),
+	CONF_ITEM_BOOL("Async_IO", true, nasgw_fsal_module, async_io),
 	CONFIG_EOL
 };
 
