@@ -91,6 +91,14 @@ def client_stream(client):
     return "c%d/stream" % client
 
 
+def rate_bytes_per_s(rate):
+    """A tc rate ("150mbit", "1gbit", "500kbit"; decimal units, as tc's) in bytes/s."""
+    for suffix, mult in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1)):
+        if rate.endswith(suffix):
+            return float(rate[:-len(suffix)]) * mult / 8
+    raise ValueError("unsupported rate %r (use kbit, mbit or gbit)" % rate)
+
+
 # ---- fio ------------------------------------------------------------------------
 
 def fio_jobfile(path, glob, jobs):
@@ -102,6 +110,39 @@ def fio_jobfile(path, glob, jobs):
             f.write("[%s]\n" % name)
             for k, v in opts.items():
                 f.write("%s=%s\n" % (k, v))
+
+
+LOG_MS = 250   # fio's iops log interval
+
+
+def concurrent_iops(prefix, njobs):
+    """What the target delivered to the step's clients: all their I/O over
+    the span from the first client's start to the last one's end.
+
+    fio's group figures divide each job's I/O by its own run time, as if the
+    jobs had run together; a client whose mount and open took seconds (an
+    NFS server busy serving the others) runs partly alone, and their sum
+    overstates what the target delivered (seen: twice the array link's
+    rate). The per-job iops logs, time-stamped, give the span, how far apart
+    the clients started and how long they all ran together."""
+    jobs = []
+    for k in range(1, njobs + 1):
+        samples = {}
+        with open("%s_iops.%d.log" % (prefix, k)) as f:
+            for line in f:
+                parts = [x.strip() for x in line.split(",")]
+                if len(parts) >= 3:
+                    t = int(parts[0])
+                    samples[t] = samples.get(t, 0) + int(parts[1])   # read + write
+        if not samples:
+            return None
+        jobs.append(sorted(samples.items()))
+    starts = [j[0][0] - LOG_MS for j in jobs]
+    ends = [j[-1][0] for j in jobs]
+    ios = sum(v * LOG_MS / 1000.0 for j in jobs for _, v in j)
+    return {"iops": ios / ((max(ends) - min(starts)) / 1000.0),
+            "start_skew_s": (max(starts) - min(starts)) / 1000.0,
+            "overlap_s": max(0, min(ends) - max(starts)) / 1000.0}
 
 
 def parse_fio(path):
@@ -209,6 +250,12 @@ class Bench:
             if errors:
                 log("teardown: " + "; ".join(errors))
 
+    def san_bytes(self):
+        """Bytes the array has sent and received on its link so far."""
+        p = sh(["ip", "-n", self.san["ns_array"], "-j", "-s", "link", "show", "dev", "eth0"])
+        st = json.loads(p.stdout)[0]["stats64"]
+        return st["tx"]["bytes"], st["rx"]["bytes"]
+
     # ---- targets
     def nfs_global(self, t):
         return {"ioengine": "nfs", "nfs_url": "nfs://%s%s" % (self.lab.server_addr, PSEUDO[t]),
@@ -225,9 +272,12 @@ class Bench:
         return {"offset": (i - 1) * self.region(), "size": self.region(),
                 "initiator": "iqn.2026-11.org.nasgw:nfsbench-c%d" % i}   # one session each
 
-    def run_fio(self, t, glob, jobs, tag, timeout):
+    def run_fio(self, t, glob, jobs, tag, timeout, window=False):
         job = os.path.join(self.lab.dir, "fio-%s.job" % tag)
         out = os.path.join(self.lab.dir, "fio-%s.json" % tag)
+        logs = os.path.join(self.lab.dir, "log-%s" % tag)
+        if window:
+            glob = dict(glob, write_iops_log=logs, log_avg_msec=LOG_MS, log_unix_epoch=1)
         fio_jobfile(job, glob, jobs)
         if os.path.exists(out):
             os.remove(out)
@@ -238,7 +288,24 @@ class Bench:
             p = self.lab.client(1).run(cmd, check=False, timeout=timeout)
         if p.returncode != 0:
             raise RuntimeError("fio exit %d: %s%s" % (p.returncode, p.stdout[-1500:], p.stderr[-1500:]))
-        return parse_fio(out)
+        res = parse_fio(out)
+        if window:
+            w = concurrent_iops(logs, len(jobs))
+            for k in range(1, len(jobs) + 1):
+                try:
+                    os.remove("%s_iops.%d.log" % (logs, k))
+                except OSError:
+                    pass
+            if w is None:
+                raise RuntimeError("fio wrote no iops samples")
+            bs = nfslab.parse_size(glob["bs"])
+            res["iops_fio"], res["mbps_fio"] = res["iops"], res["mbps"]
+            res["iops"], res["mbps"] = w["iops"], w["iops"] * bs / 1e6
+            res["start_skew_s"], res["overlap_s"] = w["start_skew_s"], w["overlap_s"]
+            # Less than half the run with every client going: the step did not
+            # measure N concurrent clients; said so in the output.
+            res["overlap_short"] = w["overlap_s"] < 0.5 * float(glob["runtime"])
+        return res
 
     def layout(self, t):
         """Every client's file set (or LBA region) written once, sequentially:
@@ -279,7 +346,7 @@ class Bench:
             glob = dict(self.nfs_global(t), **common)
             jobs = [("c%d" % i, {"filename": client_stream(i), "filesize": self.region()}) for i in range(1, n + 1)]
         # A run that outlives its time by two minutes is hung: killed, reported.
-        return self.run_fio(t, glob, jobs, "%s-%s-%d" % (t, wl, n), a.seconds + a.ramp + 120)
+        return self.run_fio(t, glob, jobs, "%s-%s-%d" % (t, wl, n), a.seconds + a.ramp + 120, window=True)
 
     def matrix(self, out, targets):
         a = self.a
@@ -294,10 +361,21 @@ class Bench:
                     for t in order:
                         row = {"target": t, "workload": wl, "clients": n, "run": r + 1}
                         try:
+                            san0, t0 = self.san_bytes(), time.monotonic()
                             row.update(self.measure(t, wl, n))
+                            san1, wall = self.san_bytes(), time.monotonic() - t0
+                            # What crossed the array link during the whole fio run (ramp and
+                            # setup included): MB the array sent (reads) and received (writes).
+                            row["wall_s"] = round(wall, 2)
+                            row["san_read_mb"] = (san1[0] - san0[0]) / 1e6
+                            row["san_write_mb"] = (san1[1] - san0[1]) / 1e6
                             log("[%s] run %d %-8s %-5s %2d clients: %8.0f IOPS %8.1f MB/s p50 %8.0f us p99 %8.0f us"
+                                "  SAN %.0f/%.0f MB r/w%s"
                                 % (out["name"], r + 1, wl, t, n, row["iops"], row["mbps"], row["p50_us"],
-                                   row["p99_us"]))
+                                   row["p99_us"], row["san_read_mb"], row["san_write_mb"],
+                                   ("  clients started %.1f s apart, ran together %.1f s (fio alone: %.0f IOPS)"
+                                    % (row["start_skew_s"], row["overlap_s"], row["iops_fio"]))
+                                   if row.get("overlap_short") else ""))
                         except Exception as e:
                             row["error"] = str(e)[-3000:]
                             if t != "block" and self.lab.server:
@@ -321,6 +399,7 @@ class Bench:
                             key: statistics.median(x[key] for x in rows)
                             for key in ("iops", "mbps", "p50_us", "p99_us", "read_iops", "write_iops")}
                         out["medians"][t][wl][str(n)]["runs"] = len(rows)
+                        out["medians"][t][wl][str(n)]["overlap_short"] = sum(bool(x.get("overlap_short")) for x in rows)
         self.save()
 
     def save(self):
@@ -348,9 +427,13 @@ def table(res):
                 cells = []
                 for t in s["medians"]:
                     m = s["medians"][t].get(wl, {}).get(str(n))
-                    cells.append("%-33s" % ("%8.0f %7.1f %6.2f/%-7.2f" % (m["iops"], m["mbps"], m["p50_us"] / 1000,
-                                                                       m["p99_us"] / 1000) if m else "-"))
+                    cells.append("%-33s" % ("%8.0f %7.1f %6.2f/%-7.2f%s" % (
+                        m["iops"], m["mbps"], m["p50_us"] / 1000, m["p99_us"] / 1000,
+                        "*" if m.get("overlap_short") else "") if m else "-"))
                 lines.append("%-22s %7d  %s" % (WORKLOADS[wl][4], n, "  ".join(cells)))
+    lines.append("IOPS and MB/s: all the clients' I/O over the span from the first one's start to the last one's "
+                 "end; p50/p99: fio's, each client over its own run. * = in some run the clients ran together "
+                 "for less than half of it.")
     return "\n".join(lines)
 
 
@@ -402,8 +485,8 @@ def chart(res, path):
             ax.set_xlabel("clients")
             ax.set_title("%s\narray link: %s" % (label, s["name"]) if row == 0 else label, fontsize=9)
             ax.grid(True, alpha=0.3)
+            ax.set_yscale("log")   # the targets lie orders of magnitude apart
             if key == "p99_us":
-                ax.set_yscale("log")
                 ax.axhline(20, color="grey", linestyle=":", linewidth=1)   # the paper's 20 ms response-time bar
             if row == 0 and col == 0:
                 ax.legend(fontsize=8)
@@ -479,6 +562,11 @@ def main():
     if os.geteuid() != 0:
         print("nfs_bench: must run as root (namespaces, tgtd, ganesha)", file=sys.stderr)
         return 2
+    if a.rate and a.rate != "none":
+        try:
+            rate_bytes_per_s(a.rate)
+        except ValueError as e:
+            ap.error(str(e))
     if a.out and not a.chart:
         a.chart = os.path.splitext(a.out)[0] + ".png"
 
@@ -498,6 +586,8 @@ def main():
         return 1
     b.fio = a.fio or sh(["bash", BUILD_FIO], timeout=1800).stdout.strip().splitlines()[-1]
     b.res["fio"] = sh([b.fio, "--version"]).stdout.strip()
+    g = sh(["git", "-C", ROOT, "describe", "--always", "--dirty"], check=False)
+    b.res["git"] = g.stdout.strip() if g.returncode == 0 else None   # what the build was made from (roughly)
     b.res["started"] = time.strftime("%Y-%m-%d %H:%M:%S")
 
     settings = []

@@ -733,8 +733,11 @@ def ensure_venv():
                     return py
         except OSError:
             pass
-        if not os.path.exists(py):
-            run([sys.executable, "-m", "venv", VENV], timeout=300)
+        if not os.path.exists(py):   # also when the interpreter it was made from is gone
+            # Debian's python3 (python3-venv): a venv outlives whatever
+            # interpreter happens to be first on PATH.
+            base = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+            run([base, "-m", "venv", "--clear", VENV], timeout=300)
         p = run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check"] + VENV_PACKAGES,
                 check=False, timeout=600)
         if p.returncode != 0:
@@ -839,7 +842,6 @@ class Lab:
     # ---- network
     def _setup_net(self):
         sw = self.st["ns_switch"]
-        net = subnet(self.st["subnet"])
         for ns in [sw] + ([self.server_ns] if self.st["own_server_ns"] else []) + [c["ns"] for c in self.st["clients"]]:
             run(["ip", "netns", "add", ns])
             run(["ip", "-n", ns, "link", "set", "lo", "up"])
@@ -855,7 +857,6 @@ class Lab:
             run(["ip", "-n", sw, "link", "set", port, "up"])
             run(["ip", "-n", ns, "addr", "add", addr + "/24", "dev", "lan0"])
             run(["ip", "-n", ns, "link", "set", "lan0", "up"])
-        del net
 
     def link(self, who, state):
         """Takes a LAN port down or up at the switch ("server" or client index):
