@@ -6,7 +6,8 @@ NFS benchmark and the demo. Standard library only; run as root.
     cfg = GaneshaConfig(exports=[vfs_export(1, "/srv/x", "/x", clients=[lab.client(1).addr])])
     server = lab.start_server(cfg)            # rpcbind + ganesha.nfsd in the server namespace
     lab.client(1).nfs_put("/etc/hostname", "x/h")        # libnfs-utils, NFSv3
-    lab.client(1).nfsrs("out(client.listdir(''))", "x", version="4.1")
+    lab.client(1).nfsrs("out(client.stat('h').size)", "x", version="4.1")   # nfs-rs
+    lab.client(2).nfs_ls("x", check=False)    # refused: MNT3ERR_ACCES
     lab.close()                               # stops everything, also after a failure
 
 Topology (one lab):
