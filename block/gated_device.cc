@@ -1,0 +1,89 @@
+#include "block/gated_device.h"
+
+#include <utility>
+
+namespace nasgw::block {
+
+std::shared_ptr<WriteGate> WriteGate::Closed(Status reason) {
+  auto g = std::make_shared<WriteGate>();
+  g->Close(std::move(reason));
+  return g;
+}
+
+bool WriteGate::Close(Status reason) {
+  NASGW_ASSERT(!reason.ok());
+  std::function<void(const Status&)> fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!open_.load(std::memory_order_relaxed)) return false;
+    reason_ = std::move(reason);
+    open_.store(false, std::memory_order_release);
+    fn = std::move(on_close_);
+    on_close_ = nullptr;
+  }
+  if (fn) fn(reason_);
+  return true;
+}
+
+Status WriteGate::reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reason_;
+}
+
+void WriteGate::OnClose(std::function<void(const Status&)> fn) {
+  Status closed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (open_.load(std::memory_order_relaxed)) {
+      on_close_ = std::move(fn);
+      return;
+    }
+    closed = reason_;
+  }
+  fn(closed);
+}
+
+GatedDevice::GatedDevice(std::shared_ptr<BlockDevice> inner, std::shared_ptr<WriteGate> gate)
+    : inner_(std::move(inner)), gate_(std::move(gate)) {
+  NASGW_ASSERT(inner_ != nullptr && gate_ != nullptr);
+}
+
+bool GatedDevice::Changes(Op op) {
+  switch (op) {
+    case Op::kRead:
+    case Op::kPrReadKeys:
+    case Op::kPrReadReservation:
+      return false;
+    case Op::kWrite:
+    case Op::kFlush:
+    case Op::kUnmap:
+    case Op::kCompareAndWrite:
+    case Op::kPrOut:
+      return true;
+  }
+  return true;
+}
+
+Status GatedDevice::SubmitValidated(IoRequest req) {
+  if (Changes(req.op) && !gate_->is_open()) {
+    Status why = gate_->reason();
+    return Status(why.code(), std::string(OpName(req.op)) + " on " + info().name + " refused: " +
+                                  std::string(why.message()));
+  }
+  // A conflict on any LUN closes the gate for all of them.
+  req.done = [gate = gate_, done = std::move(req.done), name = info().name](Status s) {
+    if (s.code() == Code::kFenced) gate->Close(s.WithContext(name));
+    done(std::move(s));
+  };
+  return inner_->Submit(std::move(req));
+}
+
+std::vector<std::shared_ptr<BlockDevice>> Gate(const std::vector<std::shared_ptr<BlockDevice>>& devices,
+                                               const std::shared_ptr<WriteGate>& gate) {
+  std::vector<std::shared_ptr<BlockDevice>> out;
+  out.reserve(devices.size());
+  for (const auto& d : devices) out.push_back(std::make_shared<GatedDevice>(d, gate));
+  return out;
+}
+
+}  // namespace nasgw::block
