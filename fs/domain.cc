@@ -749,7 +749,9 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   auto fs = MetaFs::Mount(reserve, id, o.metafs);
   if (!fs.ok()) return fs.status();
   impl->metafs = std::move(fs.value());
-  auto store = MetaStore::Open(impl->metafs.get(), o.store);
+  MetaStoreOptions store_options = o.store;
+  store_options.read_only = o.read_only;
+  auto store = MetaStore::Open(impl->metafs.get(), store_options);
   if (!store.ok()) return store.status();
   impl->store = std::move(store.value());
   auto r = impl->store->Get(SuperKey());
@@ -789,6 +791,7 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
                        GetBE64(k, 5)});
     return true;
   }));
+  if (o.read_only) orphans.clear();  // the owner reclaims them when it opens the domain
   for (const auto& [vol, ino] : orphans) {
     auto in = impl->LoadInode(vol, ino);
     auto v = impl->LoadVolume(vol);

@@ -117,6 +117,11 @@ struct DomainOptions {
   bool unmap_freed = true;
   MetaFsOptions metafs;
   MetaStoreOptions store;
+  // Open for checking only (nasgw-fsck without --repair): the metadata store
+  // is opened read-only (its WAL replayed in memory, never written back),
+  // orphans are left for the owner to reclaim, and every change fails. The
+  // caller also gives LUNs behind a closed WriteGate, so no block is written.
+  bool read_only = false;
 };
 
 class Domain {

@@ -153,7 +153,8 @@ class InfoLogger : public rocksdb::Logger {
 // wrapped default file system is used for nothing that touches data.
 class MetaFileSystem : public rocksdb::FileSystemWrapper {
  public:
-  explicit MetaFileSystem(MetaFs* fs) : FileSystemWrapper(rocksdb::FileSystem::Default()), fs_(fs) {}
+  MetaFileSystem(MetaFs* fs, bool read_only)
+      : FileSystemWrapper(rocksdb::FileSystem::Default()), fs_(fs), read_only_(read_only) {}
   const char* Name() const override { return "nasgw-metafs"; }
 
   IOStatus NewSequentialFile(const std::string& name, const FileOptions&,
@@ -172,6 +173,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
   }
   IOStatus NewWritableFile(const std::string& name, const FileOptions&,
                            std::unique_ptr<rocksdb::FSWritableFile>* out, IODebugContext*) override {
+    if (read_only_) return IOStatus::NotSupported("metadata store opened read-only: " + name);
     auto f = fs_->OpenForWrite(Norm(name));
     if (!f.ok()) return ToIO(f.status());
     *out = std::make_unique<WFile>(fs_, *f, 0);
@@ -179,6 +181,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
   }
   IOStatus ReopenWritableFile(const std::string& name, const FileOptions&,
                               std::unique_ptr<rocksdb::FSWritableFile>* out, IODebugContext*) override {
+    if (read_only_) return IOStatus::NotSupported("metadata store opened read-only: " + name);
     const std::string n = Norm(name);
     if (!fs_->Exists(n)) return NewWritableFile(name, {}, out, nullptr);
     auto f = fs_->OpenForRead(n);
@@ -215,6 +218,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
     return IOStatus::OK();
   }
   IOStatus DeleteFile(const std::string& name, const IOOptions&, IODebugContext*) override {
+    if (read_only_) return IOStatus::NotSupported("metadata store opened read-only: " + name);
     return ToIO(fs_->Delete(Norm(name)));
   }
   IOStatus CreateDir(const std::string& d, const IOOptions&, IODebugContext*) override {
@@ -249,6 +253,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
   }
   IOStatus RenameFile(const std::string& from, const std::string& to, const IOOptions&,
                       IODebugContext*) override {
+    if (read_only_) return IOStatus::NotSupported("metadata store opened read-only: " + from);
     return ToIO(fs_->Rename(Norm(from), Norm(to)));
   }
   IOStatus LinkFile(const std::string&, const std::string&, const IOOptions&, IODebugContext*) override {
@@ -300,6 +305,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
   }
 
   MetaFs* fs_;
+  const bool read_only_;
   std::mutex mu_;
   std::set<std::string> dirs_;                         // GUARDED_BY(mu_)
   std::set<std::string> locks_;                        // GUARDED_BY(mu_)
@@ -340,11 +346,11 @@ MetaStore::~MetaStore() {
 
 Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOptions& o) {
   auto rep = std::make_unique<Rep>();
-  rep->fs = std::make_shared<MetaFileSystem>(fs);
+  rep->fs = std::make_shared<MetaFileSystem>(fs, o.read_only);
   rep->env = rocksdb::NewCompositeEnv(rep->fs);
   rocksdb::Options opts;
   opts.env = rep->env.get();
-  opts.create_if_missing = true;
+  opts.create_if_missing = !o.read_only;
   opts.info_log = std::make_shared<InfoLogger>();
   opts.write_buffer_size = o.write_buffer_bytes;
   opts.max_write_buffer_number = 2;
@@ -356,7 +362,8 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOp
   t.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);
   opts.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(opts, kDbPath, &db);
+  rocksdb::Status s = o.read_only ? rocksdb::DB::OpenForReadOnly(opts, kDbPath, &db)
+                                  : rocksdb::DB::Open(opts, kDbPath, &db);
   if (!s.ok()) return FromRocks(s).WithContext("open metadata store of domain " + std::to_string(fs->domain()));
   rep->db.reset(db);
   return std::unique_ptr<MetaStore>(new MetaStore(std::move(rep)));

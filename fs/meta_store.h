@@ -27,6 +27,10 @@ struct MetaStoreOptions {
   uint64_t write_buffer_bytes = 32ull << 20;
   // RocksDB block cache, part of the node's memory budget.
   uint64_t block_cache_bytes = 64ull << 20;
+  // Open with RocksDB's read-only mode: the WAL is replayed into memory only,
+  // no file is created, written or deleted (nasgw-fsck without --repair).
+  // Writes fail with NotSupported.
+  bool read_only = false;
 };
 
 class MetaBatch {

@@ -179,7 +179,7 @@ Result<std::unique_ptr<Reserve>> Reserve::Format(const std::vector<Device>& luns
   return r;
 }
 
-Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns) {
+Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, bool read_only) {
   if (luns.empty()) return Status::InvalidArgument("no LUNs given");
   std::vector<LunState> states;
   for (const auto& dev : luns) {
@@ -254,12 +254,16 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns) 
     want.reserve_name = truth.reserve_name;
     want.lun_index = m.index;
     if (!(want == own) || !st.primary_ok || !st.backup_ok) {
-      NASGW_RETURN_IF_ERROR(WriteLabels(*st.dev, want).WithContext("repair label of " + in.name));
       std::string what = !(want == own) ? "generation " + std::to_string(own.generation) + " -> " +
                                               std::to_string(truth.generation)
                                         : (!st.primary_ok ? "primary copy rewritten" : "backup copy rewritten");
-      r->repairs_.push_back(in.name + ": " + what);
-      NASGW_LOG(kWarn, "fs") << "label repaired" << Kv("lun", in.name) << Kv("what", what);
+      if (read_only) {
+        r->repairs_.push_back(in.name + ": would repair: " + what);
+      } else {
+        NASGW_RETURN_IF_ERROR(WriteLabels(*st.dev, want).WithContext("repair label of " + in.name));
+        r->repairs_.push_back(in.name + ": " + what);
+        NASGW_LOG(kWarn, "fs") << "label repaired" << Kv("lun", in.name) << Kv("what", what);
+      }
     }
     r->members_.push_back({st.dev, want});
   }

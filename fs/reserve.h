@@ -51,7 +51,9 @@ class Reserve {
   using Device = std::shared_ptr<block::BlockDevice>;
 
   static Result<std::unique_ptr<Reserve>> Format(const std::vector<Device>& luns, const ReserveOptions& options);
-  static Result<std::unique_ptr<Reserve>> Open(const std::vector<Device>& luns);
+  // With `read_only`, nothing is written: labels that would be repaired are
+  // listed in repairs() ("would rewrite ...") and left as they are.
+  static Result<std::unique_ptr<Reserve>> Open(const std::vector<Device>& luns, bool read_only = false);
 
   // Labels `lun` and makes it a member. The add is committed once the first
   // existing member's label has been rewritten; a crash before that leaves

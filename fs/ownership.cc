@@ -1,0 +1,528 @@
+#include "fs/ownership.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "base/clock.h"
+#include "base/coding.h"
+#include "base/crc32c.h"
+#include "base/log.h"
+#include "fs/metafs.h"
+
+namespace nasgw::fs {
+
+using block::BlockDevice;
+using block::PrAction;
+using block::PrType;
+
+namespace {
+
+constexpr char kOwnerMagic[8] = {'N', 'A', 'S', 'G', 'W', 'O', 'W', 'N'};
+constexpr uint32_t kOwnerVersion = 1;
+constexpr size_t kTextBytes = 64;
+constexpr PrType kPrType = PrType::kWriteExclusiveRegistrantsOnly;
+
+uint64_t RandomNonZero() {
+  uint64_t v = 0;
+  while (v == 0) {
+    ssize_t n = getrandom(&v, sizeof v, 0);
+    NASGW_ASSERT(n == sizeof v);
+  }
+  return v;
+}
+
+void PutText(uint8_t* p, const std::string& s) { std::memcpy(p, s.data(), std::min(s.size(), kTextBytes - 1)); }
+
+std::string GetText(const uint8_t* p) { return std::string(reinterpret_cast<const char*>(p), strnlen(reinterpret_cast<const char*>(p), kTextBytes - 1)); }
+
+std::string Hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+// The LUN under a GatedDevice (reservation commands bypass the gate).
+BlockDevice& Beneath(BlockDevice& dev) {
+  auto* g = dynamic_cast<block::GatedDevice*>(&dev);
+  return g ? *g->inner() : dev;
+}
+
+std::string Seconds(uint64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f s", static_cast<double>(ns) / 1e9);
+  return b;
+}
+
+}  // namespace
+
+uint64_t OwnerRecordOffset(uint32_t domain) {
+  return kDomainTableOffset + domain * kDomainSlotBytes + 2 * kMetaBlockBytes;
+}
+static_assert(2 * kMetaBlockBytes + kOwnerRecordBytes <= kDomainSlotBytes, "the owner record fits the domain slot");
+
+uint64_t PrKeyOf(const Uuid& node_id) {
+  uint64_t low = 0;
+  for (int i = 0; i < 6; i++) low = (low << 8) | node_id.bytes[i];
+  if (low == 0) low = 1;
+  return kPrKeyPrefix | low;
+}
+
+NodeIdentity NodeIdentity::ForProcess(std::string name, const Uuid& id) {
+  NodeIdentity n;
+  n.name = std::move(name);
+  n.id = id;
+  n.incarnation = RandomNonZero();
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) n.host = host;
+  n.pid = static_cast<uint32_t>(getpid());
+  return n;
+}
+
+std::vector<uint8_t> EncodeOwnerRecord(const OwnerRecord& r) {
+  std::vector<uint8_t> b(kOwnerRecordBytes, 0);
+  std::memcpy(&b[0], kOwnerMagic, 8);
+  PutFixed32(&b[8], kOwnerVersion);
+  std::memcpy(&b[16], r.reserve.bytes.data(), 16);
+  PutFixed32(&b[32], r.domain);
+  PutFixed32(&b[36], static_cast<uint32_t>(r.state));
+  std::memcpy(&b[40], r.node_id.bytes.data(), 16);
+  PutFixed64(&b[56], r.key);
+  PutFixed64(&b[64], r.incarnation);
+  PutFixed64(&b[72], r.seq);
+  PutFixed64(&b[80], r.acquired_ns);
+  PutFixed64(&b[88], r.renewed_ns);
+  PutFixed32(&b[96], r.lease_ms);
+  PutFixed32(&b[100], r.renew_ms);
+  PutFixed32(&b[104], r.pid);
+  PutText(&b[112], r.node_name);
+  PutText(&b[176], r.host);
+  PutFixed32(&b[12], Crc32c(b.data(), b.size()));
+  return b;
+}
+
+Result<OwnerRecord> DecodeOwnerRecord(std::span<const uint8_t> bytes) {
+  if (bytes.size() < kOwnerRecordBytes) return Status::InvalidArgument("owner record too short");
+  if (std::memcmp(bytes.data(), kOwnerMagic, 8) != 0) return Status::NotFound("no owner record");
+  std::vector<uint8_t> copy(bytes.begin(), bytes.begin() + kOwnerRecordBytes);
+  const uint32_t crc = GetFixed32(&copy[12]);
+  PutFixed32(&copy[12], 0);
+  if (Crc32c(copy.data(), copy.size()) != crc) return Status::Corruption("owner record checksum mismatch");
+  if (GetFixed32(&copy[8]) != kOwnerVersion) {
+    return Status::NotSupported("owner record version " + std::to_string(GetFixed32(&copy[8])));
+  }
+  OwnerRecord r;
+  std::memcpy(r.reserve.bytes.data(), &copy[16], 16);
+  r.domain = GetFixed32(&copy[32]);
+  const uint32_t state = GetFixed32(&copy[36]);
+  if (state > 1) return Status::Corruption("owner record state " + std::to_string(state));
+  r.state = static_cast<OwnerState>(state);
+  std::memcpy(r.node_id.bytes.data(), &copy[40], 16);
+  r.key = GetFixed64(&copy[56]);
+  r.incarnation = GetFixed64(&copy[64]);
+  r.seq = GetFixed64(&copy[72]);
+  r.acquired_ns = GetFixed64(&copy[80]);
+  r.renewed_ns = GetFixed64(&copy[88]);
+  r.lease_ms = GetFixed32(&copy[96]);
+  r.renew_ms = GetFixed32(&copy[100]);
+  r.pid = GetFixed32(&copy[104]);
+  r.node_name = GetText(&copy[112]);
+  r.host = GetText(&copy[176]);
+  return r;
+}
+
+// ---- OwnerView -------------------------------------------------------------------
+
+bool OwnerView::HeldByOther(const Uuid& node_id) const {
+  if (held() && record->node_id != node_id) return true;
+  return reservation.reserved && reservation.key != PrKeyOf(node_id);
+}
+
+uint64_t OwnerView::HolderKey(const Uuid& node_id) const {
+  const uint64_t mine = PrKeyOf(node_id);
+  if (reservation.reserved && reservation.key != mine) return reservation.key;
+  if (held() && record->key != mine) return record->key;
+  return 0;
+}
+
+bool OwnerView::LeaseLiveByWallClock(uint64_t now_wall_ns) const {
+  if (!held()) return false;
+  const uint64_t lease_ns = uint64_t{record->lease_ms} * kNanosPerMilli;
+  return now_wall_ns < record->renewed_ns || now_wall_ns - record->renewed_ns < lease_ns;
+}
+
+std::string OwnerView::Describe(uint64_t now_wall_ns) const {
+  std::string s;
+  if (record) {
+    const OwnerRecord& r = *record;
+    s = "node '" + r.node_name + "' on host '" + r.host + "' (pid " + std::to_string(r.pid) + ", key " + Hex(r.key) +
+        ")";
+    const uint64_t age = now_wall_ns > r.renewed_ns ? now_wall_ns - r.renewed_ns : 0;
+    if (r.state == OwnerState::kHeld) {
+      s += ", last renewed " + Seconds(age) + " ago, lease " + Seconds(uint64_t{r.lease_ms} * kNanosPerMilli);
+    } else {
+      s += ", released " + Seconds(age) + " ago";
+    }
+  }
+  if (reservation.reserved && (!record || record->key != reservation.key)) {
+    if (!s.empty()) s += "; ";
+    s += "persistent reservation held by key " + Hex(reservation.key);
+  }
+  return s.empty() ? "nobody" : s;
+}
+
+Result<OwnerView> ReadOwner(const std::vector<std::shared_ptr<BlockDevice>>& luns, const Uuid& reserve_uuid,
+                            uint32_t domain) {
+  if (luns.empty()) return Status::InvalidArgument("no LUNs");
+  OwnerView v;
+  for (const auto& dev : luns) {
+    std::vector<uint8_t> b(kOwnerRecordBytes);
+    NASGW_RETURN_IF_ERROR(block::ReadSync(*dev, OwnerRecordOffset(domain) / dev->info().block_size, b.data(), b.size())
+                              .WithContext("read owner record of " + dev->info().name));
+    auto r = DecodeOwnerRecord(b);
+    if (!r.ok()) {
+      if (r.status().code() == Code::kNotFound) continue;
+      // A torn copy: the other LUNs' copies speak.
+      NASGW_LOG(kWarn, "fs") << "owner record unreadable" << Kv("lun", dev->info().name)
+                             << Kv("error", r.status().ToString());
+      continue;
+    }
+    if (r->reserve != reserve_uuid || r->domain != domain) continue;
+    if (!v.record || r->seq > v.record->seq) v.record = *r;
+  }
+  auto resv = block::PrReadReservationSync(*luns[0]);
+  if (resv.ok()) {
+    v.pr_supported = true;
+    v.reservation = *resv;
+    auto keys = block::PrReadKeysSync(*luns[0]);
+    if (keys.ok()) v.keys = keys->keys;
+  } else if (resv.status().code() != Code::kNotSupported) {
+    return resv.status().WithContext("read reservation of " + luns[0]->info().name);
+  }
+  return v;
+}
+
+// ---- OwnerWatch ------------------------------------------------------------------
+
+void OwnerWatch::Observe(const OwnerView& v, uint64_t now_mono_ns, uint64_t now_wall_ns) {
+  const bool changed = !seen_ || v.record != view_.record || v.reservation.key != view_.reservation.key ||
+                       v.reservation.reserved != view_.reservation.reserved;
+  if (!seen_) {
+    uint64_t age = 0;
+    if (v.record && now_wall_ns > v.record->renewed_ns) age = now_wall_ns - v.record->renewed_ns;
+    age = std::min(age, now_mono_ns);
+    last_change_mono_ns_ = now_mono_ns - age;
+  } else if (changed) {
+    last_change_mono_ns_ = now_mono_ns;
+  }
+  seen_ = true;
+  view_ = v;
+}
+
+uint64_t OwnerWatch::SilentMs(uint64_t now_mono_ns) const {
+  return now_mono_ns > last_change_mono_ns_ ? (now_mono_ns - last_change_mono_ns_) / kNanosPerMilli : 0;
+}
+
+bool OwnerWatch::Expired(uint64_t now_mono_ns) const {
+  if (!seen_) return false;
+  if (!view_.held()) return !view_.reservation.reserved;  // released: nothing to wait for
+  return SilentMs(now_mono_ns) >= view_.record->lease_ms;
+}
+
+// ---- Ownership -------------------------------------------------------------------
+
+Status OwnershipOptions::Validate() const {
+  if (renew_interval_ms < kRenewIntervalMsMin || renew_interval_ms > kRenewIntervalMsMax) {
+    return Status::InvalidArgument("renew_interval_ms must be in [" + std::to_string(kRenewIntervalMsMin) + ", " +
+                                   std::to_string(kRenewIntervalMsMax) + "]");
+  }
+  if (lease_ms < kLeaseRenewalsMin * renew_interval_ms || lease_ms > kLeaseMsMax) {
+    return Status::InvalidArgument("lease_ms must be at least " + std::to_string(kLeaseRenewalsMin) +
+                                   " renewal intervals and at most " + std::to_string(kLeaseMsMax));
+  }
+  return Status();
+}
+
+Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_ptr<BlockDevice>> luns,
+                                                      std::shared_ptr<block::WriteGate> gate, const Uuid& reserve_uuid,
+                                                      uint32_t domain, const NodeIdentity& me,
+                                                      const OwnershipOptions& options, AcquireMode mode,
+                                                      LostFn on_lost) {
+  NASGW_RETURN_IF_ERROR(options.Validate());
+  if (luns.empty()) return Status::InvalidArgument("no LUNs");
+  if (me.incarnation == 0 || me.id.IsNil()) return Status::InvalidArgument("node identity without id or incarnation");
+  auto view = ReadOwner(luns, reserve_uuid, domain);
+  if (!view.ok()) return view.status();
+  const uint64_t my_key = me.key();
+  const std::string what = "domain " + std::to_string(domain) + " of reserve " + reserve_uuid.ToString();
+  // Every refusal leaves the node's gate closed: it must not write.
+  auto refuse = [gate](Status why) -> Status {
+    gate->Close(why);
+    return why;
+  };
+  if (mode == AcquireMode::kNormal && view->HeldByOther(me.id)) {
+    return refuse(Status::Fenced(what + " is owned by " + view->Describe(WallNanos()) +
+                          "; this node will not write to it ('nasgw reserve takeover' once that node is gone)"));
+  }
+  // Our own id with a live lease, from another host: the node's state was
+  // copied to a second machine. Refuse rather than fight over the lease.
+  if (mode == AcquireMode::kNormal && view->held() && view->record->node_id == me.id &&
+      view->record->host != me.host && view->LeaseLiveByWallClock(WallNanos())) {
+    return refuse(Status::Fenced(what + " is owned by this node's id from another host: " +
+                                 view->Describe(WallNanos()) + " (was the node's state directory copied?)"));
+  }
+  std::unique_ptr<Ownership> o(new Ownership());
+  o->luns_ = std::move(luns);
+  o->gate_ = std::move(gate);
+  o->me_ = me;
+  o->options_ = options;
+  const uint64_t victim = mode == AcquireMode::kNormal ? 0 : view->HolderKey(me.id);
+  o->preempted_key_ = victim;
+
+  // Persistent reservations, LUN 0 first: its RESERVE is where two nodes
+  // starting together are told apart.
+  // Reservation commands go to the LUNs beneath the gate: a conflict while
+  // acquiring is an answer here, not a loss of ownership we never had.
+  o->pr_supported_ = view->pr_supported;
+  std::vector<size_t> registered;
+  auto undo = [&](Status why) -> Status {
+    for (size_t i : registered) {
+      // Best effort: a registration left behind is preempted by the next
+      // owner's takeover, and a plain registrant writes nothing.
+      block::PrOutSync(Beneath(*o->luns_[i]), {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, 0})
+          .IgnoreError();
+    }
+    return refuse(why);
+  };
+  if (o->pr_supported_) {
+    for (size_t i = 0; i < o->luns_.size(); i++) {
+      BlockDevice& dev = Beneath(*o->luns_[i]);
+      Status s = block::PrOutSync(dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, my_key});
+      if (!s.ok()) {
+        if (s.code() == Code::kNotSupported && i == 0) {
+          o->pr_supported_ = false;
+          break;
+        }
+        return undo(s.WithContext("register key " + Hex(my_key) + " on " + dev.info().name));
+      }
+      registered.push_back(i);
+      auto resv = block::PrReadReservationSync(dev);
+      if (!resv.ok()) return undo(resv.status().WithContext("read reservation of " + dev.info().name));
+      if (resv->reserved && resv->key == my_key) {
+        // Held under our key: ours from an earlier incarnation (or a session
+        // of ours that reconnected). Make this nexus the holder.
+        if (resv->type != kPrType || !block::PrOutSync(dev, {PrAction::kReserve, kPrType, my_key, 0}).ok()) {
+          auto f = block::FenceSync(dev, my_key, my_key, kPrType);
+          if (!f.ok()) return undo(f.status().WithContext("take over our own stale reservation on " + dev.info().name));
+        }
+        continue;
+      }
+      if (resv->reserved && mode != AcquireMode::kNormal) {
+        auto f = block::FenceSync(dev, my_key, resv->key, kPrType);
+        if (!f.ok()) return undo(f.status().WithContext("preempt key " + Hex(resv->key) + " on " + dev.info().name));
+        NASGW_LOG(kWarn, "fs") << "preempted the owner's key" << Kv("lun", dev.info().name)
+                               << Kv("key", Hex(resv->key)) << Kv("aborted", f->aborted);
+        continue;
+      }
+      s = block::PrOutSync(dev, {PrAction::kReserve, kPrType, my_key, 0});
+      if (!s.ok()) {
+        if (s.code() == Code::kFenced) {
+          auto again = ReadOwner(o->luns_, reserve_uuid, domain);
+          std::string holder = again.ok() ? again->Describe(WallNanos()) : "another node";
+          return undo(Status::Fenced(what + " is owned by " + holder + " (it reserved " + dev.info().name +
+                                     " first); this node will not write to it"));
+        }
+        return undo(s.WithContext("reserve " + dev.info().name));
+      }
+      // A victim registered without holding the reservation (a LUN it had
+      // not reserved yet) loses its registration too.
+      if (victim != 0) {
+        auto keys = block::PrReadKeysSync(dev);
+        if (keys.ok() && std::find(keys->keys.begin(), keys->keys.end(), victim) != keys->keys.end()) {
+          auto f = block::FenceSync(dev, my_key, victim, kPrType);
+          if (!f.ok()) return undo(f.status().WithContext("preempt key " + Hex(victim) + " on " + dev.info().name));
+        }
+      }
+    }
+  }
+  if (!o->pr_supported_) {
+    NASGW_LOG(kWarn, "fs") << "LUN 0 has no persistent reservations: ownership rests on the owner record alone"
+                           << Kv("lun", o->luns_[0]->info().name);
+  }
+
+  OwnerRecord r;
+  r.reserve = reserve_uuid;
+  r.domain = domain;
+  r.state = OwnerState::kHeld;
+  r.node_id = me.id;
+  r.key = my_key;
+  r.incarnation = me.incarnation;
+  r.seq = (view->record ? view->record->seq : 0) + 1;
+  r.acquired_ns = r.renewed_ns = WallNanos();
+  r.lease_ms = options.lease_ms;
+  r.renew_ms = options.renew_interval_ms;
+  r.pid = me.pid;
+  r.node_name = me.name;
+  r.host = me.host;
+  Status w = o->WriteRecord(r);
+  if (!w.ok()) return undo(w.WithContext("write owner record"));
+  {
+    std::lock_guard<std::mutex> lock(o->luns_mu_);
+    o->record_ = r;
+  }
+  NASGW_LOG(kInfo, "fs") << "domain owned" << Kv("domain", domain) << Kv("reserve", reserve_uuid.ToString())
+                         << Kv("key", Hex(my_key)) << Kv("pr", o->pr_supported_)
+                         << Kv("preempted", victim ? Hex(victim) : std::string("none"));
+  o->lost_hook_->fn = std::move(on_lost);
+  o->gate_->OnClose([hook = o->lost_hook_](const Status& why) {
+    if (!hook->quiet.load() && hook->fn) hook->fn(why);
+  });
+  o->renewer_ = std::thread([p = o.get()] { p->RenewLoop(); });
+  return o;
+}
+
+OwnerRecord Ownership::record() const {
+  std::lock_guard<std::mutex> lock(luns_mu_);
+  return record_;
+}
+
+std::vector<std::shared_ptr<BlockDevice>> Ownership::Luns() const {
+  std::lock_guard<std::mutex> lock(luns_mu_);
+  return luns_;
+}
+
+Status Ownership::AddLun(std::shared_ptr<BlockDevice> lun) {
+  if (!gate_->is_open()) return gate_->reason();
+  if (pr_supported_) {
+    BlockDevice& dev = Beneath(*lun);
+    NASGW_RETURN_IF_ERROR(block::PrOutSync(dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, me_.key()})
+                              .WithContext("register on " + dev.info().name));
+    NASGW_RETURN_IF_ERROR(block::PrOutSync(dev, {PrAction::kReserve, kPrType, me_.key(), 0})
+                              .WithContext("reserve " + dev.info().name));
+  }
+  const OwnerRecord rec = record();
+  const auto bytes = EncodeOwnerRecord(rec);
+  NASGW_RETURN_IF_ERROR(block::WriteSync(*lun, OwnerRecordOffset(rec.domain) / lun->info().block_size,
+                                         bytes.data(), bytes.size(), /*fua=*/true));
+  std::lock_guard<std::mutex> lock(luns_mu_);
+  luns_.push_back(std::move(lun));
+  return Status();
+}
+
+Status Ownership::WriteRecord(const OwnerRecord& r) {
+  const auto bytes = EncodeOwnerRecord(r);
+  for (const auto& dev : Luns()) {
+    NASGW_RETURN_IF_ERROR(block::WriteSync(*dev, OwnerRecordOffset(r.domain) / dev->info().block_size, bytes.data(),
+                                           bytes.size(), /*fua=*/true)
+                              .WithContext(dev->info().name));
+  }
+  return Status();
+}
+
+Status Ownership::RenewOnce() {
+  // Read LUN 0's copy first: a record that names someone else means another
+  // node took the domain (on an array without PR nothing else would say so).
+  const OwnerRecord mine = record();
+  auto view = ReadOwner({Luns()[0]}, mine.reserve, mine.domain);
+  if (!view.ok()) return view.status();
+  if (!view->record || view->record->node_id != me_.id || view->record->incarnation != me_.incarnation ||
+      view->record->state != OwnerState::kHeld) {
+    return Status::Fenced("the owner record now names " + view->Describe(WallNanos()) + ": taken over");
+  }
+  if (pr_supported_ && view->reservation.reserved && view->reservation.key != me_.key()) {
+    return Status::Fenced("the reservation is now held by " + view->Describe(WallNanos()) + ": taken over");
+  }
+  OwnerRecord next = mine;
+  next.seq = std::max(mine.seq, view->record->seq) + 1;
+  next.renewed_ns = WallNanos();
+  NASGW_RETURN_IF_ERROR(WriteRecord(next));
+  std::lock_guard<std::mutex> lock(luns_mu_);
+  record_ = next;
+  return Status();
+}
+
+void Ownership::RenewLoop() {
+  const auto interval = std::chrono::milliseconds(options_.renew_interval_ms);
+  uint64_t last_ok = MonotonicNanos();
+  // Give up writing before the lease runs out for others: they may take the
+  // domain once it has, and we could not tell.
+  const uint64_t give_up_ns = uint64_t{options_.lease_ms - options_.renew_interval_ms} * kNanosPerMilli;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, interval, [&] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    Status s = gate_->is_open() ? RenewOnce() : gate_->reason();
+    lock.lock();
+    if (!gate_->is_open()) break;  // fenced by a conflict, here or on the data path
+    if (s.ok()) {
+      renewals_++;
+      last_ok = MonotonicNanos();
+      continue;
+    }
+    renew_failures_++;
+    if (s.code() == Code::kFenced) {
+      NASGW_LOG(kError, "fs") << "ownership lost" << Kv("error", s.ToString());
+      lock.unlock();
+      gate_->Close(s);
+      lock.lock();
+      break;
+    }
+    NASGW_LOG(kWarn, "fs") << "lease renewal failed" << Kv("error", s.ToString());
+    if (MonotonicNanos() - last_ok >= give_up_ns) {
+      Status lost = Status::Fenced("lease not renewed for " + Seconds(MonotonicNanos() - last_ok) +
+                                   " (last error: " + s.ToString() + "); another node may take the domain over");
+      NASGW_LOG(kError, "fs") << "ownership lost" << Kv("error", lost.ToString());
+      lock.unlock();
+      gate_->Close(lost);
+      lock.lock();
+      break;
+    }
+  }
+}
+
+void Ownership::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (renewer_.joinable()) renewer_.join();
+}
+
+Status Ownership::Release() {
+  lost_hook_->quiet = true;
+  Stop();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (released_) return Status();
+    released_ = true;
+  }
+  if (!gate_->is_open()) return gate_->reason();  // lost: nothing of ours to release
+  OwnerRecord r = record();
+  r.state = OwnerState::kFree;
+  r.seq++;
+  r.renewed_ns = WallNanos();
+  Status s = WriteRecord(r);
+  if (pr_supported_) {
+    for (const auto& dev : Luns()) {
+      Status rel = block::PrOutSync(*dev, {PrAction::kRelease, kPrType, me_.key(), 0});
+      Status unreg = block::PrOutSync(*dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, 0});
+      if (s.ok() && !rel.ok()) s = rel.WithContext("release reservation of " + dev->info().name);
+      if (s.ok() && !unreg.ok()) s = unreg.WithContext("unregister from " + dev->info().name);
+    }
+  }
+  gate_->Close(Status::Fenced("released"));
+  NASGW_LOG(kInfo, "fs") << "domain released" << Kv("domain", r.domain) << Kv("ok", s.ok());
+  return s;
+}
+
+Ownership::~Ownership() {
+  lost_hook_->quiet = true;
+  Stop();
+}
+
+}  // namespace nasgw::fs

@@ -1,0 +1,328 @@
+#include "fs/ownership.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <thread>
+
+#include "base/clock.h"
+#include "block/mem_device.h"
+
+namespace nasgw::fs {
+namespace {
+
+using block::GatedDevice;
+using block::MemDevice;
+using block::MemLun;
+using block::WriteGate;
+using Devices = std::vector<std::shared_ptr<block::BlockDevice>>;
+
+// Two LUNs of one "array"; each node reaches them as its own initiator.
+struct Array {
+  std::vector<std::shared_ptr<MemLun>> luns;
+  Uuid reserve = Uuid::Random();
+  explicit Array(int n = 2) {
+    for (int i = 0; i < n; i++) luns.push_back(std::make_shared<MemLun>(512, 8192, "mem." + std::to_string(i)));
+  }
+};
+
+struct TestNode {
+  NodeIdentity me;
+  std::vector<std::shared_ptr<MemDevice>> raw;
+  std::shared_ptr<WriteGate> gate = std::make_shared<WriteGate>();
+  Devices devs;
+  TestNode(const Array& a, const std::string& name, uint64_t initiator, Uuid id = Uuid::Random()) {
+    me = NodeIdentity::ForProcess(name, id);
+    for (const auto& l : a.luns) raw.push_back(std::make_shared<MemDevice>(l, initiator));
+    Renew();
+  }
+  // New gate and devices, as a node does before each attempt to own.
+  void Renew() {
+    gate = std::make_shared<WriteGate>();
+    Devices plain(raw.begin(), raw.end());
+    devs = block::Gate(plain, gate);
+  }
+};
+
+OwnershipOptions Fast() {
+  OwnershipOptions o;
+  o.renew_interval_ms = 50;
+  o.lease_ms = 300;
+  return o;
+}
+
+Result<std::unique_ptr<Ownership>> Own(const Array& a, TestNode& n, AcquireMode mode = AcquireMode::kNormal,
+                                       Ownership::LostFn lost = {}) {
+  return Ownership::Acquire(n.devs, n.gate, a.reserve, 0, n.me, Fast(), mode, std::move(lost));
+}
+
+Status WriteData(TestNode& n, size_t lun, uint8_t v) {
+  std::vector<uint8_t> b(512, v);
+  return block::WriteSync(*n.devs[lun], 4096, b.data(), b.size());
+}
+
+uint8_t ReadData(const Array& a, size_t lun) {
+  MemDevice reader(a.luns[lun], 99);
+  std::vector<uint8_t> b(512);
+  EXPECT_TRUE(block::ReadSync(reader, 4096, b.data(), b.size()).ok());
+  return b[0];
+}
+
+// Waits, with a deadline, for `cond` (a state another thread changes).
+template <typename F>
+bool WaitFor(F cond, int ms = 5000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+TEST(OwnerRecord, RoundTripAndDamage) {
+  OwnerRecord r;
+  r.reserve = Uuid::Random();
+  r.domain = 3;
+  r.state = OwnerState::kHeld;
+  r.node_id = Uuid::Random();
+  r.key = PrKeyOf(r.node_id);
+  r.incarnation = 77;
+  r.seq = 9;
+  r.acquired_ns = 1;
+  r.renewed_ns = 2;
+  r.lease_ms = 10000;
+  r.renew_ms = 2000;
+  r.pid = 1234;
+  r.node_name = "node-a";
+  r.host = "host.example";
+  auto b = EncodeOwnerRecord(r);
+  ASSERT_EQ(b.size(), kOwnerRecordBytes);
+  auto d = DecodeOwnerRecord(b);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, r);
+  b[200] ^= 1;
+  EXPECT_EQ(DecodeOwnerRecord(b).status().code(), Code::kCorruption);
+  std::vector<uint8_t> zeros(kOwnerRecordBytes, 0);
+  EXPECT_EQ(DecodeOwnerRecord(zeros).status().code(), Code::kNotFound);
+  EXPECT_EQ(PrKeyOf(r.node_id) >> 48, 0x4e47u);
+  EXPECT_NE(PrKeyOf(Uuid{}), 0u);
+}
+
+TEST(Ownership, SecondNodeRefusedNamingTheHolder) {
+  Array a;
+  TestNode n1(a, "node-a", 1), n2(a, "node-b", 2);
+  auto o1 = Own(a, n1);
+  ASSERT_TRUE(o1.ok()) << o1.status().ToString();
+  auto o2 = Own(a, n2);
+  ASSERT_FALSE(o2.ok());
+  EXPECT_EQ(o2.status().code(), Code::kFenced);
+  EXPECT_NE(o2.status().ToString().find("node 'node-a'"), std::string::npos) << o2.status().ToString();
+  EXPECT_NE(o2.status().ToString().find("last renewed"), std::string::npos) << o2.status().ToString();
+  // The second node's LUN writes are refused by its gate and by the array.
+  EXPECT_FALSE(n2.gate->is_open());
+  MemDevice direct(a.luns[1], 2);
+  std::vector<uint8_t> b(512, 0xee);
+  EXPECT_EQ(block::WriteSync(direct, 4096, b.data(), b.size()).code(), Code::kFenced) << "not registered";
+  ASSERT_TRUE(WriteData(n1, 1, 0x11).ok());
+  EXPECT_EQ(ReadData(a, 1), 0x11);
+  auto v = ReadOwner(n2.devs, a.reserve, 0);
+  ASSERT_TRUE(v.ok());
+  ASSERT_TRUE(v->held());
+  EXPECT_EQ(v->record->node_name, "node-a");
+  EXPECT_TRUE(v->pr_supported);
+  EXPECT_EQ(v->reservation.key, n1.me.key());
+  EXPECT_TRUE(v->HeldByOther(n2.me.id));
+  EXPECT_FALSE(v->HeldByOther(n1.me.id));
+}
+
+// Two nodes acquiring at the same moment: the array's RESERVE picks exactly
+// one, every time.
+TEST(Ownership, SimultaneousAcquireHasOneWinner) {
+  for (int trial = 0; trial < 50; trial++) {
+    Array a(3);
+    TestNode n1(a, "node-a", 1), n2(a, "node-b", 2);
+    std::barrier sync(2);
+    Result<std::unique_ptr<Ownership>> r1 = Status::NotFound("-"), r2 = Status::NotFound("-");
+    std::thread t1([&] {
+      sync.arrive_and_wait();
+      r1 = Own(a, n1);
+    });
+    std::thread t2([&] {
+      sync.arrive_and_wait();
+      r2 = Own(a, n2);
+    });
+    t1.join();
+    t2.join();
+    ASSERT_NE(r1.ok(), r2.ok()) << "trial " << trial << ": " << r1.status().ToString() << " / "
+                                << r2.status().ToString();
+    auto& loser = r1.ok() ? n2 : n1;
+    auto& winner = r1.ok() ? n1 : n2;
+    EXPECT_EQ((r1.ok() ? r2 : r1).status().code(), Code::kFenced);
+    EXPECT_FALSE(loser.gate->is_open());
+    auto v = ReadOwner(winner.devs, a.reserve, 0);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(v->record->node_id, winner.me.id);
+    // Only the winner's key stays registered: the loser cannot write.
+    for (auto& l : a.luns) {
+      MemDevice probe(l, 99);
+      auto keys = block::PrReadKeysSync(probe);
+      ASSERT_TRUE(keys.ok());
+      EXPECT_EQ(keys->keys, std::vector<uint64_t>{winner.me.key()}) << "trial " << trial;
+    }
+  }
+}
+
+TEST(Ownership, ReleaseFreesAndAnotherNodeAcquires) {
+  Array a;
+  TestNode n1(a, "node-a", 1), n2(a, "node-b", 2);
+  auto o1 = Own(a, n1);
+  ASSERT_TRUE(o1.ok());
+  ASSERT_TRUE((*o1)->Release().ok());
+  EXPECT_FALSE(n1.gate->is_open());
+  auto v = ReadOwner(n2.devs, a.reserve, 0);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->held());
+  EXPECT_FALSE(v->reservation.reserved);
+  EXPECT_NE(v->Describe(WallNanos()).find("released"), std::string::npos);
+  auto o2 = Own(a, n2);
+  ASSERT_TRUE(o2.ok()) << o2.status().ToString();
+  EXPECT_TRUE(WriteData(n2, 0, 0x22).ok());
+}
+
+// A node that crashed (never released) comes back with a new incarnation
+// and the same id: it takes its domain back without force.
+TEST(Ownership, SameNodeReclaimsAfterCrash) {
+  Array a;
+  const Uuid id = Uuid::Random();
+  TestNode before(a, "node-a", 1, id);
+  auto o1 = Own(a, before);
+  ASSERT_TRUE(o1.ok());
+  o1->reset();  // no release: as a SIGKILL
+  TestNode after(a, "node-a", 3, id);  // a new session: another I_T nexus
+  auto o2 = Own(a, after);
+  ASSERT_TRUE(o2.ok()) << o2.status().ToString();
+  EXPECT_TRUE(WriteData(after, 0, 0x33).ok());
+  EXPECT_EQ(ReadData(a, 0), 0x33);
+}
+
+// A forced takeover preempts the holder: its next write fails with Fenced
+// at once, nothing more of it lands, and it is told once.
+TEST(Ownership, ForcedTakeoverFencesTheHolder) {
+  Array a;
+  TestNode n1(a, "node-a", 1), n2(a, "node-b", 2);
+  std::atomic<int> lost{0};
+  auto o1 = Own(a, n1, AcquireMode::kNormal, [&](const Status& s) {
+    EXPECT_EQ(s.code(), Code::kFenced);
+    lost++;
+  });
+  ASSERT_TRUE(o1.ok());
+  ASSERT_TRUE(WriteData(n1, 0, 0x41).ok());
+  auto o2 = Own(a, n2, AcquireMode::kForce);
+  ASSERT_TRUE(o2.ok()) << o2.status().ToString();
+  EXPECT_EQ((*o2)->preempted_key(), n1.me.key());
+  ASSERT_TRUE(WriteData(n2, 0, 0x42).ok());
+  EXPECT_EQ(WriteData(n1, 0, 0x43).code(), Code::kFenced);
+  EXPECT_EQ(WriteData(n1, 1, 0x43).code(), Code::kFenced);
+  EXPECT_EQ(ReadData(a, 0), 0x42);
+  EXPECT_EQ(ReadData(a, 1), 0x00);
+  EXPECT_TRUE(WaitFor([&] { return lost.load() == 1; }));
+  EXPECT_TRUE((*o1)->lost());
+  EXPECT_EQ((*o1)->Release().code(), Code::kFenced) << "a fenced node has nothing to release";
+  auto v = ReadOwner(n2.devs, a.reserve, 0);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->record->node_name, "node-b");
+}
+
+// An idle holder (no data writes) still learns of the takeover from its
+// lease renewal.
+TEST(Ownership, IdleHolderNoticesTakeoverByRenewal) {
+  Array a;
+  TestNode n1(a, "node-a", 1), n2(a, "node-b", 2);
+  std::atomic<int> lost{0};
+  auto o1 = Own(a, n1, AcquireMode::kNormal, [&](const Status&) { lost++; });
+  ASSERT_TRUE(o1.ok());
+  ASSERT_TRUE(WaitFor([&] { return (*o1)->renewals() >= 2; }));
+  auto o2 = Own(a, n2, AcquireMode::kForce);
+  ASSERT_TRUE(o2.ok());
+  EXPECT_TRUE(WaitFor([&] { return lost.load() == 1; }));
+  EXPECT_FALSE(n1.gate->is_open());
+}
+
+// Without persistent reservations (an array that lacks them) the owner
+// record alone refuses a second node and tells a taken-over node.
+TEST(Ownership, RecordAloneWhereTheArrayHasNoReservations) {
+  Array a;
+  TestNode n1(a, "node-a", 1), n2(a, "node-b", 2);
+  auto no_pr = [](const block::IoRequest& r) {
+    return (r.op == block::Op::kPrOut || r.op == block::Op::kPrReadKeys || r.op == block::Op::kPrReadReservation)
+               ? Status::NotSupported("PERSISTENT RESERVE not supported")
+               : Status();
+  };
+  for (auto& d : n1.raw) d->SetFault(no_pr);
+  for (auto& d : n2.raw) d->SetFault(no_pr);
+  std::atomic<int> lost{0};
+  auto o1 = Own(a, n1, AcquireMode::kNormal, [&](const Status&) { lost++; });
+  ASSERT_TRUE(o1.ok()) << o1.status().ToString();
+  EXPECT_FALSE((*o1)->pr_supported());
+  auto o2 = Own(a, n2);
+  EXPECT_EQ(o2.status().code(), Code::kFenced);
+  n2.Renew();
+  auto o3 = Own(a, n2, AcquireMode::kForce);
+  ASSERT_TRUE(o3.ok()) << o3.status().ToString();
+  EXPECT_TRUE(WaitFor([&] { return lost.load() == 1; }));
+  // The array would take the write; the gate does not let it leave.
+  EXPECT_EQ(WriteData(n1, 0, 0x51).code(), Code::kFenced);
+}
+
+// A holder that cannot renew (the array refuses its writes for another
+// reason) stops writing before its lease runs out for others.
+TEST(Ownership, UnrenewableLeaseFencesItself) {
+  Array a;
+  TestNode n1(a, "node-a", 1);
+  std::atomic<int> lost{0};
+  auto o1 = Own(a, n1, AcquireMode::kNormal, [&](const Status&) { lost++; });
+  ASSERT_TRUE(o1.ok());
+  const uint64_t start = MonotonicNanos();
+  for (auto& d : n1.raw) {
+    d->SetFault([](const block::IoRequest& r) {
+      return r.op == block::Op::kWrite ? Status::IoError("medium error") : Status();
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return lost.load() == 1; }));
+  const uint64_t took_ms = (MonotonicNanos() - start) / kNanosPerMilli;
+  EXPECT_LT(took_ms, Fast().lease_ms) << "must stop before the lease runs out for others";
+  EXPECT_GE((*o1)->renew_failures(), 1u);
+  EXPECT_NE((*o1)->lost_reason().ToString().find("lease not renewed"), std::string::npos);
+}
+
+TEST(OwnerWatch, ExpiresAfterTheLeaseOfSilence) {
+  OwnerView v;
+  v.record = OwnerRecord{};
+  v.record->state = OwnerState::kHeld;
+  v.record->lease_ms = 1000;
+  v.record->renewed_ns = 5'000'000'000ull;  // wall clock of the renewal
+  OwnerWatch w;
+  // First seen 200 ms after its renewal by the wall clock.
+  w.Observe(v, /*mono=*/100'000'000'000ull, /*wall=*/5'200'000'000ull);
+  EXPECT_EQ(w.SilentMs(100'000'000'000ull), 200u);
+  EXPECT_FALSE(w.Expired(100'500'000'000ull));
+  // It renews: silence starts again.
+  v.record->seq++;
+  w.Observe(v, 100'600'000'000ull, 0);
+  EXPECT_FALSE(w.Expired(101'500'000'000ull));
+  EXPECT_TRUE(w.Expired(101'600'000'000ull));
+  // A record from the future (clocks apart) credits no age.
+  OwnerWatch w2;
+  w2.Observe(v, 50'000'000'000ull, 1'000'000'000ull);
+  EXPECT_EQ(w2.SilentMs(50'000'000'000ull), 0u);
+  // Released: nothing to wait for.
+  v.record->state = OwnerState::kFree;
+  OwnerWatch w3;
+  w3.Observe(v, 1, 1);
+  EXPECT_TRUE(w3.Expired(1));
+}
+
+}  // namespace
+}  // namespace nasgw::fs
