@@ -18,6 +18,8 @@ PACKAGES=(
   tgt iproute2 libiscsi-bin procps
   # nasgwd: admin API (gRPC, protobuf), config (TOML), TLS test certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libtomlplusplus-dev openssl
+  # handle MACs (HMAC-SHA256, fs/handle.cc)
+  libssl-dev
   # the head-protocol decoder's libFuzzer run
   clang libclang-rt-14-dev
   # the NFS head: Debian's ganesha (runtime, FSAL_VFS for the benchmark's

@@ -100,6 +100,14 @@ std::string PseudoKey(const std::string& pseudo) {
 std::string ExportCounterKey() {
   return "R";
 }
+// The secret that keys handle MACs (fs/handle.h): u8 version, 32 bytes.
+constexpr uint8_t kHandleSecretVersion = 1;
+std::string HandleSecretKey() {
+  return "H";
+}
+std::string EncodeHandleSecret(const std::string& secret) {
+  return std::string(1, static_cast<char>(kHandleSecretVersion)) + secret;
+}
 uint32_t GetBE32(std::string_view s, size_t at) {
   uint32_t v = 0;
   for (int i = 0; i < 4; i++) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
@@ -390,6 +398,7 @@ struct Domain::Impl {
   // Readers (lookups, attributes, reads) share it; changes hold it alone.
   mutable std::shared_mutex mu;
   DomainRec rec;  // GUARDED_BY(mu)
+  HandleKey handle_key;  // set at open, immutable after
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count;  // GUARDED_BY(mu)
 
   // One change: a metadata batch plus the extents to free once it is durable.
@@ -734,6 +743,7 @@ Result<std::unique_ptr<Domain>> Domain::Create(std::shared_ptr<Reserve> reserve,
     if (!store.ok()) return store.status();
     MetaBatch b;
     b.Put(SuperKey(), EncodeDomain(rec));
+    b.Put(HandleSecretKey(), EncodeHandleSecret(NewHandleSecret()));
     NASGW_RETURN_IF_ERROR((*store)->Write(b, true));
   }
   fs->reset();
@@ -759,6 +769,25 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   auto rec = DecodeDomain(*r);
   if (!rec.ok()) return rec.status();
   impl->rec = *rec;
+  // The handle secret; a domain made before handles had MACs gets one now
+  // (read-only, for checking, it goes without: its key verifies nothing).
+  auto secret = impl->store->Get(HandleSecretKey());
+  if (!secret.ok() && secret.status().code() == Code::kNotFound && !o.read_only) {
+    MetaBatch b;
+    b.Put(HandleSecretKey(), EncodeHandleSecret(NewHandleSecret()));
+    NASGW_RETURN_IF_ERROR(impl->store->Write(b, true).WithContext("store the handle secret"));
+    secret = impl->store->Get(HandleSecretKey());
+  }
+  if (secret.ok()) {
+    if (secret->size() != 1 + kHandleSecretBytes || static_cast<uint8_t>((*secret)[0]) != kHandleSecretVersion) {
+      return Status::Corruption("bad handle secret record");
+    }
+    auto key = HandleKey::FromSecret(std::string_view(*secret).substr(1));
+    if (!key.ok()) return key.status();
+    impl->handle_key = *key;
+  } else if (secret.status().code() != Code::kNotFound) {
+    return secret.status().WithContext("handle secret");
+  }
   impl->space = std::make_unique<Allocator>(reserve->ag_bytes(), kDataBlock);
   for (const auto& [first, n] : impl->rec.data_groups) {
     for (uint32_t g = 0; g < n; g++) {
@@ -806,6 +835,10 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   return std::unique_ptr<Domain>(new Domain(std::move(impl)));
 }
 
+const HandleKey& Domain::handle_key() const {
+  return impl_->handle_key;
+}
+
 uint64_t Domain::txg() const {
   std::shared_lock<std::shared_mutex> lock(impl_->mu);
   return impl_->rec.txg;
@@ -836,7 +869,7 @@ Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record
   v.files = 1;
   Inode root;
   root.a.ino = kRootIno;
-  root.a.gen = impl_->rec.txg + 1;
+  root.a.gen = NewGeneration();
   root.a.type = FileType::kDirectory;
   root.a.mode = 0755;
   root.a.nlink = 2;
@@ -1107,7 +1140,7 @@ Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name,
   if (impl_->LoadDirent(vol, dir, name).ok()) return Status::Exists("'" + name + "' exists");
   Inode in;
   in.a.ino = v->next_ino++;
-  in.a.gen = impl_->rec.txg + 1;
+  in.a.gen = NewGeneration();
   in.a.type = type;
   in.a.mode = mode & 07777;
   in.a.uid = uid;

@@ -7,6 +7,10 @@
 // by (volume, inode); a Handle adds the inode's generation so that a handle
 // to a deleted inode is Stale forever (inode numbers are never reused).
 //
+// Every new inode gets a random generation (fs/handle.h), and the domain
+// keeps the secret that keys handle MACs (handle_key()); checking handles is
+// the caller's (nasgwd's head service), with that key.
+//
 // Data is redirect-on-write: a write puts whole records into newly allocated
 // extents (written with FUA), then commits, in one metadata batch, the extent
 // map, size, times and change counter; the replaced extents are freed only
@@ -32,6 +36,7 @@
 #include "base/status.h"
 #include "fs/allocator.h"
 #include "fs/export.h"
+#include "fs/handle.h"
 #include "fs/meta_store.h"
 #include "fs/metafs.h"
 #include "fs/reserve.h"
@@ -62,7 +67,8 @@ struct Timespec {
 
 struct Attr {
   uint64_t ino = 0;
-  uint64_t gen = 0;
+  uint64_t gen = 0;   // random, never 0 (fs/handle.h)
+  uint32_t snap = 0;  // the snapshot these attributes are from (0: the live file system)
   FileType type = FileType::kNone;
   uint32_t mode = 0;  // permission bits (07777)
   uint32_t uid = 0;
@@ -75,11 +81,6 @@ struct Attr {
   uint64_t change = 0;  // bumps on every change (NFSv4 change attribute)
 };
 
-struct Handle {
-  uint32_t volume = 0;
-  uint64_t ino = 0;
-  uint64_t gen = 0;
-};
 
 struct SetAttr {
   bool set_mode = false, set_uid = false, set_gid = false, set_size = false, set_atime = false,
@@ -202,6 +203,10 @@ class Domain {
 
   StatFs Statfs();
   uint64_t txg() const;
+  // The key of handle MACs: from the domain's secret, made when the domain
+  // was created (or, for a domain made before handles had MACs, at its first
+  // open), so it is the same on every node and across restarts.
+  const HandleKey& handle_key() const;
 
   // Online growth: takes every allocation group of LUNs added to the reserve
   // (Reserve::AddLun) since the domain last looked. Returns the bytes added.
