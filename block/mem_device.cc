@@ -239,11 +239,20 @@ BlockStats MemDevice::Stats() const {
 Status MemDevice::SubmitValidated(IoRequest req) {
   std::unique_lock<std::mutex> lock(mu_);
   if (stopping_) return Status::Unavailable("device closing");
+  // The fault is decided here, on the submitter's thread (see SetFault).
+  Status fault;
+  if (fault_) {
+    auto fn = fault_;
+    lock.unlock();
+    fault = fn(req);
+    lock.lock();
+    if (stopping_) return Status::Unavailable("device closing");
+  }
   if (queue_.size() >= limits::kSubmitQueueMax) {
     if (std::this_thread::get_id() == thread_.get_id()) return Status::Busy("submission queue full");
     cv_.wait(lock, [this] { return queue_.size() < limits::kSubmitQueueMax || stopping_; });
   }
-  queue_.push_back(std::move(req));
+  queue_.push_back({std::move(req), std::move(fault)});
   cv_.notify_all();
   return Status();
 }
@@ -253,14 +262,13 @@ void MemDevice::Run() {
   for (;;) {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and drained
-    IoRequest req = std::move(queue_.front());
+    IoRequest req = std::move(queue_.front().req);
+    Status s = std::move(queue_.front().fault);
     queue_.pop_front();
     cv_.notify_all();  // room for a blocked submitter
-    auto fault = fault_;
     lock.unlock();
 
     const uint64_t start = MonotonicNanos();
-    Status s = fault ? fault(req) : Status();
     if (s.ok()) s = lun_->Execute(initiator_, req);
     const uint64_t bytes = req.op == Op::kRead || req.op == Op::kWrite ? req.blocks * lun_->info().block_size : 0;
     auto done = std::move(req.done);

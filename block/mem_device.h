@@ -66,7 +66,10 @@ class MemDevice final : public BlockDevice {
   BlockStats Stats() const override;
 
   // Every later request for which `fault` returns non-ok fails with that
-  // status, without touching the medium. Pass nullptr to clear.
+  // status, without touching the medium. Pass nullptr to clear. `fault`
+  // runs on the thread that submits the request (the completion still runs
+  // on the device's thread), so it may look at that thread's state: a test
+  // can fail its own reads and leave a library's background threads alone.
   void SetFault(std::function<Status(const IoRequest&)> fault);
 
  protected:
@@ -79,7 +82,11 @@ class MemDevice final : public BlockDevice {
   const uint64_t initiator_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<IoRequest> queue_;
+  struct Queued {
+    IoRequest req;
+    Status fault;  // what the fault function said at submission
+  };
+  std::deque<Queued> queue_;
   std::function<Status(const IoRequest&)> fault_;
   bool stopping_ = false;
   BlockStats stats_;

@@ -138,7 +138,7 @@ class Domain {
   // ---- volumes
   Result<VolumeInfo> CreateVolume(const std::string& name, uint32_t record_bytes = kRecordBytesDefault);
   Result<VolumeInfo> FindVolume(const std::string& name);
-  std::vector<VolumeInfo> ListVolumes();
+  Result<std::vector<VolumeInfo>> ListVolumes();
   // Changes a volume's record size (a power of two in [kRecordBytesMin,
   // kRecordBytesMax]). Files' extent maps are keyed by record index, so the
   // size can change only while the volume holds no data: NotEmpty otherwise

@@ -338,12 +338,12 @@ TEST_F(DomainTest, VolumesAreSeparateAndDeleteNeedsForce) {
   EXPECT_EQ(dom_->CreateVolume("v", 3000).status().code(), Code::kInvalidArgument);
   ASSERT_TRUE(dom_->Create(v2->id, kRootIno, "only-in-2", FileType::kRegular, 0644, 0, 0).ok());
   EXPECT_EQ(dom_->Lookup(vol_, kRootIno, "only-in-2").status().code(), Code::kNotFound);
-  EXPECT_EQ(dom_->ListVolumes().size(), 2u);
+  EXPECT_EQ(dom_->ListVolumes()->size(), 2u);
   EXPECT_EQ(dom_->DeleteVolume("vol2", false).code(), Code::kNotEmpty);
   ASSERT_TRUE(dom_->DeleteVolume("vol2", true).ok());
   EXPECT_EQ(dom_->FindVolume("vol2").status().code(), Code::kNotFound);
   Reopen();
-  EXPECT_EQ(dom_->ListVolumes().size(), 1u);
+  EXPECT_EQ(dom_->ListVolumes()->size(), 1u);
   auto problems = dom_->Check();
   ASSERT_TRUE(problems.ok());
   EXPECT_TRUE(problems->empty()) << (*problems)[0];

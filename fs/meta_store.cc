@@ -107,7 +107,12 @@ class WFile : public rocksdb::FSWritableFile {
  public:
   WFile(MetaFs* fs, MetaFs::FileRef f, uint64_t size) : fs_(fs), f_(std::move(f)), size_(size) {}
   ~WFile() override {
-    if (!closed_) fs_->Close(f_).IgnoreError();
+    // RocksDB closes every file it cares about; one dropped unclosed was
+    // abandoned (its data is not needed), but a failure is still logged.
+    if (!closed_) {
+      Status s = fs_->Close(f_);
+      if (!s.ok()) NASGW_LOG(kWarn, "fs") << "metadata file close" << Kv("error", s.ToString());
+    }
   }
   using rocksdb::FSWritableFile::Append;
   IOStatus Append(const Slice& data, const IOOptions&, IODebugContext*) override {
@@ -192,7 +197,10 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
   }
   IOStatus ReuseWritableFile(const std::string& name, const std::string& old, const FileOptions& o,
                              std::unique_ptr<rocksdb::FSWritableFile>* out, IODebugContext* d) override {
-    fs_->Delete(Norm(old)).IgnoreError();
+    // The old file's space must come back: a delete that fails is the
+    // answer (a missing old file is not a failure).
+    Status s = fs_->Delete(Norm(old));
+    if (!s.ok() && s.code() != Code::kNotFound) return ToIO(s);
     return NewWritableFile(name, o, out, d);
   }
   IOStatus NewDirectory(const std::string&, const IOOptions&, std::unique_ptr<rocksdb::FSDirectory>* out,
@@ -359,7 +367,11 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOp
   opts.paranoid_checks = true;
   opts.avoid_flush_during_shutdown = false;
   rocksdb::BlockBasedTableOptions t;
-  t.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);
+  if (o.block_cache_bytes == 0) {
+    t.no_block_cache = true;
+  } else {
+    t.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);
+  }
   opts.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = o.read_only ? rocksdb::DB::OpenForReadOnly(opts, kDbPath, &db)

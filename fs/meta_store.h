@@ -25,7 +25,8 @@ namespace nasgw::fs {
 struct MetaStoreOptions {
   // Memtable size; also bounds what a crash replays from the WAL.
   uint64_t write_buffer_bytes = 32ull << 20;
-  // RocksDB block cache, part of the node's memory budget.
+  // RocksDB block cache, part of the node's memory budget. 0: none, so every
+  // read of a table block reaches the LUNs (fault tests).
   uint64_t block_cache_bytes = 64ull << 20;
   // Open with RocksDB's read-only mode: the WAL is replayed into memory only,
   // no file is created, written or deleted (nasgw-fsck without --repair).

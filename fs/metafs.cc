@@ -200,9 +200,9 @@ Status MetaFs::EnsureLogSpace(size_t bytes, uint64_t next_seq) {
   std::vector<Extent> pieces = got.value();
   // The log needs one contiguous extent per link; give back what does not fit.
   Extent next = pieces[0];
-  for (size_t i = 1; i < pieces.size(); i++) alloc_->Free(pieces[i]).IgnoreError();
+  for (size_t i = 1; i < pieces.size(); i++) GiveBack(pieces[i]);
   if (next.length < bytes + kMetaBlockBytes) {
-    alloc_->Free(next).IgnoreError();
+    GiveBack(next);
     return Status::NoSpace("metadata log: no contiguous free extent of " + std::to_string(want) + " bytes");
   }
   Encoder w;
@@ -217,7 +217,7 @@ Status MetaFs::EnsureLogSpace(size_t bytes, uint64_t next_seq) {
   Status s = WriteExtentBytes(log_extents_.back(), log_pos_, block.data(), block.size());
   if (s.ok()) s = FlushLuns({log_extents_.back().lun});
   if (!s.ok()) {
-    alloc_->Free(next).IgnoreError();
+    GiveBack(next);
     return s;
   }
   log_extents_.push_back(next);
@@ -261,8 +261,12 @@ Status MetaFs::CompactLog() {
   const auto old_extents = log_extents_;
   const uint64_t old_start = log_start_seq_, old_salt = log_salt_, old_pos = log_pos_, old_bytes = log_bytes_;
   auto first = alloc_->Allocate(options_.log_extent_bytes);
-  if (!first.ok()) return Status();  // no room to compact: keep appending to the old log
-  for (size_t i = 1; i < first->size(); i++) alloc_->Free((*first)[i]).IgnoreError();
+  if (!first.ok()) {
+    // No room to compact: keep appending to the old log, which is intact.
+    if (first.status().code() == Code::kNoSpace) return Status();
+    return first.status();
+  }
+  for (size_t i = 1; i < first->size(); i++) GiveBack((*first)[i]);
   log_extents_ = {(*first)[0]};
   log_pos_ = 0;
   log_bytes_ = 0;
@@ -324,7 +328,7 @@ Status MetaFs::CompactLog() {
   if (s.ok()) s = WriteSuperblock();
   if (!s.ok()) {
     // The old log is intact and still named by the superblock on disk.
-    for (const Extent& e : log_extents_) alloc_->Free(e).IgnoreError();
+    for (const Extent& e : log_extents_) GiveBack(e);
     log_extents_ = old_extents;
     log_start_seq_ = old_start;
     log_salt_ = old_salt;
@@ -333,7 +337,7 @@ Status MetaFs::CompactLog() {
     sticky_ = s.WithContext("metadata log compaction failed; remount to recover");
     return sticky_;
   }
-  for (const Extent& e : old_extents) alloc_->Free(e).IgnoreError();
+  for (const Extent& e : old_extents) GiveBack(e);
   compactions_++;
   NASGW_LOG(kDebug, "fs") << "metadata log compacted" << Kv("domain", domain_) << Kv("bytes", log_bytes_)
                           << Kv("threshold", threshold);
@@ -374,7 +378,7 @@ Result<std::unique_ptr<MetaFs>> MetaFs::Create(std::shared_ptr<Reserve> reserve,
   auto first = fs->alloc_->Allocate(options.log_extent_bytes);
   if (!first.ok()) return first.status().WithContext("metadata log");
   fs->log_extents_ = {(*first)[0]};
-  for (size_t i = 1; i < first->size(); i++) fs->alloc_->Free((*first)[i]).IgnoreError();
+  for (size_t i = 1; i < first->size(); i++) fs->GiveBack((*first)[i]);
   fs->log_salt_ = RandomU64();
   std::lock_guard<std::mutex> lock(fs->mu_);
   // Write both copies so that no stale superblock of an earlier life remains.
@@ -551,6 +555,11 @@ Status MetaFs::Replay() {
   for (size_t i = 0; i + 1 < log_extents_.size(); i++) log_bytes_ += log_extents_[i].length;
   log_bytes_ += log_pos_;
   return Status();
+}
+
+void MetaFs::GiveBack(const Extent& e) {
+  Status s = alloc_->Free(e);
+  if (!s.ok()) NASGW_LOG(kError, "fs") << "metadata extent free" << Kv("domain", domain_) << Kv("error", s.ToString());
 }
 
 void MetaFs::DropFile(uint64_t id) {
@@ -781,7 +790,7 @@ void MetaFs::ReleaseSpace(File& f) {
   // Called once the record that drops the file is durable, so the space may
   // be reused. The writer's view includes extents allocated but never logged.
   std::lock_guard<std::mutex> lock(f.mu);
-  for (const Extent& e : f.extents) alloc_->Free(e).IgnoreError();
+  for (const Extent& e : f.extents) GiveBack(e);
   f.extents.clear();
   f.allocated = 0;
 }

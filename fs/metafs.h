@@ -125,6 +125,10 @@ class MetaFs {
   std::vector<uint8_t> EncodeRecord(uint8_t type, std::string_view payload);  // REQUIRES: mu_
   std::vector<uint8_t> EncodeRecordAt(uint8_t type, std::string_view payload, uint64_t seq);
   void DropFile(uint64_t id);                // REQUIRES: mu_
+  // Returns an extent to the allocator. Free fails only for an extent that
+  // is free already (a bug, no leak); that is logged, not returned, because
+  // every caller is past the point where the answer could change.
+  void GiveBack(const Extent& e);
   void ReleaseSpace(File& f);                // REQUIRES: not mu_ (takes f.mu)
 
   std::shared_ptr<Reserve> reserve_;
