@@ -4,7 +4,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace nasgw {
 
@@ -14,6 +16,8 @@ struct Uuid {
   static Uuid Random();
   bool IsNil() const;
   std::string ToString() const;  // 8-4-4-4-12 lowercase hex
+  // The inverse of ToString (either case); nullopt for anything else.
+  static std::optional<Uuid> Parse(std::string_view text);
   bool operator==(const Uuid&) const = default;
   auto operator<=>(const Uuid&) const = default;
 };

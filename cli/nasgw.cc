@@ -62,12 +62,13 @@ const char* kMainHelp = R"(usage: nasgw [global options] <command> [options]
 Manage a nasgw node through nasgwd's admin API.
 
 commands:
-  node status                        the node: name, version, uptime, reserve state
+  node status | node show            the node: name, version, uptime, reserve state and owner
   reserve status                     the reserve: state, capacity, free space
   reserve luns                       the reserve's LUNs: size, groups, health, paths, I/O
   reserve format --name NAME [--ag-size SIZE] [--force]
                                      label the node's LUNs as a new reserve
   reserve add-lun URL [--force]      add a LUN to the online reserve (grows it)
+  reserve takeover [--force]         take the reserve from the node that owns it
   volume list                        the NAS volumes
   volume show NAME                   one volume
   volume create NAME [--record-size SIZE]
@@ -114,7 +115,13 @@ const std::vector<CommandSpec>& Commands() {
        0,
        {},
        {},
-       "usage: nasgw node status\n\nThe node: name, version, uptime, reserve state, head activity.\n"},
+       "usage: nasgw node status\n\nThe node: name, version, uptime, reserve state and owner, head activity.\n"},
+      {"node",
+       "show",
+       0,
+       {},
+       {},
+       "usage: nasgw node show\n\nThe node: name, version, uptime, reserve state and owner, head activity.\n"},
       {"reserve",
        "status",
        0,
@@ -139,6 +146,17 @@ const std::vector<CommandSpec>& Commands() {
        "  --name NAME     1-63 characters: letters, digits, '.', '_', '-'\n"
        "  --ag-size SIZE  allocation group size, a power of two from 1M to 64G (default 1G)\n"
        "  --force         format over an existing reserve or labelled LUNs: destroys every volume on them\n"},
+      {"reserve",
+       "takeover",
+       0,
+       {"--force"},
+       {},
+       "usage: nasgw reserve takeover [--force]\n\n"
+       "Takes the reserve from the node that owns it (this node shows it as standby or fenced)\n"
+       "and opens it here, replaying what that node left. Without --force only once the holder\n"
+       "has released it or its lease has run out (it has not renewed for a whole lease).\n"
+       "  --force  take it from a holder whose lease still runs: its reservation key is preempted\n"
+       "           on every LUN, so it can write nothing more (use when it is hung or partitioned)\n"},
       {"reserve",
        "add-lun",
        1,
@@ -385,6 +403,10 @@ std::string StateName(pb::ReserveState s) {
       return "online";
     case pb::RESERVE_STATE_FAILED:
       return "failed";
+    case pb::RESERVE_STATE_STANDBY:
+      return "standby";
+    case pb::RESERVE_STATE_FENCED:
+      return "fenced";
     default:
       return "unknown";
   }
@@ -449,6 +471,12 @@ json ToJson(const pb::Reserve& r) {
           {"free_bytes", r.free_bytes()},
           {"files", r.files()},
           {"generation", r.generation()},
+          {"owner", r.owner()},
+          {"owned_here", r.owned_here()},
+          {"holder_silent_ms", r.holder_silent_ms()},
+          {"lease_ms", r.lease_ms()},
+          {"renewals", r.renewals()},
+          {"fenced_total", r.fenced_total()},
           {"luns", luns}};
 }
 
@@ -482,6 +510,15 @@ void PrintReserve(const pb::Reserve& r) {
   std::vector<std::pair<std::string, std::string>> p;
   p.push_back({"state", StateName(r.state())});
   if (!r.reason().empty()) p.push_back({"reason", r.reason()});
+  if (!r.owner().empty()) p.push_back({"owner", r.owner()});
+  if (r.state() == pb::RESERVE_STATE_STANDBY || r.state() == pb::RESERVE_STATE_FENCED) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%.1f s (lease %.1f s)%s", static_cast<double>(r.holder_silent_ms()) / 1e3,
+                  static_cast<double>(r.lease_ms()) / 1e3,
+                  r.holder_silent_ms() >= r.lease_ms() ? ": expired, 'nasgw reserve takeover' may take it" : "");
+    p.push_back({"holder silent", buf});
+  }
+  if (r.fenced_total() > 0) p.push_back({"times fenced", std::to_string(r.fenced_total())});
   if (r.state() == pb::RESERVE_STATE_ONLINE) {
     p.push_back({"name", r.name()});
     p.push_back({"uuid", r.uuid()});
@@ -890,16 +927,26 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
   if (c.group == "node") {
     pb::GetNodeResponse r;
     if (auto f = client->Call(&pb::Admin::Stub::GetNode, pb::GetNodeRequest(), &r)) return fail(*f);
+    pb::GetReserveResponse rr;
+    if (auto f = client->Call(&pb::Admin::Stub::GetReserve, pb::GetReserveRequest(), &rr)) return fail(*f);
+    const auto& res = rr.reserve();
     if (g_json) {
-      PrintJson({{"node", ToJson(r.node())}});
+      json j = ToJson(r.node());
+      j["reserve_owner"] = res.owner();
+      j["reserve_reason"] = res.reason();
+      j["reserve_fenced_total"] = res.fenced_total();
+      PrintJson({{"node", j}});
     } else {
       const auto& n = r.node();
-      PrintPairs({{"node", n.name()},
-                  {"version", n.version()},
-                  {"uptime", HumanDuration(n.uptime_seconds())},
-                  {"reserve", StateName(n.reserve_state())},
-                  {"heads", std::to_string(n.head_connections()) + " connections, " +
-                                std::to_string(n.head_requests()) + " requests"}});
+      std::vector<std::pair<std::string, std::string>> pairs = {{"node", n.name()},
+                                                                {"version", n.version()},
+                                                                {"uptime", HumanDuration(n.uptime_seconds())},
+                                                                {"reserve", StateName(n.reserve_state())}};
+      if (!res.owner().empty()) pairs.push_back({"owner", res.owner()});
+      if (!res.reason().empty()) pairs.push_back({"reason", res.reason()});
+      pairs.push_back({"heads", std::to_string(n.head_connections()) + " connections, " +
+                                    std::to_string(n.head_requests()) + " requests"});
+      PrintPairs(pairs);
     }
     return kExitOk;
   }
@@ -934,6 +981,19 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     } else {
       std::cout << "formatted reserve " << r.reserve().name() << ": " << r.reserve().luns_size() << " LUNs, "
                 << HumanBytes(r.reserve().capacity_bytes()) << "\n";
+    }
+    return kExitOk;
+  }
+  if (c.group == "reserve" && c.verb == "takeover") {
+    pb::TakeoverReserveRequest req;
+    req.set_force(force);
+    pb::TakeoverReserveResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::TakeoverReserve, req, &r)) return fail(*f);
+    if (g_json) {
+      PrintJson({{"reserve", ToJson(r.reserve())}});
+    } else {
+      std::cout << "took over reserve " << r.reserve().name() << "\n";
+      PrintReserve(r.reserve());
     }
     return kExitOk;
   }

@@ -124,6 +124,10 @@ pb::ReserveState ToProto(ReserveState s) {
       return pb::RESERVE_STATE_ONLINE;
     case ReserveState::kFailed:
       return pb::RESERVE_STATE_FAILED;
+    case ReserveState::kStandby:
+      return pb::RESERVE_STATE_STANDBY;
+    case ReserveState::kFenced:
+      return pb::RESERVE_STATE_FENCED;
   }
   return pb::RESERVE_STATE_UNSPECIFIED;
 }
@@ -189,6 +193,12 @@ void Fill(const ReserveStatus& r, pb::Reserve* out) {
   out->set_files(r.files);
   out->set_generation(r.generation);
   for (const auto& l : r.luns) Fill(l, out->add_luns());
+  out->set_owner(r.owner);
+  out->set_owned_here(r.owned_here);
+  out->set_holder_silent_ms(r.holder_silent_ms);
+  out->set_lease_ms(r.lease_ms);
+  out->set_renewals(r.renewals);
+  out->set_fenced_total(r.fenced_total);
 }
 
 void Fill(const fs::VolumeInfo& v, pb::Volume* out) {
@@ -232,6 +242,15 @@ class AdminService final : public pb::Admin::Service {
     NASGW_LOG(kInfo, "admin") << "format reserve" << Kv("name", req->name()) << Kv("ag_bytes", req->ag_bytes())
                               << Kv("force", req->force());
     auto st = node_->FormatReserve(req->name(), req->ag_bytes(), req->force());
+    if (!st.ok()) return ToGrpc(st);
+    Fill(node_->GetReserve(), out->mutable_reserve());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status TakeoverReserve(grpc::ServerContext*, const pb::TakeoverReserveRequest* req,
+                               pb::TakeoverReserveResponse* out) override {
+    NASGW_LOG(kWarn, "admin") << "take over reserve" << Kv("force", req->force());
+    auto st = node_->TakeoverReserve(req->force());
     if (!st.ok()) return ToGrpc(st);
     Fill(node_->GetReserve(), out->mutable_reserve());
     return grpc::Status::OK;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -445,7 +446,7 @@ TEST_F(AdminTest, RememberedLunThatNeverJoinedIsLeftOut) {
   StopAll();
   // As if nasgwd stopped between remembering a LUN and labelling it.
   AddMedium(5);
-  ASSERT_EQ(::mkdir(config_.state_dir.c_str(), 0700), 0);
+  ASSERT_TRUE(::mkdir(config_.state_dir.c_str(), 0700) == 0 || errno == EEXIST);  // the node made it
   std::ofstream(config_.state_dir + "/luns") << "# comment\n\n" << Url(5) << "\n";
   StartAll();
   const pb::Reserve r = Reserve();
@@ -458,6 +459,95 @@ TEST_F(AdminTest, RememberedLunThatNeverJoinedIsLeftOut) {
   auto n = Node::Start(config_, Opener(), SmallDomain());
   ASSERT_FALSE(n.ok());
   EXPECT_NE(n.status().message().find(config_.state_dir + "/luns"), std::string::npos) << n.status().ToString();
+}
+
+// Ownership (fs/ownership.h) through the node: a second node on the same
+// LUNs (another initiator, another state dir) stands by, names the holder
+// and writes nothing; takeover without force waits for the lease; forced,
+// it fences the holder, which stops writing and says so.
+TEST_F(AdminTest, SecondNodeStandsByAndForcedTakeoverFencesTheFirst) {
+  config_.renew_interval_ms = 50;
+  config_.lease_ms = 400;
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v1").ok());
+  auto d1 = node_->domain();
+  ASSERT_NE(d1, nullptr);
+  auto vol = d1->FindVolume("v1");
+  ASSERT_TRUE(vol.ok());
+  auto f = d1->Create(vol->id, fs::kRootIno, "kept", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_TRUE(d1->Write(vol->id, f->ino, 0, "before", 6).ok());
+  d1.reset();
+
+  Config c2 = config_;
+  c2.node_name = "n2";
+  c2.state_dir = dir_ + "/state2";
+  c2.admin_socket = dir_ + "/admin2.sock";
+  LunOpener second = [this](const std::string& url) -> Result<std::shared_ptr<block::BlockDevice>> {
+    auto it = media_.find(url);
+    if (it == media_.end()) return Status::Unavailable("connection refused");
+    return std::shared_ptr<block::BlockDevice>(std::make_shared<block::MemDevice>(it->second, /*initiator=*/2));
+  };
+  auto n2 = Node::Start(c2, second, SmallDomain());
+  ASSERT_TRUE(n2.ok()) << n2.status().ToString();
+  ReserveStatus r2 = (*n2)->GetReserve();
+  EXPECT_EQ(r2.state, ReserveState::kStandby) << r2.reason;
+  EXPECT_NE(r2.reason.find("node 'n1'"), std::string::npos) << r2.reason;
+  EXPECT_NE(r2.owner.find("node 'n1'"), std::string::npos) << r2.owner;
+  EXPECT_EQ((*n2)->domain(), nullptr);
+  // Formatting over a reserve another node owns is refused, even forced.
+  EXPECT_EQ((*n2)->FormatReserve("other", kMiB, true).code(), Code::kFailedPrecondition);
+  // The holder renews: no takeover without force.
+  nasgw::Status t = (*n2)->TakeoverReserve(false);
+  EXPECT_EQ(t.code(), Code::kFailedPrecondition) << t.ToString();
+  EXPECT_NE(t.ToString().find("within its lease"), std::string::npos) << t.ToString();
+  ASSERT_TRUE((*n2)->TakeoverReserve(true).ok());
+  EXPECT_EQ((*n2)->GetReserve().state, ReserveState::kOnline);
+  auto d2 = (*n2)->domain();
+  ASSERT_NE(d2, nullptr);
+  char buf[16] = {};
+  auto got = d2->Read(vol->id, f->ino, 0, sizeof buf, buf);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::string(buf, *got), "before");
+  // The first node learns it by its renewal (it is idle) and stops.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (node_->GetReserve().state != ReserveState::kFenced && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the owner thread's transition
+  }
+  ReserveStatus r1 = node_->GetReserve();
+  EXPECT_EQ(r1.state, ReserveState::kFenced) << r1.reason;
+  EXPECT_EQ(r1.fenced_total, 1u);
+  EXPECT_NE(r1.owner.find("node 'n2'"), std::string::npos) << r1.owner;
+  EXPECT_EQ(node_->domain(), nullptr);
+  EXPECT_EQ(node_->CreateVolume("late", 0).status().code(), Code::kUnavailable);
+  // The new owner's writes land; a clean stop releases, and the first node
+  // may then take the reserve back without force.
+  ASSERT_TRUE(d2->Write(vol->id, f->ino, 0, "after!", 6).ok());
+  d2.reset();
+  n2->reset();
+  ASSERT_TRUE(node_->TakeoverReserve(false).ok()) << node_->GetReserve().reason;
+  auto d1b = node_->domain();
+  ASSERT_NE(d1b, nullptr);
+  got = d1b->Read(vol->id, f->ino, 0, sizeof buf, buf);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(std::string(buf, *got), "after!");
+}
+
+TEST_F(AdminTest, OneNasgwdPerStateDir) {
+  StartAll();
+  auto again = Node::Start(config_, Opener(), SmallDomain());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), Code::kBusy);
+  EXPECT_NE(again.status().ToString().find("another nasgwd (pid " + std::to_string(::getpid()) + ")"),
+            std::string::npos)
+      << again.status().ToString();
+  StopAll();
+  // The lock goes with the node: a restart is fine, and keeps the node id.
+  const std::string id = ReadText(config_.state_dir + "/node-id");
+  EXPECT_EQ(id.size(), 37u) << id;
+  StartAll();
+  EXPECT_EQ(ReadText(config_.state_dir + "/node-id"), id);
 }
 
 TEST_F(AdminTest, FailedReserveStillStartsAndCanBeFormattedOver) {

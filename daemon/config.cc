@@ -23,6 +23,7 @@
 #include "base/limits.h"
 #include "block/iscsi_url.h"
 #include "fs/label.h"
+#include "fs/ownership.h"
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
@@ -571,6 +572,13 @@ void ParseReserve(const Section& s, Config* c, Errors* errors) {
   s.Integer("io_timeout_ms", limits::kIoTimeoutMsMin, limits::kIoTimeoutMsMax, &c->io_timeout_ms);
   s.Integer("queue_depth", 1, limits::kQueueDepthMax, &c->queue_depth);
   s.Integer("connect_timeout_ms", limits::kConnectTimeoutMsMin, limits::kConnectTimeoutMsMax, &c->connect_timeout_ms);
+  s.Integer("renew_interval_ms", fs::kRenewIntervalMsMin, fs::kRenewIntervalMsMax, &c->renew_interval_ms);
+  s.Integer("lease_ms", fs::kRenewIntervalMsMin * fs::kLeaseRenewalsMin, fs::kLeaseMsMax, &c->lease_ms);
+  if (c->lease_ms < fs::kLeaseRenewalsMin * c->renew_interval_ms) {
+    errors->Add("reserve.lease_ms", std::to_string(c->lease_ms) + " is shorter than " +
+                                        std::to_string(fs::kLeaseRenewalsMin) + " renewal intervals (" +
+                                        std::to_string(fs::kLeaseRenewalsMin * c->renew_interval_ms) + ")");
+  }
 }
 
 void ParseSocketMode(const Section& s, Config* c, Errors* errors) {
@@ -718,7 +726,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseNode(Section("node", table("node"), {"name", "run_dir", "state_dir", "log_level"}, &errors), &c, &errors);
   ParseReserve(Section("reserve", table("reserve"),
                        {"luns", "initiator", "chap_user", "chap_secret", "chap_secret_file", "io_timeout_ms",
-                        "queue_depth", "connect_timeout_ms"},
+                        "queue_depth", "connect_timeout_ms", "renew_interval_ms", "lease_ms"},
                        &errors),
                &c, &errors);
   ParseHead(Section("head", table("head"),

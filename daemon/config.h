@@ -47,6 +47,11 @@ struct Config {
   uint32_t io_timeout_ms = 30'000;  // limits::kIoTimeoutMs{Min,Max}
   uint32_t queue_depth = 64;        // 1..limits::kQueueDepthMax
   uint32_t connect_timeout_ms = 5'000;
+  // Ownership of the reserve (fs/ownership.h): the owner renews its lease
+  // every renew_interval_ms; another node may take the reserve over without
+  // force once the owner has been silent for lease_ms (>= 3 intervals).
+  uint32_t renew_interval_ms = 2'000;  // fs::kRenewIntervalMs{Min,Max}
+  uint32_t lease_ms = 10'000;          // 3 * renew_interval_ms .. fs::kLeaseMsMax
 
   // [head]
   std::string head_socket;                                            // default: <run_dir>/head.sock

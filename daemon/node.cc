@@ -1,6 +1,7 @@
 #include "daemon/node.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "block/iscsi_device.h"
 #include "block/iscsi_url.h"
@@ -31,6 +33,10 @@ const char* ReserveStateName(ReserveState s) {
       return "online";
     case ReserveState::kFailed:
       return "failed";
+    case ReserveState::kStandby:
+      return "standby";
+    case ReserveState::kFenced:
+      return "fenced";
   }
   return "unknown";
 }
@@ -109,13 +115,11 @@ Status MakeStateDir(const std::string& dir) {
   return Status();
 }
 
-// Replaces <state_dir>/luns atomically: temp file, fsync, rename, fsync dir.
-Status WriteRememberedLuns(const Config& config, const std::vector<std::string>& urls) {
+// Replaces <state_dir>/<name> atomically: temp file (0600), fsync, rename,
+// fsync of the directory.
+Status WriteStateFile(const Config& config, const std::string& path, const std::string& text) {
   NASGW_RETURN_IF_ERROR(MakeStateDir(config.state_dir));
-  const std::string path = LunsFile(config);
   const std::string tmp = path + ".tmp";
-  std::string text = "# LUNs added to the reserve at run time (nasgw reserve add-lun); written by nasgwd\n";
-  for (const auto& u : urls) text += u + "\n";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus("create " + tmp, errno);
   size_t done = 0;
@@ -148,6 +152,61 @@ Status WriteRememberedLuns(const Config& config, const std::vector<std::string>&
     ::close(dfd);
   }
   return Status();
+}
+
+Status WriteRememberedLuns(const Config& config, const std::vector<std::string>& urls) {
+  std::string text = "# LUNs added to the reserve at run time (nasgw reserve add-lun); written by nasgwd\n";
+  for (const auto& u : urls) text += u + "\n";
+  return WriteStateFile(config, LunsFile(config), text);
+}
+
+// The node's persistent id: <state_dir>/node-id, made at the first start. It
+// keys the node's persistent-reservation key and names it in owner records,
+// so a restart of the same node reclaims its reserve, and a config copied to
+// another machine (with its own state dir) is another node.
+Result<Uuid> LoadNodeId(const Config& config) {
+  const std::string path = config.state_dir + "/node-id";
+  std::ifstream in(path);
+  if (in) {
+    std::string line;
+    std::getline(in, line);
+    auto id = Uuid::Parse(line);
+    if (!id || id->IsNil()) return Status::Corruption(path + ": not a node id: '" + line + "'");
+    return *id;
+  }
+  if (errno != ENOENT) return ErrnoStatus("read " + path, errno);
+  Uuid id = Uuid::Random();
+  NASGW_RETURN_IF_ERROR(WriteStateFile(config, path, id.ToString() + "\n"));
+  return id;
+}
+
+// One nasgwd per state dir: an exclusive lock on <state_dir>/lock, held for
+// the process's life (the kernel drops it when the process dies, however it
+// dies). Its content is the holder's pid, for the message.
+Result<int> LockStateDir(const Config& config) {
+  NASGW_RETURN_IF_ERROR(MakeStateDir(config.state_dir));
+  const std::string path = config.state_dir + "/lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus("open " + path, errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "?";
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      return Status(Code::kBusy, "another nasgwd (pid " + pid + ") runs with state dir " + config.state_dir);
+    }
+    return ErrnoStatus("lock " + path, err);
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    Status s = ErrnoStatus("write " + path, errno);
+    ::close(fd);
+    return s;
+  }
+  return fd;
 }
 
 bool IsBlank(block::BlockDevice& dev, Status* error) {
@@ -183,6 +242,15 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   node->opener_ = opener ? std::move(opener) : IscsiOpener(config);
   node->domain_options_ = domain_options;
   node->started_unix_ = NowUnix();
+  node->ownership_options_.renew_interval_ms = config.renew_interval_ms;
+  node->ownership_options_.lease_ms = config.lease_ms;
+  NASGW_RETURN_IF_ERROR(node->ownership_options_.Validate().WithContext("[reserve]"));
+  auto lock_fd = LockStateDir(config);
+  if (!lock_fd.ok()) return lock_fd.status();
+  node->state_lock_fd_ = *lock_fd;
+  auto node_id = LoadNodeId(config);
+  if (!node_id.ok()) return node_id.status();
+  node->identity_ = fs::NodeIdentity::ForProcess(config.node_name, *node_id);
 
   auto remembered = ReadRememberedLuns(config);
   if (!remembered.ok()) return remembered.status();
@@ -215,8 +283,10 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   }
   node->OpenReserveLocked();
   NASGW_LOG(kInfo, "node") << "started" << Kv("node", config.node_name) << Kv("luns", node->devices_.size())
-                           << Kv("reserve", ReserveStateName(node->state_)) << Kv("reason", node->reason_);
+                           << Kv("reserve", ReserveStateName(node->state_)) << Kv("reason", node->reason_)
+                           << Kv("key", fs::OwnerKeyText(node->identity_.key()));
   lock.unlock();
+  node->owner_thread_ = std::thread([n = node.get()] { n->OwnerLoop(); });
   // A failure is logged; the file is written again at the next change.
   node->PublishExports().IgnoreError();
   return node;
@@ -226,9 +296,11 @@ Node::~Node() {
   Shutdown();
 }
 
-void Node::OpenReserveLocked() {
+void Node::OpenReserveLocked(fs::AcquireMode mode) {
   domain_.reset();
   reserve_.reset();
+  owner_.reset();
+  gated_.clear();
   if (devices_.empty()) {
     state_ = ReserveState::kUnformatted;
     reason_ = "no LUNs configured";
@@ -249,10 +321,45 @@ void Node::OpenReserveLocked() {
     reason_ = "no LUN carries a nasgw label; format the reserve";
     return;
   }
-  auto r = fs::Reserve::Open(devices_);
+  // Every LUN behind a new gate: closed by a refusal below, by a
+  // reservation conflict on any LUN, or by a lost lease.
+  gate_ = std::make_shared<block::WriteGate>();
+  auto gated = block::Gate(devices_, gate_);
+  // Look before owning: the labels say which reserve this is and its LUN
+  // order; nothing is written until we own it.
+  auto ro = fs::Reserve::Open(gated, /*read_only=*/true);
+  if (!ro.ok()) {
+    gate_->Close(nasgw::Status::FailedPrecondition("reserve not opened"));
+    state_ = ReserveState::kFailed;
+    reason_ = ro.status().WithContext("open reserve").ToString();
+    return;
+  }
+  for (uint32_t i = 0; i < (*ro)->lun_count(); i++) gated_.push_back((*ro)->lun(i));
+  reserve_uuid_ = (*ro)->uuid();
+  auto o = fs::Ownership::Acquire(gated_, gate_, reserve_uuid_, 0, identity_, ownership_options_, mode,
+                                  [this](const nasgw::Status& why) { OnOwnershipLost(why); });
+  if (!o.ok()) {
+    if (o.status().code() == Code::kFenced) {
+      state_ = ReserveState::kStandby;
+      reason_ = std::string(o.status().message());
+      watch_ = fs::OwnerWatch();
+      ObserveOwnerLocked();
+      NASGW_LOG(kWarn, "node") << "reserve owned by another node; standing by, writing nothing"
+                               << Kv("reserve", (*ro)->name()) << Kv("owner", owner_text_);
+    } else {
+      state_ = ReserveState::kFailed;
+      reason_ = o.status().WithContext("take ownership of reserve '" + (*ro)->name() + "'").ToString();
+    }
+    owner_cv_.notify_all();
+    return;
+  }
+  owner_ = std::move(o.value());
+  auto r = fs::Reserve::Open(gated_);
   if (!r.ok()) {
     state_ = ReserveState::kFailed;
     reason_ = r.status().WithContext("open reserve").ToString();
+    owner_->Release().IgnoreError();  // we wrote nothing but the record: give it back
+    owner_.reset();
     return;
   }
   std::shared_ptr<fs::Reserve> reserve = std::move(r.value());
@@ -261,6 +368,8 @@ void Node::OpenReserveLocked() {
   if (!d.ok()) {
     state_ = ReserveState::kFailed;
     reason_ = d.status().WithContext("open domain 0 of reserve '" + reserve->name() + "'").ToString();
+    // Kept owned: a domain that does not open must not be opened elsewhere
+    // by accident either; the admin decides (fsck --repair, takeover).
     return;
   }
   std::shared_ptr<fs::Domain> domain = std::move(d.value());
@@ -276,6 +385,84 @@ void Node::OpenReserveLocked() {
   domain_ = std::move(domain);
   state_ = ReserveState::kOnline;
   reason_.clear();
+  owner_text_ = "this node";
+}
+
+void Node::OnOwnershipLost(const nasgw::Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(lost_mu_);
+    if (!lost_) lost_ = why;
+  }
+  owner_cv_.notify_all();
+}
+
+void Node::ObserveOwnerLocked() {
+  if (gated_.empty()) return;
+  auto v = fs::ReadOwner(gated_, reserve_uuid_, 0);
+  if (!v.ok()) {
+    owner_text_ = "unknown: " + v.status().ToString();
+    return;
+  }
+  watch_.Observe(*v, MonotonicNanos(), WallNanos());
+  owner_text_ = v->Describe(WallNanos());
+}
+
+void Node::OwnerLoop() {
+  std::unique_lock<std::mutex> lock(lost_mu_);
+  while (!owner_stop_) {
+    owner_cv_.wait_for(lock, std::chrono::milliseconds(ownership_options_.renew_interval_ms),
+                       [&] { return owner_stop_ || lost_.has_value(); });
+    if (owner_stop_) break;
+    std::optional<nasgw::Status> lost = std::move(lost_);
+    lost_.reset();
+    lock.unlock();
+    {
+      std::unique_lock<std::shared_mutex> node_lock(mu_);
+      if (lost && state_ == ReserveState::kOnline) {
+        // Heads in flight keep the domain object until they finish; every
+        // write they make fails at the closed gate. Nothing is flushed.
+        domain_.reset();
+        reserve_.reset();
+        owner_.reset();
+        state_ = ReserveState::kFenced;
+        reason_ = "this node lost the reserve and stopped writing: " + lost->ToString();
+        fenced_total_++;
+        watch_ = fs::OwnerWatch();
+        NASGW_LOG(kError, "node") << "fenced: ownership of the reserve lost; no more writes"
+                                  << Kv("reason", lost->ToString());
+      }
+      if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) ObserveOwnerLocked();
+    }
+    lock.lock();
+  }
+}
+
+nasgw::Status Node::TakeoverReserve(bool force) {
+  std::lock_guard<std::mutex> admin(admin_mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  if (state_ == ReserveState::kOnline) {
+    return nasgw::Status::FailedPrecondition("reserve is already online on this node");
+  }
+  if (state_ != ReserveState::kStandby && state_ != ReserveState::kFenced) {
+    return nasgw::Status::FailedPrecondition(std::string("nothing to take over: the reserve is ") +
+                                             ReserveStateName(state_) + ": " + reason_);
+  }
+  ObserveOwnerLocked();
+  const uint64_t now = MonotonicNanos();
+  if (!force && !watch_.Expired(now)) {
+    return nasgw::Status::FailedPrecondition(
+        "the reserve is owned by " + owner_text_ + "; it last renewed " +
+        std::to_string(watch_.SilentMs(now)) + " ms ago, within its lease: wait for the lease to run out, or "
+        "--force to preempt a node that may still be running (it is fenced off the LUNs)");
+  }
+  NASGW_LOG(kWarn, "node") << "taking over the reserve" << Kv("force", force) << Kv("from", owner_text_);
+  OpenReserveLocked(force ? fs::AcquireMode::kForce : fs::AcquireMode::kTakeover);
+  if (state_ != ReserveState::kOnline) {
+    return nasgw::Status::Unavailable("takeover failed: " + std::string(ReserveStateName(state_)) + ": " + reason_);
+  }
+  lock.unlock();
+  PublishExports().IgnoreError();  // logged; written again at the next change
+  return nasgw::Status();
 }
 
 NodeStatus Node::Status() const {
@@ -294,9 +481,11 @@ NodeStatus Node::Status() const {
   return s;
 }
 
-LunStatus Node::LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& dev) const {
+LunStatus Node::LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& lun) const {
   LunStatus l;
   l.index = index;
+  auto* gated = dynamic_cast<block::GatedDevice*>(lun.get());
+  const std::shared_ptr<block::BlockDevice>& dev = gated ? gated->inner() : lun;
   for (size_t i = 0; i < devices_.size(); i++) {
     if (devices_[i] == dev) l.url = Redact(urls_[i]);
   }
@@ -342,6 +531,18 @@ ReserveStatus Node::GetReserve() const {
       r.luns.push_back(LunStatusLocked(static_cast<uint32_t>(i), devices_[i]));
     }
   }
+  r.fenced_total = fenced_total_;
+  if (owner_) {
+    r.owned_here = true;
+    const fs::OwnerRecord rec = owner_->record();
+    r.owner = "this node ('" + identity_.name + "', key " + fs::OwnerKeyText(rec.key) + ")";
+    r.lease_ms = rec.lease_ms;
+    r.renewals = owner_->renewals();
+  } else if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) {
+    r.owner = owner_text_;
+    r.holder_silent_ms = watch_.SilentMs(MonotonicNanos());
+    if (watch_.view().record) r.lease_ms = watch_.view().record->lease_ms;
+  }
   return r;
 }
 
@@ -349,10 +550,17 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
   std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<fs::Domain> old_domain;
   std::shared_ptr<fs::Reserve> old_reserve;
+  std::unique_ptr<fs::Ownership> old_owner;
   std::vector<std::shared_ptr<block::BlockDevice>> devices;
   {
     std::unique_lock<std::shared_mutex> lock(mu_);
     if (devices_.empty()) return nasgw::Status::Unavailable("the node has no LUNs (shut down, or none configured)");
+    if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) {
+      // Even with force: formatting LUNs another node writes to would corrupt
+      // what it serves. Taking the reserve over first fences that node.
+      return nasgw::Status::FailedPrecondition("the reserve on these LUNs is owned by " + owner_text_ +
+                                               "; take it over first ('nasgw reserve takeover')");
+    }
     if (state_ == ReserveState::kOnline && !force) {
       return nasgw::Status(Code::kFailedPrecondition,
                            "reserve '" + reserve_->name() +
@@ -361,6 +569,7 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
     }
     old_domain = std::move(domain_);
     old_reserve = std::move(reserve_);
+    old_owner = std::move(owner_);
     devices = devices_;
     if (old_domain) {
       state_ = ReserveState::kFailed;
@@ -378,6 +587,7 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
       std::unique_lock<std::shared_mutex> lock(mu_);
       domain_ = std::move(old_domain);
       reserve_ = std::move(old_reserve);
+      owner_ = std::move(old_owner);
       state_ = ReserveState::kOnline;
       reason_.clear();
       return nasgw::Status::Busy("the domain is still in use by head requests; try again");
@@ -386,6 +596,10 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
     old_domain.reset();
     old_reserve.reset();
   }
+  // The old reserve is given up before its LUNs are relabelled; the new one
+  // is owned before its domain is written.
+  if (old_owner) old_owner->Release().IgnoreError();  // logged; the new owner is this node anyway
+  old_owner.reset();
 
   fs::ReserveOptions o;
   o.name = name;
@@ -394,12 +608,21 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
   nasgw::Status failed;
   std::shared_ptr<fs::Reserve> reserve;
   std::shared_ptr<fs::Domain> domain;
-  auto r = fs::Reserve::Format(devices, o);
+  std::unique_ptr<fs::Ownership> owner;
+  auto gate = std::make_shared<block::WriteGate>();
+  std::vector<std::shared_ptr<block::BlockDevice>> gated;
+  auto r = fs::Reserve::Format(block::Gate(devices, gate), o);
   if (!r.ok()) {
     failed = r.status();
   } else {
     reserve = std::move(r.value());
-    auto d = fs::Domain::Create(reserve, 0, domain_options_);
+    for (uint32_t i = 0; i < reserve->lun_count(); i++) gated.push_back(reserve->lun(i));
+    auto own = fs::Ownership::Acquire(gated, gate, reserve->uuid(), 0, identity_, ownership_options_,
+                                      fs::AcquireMode::kNormal,
+                                      [this](const nasgw::Status& why) { OnOwnershipLost(why); });
+    if (own.ok()) owner = std::move(own.value());
+    auto d = own.ok() ? fs::Domain::Create(reserve, 0, domain_options_)
+                      : Result<std::unique_ptr<fs::Domain>>(own.status().WithContext("take ownership"));
     if (!d.ok()) {
       failed = d.status().WithContext("create domain");
     } else {
@@ -410,11 +633,17 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
   {
     std::unique_lock<std::shared_mutex> lock(mu_);
     if (!failed.ok()) {
+      owner.reset();
       // Whatever the LUNs hold now decides the state.
       OpenReserveLocked();
     } else {
       reserve_ = std::move(reserve);
       domain_ = std::move(domain);
+      owner_ = std::move(owner);
+      gate_ = gate;
+      gated_ = gated;
+      reserve_uuid_ = reserve_->uuid();
+      owner_text_ = "this node";
       state_ = ReserveState::kOnline;
       reason_.clear();
       NASGW_LOG(kInfo, "node") << "reserve formatted" << Kv("name", name) << Kv("luns", devices.size());
@@ -431,6 +660,8 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
   const std::string shown = Redact(url);
   std::shared_ptr<fs::Reserve> reserve;
   std::shared_ptr<fs::Domain> domain;
+  std::shared_ptr<block::WriteGate> gate;
+  fs::Ownership* owner = nullptr;
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
     if (state_ != ReserveState::kOnline) {
@@ -442,10 +673,19 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
     }
     reserve = reserve_;
     domain = domain_;
+    gate = gate_;
+    owner = owner_.get();  // stays while admin_mu_ is held: only a loss (fenced) resets it, under mu_
   }
   auto opened = opener_(WithChap(config_, url));
   if (!opened.ok()) return opened.status().WithContext("LUN " + shown);
-  std::shared_ptr<block::BlockDevice> dev = std::move(opened.value());
+  std::shared_ptr<block::BlockDevice> raw = std::move(opened.value());
+  std::shared_ptr<block::BlockDevice> dev = std::make_shared<block::GatedDevice>(raw, gate);
+  // Ours before anything of the reserve is written to it.
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (owner_.get() != owner || owner == nullptr) return nasgw::Status::Fenced("the reserve was lost meanwhile");
+    NASGW_RETURN_IF_ERROR(owner->AddLun(dev).WithContext("take ownership of LUN " + shown));
+  }
 
   // Remembered first: a LUN that joined the reserve must be opened at the
   // next start, or the reserve would be missing a member.
@@ -462,7 +702,8 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
   {
     std::unique_lock<std::shared_mutex> lock(mu_);
     urls_.push_back(WithChap(config_, url));
-    devices_.push_back(dev);
+    devices_.push_back(raw);
+    gated_.push_back(dev);
     for (uint32_t i = 0; i < reserve->lun_count(); i++) {
       if (reserve->lun(i) == dev) index = i;
     }
@@ -474,7 +715,7 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
   }
   NASGW_LOG(kInfo, "node") << "LUN added" << Kv("lun", shown) << Kv("bytes", *grew);
   std::shared_lock<std::shared_mutex> lock(mu_);
-  return LunStatusLocked(index, dev);
+  return LunStatusLocked(index, raw);
 }
 
 Result<std::shared_ptr<fs::Domain>> Node::OnlineDomain() const {
@@ -583,15 +824,24 @@ std::shared_ptr<fs::Domain> Node::domain() const {
 }
 
 void Node::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(lost_mu_);
+    owner_stop_ = true;
+  }
+  owner_cv_.notify_all();
+  if (owner_thread_.joinable()) owner_thread_.join();
   std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<fs::Domain> domain;
   std::shared_ptr<fs::Reserve> reserve;
+  std::unique_ptr<fs::Ownership> owner;
   std::vector<std::shared_ptr<block::BlockDevice>> devices;
   {
     std::unique_lock<std::shared_mutex> lock(mu_);
     if (state_ == ReserveState::kFailed && reason_ == "shut down") return;
     domain = std::move(domain_);
     reserve = std::move(reserve_);
+    owner = std::move(owner_);
+    gated_.clear();
     devices = std::move(devices_);
     devices_.clear();
     urls_.clear();
@@ -599,10 +849,30 @@ void Node::Shutdown() {
     reason_ = "shut down";
   }
   // Outside the lock: closing flushes. A head request still holding the
-  // domain keeps it open until it finishes.
+  // domain keeps it open until it finishes; the reserve is released only
+  // once nothing can write to it any more (else it stays owned, and this
+  // node reclaims it at its next start).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_ms);
+  while (domain && domain.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // heads hold it; no event for their last release
+  }
+  const bool drained = !domain || domain.use_count() == 1;
   domain.reset();
   reserve.reset();
+  if (owner) {
+    if (drained) {
+      nasgw::Status s = owner->Release();
+      if (!s.ok()) NASGW_LOG(kWarn, "node") << "reserve release failed" << Kv("error", s.ToString());
+    } else {
+      NASGW_LOG(kWarn, "node") << "head requests still hold the domain; the reserve stays owned by this node";
+    }
+    owner.reset();
+  }
   devices.clear();
+  if (state_lock_fd_ >= 0) {
+    ::close(state_lock_fd_);
+    state_lock_fd_ = -1;
+  }
   NASGW_LOG(kInfo, "node") << "shut down" << Kv("node", config_.node_name);
 }
 

@@ -23,6 +23,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <optional>
+#include <thread>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,13 +36,19 @@
 
 #include "base/status.h"
 #include "block/block_device.h"
+#include "block/gated_device.h"
 #include "daemon/config.h"
 #include "fs/domain.h"
+#include "fs/ownership.h"
 #include "fs/reserve.h"
 
 namespace nasgw::daemon {
 
-enum class ReserveState { kUnformatted, kOnline, kFailed };
+// kStandby: the reserve is owned by another node (named in the reason); this
+// node writes nothing to it and watches the holder's lease. kFenced: this
+// node owned it and lost it (preempted, taken over, or its lease could not
+// be renewed); it stopped writing at once and stays so until a takeover.
+enum class ReserveState { kUnformatted, kOnline, kFailed, kStandby, kFenced };
 const char* ReserveStateName(ReserveState s);
 
 struct LunStatus {
@@ -64,6 +73,13 @@ struct ReserveStatus {
   uint64_t files = 0;
   uint64_t generation = 0;
   std::vector<LunStatus> luns;
+  // Ownership (fs/ownership.h): who holds the reserve, as the SAN says.
+  std::string owner;            // "node 'a' on host h (pid 1, key 0x4e47...), last renewed 0.4 s ago, lease 10.0 s"
+  bool owned_here = false;      // this node holds it
+  uint64_t holder_silent_ms = 0;  // standby/fenced: how long the holder's record has not changed
+  uint64_t lease_ms = 0;          // the holder's lease
+  uint64_t renewals = 0;          // this node's lease renewals
+  uint64_t fenced_total = 0;      // times this node lost the reserve since it started
 };
 
 struct NodeStatus {
@@ -139,21 +155,38 @@ class Node {
   // state then reads kFailed, "shut down". Idempotent.
   void Shutdown();
 
+  // Takes the reserve from the node that holds it: without `force`, only
+  // once the holder's lease has run out as this node observed it (it has
+  // not renewed for a whole lease) or the holder released it; with `force`,
+  // from any holder, which is fenced off the LUNs (its key preempted) and
+  // stops writing. Then opens the reserve here (replaying what the holder
+  // left). FailedPrecondition when the holder's lease still runs, or the
+  // reserve is already online here.
+  nasgw::Status TakeoverReserve(bool force);
+
   // Head server statistics feed NodeStatus.
   std::atomic<uint32_t> head_connections{0};
   std::atomic<uint64_t> head_requests{0};
 
  private:
   Node() = default;
-  // Reads the state from the LUNs: sets reserve_, domain_, state_, reason_.
+  // Reads the state from the LUNs and, for a reserve, takes ownership in
+  // `mode` and opens it: sets reserve_, domain_, owner_, state_, reason_.
   // REQUIRES: mu_ held exclusively.
-  void OpenReserveLocked();
+  void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal);
   // LUN status for member `index` of the reserve (or device position when
   // not online). REQUIRES: mu_ held.
   LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& dev) const;
   Result<std::shared_ptr<fs::Domain>> OnlineDomain() const;
   // REQUIRES: exports_mu_ held.
   nasgw::Status PublishExportsLocked();
+  // Called by the gate when ownership is lost (any thread, must not block).
+  void OnOwnershipLost(const nasgw::Status& why);
+  // The owner thread: turns a loss into kFenced, watches the holder while
+  // standby or fenced.
+  void OwnerLoop();
+  // Reads the owner record for the watch. REQUIRES: mu_ held.
+  void ObserveOwnerLocked();
 
   Config config_;
   LunOpener opener_;
@@ -171,6 +204,24 @@ class Node {
   std::shared_ptr<fs::Domain> domain_;                        // GUARDED_BY(mu_)
   ReserveState state_ = ReserveState::kUnformatted;           // GUARDED_BY(mu_)
   std::string reason_;                                        // GUARDED_BY(mu_)
+
+  // Ownership. The identity is fixed at Start; the gate and the gated LUNs
+  // are new for every attempt to own the reserve.
+  fs::NodeIdentity identity_;
+  fs::OwnershipOptions ownership_options_;
+  int state_lock_fd_ = -1;                                    // <state_dir>/lock, held for life
+  std::shared_ptr<block::WriteGate> gate_;                    // GUARDED_BY(mu_)
+  std::vector<std::shared_ptr<block::BlockDevice>> gated_;    // GUARDED_BY(mu_), in reserve index order
+  Uuid reserve_uuid_;                                         // GUARDED_BY(mu_), of the labels seen
+  std::unique_ptr<fs::Ownership> owner_;                      // GUARDED_BY(mu_)
+  fs::OwnerWatch watch_;                                      // GUARDED_BY(mu_), standby and fenced
+  std::string owner_text_;                                    // GUARDED_BY(mu_)
+  uint64_t fenced_total_ = 0;                                 // GUARDED_BY(mu_)
+  std::mutex lost_mu_;                                        // leaf
+  std::condition_variable owner_cv_;
+  bool owner_stop_ = false;                                   // GUARDED_BY(lost_mu_)
+  std::optional<nasgw::Status> lost_;                         // GUARDED_BY(lost_mu_)
+  std::thread owner_thread_;
 };
 
 }  // namespace nasgw::daemon

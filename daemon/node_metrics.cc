@@ -78,10 +78,19 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
               static_cast<double>(service->locks().size()));
     }
     ReserveStatus r = node->GetReserve();
-    for (const char* st : {"unformatted", "online", "failed"}) {
+    for (const char* st : {"unformatted", "online", "failed", "standby", "fenced"}) {
       s.Gauge("nasgw_reserve_state", "1 for the reserve's current state.", {{"state", st}},
               std::string_view(ReserveStateName(r.state)) == st ? 1 : 0);
     }
+    s.Gauge("nasgw_reserve_owned", "1 while this node owns the reserve (reservation and lease held).", {},
+            r.owned_here ? 1 : 0);
+    s.Counter("nasgw_reserve_lease_renewals_total", "Lease renewals of the reserve's owner record by this node.", {},
+              r.renewals);
+    s.Counter("nasgw_reserve_fenced_total", "Times this node lost the reserve (preempted, taken over, lease lost).",
+              {}, r.fenced_total);
+    s.Gauge("nasgw_reserve_holder_silent_seconds",
+            "Standby or fenced: seconds since the holder last renewed its lease, on this node's clock.", {},
+            static_cast<double>(r.holder_silent_ms) / 1e3);
     s.Gauge("nasgw_reserve_capacity_bytes", "Data capacity of the reserve.", {}, static_cast<double>(r.capacity_bytes));
     s.Gauge("nasgw_reserve_free_bytes", "Free data space of the reserve.", {}, static_cast<double>(r.free_bytes));
     for (const auto& l : r.luns) {

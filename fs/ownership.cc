@@ -64,6 +64,8 @@ uint64_t OwnerRecordOffset(uint32_t domain) {
 }
 static_assert(2 * kMetaBlockBytes + kOwnerRecordBytes <= kDomainSlotBytes, "the owner record fits the domain slot");
 
+std::string OwnerKeyText(uint64_t key) { return Hex(key); }
+
 uint64_t PrKeyOf(const Uuid& node_id) {
   uint64_t low = 0;
   for (int i = 0; i < 6; i++) low = (low << 8) | node_id.bytes[i];

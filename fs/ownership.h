@@ -77,6 +77,7 @@ constexpr uint32_t kLeaseRenewalsMin = 3;  // lease_ms >= 3 * renew_interval_ms
 // bits of the node id; never 0.
 constexpr uint64_t kPrKeyPrefix = 0x4e47ull << 48;
 uint64_t PrKeyOf(const Uuid& node_id);
+std::string OwnerKeyText(uint64_t key);  // "0x4e47..."
 
 struct NodeIdentity {
   std::string name;          // nasgwd's node_name; "nasgw-fsck" for the tool
