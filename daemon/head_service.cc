@@ -33,8 +33,9 @@ struct Fail {
 // the error, so each op reads as a straight line of checks.
 class Exec {
  public:
-  Exec(fs::Domain& d, LockTable& locks, HeadSession& s, const proto::Request& r, HeadOutcome& out)
-      : d_(d), locks_(locks), s_(s), r_(r), out_(out) {
+  Exec(fs::Domain& d, LockTable& locks, DirParents& parents, HeadSession& s, const proto::Request& r,
+       HeadOutcome& out)
+      : d_(d), locks_(locks), parents_(parents), s_(s), r_(r), out_(out) {
     out_.volume = r.h.volume;
   }
 
@@ -48,15 +49,51 @@ class Exec {
     return err == 0 || Error(err, std::string(err == EPERM ? "not permitted: " : "permission denied: ") + what);
   }
 
-  // The object a handle names. A generation of 0 means "any" (FUSE, which
-  // names inodes by number only); a handle to a deleted object is ESTALE.
+  // A handle nasgwd issued: its MAC verifies with the domain's key. First
+  // of all checks, for every handle of the request.
+  bool Verify(const fs::Handle& h) {
+    if (d_.handle_key().Verify(h)) return true;
+    return Error(EBADMSG, "bad handle: not issued by this reserve's nasgwd in this scope");
+  }
+  bool VerifyHandles() {
+    switch (r_.op) {
+      case Op::kHello:
+      case Op::kGoodbye:
+      case Op::kMount:
+      case Op::kStatfs:
+        return true;  // no handle
+      case Op::kLink:
+      case Op::kRename:
+        if (!Verify(r_.h) || !Verify(r_.h2)) return false;
+        if (r_.h2.scope != r_.h.scope) return Error(EXDEV, "the two handles are of different scopes (exports)");
+        return true;
+      default:
+        return Verify(r_.h);
+    }
+  }
+  // The MAC of the handle of `a`, issued in the request's scope.
+  fs::HandleMac Mint(const fs::Attr& a, uint64_t scope) const {
+    return d_.handle_key().Mac({r_.h.volume, a.ino, a.gen, a.snap, scope, {}});
+  }
+  fs::HandleMac Mint(const fs::Attr& a) const { return Mint(a, r_.h.scope); }
+
+  // The object a handle names (its MAC already verified): ESTALE for a
+  // deleted object (the generation must match; there is no wildcard), a
+  // snapshot that does not exist, or a directory outside the scope.
   bool Load(const fs::Handle& h, fs::Attr& a) {
-    Result<fs::Attr> got = h.gen == 0 ? d_.GetAttr(h.volume, h.ino) : d_.GetAttr(h);
+    if (h.snap != 0) return Error(ESTALE, "no snapshot " + std::to_string(h.snap));
+    Result<fs::Attr> got = d_.GetAttr(h);
     if (!got.ok()) {
       if (got.status().code() == Code::kNotFound) return Error(ESTALE, got.status().ToString());
       return Error(got.status());
     }
     a = *got;
+    if (h.scope != fs::kRootIno && a.type == fs::FileType::kDirectory && a.ino != h.scope) {
+      auto in = parents_.Within(d_, h.volume, a.ino, h.scope);
+      if (!in.ok()) return Error(in.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(in.status()),
+                                 in.status().ToString());
+      if (!*in) return Error(ESTALE, "directory " + std::to_string(a.ino) + " is outside the export's directory");
+    }
     return true;
   }
   bool LoadDir(const fs::Handle& h, fs::Attr& a) {
@@ -73,6 +110,7 @@ class Exec {
   bool Set(const Result<fs::Attr>& a) {
     if (!a.ok()) return Error(a.status());
     out_.reply.attr = *a;
+    out_.reply.mac = Mint(*a);
     return true;
   }
   bool Done(const Status& s) { return s.ok() || Error(s); }
@@ -92,9 +130,11 @@ class Exec {
   bool ReadDir();
   bool Lock();
   bool Unlock();
+  bool Mount();
 
   fs::Domain& d_;
   LockTable& locks_;
+  DirParents& parents_;
   HeadSession& s_;
   const proto::Request& r_;
   HeadOutcome& out_;
@@ -103,33 +143,32 @@ class Exec {
 bool Exec::Run() {
   const uint32_t vol = r_.h.volume;
   fs::Attr a, dir;
+  if (!VerifyHandles()) return false;
   switch (r_.op) {
     case Op::kHello:
       return Error(EPROTO, "hello is answered by the transport");
     case Op::kGoodbye:
       return Error(EPROTO, "goodbye is answered before the domain is needed");
-    case Op::kMount: {
-      auto v = d_.FindVolume(r_.name);
-      if (!v.ok()) return Error(v.status());
-      auto root = d_.GetAttr(v->id, fs::kRootIno);
-      if (!root.ok()) return Error(root.status());
-      out_.volume = v->id;
-      out_.reply.volume = {v->id, v->record_bytes, *root};
-      return true;
-    }
-    case Op::kStatfs:
-      if (!Load(r_.h, a)) return false;  // the volume's root: the volume exists
+    case Op::kMount:
+      return Mount();
+    case Op::kStatfs: {
+      auto root = d_.GetAttr(vol, fs::kRootIno);  // the volume exists
+      if (!root.ok()) return Error(root.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(root.status()),
+                                   root.status().ToString());
       out_.reply.statfs = d_.Statfs();
       return true;
+    }
     case Op::kLookup:
       if (!LoadDir(r_.h, dir) || !Deny(CheckAccess(dir, r_.creds, proto::kAccessExec), "search directory")) {
         return false;
       }
+      // Nothing above the scope's directory: its ".." is itself (as an
+      // NFS server answers at an export's root).
+      if (r_.name == ".." && dir.ino == r_.h.scope) return Set(dir);
       return Set(d_.Lookup(vol, dir.ino, r_.name));
     case Op::kGetAttr:
       if (!Load(r_.h, a)) return false;
-      out_.reply.attr = a;
-      return true;
+      return Set(a);
     case Op::kSetAttr:
       return SetAttr();
     case Op::kAccess:
@@ -236,7 +275,36 @@ bool Exec::Rename() {
       !Deny(CheckAccess(victim, r_.creds, proto::kAccessWrite), "move directory")) {
     return false;
   }
-  return Done(d_.Rename(vol, from_dir.ino, r_.name, to_dir.ino, r_.name2));
+  const bool dir_moves = victim.type == fs::FileType::kDirectory && from_dir.ino != to_dir.ino;
+  Status s = d_.Rename(vol, from_dir.ino, r_.name, to_dir.ino, r_.name2);
+  if (dir_moves) parents_.Moved();  // also on failure: the outcome may be unknown
+  return Done(s);
+}
+
+// MOUNT: a volume, and a directory in it by path (empty: the root), walked
+// with the caller's credentials (search permission on every directory, no
+// symbolic links followed). The directory becomes a scope: its handle is
+// issued in its own scope.
+bool Exec::Mount() {
+  auto v = d_.FindVolume(r_.name);
+  if (!v.ok()) return Error(v.status());
+  out_.volume = v->id;
+  auto at = d_.GetAttr(v->id, fs::kRootIno);
+  if (!at.ok()) return Error(at.status());
+  size_t pos = 0;
+  const std::string& path = r_.name2;
+  while (pos < path.size()) {
+    const size_t slash = path.find('/', pos);
+    const std::string name = path.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
+    pos = slash == std::string::npos ? path.size() : slash + 1;
+    if (!Deny(CheckAccess(*at, r_.creds, proto::kAccessExec), "search directory")) return false;
+    at = d_.Lookup(v->id, at->ino, name);
+    if (!at.ok()) return Error(at.status());
+    if (at->type != fs::FileType::kDirectory) return Error(ENOTDIR, "'" + name + "' is not a directory");
+  }
+  out_.reply.volume = {v->id, v->record_bytes, *at};
+  out_.reply.mac = d_.handle_key().Mac({v->id, at->ino, at->gen, at->snap, at->ino, {}});
+  return true;
 }
 
 bool Exec::SetAttr() {
@@ -263,8 +331,7 @@ bool Exec::Open() {
   if (a.type == fs::FileType::kDirectory && (r_.count & proto::kAccessWrite)) return Error(EISDIR, "is a directory");
   if (!Deny(CheckAccess(a, r_.creds, r_.count), "open")) return false;
   if (!AddOpen(a.ino)) return false;
-  out_.reply.attr = a;
-  return true;
+  return Set(a);
 }
 
 bool Exec::AddOpen(uint64_t ino) {
@@ -314,6 +381,7 @@ bool Exec::Write() {
   out_.bytes = r_.data.size();
   out_.reply.u32 = static_cast<uint32_t>(r_.data.size());
   out_.reply.attr = *w;
+  out_.reply.mac = Mint(*w);
   // A write by anyone but root drops setuid (and setgid with group execute).
   const uint32_t kill = 04000 | ((w->mode & 010) ? 02000u : 0u);
   if (r_.creds.uid != 0 && (w->mode & kill)) {
@@ -389,6 +457,7 @@ bool Exec::ReadDir() {
       auto a = d_.GetAttr(r_.h.volume, e.ino);
       if (!a.ok()) continue;  // removed since the listing: skip it
       out_.reply.attrs.push_back(*a);
+      out_.reply.macs.push_back(Mint(*a));
     }
     out_.reply.entries.push_back(std::move(e));
   }
@@ -460,6 +529,47 @@ bool Exec::Unlock() {
 
 }  // namespace
 
+Result<bool> DirParents::Within(fs::Domain& d, uint32_t vol, uint64_t dir, uint64_t scope) {
+  uint64_t at = dir;
+  for (int depth = 0; depth <= kDepthMax; depth++) {
+    if (at == scope) return true;
+    if (at == fs::kRootIno) return false;
+    uint64_t epoch = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = parent_.find({vol, at});
+      if (it != parent_.end()) {
+        at = it->second;
+        continue;
+      }
+      epoch = epoch_;
+    }
+    auto p = d.Lookup(vol, at, "..");
+    if (!p.ok()) return p.status();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (epoch_ == epoch) {  // no directory moved since the read
+        if (parent_.size() >= kEntriesMax) parent_.clear();
+        parent_[{vol, at}] = p->ino;
+      }
+    }
+    at = p->ino;
+  }
+  return Status::Corruption("directory " + std::to_string(dir) + ": parent chain longer than " +
+                            std::to_string(kDepthMax));
+}
+
+void DirParents::Moved() {
+  std::lock_guard<std::mutex> l(mu_);
+  epoch_++;
+  parent_.clear();
+}
+
+size_t DirParents::size() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return parent_.size();
+}
+
 HeadSession::HeadSession()
     : serial([] {
         static std::atomic<uint64_t> next{1};
@@ -484,7 +594,7 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
     out.why = "the reserve is not online";
     return out;
   }
-  Exec(*d, locks_, session, r, out).Run();
+  Exec(*d, locks_, parents_, session, r, out).Run();
   return out;
 }
 

@@ -7,6 +7,18 @@
 // own rules. (A concurrent chmod between the check and the change can let
 // one request through on the old mode, as in most NAS servers; the check
 // moves under the domain's lock when the cache brings finer locking.)
+//
+// Handles are checked before anything else (fs/handle.h): the MAC, with the
+// domain's key (EBADMSG when it fails: the handle is forged, altered, of
+// another reserve, or presented in another scope), then the snapshot, the
+// generation (ESTALE for a deleted file), then the scope: a directory must
+// lie inside the handle's scope (its parent chain reaches the scope's
+// directory; ESTALE otherwise, e.g. after it was renamed out). A
+// non-directory has no parent pointer; its handle is honoured in the scope
+// it was issued in (its MAC covers the scope), as knfsd honours a file
+// handle reached by lookup. Every handle a reply carries is issued in the
+// scope of the request's handle, and LOOKUP of ".." at the scope's directory
+// gives that directory (nothing above it is ever issued).
 #pragma once
 
 #include <array>
@@ -44,6 +56,31 @@ struct HeadSession {
   std::atomic<bool> ended{false};                                     // set under mu by EndSession
 };
 
+// The parent of each directory, cached for the scope check. A directory
+// changes parent only through RENAME, which every head sends through the
+// HeadService: it calls Moved(), which empties the cache; a walk that read a
+// parent before that does not store it. (With several nodes serving one
+// domain, the cluster issue must carry Moved() to the other nodes.)
+class DirParents {
+ public:
+  // Whether directory `dir` of `vol` is `scope` or below it. NotFound or
+  // IoError from the domain when a parent cannot be read.
+  Result<bool> Within(fs::Domain& d, uint32_t vol, uint64_t dir, uint64_t scope);
+  void Moved();
+  size_t size() const;
+
+  // Bounds the cache (a full cache is emptied): 65,536 directories are
+  // about 3 MiB, far more than the depth of any export's working set.
+  static constexpr size_t kEntriesMax = 65536;
+  // A parent chain longer than this is a loop (corruption), not a path.
+  static constexpr int kDepthMax = 4096;
+
+ private:
+  mutable std::mutex mu_;
+  uint64_t epoch_ = 0;                                       // GUARDED_BY(mu_)
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> parent_;  // GUARDED_BY(mu_)
+};
+
 struct HeadOutcome {
   int err = 0;  // Linux errno; 0 on success
   std::string why;
@@ -66,10 +103,12 @@ class HeadService {
   void EndSession(HeadSession& session);
 
   const LockTable& locks() const { return locks_; }
+  const DirParents& dir_parents() const { return parents_; }
 
  private:
   DomainSource domain_;
   LockTable locks_;
+  DirParents parents_;
 };
 
 // The errno a head sees for a file-system status.

@@ -15,16 +15,32 @@ Status Bad(std::string_view what) {
 
 // ---- shared pieces ----------------------------------------------------------
 
+void PutMac(Encoder& e, const fs::HandleMac& m) {
+  for (uint8_t b : m) e.U8(b);
+}
+fs::HandleMac GetMac(Decoder& d) {
+  fs::HandleMac m{};
+  for (auto& b : m) b = d.U8();
+  return m;
+}
+
+// u32 volume, u64 inode, u64 generation, u32 snapshot, u64 scope, [16]u8 MAC.
 void PutHandle(Encoder& e, const fs::Handle& h) {
   e.U32(h.volume);
   e.U64(h.ino);
   e.U64(h.gen);
+  e.U32(h.snap);
+  e.U64(h.scope);
+  PutMac(e, h.mac);
 }
 fs::Handle GetHandle(Decoder& d) {
   fs::Handle h;
   h.volume = d.U32();
   h.ino = d.U64();
   h.gen = d.U64();
+  h.snap = d.U32();
+  h.scope = d.U64();
+  h.mac = GetMac(d);
   return h;
 }
 
@@ -42,9 +58,13 @@ bool TimeOk(const fs::Timespec& t) {
   return t.nsec < 1'000'000'000;
 }
 
-void PutAttr(Encoder& e, const fs::Attr& a) {
+// An attr starts with its handle's identity and MAC (the volume and scope
+// are the request's).
+void PutAttr(Encoder& e, const fs::Attr& a, const fs::HandleMac& mac) {
   e.U64(a.ino);
   e.U64(a.gen);
+  e.U32(a.snap);
+  PutMac(e, mac);
   e.U8(static_cast<uint8_t>(a.type));
   e.U32(a.mode);
   e.U32(a.uid);
@@ -62,10 +82,12 @@ void PutAttr(Encoder& e, const fs::Attr& a) {
 bool TypeOk(uint8_t t) {
   return t >= static_cast<uint8_t>(fs::FileType::kRegular) && t <= 7;
 }
-fs::Attr GetAttr(Decoder& d, bool& ok) {
+fs::Attr GetAttr(Decoder& d, fs::HandleMac& mac, bool& ok) {
   fs::Attr a;
   a.ino = d.U64();
   a.gen = d.U64();
+  a.snap = d.U32();
+  mac = GetMac(d);
   uint8_t t = d.U8();
   a.type = static_cast<fs::FileType>(t);
   a.mode = d.U32();
@@ -115,7 +137,21 @@ void CheckXattrName(Request& r, std::string_view n) {
 }
 Status CheckHandle(const fs::Handle& h, std::string_view field) {
   if (h.ino == 0) return Bad(std::string(field) + ": inode 0");
+  if (h.scope == 0) return Bad(std::string(field) + ": scope 0");
   return Status();
+}
+// MOUNT's path: empty, or names joined by single '/'.
+void CheckMountPath(Request& r, std::string_view p) {
+  if (p.empty()) return;
+  if (p.size() > kMountPathMax) return Reject(r, ENAMETOOLONG, "mount path longer than 4095 bytes");
+  size_t at = 0;
+  while (r.reject == 0) {
+    const size_t slash = p.find('/', at);
+    const std::string_view n = p.substr(at, slash == std::string_view::npos ? std::string_view::npos : slash - at);
+    CheckName(r, n, "mount path component");
+    if (slash == std::string_view::npos) break;
+    at = slash + 1;
+  }
 }
 Status CheckFlags(uint32_t flags, uint32_t allowed) {
   if (flags & ~allowed) return Bad("unknown flags");
@@ -268,7 +304,10 @@ void EncodeHeader(const FrameHeader& h, uint8_t out[kHeaderBytes]) {
 Result<FrameHeader> DecodeHeader(const uint8_t in[kHeaderBytes], bool reply) {
   if (GetFixed32(in) != kMagic) return Bad("bad magic");
   const uint16_t version = static_cast<uint16_t>(in[4] | (in[5] << 8));
-  if (version != kVersion) return Bad("version " + std::to_string(version) + " not supported (this side speaks 1)");
+  if (version != kVersion) {
+    return Bad("version " + std::to_string(version) + " not supported (this side speaks " + std::to_string(kVersion) +
+               ")");
+  }
   const uint16_t op = static_cast<uint16_t>(in[6] | (in[7] << 8));
   if (!KnownOp(op)) return Bad("unknown op " + std::to_string(op));
   FrameHeader h;
@@ -297,6 +336,7 @@ std::string EncodeRequest(const Request& r) {
       break;
     case Op::kMount:
       e.Str16(r.name);
+      e.Str16(r.name2);
       break;
     case Op::kStatfs:
       e.U32(r.h.volume);
@@ -425,7 +465,10 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       break;
     case Op::kMount:
       r.name = d.Str16();
+      r.name2 = d.Str16();
+      if (!d.ok()) break;
       CheckName(r, r.name, "volume name");
+      CheckMountPath(r, r.name2);
       break;
     case Op::kStatfs:
       r.h.volume = d.U32();
@@ -622,7 +665,7 @@ std::string EncodeReply(Op op, const Reply& r) {
     case Op::kMount:
       e.U32(r.volume.volume);
       e.U32(r.volume.record_bytes);
-      PutAttr(e, r.volume.root);
+      PutAttr(e, r.volume.root, r.mac);
       break;
     case Op::kStatfs:
       e.U64(r.statfs.total_bytes);
@@ -635,11 +678,11 @@ std::string EncodeReply(Op op, const Reply& r) {
     case Op::kCreate:
     case Op::kLink:
     case Op::kOpen:
-      PutAttr(e, r.attr);
+      PutAttr(e, r.attr, r.mac);
       break;
     case Op::kWrite:
       e.U32(r.u32);
-      PutAttr(e, r.attr);
+      PutAttr(e, r.attr, r.mac);
       break;
     case Op::kAccess:
       e.U32(r.u32);
@@ -680,7 +723,7 @@ std::string EncodeReply(Op op, const Reply& r) {
         e.U64(x.ino);
         e.U8(static_cast<uint8_t>(x.type));
         e.U64(x.cookie);
-        if (plus) PutAttr(e, r.attrs[i]);
+        if (plus) PutAttr(e, r.attrs[i], i < r.macs.size() ? r.macs[i] : fs::HandleMac{});
       }
       break;
     }
@@ -714,7 +757,7 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
     case Op::kMount:
       r.volume.volume = d.U32();
       r.volume.record_bytes = d.U32();
-      r.volume.root = GetAttr(d, ok);
+      r.volume.root = GetAttr(d, r.mac, ok);
       break;
     case Op::kStatfs:
       r.statfs.total_bytes = d.U64();
@@ -727,11 +770,11 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
     case Op::kCreate:
     case Op::kLink:
     case Op::kOpen:
-      r.attr = GetAttr(d, ok);
+      r.attr = GetAttr(d, r.mac, ok);
       break;
     case Op::kWrite:
       r.u32 = d.U32();
-      r.attr = GetAttr(d, ok);
+      r.attr = GetAttr(d, r.mac, ok);
       break;
     case Op::kAccess:
       r.u32 = d.U32();
@@ -782,7 +825,10 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
         x.cookie = d.U64();
         if (d.ok() && !TypeOk(t)) ok = false;
         r.entries.push_back(std::move(x));
-        if (plus) r.attrs.push_back(GetAttr(d, ok));
+        if (plus) {
+          r.macs.emplace_back();
+          r.attrs.push_back(GetAttr(d, r.macs.back(), ok));
+        }
       }
       break;
     }

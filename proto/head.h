@@ -12,6 +12,13 @@
 //   16 u32 length  payload bytes after the header, at most kPayloadMax
 //   20 u32 status  request: 0. reply: 0 or a Linux errno value
 //
+// Files are named by handles nasgwd issued: (volume, inode, generation,
+// snapshot, scope) and a MAC over them that only nasgwd can make
+// (fs/handle.h). Every reply that carries attributes carries the MAC of
+// their handle, in the scope of the request's handle (MOUNT: of the
+// directory it names). nasgwd checks a request's handles before anything
+// else.
+//
 // Requests may be pipelined: replies come back in any order, matched by id.
 // Opens are named by a client-chosen id, so that an OPEN and the RELEASE of
 // an earlier open of the same file may arrive in either order (over
@@ -45,7 +52,9 @@
 namespace nasgw::proto {
 
 constexpr uint32_t kMagic = 0x3150484E;  // "NHP1"
-constexpr uint16_t kVersion = 1;
+// 2: handles carry a snapshot id, their scope and a MAC, attributes carry
+// the MAC of their handle, MOUNT takes a path (docs/head-protocol.md).
+constexpr uint16_t kVersion = 2;
 constexpr size_t kHeaderBytes = 24;
 
 // Largest READ or WRITE (the bytes themselves), and the largest payload: a
@@ -61,7 +70,7 @@ constexpr size_t kMessageMax = 1024;  // error messages are cut here
 
 enum class Op : uint16_t {
   kHello = 1,  // must be first on a connection
-  kMount = 2,  // volume name -> volume id, root
+  kMount = 2,  // volume name and path -> volume id, the directory (a scope)
   kStatfs = 3,
   kGoodbye = 4,  // a clean close: the session ends now (its opens and locks are released)
   kLookup = 10,
@@ -145,7 +154,7 @@ struct Request {
   fs::Handle h;         // the object (the directory for name ops)
   fs::Handle h2;        // LINK: the directory; RENAME: the target directory
   std::string name;     // entry name; MOUNT: volume; xattr name
-  std::string name2;    // RENAME: target name; CREATE: symlink target; HELLO: client name
+  std::string name2;    // RENAME: target name; CREATE: symlink target; HELLO: client name; MOUNT: path
   std::string value;    // SETXATTR
   uint64_t offset = 0;  // READ/WRITE offset; READDIR cookie; CREATE rdev
   uint32_t count = 0;   // READ length; READDIR max entries; ACCESS mask; OPEN access
@@ -170,6 +179,10 @@ struct Request {
   std::string reject_why;
 };
 
+// A MOUNT path: empty (the volume's root) or names joined by '/' (no
+// leading, trailing or double '/'), at most kMountPathMax bytes.
+constexpr size_t kMountPathMax = 4095;
+
 // Encodes the payload of `r` (without WRITE data, which the caller sends
 // after it; `data.size()` is encoded as its length).
 std::string EncodeRequest(const Request& r);
@@ -179,7 +192,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload);
 struct VolumeRoot {
   uint32_t volume = 0;
   uint32_t record_bytes = 0;
-  fs::Attr root;
+  fs::Attr root;  // the directory MOUNT named (the volume's root for an empty path)
 };
 
 // A byte-range lock as the protocol describes it: the conflicting lock of a
@@ -212,6 +225,8 @@ struct Hello {
 // A successful reply, all ops. READ's bytes are not here: see ReadReplyPrefix.
 struct Reply {
   fs::Attr attr;                      // LOOKUP GETATTR SETATTR CREATE LINK OPEN WRITE
+  fs::HandleMac mac{};                // the MAC of attr's handle (MOUNT: of volume.root's)
+  std::vector<fs::HandleMac> macs;    // READDIR with kReadDirPlus, one per attrs entry
   std::vector<fs::DirEntry> entries;  // READDIR
   std::vector<fs::Attr> attrs;        // READDIR with kReadDirPlus, one per entry
   bool eof = false;                   // READDIR, READ

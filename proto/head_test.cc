@@ -8,11 +8,17 @@
 namespace nasgw::proto {
 namespace {
 
+fs::Handle H(uint32_t vol, uint64_t ino, uint64_t gen, uint64_t scope = 1) {
+  fs::Handle h{vol, ino, gen, 0, scope, {}};
+  for (size_t i = 0; i < h.mac.size(); i++) h.mac[i] = static_cast<uint8_t>(0xa0 + i);
+  return h;
+}
+
 Request Base(Op op) {
   Request r;
   r.op = op;
   r.creds = {1000, 100, {4, 27, 1000}};
-  r.h = {3, 42, 7};
+  r.h = H(3, 42, 7);
   return r;
 }
 
@@ -45,10 +51,11 @@ TEST(HeadProtocol, HeaderRoundTripAndChecks) {
   b[0] ^= 1;
   EXPECT_FALSE(DecodeHeader(b, false).ok());  // magic
   EncodeHeader({Op::kRead, 1, 10, 0}, b);
-  b[4] = 2;
+  b[4] = 1;  // the version before handles had MACs
   auto v = DecodeHeader(b, false);
   ASSERT_FALSE(v.ok());
-  EXPECT_NE(v.status().message().find("version 2"), std::string::npos);
+  EXPECT_NE(v.status().message().find("version 1"), std::string::npos);
+  EXPECT_EQ(kVersion, 2);
 }
 
 TEST(HeadProtocol, EveryRequestRoundTrips) {
@@ -69,7 +76,7 @@ TEST(HeadProtocol, EveryRequestRoundTrips) {
 
   r = Base(Op::kRename);
   r.name = "x";
-  r.h2 = {3, 9, 1};
+  r.h2 = H(3, 9, 1);
   r.name2 = "y";
   r.flags = kRenameNoReplace;
   d = RoundTrip(r, &keep);
@@ -116,6 +123,94 @@ TEST(HeadProtocol, EveryRequestRoundTrips) {
   EXPECT_EQ(RoundTrip(r, &keep).session[3], 9);
 }
 
+// Version 2's handle: u32 volume, u64 inode, u64 generation, u32 snapshot,
+// u64 scope, [16]u8 MAC; every field travels.
+TEST(HeadProtocol, HandlesCarrySnapshotScopeAndMac) {
+  std::string keep;
+  Request r = Base(Op::kGetAttr);
+  r.h = H(0xdeadbeef, 0x0102030405060708ull, 0x8877665544332211ull, 0x1111222233334444ull);
+  r.h.snap = 0x55667788;
+  Request d = RoundTrip(r, &keep);
+  EXPECT_EQ(keep.size(), 4 + 4 + 2 + 3 * 4 + 48u);  // credentials, then the handle
+  EXPECT_EQ(d.h.volume, 0xdeadbeefu);
+  EXPECT_EQ(d.h.ino, 0x0102030405060708ull);
+  EXPECT_EQ(d.h.gen, 0x8877665544332211ull);
+  EXPECT_EQ(d.h.snap, 0x55667788u);
+  EXPECT_EQ(d.h.scope, 0x1111222233334444ull);
+  EXPECT_EQ(d.h.mac, r.h.mac);
+  // Both handles of LINK and RENAME.
+  r = Base(Op::kLink);
+  r.name = "n";
+  r.h2 = H(3, 9, 1, 5);
+  r.h2.mac[15] = 0x42;
+  d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.h2.scope, 5u);
+  EXPECT_EQ(d.h2.mac, r.h2.mac);
+  EXPECT_EQ(d.h.mac, r.h.mac);
+
+  // Replies: an attr carries its snapshot and its handle's MAC.
+  Reply a;
+  a.attr.ino = 9;
+  a.attr.gen = 10;
+  a.attr.snap = 11;
+  a.attr.type = fs::FileType::kRegular;
+  for (size_t i = 0; i < a.mac.size(); i++) a.mac[i] = static_cast<uint8_t>(i * 7);
+  for (Op op : {Op::kLookup, Op::kGetAttr, Op::kSetAttr, Op::kCreate, Op::kLink, Op::kOpen}) {
+    const std::string b = EncodeReply(op, a);
+    EXPECT_EQ(b.size(), 133u) << OpName(op);
+    auto got = DecodeReply(op, b);
+    ASSERT_TRUE(got.ok()) << OpName(op);
+    EXPECT_EQ(got->mac, a.mac);
+    EXPECT_EQ(got->attr.snap, 11u);
+    EXPECT_EQ(got->attr.gen, 10u);
+  }
+  auto w = DecodeReply(Op::kWrite, EncodeReply(Op::kWrite, a));
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->mac, a.mac);
+  Reply m;
+  m.volume = {4, 1 << 17, a.attr};
+  m.volume.root.type = fs::FileType::kDirectory;
+  m.mac = a.mac;
+  auto mr = DecodeReply(Op::kMount, EncodeReply(Op::kMount, m));
+  ASSERT_TRUE(mr.ok());
+  EXPECT_EQ(mr->mac, a.mac);
+  EXPECT_EQ(mr->volume.root.ino, 9u);
+  Reply rd;
+  rd.entries = {{"a", 5, fs::FileType::kRegular, 1}, {"b", 6, fs::FileType::kRegular, 2}};
+  rd.attrs = {a.attr, a.attr};
+  rd.macs = {a.mac, fs::HandleMac{}};
+  rd.macs[1][3] = 0x99;
+  auto rr = DecodeReply(Op::kReadDir, EncodeReply(Op::kReadDir, rd));
+  ASSERT_TRUE(rr.ok());
+  ASSERT_EQ(rr->macs.size(), 2u);
+  EXPECT_EQ(rr->macs[0], a.mac);
+  EXPECT_EQ(rr->macs[1], rd.macs[1]);
+}
+
+TEST(HeadProtocol, MountTakesAPath) {
+  std::string keep;
+  Request r = Base(Op::kMount);
+  r.h = {};
+  r.name = "vol1";
+  r.name2 = "a/b c/d";
+  Request d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.name, "vol1");
+  EXPECT_EQ(d.name2, "a/b c/d");
+  EXPECT_EQ(d.reject, 0);
+  r.name2 = "";
+  EXPECT_EQ(RoundTrip(r, &keep).reject, 0);  // the volume's root
+  for (const char* bad : {"/a", "a/", "a//b", "a/../b", ".", "a/./b"}) {
+    r.name2 = bad;
+    auto got = DecodeRequest(Op::kMount, EncodeRequest(r));
+    ASSERT_TRUE(got.ok()) << bad;
+    EXPECT_NE(got->reject, 0) << bad;
+  }
+  r.name2 = std::string(256, 'x');
+  EXPECT_EQ(DecodeRequest(Op::kMount, EncodeRequest(r))->reject, ENAMETOOLONG);
+  r.name2 = std::string(kMountPathMax + 1, 'x');
+  EXPECT_EQ(DecodeRequest(Op::kMount, EncodeRequest(r))->reject, ENAMETOOLONG);
+}
+
 TEST(HeadProtocol, StructuralErrorsAreRefused) {
   Request r = Base(Op::kLookup);
   r.name = "n";
@@ -124,6 +219,14 @@ TEST(HeadProtocol, StructuralErrorsAreRefused) {
   EXPECT_FALSE(DecodeRequest(Op::kLookup, p + "x").ok());                    // trailing
   r.h.ino = 0;
   EXPECT_FALSE(DecodeRequest(Op::kLookup, EncodeRequest(r)).ok());  // inode 0
+  r.h.ino = 42;
+  r.h.scope = 0;
+  EXPECT_FALSE(DecodeRequest(Op::kLookup, EncodeRequest(r)).ok());  // no scope
+  r = Base(Op::kRename);
+  r.name = "x";
+  r.name2 = "y";
+  r.h2 = H(3, 9, 1, 0);
+  EXPECT_FALSE(DecodeRequest(Op::kRename, EncodeRequest(r)).ok());  // the target's scope is 0
   r = Base(Op::kRead);
   r.count = kIoBytesMax + 1;
   EXPECT_FALSE(DecodeRequest(Op::kRead, EncodeRequest(r)).ok());

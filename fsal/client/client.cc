@@ -90,7 +90,7 @@ class Client;
 // A file this client holds open: one id per open, as nasgwd knows them.
 struct OpenEntry {
   std::vector<uint64_t> ids;
-  uint64_t gen = 0;
+  fs::Handle handle;  // as nasgwd issued it (MAC included): re-opens send it back
   proto::Creds creds;
 };
 
@@ -102,7 +102,7 @@ struct OwnerLocks {
   bool lost = false;   // they could not be taken again on a nasgwd that lost the session
 };
 struct LockedFile {
-  uint64_t gen = 0;
+  fs::Handle handle;  // as nasgwd issued it: re-locks send it back
   std::map<uint64_t, OwnerLocks> owners;  // by owner; never empty ranges unless lost
 };
 
@@ -421,12 +421,12 @@ bool Conn::Connect() {
         proto::Request o;
         o.op = Op::kOpen;
         o.creds = e.creds;
-        o.h = {key.first, key.second, e.gen};
+        o.h = e.handle;
         o.open_id = open_id;
         proto::Reply ignored;
         int oerr = 0;
         if (!exchange(Op::kOpen, proto::EncodeRequest(o), id++, &ignored, &oerr) ||
-            (oerr != 0 && oerr != ESTALE && oerr != ENOENT)) {
+            (oerr != 0 && oerr != ESTALE && oerr != ENOENT && oerr != EBADMSG)) {
           Forget(fd);
           return false;
         }
@@ -466,7 +466,7 @@ bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& err
         proto::Request q;
         q.op = Op::kLock;
         q.creds = held.creds;
-        q.h = {vol, ino, file.gen};
+        q.h = file.handle;
         q.owner = owner;
         q.lock_type = r.type;
         q.offset = r.start;
@@ -475,7 +475,7 @@ bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& err
         int err = 0;
         if (!exchange(Op::kLock, proto::EncodeRequest(q), id++, &ignored, &err)) return false;
         if (err == 0) continue;
-        if (err == ESTALE || err == ENOENT) {
+        if (err == ESTALE || err == ENOENT || err == EBADMSG) {  // deleted, or a handle no longer honoured
           gone = true;
           break;
         }
@@ -496,7 +496,7 @@ bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& err
         proto::Request u;
         u.op = Op::kUnlock;
         u.creds = held.creds;
-        u.h = {vol, ino, file.gen};
+        u.h = file.handle;
         u.owner = owner;
         proto::Reply ignored;
         int err = 0;
@@ -672,7 +672,20 @@ proto::Creds Creds(const nasgw_cred* cr) {
   return c;
 }
 fs::Handle H(const nasgw_handle* h) {
-  return h == nullptr ? fs::Handle{} : fs::Handle{h->volume, h->ino, h->gen};
+  if (h == nullptr) return {};
+  fs::Handle out{h->volume, h->ino, h->gen, h->snap, h->scope, {}};
+  std::memcpy(out.mac.data(), h->mac, out.mac.size());
+  return out;
+}
+nasgw_handle ToC(const fs::Handle& h) {
+  nasgw_handle out{};
+  out.volume = h.volume;
+  out.ino = h.ino;
+  out.gen = h.gen;
+  out.snap = h.snap;
+  out.scope = h.scope;
+  std::memcpy(out.mac, h.mac.data(), sizeof(out.mac));
+  return out;
 }
 nasgw_time T(const fs::Timespec& t) {
   return {t.sec, t.nsec};
@@ -681,10 +694,11 @@ fs::Timespec T(const nasgw_time& t) {
   return {t.sec, t.nsec};
 }
 
-void ToC(uint32_t vol, const fs::Attr& a, nasgw_attr* out) {
+// `a` with the handle nasgwd issued for it in `scope` (its MAC `mac`).
+void ToC(uint32_t vol, uint64_t scope, const fs::Attr& a, const fs::HandleMac& mac, nasgw_attr* out) {
   if (out == nullptr) return;
   *out = {};
-  out->handle = {vol, a.ino, a.gen};
+  out->handle = ToC(fs::Handle{vol, a.ino, a.gen, a.snap, scope, mac});
   out->type = static_cast<uint32_t>(a.type);
   out->mode = a.mode;
   out->uid = a.uid;
@@ -742,19 +756,18 @@ int Simple(nasgw_client* c, Op op, const nasgw_cred* cr, const nasgw_handle* h,
   if (c == nullptr || (h == nullptr && op != Op::kMount && op != Op::kStatfs)) return -EINVAL;
   auto call = Make(op, cr, h, fill);
   int rc = c->c->Sync(call);
-  if (rc == 0 && out != nullptr) ToC(h != nullptr ? h->volume : 0, call->reply.attr, out);
+  if (rc == 0 && out != nullptr && h != nullptr) ToC(h->volume, h->scope, call->reply.attr, call->reply.mac, out);
   return rc;
 }
 
 // Every open has its own id (nasgwd keeps the set per file); the client
 // remembers them to release one per nasgw_release and to open them again
 // on a nasgwd that lost the session.
-void NoteOpen(nasgw::client::Client& cl, const nasgw_cred* cr, uint32_t vol, uint64_t ino, uint64_t gen,
-              uint64_t open_id) {
+void NoteOpen(nasgw::client::Client& cl, const nasgw_cred* cr, const nasgw_handle& h, uint64_t open_id) {
   std::lock_guard<std::mutex> l(cl.open_mu);
-  auto& e = cl.opens[{vol, ino}];
+  auto& e = cl.opens[{h.volume, h.ino}];
   e.ids.push_back(open_id);
-  e.gen = gen;
+  e.handle = H(&h);
   e.creds = Creds(cr);
 }
 
@@ -882,10 +895,20 @@ int nasgw_client_instance(nasgw_client* c, uint8_t out[16]) {
 }
 
 int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root) {
-  if (c == nullptr || BadName(volume)) return -EINVAL;
-  auto call = Make(Op::kMount, cr, nullptr, [&](proto::Request& r) { r.name = volume; });
+  return nasgw_mount_path(c, cr, volume, "", root);
+}
+
+int nasgw_mount_path(nasgw_client* c, const nasgw_cred* cr, const char* volume, const char* path, nasgw_attr* root) {
+  if (c == nullptr || BadName(volume) || path == nullptr) return -EINVAL;
+  auto call = Make(Op::kMount, cr, nullptr, [&](proto::Request& r) {
+    r.name = volume;
+    r.name2 = path;
+  });
   int rc = c->c->Sync(call);
-  if (rc == 0) ToC(call->reply.volume.volume, call->reply.volume.root, root);
+  if (rc == 0) {
+    // The directory MOUNT names is a scope of its own.
+    ToC(call->reply.volume.volume, call->reply.volume.root.ino, call->reply.volume.root, call->reply.mac, root);
+  }
   return rc;
 }
 
@@ -948,7 +971,7 @@ int nasgw_create(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir,
         r.open_id = open_id;
       },
       &a);
-  if (rc == 0 && (flags & NASGW_CREATE_OPEN)) NoteOpen(*c->c, cr, dir->volume, a.handle.ino, a.handle.gen, open_id);
+  if (rc == 0 && (flags & NASGW_CREATE_OPEN)) NoteOpen(*c->c, cr, a.handle, open_id);
   if (rc == 0 && out != nullptr) *out = a;
   return rc;
 }
@@ -1034,7 +1057,8 @@ int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir
     d.cookie = e.cookie;
     if (flags & NASGW_READDIR_PLUS) {
       if (i >= rep.attrs.size()) return -EPROTO;  // nasgwd sends one per entry
-      ToC(dir->volume, rep.attrs[i], &attrs[i]);
+      if (i >= rep.macs.size()) return -EPROTO;
+      ToC(dir->volume, dir->scope, rep.attrs[i], rep.macs[i], &attrs[i]);
     }
   }
   if (eof != nullptr) *eof = rep.eof ? 1 : 0;
@@ -1058,13 +1082,13 @@ int nasgw_open(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uin
   });
   // Noted before it is sent: a re-open on a restarted nasgwd while this call
   // is in flight must include it.
-  if (call->invalid == 0) NoteOpen(*c->c, cr, h->volume, h->ino, h->gen, open_id);
+  if (call->invalid == 0) NoteOpen(*c->c, cr, *h, open_id);
   int rc = c->c->Sync(call);
   if (rc != 0) {
     if (call->invalid == 0) ForgetOpen(*c->c, h->volume, h->ino, open_id);
     return rc;
   }
-  ToC(h->volume, call->reply.attr, out);
+  ToC(h->volume, h->scope, call->reply.attr, call->reply.mac, out);
   return 0;
 }
 
@@ -1135,7 +1159,7 @@ int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h
   auto call = WriteCall(cr, h, offset, buf, len, flags);
   int rc = c->c->Sync(call);
   if (rc != 0) return rc;
-  ToC(h->volume, call->reply.attr, post);
+  ToC(h->volume, h->scope, call->reply.attr, call->reply.mac, post);
   return call->reply.u32;
 }
 
@@ -1235,9 +1259,10 @@ int nasgw_getattr_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handl
   if (c == nullptr || h == nullptr || done == nullptr) return -EINVAL;
   auto call = Make(Op::kGetAttr, cr, h, {});
   const uint32_t vol = h->volume;
-  call->done = [done, arg, vol](Call& k) {
+  const uint64_t scope = h->scope;
+  call->done = [done, arg, vol, scope](Call& k) {
     nasgw_attr a{};
-    if (k.err == 0) ToC(vol, k.reply.attr, &a);
+    if (k.err == 0) ToC(vol, scope, k.reply.attr, k.reply.mac, &a);
     done(arg, -k.err, k.err == 0 ? &a : nullptr);
   };
   c->c->Submit(call);
@@ -1277,7 +1302,7 @@ int nasgw_lock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uin
     uint64_t end = 0;
     proto::LockRangeEnd(start, length, &end);  // checked by the decoder
     auto& file = cl.locks[{h->volume, h->ino}];
-    file.gen = h->gen;
+    file.handle = H(h);
     auto& held = file.owners[owner];
     held.creds = Creds(cr);
     proto::AddLockRange(held.ranges, {start, end, type});

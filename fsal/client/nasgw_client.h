@@ -55,13 +55,24 @@ enum nasgw_type {
   NASGW_TYPE_BLK = 7,
 };
 
-/* A file: stable across nasgwd and head restarts (inode numbers are never
- * reused; the generation tells a deleted inode's handle: -ESTALE). A
- * generation of 0 skips that check (FUSE names inodes by number only). */
+/* A file, as nasgwd issued its handle: stable across nasgwd and head
+ * restarts (inode numbers are never reused; the generation, random, tells a
+ * deleted inode's handle: -ESTALE). Only nasgwd can make one: `mac` covers
+ * the other fields with a key that never leaves nasgwd, and a handle it did
+ * not issue (forged, altered, of another reserve, or in another scope) is
+ * refused with -EBADMSG. `scope` is the directory of the export the handle
+ * was issued through (nasgw_mount_path); a handle is honoured only in its
+ * scope, and every handle a call returns is issued in the scope of the
+ * handle the call was given. Heads keep handles whole and hand them back;
+ * they may store them (docs/head-protocol.md). */
+#define NASGW_MAC_BYTES 16
 typedef struct nasgw_handle {
   uint32_t volume;
   uint64_t ino;
   uint64_t gen;
+  uint32_t snap;  /* 0: the live file system */
+  uint64_t scope; /* an inode of `volume`: the export's directory */
+  uint8_t mac[NASGW_MAC_BYTES];
 } nasgw_handle;
 
 typedef struct nasgw_time {
@@ -146,7 +157,13 @@ int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size);
  * connection. */
 int nasgw_client_instance(nasgw_client* c, uint8_t out[16]);
 
+/* A volume's root, or a directory in it by path ("a/b": names joined by
+ * '/', walked with cr's search permission): the root of an export. The
+ * directory is a scope: its handle, and every handle reached from it, is
+ * honoured only within it (a directory outside, e.g. renamed out, is
+ * -ESTALE), and LOOKUP ".." at it gives itself. nasgw_mount is path "". */
 int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root);
+int nasgw_mount_path(nasgw_client* c, const nasgw_cred* cr, const char* volume, const char* path, nasgw_attr* root);
 int nasgw_statfs(nasgw_client* c, const nasgw_cred* cr, uint32_t volume, nasgw_fs_stats* out);
 int nasgw_lookup(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, nasgw_attr* out);
 int nasgw_getattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr* out);

@@ -6,6 +6,15 @@
 // credentials (nasgwd checks permissions; the kernel checks them too, with
 // default_permissions, so its attribute cache stays consistent).
 //
+// Handles: FUSE names files by node id (we use the inode number), nasgwd by
+// handles it issued (fs/handle.h: a MAC only nasgwd can make; no wildcard
+// generation). So nasgw-fuse keeps the handle of every node the kernel
+// knows: the root's from MOUNT, each other's from the reply (LOOKUP, CREATE,
+// LINK...) that gave the kernel its entry, counted as the kernel counts
+// lookups, and dropped when the kernel forgets the node. A node id it does
+// not know (never given out) is ESTALE. Nothing lets nasgw-fuse, which may
+// run as an unprivileged user, name a file it was not given a handle for.
+//
 //   nasgw-fuse [--socket PATH] --volume NAME [-f] MOUNTPOINT
 #define FUSE_USE_VERSION 312
 
@@ -18,7 +27,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/log.h"
@@ -34,6 +45,14 @@ struct Mount {
   nasgw_client* client = nullptr;
   uint32_t vol = 0;
   double timeout = 1.0;  // seconds the kernel may cache names and attributes
+  // The handle of every node the kernel holds, with the kernel's lookup count.
+  struct Node {
+    nasgw_handle handle;
+    uint64_t lookups = 0;
+  };
+  std::mutex mu;
+  std::unordered_map<uint64_t, Node> nodes;  // GUARDED_BY(mu); by inode (= node id)
+  nasgw_handle root{};                       // from MOUNT
 };
 
 Mount* M(fuse_req_t req) {
@@ -59,10 +78,44 @@ struct Cred {
   const nasgw_cred* operator&() const { return &cred; }
 };
 
-// FUSE names files by inode number; the FUSE root is our volume root (both 1).
-nasgw_handle H(fuse_req_t req, fuse_ino_t ino) {
-  return {M(req)->vol, ino, 0};
+// The handle of node `ino`: the root's, or one an entry reply gave the
+// kernel. False for a node we never gave out.
+bool H(fuse_req_t req, fuse_ino_t ino, nasgw_handle* out) {
+  Mount* m = M(req);
+  if (ino == FUSE_ROOT_ID) {
+    *out = m->root;
+    return true;
+  }
+  std::lock_guard<std::mutex> l(m->mu);
+  auto it = m->nodes.find(ino);
+  if (it == m->nodes.end()) return false;
+  *out = it->second.handle;
+  return true;
 }
+
+// An entry reply gives the kernel one more lookup of the node.
+void Remember(Mount* m, const nasgw_attr& a) {
+  if (a.handle.ino == FUSE_ROOT_ID) return;
+  std::lock_guard<std::mutex> l(m->mu);
+  auto& n = m->nodes[a.handle.ino];
+  n.handle = a.handle;
+  n.lookups++;
+}
+
+void Forget(Mount* m, fuse_ino_t ino, uint64_t nlookup) {
+  std::lock_guard<std::mutex> l(m->mu);
+  auto it = m->nodes.find(ino);
+  if (it == m->nodes.end()) return;
+  if (it->second.lookups <= nlookup) {
+    m->nodes.erase(it);
+  } else {
+    it->second.lookups -= nlookup;
+  }
+}
+
+#define HANDLE_OR_STALE(req, ino, h) \
+  nasgw_handle h;                     \
+  if (!H(req, ino, &h)) return (void)fuse_reply_err(req, ESTALE)
 
 mode_t TypeBits(uint32_t t) {
   switch (t) {
@@ -131,8 +184,12 @@ fuse_entry_param Entry(fuse_req_t req, const nasgw_attr& a) {
   return e;
 }
 
+// Remembered before the reply: the kernel may use the node at once. A reply
+// the kernel does not take (an interrupted request) costs one extra count,
+// so the handle stays until the mount ends: harmless.
 void ReplyEntry(fuse_req_t req, int rc, const nasgw_attr& a) {
   if (rc != 0) return (void)fuse_reply_err(req, -rc);
+  Remember(M(req), a);
   fuse_entry_param e = Entry(req, a);
   fuse_reply_entry(req, &e);
 }
@@ -155,14 +212,24 @@ nasgw_time Ts(const struct timespec& t) {
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Cred c(req);
-  nasgw_handle d = H(req, parent);
+  HANDLE_OR_STALE(req, parent, d);
   nasgw_attr a{};
   ReplyEntry(req, nasgw_lookup(M(req)->client, &c, &d, name, &a), a);
 }
 
+void ForgetOne(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Forget(M(req), ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void ForgetMany(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; i++) Forget(M(req), forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
 void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   nasgw_attr a{};
   ReplyAttr(req, nasgw_getattr(M(req)->client, &c, &h, &a), a);
 }
@@ -194,14 +261,14 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   else if (to_set & FUSE_SET_ATTR_MTIME)
     s.mask |= NASGW_SET_MTIME, s.mtime = Ts(attr->st_mtim);
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   nasgw_attr a{};
   ReplyAttr(req, nasgw_setattr(M(req)->client, &c, &h, &s, &a), a);
 }
 
 void ReadLink(fuse_req_t req, fuse_ino_t ino) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   std::vector<char> buf(4097);
   int rc = nasgw_readlink(M(req)->client, &c, &h, buf.data(), buf.size());
   if (rc < 0) return (void)fuse_reply_err(req, -rc);
@@ -211,11 +278,12 @@ void ReadLink(fuse_req_t req, fuse_ino_t ino) {
 void MakeAny(fuse_req_t req, fuse_ino_t parent, const char* name, uint32_t type, mode_t mode, dev_t rdev,
              const char* link, uint32_t flags, fuse_file_info* fi) {
   Cred c(req);
-  nasgw_handle d = H(req, parent);
+  HANDLE_OR_STALE(req, parent, d);
   nasgw_attr a{};
   const mode_t umask = type == NASGW_TYPE_LNK ? 0 : fuse_req_ctx(req)->umask;
   int rc = nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777 & ~umask, rdev, link, flags, &a);
   if (fi == nullptr || rc != 0) return ReplyEntry(req, rc, a);
+  Remember(M(req), a);
   fuse_entry_param e = Entry(req, a);
   fuse_reply_create(req, &e, fi);
 }
@@ -240,13 +308,13 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Cred c(req);
-  nasgw_handle d = H(req, parent);
+  HANDLE_OR_STALE(req, parent, d);
   ReplyStatus(req, nasgw_unlink(M(req)->client, &c, &d, name));
 }
 
 void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Cred c(req);
-  nasgw_handle d = H(req, parent);
+  HANDLE_OR_STALE(req, parent, d);
   ReplyStatus(req, nasgw_rmdir(M(req)->client, &c, &d, name));
 }
 
@@ -254,14 +322,16 @@ void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newp
             unsigned int flags) {
   if (flags & RENAME_EXCHANGE) return (void)fuse_reply_err(req, EINVAL);
   Cred c(req);
-  nasgw_handle from = H(req, parent), to = H(req, newparent);
+  HANDLE_OR_STALE(req, parent, from);
+  HANDLE_OR_STALE(req, newparent, to);
   ReplyStatus(req, nasgw_rename(M(req)->client, &c, &from, name, &to, newname,
                                 (flags & RENAME_NOREPLACE) ? NASGW_RENAME_NOREPLACE : 0));
 }
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   Cred c(req);
-  nasgw_handle h = H(req, ino), d = H(req, newparent);
+  HANDLE_OR_STALE(req, ino, h);
+  HANDLE_OR_STALE(req, newparent, d);
   nasgw_attr a{};
   ReplyEntry(req, nasgw_link(M(req)->client, &c, &h, &d, newname, &a), a);
 }
@@ -279,7 +349,7 @@ uint32_t AccessOf(int flags) {
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   int rc = nasgw_open(M(req)->client, &c, &h, AccessOf(fi->flags), nullptr);
   if (rc != 0) return (void)fuse_reply_err(req, -rc);
   fuse_reply_open(req, fi);
@@ -287,7 +357,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   std::vector<char> buf(std::min<size_t>(size, NASGW_IO_MAX));
   int64_t n = nasgw_read(M(req)->client, &c, &h, static_cast<uint64_t>(off), buf.data(),
                          static_cast<uint32_t>(buf.size()), nullptr);
@@ -297,7 +367,7 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
 
 void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   size_t done = 0;
   while (done < size) {
     const auto chunk = static_cast<uint32_t>(std::min<size_t>(size - done, NASGW_IO_MAX));
@@ -314,19 +384,19 @@ void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
 
 void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   ReplyStatus(req, nasgw_release(M(req)->client, &c, &h));
 }
 
 void Fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   ReplyStatus(req, nasgw_fsync(M(req)->client, &c, &h));
 }
 
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   nasgw_attr a{};
   int rc = nasgw_getattr(M(req)->client, &c, &h, &a);
   if (rc != 0) return (void)fuse_reply_err(req, -rc);
@@ -337,7 +407,7 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // FUSE offsets: 1 after ".", 2 after "..", cookie + 2 after an entry.
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   std::vector<char> buf(size);
   size_t used = 0;
   auto add = [&](const char* name, uint64_t child, uint32_t t, off_t next) {
@@ -396,13 +466,13 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
 
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   ReplyStatus(req, nasgw_setxattr(M(req)->client, &c, &h, name, value, size, static_cast<uint32_t>(flags) & 3));
 }
 
 void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   std::vector<char> buf(64 << 10);
   int64_t n = nasgw_getxattr(M(req)->client, &c, &h, name, buf.data(), buf.size());
   if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
@@ -413,7 +483,7 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 
 void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   int64_t need = nasgw_listxattr(M(req)->client, &c, &h, nullptr, 0);
   if (need < 0) return (void)fuse_reply_err(req, static_cast<int>(-need));
   if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(need));
@@ -426,7 +496,7 @@ void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Cred c(req);
-  nasgw_handle h = H(req, ino);
+  HANDLE_OR_STALE(req, ino, h);
   ReplyStatus(req, nasgw_removexattr(M(req)->client, &c, &h, name));
 }
 
@@ -485,6 +555,7 @@ int Main(int argc, char** argv) {
       return false;
     }
     m.vol = r.handle.volume;
+    m.root = r.handle;
     return true;
   };
   if (!connect()) return 1;
@@ -495,6 +566,8 @@ int Main(int argc, char** argv) {
 
   fuse_lowlevel_ops ops{};
   ops.lookup = Lookup;
+  ops.forget = ForgetOne;
+  ops.forget_multi = ForgetMany;
   ops.getattr = GetAttr;
   ops.setattr = SetAttr;
   ops.readlink = ReadLink;

@@ -90,10 +90,26 @@ static fsal_status_t nasgw_wire_to_host(struct fsal_export *exp_hdl,
 					struct gsh_buffdesc *fh_desc, int flags)
 {
 	nasgw_handle h;
+	fsal_errors_t e;
 
-	/* The wire form has a fixed byte order: nothing to swap. */
-	if (!nasgw_decode_wire(fh_desc->addr, fh_desc->len, &h))
+	/* The wire form has a fixed byte order: nothing to swap. A handle of
+	 * another volume is refused here, before any cache lookup. */
+	e = nasgw_decode_wire(of(exp_hdl), fh_desc->addr, fh_desc->len, &h);
+	return fsalstat(e, 0);
+}
+
+/* The MDCACHE key: the host (= wire) handle and the export id, so that an
+ * object is found only through the export it was made in (Ganesha leaves
+ * FSAL_KEY_EXTRA_BYTES of room behind the handle for this). */
+static fsal_status_t nasgw_host_to_key(struct fsal_export *exp_hdl,
+				       struct gsh_buffdesc *fh_desc)
+{
+	uint16_t id = of(exp_hdl)->export_id;
+
+	if (fh_desc->len != NASGW_WIRE_LEN)
 		return fsalstat(ERR_FSAL_BADHANDLE, 0);
+	memcpy((uint8_t *)fh_desc->addr + NASGW_WIRE_LEN, &id, sizeof(id));
+	fh_desc->len = NASGW_KEY_LEN;
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);
 }
 
@@ -108,9 +124,12 @@ static fsal_status_t nasgw_create_handle(struct fsal_export *exp_hdl,
 	nasgw_cred cr;
 	int rc;
 
+	fsal_errors_t e;
+
 	*handle = NULL;
-	if (!nasgw_decode_wire(fh_desc->addr, fh_desc->len, &h))
-		return fsalstat(ERR_FSAL_BADHANDLE, 0);
+	e = nasgw_decode_wire(of(exp_hdl), fh_desc->addr, fh_desc->len, &h);
+	if (e != ERR_FSAL_NO_ERROR)
+		return fsalstat(e, 0);
 	if (c == NULL)
 		return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
 	nasgw_creds(&cr);
@@ -191,6 +210,7 @@ static void nasgw_export_ops_init(struct export_ops *ops)
 	ops->release = nasgw_release_export;
 	ops->lookup_path = nasgw_lookup_path;
 	ops->wire_to_host = nasgw_wire_to_host;
+	ops->host_to_key = nasgw_host_to_key;
 	ops->create_handle = nasgw_create_handle;
 	ops->get_fs_dynamic_info = nasgw_dynamic_info;
 	ops->alloc_state = nasgw_alloc_state;
@@ -220,7 +240,7 @@ fsal_status_t nasgw_create_export(struct fsal_module *fsal_hdl,
 	nasgw_cred root = { 0, 0, 0, NULL };
 	struct nasgw_fsal_export *me;
 	nasgw_client *c;
-	nasgw_attr vol, dir;
+	nasgw_attr dir;
 	const char *slash;
 	int rc;
 
@@ -264,7 +284,10 @@ fsal_status_t nasgw_create_export(struct fsal_module *fsal_hdl,
 		rc = -ENOTCONN;
 		goto fail;
 	}
-	rc = nasgw_mount(c, &root, me->volume, &vol);
+	/* nasgwd walks the sub-path and makes the directory the scope of
+	 * every handle of this export. */
+	rc = nasgw_mount_path(c, &root, me->volume, slash ? slash + 1 : "",
+			      &dir);
 	if (rc != 0) {
 		LogCrit(COMPONENT_FSAL,
 			"FSAL_NASGW: export %s: volume \"%s\": %s (%s)",
@@ -272,15 +295,9 @@ fsal_status_t nasgw_create_export(struct fsal_module *fsal_hdl,
 			nasgw_client_last_message());
 		goto fail;
 	}
-	rc = walk(c, &vol.handle, slash ? slash + 1 : "", &dir);
-	if (rc == 0 && dir.type != NASGW_TYPE_DIR)
-		rc = -ENOTDIR;
-	if (rc != 0) {
-		LogCrit(COMPONENT_FSAL, "FSAL_NASGW: export %s: %s",
-			me->path, strerror(-rc));
-		goto fail;
-	}
 	me->root = dir.handle;
+	me->export_id = op_ctx->ctx_export != NULL ?
+				op_ctx->ctx_export->export_id : 0;
 	rc = fsal_attach_export(fsal_hdl, &me->export.exports);
 	if (rc != 0) {
 		rc = -rc;

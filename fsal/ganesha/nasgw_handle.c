@@ -1010,8 +1010,8 @@ static fsal_status_t op_handle_to_wire(const struct fsal_obj_handle *obj_hdl,
 static void op_handle_to_key(struct fsal_obj_handle *obj_hdl,
 				struct gsh_buffdesc *fh_desc)
 {
-	fh_desc->addr = obj_of(obj_hdl)->wire;
-	fh_desc->len = NASGW_WIRE_LEN;
+	fh_desc->addr = obj_of(obj_hdl)->key;
+	fh_desc->len = NASGW_KEY_LEN;
 }
 
 void nasgw_handle_ops_init(struct fsal_obj_ops *ops)

@@ -22,10 +22,19 @@
 
 #include "nasgw_client.h"
 
-/* The wire handle: a version byte, then volume (u32), inode (u64) and
- * generation (u64), little endian, so a handle means the same on any node. */
-#define NASGW_WIRE_VERSION 1
-#define NASGW_WIRE_LEN 21
+/* The wire handle (docs/nfs.md): a version byte (2), then volume (u32),
+ * inode (u64), generation (u64), snapshot (u32), little endian, and the
+ * 16-byte MAC nasgwd issued: 41 bytes, so a handle means the same on any
+ * node. The scope the MAC covers is not carried: it is the export's
+ * directory, so a handle presented through another export fails the MAC.
+ * Version 1 (21 bytes, no MAC) is refused: BADHANDLE.
+ *
+ * The MDCACHE key is the wire handle and the export id (as FSAL_CEPH's), so
+ * an object cached through one export is never found through another:
+ * every object of an export was made by a call in that export's scope. */
+#define NASGW_WIRE_VERSION 2
+#define NASGW_WIRE_LEN 41
+#define NASGW_KEY_LEN (NASGW_WIRE_LEN + 2)
 
 struct nasgw_fsal_module {
 	struct fsal_module fsal;
@@ -46,7 +55,8 @@ struct nasgw_fsal_export {
 	struct fsal_export export;
 	char *volume;		/* volume name */
 	char *path;		/* the export's path: /<volume>[/sub/path] */
-	nasgw_handle root;	/* the exported directory */
+	nasgw_handle root;	/* the exported directory (the scope of its handles) */
+	uint16_t export_id;	/* Ganesha's id of the export (in MDCACHE keys) */
 	uint8_t verifier_seed[8];
 };
 
@@ -54,6 +64,7 @@ struct nasgw_fsal_obj {
 	struct fsal_obj_handle obj_handle;
 	nasgw_handle h;
 	uint8_t wire[NASGW_WIRE_LEN];
+	uint8_t key[NASGW_KEY_LEN];	/* wire, then the export id */
 	/* regular files: the global fd (stateless NFSv3 I/O) and share
 	 * reservations, both under obj_handle.obj_lock */
 	struct fsal_fd fd;
@@ -72,7 +83,12 @@ fsal_status_t nasgw_status(int rc);
 void nasgw_to_attrs(const nasgw_attr *a, struct fsal_attrlist *out);
 struct nasgw_fsal_obj *nasgw_alloc_obj(struct fsal_export *exp, const nasgw_attr *a);
 void nasgw_encode_wire(const nasgw_handle *h, uint8_t out[NASGW_WIRE_LEN]);
-bool nasgw_decode_wire(const void *buf, size_t len, nasgw_handle *h);
+/* A wire handle presented through export `exp`: ERR_FSAL_BADHANDLE when it is
+ * not a version 2 handle, ERR_FSAL_STALE when it names another volume than
+ * the export's (the MAC is nasgwd's to check). */
+fsal_errors_t nasgw_decode_wire(const struct nasgw_fsal_export *exp,
+				const void *buf, size_t len, nasgw_handle *h);
+uint16_t nasgw_export_id(const struct fsal_export *exp);
 
 void nasgw_handle_ops_init(struct fsal_obj_ops *ops);
 fsal_status_t nasgw_create_export(struct fsal_module *fsal_hdl, void *parse_node,

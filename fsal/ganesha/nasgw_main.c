@@ -117,6 +117,10 @@ fsal_status_t nasgw_status(int rc)
 		return fsalstat(ERR_FSAL_NO_ERROR, 0);
 	if (rc == -EAGAIN || rc == -ENOTCONN)
 		return fsalstat(ERR_FSAL_DELAY, -rc);
+	/* nasgwd did not issue the handle (forged, altered, another
+	 * reserve's, or presented through another export). */
+	if (rc == -EBADMSG)
+		return fsalstat(ERR_FSAL_BADHANDLE, -rc);
 	return fsalstat(posix2fsal_error(-rc), -rc);
 }
 
@@ -195,18 +199,37 @@ void nasgw_encode_wire(const nasgw_handle *h, uint8_t out[NASGW_WIRE_LEN])
 	put_le(out + 1, h->volume, 4);
 	put_le(out + 5, h->ino, 8);
 	put_le(out + 13, h->gen, 8);
+	put_le(out + 21, h->snap, 4);
+	memcpy(out + 25, h->mac, NASGW_MAC_BYTES);
 }
 
-bool nasgw_decode_wire(const void *buf, size_t len, nasgw_handle *h)
+fsal_errors_t nasgw_decode_wire(const struct nasgw_fsal_export *exp,
+				const void *buf, size_t len, nasgw_handle *h)
 {
 	const uint8_t *p = buf;
 
 	if (len != NASGW_WIRE_LEN || p[0] != NASGW_WIRE_VERSION)
-		return false;
+		return ERR_FSAL_BADHANDLE;
+	memset(h, 0, sizeof(*h));
 	h->volume = (uint32_t)get_le(p + 1, 4);
 	h->ino = get_le(p + 5, 8);
 	h->gen = get_le(p + 13, 8);
-	return h->ino != 0;
+	h->snap = (uint32_t)get_le(p + 21, 4);
+	memcpy(h->mac, p + 25, NASGW_MAC_BYTES);
+	if (h->ino == 0)
+		return ERR_FSAL_BADHANDLE;
+	/* Honoured only through an export of its own volume, and only in
+	 * the export's scope (nasgwd checks the MAC over it). */
+	if (h->volume != exp->root.volume)
+		return ERR_FSAL_STALE;
+	h->scope = exp->root.scope;
+	return ERR_FSAL_NO_ERROR;
+}
+
+uint16_t nasgw_export_id(const struct fsal_export *exp)
+{
+	return container_of(exp, const struct nasgw_fsal_export, export)
+		->export_id;
 }
 
 struct nasgw_fsal_obj *nasgw_alloc_obj(struct fsal_export *exp,
@@ -214,8 +237,12 @@ struct nasgw_fsal_obj *nasgw_alloc_obj(struct fsal_export *exp,
 {
 	struct nasgw_fsal_obj *o = gsh_calloc(1, sizeof(*o));
 
+	uint16_t id = nasgw_export_id(exp);
+
 	o->h = a->handle;
 	nasgw_encode_wire(&o->h, o->wire);
+	memcpy(o->key, o->wire, NASGW_WIRE_LEN);
+	memcpy(o->key + NASGW_WIRE_LEN, &id, sizeof(id));
 	fsal_obj_handle_init(&o->obj_handle, exp, nasgw_type(a->type));
 	o->obj_handle.obj_ops = &NASGW.handle_ops;
 	o->obj_handle.fsid.major = a->handle.volume;
