@@ -108,6 +108,11 @@ std::string RenderGaneshaExports(const std::vector<fs::Export>& exports, const s
     if (!e.clients.empty()) {
       out += "  CLIENT { Clients = " + Joined(e.clients) + "; Access_Type = " + access + "; }\n";
     }
+    // Ganesha answers a READ that ends past MaxOffsetRead (default 2^63 - 1)
+    // with FBIG itself; a READ at any offset past the end of a file is a
+    // short read at end of file (RFC 7530 READ, RFC 1813 READ3), which nasgwd
+    // answers. Writes keep the default: 2^63 - 1 is nasgw's largest file.
+    out += "  MaxOffsetRead = 18446744073709551615;\n";
     out += "  FSAL { Name = NASGW; }\n";
     out += "}\n";
   }

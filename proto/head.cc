@@ -512,8 +512,10 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
         s = Bad("unknown setattr bits");
       else if (r.set.mode > 07777)
         s = Bad("mode beyond 07777");
+      else if (r.set.size > fs::kFileSizeMax && !(r.set_mask & kSetSize))
+        s = Bad("size beyond the largest file");  // not even asked for
       else if (r.set.size > fs::kFileSizeMax)
-        s = Bad("size beyond the largest file");
+        Reject(r, EFBIG, "size beyond the largest file (2^63 - 1 bytes)");
       else if (!TimeOk(r.set.atime) || !TimeOk(r.set.mtime))
         s = Bad("nanoseconds beyond 999999999");
       else if ((r.set_mask & kSetAtime) && (r.set_mask & kSetAtimeNow))

@@ -267,6 +267,19 @@ TEST(HeadProtocol, BadValuesAreRejectedWithErrno) {
   Request l = Base(Op::kLookup);
   l.name = "..";
   EXPECT_EQ(DecodeRequest(Op::kLookup, EncodeRequest(l))->reject, 0);
+  // A size beyond the largest file is the file system's refusal (EFBIG, as
+  // truncate(2)), not a malformed request: NFS SETATTR answers FBIG.
+  Request t = Base(Op::kSetAttr);
+  t.set_mask = kSetSize;
+  t.set.size = ~0ull;
+  auto big = DecodeRequest(Op::kSetAttr, EncodeRequest(t));
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->reject, EFBIG);
+  t.set.size = fs::kFileSizeMax;
+  EXPECT_EQ(DecodeRequest(Op::kSetAttr, EncodeRequest(t))->reject, 0);
+  t.set_mask = kSetMode;  // a size that is not asked for must still be sane
+  t.set.size = ~0ull;
+  EXPECT_FALSE(DecodeRequest(Op::kSetAttr, EncodeRequest(t)).ok());
   Request x = Base(Op::kSetXattr);
   x.name = "user.big";
   x.value = std::string(fs::kXattrValueMax + 1, 'v');
