@@ -1,11 +1,27 @@
 // nasgw-fsx: a model-checking file-system exerciser (in the spirit of fsx and
 // RocksDB's db_map_fuzzer). Seeded random namespace and data operations are
-// applied both to a directory (a mounted volume) and to a simple in-memory
-// model; every result, error and byte read is compared after each step, the
-// whole tree is compared every few hundred steps, and again after the file
-// system is remounted (by running --remount-cmd) every --remount-every ops.
+// applied both to a file system and to a simple in-memory model; every
+// result, error and byte read is compared after each step, the whole tree is
+// compared every few hundred steps, and again after the file system is
+// remounted every --remount-every ops.
+//
+// The file system is either a directory (a mounted volume; remounted by
+// running --remount-cmd):
 //
 //   nasgw-fsx --dir DIR --seed N --ops N [--remount-every N --remount-cmd CMD] [--max-file BYTES]
+//
+// or, with --mem, an fs::Domain in this process on memory LUNs (remounted by
+// reopening the domain, and checked with its fsck at every remount and at
+// the end). There --read-faults PCT makes PCT% of the steps run with device
+// reads failing (each read of the step's thread with probability 1/4, data
+// and metadata alike, so Gets and scans of the metadata store fail too;
+// RocksDB's own threads are left alone). Such a step may fail with EIO and
+// must then have changed nothing; anything it reports as done must be right:
+// a read returns the model's bytes, never zeros, and a directory that holds
+// entries is never removed. The store runs without a block cache and with a
+// small memtable so that reads reach the LUNs.
+//
+//   nasgw-fsx --mem --seed N --ops N [--remount-every N] [--read-faults PCT] [--max-file BYTES]
 //
 // Prints the failing step and its seed on the first mismatch and exits 1.
 #include <dirent.h>
@@ -15,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -24,9 +41,464 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "block/mem_device.h"
+#include "fs/domain.h"
+
 namespace {
+
+using nasgw::Code;
+using nasgw::Status;
+namespace fs = nasgw::fs;
+
+// ---- the file system under test --------------------------------------------------
+// Paths are relative to the volume's root ("" is the root). Every call returns
+// 0 or an errno.
+class Target {
+ public:
+  virtual ~Target() = default;
+  virtual int Open(const std::string& p, int flags, mode_t mode, int* fd) = 0;
+  virtual int Close(int fd) = 0;
+  virtual int Pwrite(int fd, const void* buf, size_t n, uint64_t off, size_t* done) = 0;
+  virtual int Pread(int fd, void* buf, size_t n, uint64_t off, size_t* done) = 0;
+  virtual int Fsync(int fd) = 0;
+  virtual int Mkdir(const std::string& p, mode_t mode) = 0;
+  virtual int Truncate(const std::string& p, uint64_t size) = 0;
+  virtual int Stat(const std::string& p, struct stat* st) = 0;  // follows a final symlink
+  virtual int Lstat(const std::string& p, struct stat* st) = 0;
+  virtual int Rename(const std::string& from, const std::string& to) = 0;
+  virtual int Link(const std::string& from, const std::string& to) = 0;
+  virtual int Unlink(const std::string& p) = 0;
+  virtual int Rmdir(const std::string& p) = 0;
+  virtual int Symlink(const std::string& target, const std::string& p) = 0;
+  virtual int Readlink(const std::string& p, std::string* out) = 0;
+  virtual int Chmod(const std::string& p, mode_t mode) = 0;
+  virtual int SetXattr(const std::string& p, const std::string& name, const std::string& value) = 0;
+  virtual int GetXattr(const std::string& p, const std::string& name, std::string* out) = 0;
+  virtual int RemoveXattr(const std::string& p, const std::string& name) = 0;
+  virtual int List(const std::string& p, std::vector<std::string>* names) = 0;  // without . and ..
+  // True if a device read failed (was made to fail) during the last call.
+  virtual bool faulted() const { return false; }
+  // Remounts; false (with why in *err) if that failed.
+  virtual bool Remount(std::string* err) = 0;
+  // Problems an fsck finds (empty: clean, or not available).
+  virtual std::vector<std::string> Check() { return {}; }
+};
+
+// A mounted directory, through system calls.
+class PosixTarget : public Target {
+ public:
+  PosixTarget(std::string root, std::string remount_cmd) : root_(std::move(root)), remount_cmd_(std::move(remount_cmd)) {}
+  int Open(const std::string& p, int flags, mode_t mode, int* fd) override {
+    *fd = open(Full(p).c_str(), flags, mode);
+    return Err(*fd);
+  }
+  int Close(int fd) override { return Err(close(fd)); }
+  int Pwrite(int fd, const void* buf, size_t n, uint64_t off, size_t* done) override {
+    ssize_t w = pwrite(fd, buf, n, static_cast<off_t>(off));
+    *done = w > 0 ? static_cast<size_t>(w) : 0;
+    return w < 0 ? errno : 0;
+  }
+  int Pread(int fd, void* buf, size_t n, uint64_t off, size_t* done) override {
+    ssize_t r = pread(fd, buf, n, static_cast<off_t>(off));
+    *done = r > 0 ? static_cast<size_t>(r) : 0;
+    return r < 0 ? errno : 0;
+  }
+  int Fsync(int fd) override { return Err(fsync(fd)); }
+  int Mkdir(const std::string& p, mode_t mode) override { return Err(mkdir(Full(p).c_str(), mode)); }
+  int Truncate(const std::string& p, uint64_t size) override {
+    return Err(truncate(Full(p).c_str(), static_cast<off_t>(size)));
+  }
+  int Stat(const std::string& p, struct stat* st) override { return Err(stat(Full(p).c_str(), st)); }
+  int Lstat(const std::string& p, struct stat* st) override { return Err(lstat(Full(p).c_str(), st)); }
+  int Rename(const std::string& from, const std::string& to) override {
+    return Err(rename(Full(from).c_str(), Full(to).c_str()));
+  }
+  int Link(const std::string& from, const std::string& to) override {
+    return Err(link(Full(from).c_str(), Full(to).c_str()));
+  }
+  int Unlink(const std::string& p) override { return Err(unlink(Full(p).c_str())); }
+  int Rmdir(const std::string& p) override { return Err(rmdir(Full(p).c_str())); }
+  int Symlink(const std::string& target, const std::string& p) override {
+    return Err(symlink(target.c_str(), Full(p).c_str()));
+  }
+  int Readlink(const std::string& p, std::string* out) override {
+    char buf[4096];
+    ssize_t len = readlink(Full(p).c_str(), buf, sizeof(buf));
+    if (len < 0) return errno;
+    out->assign(buf, static_cast<size_t>(len));
+    return 0;
+  }
+  int Chmod(const std::string& p, mode_t mode) override { return Err(chmod(Full(p).c_str(), mode)); }
+  int SetXattr(const std::string& p, const std::string& name, const std::string& value) override {
+    return Err(setxattr(Full(p).c_str(), name.c_str(), value.data(), value.size(), 0));
+  }
+  int GetXattr(const std::string& p, const std::string& name, std::string* out) override {
+    out->assign(70000, 0);
+    ssize_t len = getxattr(Full(p).c_str(), name.c_str(), out->data(), out->size());
+    if (len < 0) return errno;
+    out->resize(static_cast<size_t>(len));
+    return 0;
+  }
+  int RemoveXattr(const std::string& p, const std::string& name) override {
+    return Err(removexattr(Full(p).c_str(), name.c_str()));
+  }
+  int List(const std::string& p, std::vector<std::string>* names) override {
+    DIR* d = opendir(Full(p).c_str());
+    if (d == nullptr) return errno;
+    names->clear();
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") names->push_back(name);
+    }
+    closedir(d);
+    return 0;
+  }
+  bool Remount(std::string* err) override {
+    if (std::system(remount_cmd_.c_str()) == 0) return true;
+    *err = "remount command failed";
+    return false;
+  }
+
+ private:
+  std::string Full(const std::string& p) const { return p.empty() ? root_ : root_ + "/" + p; }
+  static int Err(int rc) { return rc < 0 ? errno : 0; }
+
+  std::string root_;
+  std::string remount_cmd_;
+};
+
+// An fs::Domain on memory LUNs in this process, with injected read errors.
+class DomainTarget : public Target {
+ public:
+  static constexpr uint64_t kMiB = 1 << 20;
+  static constexpr uint64_t kAgBytes = 4 * kMiB;
+
+  explicit DomainTarget(uint64_t seed) : fault_rng_(seed ^ 0x5eedfa17) {}
+
+  // Formats two LUNs and creates volume "fsx"; false with why on failure.
+  bool Start(std::string* err) {
+    main_ = std::this_thread::get_id();
+    std::vector<fs::Reserve::Device> devs;
+    for (int i = 0; i < 2; i++) {
+      auto lun = std::make_shared<nasgw::block::MemLun>(512, 128 * kMiB / 512, "naa.fsx" + std::to_string(i));
+      auto dev = std::make_shared<nasgw::block::MemDevice>(lun);
+      dev->SetFault([this, bs = dev->info().block_size](const nasgw::block::IoRequest& req) { return Fault(req, bs); });
+      devs.push_back(dev);
+    }
+    fs::ReserveOptions o;
+    o.name = "fsx";
+    o.ag_bytes = kAgBytes;
+    auto r = fs::Reserve::Format(devs, o);
+    if (!r.ok()) return Failed(r.status(), err);
+    reserve_ = std::move(r.value());
+    auto d = fs::Domain::Create(reserve_, 0, Options());
+    if (!d.ok()) return Failed(d.status(), err);
+    dom_ = std::move(d.value());
+    auto v = dom_->CreateVolume("fsx", 16 << 10);  // small records: most I/O spans several
+    if (!v.ok()) return Failed(v.status(), err);
+    vol_ = v->id;
+    return true;
+  }
+
+  // Device reads of this thread fail (each with probability 1/4) while armed.
+  void Arm(bool on) { armed_ = on; }
+  bool faulted() const override { return call_hits_ > 0; }
+  uint64_t reads_failed() const { return reads_failed_; }
+  uint64_t meta_reads_failed() const { return meta_reads_failed_; }
+
+  int Open(const std::string& p, int flags, mode_t mode, int* fd) override {
+    Begin();
+    *fd = -1;
+    File f;
+    f.vol = vol_;
+    if (flags & O_CREAT) {
+      // Created and not counted as open: the exerciser closes it at once and
+      // never unlinks it meanwhile, and a create then a failing open would
+      // leave a file the caller was told is not there.
+      std::string name;
+      auto dir = Parent(p, &name);
+      if (!dir.ok()) return Errno(dir.status());
+      auto a = dom_->Create(vol_, dir->ino, name, fs::FileType::kRegular, mode, 0, 0);
+      if (!a.ok()) return Errno(a.status());
+      f.ino = a->ino;
+    } else {
+      auto a = Resolve(p);
+      if (!a.ok()) return Errno(a.status());
+      if (a->type == fs::FileType::kDirectory && (flags & O_ACCMODE) != O_RDONLY) return EISDIR;
+      Status s = dom_->OpenFile(vol_, a->ino);
+      if (!s.ok()) return Errno(s);
+      f.ino = a->ino;
+      f.counted = true;
+    }
+    *fd = next_fd_++;
+    files_[*fd] = f;
+    return 0;
+  }
+  int Close(int fd) override {
+    Begin();
+    auto it = files_.find(fd);
+    if (it == files_.end()) return EBADF;
+    File f = it->second;
+    files_.erase(it);
+    return f.counted ? Errno(dom_->ReleaseFile(f.vol, f.ino)) : 0;
+  }
+  int Pwrite(int fd, const void* buf, size_t n, uint64_t off, size_t* done) override {
+    Begin();
+    *done = 0;
+    auto it = files_.find(fd);
+    if (it == files_.end()) return EBADF;
+    auto a = dom_->Write(it->second.vol, it->second.ino, off, buf, n);
+    if (!a.ok()) return Errno(a.status());
+    *done = n;
+    return 0;
+  }
+  int Pread(int fd, void* buf, size_t n, uint64_t off, size_t* done) override {
+    Begin();
+    *done = 0;
+    auto it = files_.find(fd);
+    if (it == files_.end()) return EBADF;
+    auto r = dom_->Read(it->second.vol, it->second.ino, off, n, buf);
+    if (!r.ok()) return Errno(r.status());
+    *done = *r;
+    return 0;
+  }
+  int Fsync(int fd) override {
+    Begin();
+    auto it = files_.find(fd);
+    if (it == files_.end()) return EBADF;
+    return Errno(dom_->Fsync(it->second.vol, it->second.ino));
+  }
+  int Mkdir(const std::string& p, mode_t mode) override { return Make(p, fs::FileType::kDirectory, mode, {}); }
+  int Truncate(const std::string& p, uint64_t size) override {
+    fs::SetAttr s;
+    s.set_size = true;
+    s.size = size;
+    return Change(p, s);
+  }
+  int Chmod(const std::string& p, mode_t mode) override {
+    fs::SetAttr s;
+    s.set_mode = true;
+    s.mode = mode;
+    return Change(p, s);
+  }
+  int Stat(const std::string& p, struct stat* st) override {
+    Begin();
+    auto a = Resolve(p);
+    if (a.ok() && a->type == fs::FileType::kSymlink) {
+      // One level, relative to the link's directory (all the exerciser makes).
+      auto target = dom_->ReadLink(vol_, a->ino);
+      if (!target.ok()) return Errno(target.status());
+      const auto slash = p.rfind('/');
+      a = Resolve((slash == std::string::npos ? "" : p.substr(0, slash + 1)) + *target);
+      if (a.ok() && a->type == fs::FileType::kSymlink) return ELOOP;
+    }
+    if (!a.ok()) return Errno(a.status());
+    Fill(*a, st);
+    return 0;
+  }
+  int Lstat(const std::string& p, struct stat* st) override {
+    Begin();
+    auto a = Resolve(p);
+    if (!a.ok()) return Errno(a.status());
+    Fill(*a, st);
+    return 0;
+  }
+  int Rename(const std::string& from, const std::string& to) override {
+    Begin();
+    // What Linux's VFS answers before the file system is asked.
+    if (from.rfind(to + "/", 0) == 0) return ENOTEMPTY;  // onto an ancestor
+    std::string fname, tname;
+    auto fdir = Parent(from, &fname);
+    if (!fdir.ok()) return Errno(fdir.status());
+    auto tdir = Parent(to, &tname);
+    if (!tdir.ok()) return Errno(tdir.status());
+    return Errno(dom_->Rename(vol_, fdir->ino, fname, tdir->ino, tname));
+  }
+  int Link(const std::string& from, const std::string& to) override {
+    Begin();
+    auto a = Resolve(from);
+    if (!a.ok()) return Errno(a.status());
+    std::string name;
+    auto dir = Parent(to, &name);
+    if (!dir.ok()) return Errno(dir.status());
+    return Errno(dom_->Link(vol_, a->ino, dir->ino, name).status());
+  }
+  int Unlink(const std::string& p) override {
+    Begin();
+    std::string name;
+    auto dir = Parent(p, &name);
+    if (!dir.ok()) return Errno(dir.status());
+    return Errno(dom_->Unlink(vol_, dir->ino, name));
+  }
+  int Rmdir(const std::string& p) override {
+    Begin();
+    std::string name;
+    auto dir = Parent(p, &name);
+    if (!dir.ok()) return Errno(dir.status());
+    return Errno(dom_->Rmdir(vol_, dir->ino, name));
+  }
+  int Symlink(const std::string& target, const std::string& p) override {
+    return Make(p, fs::FileType::kSymlink, 0777, target);
+  }
+  int Readlink(const std::string& p, std::string* out) override {
+    Begin();
+    auto a = Resolve(p);
+    if (!a.ok()) return Errno(a.status());
+    auto t = dom_->ReadLink(vol_, a->ino);
+    if (!t.ok()) return Errno(t.status());
+    *out = *t;
+    return 0;
+  }
+  int SetXattr(const std::string& p, const std::string& name, const std::string& value) override {
+    Begin();
+    auto a = Resolve(p);
+    if (!a.ok()) return Errno(a.status());
+    return Errno(dom_->SetXattr(vol_, a->ino, name, value, 0));
+  }
+  int GetXattr(const std::string& p, const std::string& name, std::string* out) override {
+    Begin();
+    auto a = Resolve(p);
+    if (!a.ok()) return Errno(a.status());
+    auto v = dom_->GetXattr(vol_, a->ino, name);
+    if (!v.ok()) return v.status().code() == Code::kNotFound ? ENODATA : Errno(v.status());
+    *out = *v;
+    return 0;
+  }
+  int RemoveXattr(const std::string& p, const std::string& name) override {
+    Begin();
+    auto a = Resolve(p);
+    if (!a.ok()) return Errno(a.status());
+    Status s = dom_->RemoveXattr(vol_, a->ino, name);
+    return s.code() == Code::kNotFound ? ENODATA : Errno(s);
+  }
+  int List(const std::string& p, std::vector<std::string>* names) override {
+    Begin();
+    auto a = Resolve(p);
+    if (!a.ok()) return Errno(a.status());
+    names->clear();
+    for (uint64_t cookie = 0;;) {
+      auto e = dom_->ReadDir(vol_, a->ino, cookie, 64);
+      if (!e.ok()) return Errno(e.status());
+      if (e->empty()) return 0;
+      for (const auto& x : *e) names->push_back(x.name);
+      cookie = e->back().cookie;
+    }
+  }
+  bool Remount(std::string* err) override {
+    if (!files_.empty()) {
+      *err = "remount with files open";
+      return false;
+    }
+    dom_.reset();
+    auto d = fs::Domain::Open(reserve_, 0, Options());
+    if (!d.ok()) return Failed(d.status(), err);
+    dom_ = std::move(d.value());
+    return true;
+  }
+  std::vector<std::string> Check() override {
+    auto p = dom_->Check();
+    if (!p.ok()) return {"fsck: " + p.status().ToString()};
+    return *p;
+  }
+
+ private:
+  struct File {
+    uint32_t vol = 0;
+    uint64_t ino = 0;
+    bool counted = false;  // OpenFile'd: ReleaseFile at close
+  };
+
+  static fs::DomainOptions Options() {
+    fs::DomainOptions o;
+    o.meta_groups = 2;                        // group 0 of each LUN
+    o.store.block_cache_bytes = 0;            // every table read reaches the LUNs
+    o.store.write_buffer_bytes = 256 << 10;   // flushes happen during the run
+    o.metafs.log_compact_bytes = 1 << 20;
+    return o;
+  }
+
+  Status Fault(const nasgw::block::IoRequest& req, uint32_t block_size) {
+    // Runs on the submitting thread (MemDevice::SetFault), so RocksDB's
+    // flushes and compactions, which would poison the store, are spared.
+    if (req.op != nasgw::block::Op::kRead || !armed_ || std::this_thread::get_id() != main_) return Status();
+    if (fault_rng_() % 4 != 0) return Status();
+    call_hits_++;
+    reads_failed_++;
+    // Group 0 of each LUN holds the metadata store (Options: meta_groups).
+    if (req.lba * block_size < fs::Reserve::AgOffset(kAgBytes, 1)) meta_reads_failed_++;
+    return Status::IoError("nasgw-fsx: injected read error");
+  }
+
+  void Begin() { call_hits_ = 0; }
+  static int Errno(const Status& s) { return s.ToErrno(); }
+  static bool Failed(const Status& s, std::string* err) {
+    *err = s.ToString();
+    return false;
+  }
+
+  nasgw::Result<fs::Attr> Resolve(const std::string& p) {
+    auto a = dom_->GetAttr(vol_, fs::kRootIno);
+    size_t at = 0;
+    while (a.ok() && at < p.size()) {
+      size_t end = p.find('/', at);
+      if (end == std::string::npos) end = p.size();
+      a = dom_->Lookup(vol_, a->ino, p.substr(at, end - at));
+      at = end + 1;
+    }
+    return a;
+  }
+  nasgw::Result<fs::Attr> Parent(const std::string& p, std::string* name) {
+    const auto slash = p.rfind('/');
+    *name = slash == std::string::npos ? p : p.substr(slash + 1);
+    return Resolve(slash == std::string::npos ? "" : p.substr(0, slash));
+  }
+  int Make(const std::string& p, fs::FileType type, mode_t mode, const std::string& symlink) {
+    Begin();
+    std::string name;
+    auto dir = Parent(p, &name);
+    if (!dir.ok()) return Errno(dir.status());
+    return Errno(dom_->Create(vol_, dir->ino, name, type, mode, 0, 0, 0, symlink).status());
+  }
+  int Change(const std::string& p, const fs::SetAttr& s) {
+    Begin();
+    auto a = Resolve(p);
+    if (!a.ok()) return Errno(a.status());
+    return Errno(dom_->SetAttrs(vol_, a->ino, s).status());
+  }
+  static void Fill(const fs::Attr& a, struct stat* st) {
+    *st = {};
+    st->st_ino = a.ino;
+    st->st_nlink = a.nlink;
+    st->st_size = static_cast<off_t>(a.size);
+    mode_t type = 0;
+    switch (a.type) {
+      case fs::FileType::kRegular: type = S_IFREG; break;
+      case fs::FileType::kDirectory: type = S_IFDIR; break;
+      case fs::FileType::kSymlink: type = S_IFLNK; break;
+      case fs::FileType::kFifo: type = S_IFIFO; break;
+      case fs::FileType::kSocket: type = S_IFSOCK; break;
+      case fs::FileType::kCharDevice: type = S_IFCHR; break;
+      case fs::FileType::kBlockDevice: type = S_IFBLK; break;
+      case fs::FileType::kNone: break;
+    }
+    st->st_mode = type | (a.mode & 07777);
+  }
+
+  std::shared_ptr<fs::Reserve> reserve_;
+  std::unique_ptr<fs::Domain> dom_;
+  uint32_t vol_ = 0;
+  std::map<int, File> files_;
+  int next_fd_ = 3;
+  std::thread::id main_;
+  std::atomic<bool> armed_{false};
+  std::mt19937_64 fault_rng_;  // used on main_ only
+  int call_hits_ = 0;          // main_ only
+  uint64_t reads_failed_ = 0;  // main_ only
+  uint64_t meta_reads_failed_ = 0;  // main_ only
+};
 
 struct Node {
   enum Kind { kFile, kDir, kLink } kind = kFile;
@@ -42,7 +514,7 @@ struct Fail {
 
 class Fsx {
  public:
-  Fsx(std::string root, uint64_t seed, size_t max_file) : root_(std::move(root)), rng_(seed), seed_(seed), max_file_(max_file) {
+  Fsx(Target* fs, uint64_t seed, size_t max_file) : fs_(fs), rng_(seed), seed_(seed), max_file_(max_file) {
     paths_[""] = std::make_shared<Node>();
     paths_[""]->kind = Node::kDir;
   }
@@ -78,10 +550,10 @@ class Fsx {
   }
 
   uint64_t ops_ok = 0, ops_err = 0;
+  uint64_t ops_faulted = 0;     // failed with EIO over an injected read error
+  uint64_t ops_through_fault = 0;  // succeeded, and were right, although a read failed
 
  private:
-  std::string Full(const std::string& p) const { return p.empty() ? root_ : root_ + "/" + p; }
-
   std::vector<std::string> Of(Node::Kind k) const {
     std::vector<std::string> v;
     for (const auto& [p, n] : paths_) {
@@ -99,35 +571,45 @@ class Fsx {
     return s == std::string::npos ? "" : p.substr(0, s);
   }
 
-  // Compares an outcome with the model's expectation.
-  void Expect(const char* op, const std::string& path, int got_errno, int want_errno) {
-    if (got_errno != want_errno) {
-      throw Fail{std::string(op) + " '" + path + "': errno " + std::to_string(got_errno) + " (" +
-                 std::strerror(got_errno) + "), model expects " + std::to_string(want_errno) + " (" +
-                 std::strerror(want_errno) + ")"};
+  // Compares the outcome of the call just made with the model's
+  // expectation. True: it did what the model says (apply its effect to the
+  // model). False: it failed with EIO because a device read failed during
+  // it, which is allowed only then, and it must have changed nothing (the
+  // model stays; later steps and tree checks hold it to that).
+  bool Expect(const char* op, const std::string& path, int got_errno, int want_errno) {
+    const bool faulted = fs_->faulted();
+    if (got_errno == want_errno) {
+      (want_errno ? ops_err : ops_ok)++;
+      if (faulted) ops_through_fault++;
+      return true;
     }
-    (want_errno ? ops_err : ops_ok)++;
+    if (faulted && got_errno == EIO) {
+      ops_faulted++;
+      return false;
+    }
+    throw Fail{std::string(op) + " '" + path + "': errno " + std::to_string(got_errno) + " (" +
+               std::strerror(got_errno) + "), model expects " + std::to_string(want_errno) + " (" +
+               std::strerror(want_errno) + ")" + (faulted ? " (a device read failed during it)" : "")};
   }
-  static int Err(int rc) { return rc < 0 ? errno : 0; }
 
   bool Exists(const std::string& p) const { return paths_.count(p) != 0; }
 
   void Create() {
     std::string p = NewName(Pick(Of(Node::kDir)));
-    int fd = open(Full(p).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
-    Expect("create", p, Err(fd), Exists(p) ? EEXIST : 0);
-    if (fd >= 0) {
-      close(fd);
-      paths_[p] = std::make_shared<Node>();
+    int fd = -1;
+    int e = fs_->Open(p, O_CREAT | O_EXCL | O_WRONLY, 0644, &fd);
+    const bool as_modelled = Expect("create", p, e, Exists(p) ? EEXIST : 0);
+    if (e == 0) {
+      fs_->Close(fd);
+      if (as_modelled) paths_[p] = std::make_shared<Node>();
     }
   }
 
   void Mkdir() {
     std::string p = NewName(Pick(Of(Node::kDir)));
     if (std::count(p.begin(), p.end(), '/') > 5) return;
-    int rc = mkdir(Full(p).c_str(), 0755);
-    Expect("mkdir", p, Err(rc), Exists(p) ? EEXIST : 0);
-    if (rc == 0) {
+    int rc = fs_->Mkdir(p, 0755);
+    if (Expect("mkdir", p, rc, Exists(p) ? EEXIST : 0) && rc == 0) {
       auto n = std::make_shared<Node>();
       n->kind = Node::kDir;
       n->mode = 0755;
@@ -144,14 +626,14 @@ class Fsx {
     size_t len = 1 + rng_() % std::min<size_t>(max_file_ - off, rng_() % 2 ? 4096 : 65536);
     std::string buf(len, 0);
     for (auto& c : buf) c = static_cast<char>(rng_());
-    int fd = open(Full(p).c_str(), O_WRONLY);
-    Expect("open", p, Err(fd), 0);
-    ssize_t w = pwrite(fd, buf.data(), buf.size(), static_cast<off_t>(off));
-    int e = Err(static_cast<int>(w));
-    if (rng_() % 8 == 0) fsync(fd);
-    close(fd);
-    Expect("write", p, e, 0);
-    if (static_cast<size_t>(w) != len) throw Fail{"short write to '" + p + "'"};
+    int fd = -1;
+    if (!Expect("open", p, fs_->Open(p, O_WRONLY, 0, &fd), 0)) return;
+    size_t w = 0;
+    const bool written = Expect("write", p, fs_->Pwrite(fd, buf.data(), buf.size(), off, &w), 0);
+    if (rng_() % 8 == 0) fs_->Fsync(fd);
+    fs_->Close(fd);
+    if (!written) return;
+    if (w != len) throw Fail{"short write to '" + p + "'"};
     if (n->data.size() < off + len) n->data.resize(off + len, '\0');
     n->data.replace(off, len, buf);
     CheckContent(p, n);
@@ -162,7 +644,7 @@ class Fsx {
     if (files.empty()) return;
     std::string p = Pick(files);
     size_t size = rng_() % max_file_;
-    Expect("truncate", p, Err(truncate(Full(p).c_str(), static_cast<off_t>(size))), 0);
+    if (!Expect("truncate", p, fs_->Truncate(p, size), 0)) return;
     paths_[p]->data.resize(size, '\0');
     CheckContent(p, paths_[p]);
   }
@@ -174,22 +656,29 @@ class Fsx {
     CheckContent(p, paths_[p]);
   }
 
+  // A read that succeeds must return the model's bytes; one that fails may
+  // do so only with EIO over an injected fault.
   void CheckContent(const std::string& p, const NodeRef& n) {
     struct stat st;
-    Expect("stat", p, Err(stat(Full(p).c_str(), &st)), 0);
+    if (!Expect("stat", p, fs_->Stat(p, &st), 0)) return;
     if (static_cast<size_t>(st.st_size) != n->data.size()) {
       throw Fail{"'" + p + "' size " + std::to_string(st.st_size) + ", model " + std::to_string(n->data.size())};
     }
-    int fd = open(Full(p).c_str(), O_RDONLY);
-    Expect("open", p, Err(fd), 0);
+    int fd = -1;
+    if (!Expect("open", p, fs_->Open(p, O_RDONLY, 0, &fd), 0)) return;
     std::string got(n->data.size() + 10, 'Z');
     size_t at = 0;
     while (at < got.size()) {
-      ssize_t r = pread(fd, got.data() + at, got.size() - at, static_cast<off_t>(at));
-      if (r <= 0) break;
-      at += static_cast<size_t>(r);
+      size_t r = 0;
+      int e = fs_->Pread(fd, got.data() + at, got.size() - at, at, &r);
+      if (!Expect("read", p, e, 0)) {
+        fs_->Close(fd);
+        return;
+      }
+      if (r == 0) break;
+      at += r;
     }
-    close(fd);
+    fs_->Close(fd);
     got.resize(at);
     if (got != n->data) {
       size_t i = 0;
@@ -211,7 +700,6 @@ class Fsx {
     NodeRef src = paths_[from];
     int want = 0;
     auto tgt = paths_.find(to);
-    const bool into_self = to == from || to.rfind(from + "/", 0) == 0;
     if (src->kind == Node::kDir && to != from && to.rfind(from + "/", 0) == 0) {
       want = EINVAL;  // into its own subtree
     } else if (from.rfind(to + "/", 0) == 0) {
@@ -227,9 +715,8 @@ class Fsx {
         want = ENOTEMPTY;
       }
     }
-    (void)into_self;
-    int rc = rename(Full(from).c_str(), Full(to).c_str());
-    Expect("rename", from + " -> " + to, Err(rc), want);
+    int rc = fs_->Rename(from, to);
+    if (!Expect("rename", from + " -> " + to, rc, want)) return;
     if (rc != 0 || to == from) return;
     if (tgt != paths_.end() && tgt->second == src) return;
     // Move the subtree.
@@ -256,9 +743,8 @@ class Fsx {
     if (files.empty()) return;
     std::string from = Pick(files);
     std::string to = NewName(Pick(Of(Node::kDir)));
-    int rc = link(Full(from).c_str(), Full(to).c_str());
-    Expect("link", from + " -> " + to, Err(rc), Exists(to) ? EEXIST : 0);
-    if (rc == 0) {
+    int rc = fs_->Link(from, to);
+    if (Expect("link", from + " -> " + to, rc, Exists(to) ? EEXIST : 0) && rc == 0) {
       paths_[to] = paths_[from];
       Nlink(to);
     }
@@ -266,7 +752,7 @@ class Fsx {
 
   void Nlink(const std::string& p) {
     struct stat st;
-    Expect("stat", p, Err(lstat(Full(p).c_str(), &st)), 0);
+    if (!Expect("stat", p, fs_->Lstat(p, &st), 0)) return;
     size_t links = 0;
     for (const auto& [q, n] : paths_) links += n == paths_[p];
     if (st.st_nlink != links) {
@@ -280,8 +766,7 @@ class Fsx {
     v.insert(v.end(), links.begin(), links.end());
     if (v.empty()) return;
     std::string p = Pick(v);
-    Expect("unlink", p, Err(unlink(Full(p).c_str())), 0);
-    paths_.erase(p);
+    if (Expect("unlink", p, fs_->Unlink(p), 0)) paths_.erase(p);
   }
 
   void Rmdir() {
@@ -289,17 +774,15 @@ class Fsx {
     dirs.erase(std::remove(dirs.begin(), dirs.end(), ""), dirs.end());
     if (dirs.empty()) return;
     std::string p = Pick(dirs);
-    int rc = rmdir(Full(p).c_str());
-    Expect("rmdir", p, Err(rc), HasChildren(p) ? ENOTEMPTY : 0);
-    if (rc == 0) paths_.erase(p);
+    int rc = fs_->Rmdir(p);
+    if (Expect("rmdir", p, rc, HasChildren(p) ? ENOTEMPTY : 0) && rc == 0) paths_.erase(p);
   }
 
   void Symlink() {
     std::string p = NewName(Pick(Of(Node::kDir)));
     std::string target = "target-" + std::to_string(rng_() % 1000);
-    int rc = symlink(target.c_str(), Full(p).c_str());
-    Expect("symlink", p, Err(rc), Exists(p) ? EEXIST : 0);
-    if (rc == 0) {
+    int rc = fs_->Symlink(target, p);
+    if (Expect("symlink", p, rc, Exists(p) ? EEXIST : 0) && rc == 0) {
       auto n = std::make_shared<Node>();
       n->kind = Node::kLink;
       n->data = target;
@@ -312,10 +795,10 @@ class Fsx {
     if (files.empty()) return;
     std::string p = Pick(files);
     mode_t m = 0600 | (rng_() % 0100);
-    Expect("chmod", p, Err(chmod(Full(p).c_str(), m)), 0);
+    if (!Expect("chmod", p, fs_->Chmod(p, m), 0)) return;
     paths_[p]->mode = m;
     struct stat st;
-    stat(Full(p).c_str(), &st);
+    if (!Expect("stat", p, fs_->Stat(p, &st), 0)) return;
     if ((st.st_mode & 07777) != m) throw Fail{"'" + p + "' mode differs after chmod"};
   }
 
@@ -326,19 +809,16 @@ class Fsx {
     NodeRef n = paths_[p];
     std::string name = "user.k" + std::to_string(rng_() % 4);
     if (rng_() % 3 == 0) {
-      int rc = removexattr(Full(p).c_str(), name.c_str());
-      Expect("removexattr", p, Err(rc), n->xattrs.count(name) ? 0 : ENODATA);
-      n->xattrs.erase(name);
+      if (Expect("removexattr", p, fs_->RemoveXattr(p, name), n->xattrs.count(name) ? 0 : ENODATA)) {
+        n->xattrs.erase(name);
+      }
     } else {
       std::string v(rng_() % 300, static_cast<char>('a' + rng_() % 26));
-      Expect("setxattr", p, Err(setxattr(Full(p).c_str(), name.c_str(), v.data(), v.size(), 0)), 0);
-      n->xattrs[name] = v;
+      if (Expect("setxattr", p, fs_->SetXattr(p, name, v), 0)) n->xattrs[name] = v;
     }
     for (const auto& [k, v] : n->xattrs) {
-      std::string got(70000, 0);
-      ssize_t len = getxattr(Full(p).c_str(), k.c_str(), got.data(), got.size());
-      Expect("getxattr", p, Err(static_cast<int>(len)), 0);
-      got.resize(static_cast<size_t>(len));
+      std::string got;
+      if (!Expect("getxattr", p, fs_->GetXattr(p, k, &got), 0)) continue;
       if (got != v) throw Fail{"'" + p + "' xattr " + k + " differs"};
     }
   }
@@ -348,15 +828,16 @@ class Fsx {
     for (const auto& [p, n] : paths_) all.push_back(p);
     std::string p = Pick(all);
     struct stat st;
-    Expect("lstat", p, Err(lstat(Full(p).c_str(), &st)), 0);
+    if (!Expect("lstat", p, fs_->Lstat(p, &st), 0)) return;
     const NodeRef& n = paths_[p];
     const bool type_ok = (n->kind == Node::kFile && S_ISREG(st.st_mode)) || (n->kind == Node::kDir && S_ISDIR(st.st_mode)) ||
                          (n->kind == Node::kLink && S_ISLNK(st.st_mode));
     if (!type_ok) throw Fail{"'" + p + "' has the wrong type"};
     if (n->kind == Node::kLink) {
-      char buf[4096];
-      ssize_t len = readlink(Full(p).c_str(), buf, sizeof(buf));
-      if (len < 0 || std::string(buf, static_cast<size_t>(len)) != n->data) throw Fail{"'" + p + "' readlink differs"};
+      std::string target;
+      if (Expect("readlink", p, fs_->Readlink(p, &target), 0) && target != n->data) {
+        throw Fail{"'" + p + "' readlink differs"};
+      }
     }
     if (n->kind == Node::kFile) Nlink(p);
   }
@@ -368,35 +849,34 @@ class Fsx {
     if (files.empty()) return;
     std::string p = Pick(files);
     NodeRef n = paths_[p];
-    size_t links = 0;
-    for (const auto& [q, m] : paths_) links += m == n;
-    int fd = open(Full(p).c_str(), O_RDWR);
-    Expect("open", p, Err(fd), 0);
-    Expect("unlink", p, Err(unlink(Full(p).c_str())), 0);
+    int fd = -1;
+    if (!Expect("open", p, fs_->Open(p, O_RDWR, 0, &fd), 0)) return;
+    if (!Expect("unlink", p, fs_->Unlink(p), 0)) {
+      fs_->Close(fd);
+      return;
+    }
     paths_.erase(p);
     std::string more = "after-unlink";
-    ssize_t w = pwrite(fd, more.data(), more.size(), 0);
-    Expect("write-unlinked", p, Err(static_cast<int>(w)), 0);
+    size_t w = 0;
+    if (!Expect("write-unlinked", p, fs_->Pwrite(fd, more.data(), more.size(), 0, &w), 0)) {
+      fs_->Close(fd);
+      return;
+    }
     if (n->data.size() < more.size()) n->data.resize(more.size(), '\0');
     n->data.replace(0, more.size(), more);
     std::string got(n->data.size(), 0);
-    ssize_t r = pread(fd, got.data(), got.size(), 0);
-    close(fd);
-    if (r != static_cast<ssize_t>(got.size()) || got != n->data) throw Fail{"'" + p + "' unreadable after unlink"};
-    (void)links;  // other names, if any, keep the data (checked by the tree walk)
+    size_t r = 0;
+    const bool read = Expect("read-unlinked", p, fs_->Pread(fd, got.data(), got.size(), 0, &r), 0);
+    fs_->Close(fd);
+    if (read && (r != got.size() || got != n->data)) throw Fail{"'" + p + "' unreadable after unlink"};
+    // Other names, if any, keep the data (checked by the tree walk).
   }
 
   void Walk(const std::string& dir, std::set<std::string>* seen) {
-    DIR* d = opendir(Full(dir).c_str());
-    if (d == nullptr) throw Fail{"cannot open directory '" + dir + "'"};
-    seen->insert(dir);
     std::vector<std::string> names;
-    while (dirent* e = readdir(d)) {
-      std::string name = e->d_name;
-      if (name == "." || name == "..") continue;
-      names.push_back(name);
-    }
-    closedir(d);
+    int e = fs_->List(dir, &names);
+    if (e != 0) throw Fail{"cannot list directory '" + dir + "': " + std::strerror(e)};
+    seen->insert(dir);
     std::set<std::string> unique(names.begin(), names.end());
     if (unique.size() != names.size()) throw Fail{"directory '" + dir + "' lists a name twice"};
     for (const auto& name : names) {
@@ -412,7 +892,7 @@ class Fsx {
     }
   }
 
-  std::string root_;
+  Target* fs_;
   std::mt19937_64 rng_;
   uint64_t seed_;
   size_t max_file_;
@@ -420,10 +900,18 @@ class Fsx {
   std::map<std::string, NodeRef> paths_;  // "" is the root
 };
 
+void Usage() {
+  std::fprintf(stderr,
+               "usage: nasgw-fsx --dir DIR --seed N --ops N [--remount-every N --remount-cmd CMD] [--max-file BYTES]\n"
+               "       nasgw-fsx --mem --seed N --ops N [--remount-every N] [--read-faults PCT] [--max-file BYTES]\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dir, remount_cmd;
+  bool mem = false;
+  int read_faults = 0;
   uint64_t seed = 1, ops = 10000, remount_every = 0, check_every = 500;
   size_t max_file = 300 << 10;
   for (int i = 1; i < argc; i++) {
@@ -436,6 +924,8 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--dir") dir = next();
+    else if (a == "--mem") mem = true;
+    else if (a == "--read-faults") read_faults = std::atoi(next().c_str());
     else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--ops") ops = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--remount-every") remount_every = std::strtoull(next().c_str(), nullptr, 10);
@@ -443,30 +933,67 @@ int main(int argc, char** argv) {
     else if (a == "--check-every") check_every = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--max-file") max_file = std::strtoull(next().c_str(), nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: nasgw-fsx --dir DIR --seed N --ops N [--remount-every N --remount-cmd CMD]\n");
+      Usage();
       return 2;
     }
   }
-  if (dir.empty() || (remount_every && remount_cmd.empty())) {
-    std::fprintf(stderr, "nasgw-fsx: --dir is required; --remount-every needs --remount-cmd\n");
+  if (mem == !dir.empty() || (!mem && remount_every && remount_cmd.empty()) || (!mem && read_faults) ||
+      read_faults < 0 || read_faults > 100 || max_file == 0) {
+    std::fprintf(stderr, "nasgw-fsx: give --dir or --mem; --remount-every on a directory needs --remount-cmd; "
+                         "--read-faults (0-100) needs --mem\n");
+    Usage();
     return 2;
   }
-  Fsx fsx(dir, seed, max_file);
-  uint64_t remounts = 0;
+  std::unique_ptr<Target> target;
+  DomainTarget* domain = nullptr;
+  if (mem) {
+    auto d = std::make_unique<DomainTarget>(seed);
+    std::string err;
+    if (!d->Start(&err)) {
+      std::fprintf(stderr, "nasgw-fsx: cannot make the in-memory domain: %s\n", err.c_str());
+      return 1;
+    }
+    domain = d.get();
+    target = std::move(d);
+  } else {
+    target = std::make_unique<PosixTarget>(dir, remount_cmd);
+  }
+  std::mt19937_64 fault_steps(seed * 31 + 7);  // apart from the model's generator
+  Fsx fsx(target.get(), seed, max_file);
+  uint64_t remounts = 0, faulted_steps = 0;
+  auto fsck = [&](const char* when) {
+    auto problems = target->Check();
+    if (!problems.empty()) throw Fail{std::string("fsck ") + when + ": " + problems.front()};
+  };
   try {
     for (uint64_t n = 1; n <= ops; n++) {
-      fsx.Step(n);
+      const bool faults = domain != nullptr && read_faults > 0 && static_cast<int>(fault_steps() % 100) < read_faults;
+      if (faults) {
+        faulted_steps++;
+        domain->Arm(true);
+      }
+      try {
+        fsx.Step(n);
+      } catch (const Fail& f) {
+        if (domain) domain->Arm(false);
+        throw Fail{"step " + std::to_string(n) + (faults ? " (reads failing)" : "") + ": " + f.what};
+      }
+      if (domain) domain->Arm(false);
       if (check_every && n % check_every == 0) fsx.CheckTree();
       if (remount_every && n % remount_every == 0) {
-        if (std::system(remount_cmd.c_str()) != 0) {
-          std::fprintf(stderr, "nasgw-fsx: remount command failed at step %llu\n", static_cast<unsigned long long>(n));
+        std::string err;
+        if (!target->Remount(&err)) {
+          std::fprintf(stderr, "nasgw-fsx: remount failed at step %llu: %s\n", static_cast<unsigned long long>(n),
+                       err.c_str());
           return 1;
         }
         remounts++;
         fsx.CheckTree();
+        fsck("after a remount");
       }
     }
     fsx.CheckTree();
+    fsck("at the end");
   } catch (const Fail& f) {
     std::fprintf(stderr, "nasgw-fsx: seed %llu: MISMATCH: %s\n", static_cast<unsigned long long>(seed), f.what.c_str());
     return 1;
@@ -475,5 +1002,18 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(ops),
               static_cast<unsigned long long>(fsx.ops_ok), static_cast<unsigned long long>(fsx.ops_err),
               static_cast<unsigned long long>(remounts));
+  if (domain && read_faults) {
+    std::printf("nasgw-fsx: %llu steps with reads failing, %llu reads failed (%llu of metadata): %llu calls failed "
+                "with EIO and changed nothing, %llu succeeded correctly regardless\n",
+                static_cast<unsigned long long>(faulted_steps), static_cast<unsigned long long>(domain->reads_failed()),
+                static_cast<unsigned long long>(domain->meta_reads_failed()),
+                static_cast<unsigned long long>(fsx.ops_faulted), static_cast<unsigned long long>(fsx.ops_through_fault));
+    if (domain->meta_reads_failed() == 0 || domain->reads_failed() == domain->meta_reads_failed() ||
+        fsx.ops_faulted == 0) {
+      std::fprintf(stderr, "nasgw-fsx: injected read errors missed the metadata or the data, or every operation: "
+                           "the fault mode did not test what it is for\n");
+      return 1;
+    }
+  }
   return 0;
 }
