@@ -58,6 +58,11 @@ std::mutex& LogMutex() {
   return mu;
 }
 
+LogSink& Sink() {                        // GUARDED_BY(LogMutex())
+  static LogSink* sink = new LogSink();  // never destroyed: lines may be logged at exit
+  return *sink;
+}
+
 }  // namespace
 
 bool LogEnabled(LogLevel level) {
@@ -80,7 +85,16 @@ LogLine::~LogLine() {
   os_ << '\n';
   std::string s = os_.str();
   std::lock_guard<std::mutex> lock(LogMutex());
-  std::fwrite(s.data(), 1, s.size(), stderr);
+  if (Sink()) {
+    Sink()(s);
+  } else {
+    std::fwrite(s.data(), 1, s.size(), stderr);
+  }
+}
+
+void SetLogSink(LogSink sink) {
+  std::lock_guard<std::mutex> lock(LogMutex());
+  Sink() = std::move(sink);
 }
 
 }  // namespace nasgw

@@ -4,6 +4,7 @@
 //   NASGW_LOG(kWarn, "block") << "path down" << Kv("portal", p) << Kv("err", s);
 #pragma once
 
+#include <functional>
 #include <sstream>
 #include <string_view>
 
@@ -12,6 +13,12 @@ namespace nasgw {
 enum class LogLevel { kDebug = 0, kInfo, kWarn, kError };
 
 bool LogEnabled(LogLevel level);
+
+// Where finished lines go (each with its newline): stderr, unless a sink is
+// set. For tests that read what was logged. Called under the log's lock, one
+// line at a time; a null sink restores stderr.
+using LogSink = std::function<void(std::string_view line)>;
+void SetLogSink(LogSink sink);
 
 class LogLine {
  public:

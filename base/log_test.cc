@@ -1,8 +1,10 @@
 #include "base/log.h"
 
-#include <gtest/gtest.h>
-
 #include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
 
 namespace nasgw {
 namespace {
@@ -22,6 +24,16 @@ TEST(Log, ValuesThatWouldSplitAreQuoted) {
   std::ostringstream os;
   os << Kv("n", 42);
   EXPECT_EQ(os.str(), " n=42");
+}
+
+TEST(Log, ASinkReceivesLinesUntilReset) {
+  std::vector<std::string> lines;
+  SetLogSink([&](std::string_view l) { lines.emplace_back(l); });
+  NASGW_LOG(kWarn, "test") << "captured" << Kv("n", 1);
+  SetLogSink(nullptr);
+  NASGW_LOG(kWarn, "test") << "to stderr";
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find(" WARN test captured n=1\n"), std::string::npos) << lines[0];
 }
 
 }  // namespace
