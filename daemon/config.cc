@@ -632,7 +632,9 @@ void ParseHead(const Section& s, Config* c, Errors* errors) {
   }
   s.Integer("workers", 1, kHeadWorkersMax, &c->head_workers);
   s.Integer("max_connections", 1, kHeadConnectionsMax, &c->head_max_connections);
+  s.Integer("max_connections_per_uid", 1, kHeadConnectionsMax, &c->head_max_connections_per_uid);
   s.Integer("max_inflight", 1, kHeadInflightMax, &c->head_max_inflight);
+  s.Integer("idle_timeout_ms", kHeadIdleTimeoutMsMin, kHeadIdleTimeoutMsMax, &c->head_idle_timeout_ms);
   s.Integer("max_locks", 1, kHeadLocksMax, &c->head_max_locks);
   s.Integer("max_locks_per_session", 1, kHeadLocksMax, &c->head_max_locks_per_session);
 }
@@ -730,8 +732,8 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
                        &errors),
                &c, &errors);
   ParseHead(Section("head", table("head"),
-                    {"socket", "socket_mode", "socket_group", "workers", "max_connections", "max_inflight", "max_locks",
-                     "max_locks_per_session"},
+                    {"socket", "socket_mode", "socket_group", "workers", "max_connections", "max_connections_per_uid",
+                     "max_inflight", "idle_timeout_ms", "max_locks", "max_locks_per_session"},
                     &errors),
             &c, &errors);
   ParseAdmin(Section("admin", table("admin"), {"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca"}, &errors), &c,

@@ -18,6 +18,17 @@ constexpr uint32_t kHeadWorkersDefault = 16;
 constexpr uint32_t kHeadWorkersMax = 256;
 constexpr uint32_t kHeadConnectionsDefault = 256;
 constexpr uint32_t kHeadConnectionsMax = 4096;
+// Connections of one peer uid (SO_PEERCRED), so that one user (or one
+// runaway head) cannot take every connection: half of the default total.
+// Heads running as root (Ganesha, nasgw-fuse) share root's allowance.
+constexpr uint32_t kHeadConnectionsPerUidDefault = 128;
+// A head connection with nothing in flight that sends nothing for this long
+// is closed (the client library reconnects at once, keeping its session).
+// Long enough that a quiet head costs nothing; short enough that sockets a
+// dead or stuck process holds do not pile up. Up to a day.
+constexpr uint32_t kHeadIdleTimeoutMsDefault = 300'000;
+constexpr uint32_t kHeadIdleTimeoutMsMin = 1'000;
+constexpr uint32_t kHeadIdleTimeoutMsMax = 86'400'000;
 // Requests one head connection may have outstanding; past this nasgwd stops
 // reading that socket (backpressure) until replies drain.
 constexpr uint32_t kHeadInflightDefault = 64;
@@ -54,14 +65,16 @@ struct Config {
   uint32_t lease_ms = 10'000;          // 3 * renew_interval_ms .. fs::kLeaseMsMax
 
   // [head]
-  std::string head_socket;                                            // default: <run_dir>/head.sock
-  uint32_t head_socket_mode = 0660;                                   // 0600..0777 (octal string "0660" or integer)
-  std::string head_socket_group;                                      // empty: nasgwd's group
-  uint32_t head_workers = kHeadWorkersDefault;                        // 1..kHeadWorkersMax
-  uint32_t head_max_connections = kHeadConnectionsDefault;            // 1..kHeadConnectionsMax
-  uint32_t head_max_inflight = kHeadInflightDefault;                  // 1..kHeadInflightMax per connection
-  uint32_t head_max_locks = kHeadLocksDefault;                        // 1..kHeadLocksMax
-  uint32_t head_max_locks_per_session = kHeadLocksPerSessionDefault;  // 1..kHeadLocksMax
+  std::string head_socket;                                                // default: <run_dir>/head.sock
+  uint32_t head_socket_mode = 0660;                                       // 0600..0777 (octal string "0660" or integer)
+  std::string head_socket_group;                                          // empty: nasgwd's group
+  uint32_t head_workers = kHeadWorkersDefault;                            // 1..kHeadWorkersMax
+  uint32_t head_max_connections = kHeadConnectionsDefault;                // 1..kHeadConnectionsMax
+  uint32_t head_max_connections_per_uid = kHeadConnectionsPerUidDefault;  // 1..kHeadConnectionsMax
+  uint32_t head_max_inflight = kHeadInflightDefault;                      // 1..kHeadInflightMax per connection
+  uint32_t head_idle_timeout_ms = kHeadIdleTimeoutMsDefault;              // kHeadIdleTimeoutMs{Min,Max}
+  uint32_t head_max_locks = kHeadLocksDefault;                            // 1..kHeadLocksMax
+  uint32_t head_max_locks_per_session = kHeadLocksPerSessionDefault;      // 1..kHeadLocksMax
 
   // [admin]
   std::string admin_socket;   // default: <run_dir>/admin.sock (mode 0600)

@@ -108,7 +108,9 @@ TEST_F(ConfigTest, MinimalConfigTakesDefaults) {
   EXPECT_TRUE(c->head_socket_group.empty());
   EXPECT_EQ(c->head_workers, kHeadWorkersDefault);
   EXPECT_EQ(c->head_max_connections, kHeadConnectionsDefault);
+  EXPECT_EQ(c->head_max_connections_per_uid, kHeadConnectionsPerUidDefault);
   EXPECT_EQ(c->head_max_inflight, kHeadInflightDefault);
+  EXPECT_EQ(c->head_idle_timeout_ms, kHeadIdleTimeoutMsDefault);
   EXPECT_EQ(c->admin_socket, "/run/nasgw/admin.sock");
   EXPECT_TRUE(c->admin_tcp.empty());
   EXPECT_TRUE(c->tls_cert.empty());
@@ -168,7 +170,9 @@ socket_group = ")" + group_name +
                            R"("
 workers = 8
 max_connections = 512
+max_connections_per_uid = 64
 max_inflight = 32
+idle_timeout_ms = 60000
 
 [admin]
 socket = "/run/nasgw-test/a.sock"
@@ -203,6 +207,8 @@ drain_ms = 0
   EXPECT_EQ(c->head_workers, 8u);
   EXPECT_EQ(c->head_max_connections, 512u);
   EXPECT_EQ(c->head_max_inflight, 32u);
+  EXPECT_EQ(c->head_max_connections_per_uid, 64u);
+  EXPECT_EQ(c->head_idle_timeout_ms, 60000u);
   EXPECT_EQ(c->admin_socket, "/run/nasgw-test/a.sock");
   EXPECT_EQ(c->admin_tcp, "198.18.0.1:9443");
   EXPECT_EQ(c->tls_cert, cert);
@@ -657,6 +663,25 @@ TEST_F(ConfigTest, AdminTcpRequiresTls) {
         Cfg("", "", "[admin]\ntcp = \"198.18.0.1:9443\"\ntls_cert = \"" + cert + "\"\ntls_key = \"" + locked + "\""),
         {"admin.tls_key: cannot open '" + locked + "'", "Permission denied"});
   }
+}
+
+TEST_F(ConfigTest, HeadConnectionLimits) {
+  auto c = Parse(Cfg("", "", "[head]\nmax_connections_per_uid = 1\nidle_timeout_ms = 1000"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->head_max_connections_per_uid, 1u);
+  EXPECT_EQ(c->head_idle_timeout_ms, 1000u);
+  c = Parse(Cfg("", "", "[head]\nmax_connections_per_uid = 4096\nidle_timeout_ms = 86400000"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ExpectInvalid(Cfg("", "", "[head]\nmax_connections_per_uid = 0"),
+                {"head.max_connections_per_uid: 0 is out of range 1..4096"});
+  ExpectInvalid(Cfg("", "", "[head]\nmax_connections_per_uid = 4097"),
+                {"head.max_connections_per_uid: 4097 is out of range 1..4096"});
+  ExpectInvalid(Cfg("", "", "[head]\nidle_timeout_ms = 999"),
+                {"head.idle_timeout_ms: 999 is out of range 1000..86400000"});
+  ExpectInvalid(Cfg("", "", "[head]\nidle_timeout_ms = 86400001"),
+                {"head.idle_timeout_ms: 86400001 is out of range 1000..86400000"});
+  ExpectInvalid(Cfg("", "", "[head]\nidle_timeout_ms = \"5m\""),
+                {"head.idle_timeout_ms: expected an integer, got a string"});
 }
 
 TEST_F(ConfigTest, TlsWithoutTcpRefused) {

@@ -18,6 +18,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/log_limit.h"
 #include "proto/stream.h"
 
 #include <sys/eventfd.h>
@@ -36,6 +37,51 @@ namespace {
 
 uint64_t NowNs() {
   return MonotonicNanos();
+}
+
+// A connection refused at accept (a limit) is answered, not just closed:
+// the acceptor reads its first header, answers it as a failed HELLO with the
+// reason, and keeps the socket (discarding what the head sends) until the
+// head closes it or kRefusedLingerMs passes, so that the head's own write of
+// its HELLO cannot fail before it reads the answer. At most kRefusedMax wait
+// so at once; past that a refused connection is closed without an answer.
+constexpr uint32_t kRefusedLingerMs = 2'000;
+constexpr size_t kRefusedMax = 64;
+
+struct Refused {
+  int fd = -1;
+  uint64_t deadline_ns = 0;
+  int err = 0;
+  std::string why;
+  uint8_t header[proto::kHeaderBytes] = {};
+  size_t got = 0;
+  bool answered = false;
+};
+
+// Reads into buf[*at, n). kTimedOut: the socket's receive timeout passed
+// first (*at tells how far it got); kClosed: end of stream or an error.
+enum class Got { kAll, kClosed, kTimedOut };
+Got ReadSome(int fd, uint8_t* buf, size_t n, size_t* at) {
+  while (*at < n) {
+    const ssize_t k = ::recv(fd, buf + *at, n - *at, 0);
+    if (k > 0) {
+      *at += static_cast<size_t>(k);
+    } else if (k < 0 && errno == EINTR) {
+      continue;
+    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return Got::kTimedOut;
+    } else {
+      return Got::kClosed;
+    }
+  }
+  return Got::kAll;
+}
+
+void SetReceiveTimeout(int fd, uint32_t ms) {
+  struct timeval tv {};
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
 }  // namespace
@@ -114,8 +160,14 @@ struct HeadServer::Impl {
 
   std::mutex count_mu;  // orders connection counts as the observer sees them
   std::atomic<uint32_t> n_conns{0};
+  std::map<uint32_t, uint32_t> uid_conns;  // GUARDED_BY(count_mu): open connections by peer uid
   std::atomic<uint64_t> n_requests{0};
   std::atomic<uint64_t> n_protocol_errors{0};
+  std::atomic<uint64_t> n_refused{0};      // at max_connections
+  std::atomic<uint64_t> n_refused_uid{0};  // at max_connections_per_uid
+  std::atomic<uint64_t> n_idle_closed{0};
+  // One log line per peer uid per interval (created in Start()).
+  std::unique_ptr<LogLimiter> protocol_log, refused_log, refused_uid_log;
   std::atomic<bool> accepting{true};
   std::atomic<bool> reading_stopped{false};  // Shutdown() stopped the readers: a drain, not a dead head
 
@@ -124,12 +176,41 @@ struct HeadServer::Impl {
   void AcceptLoop();
   void ReaderLoop(std::shared_ptr<Conn> c);
   void WorkerLoop();
-  // Counts a connection in or out and tells the observer, in order.
-  void CountConnection(int delta) {
+  // Counts a connection of peer `uid` in, unless that would pass a limit:
+  // then 0 is returned and *err, *why say which (ENFILE: max_connections,
+  // EMFILE: max_connections_per_uid). Tells the observer, in order.
+  bool Admit(uint32_t uid, int* err, std::string* why) {
     std::lock_guard<std::mutex> l(count_mu);
-    const uint32_t n = delta > 0 ? ++n_conns : --n_conns;
+    uint32_t& mine = uid_conns[uid];
+    if (n_conns.load() >= opt.max_connections) {
+      *err = ENFILE;
+      *why = "nasgwd has its limit of " + std::to_string(opt.max_connections) +
+             " head connections open (head.max_connections)";
+    } else if (mine >= opt.max_connections_per_uid) {
+      *err = EMFILE;
+      *why = "uid " + std::to_string(uid) + " has its limit of " + std::to_string(opt.max_connections_per_uid) +
+             " head connections open (head.max_connections_per_uid)";
+    } else {
+      mine++;
+      const uint32_t n = ++n_conns;
+      if (observer != nullptr) observer->OnConnections(n);
+      return true;
+    }
+    if (mine == 0) uid_conns.erase(uid);
+    return false;
+  }
+  void Leave(uint32_t uid) {
+    std::lock_guard<std::mutex> l(count_mu);
+    auto it = uid_conns.find(uid);
+    if (it != uid_conns.end() && --it->second == 0) uid_conns.erase(it);
+    const uint32_t n = --n_conns;
     if (observer != nullptr) observer->OnConnections(n);
   }
+  // Answers a refused connection and discards what it sends; false when it
+  // is done with (close it).
+  bool ServeRefused(Refused& r);
+  // Logs the limiters' reports that are due (all of them with `all`).
+  void ReportLogs(bool all);
   void Execute(Task& t);
   bool Hello(Conn& c, const proto::FrameHeader& h, std::string_view payload);
   void Send(Conn& c, const proto::FrameHeader& req, const HeadOutcome& out);
@@ -138,10 +219,19 @@ struct HeadServer::Impl {
 };
 
 void HeadServer::Impl::AcceptLoop() {
+  std::vector<Refused> refused;
   while (accepting.load()) {
-    pollfd p[2] = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
-    int n = ::poll(p, 2, 1000);
+    std::vector<pollfd> p = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    int timeout_ms = 1000;  // reaping sessions and readers, log reports
+    const uint64_t before = NowNs();
+    for (const Refused& r : refused) {
+      p.push_back({r.fd, POLLIN, 0});
+      const uint64_t left_ms = r.deadline_ns > before ? (r.deadline_ns - before) / 1'000'000 + 1 : 0;
+      timeout_ms = std::min<int>(timeout_ms, static_cast<int>(left_ms));
+    }
+    int n = ::poll(p.data(), p.size(), timeout_ms);
     ReapSessions(false);
+    ReportLogs(false);
     {
       // Join readers that have finished.
       std::lock_guard<std::mutex> l(mu);
@@ -154,26 +244,25 @@ void HeadServer::Impl::AcceptLoop() {
         }
       }
     }
+    {
+      const uint64_t now = NowNs();
+      std::vector<Refused> keep;
+      for (size_t i = 0; i < refused.size(); i++) {
+        Refused& r = refused[i];
+        bool open = now < r.deadline_ns;
+        if (open && n > 0 && (p[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) open = ServeRefused(r);
+        if (open) {
+          keep.push_back(std::move(r));
+        } else {
+          ::close(r.fd);
+        }
+      }
+      refused.swap(keep);
+    }
     if (n <= 0 || (p[1].revents & POLLIN)) continue;
     if (!(p[0].revents & POLLIN)) continue;
     int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    if (n_conns.load() >= opt.max_connections) {
-      NASGW_LOG(kWarn, "head") << "connection refused: limit reached" << Kv("max", opt.max_connections);
-      ::close(fd);
-      continue;
-    }
-    // A head has hello_timeout_ms to say hello (a silent connection must not
-    // hold a slot), and a reply may wait send_timeout_ms for a head that
-    // does not read (it must not hold a worker): then the connection is cut.
-    struct timeval rcv {};
-    rcv.tv_sec = opt.hello_timeout_ms / 1000;
-    rcv.tv_usec = (opt.hello_timeout_ms % 1000) * 1000;
-    struct timeval snd {};
-    snd.tv_sec = opt.send_timeout_ms / 1000;
-    snd.tv_usec = (opt.send_timeout_ms % 1000) * 1000;
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rcv, sizeof(rcv));
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
     auto c = std::make_shared<Conn>();
     c->fd = fd;
     struct ucred cred {};
@@ -190,11 +279,97 @@ void HeadServer::Impl::AcceptLoop() {
           c->peer_gids.insert(c->peer_gids.end(), groups, groups + glen / sizeof(gid_t));
         }
       }
+    } else {
+      // No credentials, no trust: counted as nobody, may act as nobody.
+      c->peer_uid = 65534;
+      c->peer_gids.push_back(65534);
     }
-    CountConnection(+1);
+    int err = 0;
+    std::string why;
+    if (!Admit(c->peer_uid, &err, &why)) {
+      (err == ENFILE ? n_refused : n_refused_uid)++;
+      LogLimiter& log = err == ENFILE ? *refused_log : *refused_uid_log;
+      if (auto r = log.Add(std::to_string(c->peer_uid), NowNs(), why)) {
+        NASGW_LOG(kWarn, "head") << "connection refused: limit reached"
+                                 << Kv("limit", err == ENFILE ? "max_connections" : "max_connections_per_uid")
+                                 << Kv("uid", r->key) << Kv("pid", c->peer_pid) << Kv("refused", r->count)
+                                 << Kv("why", r->note);
+      }
+      const int flags = ::fcntl(fd, F_GETFL);
+      if (refused.size() >= kRefusedMax || flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+        ::close(fd);
+        continue;
+      }
+      Refused r;
+      r.fd = fd;
+      r.deadline_ns = NowNs() + uint64_t{kRefusedLingerMs} * 1'000'000;
+      r.err = err;
+      r.why = std::move(why);
+      refused.push_back(std::move(r));
+      continue;
+    }
+    // A head has hello_timeout_ms to say hello (a silent connection must not
+    // hold a slot), and a reply may wait send_timeout_ms for a head that
+    // does not read (it must not hold a worker): then the connection is cut.
+    SetReceiveTimeout(fd, opt.hello_timeout_ms);
+    struct timeval snd {};
+    snd.tv_sec = opt.send_timeout_ms / 1000;
+    snd.tv_usec = (opt.send_timeout_ms % 1000) * 1000;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
     std::lock_guard<std::mutex> l(mu);
     conns.push_back(c);
     c->reader = std::thread([this, c] { ReaderLoop(c); });
+  }
+  for (const Refused& r : refused) ::close(r.fd);
+}
+
+bool HeadServer::Impl::ServeRefused(Refused& r) {
+  if (r.answered) {
+    // Discard what the head still sends until it closes (a bounded amount
+    // per wake-up: the acceptor has other work).
+    char sink[4096];
+    for (int i = 0; i < 16; i++) {
+      const ssize_t k = ::recv(r.fd, sink, sizeof(sink), 0);
+      if (k == 0) return false;
+      if (k < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    }
+    return true;
+  }
+  const ssize_t k = ::recv(r.fd, r.header + r.got, sizeof(r.header) - r.got, 0);
+  if (k == 0) return false;
+  if (k < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  r.got += static_cast<size_t>(k);
+  if (r.got < sizeof(r.header)) return true;
+  auto h = proto::DecodeHeader(r.header, false);
+  if (!h.ok() || h->op != Op::kHello) return false;  // not a HELLO: nothing to answer
+  const std::string body = proto::EncodeError(r.why);
+  uint8_t hb[proto::kHeaderBytes];
+  proto::EncodeHeader({Op::kHello, h->id, static_cast<uint32_t>(body.size()), static_cast<uint32_t>(r.err)}, hb);
+  std::string frame(reinterpret_cast<const char*>(hb), sizeof(hb));
+  frame += body;
+  // A new socket's buffer takes the small answer whole.
+  if (::send(r.fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(frame.size())) {
+    return false;
+  }
+  ::shutdown(r.fd, SHUT_WR);
+  r.answered = true;
+  return true;
+}
+
+void HeadServer::Impl::ReportLogs(bool all) {
+  const uint64_t now = NowNs();
+  auto take = [&](LogLimiter& l) { return all ? l.Drain() : l.Due(now); };
+  for (const auto& r : take(*protocol_log)) {
+    NASGW_LOG(kWarn, "head") << "closing connection: protocol error" << Kv("uid", r.key) << Kv("count", r.count)
+                             << Kv("why", r.note);
+  }
+  for (const auto& r : take(*refused_log)) {
+    NASGW_LOG(kWarn, "head") << "connection refused: limit reached" << Kv("limit", "max_connections")
+                             << Kv("uid", r.key) << Kv("refused", r.count) << Kv("why", r.note);
+  }
+  for (const auto& r : take(*refused_uid_log)) {
+    NASGW_LOG(kWarn, "head") << "connection refused: limit reached" << Kv("limit", "max_connections_per_uid")
+                             << Kv("uid", r.key) << Kv("refused", r.count) << Kv("why", r.note);
   }
 }
 
@@ -227,9 +402,23 @@ bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_v
 
 void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
   std::string why;
+  bool idle = false;
   for (;;) {
     uint8_t hb[proto::kHeaderBytes];
-    if (!ReadFull(c->fd, hb, sizeof(hb))) break;  // EOF, error, or shutdown
+    size_t header_at = 0;
+    Got got_header = ReadSome(c->fd, hb, sizeof(hb), &header_at);
+    // Past the hello, the receive timeout is idle_timeout_ms: a connection
+    // that sent nothing for that long and waits for nothing is closed. One
+    // with requests in flight waits for them.
+    while (got_header == Got::kTimedOut && c->session != nullptr) {
+      {
+        std::lock_guard<std::mutex> l(c->mu);
+        idle = c->inflight == 0;
+      }
+      if (idle) break;
+      got_header = ReadSome(c->fd, hb, sizeof(hb), &header_at);
+    }
+    if (got_header != Got::kAll) break;  // EOF, error, shutdown, idle, or no hello in time
     auto h = proto::DecodeHeader(hb, false);
     if (!h.ok()) {
       why = h.status().ToString();
@@ -253,8 +442,7 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
         why = "the first frame must be a valid hello";
         break;
       }
-      struct timeval none {};  // the hello deadline is over
-      ::setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+      SetReceiveTimeout(c->fd, opt.idle_timeout_ms);  // the hello deadline is over
       continue;
     }
     if (h->op == Op::kHello) {
@@ -303,10 +491,31 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
     queue.push_back(std::move(t));
     queue_cv.notify_one();
   }
+  if (idle) {
+    // Nothing was in flight and nothing was read since: whatever the head
+    // sent after this point is never executed, and the notice (a reply to
+    // no request: GOODBYE, id 0) lets its client send it again safely.
+    n_idle_closed++;
+    NASGW_LOG(kDebug, "head") << "closing idle connection" << Kv("pid", c->peer_pid)
+                              << Kv("idle_timeout_ms", opt.idle_timeout_ms);
+    HeadOutcome notice;
+    notice.err = ETIMEDOUT;
+    notice.why = "idle for " + std::to_string(opt.idle_timeout_ms) +
+                 " ms (head.idle_timeout_ms): closed by nasgwd; nothing sent after the replies before this notice "
+                 "was executed";
+    proto::FrameHeader h;
+    h.op = Op::kGoodbye;
+    h.id = 0;
+    Send(*c, h, notice);
+  }
   if (!reading_stopped.load()) c->dead = true;  // not nasgwd's own drain: the head is gone
   if (!why.empty()) {
     n_protocol_errors++;
-    NASGW_LOG(kWarn, "head") << "closing connection: protocol error" << Kv("pid", c->peer_pid) << Kv("why", why);
+    if (auto r = protocol_log->Add(std::to_string(c->peer_uid), NowNs(),
+                                   why + " (pid " + std::to_string(c->peer_pid) + ")")) {
+      NASGW_LOG(kWarn, "head") << "closing connection: protocol error" << Kv("uid", r->key) << Kv("count", r->count)
+                               << Kv("why", r->note);
+    }
   }
   // A dead head gets nothing more; in nasgwd's own drain the replies to
   // what it already sent still go out.
@@ -325,7 +534,7 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
     auto it = sessions.find(c->session->id);
     if (it != sessions.end() && --it->second.connections == 0) it->second.detached_ns = NowNs();
   }
-  CountConnection(-1);
+  Leave(c->peer_uid);
   c->done = true;
 }
 
@@ -434,6 +643,10 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadService* service, cons
   impl->service = service;
   impl->observer = observer;
   impl->opt = options;
+  const uint64_t log_interval_ns = uint64_t{options.log_interval_ms} * 1'000'000;
+  impl->protocol_log = std::make_unique<LogLimiter>(log_interval_ns);
+  impl->refused_log = std::make_unique<LogLimiter>(log_interval_ns);
+  impl->refused_uid_log = std::make_unique<LogLimiter>(log_interval_ns);
   std::random_device rd;
   for (auto& b : impl->instance) b = static_cast<uint8_t>(rd());
 
@@ -538,6 +751,7 @@ void HeadServer::Shutdown(std::chrono::milliseconds drain) {
     if (c->reader.joinable()) c->reader.join();
   }
   m.ReapSessions(true);
+  m.ReportLogs(true);  // what the limiters still hold: every count gets a line
   ::close(m.stop_fd);
   NASGW_LOG(kInfo, "head") << "stopped" << Kv("requests", m.n_requests.load());
 }
@@ -550,6 +764,15 @@ uint64_t HeadServer::requests() const {
 }
 uint64_t HeadServer::protocol_errors() const {
   return impl_->n_protocol_errors.load();
+}
+uint64_t HeadServer::refused_connections() const {
+  return impl_->n_refused.load();
+}
+uint64_t HeadServer::refused_connections_uid() const {
+  return impl_->n_refused_uid.load();
+}
+uint64_t HeadServer::idle_closed() const {
+  return impl_->n_idle_closed.load();
 }
 uint32_t HeadServer::queued() const {
   std::lock_guard<std::mutex> l(impl_->mu);

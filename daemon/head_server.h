@@ -5,10 +5,16 @@
 // reads (GETATTR, ACCESS, LOOKUP) are executed on the reader itself: the
 // hand-off would cost more than the work.
 //
-// Limits: at most max_connections connections (more are closed at accept);
-// at most max_inflight requests per connection (past that the reader stops
-// reading that socket: backpressure); the worker queue is bounded too. A
-// malformed frame closes that connection only.
+// Limits: at most max_connections connections, and max_connections_per_uid
+// of one peer uid (SO_PEERCRED); a connection past either is answered with a
+// failed HELLO (ENFILE, EMFILE) and closed. At most max_inflight requests per
+// connection (past that the reader stops reading that socket:
+// backpressure); the worker queue is bounded too. A connection with nothing
+// in flight that sends nothing for idle_timeout_ms is closed, with a notice
+// that tells its client nothing it sent since was executed. A malformed
+// frame closes that connection only. Refusals and malformed frames are
+// counted and logged at most once per log_interval_ms per peer uid
+// (LogLimiter), with the count since the last line.
 //
 // Callers the socket lets in are trusted to state their credentials when
 // they run as root or as nasgwd's own user (Ganesha, smbd); any other peer
@@ -39,7 +45,14 @@ struct HeadServerOptions {
   int socket_gid = -1;  // -1: leave the group
   uint32_t workers = 16;
   uint32_t max_connections = 256;
+  uint32_t max_connections_per_uid = 128;
   uint32_t max_inflight = 64;
+  // A connection with no request in flight and nothing received for this
+  // long is closed (its client reconnects when it needs to).
+  uint32_t idle_timeout_ms = 300'000;
+  // Refusals and malformed frames: at most one log line per peer uid per
+  // interval, with the count since the last.
+  uint32_t log_interval_ms = 10'000;
   std::string node_name;
   uint32_t session_grace_ms = kSessionGraceMs;
   // A head must say hello within hello_timeout_ms, and read a reply within
@@ -70,8 +83,11 @@ class HeadServer {
 
   uint32_t connections() const;
   uint64_t requests() const;
-  uint32_t queued() const;  // requests waiting for a worker
-  uint64_t protocol_errors() const;
+  uint32_t queued() const;                   // requests waiting for a worker
+  uint64_t protocol_errors() const;          // malformed frames (each closed its connection)
+  uint64_t refused_connections() const;      // refused at max_connections
+  uint64_t refused_connections_uid() const;  // refused at max_connections_per_uid
+  uint64_t idle_closed() const;              // connections closed for idleness
 
   struct Impl;
 

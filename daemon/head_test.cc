@@ -1,6 +1,7 @@
 // The head protocol end to end in one process: the C client library over a
 // real Unix socket to the HeadServer, on a file system on in-memory LUNs.
 #include <grp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -17,14 +19,17 @@
 
 #include <gtest/gtest.h>
 
+#include "base/log.h"
 #include "block/mem_device.h"
 #include "daemon/head_server.h"
 #include "fsal/client/nasgw_client.h"
 #include "proto/lock_range.h"
+#include "proto/stream.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 
 namespace nasgw::daemon {
 namespace {
@@ -85,13 +90,18 @@ class HeadTest : public ::testing::Test {
   virtual uint64_t LunMib() const { return 64; }
 
   void StartServer(uint32_t send_timeout_ms = 10'000) {
+    StartServerWith([&](HeadServerOptions& o) { o.send_timeout_ms = send_timeout_ms; });
+  }
+
+  // Starts the server with the test's options changed by `tweak`.
+  void StartServerWith(const std::function<void(HeadServerOptions&)>& tweak) {
     HeadServerOptions o;
-    o.send_timeout_ms = send_timeout_ms;
     o.socket_path = socket_;
     o.socket_mode = 0666;
     o.workers = 4;
     o.max_inflight = 16;
     o.node_name = "test-node";
+    tweak(o);
     auto s = HeadServer::Start(service_.get(), o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s.value());
@@ -620,6 +630,460 @@ TEST_F(HeadTest, ClientSurvivesServerRestart) {
   }
   EXPECT_EQ(nasgw_release(client_, &kRoot, &f.handle), 0);
   EXPECT_EQ(nasgw_release(client_, &kRoot, &f.handle), -EBADF);
+}
+
+// ---- bounded clients
+
+// One request frame as a head sends it.
+std::string Frame(proto::Op op, uint64_t id, const proto::Request& r) {
+  std::string p = proto::EncodeRequest(r);
+  uint8_t hb[proto::kHeaderBytes];
+  proto::EncodeHeader({op, id, static_cast<uint32_t>(p.size()), 0}, hb);
+  return std::string(reinterpret_cast<char*>(hb), sizeof(hb)) + p;
+}
+
+std::string HelloFrame() {
+  proto::Request h;
+  h.op = proto::Op::kHello;
+  return Frame(proto::Op::kHello, 0, h);
+}
+
+bool SendAll(int fd, const std::string& bytes) {
+  return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+// Reads one reply frame, waiting at most `timeout_ms` for it to start.
+bool ReadReply(int fd, proto::FrameHeader* h, std::string* payload, int timeout_ms = 10'000) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) != 1) return false;
+  uint8_t hb[proto::kHeaderBytes];
+  if (!proto::ReadFull(fd, hb, sizeof(hb))) return false;
+  auto d = proto::DecodeHeader(hb, true);
+  if (!d.ok()) return false;
+  *h = *d;
+  payload->assign(h->length, '\0');
+  return proto::ReadFull(fd, payload->data(), payload->size());
+}
+
+// A raw connection that said HELLO: its descriptor, and nasgwd's answer.
+struct Greeted {
+  int fd = -1;
+  uint32_t status = ~0u;  // the HELLO reply's
+  std::string message;    // a refusal's
+};
+Greeted RawHello(const std::string& socket) {
+  Greeted g;
+  g.fd = RawConnect(socket);
+  proto::FrameHeader h;
+  std::string p;
+  if (g.fd >= 0 && SendAll(g.fd, HelloFrame()) && ReadReply(g.fd, &h, &p) && h.op == proto::Op::kHello) {
+    g.status = h.status;
+    if (h.status != 0) g.message = proto::DecodeError(p);
+  }
+  return g;
+}
+
+// Lines logged while it lives.
+class LogCapture {
+ public:
+  LogCapture() {
+    SetLogSink([this](std::string_view line) {
+      std::lock_guard<std::mutex> l(mu_);
+      lines_.emplace_back(line);
+    });
+  }
+  ~LogCapture() { SetLogSink(nullptr); }
+  std::vector<std::string> With(std::string_view text) {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<std::string> out;
+    for (const auto& line : lines_) {
+      if (line.find(text) != std::string::npos) out.push_back(line);
+    }
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+// The number after "key=" in a log line (0 when missing).
+uint64_t Field(const std::string& line, const std::string& key) {
+  const size_t at = line.find(" " + key + "=");
+  return at == std::string::npos ? 0 : std::stoull(line.substr(at + key.size() + 2));
+}
+
+bool WaitFor(const std::function<bool()>& ok, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!ok()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A flood of connections from one uid stops at head.max_connections_per_uid
+// (each refused with EMFILE and the reason, one log line for all of them);
+// a peer of another uid is still served.
+TEST_F(HeadTest, ConnectionsPerUidAreBoundedAndOtherUsersStillServed) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "forks a child that starts threads (see UnprivilegedPeerCannotClaimOthersCredentials)";
+#endif
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  StartServerWith([](HeadServerOptions& o) { o.max_connections_per_uid = 6; });
+  ASSERT_TRUE(WaitFor([&] { return server_->connections() == 2; })) << "the fixture's client reconnects";
+  std::vector<int> held;
+  int refused = 0;
+  {
+    LogCapture log;
+    for (int i = 0; i < 20; i++) {
+      Greeted g = RawHello(socket_);
+      ASSERT_GE(g.fd, 0);
+      if (g.status == 0) {
+        held.push_back(g.fd);
+        continue;
+      }
+      EXPECT_EQ(g.status, static_cast<uint32_t>(EMFILE));
+      EXPECT_NE(g.message.find("head.max_connections_per_uid"), std::string::npos) << g.message;
+      refused++;
+      ::close(g.fd);
+    }
+    EXPECT_EQ(held.size(), 4u) << "the fixture's client holds 2 of root's 6";
+    EXPECT_EQ(refused, 16);
+    EXPECT_EQ(server_->refused_connections_uid(), 16u);
+    EXPECT_EQ(server_->refused_connections(), 0u);
+    // The client library reports the refusal.
+    nasgw_client_options co{};
+    co.socket_path = socket_.c_str();
+    co.connect_timeout_ms = 1000;
+    nasgw_client* c = nullptr;
+    EXPECT_EQ(nasgw_client_open(&co, &c), -EMFILE);
+    EXPECT_NE(std::string(nasgw_client_last_message()).find("nasgwd refused the connection"), std::string::npos)
+        << nasgw_client_last_message();
+    auto lines = log.With("connection refused: limit reached");
+    ASSERT_GE(lines.size(), 1u);
+    EXPECT_LE(lines.size(), 2u) << "one line per uid per interval (one more from the client library)";
+    EXPECT_NE(lines[0].find("limit=max_connections_per_uid"), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find("uid=0"), std::string::npos) << lines[0];
+  }
+  // Another uid has its own allowance.
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    nasgw_client_options co{};
+    co.socket_path = socket_.c_str();
+    co.connect_timeout_ms = 5000;
+    nasgw_client* c = nullptr;
+    if (nasgw_client_open(&co, &c) != 0) _exit(11);
+    const nasgw_cred self{65534, 65534, 0, nullptr};
+    nasgw_attr root{};
+    if (nasgw_mount(c, &self, "vol1", &root) != 0) _exit(12);
+    nasgw_attr a{};
+    if (nasgw_getattr(c, &self, &root.handle, &a) != 0) _exit(13);
+    nasgw_client_close(c);
+    _exit(0);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check that failed (see the exit codes in the test)";
+  // Root's own connections still work, and a slot freed is taken again.
+  nasgw_attr a{};
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &root_.handle, &a), 0);
+  ::close(held.back());
+  held.pop_back();
+  ASSERT_TRUE(WaitFor([&] { return server_->connections() == 5; }));
+  Greeted g = RawHello(socket_);
+  EXPECT_EQ(g.status, 0u) << g.message;
+  held.push_back(g.fd);
+  for (int fd : held) ::close(fd);
+}
+
+// A head socket the caller may not open is reported as such (EACCES, with
+// the path), at once: not as "cannot reach nasgwd" after the timeout.
+TEST_F(HeadTest, ASocketWeMayNotOpenIsPermissionDenied) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "forks a child that starts threads (see UnprivilegedPeerCannotClaimOthersCredentials)";
+#endif
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  StartServerWith([](HeadServerOptions& o) { o.socket_mode = 0600; });
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    nasgw_client_options co{};
+    co.socket_path = socket_.c_str();
+    co.connect_timeout_ms = 20'000;
+    nasgw_client* c = nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int rc = nasgw_client_open(&co, &c);
+    const std::string m = nasgw_client_last_message();
+    (void)!::write(pipefd[1], m.data(), m.size());
+    if (rc != -EACCES) _exit(11);
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) _exit(12);
+    _exit(0);
+  }
+  ASSERT_GT(pid, 0);
+  ::close(pipefd[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof(buf))) > 0;) message.append(buf, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "11: not EACCES, 12: not at once; message: " << message;
+  EXPECT_NE(message.find("permission denied"), std::string::npos) << message;
+  EXPECT_NE(message.find(socket_), std::string::npos) << message;
+}
+
+// Past head.max_connections a HELLO is refused with ENFILE, whoever asks.
+TEST_F(HeadTest, ConnectionsAreBoundedInAll) {
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  StartServerWith([](HeadServerOptions& o) { o.max_connections = 4; });
+  ASSERT_TRUE(WaitFor([&] { return server_->connections() == 2; }));
+  Greeted a = RawHello(socket_), b = RawHello(socket_), c = RawHello(socket_);
+  EXPECT_EQ(a.status, 0u);
+  EXPECT_EQ(b.status, 0u);
+  EXPECT_EQ(c.status, static_cast<uint32_t>(ENFILE));
+  EXPECT_NE(c.message.find("head.max_connections"), std::string::npos) << c.message;
+  EXPECT_EQ(server_->refused_connections(), 1u);
+  // The refused connection is closed once answered.
+  char byte;
+  EXPECT_EQ(::read(c.fd, &byte, 1), 0);
+  ::close(c.fd);
+  ::close(a.fd);
+  ASSERT_TRUE(WaitFor([&] { return server_->connections() == 3; }));
+  Greeted d = RawHello(socket_);
+  EXPECT_EQ(d.status, 0u) << d.message;
+  ::close(b.fd);
+  ::close(d.fd);
+  // A head that connects and says nothing is refused without an answer
+  // once the limit is reached, and does not hold the acceptor.
+  nasgw_attr f = Create(root_.handle, "after");
+  EXPECT_NE(f.handle.ino, 0u);
+}
+
+// A connection that sends nothing, with nothing in flight, is closed after
+// head.idle_timeout_ms with a notice (GOODBYE, id 0, ETIMEDOUT); the client
+// library reconnects and carries on, non-idempotent calls included.
+TEST_F(HeadTest, IdleConnectionsAreClosedAndTheClientCarriesOn) {
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  StartServerWith([](HeadServerOptions& o) { o.idle_timeout_ms = 300; });
+  Greeted g = RawHello(socket_);
+  ASSERT_EQ(g.status, 0u);
+  const auto t0 = std::chrono::steady_clock::now();
+  proto::FrameHeader h;
+  std::string p;
+  ASSERT_TRUE(ReadReply(g.fd, &h, &p, 5000)) << "no notice";
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+  EXPECT_EQ(h.op, proto::Op::kGoodbye);
+  EXPECT_EQ(h.id, 0u);
+  EXPECT_EQ(h.status, static_cast<uint32_t>(ETIMEDOUT));
+  EXPECT_NE(proto::DecodeError(p).find("head.idle_timeout_ms"), std::string::npos) << proto::DecodeError(p);
+  char byte;
+  EXPECT_EQ(::read(g.fd, &byte, 1), 0) << "then closed";
+  ::close(g.fd);
+  EXPECT_GE(server_->idle_closed(), 1u);
+
+  // The library's connections are closed the same way, again and again.
+  for (int i = 0; i < 12; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250 + 10 * i));  // around the timeout
+    const std::string name = "idle" + std::to_string(i);
+    nasgw_attr a{};
+    ASSERT_EQ(nasgw_create(client_, &kRoot, &root_.handle, name.c_str(), NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a), 0)
+        << name << ": " << nasgw_client_last_message();
+    ASSERT_EQ(nasgw_write(client_, &kRoot, &a.handle, 0, "x", 1, 0, nullptr), 1) << nasgw_client_last_message();
+  }
+  EXPECT_GE(server_->idle_closed(), 4u);
+}
+
+// The client's side of the notice, against a fake nasgwd: a CREATE sent
+// just as nasgwd decided the connection was idle was never executed, so the
+// library sends it again on its next connection instead of failing it with
+// EAGAIN ("may or may not have been done").
+TEST(HeadClientTest, AnIdleNoticeMakesTheClientSendAgainWhatItLeftUnexecuted) {
+  std::string dir = "/tmp/nasgw-head-test-" + std::to_string(getpid()) + "-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const std::string path = dir + "/fake.sock";
+  int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(lfd, 4), 0);
+  std::atomic<int> creates_seen{0};
+  std::thread fake([&] {
+    auto read_request = [](int fd, proto::FrameHeader* h, std::string* p) {
+      uint8_t hb[proto::kHeaderBytes];
+      if (!proto::ReadFull(fd, hb, sizeof(hb))) return false;
+      auto d = proto::DecodeHeader(hb, false);
+      if (!d.ok()) return false;
+      *h = *d;
+      p->assign(h->length, '\0');
+      return proto::ReadFull(fd, p->data(), p->size());
+    };
+    auto reply = [](int fd, proto::Op op, uint64_t id, uint32_t status, const std::string& body) {
+      uint8_t hb[proto::kHeaderBytes];
+      proto::EncodeHeader({op, id, static_cast<uint32_t>(body.size()), status}, hb);
+      return SendAll(fd, std::string(reinterpret_cast<char*>(hb), sizeof(hb)) + body);
+    };
+    // Answers HELLO and MOUNT; the first CREATE gets the idle notice (and
+    // the connection is closed), the second a reply.
+    for (int round = 0; round < 2; round++) {
+      int fd = ::accept(lfd, nullptr, nullptr);
+      if (fd < 0) return;
+      proto::FrameHeader h;
+      std::string p;
+      bool open = true;
+      while (open && read_request(fd, &h, &p)) {
+        proto::Reply r;
+        if (h.op == proto::Op::kHello) {
+          r.hello.node_name = "fake";
+          r.hello.payload_max = proto::kPayloadMax;
+          r.hello.inflight_max = 16;
+          r.hello.resumed = round > 0;
+        } else if (h.op == proto::Op::kMount) {
+          r.volume.volume = 1;
+          r.volume.record_bytes = 128 << 10;
+          r.volume.root.ino = 1;
+          r.volume.root.gen = 1;
+          r.volume.root.type = fs::FileType::kDirectory;
+          r.volume.root.mode = 0755;
+          r.volume.root.nlink = 2;
+        } else if (h.op == proto::Op::kCreate && creates_seen++ == 0) {
+          reply(fd, proto::Op::kGoodbye, 0, ETIMEDOUT, proto::EncodeError("idle"));  // not executed
+          break;
+        } else if (h.op == proto::Op::kCreate) {
+          r.attr.ino = 42;
+          r.attr.gen = 7;
+          r.attr.type = fs::FileType::kRegular;
+          r.attr.mode = 0644;
+          r.attr.nlink = 1;
+        } else if (h.op != proto::Op::kGoodbye) {
+          break;
+        }
+        open = reply(fd, h.op, h.id, 0, proto::EncodeReply(h.op, r));
+      }
+      ::close(fd);
+    }
+  });
+  nasgw_client_options co{};
+  co.socket_path = path.c_str();
+  co.connections = 1;
+  co.reconnect_timeout_ms = 10'000;
+  nasgw_client* c = nullptr;
+  ASSERT_EQ(nasgw_client_open(&co, &c), 0) << nasgw_client_last_message();
+  nasgw_handle dir_handle{};
+  dir_handle.volume = 1;
+  dir_handle.ino = 1;
+  dir_handle.scope = 1;
+  nasgw_attr out{};
+  EXPECT_EQ(nasgw_create(c, &kRoot, &dir_handle, "new", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &out), 0)
+      << nasgw_client_last_message();
+  EXPECT_EQ(out.handle.ino, 42u);
+  EXPECT_EQ(creates_seen.load(), 2);
+  nasgw_client_close(c);
+  ::shutdown(lfd, SHUT_RDWR);
+  fake.join();
+  ::close(lfd);
+  std::filesystem::remove_all(dir);
+}
+
+// Past head.max_inflight requests of one connection nasgwd stops reading
+// it: a head that sends without reading the replies has exactly
+// max_inflight requests in nasgwd (the workers' and the queued), not the
+// worker queue's worth; its connection is not idle meanwhile; and every
+// request is answered once it reads.
+TEST_F(HeadTest, InflightCapStopsReadingTheConnection) {
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  StartServerWith([](HeadServerOptions& o) {
+    o.idle_timeout_ms = 300;
+    o.send_timeout_ms = 60'000;
+  });
+  Greeted g = RawHello(socket_);
+  ASSERT_EQ(g.status, 0u);
+  // STATFS: small replies, executed by the workers. Enough of them that the
+  // replies fill both socket buffers.
+  proto::Request st;
+  st.op = proto::Op::kStatfs;
+  st.h.volume = root_.handle.volume;
+  constexpr int kRequests = 40'000;
+  std::string out;
+  for (int i = 1; i <= kRequests; i++) out += Frame(proto::Op::kStatfs, static_cast<uint64_t>(i), st);
+  std::thread flood([&] { SendAll(g.fd, out); });
+  // 4 workers hold a request each (one writing, three waiting to write);
+  // the other 12 of the 16 wait in the queue, and nothing more is read.
+  ASSERT_TRUE(WaitFor([&] { return server_->queued() == 12; })) << server_->queued();
+  const uint64_t answered = server_->requests();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // twice the idle timeout
+  EXPECT_EQ(server_->queued(), 12u);
+  EXPECT_EQ(server_->requests(), answered);
+  // The connection was not closed as idle meanwhile (it has requests in
+  // flight): every reply arrives.
+  int ok = 0;
+  for (int i = 0; i < kRequests; i++) {
+    proto::FrameHeader h;
+    std::string p;
+    ASSERT_TRUE(ReadReply(g.fd, &h, &p)) << "reply " << i;
+    ASSERT_EQ(h.op, proto::Op::kStatfs) << "reply " << i;
+    if (h.status == 0) ok++;
+  }
+  EXPECT_EQ(ok, kRequests);
+  flood.join();
+  ::close(g.fd);
+}
+
+// A flood of malformed frames (10,000, over as many connections, from
+// several threads) is counted frame for frame, and logged in a bounded
+// number of lines whose counts add up to the frames.
+TEST_F(HeadTest, MalformedFrameFloodIsCountedAndLoggedBounded) {
+  const uint64_t before = server_->protocol_errors();
+  LogCapture log;
+  constexpr int kThreads = 8, kEach = 1250;
+  std::atomic<int> sent{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([&] {
+      std::string junk(proto::kHeaderBytes, 'J');  // a bad magic
+      for (int i = 0; i < kEach; i++) {
+        int fd = RawConnect(socket_);
+        if (fd < 0) continue;
+        if (SendAll(fd, junk)) sent++;
+        char sink[64];
+        while (::read(fd, sink, sizeof(sink)) > 0) {
+        }
+        ::close(fd);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(sent.load(), kThreads * kEach);
+  EXPECT_EQ(server_->protocol_errors() - before, static_cast<uint64_t>(kThreads * kEach));
+  // The lines held back come out at the latest when the server stops.
+  server_->Shutdown(std::chrono::milliseconds(1000));
+  const auto lines = log.With("closing connection: protocol error");
+  EXPECT_LE(lines.size(), static_cast<size_t>(3 + seconds / 10)) << "one per uid per 10 s, and the last at stop";
+  uint64_t counted = 0;
+  for (const auto& l : lines) {
+    EXPECT_NE(l.find(" uid=0 "), std::string::npos) << l;
+    counted += Field(l, "count");
+  }
+  EXPECT_EQ(counted, static_cast<uint64_t>(kThreads * kEach));
+  server_.reset();
+  StartServer();
 }
 
 constexpr uint64_t kToEnd = 0;  // a lock length: to the end of the file

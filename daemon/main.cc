@@ -106,7 +106,9 @@ int Run(const Config& cfg) {
   ho.socket_gid = gid;
   ho.workers = cfg.head_workers;
   ho.max_connections = cfg.head_max_connections;
+  ho.max_connections_per_uid = cfg.head_max_connections_per_uid;
   ho.max_inflight = cfg.head_max_inflight;
+  ho.idle_timeout_ms = cfg.head_idle_timeout_ms;
   ho.node_name = cfg.node_name;
   auto head = HeadServer::Start(&service, ho, &head_metrics);
   if (!head.ok()) {

@@ -70,8 +70,14 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
       s.Gauge("nasgw_head_connections", "Open head-protocol connections.", {}, head->connections());
       s.Gauge("nasgw_head_queue_depth", "Head requests waiting for a worker.", {}, head->queued());
       s.Counter("nasgw_head_requests_total", "Head requests completed.", {}, head->requests());
-      s.Counter("nasgw_head_protocol_errors_total", "Head connections closed for a malformed frame.", {},
+      s.Counter("nasgw_head_protocol_errors_total", "Malformed head frames (each closed its connection).", {},
                 head->protocol_errors());
+      s.Counter("nasgw_head_connections_refused_total", "Head connections refused at a limit.",
+                {{"limit", "max_connections"}}, head->refused_connections());
+      s.Counter("nasgw_head_connections_refused_total", "Head connections refused at a limit.",
+                {{"limit", "max_connections_per_uid"}}, head->refused_connections_uid());
+      s.Counter("nasgw_head_idle_closed_total", "Head connections closed for idleness (head.idle_timeout_ms).", {},
+                head->idle_closed());
     }
     if (service != nullptr) {
       s.Gauge("nasgw_head_locks", "Byte-range lock ranges held by the heads' sessions.", {},

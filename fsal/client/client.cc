@@ -137,6 +137,9 @@ class Conn {
   bool Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload);
   bool ReadReplies();
   void Fail();
+  // Notes why this connection could not be made (errno, message), for the
+  // client's errors; 0 clears it.
+  void NoteConnectError(int err, std::string why);
   void Forget(int fd);  // closes a socket whose handshake failed
 
   Client* client_;
@@ -150,6 +153,10 @@ class Conn {
   bool kicked_ = false;                  // GUARDED_BY(mu_): the client is closing
   std::map<uint64_t, CallPtr> pending_;  // GUARDED_BY(mu_)
   std::mutex wmu_;                       // one frame at a time on the socket
+  // nasgwd closed the connection for idleness (its notice, a reply with id
+  // 0): nothing sent after the replies before it was executed, so Fail()
+  // sends every pending call again, as if it had never been sent.
+  bool idle_closed_ = false;  // the reader's own
 };
 
 class Client {
@@ -165,10 +172,16 @@ class Client {
   std::deque<CallPtr> waiting;  // GUARDED_BY(mu): no connection up
   std::deque<CallPtr> outbox;   // GUARDED_BY(mu): for the sender thread
   std::thread sender;
-  bool closing = false;   // GUARDED_BY(mu)
-  uint32_t up = 0;        // GUARDED_BY(mu)
-  std::string node_name;  // GUARDED_BY(mu)
+  bool closing = false;         // GUARDED_BY(mu)
+  uint32_t up = 0;              // GUARDED_BY(mu)
+  std::string node_name;        // GUARDED_BY(mu)
   proto::SessionId instance{};  // GUARDED_BY(mu): the last HELLO's server instance
+  // Why the latest attempt to connect failed (0 and "" after a success): an
+  // errno (EACCES: the socket's permissions; EMFILE, ENFILE: nasgwd refused
+  // the HELLO at a connection limit; ENOTCONN otherwise) and a message
+  // naming the socket.
+  int connect_err = 0;      // GUARDED_BY(mu)
+  std::string connect_why;  // GUARDED_BY(mu)
 
   std::atomic<uint64_t> next_open_id{1};
   bool reopen_pending = false;  // GUARDED_BY(open_mu): opens still to be sent to a nasgwd that lost them
@@ -258,7 +271,12 @@ class Client {
         }
       }
     }
-    for (auto& c : dead) c->Complete(ENOTCONN, "nasgwd unreachable at " + socket_path);
+    std::string why = "nasgwd unreachable at " + socket_path;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!connect_why.empty()) why += ": " + connect_why;
+    }
+    for (auto& c : dead) c->Complete(ENOTCONN, why);
   }
 
   int Sync(const CallPtr& call) {
@@ -368,6 +386,18 @@ bool Conn::Connect() {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int e = errno;
+    const std::string& path = client_->socket_path;
+    if (e == EACCES || e == EPERM) {
+      NoteConnectError(EACCES, "permission denied: cannot connect to nasgwd's head socket " + path +
+                                   " (head.socket_mode and head.socket_group decide who may)");
+    } else if (e == ENOENT) {
+      NoteConnectError(ENOTCONN, "no socket at " + path + " (is nasgwd running?)");
+    } else if (e == ECONNREFUSED) {
+      NoteConnectError(ENOTCONN, "nothing listens on " + path + " (is nasgwd running?)");
+    } else {
+      NoteConnectError(ENOTCONN, "cannot connect to " + path + ": " + std::strerror(e));
+    }
     Forget(fd);
     return false;
   }
@@ -398,9 +428,16 @@ bool Conn::Connect() {
   proto::Reply reply;
   int err = 0;
   if (!exchange(Op::kHello, proto::EncodeRequest(hello), 0, &reply, &err) || err != 0) {
+    if (err != 0) {
+      // Refused (a connection limit: EMFILE, ENFILE): nasgwd says why.
+      NoteConnectError(err, "nasgwd refused the connection: " + proto::DecodeError(error_payload));
+    } else {
+      NoteConnectError(ENOTCONN, "nasgwd at " + client_->socket_path + " closed the connection during the handshake");
+    }
     Forget(fd);
     return false;
   }
+  NoteConnectError(0, {});
   {
     std::lock_guard<std::mutex> l(client_->mu);
     client_->node_name = reply.hello.node_name;
@@ -513,6 +550,20 @@ bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& err
   return true;
 }
 
+void Conn::NoteConnectError(int err, std::string why) {
+  bool log = false;
+  {
+    std::lock_guard<std::mutex> l(client_->mu);
+    // A refusal is logged once until it changes or a connection succeeds,
+    // not at every reconnection attempt.
+    log = why != client_->connect_why && (err == EMFILE || err == ENFILE || err == EACCES);
+    client_->connect_err = err;
+    client_->connect_why = why;
+    client_->cv.notify_all();  // nasgw_client_open gives up at once on EACCES
+  }
+  if (log) NASGW_LOG(kWarn, "client") << "cannot connect" << Kv("errno", err) << Kv("why", why);
+}
+
 void Conn::Forget(int fd) {
   std::lock_guard<std::mutex> l(mu_);
   connecting_fd_ = -1;
@@ -538,6 +589,15 @@ bool Conn::ReadReplies() {
     if (!ReadFull(fd_, hb, sizeof(hb))) return false;
     auto h = proto::DecodeHeader(hb, true);
     if (!h.ok()) return false;
+    if (h->id == 0 && h->op == Op::kGoodbye && h->status != 0) {
+      // nasgwd's notice that it closes this connection for idleness.
+      std::string p(h->length, '\0');
+      if (ReadFull(fd_, p.data(), p.size())) {
+        NASGW_LOG(kDebug, "client") << "nasgwd closed an idle connection" << Kv("why", proto::DecodeError(p));
+      }
+      idle_closed_ = true;
+      return false;
+    }
     CallPtr call;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -616,7 +676,15 @@ void Conn::Fail() {
     std::lock_guard<std::mutex> l(client_->mu);
     client_->up--;
   }
-  for (auto& [id, call] : pending) Lost(client_, call);
+  const bool unexecuted = idle_closed_;
+  idle_closed_ = false;
+  for (auto& [id, call] : pending) {
+    if (unexecuted) {
+      client_->Submit(call);  // never executed: sent again whatever the op, and not counted as a resend
+    } else {
+      Lost(client_, call);
+    }
+  }
 }
 
 void Conn::Loop() {
@@ -842,17 +910,22 @@ int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out) {
   cl->sender = std::thread([raw] { raw->SenderLoop(); });
   {
     std::unique_lock<std::mutex> l(cl->mu);
-    const bool ok =
-        cl->cv.wait_for(l, std::chrono::milliseconds(cl->opt.connect_timeout_ms), [&] { return cl->up > 0; });
+    // Waiting does not help a socket we may not open (EACCES is not
+    // retried); anything else (no nasgwd yet, a limit) may pass.
+    const bool ok = cl->cv.wait_for(l, std::chrono::milliseconds(cl->opt.connect_timeout_ms), [&] {
+      return cl->up > 0 || cl->connect_err == EACCES;
+    }) && cl->up > 0;
     if (!ok) {
+      const int err = cl->connect_err != 0 ? cl->connect_err : ENOTCONN;
+      const std::string why = !cl->connect_why.empty() ? cl->connect_why : "cannot reach nasgwd at " + cl->socket_path;
       cl->closing = true;
       cl->cv.notify_all();
       l.unlock();
       for (auto& c : cl->conns) c->Kick();
       for (auto& c : cl->conns) c->Join();
       cl->sender.join();
-      nasgw::client::t_message = "cannot reach nasgwd at " + cl->socket_path;
-      return -ENOTCONN;
+      nasgw::client::t_message = why;
+      return -err;
     }
   }
   *out = new nasgw_client{std::move(cl)};

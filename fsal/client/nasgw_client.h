@@ -142,6 +142,10 @@ typedef struct nasgw_client_options {
   uint32_t connect_timeout_ms;   /* first connection; 0: 5000 */
 } nasgw_client_options;
 
+/* Fails when no connection is up within connect_timeout_ms, with why the
+ * last attempt failed (nasgw_client_last_message names the socket):
+ * -EACCES at once when its permissions refuse us, -EMFILE or -ENFILE when
+ * nasgwd refused the HELLO at a connection limit, -ENOTCONN otherwise. */
 int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out);
 /* Ends the session (GOODBYE: nasgwd releases its opens and locks at once;
  * if nasgwd cannot be reached within 2 s, they go when the session's grace
