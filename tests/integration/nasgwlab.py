@@ -132,6 +132,10 @@ class Node:
             "luns = [%s]" % ", ".join(toml_str(u) for u in urls),
             "initiator = %s" % toml_str("iqn.2026-11.org.nasgw:%s-%d-%d" % (self.s["tag"], os.getpid(),
                                                                            self.s["generation"])),
+            # Short leases, so that a check after a crash (nasgw-fsck watches a
+            # silent holder for two renewals) and a takeover stay quick.
+            "renew_interval_ms = %d" % self.s.get("renew_ms", 250),
+            "lease_ms = %d" % self.s.get("lease_ms", 1500),
             "[head]",
             "workers = 8",
             "[shutdown]",
@@ -159,8 +163,11 @@ class Node:
         self.s["extra_config"] = extra_config
         self.write_config(extra_config)
         log = open(self.log_path, "a")
-        prefix = ["ip", "netns", "exec", self.s["netns"]] if self.s.get("netns") else []
-        # (ip netns exec execs nasgwd: the pid is nasgwd's)
+        # nsenter joins only the network namespace: `ip netns exec` would also
+        # give nasgwd a mount namespace holding a copy of every FUSE mount
+        # there is, and a copy keeps its nasgw-fuse alive after the unmount.
+        # (nsenter execs nasgwd: the pid is nasgwd's)
+        prefix = (["nsenter", "--net=/run/netns/" + self.s["netns"]] if self.s.get("netns") else [])
         p = subprocess.Popen(prefix + [self.s["bins"]["nasgwd"], "--config", self.config_path], stdout=log,
                              stderr=log, start_new_session=True)
         self.s["daemon_pid"] = p.pid
