@@ -13,6 +13,13 @@ operations, libnfs-utils (nfs-cp, nfs-ls, nfs-cat) for v3 data. Checks:
   exports     a client outside an export's range is refused, a read-only
               export refuses writes, root squash maps root to 65534, a
               removed export goes away; all without restarting ganesha
+  handles     crafted handles sent raw (nasgw-nfs-fh, v3 and v4): generation
+              0, a random generation, a flipped byte in each field, another
+              volume's handle through this volume's export, a handle from
+              outside a sub-path export, a directory renamed out of one: all
+              refused (BADHANDLE or STALE); real handles work after a nasgwd
+              restart; SETATTR of size 2^64-1 is FBIG, a READ past the largest
+              file is OK, EOF, 0 bytes
 
   nfs_lab.py --build BUILD_DIR [--only NAME ...]
 """
@@ -416,8 +423,160 @@ def test_exports(ctx):
           "exports kept in the reserve across a nasgwd restart (%s)" % [e.get("pseudo") for e in after])
 
 
+NFS_OK, STALE, FBIG, INVAL, BADHANDLE = 0, 70, 27, 22, 10001
+
+
+def fh_tool(client, tool, url, *args):
+    """nasgw-nfs-fh in a client namespace: its one line, split."""
+    p = client.run([tool, "--url", url] + [str(a) for a in args], check=False, timeout=90)
+    line = (p.stdout.strip().splitlines() or ["error: no output " + p.stderr[-300:]])[-1]
+    return line.split()
+
+
+def fh_get(client, tool, path, version):
+    r = fh_tool(client, tool, client.url(path, version), "get")
+    if r[0] != "fh":
+        raise RuntimeError("no handle for %s (v%s): %s" % (path, version, " ".join(r)))
+    return bytes.fromhex(r[1])
+
+
+def fh_status(client, tool, export, version, fh, op="getattr", *args):
+    r = fh_tool(client, tool, client.url(export, version), op, fh.hex(), *args)
+    if r[0] != "status":
+        return " ".join(r)
+    return int(r[1]) if op != "read" else (int(r[1]), int(r[3]), int(r[5]))
+
+
+# Ganesha's handle: u8 0x43, u8 flags, u16 export id (host order), u8 length,
+# then FSAL_NASGW's 41 bytes: u8 version 2, u32 volume, u64 inode, u64
+# generation, u32 snapshot, [16] MAC (docs/nfs.md).
+FSAL_AT = 5
+FIELDS = {"version": (0, 1), "volume": (1, 4), "inode": (5, 8), "generation": (13, 8), "snapshot": (21, 4),
+          "mac": (25, 16)}
+
+
+def fh_with(fh, field=None, value=None, flip=None, export_id=None):
+    b = bytearray(fh)
+    if export_id is not None:
+        b[2:4] = export_id.to_bytes(2, "little")
+    if field is not None:
+        at, n = FIELDS[field]
+        at += FSAL_AT
+        if value is not None:
+            b[at:at + n] = value.to_bytes(n, "little")
+        if flip is not None:
+            b[at + flip] ^= 0x01
+    return bytes(b)
+
+
+HANDLES_SETUP = """
+c = connect('/vol1', '3')
+for d in ('hsub', 'hsub/in', 'hout'):
+    c.mkdir(d, exist_ok=True)
+for f in ('hsub/in/f', 'hout/secret', 'plain'):
+    w = c.open(f, 'wb')
+    w.write(b'handle')
+    w.close()
+out(1)
+"""
+HANDLES_VOL2 = """
+c = connect('/vol2', '3')
+w = c.open('other', 'wb')
+w.write(b'vol2')
+w.close()
+out(1)
+"""
+RENAME = """
+c = connect('/vol1', '3')
+c.rename('%s', '%s')
+out(1)
+"""
+
+
+def test_handles(ctx):
+    lab, node, tool = ctx["lab"], ctx["node"], ctx["fh_tool"]
+    c1 = lab.client(1)
+    # The setup: vol2 with its own export; a sub-path export of vol1; files
+    # in and out of it.
+    node.cli("volume", "create", "vol2")
+    py(c1, lab, HANDLES_SETUP)
+    node.cli("export", "add", "vol1/hsub", "--pseudo", "/hsub", "--no-root-squash")
+    node.cli("export", "add", "vol2", "--pseudo", "/vol2", "--no-root-squash")
+    check(until(lambda: export_visible(c1, "hsub") and export_visible(c1, "vol2")), "handles: exports served")
+    py(c1, lab, HANDLES_VOL2)
+    listed = node.cli("export", "list", json_out=True)
+    listed = listed if isinstance(listed, list) else listed.get("exports", [])
+    ids = {e["pseudo"]: e["id"] for e in listed}
+    for version in ("3", "4"):
+        v = "v" + version
+        good = fh_get(c1, tool, "vol1/plain", version)
+        check(len(good) == FSAL_AT + 41 + (2 if version == "3" else 0) and good[FSAL_AT] == 2,
+              "%s: a version 2 handle of 41 bytes in Ganesha's (%d bytes)" % (v, len(good)))
+        check(fh_status(c1, tool, "vol1", version, good) == NFS_OK, "%s: the real handle works" % v)
+        refused = (BADHANDLE, STALE)
+        cases = [("generation 0", fh_with(good, "generation", 0)),
+                 ("a random generation", fh_with(good, "generation", random.getrandbits(64) | 1)),
+                 ("snapshot 1", fh_with(good, "snapshot", 1))]
+        for field, (at, n) in FIELDS.items():
+            cases.append(("a flipped byte in the %s" % field, fh_with(good, field, flip=n - 1)))
+            cases.append(("the first byte of the %s flipped" % field, fh_with(good, field, flip=0)))
+        for what, fh in cases:
+            st = fh_status(c1, tool, "vol1", version, fh)
+            check(st in refused, "%s: %s refused (%s)" % (v, what, st))
+            rd = fh_status(c1, tool, "vol1", version, fh, "read", 0, 16)
+            check(isinstance(rd, tuple) and rd[0] in refused, "%s: READ with %s refused (%s)" % (v, what, rd))
+        # vol2's file through vol1's export (its export id swapped in)
+        other = fh_get(c1, tool, "vol2/other", version)
+        check(fh_status(c1, tool, "vol2", version, other) == NFS_OK, "%s: vol2's handle through /vol2" % v)
+        st = fh_status(c1, tool, "vol1", version, fh_with(other, export_id=ids["/vol1"]))
+        check(st in refused, "%s: vol2's handle through vol1's export refused (%s)" % (v, st))
+        # a file outside the sub-path export, through it
+        secret = fh_get(c1, tool, "vol1/hout/secret", version)
+        st = fh_status(c1, tool, "hsub", version, fh_with(secret, export_id=ids["/hsub"]))
+        check(st in refused, "%s: a handle from outside /hsub refused through it (%s)" % (v, st))
+        rd = fh_status(c1, tool, "hsub", version, fh_with(secret, export_id=ids["/hsub"]), "read", 0, 16)
+        check(isinstance(rd, tuple) and rd[0] in refused, "%s: ... and READ with it (%s)" % (v, rd))
+        # inside it: works; its directory renamed out: refused
+        inside = fh_get(c1, tool, "hsub/in", version)
+        check(fh_status(c1, tool, "hsub", version, inside) == NFS_OK, "%s: /hsub's own directory handle" % v)
+        py(c1, lab, RENAME % ("hsub/in", "hout/in"))
+        # Ganesha's cache answers for an object it holds until its attributes
+        # expire (Attr_Expiration_Time); a restart empties it, so the handle
+        # reaches nasgwd, whose scope check is what is tested here.
+        ctx["server"].stop()
+        ctx["server"].start()
+        st = fh_status(c1, tool, "hsub", version, inside)
+        check(st == STALE, "%s: a directory renamed out of /hsub is STALE through it (%s)" % (v, st))
+        py(c1, lab, RENAME % ("hout/in", "hsub/in"))
+        check(fh_status(c1, tool, "hsub", version, inside) == NFS_OK, "%s: renamed back: valid again" % v)
+    # Real handles survive a nasgwd restart (the MAC key is in the reserve).
+    kept = {vv: fh_get(c1, tool, "vol1/plain", vv) for vv in ("3", "4")}
+    node.stop()
+    node.start()
+    for vv, fh in kept.items():
+        check(until(lambda: fh_status(c1, tool, "vol1", vv, fh) == NFS_OK, timeout=60),
+              "v%s: the real handle works after a nasgwd restart" % vv)
+        rd = fh_status(c1, tool, "vol1", vv, fh, "read", 0, 16)
+        check(rd == (NFS_OK, 1, 6), "v%s: and reads the file (%s)" % (vv, rd))
+        check(fh_status(c1, tool, "vol1", vv, fh_with(fh, "generation", 0)) in (BADHANDLE, STALE),
+              "v%s: generation 0 still refused after the restart" % vv)
+    # The two NFSv4 answers: FBIG for a size past the largest file, EOF for
+    # a READ past it.
+    fh = kept["4"]
+    st = fh_status(c1, tool, "vol1", "4", fh, "setsize", (1 << 64) - 1)
+    check(st == FBIG, "v4: SETATTR size 2^64-1 is NFS4ERR_FBIG (%s)" % st)
+    st = fh_status(c1, tool, "vol1", "4", fh, "setsize", 1 << 63)
+    check(st == FBIG, "v4: SETATTR size 2^63 is NFS4ERR_FBIG (%s)" % st)
+    for off in (1 << 63, (1 << 64) - 100, 1 << 40):
+        rd = fh_status(c1, tool, "vol1", "4", fh, "read", off, 4096)
+        check(rd == (NFS_OK, 1, 0), "v4: READ at %d is OK, EOF, 0 bytes (%s)" % (off, rd))
+    rd = fh_status(c1, tool, "vol1", "3", kept["3"], "read", 1 << 63, 4096)
+    check(rd == (NFS_OK, 1, 0), "v3: READ at 2^63 is OK, EOF, 0 bytes (%s)" % (rd,))
+    check(fh_status(c1, tool, "vol1", "4", fh, "read", 0, 16) == (NFS_OK, 1, 6), "v4: the file is intact")
+
+
 TESTS = [("namespace", test_namespace), ("data", test_data), ("exports", test_exports),
-         ("restart", test_restart)]
+         ("restart", test_restart), ("handles", test_handles)]
 
 
 def main():
@@ -446,7 +605,7 @@ def main():
         cfg = nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=node.head_socket,
                                    exports_file=exports_file)
         server = lab.start_server(cfg)
-        ctx = {"lab": lab, "node": node, "server": server}
+        ctx = {"lab": lab, "node": node, "server": server, "fh_tool": b + "/tests/tools/nasgw-nfs-fh"}
         for name, fn in TESTS:
             if a.only and name not in a.only:
                 continue

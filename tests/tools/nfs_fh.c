@@ -1,0 +1,341 @@
+/* nasgw-nfs-fh: sends NFS requests with a file handle given on the command
+ * line (libnfs's raw RPC API), so a test can present crafted handles to a
+ * server the way a malicious NFS client would, and see what it answers.
+ *
+ *   nasgw-nfs-fh --url nfs://SERVER/EXPORT[/FILE]?version=3|4 CMD [ARGS]
+ *
+ * (the URL names a file for get, the export for the other commands)
+ *
+ *   get                      the handle of FILE (LOOKUPs from the export's
+ *                            root): prints "fh HEX"
+ *   getattr HEX              GETATTR: prints "status N"
+ *   read HEX OFFSET COUNT    READ (v4: the anonymous stateid): prints
+ *                            "status N eof E count C"
+ *   setsize HEX SIZE         SETATTR of the size (v3 SETATTR3, v4 SETATTR
+ *                            with the anonymous stateid): prints "status N"
+ *
+ * N is the protocol's status number (nfsstat3 / nfsstat4: 0 OK, 70 STALE,
+ * 10001 BADHANDLE, 27 FBIG, 22 INVAL). The export is mounted first (MOUNT
+ * for v3, SETCLIENTID for v4.0), so the requests go out on an established
+ * connection. Exit code 0 when the server answered (whatever the status), 2
+ * and "error: ..." otherwise.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nfsc/libnfs.h>
+#include <nfsc/libnfs-raw.h>
+#include <nfsc/libnfs-raw-nfs.h>
+#include <nfsc/libnfs-raw-nfs4.h>
+
+/* nfs_get_fh() returns this; libnfs declares it only in its private header. */
+struct nfs_fh {
+	int len;
+	char *val;
+};
+
+struct call {
+	bool done, ok;
+	int status;
+	int eof;
+	uint32_t count;
+	char err[256];
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int fail(const char *fmt, const char *a, const char *b)
+{
+	printf("error: ");
+	printf(fmt, a, b);
+	printf("\n");
+	return 2;
+}
+
+static bool wait_call(struct rpc_context *rpc, struct call *c)
+{
+	int64_t deadline = now_ms() + 30000;
+
+	while (!c->done) {
+		if (now_ms() > deadline) {
+			snprintf(c->err, sizeof(c->err), "no answer in 30 s");
+			return false;
+		}
+		struct pollfd p = {.fd = rpc_get_fd(rpc), .events = (short)rpc_which_events(rpc)};
+		int n = poll(&p, 1, 100);
+		if (n < 0 && errno != EINTR)
+			return false;
+		if (rpc_service(rpc, n > 0 ? p.revents : 0) < 0) {
+			snprintf(c->err, sizeof(c->err), "connection: %s", rpc_get_error(rpc));
+			return false;
+		}
+	}
+	return c->ok;
+}
+
+static bool transport_ok(struct call *c, int status, void *data)
+{
+	c->done = true;
+	if (status == RPC_STATUS_SUCCESS) {
+		c->ok = true;
+		return true;
+	}
+	snprintf(c->err, sizeof(c->err), "RPC failed: %s",
+		 status == RPC_STATUS_ERROR && data ? (const char *)data : "?");
+	return false;
+}
+
+static void v3_getattr_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (transport_ok(c, status, data))
+		c->status = ((GETATTR3res *)data)->status;
+}
+
+static void v3_read_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (!transport_ok(c, status, data))
+		return;
+	READ3res *r = data;
+	c->status = r->status;
+	if (r->status == NFS3_OK) {
+		c->eof = r->READ3res_u.resok.eof;
+		c->count = r->READ3res_u.resok.count;
+	}
+}
+
+static void v3_setattr_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (transport_ok(c, status, data))
+		c->status = ((SETATTR3res *)data)->status;
+}
+
+static char got_fh[NFS4_FHSIZE];
+static int got_fh_len = -1;
+
+static void v4_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (!transport_ok(c, status, data))
+		return;
+	COMPOUND4res *r = data;
+	c->status = r->status;
+	for (u_int i = 0; i < r->resarray.resarray_len; i++) {
+		nfs_resop4 *op = &r->resarray.resarray_val[i];
+		if (op->resop == OP_GETFH && op->nfs_resop4_u.opgetfh.status == NFS4_OK) {
+			nfs_fh4 *f = &op->nfs_resop4_u.opgetfh.GETFH4res_u.resok4.object;
+			got_fh_len = (int)f->nfs_fh4_len;
+			memcpy(got_fh, f->nfs_fh4_val, f->nfs_fh4_len);
+		}
+		if (op->resop == OP_READ && op->nfs_resop4_u.opread.status == NFS4_OK) {
+			c->eof = op->nfs_resop4_u.opread.READ4res_u.resok4.eof;
+			c->count = op->nfs_resop4_u.opread.READ4res_u.resok4.data.data_len;
+		}
+	}
+}
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+static bool parse_hex(const char *s, struct nfs_fh *fh)
+{
+	size_t n = strlen(s);
+	if (n % 2 != 0 || n / 2 > 128)
+		return false;
+	fh->len = (int)(n / 2);
+	fh->val = malloc(n / 2 + 1);
+	for (size_t i = 0; i < n / 2; i++) {
+		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return false;
+		fh->val[i] = (char)(hi << 4 | lo);
+	}
+	return true;
+}
+
+static bool compound(struct rpc_context *rpc, nfs_argop4 *ops, u_int n, struct call *c)
+{
+	COMPOUND4args args;
+	memset(&args, 0, sizeof(args));
+	args.argarray.argarray_len = n;
+	args.argarray.argarray_val = ops;
+	return rpc_nfs4_compound_async(rpc, v4_cb, &args, c) == 0 && wait_call(rpc, c);
+}
+
+static void putfh(nfs_argop4 *op, struct nfs_fh *fh)
+{
+	op->argop = OP_PUTFH;
+	op->nfs_argop4_u.opputfh.object.nfs_fh4_len = (u_int)fh->len;
+	op->nfs_argop4_u.opputfh.object.nfs_fh4_val = fh->val;
+}
+
+int main(int argc, char **argv)
+{
+	const char *url = NULL;
+	int i = 1;
+
+	if (argc > 2 && strcmp(argv[1], "--url") == 0) {
+		url = argv[2];
+		i = 3;
+	}
+	if (url == NULL || i >= argc) {
+		fprintf(stderr, "usage: nasgw-nfs-fh --url nfs://SERVER/EXPORT[/FILE]?version=3|4 "
+				"get | getattr HEX | read HEX OFF COUNT | setsize HEX SIZE\n");
+		return 2;
+	}
+	const char *cmd = argv[i++];
+	struct nfs_context *nfs = nfs_init_context();
+	/* get: the URL names a file; the others: the export. */
+	struct nfs_url *u = strcmp(cmd, "get") == 0 ? nfs_parse_url_full(nfs, url) : nfs_parse_url_dir(nfs, url);
+	if (u == NULL)
+		return fail("URL %s: %s", url, nfs_get_error(nfs));
+	int version = strstr(url, "version=4") ? 4 : 3;
+	if (version == 4) {
+		char id[64];
+		snprintf(id, sizeof(id), "nasgw-nfs-fh pid:%d t:%" PRId64, (int)getpid(), now_ms());
+		nfs4_set_client_name(nfs, id);
+	}
+	nfs_set_timeout(nfs, 30000);
+	if (nfs_mount(nfs, u->server, u->path) != 0)
+		return fail("mount %s: %s", u->path, nfs_get_error(nfs));
+	struct rpc_context *rpc = nfs_get_rpc_context(nfs);
+	struct call c = {0};
+	struct nfs_fh fh = {0};
+
+	if (strcmp(cmd, "get") == 0 && version == 4) {
+		/* PUTROOTFH, LOOKUP each component, GETFH: works for directories
+		 * too (an OPEN would not). */
+		char path[1024];
+		nfs_argop4 ops[34];
+		u_int n = 0;
+		memset(ops, 0, sizeof(ops));
+		snprintf(path, sizeof(path), "%s/%s", u->path, u->file ? u->file : "");
+		ops[n++].argop = OP_PUTROOTFH;
+		for (char *tok = strtok(path, "/"); tok != NULL && n < 33; tok = strtok(NULL, "/")) {
+			ops[n].argop = OP_LOOKUP;
+			ops[n].nfs_argop4_u.oplookup.objname.utf8string_len = (u_int)strlen(tok);
+			ops[n].nfs_argop4_u.oplookup.objname.utf8string_val = tok;
+			n++;
+		}
+		ops[n++].argop = OP_GETFH;
+		if (!compound(rpc, ops, n, &c) || c.status != NFS4_OK || got_fh_len < 0) {
+			char st[32];
+			snprintf(st, sizeof(st), "%d", c.status);
+			return fail("GETFH: status %s %s", st, c.err);
+		}
+		printf("fh ");
+		for (int k = 0; k < got_fh_len; k++)
+			printf("%02x", (unsigned char)got_fh[k]);
+		printf("\n");
+		return 0;
+	}
+	if (strcmp(cmd, "get") == 0) {
+		struct nfsfh *f = NULL;
+		if (nfs_open(nfs, u->file ? u->file : "/", O_RDONLY, &f) != 0)
+			return fail("open %s: %s", u->file ? u->file : "/", nfs_get_error(nfs));
+		const struct nfs_fh *w = nfs_get_fh(f);
+		printf("fh ");
+		for (int k = 0; k < w->len; k++)
+			printf("%02x", (unsigned char)w->val[k]);
+		printf("\n");
+		return 0;
+	}
+	if (i >= argc || !parse_hex(argv[i++], &fh))
+		return fail("%s: a hex handle is needed%s", cmd, "");
+	if (strcmp(cmd, "getattr") == 0) {
+		if (version == 3) {
+			GETATTR3args a = {.object = {.data = {.data_len = (u_int)fh.len, .data_val = fh.val}}};
+			if (rpc_nfs3_getattr_async(rpc, v3_getattr_cb, &a, &c) != 0 || !wait_call(rpc, &c))
+				return fail("GETATTR: %s%s", c.err, "");
+		} else {
+			nfs_argop4 ops[2];
+			uint32_t mask[2] = {1u << FATTR4_TYPE, 0};
+			memset(ops, 0, sizeof(ops));
+			putfh(&ops[0], &fh);
+			ops[1].argop = OP_GETATTR;
+			ops[1].nfs_argop4_u.opgetattr.attr_request.bitmap4_len = 2;
+			ops[1].nfs_argop4_u.opgetattr.attr_request.bitmap4_val = mask;
+			if (!compound(rpc, ops, 2, &c))
+				return fail("COMPOUND GETATTR: %s%s", c.err, "");
+		}
+		printf("status %d\n", c.status);
+		return 0;
+	}
+	if (strcmp(cmd, "read") == 0 && i + 1 < argc) {
+		uint64_t off = strtoull(argv[i], NULL, 0);
+		uint32_t count = (uint32_t)strtoul(argv[i + 1], NULL, 0);
+		if (version == 3) {
+			READ3args a = {.file = {.data = {.data_len = (u_int)fh.len, .data_val = fh.val}},
+				       .offset = off,
+				       .count = count};
+			if (rpc_nfs3_read_async(rpc, v3_read_cb, &a, &c) != 0 || !wait_call(rpc, &c))
+				return fail("READ: %s%s", c.err, "");
+		} else {
+			nfs_argop4 ops[2];
+			memset(ops, 0, sizeof(ops));
+			putfh(&ops[0], &fh);
+			ops[1].argop = OP_READ;
+			ops[1].nfs_argop4_u.opread.offset = off;  /* anonymous stateid: all zero */
+			ops[1].nfs_argop4_u.opread.count = count;
+			if (!compound(rpc, ops, 2, &c))
+				return fail("COMPOUND READ: %s%s", c.err, "");
+		}
+		printf("status %d eof %d count %u\n", c.status, c.eof, c.count);
+		return 0;
+	}
+	if (strcmp(cmd, "setsize") == 0 && i < argc) {
+		uint64_t size = strtoull(argv[i], NULL, 0);
+		if (version == 3) {
+			SETATTR3args a;
+			memset(&a, 0, sizeof(a));
+			a.object.data.data_len = (u_int)fh.len;
+			a.object.data.data_val = fh.val;
+			a.new_attributes.size.set_it = 1;
+			a.new_attributes.size.set_size3_u.size = size;
+			if (rpc_nfs3_setattr_async(rpc, v3_setattr_cb, &a, &c) != 0 || !wait_call(rpc, &c))
+				return fail("SETATTR: %s%s", c.err, "");
+		} else {
+			nfs_argop4 ops[2];
+			uint32_t mask[1] = {1u << FATTR4_SIZE};
+			uint64_t be = ((uint64_t)htonl((uint32_t)size) << 32) | htonl((uint32_t)(size >> 32));
+			memset(ops, 0, sizeof(ops));
+			putfh(&ops[0], &fh);
+			ops[1].argop = OP_SETATTR;
+			ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_len = 1;
+			ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_val = mask;
+			ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_len = 8;
+			ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_val = (char *)&be;
+			if (!compound(rpc, ops, 2, &c))
+				return fail("COMPOUND SETATTR: %s%s", c.err, "");
+		}
+		printf("status %d\n", c.status);
+		return 0;
+	}
+	return fail("unknown command %s%s", cmd, "");
+}
