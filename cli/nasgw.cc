@@ -17,11 +17,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -36,9 +38,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "proto/admin.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 namespace {
 
@@ -262,9 +267,17 @@ struct Failure {
 
 bool g_json = false;
 
+// JSON out: valid whatever the strings hold (invalid UTF-8 becomes U+FFFD;
+// control characters are escaped by JSON itself).
+std::string Dump(const json& j) {
+  return j.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
 int Fail(const Failure& f) {
-  std::cerr << "nasgw: " << f.message << "\n";
-  if (g_json) std::cout << json{{"error", {{"code", f.code}, {"message", f.message}}}}.dump(2) << "\n";
+  // A message may quote a name as it was typed or stored: nothing in it may
+  // act on the terminal.
+  std::cerr << "nasgw: " << nasgw::EscapeControls(f.message) << "\n";
+  if (g_json) std::cout << Dump(json{{"error", {{"code", f.code}, {"message", f.message}}}}) << "\n";
   return f.exit_code;
 }
 
@@ -357,23 +370,29 @@ std::string HumanDuration(uint64_t s) {
 
 // ---- tables
 
+// Cells and values are printed escaped (base/text.h): a name stored with
+// control characters or invalid UTF-8 shows as \xNN and cannot act on the
+// terminal.
 class Table {
  public:
-  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  explicit Table(std::vector<std::string> header) { Add(std::move(header)); }
+  void Add(std::vector<std::string> row) {
+    for (auto& cell : row) cell = nasgw::EscapeForTerminal(cell);
+    rows_.push_back(std::move(row));
+  }
   // Columns in `right` are right-aligned (numbers).
   void Print(const std::set<size_t>& right = {}) const {
     std::vector<size_t> w;
     for (const auto& r : rows_) {
       for (size_t i = 0; i < r.size(); i++) {
         if (w.size() <= i) w.push_back(0);
-        w[i] = std::max(w[i], r[i].size());
+        w[i] = std::max(w[i], Width(r[i]));
       }
     }
     for (const auto& r : rows_) {
       std::string line;
       for (size_t i = 0; i < r.size(); i++) {
-        const std::string pad(w[i] - r[i].size(), ' ');
+        const std::string pad(w[i] - Width(r[i]), ' ');
         const bool last = i + 1 == r.size();
         line += right.count(i) ? pad + r[i] : (last ? r[i] : r[i] + pad);
         if (!last) line += "  ";
@@ -383,13 +402,26 @@ class Table {
   }
 
  private:
+  // Columns of an escaped cell: one per code point.
+  static size_t Width(const std::string& escaped) {
+    size_t n = 0;
+    for (char c : escaped) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+    return n;
+  }
   std::vector<std::vector<std::string>> rows_;
 };
 
 void PrintPairs(const std::vector<std::pair<std::string, std::string>>& pairs) {
   size_t w = 0;
   for (const auto& [k, v] : pairs) w = std::max(w, k.size());
-  for (const auto& [k, v] : pairs) std::cout << k << std::string(w - k.size() + 2, ' ') << v << "\n";
+  for (const auto& [k, v] : pairs) {
+    std::cout << k << std::string(w - k.size() + 2, ' ') << nasgw::EscapeForTerminal(v) << "\n";
+  }
+}
+
+// A value from the server in a line of prose.
+std::string Esc(const std::string& s) {
+  return nasgw::EscapeForTerminal(s);
 }
 
 // ---- messages to JSON (numbers stay numbers; proto3's JSON mapping would
@@ -501,7 +533,7 @@ json ToJson(const pb::Export& e) {
 }
 
 void PrintJson(const json& j) {
-  std::cout << j.dump(2) << "\n";
+  std::cout << Dump(j) << "\n";
 }
 
 // ---- human output
@@ -610,6 +642,41 @@ Failure ReadPem(const std::string& path, const char* what, std::string* out) {
   return {kExitOk, "", ""};
 }
 
+// Connects to the admin socket once, to tell the usual reasons apart before
+// gRPC hides them behind "unavailable": none there, not ours to open (the
+// socket is root's, mode 0600), nobody listening.
+std::optional<Failure> ProbeSocket(const std::string& path) {
+  const std::string hint = " (is nasgwd running? check 'systemctl status nasgwd', or pass --socket PATH)";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return Failure{kExitUsage,
+                   "--socket " + path + " is longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
+                       " bytes (a Unix socket path)",
+                   "USAGE"};
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;  // gRPC will say
+  const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int err = errno;
+  ::close(fd);
+  if (rc == 0) return std::nullopt;
+  if (err == ENOENT || err == ENOTDIR) {
+    return Failure{kExitUnreachable, "cannot reach nasgwd: no socket at " + path + hint, "UNREACHABLE"};
+  }
+  if (err == EACCES || err == EPERM) {
+    return Failure{kExitUnreachable,
+                   "cannot reach nasgwd: permission denied opening " + path +
+                       " (the admin socket is root's, mode 0600: run nasgw as root, or use --server with TLS)",
+                   "PERMISSION_DENIED"};
+  }
+  if (err == ECONNREFUSED) {
+    return Failure{kExitUnreachable, "cannot reach nasgwd: nothing listens on " + path + hint, "UNREACHABLE"};
+  }
+  return Failure{kExitUnreachable, "cannot reach nasgwd at " + path + ": " + std::strerror(err), "UNREACHABLE"};
+}
+
 class Client {
  public:
   // Connects (within the timeout); a failure is exit 3 naming the endpoint.
@@ -617,12 +684,7 @@ class Client {
     std::shared_ptr<grpc::ChannelCredentials> creds;
     if (o.server.empty()) {
       creds = grpc::InsecureChannelCredentials();
-      if (::access(o.socket.c_str(), F_OK) != 0) {
-        return Failure{kExitUnreachable,
-                       "cannot reach nasgwd: no socket at " + o.socket +
-                           " (is nasgwd running? check 'systemctl status nasgwd', or pass --socket PATH)",
-                       "UNREACHABLE"};
-      }
+      if (auto f = ProbeSocket(o.socket)) return f;
     } else {
       grpc::SslCredentialsOptions tls;
       if (!o.tls_ca.empty()) {
@@ -856,7 +918,16 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
   const auto ag = SizeOption(p, "--ag-size", &size_error);
   const auto rs = SizeOption(p, "--record-size", &size_error);
   if (!size_error.empty()) return Usage(size_error, hint);
-  if (rs && *rs > UINT32_MAX) return Usage("--record-size is too large", hint);
+  // The file system's bounds (fs/domain.h kRecordBytesMin..Max, kAgBytesMin..Max);
+  // nasgwd checks them again. 0 is refused: it is not "the default".
+  auto power_of_two_in = [](uint64_t v, uint64_t lo, uint64_t hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; };
+  if (rs && !power_of_two_in(*rs, 4 << 10, 1 << 20)) {
+    return Usage("--record-size must be a power of two from 4K to 1M, not '" + Esc(p.values.at("--record-size")) + "'",
+                 hint);
+  }
+  if (ag && !power_of_two_in(*ag, 1ull << 20, 64ull << 30)) {
+    return Usage("--ag-size must be a power of two from 1M to 64G, not '" + Esc(p.values.at("--ag-size")) + "'", hint);
+  }
   if (c.verb == "format" && !p.values.count("--name")) return Usage("reserve format needs --name NAME", hint);
   if (c.verb == "set" && !rs) return Usage("volume set needs a setting to change (--record-size SIZE)", hint);
 
@@ -979,7 +1050,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     if (g_json) {
       PrintJson({{"reserve", ToJson(r.reserve())}});
     } else {
-      std::cout << "formatted reserve " << r.reserve().name() << ": " << r.reserve().luns_size() << " LUNs, "
+      std::cout << "formatted reserve " << Esc(r.reserve().name()) << ": " << r.reserve().luns_size() << " LUNs, "
                 << HumanBytes(r.reserve().capacity_bytes()) << "\n";
     }
     return kExitOk;
@@ -1006,8 +1077,9 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     if (g_json) {
       PrintJson({{"lun", ToJson(r.lun())}, {"reserve", ToJson(r.reserve())}});
     } else {
-      std::cout << "added LUN " << r.lun().index() << " (" << r.lun().url() << ", " << HumanBytes(r.lun().size_bytes())
-                << "); reserve capacity now " << HumanBytes(r.reserve().capacity_bytes()) << "\n";
+      std::cout << "added LUN " << r.lun().index() << " (" << Esc(r.lun().url()) << ", "
+                << HumanBytes(r.lun().size_bytes()) << "); reserve capacity now "
+                << HumanBytes(r.reserve().capacity_bytes()) << "\n";
     }
     return kExitOk;
   }
@@ -1070,7 +1142,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
         if (!r.publish_error().empty()) j["publish_error"] = r.publish_error();
         PrintJson(j);
       } else {
-        std::cout << "removed export " << r.export_().id() << " (" << r.export_().pseudo() << ")\n";
+        std::cout << "removed export " << r.export_().id() << " (" << Esc(r.export_().pseudo()) << ")\n";
       }
       warn_publish("export " + std::to_string(r.export_().id()) + " was removed", r.publish_error());
       return kExitOk;
@@ -1104,7 +1176,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     } else if (c.verb == "create") {
       pb::CreateVolumeRequest req;
       req.set_name(args[0]);
-      if (rs) req.set_record_bytes(static_cast<uint32_t>(*rs));
+      if (rs) req.set_record_bytes(static_cast<uint32_t>(*rs));  // unset: the server's default
       pb::CreateVolumeResponse r;
       if (auto f = client->Call(&pb::Admin::Stub::CreateVolume, req, &r)) return fail(*f);
       v = r.volume();
@@ -1131,7 +1203,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     if (g_json)
       PrintJson({{"deleted", {{"volume", args[0]}}}});
     else
-      std::cout << "deleted volume " << args[0] << "\n";
+      std::cout << "deleted volume " << Esc(args[0]) << "\n";
     return kExitOk;
   }
   if (c.group == "stats") {
@@ -1142,8 +1214,8 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       for (const auto& l : r.luns()) luns.push_back({{"index", l.index()}, {"url", l.url()}, {"io", ToJson(l.io())}});
       PrintJson({{"node", ToJson(r.node())}, {"luns", luns}});
     } else {
-      std::cout << "node " << r.node().name() << ", up " << HumanDuration(r.node().uptime_seconds()) << ", reserve "
-                << StateName(r.node().reserve_state()) << "\n\n";
+      std::cout << "node " << Esc(r.node().name()) << ", up " << HumanDuration(r.node().uptime_seconds())
+                << ", reserve " << StateName(r.node().reserve_state()) << "\n\n";
       Table t({"#", "URL", "R-OPS", "R-BYTES", "R-P50", "R-P99", "W-OPS", "W-BYTES", "W-P50", "W-P99", "ERRORS",
                "RETRIES", "TIMEOUTS"});
       for (const auto& l : r.luns()) {
@@ -1212,6 +1284,27 @@ int Main(int argc, char** argv) {
     if (std::find(c->flags.begin(), c->flags.end(), f) == c->flags.end()) {
       return Usage("option " + f + " does not apply to " + hint, hint);
     }
+  }
+  // What goes to nasgwd must be text: no control characters (they would act
+  // on terminals and logs) and valid UTF-8 (a proto3 string cannot carry
+  // anything else; the request would fail in the protobuf layer).
+  auto text_problem = [&](const std::string& what, const std::string& value) -> std::optional<int> {
+    const std::string problem = nasgw::TextProblem(value);
+    if (problem.empty()) return std::nullopt;
+    // A LUN URL may carry a CHAP secret: not repeated.
+    const std::string shown = what == "LUN URL" ? "" : " '" + Esc(value) + "'";
+    return Usage(what + shown + " holds " + problem + ": control characters and invalid UTF-8 are refused", hint);
+  };
+  for (const auto& a : args) {
+    const std::string what = c->group == "volume"                            ? "volume name"
+                             : c->group == "export" && c->verb == "add"      ? "VOLUME[/SUBPATH]"
+                             : c->group == "export"                          ? "export"
+                             : c->group == "reserve" && c->verb == "add-lun" ? "LUN URL"
+                                                                             : "argument";
+    if (auto rc = text_problem(what, a)) return *rc;
+  }
+  for (const auto& [k, v] : p.values) {
+    if (auto rc = text_problem(k, v)) return *rc;
   }
   return Run(*c, args, p);
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/log.h"
+#include "base/text.h"
 #include "block/iscsi_url.h"
 #include "fs/domain.h"
 #include "fs/label.h"
@@ -69,9 +70,21 @@ bool PowerOfTwo(uint64_t v) {
   return v != 0 && (v & (v - 1)) == 0;
 }
 
+// Text an admin types (names, paths, addresses) is shown on terminals and
+// written into logs and Ganesha's configuration: no control characters, and
+// valid UTF-8 (what a proto3 string carries; a client that is not the CLI
+// may not check).
+grpc::Status CheckText(const std::string& what, const std::string& value) {
+  const std::string problem = TextProblem(value);
+  if (problem.empty()) return grpc::Status::OK;
+  return Invalid(what + " '" + EscapeForTerminal(value) + "' holds " + problem +
+                 ": control characters and invalid UTF-8 are refused");
+}
+
 grpc::Status CheckVolumeName(const std::string& name) {
   // A volume is a path component (/<volume>/...): the file system's name rules.
   if (name.empty()) return Invalid("volume name is empty");
+  if (auto s = CheckText("volume name", name); !s.ok()) return s;
   if (name == "." || name == "..") return Invalid("volume name cannot be '" + name + "'");
   if (name.size() > fs::kNameMax) {
     return Invalid("volume name is " + std::to_string(name.size()) + " bytes; at most " + std::to_string(fs::kNameMax));
@@ -84,6 +97,7 @@ grpc::Status CheckVolumeName(const std::string& name) {
 
 grpc::Status CheckReserveName(const std::string& name) {
   if (name.empty()) return Invalid("reserve name is empty");
+  if (auto s = CheckText("reserve name", name); !s.ok()) return s;
   if (name.size() > fs::kLabelTextMax) {
     return Invalid("reserve name is " + std::to_string(name.size()) + " bytes; at most " +
                    std::to_string(fs::kLabelTextMax));
@@ -257,6 +271,10 @@ class AdminService final : public pb::Admin::Service {
   }
 
   grpc::Status AddLun(grpc::ServerContext*, const pb::AddLunRequest* req, pb::AddLunResponse* out) override {
+    if (!TextProblem(req->url()).empty()) {
+      // Not echoed: a URL may carry a CHAP secret.
+      return Invalid("LUN URL holds " + TextProblem(req->url()) + ": control characters and invalid UTF-8 are refused");
+    }
     auto url = block::ParseIscsiUrl(req->url());
     if (!url.ok()) return ToGrpc(url.status());  // its message never shows the secret
     NASGW_LOG(kInfo, "admin") << "add LUN" << Kv("url", url->ToString()) << Kv("force", req->force());
@@ -285,7 +303,8 @@ class AdminService final : public pb::Admin::Service {
   grpc::Status CreateVolume(grpc::ServerContext*, const pb::CreateVolumeRequest* req,
                             pb::CreateVolumeResponse* out) override {
     if (auto s = CheckVolumeName(req->name()); !s.ok()) return s;
-    const uint32_t rs = req->record_bytes() == 0 ? fs::kRecordBytesDefault : req->record_bytes();
+    // Unset: the default. Set, even to 0: it must be valid (0 is not "the default").
+    const uint32_t rs = req->has_record_bytes() ? req->record_bytes() : fs::kRecordBytesDefault;
     if (auto s = CheckRecordBytes(rs); !s.ok()) return s;
     NASGW_LOG(kInfo, "admin") << "create volume" << Kv("name", req->name()) << Kv("record_bytes", rs);
     auto v = node_->CreateVolume(req->name(), rs);
@@ -322,6 +341,14 @@ class AdminService final : public pb::Admin::Service {
 
   grpc::Status AddExport(grpc::ServerContext*, const pb::AddExportRequest* req, pb::AddExportResponse* out) override {
     if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    if (auto s = CheckText("export path", req->path()); !s.ok()) return s;
+    if (auto s = CheckText("pseudo path", req->pseudo()); !s.ok()) return s;
+    for (const auto& x : req->clients()) {
+      if (auto s = CheckText("client", x); !s.ok()) return s;
+    }
+    for (const auto& x : req->sec()) {
+      if (auto s = CheckText("security flavour", x); !s.ok()) return s;
+    }
     // The other fields' rules are the file system's (fs::NormalizeExport),
     // whose messages name the value.
     fs::Export e;
@@ -358,6 +385,7 @@ class AdminService final : public pb::Admin::Service {
         e = node_->GetExport(req->id());
         break;
       case pb::GetExportRequest::kPseudo:
+        if (auto s = CheckText("pseudo path", req->pseudo()); !s.ok()) return s;
         e = node_->FindExport(req->pseudo());
         break;
       case pb::GetExportRequest::KEY_NOT_SET:
@@ -502,6 +530,12 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config
       cleanup_bind_dir();
       return nasgw::Status::InvalidArgument("admin.tcp requires admin.tls_cert and admin.tls_key");
     }
+    if (config.tls_client_ca.empty() && !config.admin_insecure_no_client_auth) {
+      cleanup_bind_dir();
+      return nasgw::Status::InvalidArgument(
+          "admin.tcp requires admin.tls_client_ca, or admin.insecure_no_client_auth = true to serve without client "
+          "authentication");
+    }
     grpc::SslServerCredentialsOptions tls;
     auto cert = ReadFile(config.tls_cert, "admin.tls_cert");
     auto key = ReadFile(config.tls_key, "admin.tls_key");
@@ -548,8 +582,8 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config
   NASGW_LOG(kInfo, "admin") << "serving" << Kv("socket", path) << Kv("tcp", config.admin_tcp)
                             << Kv("tcp_port", selected_port) << Kv("client_certs", !config.tls_client_ca.empty());
   if (!config.admin_tcp.empty() && config.tls_client_ca.empty()) {
-    NASGW_LOG(kWarn, "admin") << "admin TCP without client certificates: anyone who reaches the port can "
-                                 "administer this node; set admin.tls_client_ca"
+    NASGW_LOG(kWarn, "admin") << "admin TCP without client certificates (admin.insecure_no_client_auth): anyone "
+                                 "who reaches the port can administer this node; set admin.tls_client_ca"
                               << Kv("tcp", config.admin_tcp);
   }
   return std::unique_ptr<AdminServer>(new AdminServer(std::move(impl)));

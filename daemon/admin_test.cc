@@ -3,6 +3,7 @@
 // gRPC stub and through the real `nasgw` CLI binary as a subprocess; TLS on
 // TCP with certificates the openssl CLI makes.
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
@@ -139,10 +140,11 @@ class AdminTest : public ::testing::Test {
     return Call(&pb::Admin::Stub::FormatReserve, req, &r);
   }
 
+  // record_bytes 0: left unset (the default).
   grpc::Status CreateVolume(const std::string& name, uint32_t record_bytes = 0, pb::Volume* out = nullptr) {
     pb::CreateVolumeRequest req;
     req.set_name(name);
-    req.set_record_bytes(record_bytes);
+    if (record_bytes != 0) req.set_record_bytes(record_bytes);
     pb::CreateVolumeResponse r;
     auto s = Call(&pb::Admin::Stub::CreateVolume, req, &r);
     if (out) *out = r.volume();
@@ -179,8 +181,9 @@ class AdminTest : public ::testing::Test {
     ASSERT_TRUE(d->Write(v->id, f->ino, 0, data.data(), data.size()).ok());
   }
 
-  // Runs the real CLI; stdout and stderr go to files in the temp dir.
-  CliResult Cli(std::vector<std::string> args, bool with_socket = true) {
+  // Runs the real CLI; stdout and stderr go to files in the temp dir. With
+  // `uid`, as that user (and its group, no supplementary groups).
+  CliResult Cli(std::vector<std::string> args, bool with_socket = true, int uid = -1) {
     std::vector<std::string> argv = {NASGW_CLI_PATH};
     if (with_socket) {
       argv.push_back("--socket");
@@ -199,7 +202,24 @@ class AdminTest : public ::testing::Test {
     posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     pid_t pid = 0;
     CliResult r;
-    const int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
+    int rc = 0;
+    if (uid < 0) {
+      rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
+    } else {
+      pid = ::fork();
+      if (pid == 0) {
+        const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) _exit(120);
+        if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
+            ::setuid(static_cast<uid_t>(uid)) != 0) {
+          _exit(121);
+        }
+        ::execve(cargv[0], cargv.data(), environ);
+        _exit(122);
+      }
+      if (pid < 0) rc = errno;
+    }
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
       r.err = "spawn failed: " + std::string(std::strerror(rc));
@@ -752,6 +772,175 @@ TEST_F(AdminTest, CliUsageAndUnreachableErrors) {
   EXPECT_NE(r.out.find("volume delete"), std::string::npos) << r.out;
 }
 
+// ---- text an admin types, and what the CLI prints
+
+// Names with control characters or invalid UTF-8 are refused by nasgwd
+// (any gRPC client, not only the CLI), naming the problem.
+TEST_F(AdminTest, NamesMustBeTextWithoutControlCharacters) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  auto s = CreateVolume("evil\x1b[2J");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("volume name 'evil\\x1b[2J' holds a control character (\\x1b) at byte 4"),
+            std::string::npos)
+      << s.error_message();
+  for (const std::string bad : {"tab\there", "nl\n", "del\x7f", "csi\xc2\x9b"}) {
+    EXPECT_EQ(CreateVolume(bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+  // Invalid UTF-8 never reaches a handler: a proto3 string cannot carry it
+  // (the request is refused in gRPC's parsing; not OK, whatever the code).
+  EXPECT_FALSE(CreateVolume("bad\xff").ok());
+  EXPECT_TRUE(CreateVolume("été-€").ok()) << "UTF-8 that is text is fine";
+  pb::GetVolumeResponse got;
+  pb::GetVolumeRequest get;
+  get.set_name("x\ry");
+  EXPECT_EQ(Call(&pb::Admin::Stub::GetVolume, get, &got).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(DeleteVolume("x\ry", true).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Format("a\x1b", kMiB, true).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Export fields.
+  ASSERT_TRUE(CreateVolume("v").ok());
+  auto add = [&](const std::function<void(pb::AddExportRequest&)>& fill) {
+    pb::AddExportRequest req;
+    req.set_volume("v");
+    fill(req);
+    pb::AddExportResponse resp;
+    return Call(&pb::Admin::Stub::AddExport, req, &resp);
+  };
+  s = add([](pb::AddExportRequest& r) { r.set_pseudo("/p\x07"); });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("pseudo path '/p\\x07'"), std::string::npos) << s.error_message();
+  EXPECT_EQ(add([](pb::AddExportRequest& r) { r.set_path("/a\nb"); }).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(add([](pb::AddExportRequest& r) { r.add_clients("10.0.0.1\x1b"); }).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(add([](pb::AddExportRequest& r) { r.add_sec("sys\t"); }).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  pb::AddLunRequest lun;
+  lun.set_url(kUrlBase + "9\x1b");
+  pb::AddLunResponse lun_resp;
+  s = Call(&pb::Admin::Stub::AddLun, lun, &lun_resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("LUN URL holds a control character"), std::string::npos) << s.error_message();
+}
+
+// record_bytes unset is the default; set, it must be valid: 0 is not "the
+// default" (it used to become 128 KiB silently).
+TEST_F(AdminTest, RecordSizeZeroIsRefusedNotTheDefault) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  pb::CreateVolumeRequest req;
+  req.set_name("zero");
+  req.set_record_bytes(0);
+  pb::CreateVolumeResponse resp;
+  auto s = Call(&pb::Admin::Stub::CreateVolume, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("record size 0 is not a power of two"), std::string::npos) << s.error_message();
+  req.clear_record_bytes();
+  s = Call(&pb::Admin::Stub::CreateVolume, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.volume().record_bytes(), fs::kRecordBytesDefault);
+}
+
+// The CLI checks what it sends (exit 2, its usage code, with a message that
+// shows the value escaped): control characters, invalid UTF-8 (which must
+// not end in a protobuf error), record and group sizes.
+TEST_F(AdminTest, CliRefusesBadTextAndSizesBeforeSending) {
+  StartAll();
+  CliResult r = Cli({"reserve", "format", "--name", "tank", "--ag-size", "1M"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const Case cases[] = {
+      {{"volume", "create", "evil\x1b[2J"}, "volume name 'evil\\x1b[2J' holds a control character (\\x1b) at byte 4"},
+      {{"volume", "create", "bad\xff"}, "volume name 'bad\\xff' holds invalid UTF-8 (\\xff) at byte 3"},
+      {{"volume", "show", "a\nb"}, "holds a control character (\\x0a)"},
+      {{"volume", "delete", "\xc3("}, "invalid UTF-8"},
+      {{"export", "add", "v/sub\x1b"}, "VOLUME[/SUBPATH] 'v/sub\\x1b' holds a control character"},
+      {{"export", "add", "v", "--pseudo", "/p\x07"}, "--pseudo '/p\\x07' holds a control character"},
+      {{"export", "add", "v", "--clients", "10.0.0.1,\xfe"}, "--clients '10.0.0.1,\\xfe' holds invalid UTF-8"},
+      {{"export", "show", "/x\x1b"}, "export '/x\\x1b' holds a control character"},
+      {{"reserve", "add-lun", "iscsi://u%secret\x1b@h/iqn.x/0"}, "LUN URL holds a control character"},
+      {{"volume", "create", "v0", "--record-size", "0"}, "--record-size must be a power of two from 4K to 1M, not '0'"},
+      {{"volume", "create", "v3", "--record-size", "3K"}, "--record-size must be a power of two from 4K to 1M"},
+      {{"volume", "create", "v2", "--record-size", "2M"}, "--record-size must be a power of two from 4K to 1M"},
+      {{"volume", "create", "v2", "--record-size", "2K"}, "--record-size must be a power of two from 4K to 1M"},
+      {{"volume", "set", "v2", "--record-size", "0"}, "--record-size must be a power of two"},
+      {{"reserve", "format", "--name", "t", "--ag-size", "0", "--force"}, "--ag-size must be a power of two"},
+  };
+  for (const Case& c : cases) {
+    r = Cli(c.args);
+    EXPECT_EQ(r.exit_code, 2) << Describe(r);
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << Describe(r);
+    EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << "raw escape on the terminal: " << Describe(r);
+    EXPECT_EQ(r.err.find("secret"), std::string::npos) << "the URL's secret repeated: " << Describe(r);
+    EXPECT_EQ(r.err.find("protobuf"), std::string::npos) << Describe(r);
+    EXPECT_EQ(r.err.find("UTF-8 data when serializing"), std::string::npos) << Describe(r);
+  }
+  r = Cli({"--json", "volume", "create", "bad\xff"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_EQ(json::parse(r.out, nullptr, false)["error"]["code"], "USAGE") << r.out;
+  // Nothing was created.
+  r = Cli({"--json", "volume", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(json::parse(r.out)["volumes"].size(), 0u) << r.out;
+}
+
+// A name stored with control characters (made before nasgwd refused them,
+// here through the node directly) cannot act on the terminal: tables and
+// prose show it escaped; JSON stays valid JSON and carries it exactly.
+TEST_F(AdminTest, CliEscapesWhatItPrints) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  const std::string evil = "ev\x1b]0;owned\x07il\\x";
+  ASSERT_TRUE(node_->CreateVolume(evil, 64 << 10).ok());
+  ASSERT_TRUE(CreateVolume("plain").ok());
+  CliResult r = Cli({"volume", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ev\\x1b]0;owned\\x07il\\\\x"), std::string::npos) << r.out;
+  // Columns still line up: the escaped name is as wide as it prints.
+  std::istringstream lines(r.out);
+  std::string header, row1, row2;
+  std::getline(lines, header);
+  std::getline(lines, row1);
+  std::getline(lines, row2);
+  EXPECT_EQ(header.size(), row1.size()) << r.out;  // the last column is right-aligned: every line as wide
+  EXPECT_EQ(row1.size(), row2.size()) << r.out;
+  r = Cli({"--json", "volume", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  json j = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  bool found = false;
+  for (const auto& v : j["volumes"]) found = found || v["name"] == evil;
+  EXPECT_TRUE(found) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << "JSON escapes it too";
+  r = Cli({"volume", "delete", evil, "--force"});
+  EXPECT_EQ(r.exit_code, 2) << "a name nasgwd refuses now: " << Describe(r);
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << Describe(r);
+}
+
+// The admin socket is root's (0600): another user is told "permission
+// denied" with the path, not "no socket".
+TEST_F(AdminTest, CliSaysPermissionDenied) {
+  StartAll();
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  CliResult r = Cli({"node", "status"}, true, 65534);
+  EXPECT_EQ(r.exit_code, 3) << Describe(r);
+  EXPECT_NE(r.err.find("permission denied"), std::string::npos) << Describe(r);
+  EXPECT_NE(r.err.find(config_.admin_socket), std::string::npos) << Describe(r);
+  EXPECT_EQ(r.err.find("no socket"), std::string::npos) << Describe(r);
+  // A directory on the way that is not ours to search: the same.
+  ASSERT_EQ(::chmod(dir_.c_str(), 0700), 0);
+  r = Cli({"node", "status"}, true, 65534);
+  EXPECT_EQ(r.exit_code, 3) << Describe(r);
+  EXPECT_NE(r.err.find("permission denied"), std::string::npos) << Describe(r);
+  r = Cli({"--json", "node", "status"}, true, 65534);
+  EXPECT_EQ(json::parse(r.out, nullptr, false)["error"]["code"], "PERMISSION_DENIED") << r.out;
+}
+
 TEST_F(AdminTest, AdminSocketRefusesALiveServerAndReplacesAStaleOne) {
   StartAll();
   auto second = AdminServer::Start(node_.get(), config_);
@@ -1258,6 +1447,31 @@ class AdminTlsTest : public AdminTest {
                    name + ".crt -days 2 -extfile " + name + ".ext");
   }
 };
+
+// admin.tcp without a client CA starts only on the explicit choice
+// (admin.insecure_no_client_auth); then a client without a certificate is
+// served.
+TEST_F(AdminTlsTest, WithoutClientCertificatesOnlyByExplicitChoice) {
+  ASSERT_TRUE(MakeCa("ca")) << ReadText(dir_ + "/openssl.log");
+  ASSERT_TRUE(MakeCert("server", "ca", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"));
+  config_.admin_tcp = "127.0.0.1:0";
+  config_.tls_cert = dir_ + "/server.crt";
+  config_.tls_key = dir_ + "/server.key";
+  auto n = Node::Start(config_, Opener(), SmallDomain());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  node_ = std::move(n.value());
+  auto refused = AdminServer::Start(node_.get(), config_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(refused.status().ToString().find("admin.insecure_no_client_auth"), std::string::npos)
+      << refused.status().ToString();
+  node_.reset();
+  config_.admin_insecure_no_client_auth = true;
+  StartAll();
+  const std::string server = "127.0.0.1:" + std::to_string(server_->tcp_port());
+  CliResult r = Cli({"--server", server, "--tls-ca", dir_ + "/ca.crt", "node", "status"}, false);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+}
 
 TEST_F(AdminTlsTest, ClientCertificatesAreRequiredAndVerified) {
   ASSERT_TRUE(MakeCa("ca")) << ReadText(dir_ + "/openssl.log");

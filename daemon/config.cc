@@ -192,6 +192,19 @@ class Section {
     return true;
   }
 
+  // True when the key is present and a boolean.
+  bool Bool(std::string_view key, bool* out) const {
+    const toml::node* n = Node(key);
+    if (n == nullptr) return false;
+    const auto* b = n->as_boolean();
+    if (b == nullptr) {
+      errors_->Add(Field(key), "expected true or false, got " + std::string(Describe(*n)));
+      return false;
+    }
+    *out = b->get();
+    return true;
+  }
+
   // True when the key is present and an integer in lo..hi.
   bool Integer(std::string_view key, int64_t lo, int64_t hi, uint32_t* out) const {
     const toml::node* n = Node(key);
@@ -343,12 +356,29 @@ bool ReadAll(int fd, const std::string& path, size_t max_bytes, std::string* out
 
 // A file the daemon will read later (TLS material): exists, regular, readable
 // by us now, not empty.
-void CheckReadableFile(std::string_view field, const std::string& path, Errors* errors) {
+// A file holding a secret (the CHAP secret, the TLS private key) must be
+// its owner's alone: false (and an error) when group or others may access it.
+bool CheckPrivateMode(std::string_view field, const std::string& path, const struct stat& st, std::string_view what,
+                      Errors* errors) {
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) == 0) return true;
+  errors->Add(field, Quote(path) + " is accessible to group or others (mode " + Octal(st.st_mode & 07777) + "); " +
+                         std::string(what) + " must be mode 0600 or 0400");
+  return false;
+}
+
+// With `private_what`, the file must also be its owner's alone
+// (CheckPrivateMode).
+void CheckReadableFile(std::string_view field, const std::string& path, Errors* errors,
+                       std::string_view private_what = {}) {
   std::string why;
   struct stat st;
   int fd = OpenRegularFile(path, &why, &st);
   if (fd < 0) {
     errors->Add(field, why);
+    return;
+  }
+  if (!private_what.empty() && !CheckPrivateMode(field, path, st, private_what, errors)) {
+    ::close(fd);
     return;
   }
   char c;
@@ -386,9 +416,7 @@ void ReadChapSecretFile(std::string_view field, const std::string& path, std::st
     errors->Add(field, why);
     return;
   }
-  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    errors->Add(field, Quote(path) + " is accessible to group or others (mode " + Octal(st.st_mode & 07777) +
-                           "); a secret file must be mode 0600 or 0400");
+  if (!CheckPrivateMode(field, path, st, "a secret file", errors)) {
     ::close(fd);
     return;
   }
@@ -657,13 +685,29 @@ void ParseAdmin(const Section& s, Config* c, Errors* errors) {
     if (c->admin_tcp.empty()) {
       errors->Add(field, "set but admin.tcp is not (TLS applies only to the TCP admin listener)");
     } else if (CheckAbsolutePath(field, f.value, errors)) {
-      CheckReadableFile(field, *f.value, errors);
+      CheckReadableFile(field, *f.value, errors, f.key == "tls_key" ? "a private key file" : "");
     }
+  }
+  const bool insecure_given = s.Bool("insecure_no_client_auth", &c->admin_insecure_no_client_auth);
+  if (insecure_given && c->admin_tcp.empty()) {
+    errors->Add("admin.insecure_no_client_auth",
+                "set but admin.tcp is not (it applies only to the TCP admin listener)");
+  } else if (c->admin_insecure_no_client_auth && !c->tls_client_ca.empty()) {
+    errors->Add("admin.insecure_no_client_auth",
+                "true together with admin.tls_client_ca: clients are authenticated; remove one of them");
   }
   if (!c->admin_tcp.empty()) {
     // Plaintext TCP would carry admin commands (format, delete) unauthenticated.
     if (c->tls_cert.empty()) errors->Add("admin.tls_cert", "required with admin.tcp (no plaintext TCP admin)");
     if (c->tls_key.empty()) errors->Add("admin.tls_key", "required with admin.tcp (no plaintext TCP admin)");
+    // TLS without client certificates would let anyone who reaches the port
+    // format the reserve: only on an explicit, visible choice.
+    if (c->tls_client_ca.empty() && !c->admin_insecure_no_client_auth) {
+      errors->Add("admin.tls_client_ca",
+                  "required with admin.tcp: without it anyone who reaches the port can administer this node; set it "
+                  "(clients then need a certificate it signed), or set admin.insecure_no_client_auth = true to "
+                  "serve without client authentication");
+    }
   }
 }
 
@@ -736,8 +780,9 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
                      "max_inflight", "idle_timeout_ms", "max_locks", "max_locks_per_session"},
                     &errors),
             &c, &errors);
-  ParseAdmin(Section("admin", table("admin"), {"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca"}, &errors), &c,
-             &errors);
+  ParseAdmin(Section("admin", table("admin"),
+                     {"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca", "insecure_no_client_auth"}, &errors),
+             &c, &errors);
   Section metrics("metrics", table("metrics"), {"listen"}, &errors);
   if (metrics.String("listen", &c.metrics_listen) && !c.metrics_listen.empty()) {
     if (std::string why = CheckHostPort(c.metrics_listen, true); !why.empty()) errors.Add("metrics.listen", why);

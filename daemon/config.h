@@ -80,8 +80,10 @@ struct Config {
   std::string admin_socket;   // default: <run_dir>/admin.sock (mode 0600)
   std::string admin_tcp;      // optional "host:port"; requires tls_cert and tls_key
   std::string tls_cert;       // PEM server certificate chain (file)
-  std::string tls_key;        // PEM private key (file)
-  std::string tls_client_ca;  // PEM CA bundle: when set, clients must present a certificate it signed
+  std::string tls_key;        // PEM private key (file), mode 0600 or 0400
+  std::string tls_client_ca;  // PEM CA bundle: clients must present a certificate it signed
+  // admin.tcp without tls_client_ca is refused unless this is true.
+  bool admin_insecure_no_client_auth = false;
 
   // [metrics]
   std::string metrics_listen;  // optional "host:port" for the Prometheus text endpoint

@@ -112,6 +112,7 @@ TEST_F(ConfigTest, MinimalConfigTakesDefaults) {
   EXPECT_EQ(c->head_max_inflight, kHeadInflightDefault);
   EXPECT_EQ(c->head_idle_timeout_ms, kHeadIdleTimeoutMsDefault);
   EXPECT_EQ(c->admin_socket, "/run/nasgw/admin.sock");
+  EXPECT_FALSE(c->admin_insecure_no_client_auth);
   EXPECT_TRUE(c->admin_tcp.empty());
   EXPECT_TRUE(c->tls_cert.empty());
   EXPECT_TRUE(c->tls_key.empty());
@@ -665,6 +666,46 @@ TEST_F(ConfigTest, AdminTcpRequiresTls) {
   }
 }
 
+// The private key is its owner's alone, as the CHAP secret file.
+TEST_F(ConfigTest, TlsKeyMustBePrivate) {
+  const std::string cert = WriteFile("a.crt", "pem", 0644);
+  auto admin = [&](const std::string& key) {
+    return Cfg("", "",
+               "[admin]\ntcp = \"198.18.0.1:9443\"\ntls_cert = \"" + cert + "\"\ntls_key = \"" + key +
+                   "\"\ntls_client_ca = \"" + cert + "\"");
+  };
+  for (mode_t open_mode : {0644, 0640, 0604, 0660}) {
+    const std::string key = WriteFile("open.key", "pem", open_mode);
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "0%o", static_cast<unsigned>(open_mode));
+    ExpectInvalid(admin(key), {"admin.tls_key: '" + key + "' is accessible to group or others (mode " + mode +
+                               "); a private key file must be mode 0600 or 0400"});
+  }
+  ExpectOk(admin(WriteFile("a.key", "pem", 0600)));
+  ExpectOk(admin(WriteFile("ro.key", "pem", 0400)));
+}
+
+// admin.tcp serves only clients with a certificate the client CA signed,
+// unless the config says otherwise in so many words.
+TEST_F(ConfigTest, AdminTcpNeedsClientCertificatesOrAnExplicitChoice) {
+  const std::string cert = WriteFile("a.crt", "pem", 0644);
+  const std::string key = WriteFile("a.key", "pem");
+  const std::string tls =
+      "[admin]\ntcp = \"198.18.0.1:9443\"\ntls_cert = \"" + cert + "\"\ntls_key = \"" + key + "\"\n";
+  ExpectInvalid(Cfg("", "", tls), {"admin.tls_client_ca: required with admin.tcp", "anyone who reaches the port",
+                                   "admin.insecure_no_client_auth = true"});
+  auto c = Parse(Cfg("", "", tls + "insecure_no_client_auth = true"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->admin_insecure_no_client_auth);
+  ExpectInvalid(Cfg("", "", tls + "insecure_no_client_auth = false"), {"admin.tls_client_ca: required with admin.tcp"});
+  ExpectInvalid(Cfg("", "", tls + "insecure_no_client_auth = \"yes\""),
+                {"admin.insecure_no_client_auth: expected true or false, got a string"});
+  ExpectInvalid(Cfg("", "", tls + "insecure_no_client_auth = true\ntls_client_ca = \"" + cert + "\""),
+                {"admin.insecure_no_client_auth: true together with admin.tls_client_ca"});
+  ExpectInvalid(Cfg("", "", "[admin]\ninsecure_no_client_auth = true"),
+                {"admin.insecure_no_client_auth: set but admin.tcp is not"});
+}
+
 TEST_F(ConfigTest, HeadConnectionLimits) {
   auto c = Parse(Cfg("", "", "[head]\nmax_connections_per_uid = 1\nidle_timeout_ms = 1000"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -695,7 +736,9 @@ TEST_F(ConfigTest, HostPortSyntax) {
   const std::string cert = WriteFile("a.crt", "pem", 0644);
   const std::string key = WriteFile("a.key", "pem");
   auto admin = [&](const std::string& tcp) {
-    return Cfg("", "", "[admin]\ntcp = \"" + tcp + "\"\ntls_cert = \"" + cert + "\"\ntls_key = \"" + key + "\"");
+    return Cfg("", "",
+               "[admin]\ntcp = \"" + tcp + "\"\ntls_cert = \"" + cert + "\"\ntls_key = \"" + key +
+                   "\"\ntls_client_ca = \"" + cert + "\"");
   };
   auto metrics = [](const std::string& listen) { return Cfg("", "", "[metrics]\nlisten = \"" + listen + "\""); };
   for (const char* good : {"198.18.0.1:9443", "0.0.0.0:1", "[2001:db8::1]:65535", "[::]:9443"}) {

@@ -20,6 +20,7 @@
 
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -530,6 +531,17 @@ int Main(int argc, char** argv) {
       Usage("unknown argument " + a);
   }
   if (volume.empty() || mountpoint.empty()) Usage("--volume and a mount point are required");
+  // In the background nasgw-fuse connects again after fuse_daemonize(),
+  // which changes to "/": a relative socket path must be made absolute now.
+  if (!socket.empty() && socket[0] != '/') {
+    char* cwd = ::getcwd(nullptr, 0);
+    if (cwd == nullptr) {
+      std::fprintf(stderr, "nasgw-fuse: cannot make --socket %s absolute: %s\n", socket.c_str(), std::strerror(errno));
+      return 2;
+    }
+    socket = std::string(cwd) + (cwd[1] != '\0' ? "/" : "") + socket;
+    std::free(cwd);
+  }
 
   Mount m;
   // Connect and find the volume now, so that errors reach the terminal; in
