@@ -11,6 +11,7 @@ Each command starts its own lab and tears it down even when it fails.
 Prints one line per check and "N passed, N failed".
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -36,6 +37,72 @@ class Checks:
         else:
             self.failed += 1
         return ok
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def head_version():
+    """The head protocol's version, from proto/head.h (kVersion)."""
+    with open(os.path.join(ROOT, "proto", "head.h")) as f:
+        return int(re.search(r"constexpr uint16_t kVersion = (\d+);", f.read()).group(1))
+
+
+# A process that opens head connections (each says HELLO) until nasgwd
+# refuses one, tries 50 more (refused too), prints {"accepted": n,
+# "refused": n, "status": errno, "message": ...} and holds its connections
+# until its stdin closes.
+FLOOD = r"""
+import json, os, socket, struct, sys
+path, version, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+def hello():
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(20)
+    s.connect(path)
+    name = b"flood"
+    payload = struct.pack("<IIH", os.getuid(), os.getgid(), 0) + os.urandom(16) + struct.pack("<H", len(name)) + name
+    s.sendall(struct.pack("<IHHQII", 0x3150484E, version, 1, 0, len(payload), 0) + payload)
+    head = b""
+    while len(head) < 24:
+        b = s.recv(24 - len(head))
+        if not b:
+            raise RuntimeError("closed before the HELLO reply")
+        head += b
+    length, status = struct.unpack("<II", head[16:24])
+    body = b""
+    while len(body) < length:
+        b = s.recv(length - len(body))
+        if not b:
+            break
+        body += b
+    message = body[2:2 + struct.unpack("<H", body[:2])[0]].decode(errors="replace") if status and len(body) >= 2 else ""
+    return s, status, message
+
+held = []
+out = {"accepted": 0, "refused": 0, "status": 0, "message": ""}
+for _ in range(limit):
+    s, status, message = hello()
+    if status:
+        out.update(status=status, message=message)
+        s.close()
+        break
+    held.append(s)
+    out["accepted"] += 1
+for _ in range(50 if out["status"] else 0):
+    s, status, message = hello()
+    s.close()
+    out["refused"] += 1 if status == out["status"] else 0
+out["refused"] += 1 if out["status"] else 0
+print(json.dumps(out), flush=True)
+sys.stdin.read()
+"""
+
+
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
 
 
 def run_nasgwd(nasgwd, config_text, path, timeout=60):
@@ -118,6 +185,15 @@ def cmd_admin(a):
         node.cli("volume", "create", "beta")
         p = node.cli("volume", "create", "alpha", check=False)
         c("a duplicate volume is refused (exit 5)", p.returncode == 5, (p.returncode, p.stderr))
+        # Names must be text; sizes in range; 0 is not "the default".
+        for bad, says in [(b"es\x1bc", b"control character"), (b"bad\xff", b"invalid UTF-8")]:
+            p = subprocess.run([a.cli.encode(), b"--socket", node.admin_socket.encode(), b"volume", b"create", bad],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            c("volume name %r refused by the CLI (exit 2, says why, escaped)" % bad,
+              p.returncode == 2 and says in p.stderr and b"\x1b" not in p.stderr, (p.returncode, p.stderr))
+        p = node.cli("volume", "create", "zero", "--record-size", "0", check=False)
+        c("--record-size 0 refused (exit 2)", p.returncode == 2 and "power of two" in p.stderr,
+          (p.returncode, p.stderr))
         vols = node.cli("volume", "list", json_out=True)
         names = sorted(v["name"] for v in (vols.get("volumes", vols) if isinstance(vols, dict) else vols))
         c("volume list --json lists both", names == ["alpha", "beta"], vols)
@@ -148,17 +224,65 @@ def cmd_admin(a):
             c("the client keeps working after garbage on the socket", len(f.read()) == 1 << 20)
         c("nasgwd is still up", node.cli("node", "status", check=False).returncode == 0)
 
-        # nasgw-fuse in the background (no -f): it forks, then connects.
+        # A head socket another user may not open: nasgw-fuse says so, at once.
+        nb = node.mount_path + "-nobody"
+        os.makedirs(nb, exist_ok=True)
+        t0 = time.monotonic()
+        p = subprocess.run([a.fuse, "--socket", node.head_socket, "--volume", "beta", "-f", nb],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60,
+                           preexec_fn=as_nobody)
+        c("nasgw-fuse as another user: 'permission denied' with the socket, at once",
+          p.returncode == 1 and "permission denied" in p.stdout and node.head_socket in p.stdout and
+          time.monotonic() - t0 < 4, (p.returncode, p.stdout, time.monotonic() - t0))
+        os.rmdir(nb)
+
+        # A flood of connections from one uid stops at head.max_connections_per_uid;
+        # the other users' heads are still served. (The socket is opened to all
+        # for this: nasgwd checks nothing more at accept.)
+        os.chmod(os.path.dirname(node.head_socket), 0o755)
+        os.chmod(node.head_socket, 0o666)
+        # (Debian's python: another user may not run the one under /root)
+        flood = subprocess.Popen(["/usr/bin/python3", "-c", FLOOD, node.head_socket, str(head_version()), "1000"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=as_nobody)
+        try:
+            got = json.loads(flood.stdout.readline() or "{}")
+            c("a flood from one uid is refused at head.max_connections_per_uid (128), EMFILE, the limit named",
+              got.get("accepted") == 128 and got.get("status") == 24 and got.get("refused") == 51 and
+              "head.max_connections_per_uid" in got.get("message", ""), (got, flood.stderr.read()
+                                                                           if flood.poll() is not None else ""))
+            with open(os.path.join(node.mount_path, "data"), "rb") as f:
+                c("...while root's head (the FUSE mount) is still served", len(f.read()) == 1 << 20)
+            with open(os.path.join(node.mount_path, "after-flood"), "w") as f:
+                f.write("x")
+            c("...and writes", os.path.getsize(os.path.join(node.mount_path, "after-flood")) == 1)
+            status, text = scrape(node.metrics_port())
+            m = re.search(r'nasgw_head_connections_refused_total\{limit="max_connections_per_uid"\} (\d+)', text)
+            c("the 51 refusals are counted in Prometheus", m is not None and int(m.group(1)) == 51, text[-3000:])
+            lines = [l for l in node.log_tail(200000).splitlines()
+                     if "connection refused: limit reached" in l and "uid=65534" in l]
+            c("...and logged rate-limited (the first at once, the rest in one line after 10 s)",
+              1 <= len(lines) <= 2 and " refused=1 " in lines[0], lines)
+        finally:
+            flood.stdin.close()
+            flood.wait(timeout=30)
+        os.chmod(node.head_socket, 0o660)
+        os.chmod(os.path.dirname(node.head_socket), 0o750)
+
+        # nasgw-fuse in the background (no -f): it forks, then connects. The
+        # socket is given relative to the current directory: nasgw-fuse makes
+        # it absolute before it daemonizes (and changes to /).
         bg = node.mount_path + "-bg"
         os.makedirs(bg, exist_ok=True)
-        p = subprocess.run([a.fuse, "--socket", node.head_socket, "--volume", "beta", bg], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        p = subprocess.run([a.fuse, "--socket", os.path.basename(node.head_socket), "--volume", "beta", bg],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60,
+                           cwd=os.path.dirname(node.head_socket))
         try:
             c("nasgw-fuse daemonizes (exit 0)", p.returncode == 0, p.stdout)
             with open(os.path.join(bg, "f"), "w") as f:
                 f.write("background")
             with open(os.path.join(bg, "f")) as f:
-                c("a daemonized nasgw-fuse serves", f.read() == "background")
+                c("a daemonized nasgw-fuse, given a relative --socket, serves", f.read() == "background")
         finally:
             subprocess.run(["fusermount3", "-u", bg])
             os.rmdir(bg)
