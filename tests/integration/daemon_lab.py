@@ -23,20 +23,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nasgwlab import Node, sh  # noqa: E402
-
-
-class Checks:
-    def __init__(self):
-        self.passed = self.failed = 0
-
-    def __call__(self, what, ok, detail=""):
-        print("%s: %s%s" % ("ok" if ok else "FAILED", what, "" if ok else " -- " + str(detail)[-1500:]))
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-        return ok
+from nasgwlab import Checks, Node, sh  # noqa: E402
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -51,6 +51,22 @@ def wait_exit(pid, timeout):
     return False
 
 
+class Checks:
+    """One line per check ("ok: ..." / "FAILED: ... -- detail"); the suites
+    end with "N passed, N failed"."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def __call__(self, what, ok, detail=""):
+        print("%s: %s%s" % ("ok" if ok else "FAILED", what, "" if ok else " -- " + str(detail)[-1500:]), flush=True)
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+        return ok
+
+
 def toml_str(s):
     return json.dumps(s)  # a JSON string is a valid TOML basic string
 

@@ -23,21 +23,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lab"))
 import nfslab  # noqa: E402
+from nasgwlab import Checks  # noqa: E402
 
 SANLAB = os.path.join(HERE, "..", "lab", "sanlab")
-
-
-class Checks:
-    def __init__(self):
-        self.passed = self.failed = 0
-
-    def __call__(self, what, ok, detail=""):
-        print("%s: %s%s" % ("ok" if ok else "FAILED", what, "" if ok else " -- " + str(detail)[-1500:]), flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-        return ok
 
 
 def leftovers(st):

@@ -26,22 +26,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nasgwlab import SANLAB, Node, sh  # noqa: E402
+from nasgwlab import SANLAB, Checks, Node, sh  # noqa: E402
 
 READY_TIMEOUT_S = 30
-
-
-class Checks:
-    def __init__(self):
-        self.passed = self.failed = 0
-
-    def __call__(self, what, ok, detail=""):
-        print("%s: %s%s" % ("ok" if ok else "FAILED", what, "" if ok else " -- " + str(detail)[-1500:]), flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-        return ok
 
 
 class Lab:
