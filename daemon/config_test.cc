@@ -18,6 +18,7 @@
 #include "block/iscsi_url.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 namespace nasgw::daemon {
 namespace {
@@ -247,12 +248,30 @@ TEST_F(ConfigTest, LoadConfigMissingFileIsNotFound) {
 }
 
 TEST_F(ConfigTest, LoadConfigUnreadableFileIsPermissionDenied) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file";
   const std::string path = WriteFile("locked.toml", Cfg(), 0000);
-  auto c = LoadConfig(path);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), Code::kPermissionDenied);
-  EXPECT_NE(c.status().message().find(path), std::string::npos) << c.status().ToString();
+  auto check = [&path]() -> bool {
+    auto c = LoadConfig(path);
+    return !c.ok() && c.status().code() == Code::kPermissionDenied &&
+           c.status().message().find(path) != std::string::npos;
+  };
+  if (::geteuid() != 0) {
+    EXPECT_TRUE(check());
+    return;
+  }
+  // Root reads any file: the check runs in a child that became nobody
+  // (65534), as an unprivileged nasgwd would be.
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const bool dropped = ::setgroups(0, nullptr) == 0 && ::setresgid(65534, 65534, 65534) == 0 &&
+                         ::setresuid(65534, 65534, 65534) == 0;
+    ::_exit(!dropped ? 2 : check() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: not PermissionDenied naming the path; 2: could not become nobody";
 }
 
 TEST_F(ConfigTest, LoadConfigRefusesADirectory) {
