@@ -4,7 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <mutex>
+
+#include "base/mutex.h"
 
 namespace nasgw {
 
@@ -53,12 +54,11 @@ const char* LevelName(LogLevel l) {
   return "?";
 }
 
-std::mutex& LogMutex() {
-  static std::mutex mu;
-  return mu;
-}
+// One line at a time, from any thread. Constant-initialized, and its
+// destructor is trivial: lines may be logged before main and at exit.
+constinit Mutex log_mu;
 
-LogSink& Sink() {                        // GUARDED_BY(LogMutex())
+LogSink& Sink() REQUIRES(log_mu) {
   static LogSink* sink = new LogSink();  // never destroyed: lines may be logged at exit
   return *sink;
 }
@@ -84,7 +84,7 @@ LogLine::LogLine(LogLevel level, std::string_view component) {
 LogLine::~LogLine() {
   os_ << '\n';
   std::string s = os_.str();
-  std::lock_guard<std::mutex> lock(LogMutex());
+  MutexLock lock(log_mu);
   if (Sink()) {
     Sink()(s);
   } else {
@@ -93,7 +93,7 @@ LogLine::~LogLine() {
 }
 
 void SetLogSink(LogSink sink) {
-  std::lock_guard<std::mutex> lock(LogMutex());
+  MutexLock lock(log_mu);
   Sink() = std::move(sink);
 }
 

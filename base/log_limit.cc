@@ -1,5 +1,7 @@
 #include "base/log_limit.h"
 
+#include "base/mutex.h"
+
 namespace nasgw {
 
 namespace {
@@ -14,7 +16,7 @@ LogLimiter::LogLimiter(uint64_t interval_ns, size_t keys_max)
     : interval_ns_(interval_ns), keys_max_(keys_max < 1 ? 1 : keys_max) {}
 
 std::optional<LogLimiter::Report> LogLimiter::Add(std::string_view key, uint64_t now_ns, std::string_view note) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto it = keys_.find(key);
   if (it == keys_.end()) {
     // A new key reports at once; past keys_max they all share one entry
@@ -43,7 +45,7 @@ std::optional<LogLimiter::Report> LogLimiter::Add(std::string_view key, uint64_t
 
 std::vector<LogLimiter::Report> LogLimiter::Due(uint64_t now_ns) {
   std::vector<Report> out;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (auto it = keys_.begin(); it != keys_.end();) {
     Entry& e = it->second;
     if (Since(now_ns, e.reported_ns) < interval_ns_) {
@@ -63,7 +65,7 @@ std::vector<LogLimiter::Report> LogLimiter::Due(uint64_t now_ns) {
 
 std::vector<LogLimiter::Report> LogLimiter::Drain() {
   std::vector<Report> out;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   for (auto& [key, e] : keys_) {
     if (e.held > 0) out.push_back({key, e.held, std::move(e.note)});
   }

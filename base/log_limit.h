@@ -17,11 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace nasgw {
 
@@ -53,8 +54,8 @@ class LogLimiter {
   };
   const uint64_t interval_ns_;
   const size_t keys_max_;
-  std::mutex mu_;
-  std::map<std::string, Entry, std::less<>> keys_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, Entry, std::less<>> keys_ GUARDED_BY(mu_);
 };
 
 }  // namespace nasgw
