@@ -1,11 +1,10 @@
 #include "block/block_device.h"
 
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
 #include "base/limits.h"
+#include "base/mutex.h"
 
 namespace nasgw::block {
 
@@ -178,25 +177,25 @@ class Waiter {
  public:
   IoCallback Callback() {
     return [this](Status s) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       status_ = std::move(s);
       done_ = true;
-      cv_.notify_one();
+      cv_.NotifyOne();
     };
   }
   // Waits for the completion unless submission already failed.
   Status Wait(Status submitted) {
     if (!submitted.ok()) return submitted;
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
+    MutexLock lock(mu_);
+    cv_.Wait(mu_, [this]() REQUIRES(mu_) { return done_; });
     return std::move(status_);
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  Status status_;
+  Mutex mu_;
+  CondVar cv_;
+  bool done_ GUARDED_BY(mu_) = false;
+  Status status_ GUARDED_BY(mu_);
 };
 
 }  // namespace

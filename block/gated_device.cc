@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "base/mutex.h"
+
 namespace nasgw::block {
 
 std::shared_ptr<WriteGate> WriteGate::Closed(Status reason) {
@@ -14,26 +16,26 @@ bool WriteGate::Close(Status reason) {
   NASGW_ASSERT(!reason.ok());
   std::function<void(const Status&)> fn;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!open_.load(std::memory_order_relaxed)) return false;
-    reason_ = std::move(reason);
+    reason_ = reason;  // kept: `fn` is called with it after the lock is released
     open_.store(false, std::memory_order_release);
     fn = std::move(on_close_);
     on_close_ = nullptr;
   }
-  if (fn) fn(reason_);
+  if (fn) fn(reason);
   return true;
 }
 
 Status WriteGate::reason() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return reason_;
 }
 
 void WriteGate::OnClose(std::function<void(const Status&)> fn) {
   Status closed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (open_.load(std::memory_order_relaxed)) {
       on_close_ = std::move(fn);
       return;

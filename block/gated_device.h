@@ -26,8 +26,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 
+#include "base/mutex.h"
 #include "block/block_device.h"
 
 namespace nasgw::block {
@@ -48,9 +48,9 @@ class WriteGate {
 
  private:
   std::atomic<bool> open_{true};
-  mutable std::mutex mu_;
-  Status reason_;                                 // GUARDED_BY(mu_)
-  std::function<void(const Status&)> on_close_;   // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  Status reason_ GUARDED_BY(mu_);
+  std::function<void(const Status&)> on_close_ GUARDED_BY(mu_);
 };
 
 class GatedDevice final : public BlockDevice {

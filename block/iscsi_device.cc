@@ -6,11 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <list>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -23,6 +21,7 @@ extern "C" {
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "block/iscsi_url.h"
 #include "block/scsi_status.h"
 
@@ -231,12 +230,12 @@ struct IscsiDevice::Impl {
   uint32_t admit_max = 0;
 
   // Shared with submitters.
-  std::mutex mu;
-  std::condition_variable cv;         // submitters waiting for room; Open() waiting for paths
-  std::deque<Request*> submitted;     // GUARDED_BY(mu)
-  bool closing = false;               // GUARDED_BY(mu)
-  bool open_done = false;             // GUARDED_BY(mu): every path tried once
-  std::vector<Status> open_results;   // GUARDED_BY(mu): per path, until open_done
+  Mutex mu;
+  CondVar cv;  // submitters waiting for room; Open() waiting for paths
+  std::deque<Request*> submitted GUARDED_BY(mu);
+  bool closing GUARDED_BY(mu) = false;
+  bool open_done GUARDED_BY(mu) = false;  // every path tried once
+  std::vector<Status> open_results GUARDED_BY(mu);  // per path, until open_done
   std::atomic<uint32_t> admitted{0};  // requests not yet completed
   std::atomic<bool> wakeup_pending{false};
   int event_fd = -1;
@@ -269,11 +268,11 @@ struct IscsiDevice::Impl {
   // ---- submission (any thread) ----
 
   Status Admit(Request* r) {
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (closing) return Status::Unavailable(info.name + " is closing");
     if (admitted.load() >= admit_max) {
       if (std::this_thread::get_id() == loop_id) return Status::Busy(info.name + ": submission queue full");
-      cv.wait(lock, [this] { return admitted.load() < admit_max || closing; });
+      while (admitted.load() >= admit_max && !closing) cv.Wait(mu);
       if (closing) return Status::Unavailable(info.name + " is closing");
     }
     admitted++;
@@ -281,7 +280,7 @@ struct IscsiDevice::Impl {
     r->submit_ns = MonotonicNanos();
     r->deadline_ns = r->submit_ns + io_timeout_ns;
     submitted.push_back(r);
-    lock.unlock();
+    lock.Unlock();
     Wake();
     return Status();
   }
@@ -365,7 +364,7 @@ struct IscsiDevice::Impl {
   }
 
   void DrainSubmitted() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     while (!submitted.empty()) {
       ready.push_back(submitted.front());
       submitted.pop_front();
@@ -609,8 +608,8 @@ struct IscsiDevice::Impl {
     delete r;
     const bool was_full = admitted.fetch_sub(1) >= admit_max;
     if (was_full || stop.load()) {
-      std::lock_guard<std::mutex> lock(mu);
-      cv.notify_all();
+      MutexLock lock(mu);
+      cv.NotifyAll();
     }
     done(std::move(s));
   }
@@ -824,23 +823,23 @@ struct IscsiDevice::Impl {
 
   // Records the first outcome of each path for Open().
   void NotifyOpen(Path* p, const Status& outcome) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (open_done) return;
     if (open_results[p->index].code() == Code::kBusy) open_results[p->index] = outcome;
     bool all = true;
     for (const Status& s : open_results) all &= s.code() != Code::kBusy;
     if (all) {
       open_done = true;
-      cv.notify_all();
+      cv.NotifyAll();
     }
   }
 
   void Shutdown() {
     if (!thread.joinable()) return;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       closing = true;
-      cv.notify_all();
+      cv.NotifyAll();
     }
     stop.store(true);
     uint64_t one = 1;
@@ -932,23 +931,23 @@ Status Identify(Impl* impl, Impl::Kind kind, int page, std::function<Status(scsi
   r->internal = true;
   r->io.op = Op::kRead;  // names the request in errors
   r->parse = std::move(parse);
-  std::mutex mu;
-  std::condition_variable cv;
+  Mutex mu;
+  CondVar cv;
   bool done = false;
   Status result;
   r->io.done = [&](Status s) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     result = std::move(s);
     done = true;
-    cv.notify_all();
+    cv.NotifyAll();
   };
   Status s = impl->Admit(r);
   if (!s.ok()) {
     delete r;
     return s;
   }
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
+  MutexLock lock(mu);
+  while (!done) cv.Wait(mu);
   return result;
 }
 
@@ -1025,6 +1024,7 @@ Result<std::unique_ptr<IscsiDevice>> IscsiDevice::Open(const IscsiOptions& optio
     p->isid = rd() & 0x3fffff;  // 22 random bits of the ISID, fixed for the life of the path
     p->impl = impl.get();
     impl->paths.push_back(std::move(p));
+    MutexLock lock(impl->mu);  // no loop thread yet: for the analysis
     impl->open_results.push_back(Status::Busy("not tried yet"));
   }
   impl->info.name = impl->paths[0]->url.ToString();
@@ -1039,8 +1039,10 @@ Result<std::unique_ptr<IscsiDevice>> IscsiDevice::Open(const IscsiOptions& optio
   // Every path gets one full try (connect, login, identify), bounded.
   std::vector<Status> results;
   {
-    std::unique_lock<std::mutex> lock(im->mu);
-    im->cv.wait_for(lock, std::chrono::milliseconds(options.connect_timeout_ms + 1000), [im] { return im->open_done; });
+    MutexLock lock(im->mu);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.connect_timeout_ms + 1000);
+    while (!im->open_done && im->cv.WaitUntil(im->mu, deadline)) {
+    }
     im->open_done = true;  // late outcomes are the loop's business now
     results = im->open_results;
   }

@@ -4,6 +4,7 @@
 
 #include "base/clock.h"
 #include "base/limits.h"
+#include "base/mutex.h"
 
 namespace nasgw::block {
 
@@ -22,12 +23,12 @@ MemLun::MemLun(uint32_t block_size, uint64_t num_blocks, std::string designator)
 }
 
 void MemLun::PowerCut() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   volatile_.clear();
 }
 
 size_t MemLun::UnsyncedBlocks() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return volatile_.size();
 }
 
@@ -68,7 +69,7 @@ Status MemLun::CheckAccess(uint64_t initiator, bool write) const {
 }
 
 Status MemLun::Execute(uint64_t initiator, IoRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint32_t bs = info_.block_size;
   switch (req.op) {
     case Op::kRead: {
@@ -217,71 +218,71 @@ MemDevice::MemDevice(std::shared_ptr<MemLun> lun, uint64_t initiator)
 
 MemDevice::~MemDevice() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   thread_.join();
 }
 
 void MemDevice::SetFault(std::function<Status(const IoRequest&)> fault) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   fault_ = std::move(fault);
 }
 
 BlockStats MemDevice::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   BlockStats s = stats_;
   s.queued = static_cast<uint32_t>(queue_.size());
   return s;
 }
 
 Status MemDevice::SubmitValidated(IoRequest req) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (stopping_) return Status::Unavailable("device closing");
   // The fault is decided here, on the submitter's thread (see SetFault).
   Status fault;
   if (fault_) {
     auto fn = fault_;
-    lock.unlock();
+    lock.Unlock();
     fault = fn(req);
-    lock.lock();
+    lock.Lock();
     if (stopping_) return Status::Unavailable("device closing");
   }
   if (queue_.size() >= limits::kSubmitQueueMax) {
     if (std::this_thread::get_id() == thread_.get_id()) return Status::Busy("submission queue full");
-    cv_.wait(lock, [this] { return queue_.size() < limits::kSubmitQueueMax || stopping_; });
+    cv_.Wait(mu_, [this]() REQUIRES(mu_) { return queue_.size() < limits::kSubmitQueueMax || stopping_; });
   }
   queue_.push_back({std::move(req), std::move(fault)});
-  cv_.notify_all();
+  cv_.NotifyAll();
   return Status();
 }
 
 void MemDevice::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    cv_.Wait(mu_, [this]() REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and drained
     IoRequest req = std::move(queue_.front().req);
     Status s = std::move(queue_.front().fault);
     queue_.pop_front();
-    cv_.notify_all();  // room for a blocked submitter
-    lock.unlock();
+    cv_.NotifyAll();  // room for a blocked submitter
+    lock.Unlock();
 
     const uint64_t start = MonotonicNanos();
     if (s.ok()) s = lun_->Execute(initiator_, req);
     const uint64_t bytes = req.op == Op::kRead || req.op == Op::kWrite ? req.blocks * lun_->info().block_size : 0;
     auto done = std::move(req.done);
 
-    lock.lock();
+    lock.Lock();
     OpStats& os = req.op == Op::kRead ? stats_.read : req.op == Op::kWrite ? stats_.write : stats_.other;
     os.ops++;
     os.bytes += bytes;
     if (!s.ok()) os.errors++;
     os.latency_ns.Record(MonotonicNanos() - start);
-    lock.unlock();
+    lock.Unlock();
     done(std::move(s));
-    lock.lock();
+    lock.Lock();
   }
 }
 

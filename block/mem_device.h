@@ -14,15 +14,14 @@
 // Completions run on the MemDevice's own thread, as the async contract says.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "block/block_device.h"
 
 namespace nasgw::block {
@@ -39,21 +38,21 @@ class MemLun {
 
  private:
   friend class MemDevice;
-  // Everything below is guarded by mu_.
-  Status Execute(uint64_t initiator, IoRequest& req);
-  Status CheckAccess(uint64_t initiator, bool write) const;
-  void ReadBlock(uint64_t lba, uint8_t* out) const;
-  void WriteBlock(uint64_t lba, const uint8_t* in, bool durable);
+  // Executes one request under mu_; everything it uses is guarded by mu_.
+  Status Execute(uint64_t initiator, IoRequest& req) EXCLUDES(mu_);
+  Status CheckAccess(uint64_t initiator, bool write) const REQUIRES(mu_);
+  void ReadBlock(uint64_t lba, uint8_t* out) const REQUIRES(mu_);
+  void WriteBlock(uint64_t lba, const uint8_t* in, bool durable) REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  DeviceInfo info_;
-  std::vector<uint8_t> durable_;
-  std::map<uint64_t, std::vector<uint8_t>> volatile_;  // lba -> block not yet flushed
-  uint32_t pr_generation_ = 0;
-  std::map<uint64_t, uint64_t> registrations_;  // initiator -> key
-  bool reserved_ = false;
-  uint64_t holder_ = 0;  // initiator holding the reservation
-  PrType type_ = PrType::kNone;
+  mutable Mutex mu_;
+  DeviceInfo info_;  // set by the constructor, then read-only
+  std::vector<uint8_t> durable_ GUARDED_BY(mu_);
+  std::map<uint64_t, std::vector<uint8_t>> volatile_ GUARDED_BY(mu_);  // lba -> block not yet flushed
+  uint32_t pr_generation_ GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, uint64_t> registrations_ GUARDED_BY(mu_);  // initiator -> key
+  bool reserved_ GUARDED_BY(mu_) = false;
+  uint64_t holder_ GUARDED_BY(mu_) = 0;  // initiator holding the reservation
+  PrType type_ GUARDED_BY(mu_) = PrType::kNone;
 };
 
 class MemDevice final : public BlockDevice {
@@ -80,16 +79,16 @@ class MemDevice final : public BlockDevice {
 
   std::shared_ptr<MemLun> lun_;
   const uint64_t initiator_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable Mutex mu_;
+  CondVar cv_;
   struct Queued {
     IoRequest req;
     Status fault;  // what the fault function said at submission
   };
-  std::deque<Queued> queue_;
-  std::function<Status(const IoRequest&)> fault_;
-  bool stopping_ = false;
-  BlockStats stats_;
+  std::deque<Queued> queue_ GUARDED_BY(mu_);
+  std::function<Status(const IoRequest&)> fault_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  BlockStats stats_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 
