@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/assert.h"
+#include "base/mutex.h"
 
 namespace nasgw::fs {
 
@@ -20,7 +21,7 @@ Allocator::Allocator(uint64_t ag_bytes, uint64_t unit) : ag_bytes_(ag_bytes), un
 
 Status Allocator::AddGroup(AgId ag, uint64_t offset) {
   if (offset % unit_ != 0) return Status::InvalidArgument("allocation group not aligned to the unit");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto [it, fresh] = groups_.try_emplace(ag);
   if (!fresh) return Status::Exists("allocation group already added");
   it->second.start = offset;
@@ -33,7 +34,7 @@ Status Allocator::AddGroup(AgId ag, uint64_t offset) {
 
 bool Allocator::TakeFromGroup(AgId id, Group& g, uint64_t want, std::vector<Extent>* out, uint64_t* got,
                               bool fragments) {
-  auto take = [&](std::map<uint64_t, uint64_t>::iterator it, uint64_t n) {
+  auto take = [&](std::map<uint64_t, uint64_t>::iterator it, uint64_t n) REQUIRES(mu_) {
     const uint64_t off = it->first, len = it->second;
     g.free.erase(it);
     if (n < len) g.free.emplace(off + n, len - n);
@@ -100,7 +101,7 @@ Result<std::vector<Extent>> Allocator::AllocateLocked(uint64_t bytes) {
 }
 
 Result<std::vector<Extent>> Allocator::Allocate(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t want = RoundUp(bytes);
   if (want > free_ - reserved_) {
     return Status::NoSpace("need " + std::to_string(want) + " bytes, " + std::to_string(free_ - reserved_) +
@@ -110,7 +111,7 @@ Result<std::vector<Extent>> Allocator::Allocate(uint64_t bytes) {
 }
 
 Result<std::vector<Extent>> Allocator::AllocateReserved(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t want = RoundUp(bytes);
   NASGW_ASSERT_LE(want, reserved_);
   reserved_ -= want;
@@ -118,7 +119,7 @@ Result<std::vector<Extent>> Allocator::AllocateReserved(uint64_t bytes) {
 }
 
 Status Allocator::Reserve(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t want = RoundUp(bytes);
   if (want > free_ - reserved_) {
     return Status::NoSpace("cannot reserve " + std::to_string(want) + " bytes, " +
@@ -129,7 +130,7 @@ Status Allocator::Reserve(uint64_t bytes) {
 }
 
 void Allocator::Unreserve(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t n = RoundUp(bytes);
   NASGW_ASSERT_LE(n, reserved_);
   reserved_ -= n;
@@ -149,7 +150,7 @@ Allocator::Group* Allocator::FindGroup(const Extent& e, AgId* id) {
 }
 
 Status Allocator::Free(const Extent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   AgId id;
   Group* g = FindGroup(e, &id);
   if (g == nullptr) return Status::Corruption("free of " + Str(e) + ": not inside one allocation group, or unaligned");
@@ -176,7 +177,7 @@ Status Allocator::Free(const Extent& e) {
 }
 
 Status Allocator::MarkUsed(const Extent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   AgId id;
   Group* g = FindGroup(e, &id);
   if (g == nullptr) return Status::Corruption(Str(e) + " is not inside one allocation group, or unaligned");
@@ -195,27 +196,27 @@ Status Allocator::MarkUsed(const Extent& e) {
 }
 
 uint64_t Allocator::total_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return total_;
 }
 
 uint64_t Allocator::free_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return free_;
 }
 
 uint64_t Allocator::available_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return free_ - reserved_;
 }
 
 uint64_t Allocator::reserved_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return reserved_;
 }
 
 size_t Allocator::fragments() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [id, g] : groups_) n += g.free.size();
   return n;

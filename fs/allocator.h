@@ -20,9 +20,9 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 
 namespace nasgw::fs {
@@ -82,21 +82,22 @@ class Allocator {
   };
 
   uint64_t RoundUp(uint64_t b) const { return (b + unit_ - 1) / unit_ * unit_; }
-  Result<std::vector<Extent>> AllocateLocked(uint64_t bytes);
+  Result<std::vector<Extent>> AllocateLocked(uint64_t bytes) REQUIRES(mu_);
   // Takes want - *got bytes from g: as one extent if one fits, else (when
   // `fragments`) as many pieces as it has. True when the request is met.
-  bool TakeFromGroup(AgId id, Group& g, uint64_t want, std::vector<Extent>* out, uint64_t* got, bool fragments);
-  Group* FindGroup(const Extent& e, AgId* id);
+  bool TakeFromGroup(AgId id, Group& g, uint64_t want, std::vector<Extent>* out, uint64_t* got, bool fragments)
+      REQUIRES(mu_);
+  Group* FindGroup(const Extent& e, AgId* id) REQUIRES(mu_);
 
   const uint64_t ag_bytes_;
   const uint64_t unit_;
-  mutable std::mutex mu_;
-  std::map<AgId, Group> groups_;          // GUARDED_BY(mu_)
-  std::map<uint32_t, uint64_t> lun_free_; // GUARDED_BY(mu_): free bytes per LUN
-  uint64_t total_ = 0;                    // GUARDED_BY(mu_)
-  uint64_t free_ = 0;                     // GUARDED_BY(mu_)
-  uint64_t reserved_ = 0;                 // GUARDED_BY(mu_)
-  uint32_t next_lun_ = 0;                 // GUARDED_BY(mu_): striping rotor
+  mutable Mutex mu_;
+  std::map<AgId, Group> groups_ GUARDED_BY(mu_);
+  std::map<uint32_t, uint64_t> lun_free_ GUARDED_BY(mu_);  // free bytes per LUN
+  uint64_t total_ GUARDED_BY(mu_) = 0;
+  uint64_t free_ GUARDED_BY(mu_) = 0;
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;
+  uint32_t next_lun_ GUARDED_BY(mu_) = 0;  // striping rotor
 };
 
 }  // namespace nasgw::fs

@@ -6,11 +6,11 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <shared_mutex>
 
 #include "base/clock.h"
 #include "base/coding.h"
 #include "base/log.h"
+#include "base/mutex.h"
 
 namespace nasgw::fs {
 
@@ -397,14 +397,14 @@ struct Domain::Impl {
   std::unique_ptr<Allocator> space;  // data allocation groups
   bool unmap_freed = true;
   // Readers (lookups, attributes, reads) share it; changes hold it alone.
-  mutable std::shared_mutex mu;
-  DomainRec rec;  // GUARDED_BY(mu)
+  mutable SharedMutex mu;
+  DomainRec rec GUARDED_BY(mu);
   HandleKey handle_key;  // set at open, immutable after
-  std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count;  // GUARDED_BY(mu)
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count GUARDED_BY(mu);
 
   // Each volume's file count as committed, so that Statfs answers from
-  // memory (no scan that could fail). GUARDED_BY(mu)
-  std::map<uint32_t, uint64_t> vol_files;
+  // memory (no scan that could fail).
+  std::map<uint32_t, uint64_t> vol_files GUARDED_BY(mu);
 
   // One change: a metadata batch plus the extents to free once it is durable.
   struct Txn {
@@ -428,7 +428,7 @@ struct Domain::Impl {
     t.vol_files[vol] = v.files;
   }
 
-  Status Commit(Txn& t) {
+  Status Commit(Txn& t) REQUIRES(mu) {
     rec.txg++;
     t.batch.Put(SuperKey(), EncodeDomain(rec));
     Status s = store->Write(t.batch, /*sync=*/true);
@@ -575,7 +575,7 @@ struct Domain::Impl {
 
   // The last name of `in` is gone: drop it now, or keep it as an orphan
   // until its last release if it is open.
-  Status LastLinkGone(Txn& t, uint32_t vol, Inode& in, VolumeRec& v) {
+  Status LastLinkGone(Txn& t, uint32_t vol, Inode& in, VolumeRec& v) REQUIRES(mu) {
     auto it = open_count.find({vol, in.a.ino});
     if (it != open_count.end() && it->second > 0) {
       Touch(in, false);
@@ -650,7 +650,7 @@ struct Domain::Impl {
   // elsewhere, zeros past the old size. Allocates all new space before it
   // writes anything, so NoSpace changes nothing.
   Status RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
-                        uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) {
+                        uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) REQUIRES(mu) {
     const uint64_t rs = v.record_bytes;
     auto loaded = LoadRecords(vol, in.a.ino, first, last);
     if (!loaded.ok()) return loaded.status();
@@ -712,8 +712,8 @@ struct Domain::Impl {
     return Status();
   }
 
-  // ---- exports. REQUIRES: mu held (shared for reads, exclusively for changes).
-  Result<ExportRec> LoadExport(uint32_t export_id) {
+  // ---- exports: mu held (shared for reads, exclusively for changes).
+  Result<ExportRec> LoadExport(uint32_t export_id) REQUIRES_SHARED(mu) {
     auto v = store->Get(ExportKey(export_id));
     if (!v.ok()) {
       return v.status().code() == Code::kNotFound ? Status::NotFound("no export " + std::to_string(export_id))
@@ -723,7 +723,7 @@ struct Domain::Impl {
   }
 
   // The export with its volume's name.
-  Result<Export> Named(const ExportRec& r) {
+  Result<Export> Named(const ExportRec& r) REQUIRES_SHARED(mu) {
     auto v = LoadVolume(r.vol);
     if (!v.ok()) {
       if (v.status().code() != Code::kNotFound) return v.status().WithContext("export " + std::to_string(r.e.id));
@@ -735,7 +735,7 @@ struct Domain::Impl {
     return e;
   }
 
-  Result<uint32_t> NextExportId() {
+  Result<uint32_t> NextExportId() REQUIRES_SHARED(mu) {
     auto v = store->Get(ExportCounterKey());
     if (!v.ok()) return v.status().code() == Code::kNotFound ? Result<uint32_t>(1u) : v.status();
     Decoder d(*v);
@@ -746,7 +746,7 @@ struct Domain::Impl {
   }
 
   // Every export record, by id; fn returns false to stop.
-  Status ScanExports(const std::function<bool(Result<ExportRec>)>& fn) {
+  Status ScanExports(const std::function<bool(Result<ExportRec>)>& fn) REQUIRES_SHARED(mu) {
     return store->Scan("P", "Q", [&](std::string_view k, std::string_view v) {
       if (k.size() != 5) return fn(Status::Corruption("export key of " + std::to_string(k.size()) + " bytes"));
       return fn(DecodeExport(GetBE32(k, 1), v));
@@ -754,7 +754,7 @@ struct Domain::Impl {
   }
 
   // NotFound unless `path` (normalised) is a directory of volume `vol`.
-  Status CheckExportDir(uint32_t vol, const std::string& volume, const std::string& path) {
+  Status CheckExportDir(uint32_t vol, const std::string& volume, const std::string& path) REQUIRES_SHARED(mu) {
     uint64_t dir = kRootIno;
     std::string walked;
     size_t at = 1;
@@ -779,7 +779,7 @@ struct Domain::Impl {
   }
 
   // The id of the volume called `name`: NotFound, or why it could not be read.
-  Result<uint32_t> VolumeId(const std::string& name) {
+  Result<uint32_t> VolumeId(const std::string& name) REQUIRES_SHARED(mu) {
     auto idb = store->Get(VolNameKey(name));
     if (!idb.ok()) {
       return idb.status().code() == Code::kNotFound ? Status::NotFound("no volume '" + name + "'")
@@ -847,6 +847,7 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   if (!r.ok()) return r.status().WithContext("domain record");
   auto rec = DecodeDomain(*r);
   if (!rec.ok()) return rec.status();
+  WriterLock lock(impl->mu);  // not shared yet: for the analysis
   impl->rec = *rec;
   // The handle secret; a domain made before handles had MACs gets one now
   // (read-only, for checking, it goes without: its key verifies nothing).
@@ -900,16 +901,18 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
     return true;
   }));
   // Each volume's file count, for Statfs.
+  std::map<uint32_t, uint64_t> vol_files;
   NASGW_RETURN_IF_ERROR(impl->store->Scan("V", "W", [&](std::string_view k, std::string_view val) {
     auto v = DecodeVolume(val);
     if (!v.ok() || k.size() != 5) {
       bad = v.ok() ? Status::Corruption("volume key of " + std::to_string(k.size()) + " bytes") : v.status();
       return false;
     }
-    impl->vol_files[GetBE32(k, 1)] = v->files;
+    vol_files[GetBE32(k, 1)] = v->files;
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
+  impl->vol_files = std::move(vol_files);
   if (o.read_only) orphans.clear();  // the owner reclaims them when it opens the domain
   for (const auto& [vol, ino] : orphans) {
     // An orphan whose inode or volume is gone only needs its key removed;
@@ -935,7 +938,7 @@ const HandleKey& Domain::handle_key() const {
 }
 
 uint64_t Domain::txg() const {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   return impl_->rec.txg;
 }
 
@@ -955,7 +958,7 @@ Status CheckRecordBytes(uint32_t record_bytes) {
 Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record_bytes) {
   NASGW_RETURN_IF_ERROR(CheckName(name));
   NASGW_RETURN_IF_ERROR(CheckRecordBytes(record_bytes));
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto taken = impl_->Has(VolNameKey(name));
   if (!taken.ok()) return taken.status().WithContext("volume '" + name + "'");
   if (*taken) return Status::Exists("volume '" + name + "' exists");
@@ -983,7 +986,7 @@ Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record
 }
 
 Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   auto id = impl_->VolumeId(name);
   if (!id.ok()) return id.status();
   auto v = impl_->LoadVolume(*id);
@@ -992,7 +995,7 @@ Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
 }
 
 Result<std::vector<VolumeInfo>> Domain::ListVolumes() {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   std::vector<VolumeInfo> out;
   Status bad;
   NASGW_RETURN_IF_ERROR(impl_->store->Scan("V", "W", [&](std::string_view k, std::string_view val) {
@@ -1010,7 +1013,7 @@ Result<std::vector<VolumeInfo>> Domain::ListVolumes() {
 
 Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes) {
   NASGW_RETURN_IF_ERROR(CheckRecordBytes(record_bytes));
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto vid = impl_->VolumeId(name);
   if (!vid.ok()) return vid.status();
   const uint32_t id = *vid;
@@ -1040,7 +1043,7 @@ Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_
 Status Domain::DeleteVolume(const std::string& name, bool force) {
   auto info = FindVolume(name);
   if (!info.ok()) return info.status();
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   const uint32_t vol = info->id;
   std::string exported;
   size_t exports = 0;
@@ -1098,7 +1101,7 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
 Result<Export> Domain::AddExport(const Export& spec) {
   Export e = spec;
   NASGW_RETURN_IF_ERROR(NormalizeExport(&e));
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto idb = impl_->store->Get(VolNameKey(e.volume));
   if (!idb.ok()) {
     return idb.status().code() == Code::kNotFound ? Status::NotFound("no volume '" + e.volume + "'") : idb.status();
@@ -1130,10 +1133,10 @@ Result<Export> Domain::AddExport(const Export& spec) {
 }
 
 Result<std::vector<Export>> Domain::ListExports() {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   std::vector<Export> out;
   Status bad;
-  NASGW_RETURN_IF_ERROR(impl_->ScanExports([&](Result<ExportRec> r) {
+  NASGW_RETURN_IF_ERROR(impl_->ScanExports([&](Result<ExportRec> r) REQUIRES_SHARED(impl_->mu) {
     Result<Export> e = r.ok() ? impl_->Named(*r) : Result<Export>(r.status());
     if (!e.ok()) {
       bad = e.status();
@@ -1147,7 +1150,7 @@ Result<std::vector<Export>> Domain::ListExports() {
 }
 
 Result<Export> Domain::GetExport(uint32_t id) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   auto r = impl_->LoadExport(id);
   if (!r.ok()) return r.status();
   return impl_->Named(*r);
@@ -1156,7 +1159,7 @@ Result<Export> Domain::GetExport(uint32_t id) {
 Result<Export> Domain::FindExport(const std::string& pseudo) {
   auto p = NormalizeExportPath("pseudo path", pseudo);
   if (!p.ok()) return p.status();
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   auto idv = impl_->store->Get(PseudoKey(*p));
   if (!idv.ok()) {
     return idv.status().code() == Code::kNotFound ? Status::NotFound("no export with pseudo path '" + *p + "'")
@@ -1169,7 +1172,7 @@ Result<Export> Domain::FindExport(const std::string& pseudo) {
 }
 
 Result<Export> Domain::RemoveExport(uint32_t id) {
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto r = impl_->LoadExport(id);
   if (!r.ok()) return r.status();
   Export e = r->e;
@@ -1189,7 +1192,7 @@ Result<Export> Domain::RemoveExport(uint32_t id) {
 // ---- names ---------------------------------------------------------------------
 
 Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   auto d = impl_->LoadDir(vol, dir);
   if (!d.ok()) return d.status();
   if (name == ".") return d->a;
@@ -1207,7 +1210,7 @@ Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name)
 }
 
 Result<std::string> Domain::FindCaseless(uint32_t vol, uint64_t dir, const std::string& name) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   NASGW_RETURN_IF_ERROR(impl_->LoadDir(vol, dir).status());
   if (name.empty() || name.size() > kNameMax) return Status::InvalidArgument("bad name");
   Status exact = impl_->CheckNameFree(vol, dir, name);
@@ -1224,14 +1227,14 @@ Result<std::string> Domain::FindCaseless(uint32_t vol, uint64_t dir, const std::
 }
 
 Result<Attr> Domain::GetAttr(uint32_t vol, uint64_t ino) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   return in->a;
 }
 
 Result<Attr> Domain::GetAttr(const Handle& h) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   auto v = impl_->LoadVolume(h.volume);
   if (!v.ok()) {
     return v.status().code() == Code::kNotFound ? Status(Code::kStale, "volume of handle is gone") : v.status();
@@ -1252,7 +1255,7 @@ Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name,
   if (type == FileType::kSymlink && (symlink.empty() || symlink.size() > kSymlinkMax)) {
     return Status::InvalidArgument("symlink target must be 1-4095 bytes");
   }
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto d = impl_->LoadDir(vol, dir);
@@ -1289,7 +1292,7 @@ Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name,
 }
 
 Result<std::string> Domain::ReadLink(uint32_t vol, uint64_t ino) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   if (in->a.type != FileType::kSymlink) return Status::InvalidArgument("not a symlink");
@@ -1298,7 +1301,7 @@ Result<std::string> Domain::ReadLink(uint32_t vol, uint64_t ino) {
 
 Result<Attr> Domain::Link(uint32_t vol, uint64_t ino, uint64_t dir, const std::string& name) {
   NASGW_RETURN_IF_ERROR(CheckName(name));
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   if (in->a.type == FileType::kDirectory) return Status::PermissionDenied("hard links to directories are not allowed");
@@ -1334,7 +1337,7 @@ void RemoveEntry(Domain::Impl& impl, Domain::Impl::Txn& t, uint32_t vol, Inode& 
 
 Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
   NASGW_RETURN_IF_ERROR(CheckName(name));
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto d = impl_->LoadDir(vol, dir);
@@ -1359,7 +1362,7 @@ Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
 
 Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
   NASGW_RETURN_IF_ERROR(CheckName(name));
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto d = impl_->LoadDir(vol, dir);
@@ -1385,7 +1388,7 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
                       const std::string& to) {
   NASGW_RETURN_IF_ERROR(CheckName(from));
   NASGW_RETURN_IF_ERROR(CheckName(to));
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto sd = impl_->LoadDir(vol, from_dir);
@@ -1460,7 +1463,7 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
 }
 
 Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   auto d = impl_->LoadDir(vol, dir);
   if (!d.ok()) return d.status();
   std::vector<DirEntry> out;
@@ -1484,7 +1487,7 @@ Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64
 // ---- extended attributes ---------------------------------------------------------
 
 Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::string& name) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
   auto v = impl_->store->Get(XattrKey(vol, ino, name));
   if (!v.ok()) {
@@ -1497,7 +1500,7 @@ Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::stri
 Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, const std::string& value, int flags) {
   if (name.empty() || name.size() > kXattrNameMax) return Status::InvalidArgument("attribute name 1-255 bytes");
   if (value.size() > kXattrValueMax) return Status::NoSpace("attribute value larger than 64 KiB");
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   auto has = impl_->Has(XattrKey(vol, ino, name));
@@ -1513,7 +1516,7 @@ Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, con
 }
 
 Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
   std::vector<std::string> out;
   std::string p = Prefix('X', vol, ino);
@@ -1525,7 +1528,7 @@ Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
 }
 
 Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) {
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   auto has = impl_->Has(XattrKey(vol, ino, name));
@@ -1541,7 +1544,7 @@ Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) 
 // ---- data ------------------------------------------------------------------------
 
 Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out) {
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto in = impl_->LoadInode(vol, ino);
@@ -1574,7 +1577,7 @@ Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t 
 Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const void* data, size_t n) {
   if (n == 0) return GetAttr(vol, ino);
   if (offset > kFileSizeMax || n > kFileSizeMax - offset) return Status::OutOfRange("file would exceed 2^63 bytes");
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto in = impl_->LoadInode(vol, ino);
@@ -1599,7 +1602,7 @@ Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const vo
 }
 
 Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();
   auto in = impl_->LoadInode(vol, ino);
@@ -1651,7 +1654,7 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
 }
 
 Result<uint64_t> Domain::Grow() {
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   std::set<uint32_t> covered;
   for (const auto& [first, n] : impl_->rec.data_groups) covered.insert(first.lun);
   uint64_t added = 0;
@@ -1684,14 +1687,14 @@ Result<uint64_t> Domain::Grow() {
 }
 
 Status Domain::OpenFile(uint32_t vol, uint64_t ino) {
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
   impl_->open_count[{vol, ino}]++;
   return Status();
 }
 
 Status Domain::ReleaseFile(uint32_t vol, uint64_t ino) {
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   auto it = impl_->open_count.find({vol, ino});
   if (it == impl_->open_count.end() || it->second == 0) return Status::InvalidArgument("file is not open");
   if (--it->second > 0) return Status();
@@ -1713,12 +1716,12 @@ Status Domain::ReleaseFile(uint32_t vol, uint64_t ino) {
 
 Status Domain::Fsync(uint32_t vol, uint64_t ino) {
   // Every change is durable when its call returns (see the header).
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   return impl_->LoadInode(vol, ino).status();
 }
 
 Result<std::vector<std::string>> Domain::Check() {
-  std::unique_lock<std::shared_mutex> lock(impl_->mu);
+  WriterLock lock(impl_->mu);
   std::vector<std::string> problems;
   auto add = [&](std::string p) {
     if (problems.size() < 1000) problems.push_back(std::move(p));
@@ -1912,7 +1915,7 @@ Result<std::vector<std::string>> Domain::Check() {
 
 StatFs Domain::Statfs() {
   StatFs s;
-  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  ReaderLock lock(impl_->mu);
   for (const auto& [vol, files] : impl_->vol_files) s.files += files;
   s.total_bytes = impl_->space->total_bytes();
   s.free_bytes = impl_->space->available_bytes();

@@ -3,7 +3,6 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <set>
 
 #include <rocksdb/db.h>
@@ -14,6 +13,7 @@
 #include <rocksdb/cache.h>
 
 #include "base/log.h"
+#include "base/mutex.h"
 
 namespace nasgw::fs {
 
@@ -230,7 +230,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
     return ToIO(fs_->Delete(Norm(name)));
   }
   IOStatus CreateDir(const std::string& d, const IOOptions&, IODebugContext*) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     dirs_.insert(Norm(d));
     return IOStatus::OK();
   }
@@ -238,7 +238,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
     return CreateDir(d, o, g);
   }
   IOStatus DeleteDir(const std::string& d, const IOOptions&, IODebugContext*) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     dirs_.erase(Norm(d));
     return IOStatus::OK();
   }
@@ -271,7 +271,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
                     IODebugContext*) override {
     // One process opens a domain at a time: the cluster proves that with a
     // SCSI reservation. Within the process, refuse a second open.
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!locks_.insert(Norm(name)).second) return IOStatus::IOError("lock held: " + name);
     auto* lk = new Lock;
     lock_names_[lk] = Norm(name);
@@ -279,7 +279,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
     return IOStatus::OK();
   }
   IOStatus UnlockFile(rocksdb::FileLock* lock, const IOOptions&, IODebugContext*) override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     locks_.erase(lock_names_[lock]);
     lock_names_.erase(lock);
     delete lock;
@@ -306,7 +306,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
  private:
   bool IsDir(const std::string& n) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (dirs_.count(n)) return true;
     }
     return !fs_->List(n + "/").empty();
@@ -314,10 +314,10 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
 
   MetaFs* fs_;
   const bool read_only_;
-  std::mutex mu_;
-  std::set<std::string> dirs_;                         // GUARDED_BY(mu_)
-  std::set<std::string> locks_;                        // GUARDED_BY(mu_)
-  std::map<rocksdb::FileLock*, std::string> lock_names_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::set<std::string> dirs_ GUARDED_BY(mu_);
+  std::set<std::string> locks_ GUARDED_BY(mu_);
+  std::map<rocksdb::FileLock*, std::string> lock_names_ GUARDED_BY(mu_);
 };
 
 }  // namespace

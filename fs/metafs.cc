@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <set>
 
@@ -10,6 +11,7 @@
 #include "base/coding.h"
 #include "base/crc32c.h"
 #include "base/log.h"
+#include "base/mutex.h"
 
 namespace nasgw::fs {
 
@@ -112,22 +114,25 @@ uint64_t SlotOffset(uint32_t domain, uint64_t seq) {
 
 class MetaFs::File {
  public:
-  uint64_t id = 0;
-  // GUARDED_BY(MetaFs::mu_): what the log says.
+  uint64_t id = 0;  // set before the file is in the table, then fixed
+  // Guarded by MetaFs::mu_: what the log says. (Not annotated: the analysis
+  // cannot name the owning MetaFs's mutex from here.)
   std::string name;
   uint64_t durable_size = 0;
   uint64_t mtime_ns = 0;
   std::vector<Extent> logged;  // extents named in the log
-  bool deleted = false;
+  // Set under MetaFs::mu_ when the file leaves the table; read under mu
+  // alone by writers (MetaFs::mu_ is taken after mu, never before).
+  std::atomic<bool> deleted{false};
 
-  // GUARDED_BY(mu): the writer's and readers' view.
-  std::mutex mu;
-  std::vector<Extent> extents;  // every extent allocated to the file, in file order
-  uint64_t allocated = 0;
-  uint64_t size = 0;            // bytes appended
-  uint64_t buf_start = 0;       // file offset of buf[0], block aligned
-  std::vector<uint8_t> buf;     // bytes [buf_start, size) not yet written in whole blocks
-  std::set<uint32_t> dirty_luns;
+  // The writer's and readers' view.
+  Mutex mu ACQUIRED_BEFORE(MetaFs::mu_);
+  std::vector<Extent> extents GUARDED_BY(mu);  // every extent allocated to the file, in file order
+  uint64_t allocated GUARDED_BY(mu) = 0;
+  uint64_t size GUARDED_BY(mu) = 0;            // bytes appended
+  uint64_t buf_start GUARDED_BY(mu) = 0;       // file offset of buf[0], block aligned
+  std::vector<uint8_t> buf GUARDED_BY(mu);     // bytes [buf_start, size) not yet written in whole blocks
+  std::set<uint32_t> dirty_luns GUARDED_BY(mu);
 };
 
 MetaFs::MetaFs(std::shared_ptr<Reserve> reserve, uint32_t domain, const MetaFsOptions& options)
@@ -366,6 +371,7 @@ Result<std::unique_ptr<MetaFs>> MetaFs::Create(std::shared_ptr<Reserve> reserve,
     }
   }
   fs->alloc_ = std::make_unique<Allocator>(reserve->ag_bytes(), kMetaBlockBytes);
+  MutexLock lock(fs->mu_);  // no one else has it yet; held for the analysis
   std::set<AgId> seen;
   for (const AgId& g : groups) {
     if (g.lun >= reserve->lun_count() || g.index >= reserve->ag_count(g.lun) || !seen.insert(g).second) {
@@ -380,7 +386,6 @@ Result<std::unique_ptr<MetaFs>> MetaFs::Create(std::shared_ptr<Reserve> reserve,
   fs->log_extents_ = {(*first)[0]};
   for (size_t i = 1; i < first->size(); i++) fs->GiveBack((*first)[i]);
   fs->log_salt_ = RandomU64();
-  std::lock_guard<std::mutex> lock(fs->mu_);
   // Write both copies so that no stale superblock of an earlier life remains.
   NASGW_RETURN_IF_ERROR(fs->WriteSuperblock());
   NASGW_RETURN_IF_ERROR(fs->WriteSuperblock());
@@ -407,7 +412,7 @@ Result<std::unique_ptr<MetaFs>> MetaFs::Mount(std::shared_ptr<Reserve> reserve, 
   }
   if (!best.ok()) return damaged.ok() ? best.status() : damaged.WithContext("domain " + std::to_string(domain));
   std::unique_ptr<MetaFs> fs(new MetaFs(reserve, domain, options));
-  std::lock_guard<std::mutex> lock(fs->mu_);
+  MutexLock lock(fs->mu_);
   fs->sb_seq_ = best->seq;
   fs->log_start_seq_ = best->log_start_seq;
   fs->log_salt_ = best->log_salt;
@@ -425,10 +430,14 @@ Result<std::unique_ptr<MetaFs>> MetaFs::Mount(std::shared_ptr<Reserve> reserve, 
   for (const Extent& e : fs->log_extents_) {
     NASGW_RETURN_IF_ERROR(fs->alloc_->MarkUsed(e).WithContext("metadata log extent"));
   }
-  for (auto& [id, f] : fs->files_) {
+  std::vector<FileRef> files;
+  for (const auto& [id, f] : fs->files_) files.push_back(f);
+  lock.Unlock();  // a File's mu is taken before mu_, never under it
+  for (const FileRef& f : files) {
     for (const Extent& e : f->logged) {
       NASGW_RETURN_IF_ERROR(fs->alloc_->MarkUsed(e).WithContext("extent of metadata file " + f->name));
     }
+    MutexLock file_lock(f->mu);
     f->extents = f->logged;
     f->allocated = 0;
     for (const Extent& e : f->extents) f->allocated += e.length;
@@ -562,6 +571,11 @@ void MetaFs::GiveBack(const Extent& e) {
   if (!s.ok()) NASGW_LOG(kError, "fs") << "metadata extent free" << Kv("domain", domain_) << Kv("error", s.ToString());
 }
 
+std::string MetaFs::NameOf(const File& f) {
+  MutexLock lock(mu_);
+  return f.name;
+}
+
 void MetaFs::DropFile(uint64_t id) {
   auto it = files_.find(id);
   if (it == files_.end()) return;
@@ -578,7 +592,7 @@ Result<MetaFs::FileRef> MetaFs::OpenForWrite(const std::string& name) {
   FileRef replaced;
   FileRef f = std::make_shared<File>();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!sticky_.ok()) return sticky_;
     if (auto old = names_.find(name); old != names_.end()) replaced = files_[old->second];
     f->id = next_file_id_++;
@@ -600,13 +614,13 @@ Result<MetaFs::FileRef> MetaFs::OpenForWrite(const std::string& name) {
 }
 
 Result<MetaFs::FileRef> MetaFs::OpenForRead(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = names_.find(name);
   if (it == names_.end()) return Status::NotFound("metadata file " + name);
   return files_[it->second];
 }
 
-Status MetaFs::WriteBuffered(File& f, bool tail) {
+Status MetaFs::WriteBuffered(File& f, bool tail) REQUIRES(f.mu) {
   const size_t whole = f.buf.size() / kMetaBlockBytes * kMetaBlockBytes;
   const size_t len = tail ? (f.buf.size() + kMetaBlockBytes - 1) / kMetaBlockBytes * kMetaBlockBytes : whole;
   if (len == 0) return Status();
@@ -615,7 +629,7 @@ Status MetaFs::WriteBuffered(File& f, bool tail) {
     uint64_t chunk = std::clamp<uint64_t>(f.allocated, options_.chunk_min_bytes, options_.chunk_max_bytes);
     chunk = std::max<uint64_t>(chunk, f.buf_start + len - f.allocated);
     auto got = alloc_->Allocate(chunk);
-    if (!got.ok()) return got.status().WithContext("metadata file " + f.name);
+    if (!got.ok()) return got.status().WithContext("metadata file " + NameOf(f));
     for (const Extent& e : *got) {
       f.extents.push_back(e);
       f.allocated += e.length;
@@ -653,7 +667,7 @@ Status MetaFs::WriteBuffered(File& f, bool tail) {
 }
 
 Status MetaFs::Append(const FileRef& f, const void* data, size_t n) {
-  std::lock_guard<std::mutex> lock(f->mu);
+  MutexLock lock(f->mu);
   if (f->deleted) return Status::NotFound("metadata file was deleted");
   const auto* p = static_cast<const uint8_t*>(data);
   f->buf.insert(f->buf.end(), p, p + n);
@@ -663,18 +677,18 @@ Status MetaFs::Append(const FileRef& f, const void* data, size_t n) {
 }
 
 Status MetaFs::Flush(const FileRef& f) {
-  std::lock_guard<std::mutex> lock(f->mu);
+  MutexLock lock(f->mu);
   return WriteBuffered(*f, false);
 }
 
 Status MetaFs::Sync(const FileRef& f) {
-  std::lock_guard<std::mutex> lock(f->mu);
+  MutexLock lock(f->mu);
   NASGW_RETURN_IF_ERROR(WriteBuffered(*f, true));
   // Data first, on the platters (or the array's protected cache)...
   NASGW_RETURN_IF_ERROR(FlushLuns({f->dirty_luns.begin(), f->dirty_luns.end()}));
   f->dirty_luns.clear();
   // ...then the records that make it reachable.
-  std::lock_guard<std::mutex> meta(mu_);
+  MutexLock meta(mu_);
   if (f->deleted) return Status::NotFound("metadata file was deleted");
   std::vector<std::vector<uint8_t>> recs;
   for (size_t i = f->logged.size(); i < f->extents.size(); i++) {
@@ -702,7 +716,7 @@ Status MetaFs::Sync(const FileRef& f) {
 Status MetaFs::Close(const FileRef& f) { return Sync(f); }
 
 Result<size_t> MetaFs::Read(const FileRef& f, uint64_t offset, size_t n, void* out) {
-  std::lock_guard<std::mutex> lock(f->mu);
+  MutexLock lock(f->mu);
   if (offset >= f->size) return size_t{0};
   n = static_cast<size_t>(std::min<uint64_t>(n, f->size - offset));
   auto* dst = static_cast<uint8_t*>(out);
@@ -726,7 +740,7 @@ Result<size_t> MetaFs::Read(const FileRef& f, uint64_t offset, size_t n, void* o
       }
       file_off += x.length;
     }
-    if (e == nullptr) return Status::Corruption("metadata file " + f->name + " shorter than its size");
+    if (e == nullptr) return Status::Corruption("metadata file " + NameOf(*f) + " shorter than its size");
     const uint64_t in = at - file_off;
     const uint64_t first = in / kMetaBlockBytes * kMetaBlockBytes;
     const uint64_t limit = std::min<uint64_t>({e->length, f->buf_start - file_off, in + (n - done)});
@@ -744,7 +758,7 @@ Status MetaFs::Rename(const std::string& from, const std::string& to) {
   if (to.empty() || to.size() > kMetaFileNameMax) return Status::InvalidArgument("bad metadata file name");
   FileRef replaced;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = names_.find(from);
     if (it == names_.end()) return Status::NotFound("metadata file " + from);
     const uint64_t id = it->second;
@@ -766,8 +780,9 @@ Status MetaFs::Rename(const std::string& from, const std::string& to) {
 
 Status MetaFs::Delete(const std::string& name) {
   FileRef f;
+  Status compacted;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = names_.find(name);
     if (it == names_.end()) return Status::NotFound("metadata file " + name);
     f = files_[it->second];
@@ -775,52 +790,49 @@ Status MetaFs::Delete(const std::string& name) {
     w.U64(f->id);
     NASGW_RETURN_IF_ERROR(AppendLog({EncodeRecord(kDelete, w.str())}));
     DropFile(f->id);
-    Status s = MaybeCompact();
-    if (!s.ok()) {
-      // The delete itself is durable; only the compaction failed.
-      ReleaseSpace(*f);
-      return s;
-    }
+    compacted = MaybeCompact();
   }
+  // The delete itself is durable, whether or not the compaction worked. Not
+  // under mu_: ReleaseSpace takes the file's mu, which comes first.
   ReleaseSpace(*f);
-  return Status();
+  return compacted;
 }
 
 void MetaFs::ReleaseSpace(File& f) {
   // Called once the record that drops the file is durable, so the space may
   // be reused. The writer's view includes extents allocated but never logged.
-  std::lock_guard<std::mutex> lock(f.mu);
+  MutexLock lock(f.mu);
   for (const Extent& e : f.extents) GiveBack(e);
   f.extents.clear();
   f.allocated = 0;
 }
 
 bool MetaFs::Exists(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return names_.count(name) != 0;
 }
 
 Result<uint64_t> MetaFs::Size(const std::string& name) {
   FileRef f;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = names_.find(name);
     if (it == names_.end()) return Status::NotFound("metadata file " + name);
     f = files_[it->second];
   }
-  std::lock_guard<std::mutex> lock(f->mu);
+  MutexLock lock(f->mu);
   return f->size;
 }
 
 Result<uint64_t> MetaFs::ModifiedNs(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = names_.find(name);
   if (it == names_.end()) return Status::NotFound("metadata file " + name);
   return files_[it->second]->mtime_ns;
 }
 
 std::vector<std::string> MetaFs::List(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> out;
   for (auto it = names_.lower_bound(prefix); it != names_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
        ++it) {
@@ -830,7 +842,7 @@ std::vector<std::string> MetaFs::List(const std::string& prefix) {
 }
 
 MetaFsStats MetaFs::Stats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   MetaFsStats s;
   s.files = files_.size();
   for (const auto& [id, f] : files_) s.file_bytes += f->durable_size;

@@ -29,11 +29,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "fs/allocator.h"
 #include "fs/reserve.h"
@@ -112,46 +112,49 @@ class MetaFs {
   struct Record;
   MetaFs(std::shared_ptr<Reserve> reserve, uint32_t domain, const MetaFsOptions& options);
 
-  Status WriteSuperblock();  // REQUIRES: mu_
-  Status Replay();
-  Status AppendLog(const std::vector<std::vector<uint8_t>>& records);  // REQUIRES: mu_
-  Status CompactLog();                                                  // REQUIRES: mu_
-  Status MaybeCompact();                                                // REQUIRES: mu_
-  Status EnsureLogSpace(size_t bytes, uint64_t next_seq);               // REQUIRES: mu_
+  Status WriteSuperblock() REQUIRES(mu_);
+  Status Replay() REQUIRES(mu_);
+  Status AppendLog(const std::vector<std::vector<uint8_t>>& records) REQUIRES(mu_);
+  Status CompactLog() REQUIRES(mu_);
+  Status MaybeCompact() REQUIRES(mu_);
+  Status EnsureLogSpace(size_t bytes, uint64_t next_seq) REQUIRES(mu_);
   Status WriteExtentBytes(const Extent& e, uint64_t at, const uint8_t* data, size_t n);
   Status ReadExtentBytes(const Extent& e, uint64_t at, uint8_t* data, size_t n);
   Status FlushLuns(const std::vector<uint32_t>& luns);
-  Status WriteBuffered(File& f, bool tail);  // REQUIRES: f.mu
-  std::vector<uint8_t> EncodeRecord(uint8_t type, std::string_view payload);  // REQUIRES: mu_
-  std::vector<uint8_t> EncodeRecordAt(uint8_t type, std::string_view payload, uint64_t seq);
-  void DropFile(uint64_t id);                // REQUIRES: mu_
+  Status WriteBuffered(File& f, bool tail);  // REQUIRES(f.mu), annotated where File is defined
+  std::vector<uint8_t> EncodeRecord(uint8_t type, std::string_view payload) REQUIRES(mu_);
+  std::vector<uint8_t> EncodeRecordAt(uint8_t type, std::string_view payload, uint64_t seq) REQUIRES(mu_);
+  void DropFile(uint64_t id) REQUIRES(mu_);
+  // The file's name, for an error message of a caller holding f.mu (takes mu_).
+  std::string NameOf(const File& f) EXCLUDES(mu_);
   // Returns an extent to the allocator. Free fails only for an extent that
   // is free already (a bug, no leak); that is logged, not returned, because
   // every caller is past the point where the answer could change.
   void GiveBack(const Extent& e);
-  void ReleaseSpace(File& f);                // REQUIRES: not mu_ (takes f.mu)
+  void ReleaseSpace(File& f) EXCLUDES(mu_);  // takes f.mu
 
   std::shared_ptr<Reserve> reserve_;
   const uint32_t domain_;
   const MetaFsOptions options_;
   std::unique_ptr<Allocator> alloc_;
 
-  std::mutex mu_;
-  // The file table. GUARDED_BY(mu_)
-  std::map<uint64_t, FileRef> files_;
-  std::map<std::string, uint64_t> names_;
-  uint64_t next_file_id_ = 1;
-  // The superblock and log. GUARDED_BY(mu_)
-  std::vector<AgId> groups_;
-  uint64_t sb_seq_ = 0;
-  uint64_t log_start_seq_ = 1;
-  uint64_t next_seq_ = 1;
-  std::vector<Extent> log_extents_;  // the chain, first one in the superblock
-  uint64_t log_pos_ = 0;             // bytes used in log_extents_.back()
-  uint64_t log_bytes_ = 0;           // since the last compaction
-  uint64_t compactions_ = 0;
-  uint64_t log_salt_ = 0;            // per log: records of another log never verify
-  Status sticky_;                    // a failed log write poisons the MetaFs
+  // Taken after a File's mu (fs/metafs.cc), never before.
+  Mutex mu_;
+  // The file table.
+  std::map<uint64_t, FileRef> files_ GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> names_ GUARDED_BY(mu_);
+  uint64_t next_file_id_ GUARDED_BY(mu_) = 1;
+  // The superblock and log.
+  std::vector<AgId> groups_ GUARDED_BY(mu_);
+  uint64_t sb_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t log_start_seq_ GUARDED_BY(mu_) = 1;
+  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
+  std::vector<Extent> log_extents_ GUARDED_BY(mu_);  // the chain, first one in the superblock
+  uint64_t log_pos_ GUARDED_BY(mu_) = 0;             // bytes used in log_extents_.back()
+  uint64_t log_bytes_ GUARDED_BY(mu_) = 0;           // since the last compaction
+  uint64_t compactions_ GUARDED_BY(mu_) = 0;
+  uint64_t log_salt_ GUARDED_BY(mu_) = 0;            // per log: records of another log never verify
+  Status sticky_ GUARDED_BY(mu_);                    // a failed log write poisons the MetaFs
 };
 
 }  // namespace nasgw::fs

@@ -11,6 +11,7 @@
 #include "base/coding.h"
 #include "base/crc32c.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "fs/metafs.h"
 
 namespace nasgw::fs {
@@ -277,7 +278,10 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
                                  view->Describe(WallNanos()) + " (was the node's state directory copied?)"));
   }
   std::unique_ptr<Ownership> o(new Ownership());
-  o->luns_ = std::move(luns);
+  {
+    MutexLock lock(o->luns_mu_);
+    o->luns_ = luns;  // a copy: `luns` is used below, across I/O, without the lock
+  }
   o->gate_ = std::move(gate);
   o->me_ = me;
   o->options_ = options;
@@ -294,14 +298,14 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
     for (size_t i : registered) {
       // Best effort: a registration left behind is preempted by the next
       // owner's takeover, and a plain registrant writes nothing.
-      block::PrOutSync(Beneath(*o->luns_[i]), {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, 0})
+      block::PrOutSync(Beneath(*luns[i]), {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, 0})
           .IgnoreError();
     }
     return refuse(why);
   };
   if (o->pr_supported_) {
-    for (size_t i = 0; i < o->luns_.size(); i++) {
-      BlockDevice& dev = Beneath(*o->luns_[i]);
+    for (size_t i = 0; i < luns.size(); i++) {
+      BlockDevice& dev = Beneath(*luns[i]);
       Status s = block::PrOutSync(dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, my_key});
       if (!s.ok()) {
         if (s.code() == Code::kNotSupported && i == 0) {
@@ -332,7 +336,7 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
       s = block::PrOutSync(dev, {PrAction::kReserve, kPrType, my_key, 0});
       if (!s.ok()) {
         if (s.code() == Code::kFenced) {
-          auto again = ReadOwner(o->luns_, reserve_uuid, domain);
+          auto again = ReadOwner(luns, reserve_uuid, domain);
           std::string holder = again.ok() ? again->Describe(WallNanos()) : "another node";
           return undo(Status::Fenced(what + " is owned by " + holder + " (it reserved " + dev.info().name +
                                      " first); this node will not write to it"));
@@ -352,7 +356,7 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   }
   if (!o->pr_supported_) {
     NASGW_LOG(kWarn, "fs") << "LUN 0 has no persistent reservations: ownership rests on the owner record alone"
-                           << Kv("lun", o->luns_[0]->info().name);
+                           << Kv("lun", luns[0]->info().name);
   }
 
   OwnerRecord r;
@@ -372,7 +376,7 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   Status w = o->WriteRecord(r);
   if (!w.ok()) return undo(w.WithContext("write owner record"));
   {
-    std::lock_guard<std::mutex> lock(o->luns_mu_);
+    MutexLock lock(o->luns_mu_);
     o->record_ = r;
   }
   NASGW_LOG(kInfo, "fs") << "domain owned" << Kv("domain", domain) << Kv("reserve", reserve_uuid.ToString())
@@ -387,12 +391,12 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
 }
 
 OwnerRecord Ownership::record() const {
-  std::lock_guard<std::mutex> lock(luns_mu_);
+  MutexLock lock(luns_mu_);
   return record_;
 }
 
 std::vector<std::shared_ptr<BlockDevice>> Ownership::Luns() const {
-  std::lock_guard<std::mutex> lock(luns_mu_);
+  MutexLock lock(luns_mu_);
   return luns_;
 }
 
@@ -409,7 +413,7 @@ Status Ownership::AddLun(std::shared_ptr<BlockDevice> lun) {
   const auto bytes = EncodeOwnerRecord(rec);
   NASGW_RETURN_IF_ERROR(block::WriteSync(*lun, OwnerRecordOffset(rec.domain) / lun->info().block_size,
                                          bytes.data(), bytes.size(), /*fua=*/true));
-  std::lock_guard<std::mutex> lock(luns_mu_);
+  MutexLock lock(luns_mu_);
   luns_.push_back(std::move(lun));
   return Status();
 }
@@ -441,7 +445,7 @@ Status Ownership::RenewOnce() {
   next.seq = std::max(mine.seq, view->record->seq) + 1;
   next.renewed_ns = WallNanos();
   NASGW_RETURN_IF_ERROR(WriteRecord(next));
-  std::lock_guard<std::mutex> lock(luns_mu_);
+  MutexLock lock(luns_mu_);
   record_ = next;
   return Status();
 }
@@ -452,13 +456,13 @@ void Ownership::RenewLoop() {
   // Give up writing before the lease runs out for others: they may take the
   // domain once it has, and we could not tell.
   const uint64_t give_up_ns = uint64_t{options_.lease_ms - options_.renew_interval_ms} * kNanosPerMilli;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
-    cv_.wait_for(lock, interval, [&] { return stop_; });
+    cv_.WaitFor(mu_, interval, [&]() REQUIRES(mu_) { return stop_; });
     if (stop_) break;
-    lock.unlock();
+    lock.Unlock();
     Status s = gate_->is_open() ? RenewOnce() : gate_->reason();
-    lock.lock();
+    lock.Lock();
     if (!gate_->is_open()) break;  // fenced by a conflict, here or on the data path
     if (s.ok()) {
       renewals_++;
@@ -468,9 +472,9 @@ void Ownership::RenewLoop() {
     renew_failures_++;
     if (s.code() == Code::kFenced) {
       NASGW_LOG(kError, "fs") << "ownership lost" << Kv("error", s.ToString());
-      lock.unlock();
+      lock.Unlock();
       gate_->Close(s);
-      lock.lock();
+      lock.Lock();
       break;
     }
     NASGW_LOG(kWarn, "fs") << "lease renewal failed" << Kv("error", s.ToString());
@@ -478,9 +482,9 @@ void Ownership::RenewLoop() {
       Status lost = Status::Fenced("lease not renewed for " + Seconds(MonotonicNanos() - last_ok) +
                                    " (last error: " + s.ToString() + "); another node may take the domain over");
       NASGW_LOG(kError, "fs") << "ownership lost" << Kv("error", lost.ToString());
-      lock.unlock();
+      lock.Unlock();
       gate_->Close(lost);
-      lock.lock();
+      lock.Lock();
       break;
     }
   }
@@ -488,10 +492,10 @@ void Ownership::RenewLoop() {
 
 void Ownership::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (renewer_.joinable()) renewer_.join();
 }
 
@@ -499,7 +503,7 @@ Status Ownership::Release() {
   lost_hook_->quiet = true;
   Stop();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (released_) return Status();
     released_ = true;
   }

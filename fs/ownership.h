@@ -40,17 +40,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "base/uuid.h"
 #include "block/block_device.h"
@@ -212,12 +211,13 @@ class Ownership {
 
   std::vector<std::shared_ptr<block::BlockDevice>> Luns() const;
 
-  mutable std::mutex luns_mu_;
-  std::vector<std::shared_ptr<block::BlockDevice>> luns_;  // GUARDED_BY(luns_mu_)
+  // Leaves (docs/architecture.md): neither is held across I/O or with the other.
+  mutable Mutex luns_mu_;
+  std::vector<std::shared_ptr<block::BlockDevice>> luns_ GUARDED_BY(luns_mu_);
   std::shared_ptr<block::WriteGate> gate_;
   NodeIdentity me_;
   OwnershipOptions options_;
-  OwnerRecord record_;  // GUARDED_BY(luns_mu_): what we last wrote
+  OwnerRecord record_ GUARDED_BY(luns_mu_);  // what we last wrote
   bool pr_supported_ = false;
   uint64_t preempted_key_ = 0;
   // Shared with the gate's close callback, which may outlive us: a gate
@@ -230,10 +230,10 @@ class Ownership {
   std::atomic<uint64_t> renewals_{0};
   std::atomic<uint64_t> renew_failures_{0};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;      // GUARDED_BY(mu_)
-  bool released_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool released_ GUARDED_BY(mu_) = false;
   std::thread renewer_;
 };
 

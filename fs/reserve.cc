@@ -6,6 +6,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/mutex.h"
 
 namespace nasgw::fs {
 
@@ -172,6 +173,7 @@ Result<std::unique_ptr<Reserve>> Reserve::Format(const std::vector<Device>& luns
     l.reserve_name = o.name;
     l.members = members;
     NASGW_RETURN_IF_ERROR(WriteLabels(*luns[i], l).WithContext("format " + luns[i]->info().name));
+    MutexLock lock(r->mu_);  // not shared yet: for the analysis
     r->members_.push_back({luns[i], l});
   }
   NASGW_LOG(kInfo, "fs") << "reserve formatted" << Kv("name", o.name) << Kv("uuid", r->uuid_.ToString())
@@ -265,6 +267,7 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, 
         NASGW_LOG(kWarn, "fs") << "label repaired" << Kv("lun", in.name) << Kv("what", what);
       }
     }
+    MutexLock lock(r->mu_);  // not shared yet: for the analysis
     r->members_.push_back({st.dev, want});
   }
   for (const auto& st : states) {
@@ -279,10 +282,10 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, 
 }
 
 Status Reserve::AddLun(const Device& lun, bool force) {
-  std::lock_guard<std::mutex> add(add_mu_);
+  MutexLock add(add_mu_);
   std::vector<Member> current;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     current = members_;
   }
   if (current.size() >= kReserveLunsMax) {
@@ -330,7 +333,7 @@ Status Reserve::AddLun(const Device& lun, bool force) {
   }
   next.push_back({lun, added});
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     members_ = std::move(next);
   }
   NASGW_LOG(kInfo, "fs") << "LUN added" << Kv("reserve", name_) << Kv("lun", lun->info().name)
@@ -339,35 +342,35 @@ Status Reserve::AddLun(const Device& lun, bool force) {
 }
 
 uint64_t Reserve::generation() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return members_.front().label.generation;
 }
 
 size_t Reserve::lun_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return members_.size();
 }
 
 Reserve::Device Reserve::lun(uint32_t index) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   NASGW_ASSERT_LT(index, members_.size());
   return members_[index].dev;
 }
 
 LunLabel Reserve::label(uint32_t index) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   NASGW_ASSERT_LT(index, members_.size());
   return members_[index].label;
 }
 
 uint32_t Reserve::ag_count(uint32_t index) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   NASGW_ASSERT_LT(index, members_.size());
   return AgCount(members_[index].label.lun_size_bytes, ag_bytes_);
 }
 
 uint64_t Reserve::capacity_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t total = 0;
   for (const auto& m : members_) total += AgCount(m.label.lun_size_bytes, ag_bytes_) * ag_bytes_;
   return total;

@@ -21,10 +21,10 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "base/uuid.h"
 #include "block/block_device.h"
@@ -86,9 +86,9 @@ class Reserve {
   Uuid uuid_;
   std::string name_;
   uint64_t ag_bytes_ = 0;
-  mutable std::mutex mu_;
-  std::vector<Member> members_;  // GUARDED_BY(mu_), by index
-  std::mutex add_mu_;            // one AddLun at a time; taken before mu_
+  Mutex add_mu_ ACQUIRED_BEFORE(mu_);  // one AddLun at a time
+  mutable Mutex mu_;
+  std::vector<Member> members_ GUARDED_BY(mu_);  // by index
   std::vector<std::string> repairs_;
 };
 
