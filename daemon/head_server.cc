@@ -6,12 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <list>
 #include <map>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -19,6 +17,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/log_limit.h"
+#include "base/mutex.h"
 #include "proto/stream.h"
 
 #include <sys/eventfd.h>
@@ -104,15 +103,18 @@ struct SessionEntry {
 };
 
 struct Conn {
+  // Closed by the reader (its only writer, which reads it unlocked) under
+  // both mu and write_mu; others read it under either. Not annotated: a
+  // field has one GUARDED_BY.
   int fd = -1;
   bool trusted = false;  // may state any credentials
   uint32_t peer_uid = 0;
   std::vector<uint32_t> peer_gids;  // the peer's group and supplementary groups (SO_PEERGROUPS)
   int peer_pid = 0;
-  std::mutex write_mu;
-  std::mutex mu;
-  std::condition_variable cv;
-  uint32_t inflight = 0;  // GUARDED_BY(mu)
+  Mutex write_mu;  // held alone, while writing a reply (or with mu, to close fd)
+  Mutex mu ACQUIRED_BEFORE(write_mu);  // after HeadServer::Impl::mu
+  CondVar cv;
+  uint32_t inflight GUARDED_BY(mu) = 0;
   std::shared_ptr<HeadSession> session;
   std::thread reader;
   std::atomic<bool> done{false};
@@ -149,18 +151,21 @@ struct HeadServer::Impl {
   std::thread acceptor;
   std::vector<std::thread> workers;
 
-  std::mutex mu;
-  std::condition_variable queue_cv;                   // workers wait for tasks
-  std::condition_variable space_cv;                   // readers wait for queue space
-  std::deque<Task> queue;                             // GUARDED_BY(mu)
-  bool stopping = false;                              // GUARDED_BY(mu)
-  std::list<std::shared_ptr<Conn>> conns;             // GUARDED_BY(mu)
-  std::map<proto::SessionId, SessionEntry> sessions;  // GUARDED_BY(mu)
-  bool shut = false;                                  // GUARDED_BY(mu)
+  // Before a Conn's mu (taken under it only when a reader gives back its
+  // slot because the server is stopping); no server lock is held while a
+  // request executes.
+  Mutex mu ACQUIRED_BEFORE(Conn::mu);
+  CondVar queue_cv;                   // workers wait for tasks
+  CondVar space_cv;                   // readers wait for queue space
+  std::deque<Task> queue GUARDED_BY(mu);
+  bool stopping GUARDED_BY(mu) = false;
+  std::list<std::shared_ptr<Conn>> conns GUARDED_BY(mu);
+  std::map<proto::SessionId, SessionEntry> sessions GUARDED_BY(mu);
+  bool shut GUARDED_BY(mu) = false;
 
-  std::mutex count_mu;  // orders connection counts as the observer sees them
+  Mutex count_mu;  // orders connection counts as the observer sees them; held alone
   std::atomic<uint32_t> n_conns{0};
-  std::map<uint32_t, uint32_t> uid_conns;  // GUARDED_BY(count_mu): open connections by peer uid
+  std::map<uint32_t, uint32_t> uid_conns GUARDED_BY(count_mu);  // open connections by peer uid
   std::atomic<uint64_t> n_requests{0};
   std::atomic<uint64_t> n_protocol_errors{0};
   std::atomic<uint64_t> n_refused{0};      // at max_connections
@@ -180,7 +185,7 @@ struct HeadServer::Impl {
   // then 0 is returned and *err, *why say which (ENFILE: max_connections,
   // EMFILE: max_connections_per_uid). Tells the observer, in order.
   bool Admit(uint32_t uid, int* err, std::string* why) {
-    std::lock_guard<std::mutex> l(count_mu);
+    MutexLock l(count_mu);
     uint32_t& mine = uid_conns[uid];
     if (n_conns.load() >= opt.max_connections) {
       *err = ENFILE;
@@ -200,7 +205,7 @@ struct HeadServer::Impl {
     return false;
   }
   void Leave(uint32_t uid) {
-    std::lock_guard<std::mutex> l(count_mu);
+    MutexLock l(count_mu);
     auto it = uid_conns.find(uid);
     if (it != uid_conns.end() && --it->second == 0) uid_conns.erase(it);
     const uint32_t n = --n_conns;
@@ -234,7 +239,7 @@ void HeadServer::Impl::AcceptLoop() {
     ReportLogs(false);
     {
       // Join readers that have finished.
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       for (auto it = conns.begin(); it != conns.end();) {
         if ((*it)->done.load()) {
           if ((*it)->reader.joinable()) (*it)->reader.join();
@@ -316,7 +321,7 @@ void HeadServer::Impl::AcceptLoop() {
     snd.tv_sec = opt.send_timeout_ms / 1000;
     snd.tv_usec = (opt.send_timeout_ms % 1000) * 1000;
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     conns.push_back(c);
     c->reader = std::thread([this, c] { ReaderLoop(c); });
   }
@@ -378,7 +383,7 @@ bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_v
   if (!r.ok()) return false;
   bool resumed = false;
   {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     SessionEntry& e = sessions[r->session];
     // A session that said goodbye is over, even if its id comes back.
     resumed = e.session != nullptr && !e.session->ended.load();
@@ -412,7 +417,7 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
     // with requests in flight waits for them.
     while (got_header == Got::kTimedOut && c->session != nullptr) {
       {
-        std::lock_guard<std::mutex> l(c->mu);
+        MutexLock l(c->mu);
         idle = c->inflight == 0;
       }
       if (idle) break;
@@ -470,7 +475,7 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
     // data goes to the workers.
     if (Inline(t.request.op)) {
       {
-        std::lock_guard<std::mutex> l(c->mu);
+        MutexLock l(c->mu);
         c->inflight++;
       }
       Execute(t);
@@ -478,18 +483,18 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
     }
     // Backpressure: at most max_inflight per connection, and a bounded queue.
     {
-      std::unique_lock<std::mutex> l(c->mu);
-      c->cv.wait(l, [&] { return c->inflight < opt.max_inflight; });
+      MutexLock l(c->mu);
+      while (c->inflight >= opt.max_inflight) c->cv.Wait(c->mu);
       c->inflight++;
     }
-    std::unique_lock<std::mutex> l(mu);
-    space_cv.wait(l, [&] { return stopping || queue.size() < QueueMax(); });
+    MutexLock l(mu);
+    while (!stopping && queue.size() >= QueueMax()) space_cv.Wait(mu);
     if (stopping) {
       Finish(*c);
       break;
     }
     queue.push_back(std::move(t));
-    queue_cv.notify_one();
+    queue_cv.NotifyOne();
   }
   if (idle) {
     // Nothing was in flight and nothing was read since: whatever the head
@@ -523,14 +528,14 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
   {
     // Replies still being produced need the descriptor: wait for them, then
     // close it under both locks (Shutdown() shuts it down under c->mu).
-    std::unique_lock<std::mutex> l(c->mu);
-    c->cv.wait(l, [&] { return c->inflight == 0; });
-    std::lock_guard<std::mutex> w(c->write_mu);
+    MutexLock l(c->mu);
+    while (c->inflight != 0) c->cv.Wait(c->mu);
+    MutexLock w(c->write_mu);
     ::close(c->fd);
     c->fd = -1;
   }
   if (c->session != nullptr) {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     auto it = sessions.find(c->session->id);
     if (it != sessions.end() && --it->second.connections == 0) it->second.detached_ns = NowNs();
   }
@@ -539,9 +544,9 @@ void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
 }
 
 void HeadServer::Impl::Finish(Conn& c) {
-  std::lock_guard<std::mutex> l(c.mu);
+  MutexLock l(c.mu);
   c.inflight--;
-  c.cv.notify_all();
+  c.cv.NotifyAll();
 }
 
 void HeadServer::Impl::Send(Conn& c, const proto::FrameHeader& req, const HeadOutcome& out) {
@@ -578,7 +583,7 @@ void HeadServer::Impl::Send(Conn& c, const proto::FrameHeader& req, const HeadOu
   }
   proto::EncodeHeader(h, hb);
   iov[0] = {hb, sizeof(hb)};
-  std::lock_guard<std::mutex> l(c.write_mu);
+  MutexLock l(c.write_mu);
   if (c.fd >= 0 && !c.dead.load() && !WriteFull(c.fd, iov, n)) {
     c.dead = true;
     ::shutdown(c.fd, SHUT_RDWR);  // the reader sees it and closes
@@ -605,12 +610,12 @@ void HeadServer::Impl::WorkerLoop() {
   for (;;) {
     Task t;
     {
-      std::unique_lock<std::mutex> l(mu);
-      queue_cv.wait(l, [&] { return stopping || !queue.empty(); });
+      MutexLock l(mu);
+      while (!stopping && queue.empty()) queue_cv.Wait(mu);
       if (queue.empty()) return;  // stopping, and drained
       t = std::move(queue.front());
       queue.pop_front();
-      space_cv.notify_one();
+      space_cv.NotifyOne();
     }
     Execute(t);
   }
@@ -619,7 +624,7 @@ void HeadServer::Impl::WorkerLoop() {
 void HeadServer::Impl::ReapSessions(bool all) {
   std::vector<std::shared_ptr<HeadSession>> ended;
   {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     const uint64_t now = NowNs();
     for (auto it = sessions.begin(); it != sessions.end();) {
       const bool idle =
@@ -703,7 +708,7 @@ HeadServer::~HeadServer() {
 void HeadServer::Shutdown(std::chrono::milliseconds drain) {
   Impl& m = *impl_;
   {
-    std::lock_guard<std::mutex> l(m.mu);
+    MutexLock l(m.mu);
     if (m.shut) return;
     m.shut = true;
   }
@@ -718,33 +723,35 @@ void HeadServer::Shutdown(std::chrono::milliseconds drain) {
   // Stop reading new requests; those queued or running finish and reply.
   std::list<std::shared_ptr<Conn>> conns;
   {
-    std::lock_guard<std::mutex> l(m.mu);
+    MutexLock l(m.mu);
     conns = m.conns;
   }
   // c->mu, not write_mu: a worker may be blocked writing to a head that
   // does not read (for up to send_timeout_ms).
   m.reading_stopped = true;
   for (auto& c : conns) {
-    std::lock_guard<std::mutex> l(c->mu);
+    MutexLock l(c->mu);
     if (c->fd >= 0) ::shutdown(c->fd, SHUT_RD);
   }
   const auto deadline = std::chrono::steady_clock::now() + drain;
   for (auto& c : conns) {
-    std::unique_lock<std::mutex> l(c->mu);
-    if (!c->cv.wait_until(l, deadline, [&] { return c->inflight == 0; })) break;
+    MutexLock l(c->mu);
+    while (c->inflight != 0 && c->cv.WaitUntil(c->mu, deadline)) {
+    }
+    if (c->inflight != 0) break;
   }
   // Past the drain time, cut the connections: replies not yet sent are lost
   // and the clients resend (or fail with a retryable error).
   for (auto& c : conns) {
-    std::lock_guard<std::mutex> l(c->mu);
+    MutexLock l(c->mu);
     c->dead = true;
     if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
   }
   {
-    std::lock_guard<std::mutex> l(m.mu);
+    MutexLock l(m.mu);
     m.stopping = true;
-    m.queue_cv.notify_all();
-    m.space_cv.notify_all();
+    m.queue_cv.NotifyAll();
+    m.space_cv.NotifyAll();
   }
   for (auto& w : m.workers) w.join();
   for (auto& c : conns) {
@@ -775,7 +782,7 @@ uint64_t HeadServer::idle_closed() const {
   return impl_->n_idle_closed.load();
 }
 uint32_t HeadServer::queued() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(impl_->mu);
   return static_cast<uint32_t>(impl_->queue.size());
 }
 

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <ctime>
 
+#include "base/mutex.h"
 #include "daemon/access.h"
 
 namespace nasgw::daemon {
@@ -253,7 +254,7 @@ bool Exec::Create() {
 
 bool Exec::Rename() {
   const uint32_t vol = r_.h.volume;
-  fs::Attr from_dir, to_dir, victim, target;
+  fs::Attr from_dir, to_dir, victim;
   if (r_.h2.volume != vol) return Error(EXDEV, "rename across volumes");
   if (!LoadDir(r_.h, from_dir) || !LoadDir(r_.h2, to_dir) ||
       !Deny(CheckAccess(from_dir, r_.creds, proto::kAccessExec), "search directory") ||
@@ -335,7 +336,7 @@ bool Exec::Open() {
 }
 
 bool Exec::AddOpen(uint64_t ino) {
-  std::lock_guard<std::mutex> l(s_.mu);
+  MutexLock l(s_.mu);
   if (s_.ended.load()) return Error(EBADF, "the session has ended (goodbye)");
   std::set<uint64_t>& ids = s_.opens[{r_.h.volume, ino}];
   if (ids.empty()) {
@@ -349,7 +350,7 @@ bool Exec::AddOpen(uint64_t ino) {
 }
 
 bool Exec::Release() {
-  std::lock_guard<std::mutex> l(s_.mu);
+  MutexLock l(s_.mu);
   auto it = s_.opens.find({r_.h.volume, r_.h.ino});
   if (it == s_.opens.end() || it->second.erase(r_.open_id) == 0) return true;  // a resend, or never opened
   if (!it->second.empty()) return true;
@@ -536,7 +537,7 @@ Result<bool> DirParents::Within(fs::Domain& d, uint32_t vol, uint64_t dir, uint6
     if (at == fs::kRootIno) return false;
     uint64_t epoch = 0;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       auto it = parent_.find({vol, at});
       if (it != parent_.end()) {
         at = it->second;
@@ -547,7 +548,7 @@ Result<bool> DirParents::Within(fs::Domain& d, uint32_t vol, uint64_t dir, uint6
     auto p = d.Lookup(vol, at, "..");
     if (!p.ok()) return p.status();
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       if (epoch_ == epoch) {  // no directory moved since the read
         if (parent_.size() >= kEntriesMax) parent_.clear();
         parent_[{vol, at}] = p->ino;
@@ -560,13 +561,13 @@ Result<bool> DirParents::Within(fs::Domain& d, uint32_t vol, uint64_t dir, uint6
 }
 
 void DirParents::Moved() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   epoch_++;
   parent_.clear();
 }
 
 size_t DirParents::size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return parent_.size();
 }
 
@@ -601,7 +602,7 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
 void HeadService::EndSession(HeadSession& session) {
   std::shared_ptr<fs::Domain> d = domain_();
   {
-    std::lock_guard<std::mutex> l(session.mu);
+    MutexLock l(session.mu);
     session.ended = true;
     if (d != nullptr) {
       for (const auto& [file, ids] : session.opens) d->ReleaseFile(file.first, file.second).IgnoreError();

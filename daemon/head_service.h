@@ -27,12 +27,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "daemon/locks.h"
 #include "fs/domain.h"
 #include "proto/head.h"
@@ -51,8 +51,8 @@ struct HeadSession {
   // session in the lock table and, for display, in lock conflicts (the id
   // itself is never shown: whoever knows it can join the session).
   const uint64_t serial;
-  std::mutex mu;
-  std::map<std::pair<uint32_t, uint64_t>, std::set<uint64_t>> opens;  // GUARDED_BY(mu): file -> open ids
+  Mutex mu;
+  std::map<std::pair<uint32_t, uint64_t>, std::set<uint64_t>> opens GUARDED_BY(mu);  // file -> open ids
   std::atomic<bool> ended{false};                                     // set under mu by EndSession
 };
 
@@ -76,9 +76,9 @@ class DirParents {
   static constexpr int kDepthMax = 4096;
 
  private:
-  mutable std::mutex mu_;
-  uint64_t epoch_ = 0;                                       // GUARDED_BY(mu_)
-  std::map<std::pair<uint32_t, uint64_t>, uint64_t> parent_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> parent_ GUARDED_BY(mu_);
 };
 
 struct HeadOutcome {

@@ -1,6 +1,7 @@
 #include "daemon/locks.h"
 
 #include "base/assert.h"
+#include "base/mutex.h"
 
 namespace nasgw::daemon {
 
@@ -60,7 +61,7 @@ LockResult LockTable::Commit(const LockFile& file, const LockOwner& who, std::ve
 LockResult LockTable::Lock(const LockFile& file, const LockOwner& who, const LockRange& lock, HeldLock* conflict) {
   NASGW_ASSERT(lock.start <= lock.end);
   NASGW_ASSERT(lock.type == proto::kLockRead || lock.type == proto::kLockWrite);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<LockRange> ranges;
   auto f = files_.find(file);
   if (f != files_.end()) {
@@ -74,7 +75,7 @@ LockResult LockTable::Lock(const LockFile& file, const LockOwner& who, const Loc
 
 LockResult LockTable::Unlock(const LockFile& file, const LockOwner& who, uint64_t start, uint64_t end) {
   NASGW_ASSERT(start <= end);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto f = files_.find(file);
   if (f == files_.end()) return LockResult::kOk;
   auto it = f->second.owners.find(who);
@@ -85,13 +86,13 @@ LockResult LockTable::Unlock(const LockFile& file, const LockOwner& who, uint64_
 }
 
 bool LockTable::Test(const LockFile& file, const LockOwner& who, const LockRange& lock, HeldLock* conflict) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto f = files_.find(file);
   return f != files_.end() && FindConflict(f->second, who, lock, conflict);
 }
 
 void LockTable::ReleaseSession(uint64_t session) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto s = sessions_.find(session);
   if (s == sessions_.end()) return;
   for (const auto& [file, n] : s->second.files) {
@@ -110,18 +111,18 @@ void LockTable::ReleaseSession(uint64_t session) {
 }
 
 size_t LockTable::size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return total_;
 }
 
 size_t LockTable::SessionSize(uint64_t session) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto s = sessions_.find(session);
   return s == sessions_.end() ? 0 : s->second.ranges;
 }
 
 std::vector<HeldLock> LockTable::Locks(const LockFile& file) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   std::vector<HeldLock> out;
   auto f = files_.find(file);
   if (f == files_.end()) return out;

@@ -31,10 +31,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "daemon/config.h"
 #include "proto/lock_range.h"
 
@@ -93,15 +93,17 @@ class LockTable {
     std::map<LockFile, size_t> files;  // ranges per file, never 0
   };
 
-  bool FindConflict(const File& f, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict) const;
+  bool FindConflict(const File& f, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict) const
+      REQUIRES(mu_);
   // Replaces who's ranges in `file` with `ranges` if the limits allow.
-  LockResult Commit(const LockFile& file, const LockOwner& who, std::vector<proto::LockRange> ranges);
+  LockResult Commit(const LockFile& file, const LockOwner& who, std::vector<proto::LockRange> ranges) REQUIRES(mu_);
 
   const LockLimits limits_;
-  mutable std::mutex mu_;
-  std::map<LockFile, File> files_;        // GUARDED_BY(mu_)
-  std::map<uint64_t, Session> sessions_;  // GUARDED_BY(mu_)
-  size_t total_ = 0;                      // GUARDED_BY(mu_)
+  // A leaf: held alone, nothing is called under it (docs/architecture.md).
+  mutable Mutex mu_;
+  std::map<LockFile, File> files_ GUARDED_BY(mu_);
+  std::map<uint64_t, Session> sessions_ GUARDED_BY(mu_);
+  size_t total_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace nasgw::daemon

@@ -10,13 +10,13 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <variant>
 
 #include "base/assert.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/mutex.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -289,7 +289,7 @@ struct Metrics::State {
     NASGW_ASSERT_MSG(
         kind != Kind::kHistogram || std::none_of(key.begin(), key.end(), [](const auto& l) { return l.first == "le"; }),
         "histogram " + std::string(name) + " has a label named le");
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     auto it = families.find(name);
     if (it == families.end()) {
       NASGW_ASSERT_MSG(IsMetricName(name), "invalid metric name \"" + std::string(name) + "\"");
@@ -304,9 +304,9 @@ struct Metrics::State {
     return std::get<std::unique_ptr<T>>(child->second).get();
   }
 
-  mutable std::mutex mu;
-  std::map<std::string, Family, std::less<>> families;  // GUARDED_BY(mu)
-  std::vector<Collector> collectors;                    // GUARDED_BY(mu)
+  mutable Mutex mu;
+  std::map<std::string, Family, std::less<>> families GUARDED_BY(mu);
+  std::vector<Collector> collectors GUARDED_BY(mu);
 };
 
 Metrics::Metrics() : state_(std::make_unique<State>()) {}
@@ -329,14 +329,14 @@ LatencyHistogram* Metrics::Histogram(std::string_view name, std::string_view hel
 }
 
 void Metrics::AddCollector(Collector collector) {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   state_->collectors.push_back(std::move(collector));
 }
 
 std::string Metrics::Render() const {
   std::vector<Collector> collectors;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     collectors = state_->collectors;
   }
   // Collectors run unlocked: they take the node's locks, and may register.
@@ -345,7 +345,7 @@ std::string Metrics::Render() const {
   for (const auto& collect : collectors) collect(sink);
 
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(state_->mu);
     for (const auto& [name, family] : state_->families) {
       auto& out = scrape.Get(name, TypeName(family.kind), family.help);
       for (const auto& [labels, child] : family.children) {
@@ -516,8 +516,8 @@ struct MetricsHttpServer::Impl {
   uint16_t port = 0;
   std::atomic<bool> stopping{false};
   std::thread thread;
-  std::mutex stop_mu;
-  bool stopped = false;  // GUARDED_BY(stop_mu)
+  Mutex stop_mu;
+  bool stopped GUARDED_BY(stop_mu) = false;
 
   // Loop thread only.
   std::vector<Conn> conns;
@@ -787,7 +787,7 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::s
 }
 
 void MetricsHttpServer::Stop() {
-  std::lock_guard<std::mutex> lock(impl_->stop_mu);
+  MutexLock lock(impl_->stop_mu);
   if (impl_->stopped) return;
   impl_->stopped = true;
   impl_->stopping.store(true);

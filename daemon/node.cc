@@ -13,6 +13,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "block/iscsi_device.h"
 #include "block/iscsi_url.h"
 #include "daemon/nfs_exports.h"
@@ -259,7 +260,9 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   const size_t configured = urls.size();
   for (const auto& u : *remembered) urls.push_back(WithChap(config, u));
 
-  std::unique_lock<std::shared_mutex> lock(node->mu_);
+  // No one else has the node yet; the locks are taken for the analysis.
+  MutexLock admin(node->admin_mu_);
+  WriterLock lock(node->mu_);
   for (size_t i = 0; i < urls.size(); i++) {
     const std::string shown = Redact(urls[i]);
     bool duplicate = false;
@@ -285,7 +288,8 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   NASGW_LOG(kInfo, "node") << "started" << Kv("node", config.node_name) << Kv("luns", node->devices_.size())
                            << Kv("reserve", ReserveStateName(node->state_)) << Kv("reason", node->reason_)
                            << Kv("key", fs::OwnerKeyText(node->identity_.key()));
-  lock.unlock();
+  lock.Unlock();
+  admin.Unlock();
   node->owner_thread_ = std::thread([n = node.get()] { n->OwnerLoop(); });
   // A failure is logged; the file is written again at the next change.
   node->PublishExports().IgnoreError();
@@ -350,7 +354,7 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
       state_ = ReserveState::kFailed;
       reason_ = o.status().WithContext("take ownership of reserve '" + (*ro)->name() + "'").ToString();
     }
-    owner_cv_.notify_all();
+    owner_cv_.NotifyAll();
     return;
   }
   owner_ = std::move(o.value());
@@ -390,10 +394,10 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
 
 void Node::OnOwnershipLost(const nasgw::Status& why) {
   {
-    std::lock_guard<std::mutex> lock(lost_mu_);
+    MutexLock lock(lost_mu_);
     if (!lost_) lost_ = why;
   }
-  owner_cv_.notify_all();
+  owner_cv_.NotifyAll();
 }
 
 void Node::ObserveOwnerLocked() {
@@ -408,16 +412,16 @@ void Node::ObserveOwnerLocked() {
 }
 
 void Node::OwnerLoop() {
-  std::unique_lock<std::mutex> lock(lost_mu_);
+  MutexLock lock(lost_mu_);
   while (!owner_stop_) {
-    owner_cv_.wait_for(lock, std::chrono::milliseconds(ownership_options_.renew_interval_ms),
-                       [&] { return owner_stop_ || lost_.has_value(); });
+    owner_cv_.WaitFor(lost_mu_, std::chrono::milliseconds(ownership_options_.renew_interval_ms),
+                      [&]() REQUIRES(lost_mu_) { return owner_stop_ || lost_.has_value(); });
     if (owner_stop_) break;
     std::optional<nasgw::Status> lost = std::move(lost_);
     lost_.reset();
-    lock.unlock();
+    lock.Unlock();
     {
-      std::unique_lock<std::shared_mutex> node_lock(mu_);
+      WriterLock node_lock(mu_);
       if (lost && state_ == ReserveState::kOnline) {
         // Heads in flight keep the domain object until they finish; every
         // write they make fails at the closed gate. Nothing is flushed.
@@ -433,13 +437,13 @@ void Node::OwnerLoop() {
       }
       if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) ObserveOwnerLocked();
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 
 nasgw::Status Node::TakeoverReserve(bool force) {
-  std::lock_guard<std::mutex> admin(admin_mu_);
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  MutexLock admin(admin_mu_);
+  WriterLock lock(mu_);
   if (state_ == ReserveState::kOnline) {
     return nasgw::Status::FailedPrecondition("reserve is already online on this node");
   }
@@ -460,7 +464,7 @@ nasgw::Status Node::TakeoverReserve(bool force) {
   if (state_ != ReserveState::kOnline) {
     return nasgw::Status::Unavailable("takeover failed: " + std::string(ReserveStateName(state_)) + ": " + reason_);
   }
-  lock.unlock();
+  lock.Unlock();
   PublishExports().IgnoreError();  // logged; written again at the next change
   return nasgw::Status();
 }
@@ -473,7 +477,7 @@ NodeStatus Node::Status() const {
   const int64_t now = NowUnix();
   s.uptime_s = now > started_unix_ ? static_cast<uint64_t>(now - started_unix_) : 0;
   {
-    std::shared_lock<std::shared_mutex> lock(mu_);
+    ReaderLock lock(mu_);
     s.reserve_state = state_;
   }
   s.head_connections = head_connections.load();
@@ -512,7 +516,7 @@ LunStatus Node::LunStatusLocked(uint32_t index, const std::shared_ptr<block::Blo
 }
 
 ReserveStatus Node::GetReserve() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderLock lock(mu_);
   ReserveStatus r;
   r.state = state_;
   r.reason = reason_;
@@ -547,13 +551,13 @@ ReserveStatus Node::GetReserve() const {
 }
 
 nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bool force) {
-  std::lock_guard<std::mutex> admin(admin_mu_);
+  MutexLock admin(admin_mu_);
   std::shared_ptr<fs::Domain> old_domain;
   std::shared_ptr<fs::Reserve> old_reserve;
   std::unique_ptr<fs::Ownership> old_owner;
   std::vector<std::shared_ptr<block::BlockDevice>> devices;
   {
-    std::unique_lock<std::shared_mutex> lock(mu_);
+    WriterLock lock(mu_);
     if (devices_.empty()) return nasgw::Status::Unavailable("the node has no LUNs (shut down, or none configured)");
     if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) {
       // Even with force: formatting LUNs another node writes to would corrupt
@@ -584,7 +588,7 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (old_domain.use_count() > 1) {
-      std::unique_lock<std::shared_mutex> lock(mu_);
+      WriterLock lock(mu_);
       domain_ = std::move(old_domain);
       reserve_ = std::move(old_reserve);
       owner_ = std::move(old_owner);
@@ -631,7 +635,7 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
   }
 
   {
-    std::unique_lock<std::shared_mutex> lock(mu_);
+    WriterLock lock(mu_);
     if (!failed.ok()) {
       owner.reset();
       // Whatever the LUNs hold now decides the state.
@@ -656,14 +660,14 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
 }
 
 Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
-  std::lock_guard<std::mutex> admin(admin_mu_);
+  MutexLock admin(admin_mu_);
   const std::string shown = Redact(url);
   std::shared_ptr<fs::Reserve> reserve;
   std::shared_ptr<fs::Domain> domain;
   std::shared_ptr<block::WriteGate> gate;
   fs::Ownership* owner = nullptr;
   {
-    std::shared_lock<std::shared_mutex> lock(mu_);
+    ReaderLock lock(mu_);
     if (state_ != ReserveState::kOnline) {
       return nasgw::Status::Unavailable(std::string("reserve is not online: ") + ReserveStateName(state_) + ": " +
                                         reason_);
@@ -682,7 +686,7 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
   std::shared_ptr<block::BlockDevice> dev = std::make_shared<block::GatedDevice>(raw, gate);
   // Ours before anything of the reserve is written to it.
   {
-    std::shared_lock<std::shared_mutex> lock(mu_);
+    ReaderLock lock(mu_);
     if (owner_.get() != owner || owner == nullptr) return nasgw::Status::Fenced("the reserve was lost meanwhile");
     NASGW_RETURN_IF_ERROR(owner->AddLun(dev).WithContext("take ownership of LUN " + shown));
   }
@@ -700,7 +704,7 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
   added_urls_ = std::move(added);
   uint32_t index = 0;
   {
-    std::unique_lock<std::shared_mutex> lock(mu_);
+    WriterLock lock(mu_);
     urls_.push_back(WithChap(config_, url));
     devices_.push_back(raw);
     gated_.push_back(dev);
@@ -714,12 +718,12 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
     return grew.status().WithContext("LUN " + shown + " joined the reserve but the domain did not grow onto it");
   }
   NASGW_LOG(kInfo, "node") << "LUN added" << Kv("lun", shown) << Kv("bytes", *grew);
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderLock lock(mu_);
   return LunStatusLocked(index, raw);
 }
 
 Result<std::shared_ptr<fs::Domain>> Node::OnlineDomain() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderLock lock(mu_);
   if (state_ != ReserveState::kOnline || !domain_) {
     return nasgw::Status::Unavailable(std::string("reserve is not online: ") + ReserveStateName(state_) + ": " +
                                       reason_);
@@ -776,7 +780,7 @@ Result<fs::Export> Node::FindExport(const std::string& pseudo) {
 }
 
 Result<fs::Export> Node::AddExport(const fs::Export& spec, std::string* publish_error) {
-  std::lock_guard<std::mutex> lock(exports_mu_);
+  MutexLock lock(exports_mu_);
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();
   auto e = (*d)->AddExport(spec);
@@ -789,7 +793,7 @@ Result<fs::Export> Node::AddExport(const fs::Export& spec, std::string* publish_
 }
 
 Result<fs::Export> Node::RemoveExport(uint32_t id, std::string* publish_error) {
-  std::lock_guard<std::mutex> lock(exports_mu_);
+  MutexLock lock(exports_mu_);
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();
   auto e = (*d)->RemoveExport(id);
@@ -801,7 +805,7 @@ Result<fs::Export> Node::RemoveExport(uint32_t id, std::string* publish_error) {
 }
 
 nasgw::Status Node::PublishExports() {
-  std::lock_guard<std::mutex> lock(exports_mu_);
+  MutexLock lock(exports_mu_);
   return PublishExportsLocked();
 }
 
@@ -819,24 +823,24 @@ nasgw::Status Node::PublishExportsLocked() {
 }
 
 std::shared_ptr<fs::Domain> Node::domain() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderLock lock(mu_);
   return state_ == ReserveState::kOnline ? domain_ : nullptr;
 }
 
 void Node::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(lost_mu_);
+    MutexLock lock(lost_mu_);
     owner_stop_ = true;
   }
-  owner_cv_.notify_all();
+  owner_cv_.NotifyAll();
   if (owner_thread_.joinable()) owner_thread_.join();
-  std::lock_guard<std::mutex> admin(admin_mu_);
+  MutexLock admin(admin_mu_);
   std::shared_ptr<fs::Domain> domain;
   std::shared_ptr<fs::Reserve> reserve;
   std::unique_ptr<fs::Ownership> owner;
   std::vector<std::shared_ptr<block::BlockDevice>> devices;
   {
-    std::unique_lock<std::shared_mutex> lock(mu_);
+    WriterLock lock(mu_);
     if (state_ == ReserveState::kFailed && reason_ == "shut down") return;
     domain = std::move(domain_);
     reserve = std::move(reserve_);

@@ -23,17 +23,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <optional>
 #include <thread>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "block/block_device.h"
 #include "block/gated_device.h"
@@ -172,55 +170,56 @@ class Node {
   Node() = default;
   // Reads the state from the LUNs and, for a reserve, takes ownership in
   // `mode` and opens it: sets reserve_, domain_, owner_, state_, reason_.
-  // REQUIRES: mu_ held exclusively.
-  void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal);
+  void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal) REQUIRES(mu_);
   // LUN status for member `index` of the reserve (or device position when
-  // not online). REQUIRES: mu_ held.
-  LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& dev) const;
+  // not online).
+  LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& dev) const
+      REQUIRES_SHARED(mu_);
   Result<std::shared_ptr<fs::Domain>> OnlineDomain() const;
-  // REQUIRES: exports_mu_ held.
-  nasgw::Status PublishExportsLocked();
+  nasgw::Status PublishExportsLocked() REQUIRES(exports_mu_);
   // Called by the gate when ownership is lost (any thread, must not block).
   void OnOwnershipLost(const nasgw::Status& why);
   // The owner thread: turns a loss into kFenced, watches the holder while
   // standby or fenced.
   void OwnerLoop();
-  // Reads the owner record for the watch. REQUIRES: mu_ held.
-  void ObserveOwnerLocked();
+  // Reads the owner record for the watch.
+  void ObserveOwnerLocked() REQUIRES(mu_);
 
   Config config_;
   LunOpener opener_;
   fs::DomainOptions domain_options_;
   int64_t started_unix_ = 0;
-  mutable std::mutex admin_mu_;  // Format, AddLun; taken before exports_mu_
+  // The lock order (docs/architecture.md): admin_mu_, exports_mu_, mu_, then
+  // the reserve's and the domain's locks; lost_mu_ is a leaf.
+  mutable Mutex admin_mu_ ACQUIRED_BEFORE(exports_mu_);  // Format, AddLun, takeover, shutdown
   // Export changes and the exports file, one at a time, so that the file
-  // always follows the last change. Taken before mu_.
-  std::mutex exports_mu_;
-  mutable std::shared_mutex mu_;
-  std::vector<std::string> added_urls_;  // GUARDED_BY(admin_mu_): <state_dir>/luns, as given
-  std::vector<std::string> urls_;        // GUARDED_BY(mu_), configured + added, as opened (may hold secrets)
-  std::vector<std::shared_ptr<block::BlockDevice>> devices_;  // GUARDED_BY(mu_), same order as urls_
-  std::shared_ptr<fs::Reserve> reserve_;                      // GUARDED_BY(mu_)
-  std::shared_ptr<fs::Domain> domain_;                        // GUARDED_BY(mu_)
-  ReserveState state_ = ReserveState::kUnformatted;           // GUARDED_BY(mu_)
-  std::string reason_;                                        // GUARDED_BY(mu_)
+  // always follows the last change.
+  Mutex exports_mu_ ACQUIRED_BEFORE(mu_);
+  mutable SharedMutex mu_;
+  std::vector<std::string> added_urls_ GUARDED_BY(admin_mu_);  // <state_dir>/luns, as given
+  std::vector<std::string> urls_ GUARDED_BY(mu_);  // configured + added, as opened (may hold secrets)
+  std::vector<std::shared_ptr<block::BlockDevice>> devices_ GUARDED_BY(mu_);  // same order as urls_
+  std::shared_ptr<fs::Reserve> reserve_ GUARDED_BY(mu_);
+  std::shared_ptr<fs::Domain> domain_ GUARDED_BY(mu_);
+  ReserveState state_ GUARDED_BY(mu_) = ReserveState::kUnformatted;
+  std::string reason_ GUARDED_BY(mu_);
 
   // Ownership. The identity is fixed at Start; the gate and the gated LUNs
   // are new for every attempt to own the reserve.
   fs::NodeIdentity identity_;
   fs::OwnershipOptions ownership_options_;
   int state_lock_fd_ = -1;                                    // <state_dir>/lock, held for life
-  std::shared_ptr<block::WriteGate> gate_;                    // GUARDED_BY(mu_)
-  std::vector<std::shared_ptr<block::BlockDevice>> gated_;    // GUARDED_BY(mu_), in reserve index order
-  Uuid reserve_uuid_;                                         // GUARDED_BY(mu_), of the labels seen
-  std::unique_ptr<fs::Ownership> owner_;                      // GUARDED_BY(mu_)
-  fs::OwnerWatch watch_;                                      // GUARDED_BY(mu_), standby and fenced
-  std::string owner_text_;                                    // GUARDED_BY(mu_)
-  uint64_t fenced_total_ = 0;                                 // GUARDED_BY(mu_)
-  std::mutex lost_mu_;                                        // leaf
-  std::condition_variable owner_cv_;
-  bool owner_stop_ = false;                                   // GUARDED_BY(lost_mu_)
-  std::optional<nasgw::Status> lost_;                         // GUARDED_BY(lost_mu_)
+  std::shared_ptr<block::WriteGate> gate_ GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<block::BlockDevice>> gated_ GUARDED_BY(mu_);  // in reserve index order
+  Uuid reserve_uuid_ GUARDED_BY(mu_);  // of the labels seen
+  std::unique_ptr<fs::Ownership> owner_ GUARDED_BY(mu_);
+  fs::OwnerWatch watch_ GUARDED_BY(mu_);  // standby and fenced
+  std::string owner_text_ GUARDED_BY(mu_);
+  uint64_t fenced_total_ GUARDED_BY(mu_) = 0;
+  Mutex lost_mu_ ACQUIRED_AFTER(mu_);  // a leaf: the gate's close callback may run under mu_
+  CondVar owner_cv_;
+  bool owner_stop_ GUARDED_BY(lost_mu_) = false;
+  std::optional<nasgw::Status> lost_ GUARDED_BY(lost_mu_);
   std::thread owner_thread_;
 };
 

@@ -1,5 +1,7 @@
 #include "daemon/node_metrics.h"
 
+#include "base/mutex.h"
+
 namespace nasgw::daemon {
 
 namespace {
@@ -32,7 +34,7 @@ std::string HeadMetrics::VolumeName(uint32_t volume) {
 }
 
 HeadMetrics::Children& HeadMetrics::For(uint32_t volume, proto::Op op) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   auto key = std::make_pair(volume, op);
   auto it = children_.find(key);
   if (it != children_.end()) return it->second;

@@ -4,10 +4,10 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
+#include "base/mutex.h"
 #include "daemon/head_server.h"
 #include "daemon/metrics.h"
 #include "daemon/node.h"
@@ -28,13 +28,13 @@ class HeadMetrics final : public HeadObserver {
     LatencyHistogram* latency = nullptr;
   };
   Children& For(uint32_t volume, proto::Op op);
-  std::string VolumeName(uint32_t volume);
+  std::string VolumeName(uint32_t volume) REQUIRES(mu_);
 
   Metrics* metrics_;
   Node* node_;
-  std::mutex mu_;
-  std::map<std::pair<uint32_t, proto::Op>, Children> children_;  // GUARDED_BY(mu_)
-  std::map<uint32_t, std::string> names_;                        // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::pair<uint32_t, proto::Op>, Children> children_ GUARDED_BY(mu_);
+  std::map<uint32_t, std::string> names_ GUARDED_BY(mu_);
 };
 
 // Scrape-time gauges and counters of the node, its reserve, volumes and LUNs
