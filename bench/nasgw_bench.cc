@@ -16,12 +16,10 @@
 // directory) are in bench/fs_bench.cc; nfs joins later.
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -29,6 +27,7 @@
 
 #include "base/clock.h"
 #include "base/histogram.h"
+#include "base/mutex.h"
 #include "block/iscsi_device.h"
 
 namespace nasgw::bench {
@@ -160,29 +159,32 @@ class Client {
   // Stops issuing new requests and waits for the in-flight ones.
   void Stop() {
     stopping_.store(true);
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return in_flight_ == 0; });
+    MutexLock lock(mu_);
+    while (in_flight_ != 0) cv_.Wait(mu_);
   }
 
   void BeginMeasuring() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     read_ = HistogramData();
     write_ = HistogramData();
     measuring_ = true;
   }
   void EndMeasuring() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     measuring_ = false;
   }
   HistogramData reads() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return read_;
   }
   HistogramData writes() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return write_;
   }
-  const Status& error() const { return error_; }
+  Status error() const {
+    MutexLock lock(mu_);
+    return error_;
+  }
 
  private:
   [[noreturn]] static void Fail(const std::string& why) {
@@ -195,7 +197,7 @@ class Client {
     uint64_t io;
     bool read;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       io = random_ ? rng_() % region_ios_ : (seq_next_++ % region_ios_);
       read = static_cast<int>(rng_() % 100) < cfg_.rwmix;
       in_flight_++;
@@ -206,7 +208,7 @@ class Client {
     auto done = [this, slot, read, start](Status s) {
       const uint64_t lat = MonotonicNanos() - start;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         in_flight_--;
         if (!s.ok()) {
           if (error_.ok()) error_ = s;
@@ -214,17 +216,17 @@ class Client {
         } else if (measuring_) {
           (read ? read_ : write_).Record(lat);
         }
-        cv_.notify_all();
+        cv_.NotifyAll();
       }
       Issue(slot);
     };
     Status s = read ? dev_->Read(lba, {&v, 1}, done) : dev_->Write(lba, {&v, 1}, false, done);
     if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       in_flight_--;
       if (error_.ok()) error_ = s;
       stopping_.store(true);
-      cv_.notify_all();
+      cv_.NotifyAll();
     }
   }
 
@@ -234,19 +236,19 @@ class Client {
 
   const Config& cfg_;
   std::unique_ptr<IscsiDevice> dev_;
-  std::mt19937_64 rng_;
+  std::mt19937_64 rng_ GUARDED_BY(mu_);
   uint64_t blocks_per_io_ = 0;
   uint64_t region_ios_ = 0;
   bool random_ = true;
-  uint64_t seq_next_ = 0;
+  uint64_t seq_next_ GUARDED_BY(mu_) = 0;
   std::vector<std::unique_ptr<uint8_t, FreeDeleter>> buffers_;
   std::atomic<bool> stopping_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint32_t in_flight_ = 0;
-  bool measuring_ = false;
-  HistogramData read_, write_;
-  Status error_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  uint32_t in_flight_ GUARDED_BY(mu_) = 0;
+  bool measuring_ GUARDED_BY(mu_) = false;
+  HistogramData read_ GUARDED_BY(mu_), write_ GUARDED_BY(mu_);
+  Status error_ GUARDED_BY(mu_);
 };
 
 std::string OpJson(const char* name, const HistogramData& h, double secs, uint64_t bs) {

@@ -6,13 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,6 +18,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "fsal/client/nasgw_client.h"
 #include "proto/head.h"
 #include "proto/lock_range.h"
@@ -133,7 +132,7 @@ class Conn {
   using Exchange = std::function<bool(Op, const std::string&, uint64_t, proto::Reply*, int*)>;
   // Takes the client's byte-range locks again on a nasgwd that lost the
   // session; false when the connection must be dropped (and tried again).
-  // REQUIRES: client_->open_mu held.
+  // REQUIRES(client_->open_mu), annotated at the definition (Client is defined below).
   bool Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload);
   bool ReadReplies();
   void Fail();
@@ -144,15 +143,17 @@ class Conn {
 
   Client* client_;
   std::thread thread_;
-  std::mutex mu_;
-  int fd_ = -1;                          // GUARDED_BY(mu_) for changes; writers hold wmu_
-  int connecting_fd_ = -1;               // GUARDED_BY(mu_): the socket of a handshake in progress
-  bool up_ = false;                      // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;                 // GUARDED_BY(mu_)
-  uint64_t gen_ = 0;                     // GUARDED_BY(mu_ and wmu_ to change): bumped when fd_ is closed
-  bool kicked_ = false;                  // GUARDED_BY(mu_): the client is closing
-  std::map<uint64_t, CallPtr> pending_;  // GUARDED_BY(mu_)
-  std::mutex wmu_;                       // one frame at a time on the socket
+  Mutex mu_ ACQUIRED_BEFORE(wmu_);  // released before Client::mu is taken
+  int fd_ GUARDED_BY(mu_) = -1;  // for changes; writers hold wmu_
+  int connecting_fd_ GUARDED_BY(mu_) = -1;  // the socket of a handshake in progress
+  bool up_ GUARDED_BY(mu_) = false;
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  // Bumped when fd_ is closed, under mu_ and wmu_; read under either (not
+  // annotated: a field has one GUARDED_BY).
+  uint64_t gen_ = 0;
+  bool kicked_ GUARDED_BY(mu_) = false;  // the client is closing
+  std::map<uint64_t, CallPtr> pending_ GUARDED_BY(mu_);
+  Mutex wmu_;  // one frame at a time on the socket
   // nasgwd closed the connection for idleness (its notice, a reply with id
   // 0): nothing sent after the replies before it was executed, so Fail()
   // sends every pending call again, as if it had never been sent.
@@ -167,32 +168,32 @@ class Client {
   std::vector<std::unique_ptr<Conn>> conns;
   std::atomic<uint32_t> rr{0};
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<CallPtr> waiting;  // GUARDED_BY(mu): no connection up
-  std::deque<CallPtr> outbox;   // GUARDED_BY(mu): for the sender thread
+  Mutex mu;
+  CondVar cv;
+  std::deque<CallPtr> waiting GUARDED_BY(mu);  // no connection up
+  std::deque<CallPtr> outbox GUARDED_BY(mu);  // for the sender thread
   std::thread sender;
-  bool closing = false;         // GUARDED_BY(mu)
-  uint32_t up = 0;              // GUARDED_BY(mu)
-  std::string node_name;        // GUARDED_BY(mu)
-  proto::SessionId instance{};  // GUARDED_BY(mu): the last HELLO's server instance
+  bool closing GUARDED_BY(mu) = false;
+  uint32_t up GUARDED_BY(mu) = 0;
+  std::string node_name GUARDED_BY(mu);
+  proto::SessionId instance GUARDED_BY(mu){};  // the last HELLO's server instance
   // Why the latest attempt to connect failed (0 and "" after a success): an
   // errno (EACCES: the socket's permissions; EMFILE, ENFILE: nasgwd refused
   // the HELLO at a connection limit; ENOTCONN otherwise) and a message
   // naming the socket.
-  int connect_err = 0;      // GUARDED_BY(mu)
-  std::string connect_why;  // GUARDED_BY(mu)
+  int connect_err GUARDED_BY(mu) = 0;
+  std::string connect_why GUARDED_BY(mu);
 
   std::atomic<uint64_t> next_open_id{1};
-  bool reopen_pending = false;  // GUARDED_BY(open_mu): opens still to be sent to a nasgwd that lost them
-  std::mutex open_mu;           // taken before mu
-  std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens;   // GUARDED_BY(open_mu)
-  std::map<std::pair<uint32_t, uint64_t>, LockedFile> locks;  // GUARDED_BY(open_mu)
+  bool reopen_pending GUARDED_BY(open_mu) = false;  // opens still to be sent to a nasgwd that lost them
+  Mutex open_mu ACQUIRED_BEFORE(mu);
+  std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens GUARDED_BY(open_mu);
+  std::map<std::pair<uint32_t, uint64_t>, LockedFile> locks GUARDED_BY(open_mu);
   // Bumped (under open_mu) when opens and locks start being taken again on
   // a nasgwd that lost the session: a lock call that was out meanwhile may
   // have been granted by the old nasgwd and missed by the re-lock, so it is
   // sent again (nasgw_lock, nasgw_unlock).
-  uint64_t relock_epoch = 0;  // GUARDED_BY(open_mu)
+  uint64_t relock_epoch GUARDED_BY(open_mu) = 0;
 
   void Submit(const CallPtr& call) {
     if (call->invalid != 0) {
@@ -200,9 +201,9 @@ class Client {
       return;
     }
     if (t_reader) {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       outbox.push_back(call);
-      cv.notify_all();
+      cv.NotifyAll();
       return;
     }
     for (;;) {
@@ -211,32 +212,32 @@ class Client {
       for (size_t i = 0; i < n; i++) {
         if (conns[(first + i) % n]->Send(call)) return;
       }
-      std::unique_lock<std::mutex> l(mu);
+      MutexLock l(mu);
       if (closing) {
-        l.unlock();
+        l.Unlock();
         call->Complete(ESHUTDOWN, "client closing");
         return;
       }
       // A connection that came up since the sends failed has drained
       // `waiting` already: try it rather than wait for the next one.
       if (up > 0) {
-        l.unlock();
+        l.Unlock();
         std::this_thread::yield();
         continue;
       }
       if (call->deadline_ns == 0) call->deadline_ns = MonotonicNanos() + uint64_t{opt.reconnect_timeout_ms} * 1'000'000;
       waiting.push_back(call);
-      cv.notify_all();
+      cv.NotifyAll();
       return;
     }
   }
 
   // A connection came up: what waited goes to the sender.
   void Drain() {
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(mu);
     for (auto& c : waiting) outbox.push_back(std::move(c));
     waiting.clear();
-    cv.notify_all();
+    cv.NotifyAll();
   }
 
   // The sender thread: sends what readers handed over, and fails waiting
@@ -245,8 +246,8 @@ class Client {
     for (;;) {
       std::deque<CallPtr> batch;
       {
-        std::unique_lock<std::mutex> l(mu);
-        cv.wait_for(l, std::chrono::milliseconds(100), [&] { return closing || !outbox.empty(); });
+        MutexLock l(mu);
+        cv.WaitFor(mu, std::chrono::milliseconds(100), [&]() REQUIRES(mu) { return closing || !outbox.empty(); });
         batch.swap(outbox);
         if (closing && batch.empty()) break;
       }
@@ -260,7 +261,7 @@ class Client {
   void Expire() {
     std::vector<CallPtr> dead;
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       const uint64_t now = MonotonicNanos();
       for (auto it = waiting.begin(); it != waiting.end();) {
         if ((*it)->deadline_ns <= now || closing) {
@@ -273,24 +274,24 @@ class Client {
     }
     std::string why = "nasgwd unreachable at " + socket_path;
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       if (!connect_why.empty()) why += ": " + connect_why;
     }
     for (auto& c : dead) c->Complete(ENOTCONN, why);
   }
 
   int Sync(const CallPtr& call) {
-    std::mutex m;
-    std::condition_variable done_cv;
+    Mutex m;
+    CondVar done_cv;
     bool finished = false;
     call->done = [&](Call&) {
-      std::lock_guard<std::mutex> l(m);
+      MutexLock l(m);
       finished = true;
-      done_cv.notify_one();
+      done_cv.NotifyOne();
     };
     Submit(call);
-    std::unique_lock<std::mutex> l(m);
-    done_cv.wait(l, [&] { return finished; });
+    MutexLock l(m);
+    while (!finished) done_cv.Wait(m);
     if (call->err != 0) t_message = call->why;
     return -call->err;
   }
@@ -313,27 +314,27 @@ void Client::Goodbye() {
   // The call may complete after we stopped waiting (a resend failed by the
   // close): the state it touches is shared, not on this stack.
   struct Wait {
-    std::mutex m;
-    std::condition_variable cv;
-    bool done = false;
+    Mutex m;
+    CondVar cv;
+    bool done GUARDED_BY(m) = false;
   };
   auto w = std::make_shared<Wait>();
   call->done = [w](Call&) {
-    std::lock_guard<std::mutex> l(w->m);
+    MutexLock l(w->m);
     w->done = true;
-    w->cv.notify_all();
+    w->cv.NotifyAll();
   };
   bool sent = false;
   for (auto& k : conns) {
     if ((sent = k->Send(call))) break;
   }
   if (!sent) return;
-  std::unique_lock<std::mutex> l(w->m);
-  w->cv.wait_for(l, std::chrono::milliseconds(kGoodbyeTimeoutMs), [&] { return w->done; });
+  MutexLock l(w->m);
+  w->cv.WaitFor(w->m, std::chrono::milliseconds(kGoodbyeTimeoutMs), [&]() REQUIRES(w->m) { return w->done; });
 }
 
 void Conn::Kick() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   kicked_ = true;
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   if (connecting_fd_ >= 0) ::shutdown(connecting_fd_, SHUT_RDWR);
@@ -343,14 +344,14 @@ bool Conn::Send(const CallPtr& call) {
   int fd;
   uint64_t id, gen;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!up_) return false;
     fd = fd_;
     gen = gen_;
     id = next_id_++;
     pending_[id] = call;
   }
-  std::lock_guard<std::mutex> w(wmu_);
+  MutexLock w(wmu_);
   // The connection failed (and its descriptor may be reused by now) since
   // we took it: Fail() took this call with the others, and has resent or
   // failed it.
@@ -372,7 +373,7 @@ bool Conn::Connect() {
               std::min(client_->socket_path.size(), sizeof(addr.sun_path) - 1));
   {
     // Visible to Kick(), so that a close does not wait for a handshake.
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (kicked_) {
       ::close(fd);
       return false;
@@ -439,11 +440,11 @@ bool Conn::Connect() {
   }
   NoteConnectError(0, {});
   {
-    std::lock_guard<std::mutex> l(client_->mu);
+    MutexLock l(client_->mu);
     client_->node_name = reply.hello.node_name;
     client_->instance = reply.hello.instance;
   }
-  std::unique_lock<std::mutex> opens_lock(client_->open_mu);
+  MutexLock opens_lock(client_->open_mu);
   if (!reply.hello.resumed) client_->reopen_pending = true;
   if (client_->reopen_pending) {
     client_->relock_epoch++;
@@ -475,12 +476,12 @@ bool Conn::Connect() {
     }
     client_->reopen_pending = false;
   }
-  opens_lock.unlock();
+  opens_lock.Unlock();
   // The handshake was bounded; calls are not (a long write may take long).
   struct timeval none {};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   connecting_fd_ = -1;
   if (kicked_) {  // closed while we shook hands
     ::close(fd);
@@ -491,7 +492,8 @@ bool Conn::Connect() {
   return true;
 }
 
-bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload) {
+bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload)
+    REQUIRES(client_->open_mu) {
   auto& files = client_->locks;
   for (auto fit = files.begin(); fit != files.end();) {
     const auto [vol, ino] = fit->first;
@@ -553,19 +555,19 @@ bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& err
 void Conn::NoteConnectError(int err, std::string why) {
   bool log = false;
   {
-    std::lock_guard<std::mutex> l(client_->mu);
+    MutexLock l(client_->mu);
     // A refusal is logged once until it changes or a connection succeeds,
     // not at every reconnection attempt.
     log = why != client_->connect_why && (err == EMFILE || err == ENFILE || err == EACCES);
     client_->connect_err = err;
     client_->connect_why = why;
-    client_->cv.notify_all();  // nasgw_client_open gives up at once on EACCES
+    client_->cv.NotifyAll();  // nasgw_client_open gives up at once on EACCES
   }
   if (log) NASGW_LOG(kWarn, "client") << "cannot connect" << Kv("errno", err) << Kv("why", why);
 }
 
 void Conn::Forget(int fd) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   connecting_fd_ = -1;
   ::close(fd);
 }
@@ -584,15 +586,20 @@ void Lost(Client* client, const CallPtr& call) {
 }
 
 bool Conn::ReadReplies() {
+  int fd;
+  {
+    MutexLock l(mu_);  // this thread is fd_'s only writer; the lock is for the analysis
+    fd = fd_;
+  }
   for (;;) {
     uint8_t hb[proto::kHeaderBytes];
-    if (!ReadFull(fd_, hb, sizeof(hb))) return false;
+    if (!ReadFull(fd, hb, sizeof(hb))) return false;
     auto h = proto::DecodeHeader(hb, true);
     if (!h.ok()) return false;
     if (h->id == 0 && h->op == Op::kGoodbye && h->status != 0) {
       // nasgwd's notice that it closes this connection for idleness.
       std::string p(h->length, '\0');
-      if (ReadFull(fd_, p.data(), p.size())) {
+      if (ReadFull(fd, p.data(), p.size())) {
         NASGW_LOG(kDebug, "client") << "nasgwd closed an idle connection" << Kv("why", proto::DecodeError(p));
       }
       idle_closed_ = true;
@@ -600,7 +607,7 @@ bool Conn::ReadReplies() {
     }
     CallPtr call;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(mu_);
       auto it = pending_.find(h->id);
       if (it == pending_.end()) return false;  // a reply to nothing: the stream is broken
       call = it->second;
@@ -612,7 +619,7 @@ bool Conn::ReadReplies() {
     }
     if (h->status != 0) {
       std::string p(h->length, '\0');
-      if (!ReadFull(fd_, p.data(), p.size())) {
+      if (!ReadFull(fd, p.data(), p.size())) {
         Lost(client_, call);
         return false;
       }
@@ -629,12 +636,12 @@ bool Conn::ReadReplies() {
     }
     if (call->op == Op::kRead) {
       uint8_t pre[proto::kReadPrefixBytes];
-      if (h->length < proto::kReadPrefixBytes || !ReadFull(fd_, pre, sizeof(pre))) {
+      if (h->length < proto::kReadPrefixBytes || !ReadFull(fd, pre, sizeof(pre))) {
         Lost(client_, call);
         return false;
       }
       auto rp = proto::DecodeReadPrefix(pre, h->length, call->rlen);
-      if (!rp.ok() || !ReadFull(fd_, call->rbuf, rp->second)) {
+      if (!rp.ok() || !ReadFull(fd, call->rbuf, rp->second)) {
         Lost(client_, call);
         return false;
       }
@@ -644,7 +651,7 @@ bool Conn::ReadReplies() {
       continue;
     }
     std::string p(h->length, '\0');
-    bool got = ReadFull(fd_, p.data(), p.size());
+    bool got = ReadFull(fd, p.data(), p.size());
     auto r = got ? proto::DecodeReply(call->op, p) : Result<proto::Reply>(Status::IoError("short"));
     if (!r.ok()) {
       Lost(client_, call);
@@ -658,22 +665,22 @@ bool Conn::ReadReplies() {
 void Conn::Fail() {
   std::map<uint64_t, CallPtr> pending;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     up_ = false;
     // A sender blocked in sendmsg on a full socket holds wmu_: the shutdown
     // makes it return before we wait for wmu_.
     if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
-    std::lock_guard<std::mutex> w(wmu_);
+    MutexLock l(mu_);
+    MutexLock w(wmu_);
     gen_++;  // a Send that took fd_ before now must not write to it
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     pending.swap(pending_);
   }
   {
-    std::lock_guard<std::mutex> l(client_->mu);
+    MutexLock l(client_->mu);
     client_->up--;
   }
   const bool unexecuted = idle_closed_;
@@ -692,21 +699,23 @@ void Conn::Loop() {
   uint32_t backoff_ms = 20;
   for (;;) {
     {
-      std::lock_guard<std::mutex> l(client_->mu);
+      MutexLock l(client_->mu);
       if (client_->closing) break;
     }
     if (!Connect()) {
       client_->Expire();
-      std::unique_lock<std::mutex> l(client_->mu);
-      client_->cv.wait_for(l, std::chrono::milliseconds(backoff_ms), [&] { return client_->closing; });
+      MutexLock l(client_->mu);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms);
+      while (!client_->closing && client_->cv.WaitUntil(client_->mu, until)) {
+      }
       backoff_ms = std::min<uint32_t>(backoff_ms * 2, 500);
       continue;
     }
     backoff_ms = 20;
     {
-      std::lock_guard<std::mutex> l(client_->mu);
+      MutexLock l(client_->mu);
       client_->up++;
-      client_->cv.notify_all();
+      client_->cv.NotifyAll();
     }
     client_->Drain();
     ReadReplies();
@@ -832,7 +841,7 @@ int Simple(nasgw_client* c, Op op, const nasgw_cred* cr, const nasgw_handle* h,
 // remembers them to release one per nasgw_release and to open them again
 // on a nasgwd that lost the session.
 void NoteOpen(nasgw::client::Client& cl, const nasgw_cred* cr, const nasgw_handle& h, uint64_t open_id) {
-  std::lock_guard<std::mutex> l(cl.open_mu);
+  nasgw::MutexLock l(cl.open_mu);
   auto& e = cl.opens[{h.volume, h.ino}];
   e.ids.push_back(open_id);
   e.handle = H(&h);
@@ -840,7 +849,7 @@ void NoteOpen(nasgw::client::Client& cl, const nasgw_cred* cr, const nasgw_handl
 }
 
 void ForgetOpen(nasgw::client::Client& cl, uint32_t vol, uint64_t ino, uint64_t open_id) {
-  std::lock_guard<std::mutex> l(cl.open_mu);
+  nasgw::MutexLock l(cl.open_mu);
   auto it = cl.opens.find({vol, ino});
   if (it == cl.opens.end()) return;
   auto& ids = it->second.ids;
@@ -862,16 +871,15 @@ CallPtr LockCall(Op op, const nasgw_cred* cr, const nasgw_handle* h, uint64_t ow
   });
 }
 
-// REQUIRES: cl.open_mu held.
-nasgw::client::OwnerLocks* FindOwner(nasgw::client::Client& cl, const nasgw_handle* h, uint64_t owner) {
+nasgw::client::OwnerLocks* FindOwner(nasgw::client::Client& cl, const nasgw_handle* h, uint64_t owner)
+    REQUIRES(cl.open_mu) {
   auto f = cl.locks.find({h->volume, h->ino});
   if (f == cl.locks.end()) return nullptr;
   auto o = f->second.owners.find(owner);
   return o == f->second.owners.end() ? nullptr : &o->second;
 }
 
-// REQUIRES: cl.open_mu held.
-void DropOwner(nasgw::client::Client& cl, const nasgw_handle* h, uint64_t owner) {
+void DropOwner(nasgw::client::Client& cl, const nasgw_handle* h, uint64_t owner) REQUIRES(cl.open_mu) {
   auto f = cl.locks.find({h->volume, h->ino});
   if (f == cl.locks.end()) return;
   f->second.owners.erase(owner);
@@ -881,6 +889,37 @@ void DropOwner(nasgw::client::Client& cl, const nasgw_handle* h, uint64_t owner)
 constexpr const char* kLocksLost =
     "this owner's locks on the file were lost when nasgwd restarted (another client took the range, or nasgwd "
     "refused them); unlock the whole file (start 0, length 0) to start again";
+
+// A WRITE call, checked without its bytes. (Here, not in the extern "C"
+// block: it returns a C++ type.)
+CallPtr WriteCall(const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf, uint32_t len,
+                  uint32_t flags) {
+  proto::Request r;
+  r.op = Op::kWrite;
+  r.creds = Creds(cr);
+  r.h = H(h);
+  r.offset = offset;
+  r.flags = flags;
+  r.data = std::string_view(static_cast<const char*>(buf), len);
+  auto call = std::make_shared<Call>();
+  call->op = Op::kWrite;
+  call->payload = proto::EncodeRequest(r);
+  // The arguments are checked without the bytes (a copy would defeat the
+  // point); the length and the end offset are checked here.
+  proto::Request args = r;
+  args.data = {};
+  Validate(*call, proto::EncodeRequest(args));
+  if (cr == nullptr) {
+    call->invalid = EINVAL;
+    call->invalid_why = "no credentials";
+  } else if (call->invalid == 0 && (offset > fs::kFileSizeMax || len > fs::kFileSizeMax - offset)) {
+    call->invalid = EFBIG;
+    call->invalid_why = "write beyond the largest file";
+  }
+  call->wdata = buf;
+  call->wlen = len;
+  return call;
+}
 
 }  // namespace
 
@@ -909,18 +948,19 @@ int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out) {
   nasgw::client::Client* raw = cl.get();
   cl->sender = std::thread([raw] { raw->SenderLoop(); });
   {
-    std::unique_lock<std::mutex> l(cl->mu);
+    nasgw::MutexLock l(cl->mu);
     // Waiting does not help a socket we may not open (EACCES is not
     // retried); anything else (no nasgwd yet, a limit) may pass.
-    const bool ok = cl->cv.wait_for(l, std::chrono::milliseconds(cl->opt.connect_timeout_ms), [&] {
-      return cl->up > 0 || cl->connect_err == EACCES;
-    }) && cl->up > 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cl->opt.connect_timeout_ms);
+    while (cl->up == 0 && cl->connect_err != EACCES && cl->cv.WaitUntil(cl->mu, deadline)) {
+    }
+    const bool ok = cl->up > 0;
     if (!ok) {
       const int err = cl->connect_err != 0 ? cl->connect_err : ENOTCONN;
       const std::string why = !cl->connect_why.empty() ? cl->connect_why : "cannot reach nasgwd at " + cl->socket_path;
       cl->closing = true;
-      cl->cv.notify_all();
-      l.unlock();
+      cl->cv.NotifyAll();
+      l.Unlock();
       for (auto& c : cl->conns) c->Kick();
       for (auto& c : cl->conns) c->Join();
       cl->sender.join();
@@ -936,9 +976,9 @@ void nasgw_client_close(nasgw_client* c) {
   if (c == nullptr) return;
   c->c->Goodbye();
   {
-    std::lock_guard<std::mutex> l(c->c->mu);
+    nasgw::MutexLock l(c->c->mu);
     c->c->closing = true;
-    c->c->cv.notify_all();
+    c->c->cv.NotifyAll();
   }
   for (auto& k : c->c->conns) k->Kick();
   for (auto& k : c->c->conns) k->Join();
@@ -953,8 +993,8 @@ const char* nasgw_client_last_message(void) {
 
 int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size) {
   if (c == nullptr || buf == nullptr || size == 0) return -EINVAL;
-  std::lock_guard<std::mutex> l(c->c->mu);
-  const std::string& n = c->c->node_name;
+  nasgw::MutexLock l(c->c->mu);
+  const std::string n = c->c->node_name;
   if (n.size() >= size) return -ERANGE;
   std::memcpy(buf, n.c_str(), n.size() + 1);
   return 0;
@@ -962,7 +1002,7 @@ int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size) {
 
 int nasgw_client_instance(nasgw_client* c, uint8_t out[16]) {
   if (c == nullptr || out == nullptr) return -EINVAL;
-  std::lock_guard<std::mutex> l(c->c->mu);
+  nasgw::MutexLock l(c->c->mu);
   std::memcpy(out, c->c->instance.data(), 16);
   return 0;
 }
@@ -1169,7 +1209,7 @@ int nasgw_release(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) 
   if (c == nullptr || h == nullptr) return -EINVAL;
   uint64_t open_id = 0;
   {
-    std::lock_guard<std::mutex> l(c->c->open_mu);
+    nasgw::MutexLock l(c->c->open_mu);
     auto it = c->c->opens.find({h->volume, h->ino});
     if (it == c->c->opens.end() || it->second.ids.empty()) return -EBADF;
     open_id = it->second.ids.back();
@@ -1194,37 +1234,6 @@ int64_t nasgw_read(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h,
   if (eof != nullptr) *eof = call->reply.eof ? 1 : 0;
   return call->nread;
 }
-
-namespace {
-CallPtr WriteCall(const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf, uint32_t len,
-                  uint32_t flags) {
-  proto::Request r;
-  r.op = Op::kWrite;
-  r.creds = Creds(cr);
-  r.h = H(h);
-  r.offset = offset;
-  r.flags = flags;
-  r.data = std::string_view(static_cast<const char*>(buf), len);
-  auto call = std::make_shared<Call>();
-  call->op = Op::kWrite;
-  call->payload = proto::EncodeRequest(r);
-  // The arguments are checked without the bytes (a copy would defeat the
-  // point); the length and the end offset are checked here.
-  proto::Request args = r;
-  args.data = {};
-  Validate(*call, proto::EncodeRequest(args));
-  if (cr == nullptr) {
-    call->invalid = EINVAL;
-    call->invalid_why = "no credentials";
-  } else if (call->invalid == 0 && (offset > fs::kFileSizeMax || len > fs::kFileSizeMax - offset)) {
-    call->invalid = EFBIG;
-    call->invalid_why = "write beyond the largest file";
-  }
-  call->wdata = buf;
-  call->wlen = len;
-  return call;
-}
-}  // namespace
 
 int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
                     uint32_t len, uint32_t flags, nasgw_attr* post) {
@@ -1354,7 +1363,7 @@ int nasgw_lock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uin
   for (uint32_t attempt = 1;; attempt++) {
     uint64_t epoch = 0;
     {
-      std::lock_guard<std::mutex> l(cl.open_mu);
+      nasgw::MutexLock l(cl.open_mu);
       const auto* held = FindOwner(cl, h, owner);
       if (held != nullptr && held->lost) {
         nasgw::client::t_message = kLocksLost;
@@ -1366,7 +1375,7 @@ int nasgw_lock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uin
     const int rc = cl.Sync(call);
     if (rc == -EAGAIN) ToC(call->reply.lock, conflict);
     if (rc != 0) return rc;
-    std::lock_guard<std::mutex> l(cl.open_mu);
+    nasgw::MutexLock l(cl.open_mu);
     if (cl.relock_epoch != epoch) {
       if (attempt < nasgw::client::kResendMax) continue;
       nasgw::client::t_message = "nasgwd lost the session under this lock call too many times";
@@ -1390,7 +1399,7 @@ int nasgw_unlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, u
   for (uint32_t attempt = 1;; attempt++) {
     uint64_t epoch = 0;
     {
-      std::lock_guard<std::mutex> l(cl.open_mu);
+      nasgw::MutexLock l(cl.open_mu);
       const auto* held = FindOwner(cl, h, owner);
       if (held != nullptr && held->lost) {
         if (start != 0 || length != 0) {
@@ -1404,7 +1413,7 @@ int nasgw_unlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, u
     auto call = LockCall(Op::kUnlock, cr, h, owner, 0, start, length);
     const int rc = cl.Sync(call);
     if (rc != 0) return rc;
-    std::lock_guard<std::mutex> l(cl.open_mu);
+    nasgw::MutexLock l(cl.open_mu);
     if (cl.relock_epoch != epoch) {
       if (attempt < nasgw::client::kResendMax) continue;
       nasgw::client::t_message = "nasgwd lost the session under this unlock call too many times";

@@ -28,12 +28,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "base/log.h"
+#include "base/mutex.h"
 #include "fsal/client/nasgw_client.h"
 
 #include <sys/stat.h>
@@ -51,8 +51,8 @@ struct Mount {
     nasgw_handle handle;
     uint64_t lookups = 0;
   };
-  std::mutex mu;
-  std::unordered_map<uint64_t, Node> nodes;  // GUARDED_BY(mu); by inode (= node id)
+  Mutex mu;
+  std::unordered_map<uint64_t, Node> nodes GUARDED_BY(mu);  // by inode (= node id)
   nasgw_handle root{};                       // from MOUNT
 };
 
@@ -87,7 +87,7 @@ bool H(fuse_req_t req, fuse_ino_t ino, nasgw_handle* out) {
     *out = m->root;
     return true;
   }
-  std::lock_guard<std::mutex> l(m->mu);
+  MutexLock l(m->mu);
   auto it = m->nodes.find(ino);
   if (it == m->nodes.end()) return false;
   *out = it->second.handle;
@@ -97,14 +97,14 @@ bool H(fuse_req_t req, fuse_ino_t ino, nasgw_handle* out) {
 // An entry reply gives the kernel one more lookup of the node.
 void Remember(Mount* m, const nasgw_attr& a) {
   if (a.handle.ino == FUSE_ROOT_ID) return;
-  std::lock_guard<std::mutex> l(m->mu);
+  MutexLock l(m->mu);
   auto& n = m->nodes[a.handle.ino];
   n.handle = a.handle;
   n.lookups++;
 }
 
 void Forget(Mount* m, fuse_ino_t ino, uint64_t nlookup) {
-  std::lock_guard<std::mutex> l(m->mu);
+  MutexLock l(m->mu);
   auto it = m->nodes.find(ino);
   if (it == m->nodes.end()) return;
   if (it->second.lookups <= nlookup) {
