@@ -1,9 +1,9 @@
 #include "base/histogram.h"
 
+#include <algorithm>
 #include <random>
 #include <thread>
 #include <vector>
-#include <algorithm>
 
 #include <gtest/gtest.h>
 
@@ -54,10 +54,12 @@ TEST(Histogram, EmptyIsZero) {
 TEST(Histogram, ConcurrentRecordAndMerge) {
   Histogram h;
   std::vector<std::thread> threads;
-  for (int t = 0; t < 4; t++)
+  threads.reserve(4);
+  for (int t = 0; t < 4; t++) {
     threads.emplace_back([&h, t] {
-      for (int i = 0; i < 10000; i++) h.Record(static_cast<uint64_t>(t * 10000 + i));
+      for (int i = 0; i < 10000; i++) h.Record(static_cast<uint64_t>(t) * 10000 + i);
     });
+  }
   for (auto& t : threads) t.join();
   HistogramData d = h.Snapshot();
   EXPECT_EQ(d.count, 40000u);

@@ -18,14 +18,15 @@ void WriteLogValue(std::ostream& os, std::string_view v) {
   }
   os << '"';
   for (char c : v) {
-    if (c == '"' || c == '\\')
+    if (c == '"' || c == '\\') {
       os << '\\' << c;
-    else if (c == '\n')
+    } else if (c == '\n') {
       os << "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20)
+    } else if (static_cast<unsigned char>(c) < 0x20) {
       os << '?';
-    else
+    } else {
       os << c;
+    }
   }
   os << '"';
 }

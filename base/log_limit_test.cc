@@ -84,6 +84,7 @@ TEST(LogLimiter, CountsAddUpUnderThreads) {
   LogLimiter lim(kSec / 1000);
   std::atomic<uint64_t> counted{0};
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; t++) {
     threads.emplace_back([&, t] {
       for (uint64_t i = 0; i < 10'000; i++) {

@@ -19,7 +19,7 @@ TEST(Status, ErrorCarriesCodeAndMessage) {
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.code(), Code::kFenced);
   EXPECT_EQ(s.ToString(), "Fenced: reservation conflict on lun 0");
-  Status copy = s;
+  Status copy = s;  // NOLINT(performance-unnecessary-copy-initialization): the copy is what is tested
   EXPECT_EQ(copy.ToString(), s.ToString());
   EXPECT_EQ(s.WithContext("write lba 7").ToString(), "Fenced: write lba 7: reservation conflict on lun 0");
 }

@@ -19,7 +19,8 @@ struct Uuid {
   // The inverse of ToString (either case); nullopt for anything else.
   static std::optional<Uuid> Parse(std::string_view text);
   bool operator==(const Uuid&) const = default;
-  auto operator<=>(const Uuid&) const = default;
+  auto operator<=>(const Uuid&) const =
+      default;  // NOLINT(modernize-use-nullptr): clang-tidy 14 misreads a defaulted <=>
 };
 
 }  // namespace nasgw

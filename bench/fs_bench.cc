@@ -277,6 +277,7 @@ int Run(Target& t, const Args& a) {
   std::atomic<bool> stop{false};
   Status error;
   std::vector<std::thread> threads;
+  threads.reserve(a.threads);
   for (int i = 0; i < a.threads; i++) {
     threads.emplace_back([&, i] {
       std::mt19937_64 rng(42 + i);
@@ -363,35 +364,35 @@ int FsMain(int argc, char** argv) {
       if (i + 1 >= argc) Usage(s + " needs a value");
       return argv[++i];
     };
-    if (s == "--lun")
+    if (s == "--lun") {
       a.luns.push_back(next());
-    else if (s == "--dir")
+    } else if (s == "--dir") {
       a.dir = next();
-    else if (s == "--test")
+    } else if (s == "--test") {
       a.test = next();
-    else if (s == "--files")
+    } else if (s == "--files") {
       a.files = std::strtoull(next().c_str(), nullptr, 10);
-    else if (s == "--file-mib")
+    } else if (s == "--file-mib") {
       a.file_mib = std::strtoull(next().c_str(), nullptr, 10);
-    else if (s == "--bs")
+    } else if (s == "--bs") {
       a.bs = std::strtoull(next().c_str(), nullptr, 10) * 1024;  // in KiB: "8" or "8k"
-    else if (s == "--rwmix")
+    } else if (s == "--rwmix") {
       a.rwmix = std::atoi(next().c_str());
-    else if (s == "--threads")
+    } else if (s == "--threads") {
       a.threads = std::atoi(next().c_str());
-    else if (s == "--seconds")
+    } else if (s == "--seconds") {
       a.seconds = std::atof(next().c_str());
-    else if (s == "--record-kib")
+    } else if (s == "--record-kib") {
       a.record_kib = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
-    else if (s == "--socket")
+    } else if (s == "--socket") {
       a.socket = next();
-    else if (s == "--volume")
+    } else if (s == "--volume") {
       a.volume = next();
-    else if (s == "--ops")
+    } else if (s == "--ops") {
       a.ops = std::strtoull(next().c_str(), nullptr, 10);
-    else if (s == "--connections")
+    } else if (s == "--connections") {
       a.connections = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
-    else if (s == "--json") {
+    } else if (s == "--json") {
     } else
       Usage("unknown option " + s);
   }

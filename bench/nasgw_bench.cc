@@ -33,7 +33,6 @@
 namespace nasgw::bench {
 namespace {
 
-using block::BlockDevice;
 using block::IoVec;
 using block::IscsiDevice;
 using block::IscsiOptions;
@@ -68,14 +67,15 @@ uint64_t ParseBytes(const std::string& s) {
   unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   if (errno != 0 || end == s.c_str()) Usage("bad size '" + s + "'");
   std::string unit(end);
-  if (unit == "k" || unit == "K")
+  if (unit == "k" || unit == "K") {
     v <<= 10;
-  else if (unit == "m" || unit == "M")
+  } else if (unit == "m" || unit == "M") {
     v <<= 20;
-  else if (unit == "g" || unit == "G")
+  } else if (unit == "g" || unit == "G") {
     v <<= 30;
-  else if (!unit.empty())
+  } else if (!unit.empty()) {
     Usage("bad size unit in '" + s + "'");
+  }
   return v;
 }
 
@@ -97,28 +97,29 @@ Config ParseArgs(int argc, char** argv) {
       if (i + 1 >= argc) Usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--url")
+    if (a == "--url") {
       c.urls.push_back(next());
-    else if (a == "--workload")
+    } else if (a == "--workload") {
       c.workload = next();
-    else if (a == "--bs")
+    } else if (a == "--bs") {
       c.bs = ParseBytes(next());
-    else if (a == "--rwmix")
+    } else if (a == "--rwmix") {
       c.rwmix = static_cast<int>(ParseNumber(next(), 0, 100, "--rwmix"));
-    else if (a == "--qd")
+    } else if (a == "--qd") {
       c.qd = static_cast<uint32_t>(ParseNumber(next(), 1, limits::kQueueDepthMax, "--qd"));
-    else if (a == "--clients")
+    } else if (a == "--clients") {
       c.clients = static_cast<int>(ParseNumber(next(), 1, 64, "--clients"));
-    else if (a == "--seconds")
+    } else if (a == "--seconds") {
       c.seconds = ParseNumber(next(), 0.1, 86400, "--seconds");
-    else if (a == "--ramp")
+    } else if (a == "--ramp") {
       c.ramp = ParseNumber(next(), 0, 600, "--ramp");
-    else if (a == "--size")
+    } else if (a == "--size") {
       c.size = ParseBytes(next());
-    else if (a == "--json")
+    } else if (a == "--json") {
       c.json = true;
-    else
+    } else {
       Usage("unknown option " + a);
+    }
   }
   if (c.urls.empty()) Usage("--url is required");
   const std::string w = c.workload;
@@ -205,7 +206,7 @@ class Client {
     const uint64_t lba = io * blocks_per_io_;
     IoVec v{buffers_[slot].get(), cfg_.bs};
     const uint64_t start = MonotonicNanos();
-    auto done = [this, slot, read, start](Status s) {
+    auto done = [this, slot, read, start](const Status& s) {
       const uint64_t lat = MonotonicNanos() - start;
       {
         MutexLock lock(mu_);

@@ -41,19 +41,19 @@ struct IoVec {
 // seen through several portals has the same designator, and a reserve label
 // records it, so a LUN can never be mistaken for another.
 struct DeviceInfo {
-  std::string name;        // for logs and metrics (URL without the password)
+  std::string name;  // for logs and metrics (URL without the password)
   uint32_t block_size = 0;
   uint64_t num_blocks = 0;
-  std::string vendor;      // INQUIRY
+  std::string vendor;  // INQUIRY
   std::string product;
   std::string revision;
-  std::string serial;      // VPD 0x80 unit serial number
-  std::string designator;  // VPD 0x83, best designator, "naa.<hex>" / "eui.<hex>" / "t10.<text>"
-  bool thin_provisioned = false;   // LBPME: UNMAP releases space
-  bool unmap_reads_zeroes = false; // LBPRZ
-  uint32_t max_transfer_blocks = 0;        // 0 = no limit reported
-  uint32_t max_unmap_blocks = 0;           // 0 = no limit reported
-  uint32_t max_compare_write_blocks = 1;   // COMPARE AND WRITE length limit
+  std::string serial;                     // VPD 0x80 unit serial number
+  std::string designator;                 // VPD 0x83, best designator, "naa.<hex>" / "eui.<hex>" / "t10.<text>"
+  bool thin_provisioned = false;          // LBPME: UNMAP releases space
+  bool unmap_reads_zeroes = false;        // LBPRZ
+  uint32_t max_transfer_blocks = 0;       // 0 = no limit reported
+  uint32_t max_unmap_blocks = 0;          // 0 = no limit reported
+  uint32_t max_compare_write_blocks = 1;  // COMPARE AND WRITE length limit
 
   uint64_t size_bytes() const { return num_blocks * block_size; }
 };
@@ -82,8 +82,8 @@ enum class PrAction : uint8_t {
 
 struct PrOutParams {
   PrAction action = PrAction::kRegister;
-  PrType type = PrType::kNone;  // for reserve, release, preempt
-  uint64_t key = 0;             // our current registered key (0 when none)
+  PrType type = PrType::kNone;      // for reserve, release, preempt
+  uint64_t key = 0;                 // our current registered key (0 when none)
   uint64_t service_action_key = 0;  // new key (register) or the key to preempt
 };
 
@@ -102,7 +102,7 @@ struct PrReservation {
 enum class Op : uint8_t {
   kRead,
   kWrite,
-  kFlush,            // SYNCHRONIZE CACHE
+  kFlush,  // SYNCHRONIZE CACHE
   kUnmap,
   kCompareAndWrite,
   kPrOut,
@@ -115,10 +115,10 @@ using IoCallback = std::function<void(Status)>;
 
 struct IoRequest {
   Op op = Op::kRead;
-  bool fua = false;              // write: force unit access
+  bool fua = false;  // write: force unit access
   uint64_t lba = 0;
-  uint64_t blocks = 0;           // read, write, unmap, compare-and-write
-  std::vector<IoVec> iov;        // read, write
+  uint64_t blocks = 0;                         // read, write, unmap, compare-and-write
+  std::vector<IoVec> iov;                      // read, write
   const uint8_t* compare_and_write = nullptr;  // 2*blocks*block_size: compare data, then write data
   PrOutParams pr_out;
   PrKeys* keys_out = nullptr;
@@ -144,11 +144,11 @@ struct PathStats {
 struct BlockStats {
   OpStats read;
   OpStats write;
-  OpStats other;             // flush, unmap, compare-and-write, PR
-  uint32_t in_flight = 0;    // commands on the wire now
-  uint32_t queued = 0;       // admitted, waiting for a slot or a path
-  uint64_t retries = 0;      // commands re-issued (transient errors, path loss)
-  uint64_t timeouts = 0;     // requests failed with TimedOut
+  OpStats other;           // flush, unmap, compare-and-write, PR
+  uint32_t in_flight = 0;  // commands on the wire now
+  uint32_t queued = 0;     // admitted, waiting for a slot or a path
+  uint64_t retries = 0;    // commands re-issued (transient errors, path loss)
+  uint64_t timeouts = 0;   // requests failed with TimedOut
   std::vector<PathStats> paths;
 };
 
@@ -172,7 +172,7 @@ class BlockDevice {
   Status Unmap(uint64_t lba, uint64_t blocks, IoCallback done);
   // Atomically: if the blocks at lba equal compare, replace them with write;
   // else fail with Miscompare and change nothing. Each span is blocks*block_size.
-  Status CompareAndWrite(uint64_t lba, const uint8_t* compare_then_write, uint64_t blocks, IoCallback done);
+  Status CompareAndWrite(uint64_t lba, const uint8_t* data, uint64_t blocks, IoCallback done);
   Status PrOut(const PrOutParams& params, IoCallback done);
   Status PrReadKeys(PrKeys* out, IoCallback done);
   Status PrReadReservation(PrReservation* out, IoCallback done);

@@ -6,13 +6,13 @@
 
 namespace nasgw::block {
 
-std::shared_ptr<WriteGate> WriteGate::Closed(Status reason) {
+std::shared_ptr<WriteGate> WriteGate::Closed(const Status& reason) {
   auto g = std::make_shared<WriteGate>();
-  g->Close(std::move(reason));
+  g->Close(reason);
   return g;
 }
 
-bool WriteGate::Close(Status reason) {
+bool WriteGate::Close(const Status& reason) {
   NASGW_ASSERT(!reason.ok());
   std::function<void(const Status&)> fn;
   {
@@ -69,8 +69,8 @@ bool GatedDevice::Changes(Op op) {
 Status GatedDevice::SubmitValidated(IoRequest req) {
   if (Changes(req.op) && !gate_->is_open()) {
     Status why = gate_->reason();
-    return Status(why.code(), std::string(OpName(req.op)) + " on " + info().name + " refused: " +
-                                  std::string(why.message()));
+    return Status(why.code(),
+                  std::string(OpName(req.op)) + " on " + info().name + " refused: " + std::string(why.message()));
   }
   // A conflict on any LUN closes the gate for all of them.
   req.done = [gate = gate_, done = std::move(req.done), name = info().name](Status s) {

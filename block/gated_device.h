@@ -36,11 +36,11 @@ class WriteGate {
  public:
   WriteGate() = default;
   // A gate closed from the start: a read-only view of the LUNs.
-  static std::shared_ptr<WriteGate> Closed(Status reason);
+  static std::shared_ptr<WriteGate> Closed(const Status& reason);
 
   bool is_open() const { return open_.load(std::memory_order_acquire); }
   // Closes the gate; true for the call that closed it. `reason` must not be ok.
-  bool Close(Status reason);
+  bool Close(const Status& reason);
   // Why the gate is closed (ok while open).
   Status reason() const;
   // `fn` runs once when the gate closes (at once, here, if already closed).

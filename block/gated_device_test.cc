@@ -1,9 +1,9 @@
 #include "block/gated_device.h"
 
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "block/mem_device.h"
 
@@ -30,7 +30,7 @@ TEST(GatedDevice, ClosedGateRefusesEveryChangeButReads) {
   std::vector<uint8_t> w(512, 0x11), r(512, 0xff);
   bool called = false;
   IoVec v{w.data(), w.size()};
-  Status s = dev.Write(0, {&v, 1}, false, [&](Status) { called = true; });
+  Status s = dev.Write(0, {&v, 1}, false, [&](const Status&) { called = true; });
   EXPECT_EQ(s.code(), Code::kPermissionDenied);
   EXPECT_NE(std::string(s.message()).find("read-only check"), std::string::npos) << s.ToString();
   EXPECT_EQ(FlushSync(dev).code(), Code::kPermissionDenied);

@@ -234,9 +234,9 @@ struct IscsiDevice::Impl {
   CondVar cv;  // submitters waiting for room; Open() waiting for paths
   std::deque<Request*> submitted GUARDED_BY(mu);
   bool closing GUARDED_BY(mu) = false;
-  bool open_done GUARDED_BY(mu) = false;  // every path tried once
+  bool open_done GUARDED_BY(mu) = false;            // every path tried once
   std::vector<Status> open_results GUARDED_BY(mu);  // per path, until open_done
-  std::atomic<uint32_t> admitted{0};  // requests not yet completed
+  std::atomic<uint32_t> admitted{0};                // requests not yet completed
   std::atomic<bool> wakeup_pending{false};
   int event_fd = -1;
   std::thread thread;
@@ -671,7 +671,7 @@ struct IscsiDevice::Impl {
       *id = BestDesignator(d);
       return Status();
     };
-    r->io.done = [this, p, id](Status s) {
+    r->io.done = [this, p, id](const Status& s) {
       if (p->state != PathState::kProbing) return;
       if (!s.ok()) {
         RequestPathFailure(p, s.WithContext("identify LUN"));
@@ -698,7 +698,7 @@ struct IscsiDevice::Impl {
     auto* r = NewPinned(p, Op::kPrReadKeys);
     r->io.keys_out = keys.get();
     r->parse = ParsePrIn(r);
-    r->io.done = [this, p, keys](Status s) {
+    r->io.done = [this, p, keys](const Status& s) {
       if (p->state != PathState::kProbing) return;
       if (!s.ok()) {
         RequestPathFailure(p, s.WithContext("read PR keys"));
@@ -714,7 +714,7 @@ struct IscsiDevice::Impl {
         PathUp(p);
         return;
       }
-      RegisterOn(p, [this, p](Status s2) {
+      RegisterOn(p, [this, p](const Status& s2) {
         if (p->state != PathState::kProbing) return;
         if (!s2.ok()) {
           RequestPathFailure(p, s2.WithContext("register PR key on new path"));
@@ -748,7 +748,7 @@ struct IscsiDevice::Impl {
     // Register the same key on every other live path (each is its own I_T nexus).
     for (Path* p : AllPaths()) {
       if (p->state != PathState::kUp) continue;
-      RegisterOn(p, [this, p](Status s) {
+      RegisterOn(p, [this, p](const Status& s) {
         if (!s.ok()) RequestPathFailure(p, s.WithContext("register PR key on path"));
       });
     }
@@ -1040,7 +1040,8 @@ Result<std::unique_ptr<IscsiDevice>> IscsiDevice::Open(const IscsiOptions& optio
   std::vector<Status> results;
   {
     MutexLock lock(im->mu);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.connect_timeout_ms + 1000);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options.connect_timeout_ms + 1000);
     while (!im->open_done && im->cv.WaitUntil(im->mu, deadline)) {
     }
     im->open_done = true;  // late outcomes are the loop's business now

@@ -8,7 +8,7 @@
 
 namespace nasgw::block {
 
-MemLun::MemLun(uint32_t block_size, uint64_t num_blocks, std::string designator) {
+MemLun::MemLun(uint32_t block_size, uint64_t num_blocks, const std::string& designator) {
   info_.name = "mem:" + designator;
   info_.block_size = block_size;
   info_.num_blocks = num_blocks;
@@ -50,7 +50,7 @@ void MemLun::WriteBlock(uint64_t lba, const uint8_t* in, bool durable) {
 // Reservation rules of SPC-4 5.13 for the types nasgw uses.
 Status MemLun::CheckAccess(uint64_t initiator, bool write) const {
   if (!reserved_ || holder_ == initiator) return Status();
-  const bool registered = registrations_.count(initiator) != 0;
+  const bool registered = registrations_.contains(initiator);
   switch (type_) {
     case PrType::kWriteExclusive:
       return write ? Status::Fenced("RESERVATION CONFLICT") : Status();
@@ -146,7 +146,7 @@ Status MemLun::Execute(uint64_t initiator, IoRequest& req) {
       req.reservation_out->generation = pr_generation_;
       if (reserved_) {
         req.reservation_out->reserved = true;
-        req.reservation_out->key = registrations_.count(holder_) ? registrations_.at(holder_) : 0;
+        req.reservation_out->key = registrations_.contains(holder_) ? registrations_.at(holder_) : 0;
         req.reservation_out->type = type_;
       }
       return Status();
@@ -158,7 +158,7 @@ Status MemLun::Execute(uint64_t initiator, IoRequest& req) {
   const PrOutParams& p = req.pr_out;
   auto it = registrations_.find(initiator);
   const bool registered = it != registrations_.end();
-  const Status conflict = Status::Fenced("RESERVATION CONFLICT");
+  Status conflict = Status::Fenced("RESERVATION CONFLICT");  // not const: returned by move
   switch (p.action) {
     case PrAction::kRegister:
     case PrAction::kRegisterAndIgnoreExistingKey:
@@ -193,8 +193,8 @@ Status MemLun::Execute(uint64_t initiator, IoRequest& req) {
     case PrAction::kPreempt:
     case PrAction::kPreemptAndAbort: {
       if (!registered || it->second != p.key) return conflict;
-      const bool holder_preempted = reserved_ && registrations_.count(holder_) &&
-                                    registrations_.at(holder_) == p.service_action_key;
+      const bool holder_preempted =
+          reserved_ && registrations_.contains(holder_) && registrations_.at(holder_) == p.service_action_key;
       for (auto r = registrations_.begin(); r != registrations_.end();) {
         if (r->second == p.service_action_key && r->first != initiator) {
           r = registrations_.erase(r);

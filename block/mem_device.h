@@ -28,7 +28,7 @@ namespace nasgw::block {
 
 class MemLun {
  public:
-  MemLun(uint32_t block_size, uint64_t num_blocks, std::string designator = "mem.0");
+  MemLun(uint32_t block_size, uint64_t num_blocks, const std::string& designator = "mem.0");
 
   const DeviceInfo& info() const { return info_; }
   // Drops every write since the last flush (all initiators).

@@ -1,8 +1,8 @@
 #include "block/mem_device.h"
 
 #include <atomic>
-#include <thread>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -22,7 +22,7 @@ TEST(MemDevice, VectoredWriteReadBack) {
   auto a = Pattern(300, 1), b = Pattern(724, 2);  // 1024 bytes split unevenly
   std::atomic<int> done{0};
   IoVec w[2] = {{a.data(), a.size()}, {b.data(), b.size()}};
-  Status st = dev.Write(5, w, false, [&](Status s) {
+  Status st = dev.Write(5, w, false, [&](const Status& s) {
     EXPECT_TRUE(s.ok());
     done++;
   });
@@ -40,11 +40,11 @@ TEST(MemDevice, BadRequestsFailAtOnceWithoutCallback) {
   std::vector<uint8_t> buf(1024);
   bool called = false;
   IoVec v{buf.data(), 1024};
-  Status s = dev.Read(63, {&v, 1}, [&](Status) { called = true; });
+  Status s = dev.Read(63, {&v, 1}, [&](const Status&) { called = true; });
   EXPECT_EQ(s.code(), Code::kOutOfRange);
   IoVec odd{buf.data(), 100};
-  EXPECT_EQ(dev.Write(0, {&odd, 1}, false, [&](Status) { called = true; }).code(), Code::kInvalidArgument);
-  EXPECT_EQ(dev.Unmap(0, 0, [&](Status) { called = true; }).code(), Code::kInvalidArgument);
+  EXPECT_EQ(dev.Write(0, {&odd, 1}, false, [&](const Status&) { called = true; }).code(), Code::kInvalidArgument);
+  EXPECT_EQ(dev.Unmap(0, 0, [&](const Status&) { called = true; }).code(), Code::kInvalidArgument);
   EXPECT_EQ(dev.Read(0, {&v, 1}, nullptr).code(), Code::kInvalidArgument);
   ASSERT_TRUE(FlushSync(dev).ok());  // drains: any stray callback would have run
   EXPECT_FALSE(called);
@@ -60,7 +60,7 @@ TEST(MemDevice, PowerCutDropsOnlyUnsyncedWrites) {
   ASSERT_TRUE(WriteSync(dev, 2, lost.data(), 512).ok());
   EXPECT_EQ(lun->UnsyncedBlocks(), 1u);
   lun->PowerCut();
-  std::vector<uint8_t> out(512 * 3);
+  std::vector<uint8_t> out(size_t{512} * 3);
   ASSERT_TRUE(ReadSync(dev, 0, out.data(), out.size()).ok());
   EXPECT_EQ(0, std::memcmp(out.data(), synced.data(), 512));
   EXPECT_EQ(0, std::memcmp(out.data() + 512, fua.data(), 512));
@@ -126,11 +126,13 @@ TEST(MemDevice, ConcurrentCompareAndWriteRace) {
   auto lun = std::make_shared<MemLun>(512, 4);
   constexpr int kNodes = 4;
   std::vector<std::unique_ptr<MemDevice>> devs;
+  devs.reserve(kNodes);
   for (int i = 0; i < kNodes; i++) devs.push_back(std::make_unique<MemDevice>(lun, i + 1));
   std::vector<uint8_t> current(512, 0);
   for (int round = 1; round <= 200; round++) {
     std::atomic<int> winners{0}, miscompares{0};
     std::vector<std::thread> threads;
+    threads.reserve(kNodes);
     for (int i = 0; i < kNodes; i++) {
       threads.emplace_back([&, i] {
         std::vector<uint8_t> mine(512, static_cast<uint8_t>(round * kNodes + i));

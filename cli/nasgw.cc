@@ -303,18 +303,19 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
   if (suffix.size() == 3 && suffix.substr(1) == "IB") suffix = suffix.substr(0, 1);
   if (suffix.size() == 2 && suffix[1] == 'B') suffix = suffix.substr(0, 1);
   int shift = 0;
-  if (suffix.empty())
+  if (suffix.empty()) {
     shift = 0;
-  else if (suffix == "K")
+  } else if (suffix == "K") {
     shift = 10;
-  else if (suffix == "M")
+  } else if (suffix == "M") {
     shift = 20;
-  else if (suffix == "G")
+  } else if (suffix == "G") {
     shift = 30;
-  else if (suffix == "T")
+  } else if (suffix == "T") {
     shift = 40;
-  else
+  } else {
     return std::nullopt;
+  }
   if (shift && v > (UINT64_MAX >> shift)) return std::nullopt;
   return v << shift;
 }
@@ -328,34 +329,37 @@ std::string HumanBytes(uint64_t b) {
     u++;
   }
   char buf[32];
-  if (u == 0)
+  if (u == 0) {
     std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(b));
-  else if (v == std::floor(v))
+  } else if (v == std::floor(v)) {
     std::snprintf(buf, sizeof(buf), "%.0f %s", v, kUnits[u]);
-  else
+  } else {
     std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
+  }
   return buf;
 }
 
 std::string HumanCount(uint64_t n) {
   char buf[32];
-  if (n < 10'000)
+  if (n < 10'000) {
     std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(n));
-  else if (n < 10'000'000)
+  } else if (n < 10'000'000) {
     std::snprintf(buf, sizeof(buf), "%.1fk", static_cast<double>(n) / 1e3);
-  else
+  } else {
     std::snprintf(buf, sizeof(buf), "%.1fM", static_cast<double>(n) / 1e6);
+  }
   return buf;
 }
 
 std::string HumanUs(uint64_t us) {
   char buf[32];
-  if (us < 1000)
+  if (us < 1000) {
     std::snprintf(buf, sizeof(buf), "%lluus", static_cast<unsigned long long>(us));
-  else if (us < 1'000'000)
+  } else if (us < 1'000'000) {
     std::snprintf(buf, sizeof(buf), "%.1fms", static_cast<double>(us) / 1e3);
-  else
+  } else {
     std::snprintf(buf, sizeof(buf), "%.2fs", static_cast<double>(us) / 1e6);
+  }
   return buf;
 }
 
@@ -394,7 +398,7 @@ class Table {
       for (size_t i = 0; i < r.size(); i++) {
         const std::string pad(w[i] - Width(r[i]), ' ');
         const bool last = i + 1 == r.size();
-        line += right.count(i) ? pad + r[i] : (last ? r[i] : r[i] + pad);
+        line += right.contains(i) ? pad + r[i] : (last ? r[i] : r[i] + pad);
         if (!last) line += "  ";
       }
       std::cout << line << "\n";
@@ -814,8 +818,8 @@ std::string Parse(int argc, char** argv, Parsed* p) {
       a = a.substr(0, eq);
       has_value = true;
     }
-    const bool valued = kGlobalValued.count(a) || kCommandValued.count(a);
-    if (!valued && !kCommandFlags.count(a)) return "unknown option '" + a + "'";
+    const bool valued = kGlobalValued.contains(a) || kCommandValued.contains(a);
+    if (!valued && !kCommandFlags.contains(a)) return "unknown option '" + a + "'";
     if (!valued) {
       if (has_value) return "option " + a + " takes no value";
       p->flags.insert(a);
@@ -825,17 +829,17 @@ std::string Parse(int argc, char** argv, Parsed* p) {
       if (i + 1 >= argc) return "option " + a + " needs a value";
       value = argv[++i];
     }
-    if (a == "--socket")
+    if (a == "--socket") {
       p->options.socket = value;
-    else if (a == "--server")
+    } else if (a == "--server") {
       p->options.server = value;
-    else if (a == "--tls-ca")
+    } else if (a == "--tls-ca") {
       p->options.tls_ca = value;
-    else if (a == "--tls-cert")
+    } else if (a == "--tls-cert") {
       p->options.tls_cert = value;
-    else if (a == "--tls-key")
+    } else if (a == "--tls-key") {
       p->options.tls_key = value;
-    else if (a == "--timeout") {
+    } else if (a == "--timeout") {
       char* end = nullptr;
       const double t = std::strtod(value.c_str(), &end);
       if (value.empty() || *end != '\0' || !(t > 0) || t > 86400) {
@@ -928,7 +932,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
   if (ag && !power_of_two_in(*ag, 1ull << 20, 64ull << 30)) {
     return Usage("--ag-size must be a power of two from 1M to 64G, not '" + Esc(p.values.at("--ag-size")) + "'", hint);
   }
-  if (c.verb == "format" && !p.values.count("--name")) return Usage("reserve format needs --name NAME", hint);
+  if (c.verb == "format" && !p.values.contains("--name")) return Usage("reserve format needs --name NAME", hint);
   if (c.verb == "set" && !rs) return Usage("volume set needs a setting to change (--record-size SIZE)", hint);
 
   // Export arguments, checked before connecting.
@@ -963,8 +967,8 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
         add_export.add_protocols(static_cast<uint32_t>(std::stoul(x)));
       }
     }
-    add_export.set_read_only(p.flags.count("--ro") > 0);
-    if (p.flags.count("--no-root-squash")) add_export.set_root_squash(false);
+    add_export.set_read_only(p.flags.contains("--ro"));
+    if (p.flags.contains("--no-root-squash")) add_export.set_root_squash(false);
   } else if (c.group == "export" && c.verb == "show") {
     if (auto id = ParseExportId(args[0])) {
       get_export.set_id(*id);
@@ -982,7 +986,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
 
   std::unique_ptr<Client> client;
   if (auto f = Client::Connect(p.options, &client)) return Fail(*f);
-  const bool force = p.flags.count("--force") > 0;
+  const bool force = p.flags.contains("--force");
 
   auto fail = [&](Failure f) {
     // Only refusals --force overrides get the hint (an exported volume's
@@ -1025,10 +1029,11 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     pb::GetReserveResponse r;
     if (auto f = client->Call(&pb::Admin::Stub::GetReserve, pb::GetReserveRequest(), &r)) return fail(*f);
     if (c.verb == "status") {
-      if (g_json)
+      if (g_json) {
         PrintJson({{"reserve", ToJson(r.reserve())}});
-      else
+      } else {
         PrintReserve(r.reserve());
+      }
     } else {
       if (g_json) {
         json luns = json::array();
@@ -1113,10 +1118,11 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     if (c.verb == "show") {
       pb::GetExportResponse r;
       if (auto f = client->Call(&pb::Admin::Stub::GetExport, get_export, &r)) return fail(*f);
-      if (g_json)
+      if (g_json) {
         PrintJson({{"export", ToJson(r.export_())}});
-      else
+      } else {
         PrintExport(r.export_());
+      }
       return kExitOk;
     }
     if (c.verb == "add") {
@@ -1188,10 +1194,11 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       if (auto f = client->Call(&pb::Admin::Stub::UpdateVolume, req, &r)) return fail(*f);
       v = r.volume();
     }
-    if (g_json)
+    if (g_json) {
       PrintJson({{"volume", ToJson(v)}});
-    else
+    } else {
       PrintVolume(v);
+    }
     return kExitOk;
   }
   if (c.verb == "delete") {
@@ -1200,10 +1207,11 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     req.set_force(force);
     pb::DeleteVolumeResponse r;
     if (auto f = client->Call(&pb::Admin::Stub::DeleteVolume, req, &r)) return fail(*f);
-    if (g_json)
+    if (g_json) {
       PrintJson({{"deleted", {{"volume", args[0]}}}});
-    else
+    } else {
       std::cout << "deleted volume " << Esc(args[0]) << "\n";
+    }
     return kExitOk;
   }
   if (c.group == "stats") {
@@ -1239,10 +1247,10 @@ int Main(int argc, char** argv) {
   const std::string error = Parse(argc, argv, &p);
   const CommandSpec* c = Find(p.words);
   if (p.help) {
-    if (c)
+    if (c) {
       std::cout << c->usage;
-    else if (!p.words.empty() &&
-             (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "volume" || p.words[0] == "export")) {
+    } else if (!p.words.empty() &&
+               (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "volume" || p.words[0] == "export")) {
       std::cout << GroupHelp(p.words[0]);
     } else {
       std::cout << kMainHelp;

@@ -23,12 +23,13 @@ uint32_t Granted(const fs::Attr& a, const proto::Creds& c, uint32_t want) {
     return g;
   }
   uint32_t bits;
-  if (c.uid == a.uid)
+  if (c.uid == a.uid) {
     bits = (a.mode >> 6) & 7;
-  else if (InGroup(c, a.gid))
+  } else if (InGroup(c, a.gid)) {
     bits = (a.mode >> 3) & 7;
-  else
+  } else {
     bits = a.mode & 7;
+  }
   return want & bits;
 }
 

@@ -39,9 +39,8 @@ int GrpcCodeOf(Code code) {
     case Code::kNotEmpty:
     case Code::kFailedPrecondition:
       return grpc::StatusCode::FAILED_PRECONDITION;
-    case Code::kUnavailable:
-      return grpc::StatusCode::UNAVAILABLE;
     // Busy is "try again later", which is what UNAVAILABLE tells a client.
+    case Code::kUnavailable:
     case Code::kBusy:
       return grpc::StatusCode::UNAVAILABLE;
     case Code::kNoSpace:

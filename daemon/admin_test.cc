@@ -27,8 +27,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-extern char** environ;
-
 namespace nasgw::daemon {
 namespace {
 
@@ -193,6 +191,7 @@ class AdminTest : public ::testing::Test {
     argv.push_back("20");
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> cargv;
+    cargv.reserve(argv.size());
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
     const std::string out_path = dir_ + "/cli.out", err_path = dir_ + "/cli.err";
@@ -809,12 +808,10 @@ TEST_F(AdminTest, NamesMustBeTextWithoutControlCharacters) {
   s = add([](pb::AddExportRequest& r) { r.set_pseudo("/p\x07"); });
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("pseudo path '/p\\x07'"), std::string::npos) << s.error_message();
-  EXPECT_EQ(add([](pb::AddExportRequest& r) { r.set_path("/a\nb"); }).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(add([](pb::AddExportRequest& r) { r.set_path("/a\nb"); }).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(add([](pb::AddExportRequest& r) { r.add_clients("10.0.0.1\x1b"); }).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(add([](pb::AddExportRequest& r) { r.add_sec("sys\t"); }).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(add([](pb::AddExportRequest& r) { r.add_sec("sys\t"); }).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   pb::AddLunRequest lun;
   lun.set_url(kUrlBase + "9\x1b");
   pb::AddLunResponse lun_resp;
@@ -986,7 +983,7 @@ class GaneshaParser {
 
   // Top-level blocks; false (and why()) on a syntax error.
   bool Parse(std::vector<GaneshaBlock>* out) {
-    while (Peek() != "") {
+    while (!Peek().empty()) {
       GaneshaBlock b;
       if (!Block(&b)) return false;
       out->push_back(std::move(b));
@@ -997,11 +994,11 @@ class GaneshaParser {
 
  private:
   // `name`: the block's name when the caller has read it already.
-  bool Block(GaneshaBlock* b, std::string name = "") {
+  bool Block(GaneshaBlock* b, const std::string& name = "") {
     b->name = name.empty() ? Next() : name;
     if (!Ident(b->name) || Next() != "{") return Fail("expected NAME {");
     while (Peek() != "}") {
-      if (Peek() == "") return Fail("unterminated block " + b->name);
+      if (Peek().empty()) return Fail("unterminated block " + b->name);
       const std::string key = Next();
       if (!Ident(key)) return Fail("expected a key, got '" + key + "'");
       if (Peek() == "{") {
@@ -1011,7 +1008,7 @@ class GaneshaParser {
         continue;
       }
       if (Next() != "=") return Fail("expected '=' after " + key);
-      if (b->keys.count(key)) return Fail("key " + key + " twice");
+      if (b->keys.contains(key)) return Fail("key " + key + " twice");
       auto& values = b->keys[key];
       for (;;) {
         const std::string v = Next();
@@ -1335,7 +1332,7 @@ TEST_F(AdminExportsTest, AnExportedVolumeCannotBeDeleted) {
   ASSERT_EQ(Cli({"export", "add", "vol2"}).exit_code, 0);
   ASSERT_EQ(Cli({"export", "add", "vol1"}).exit_code, 0);
   ASSERT_EQ(Cli({"export", "add", "vol1/a", "--pseudo", "/a"}).exit_code, 0);
-  for (auto args :
+  for (const auto& args :
        std::vector<std::vector<std::string>>{{"volume", "delete", "vol1"}, {"volume", "delete", "vol1", "--force"}}) {
     CliResult r = Cli(args);
     EXPECT_EQ(r.exit_code, 6) << Describe(r);

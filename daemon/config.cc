@@ -456,9 +456,8 @@ std::string LunKey(const block::IscsiUrl& u) {
   char buf[INET6_ADDRSTRLEN];
   in6_addr a6;
   in_addr a4;
-  if (inet_pton(AF_INET6, host.c_str(), &a6) == 1 && inet_ntop(AF_INET6, &a6, buf, sizeof(buf)) != nullptr) {
-    host = buf;
-  } else if (inet_pton(AF_INET, host.c_str(), &a4) == 1 && inet_ntop(AF_INET, &a4, buf, sizeof(buf)) != nullptr) {
+  if ((inet_pton(AF_INET6, host.c_str(), &a6) == 1 && inet_ntop(AF_INET6, &a6, buf, sizeof(buf)) != nullptr) ||
+      (inet_pton(AF_INET, host.c_str(), &a4) == 1 && inet_ntop(AF_INET, &a4, buf, sizeof(buf)) != nullptr)) {
     host = buf;
   }
   return host + "\n" + std::to_string(u.port) + "\n" + Lower(u.target) + "\n" + std::to_string(u.lun);
@@ -601,11 +600,12 @@ void ParseReserve(const Section& s, Config* c, Errors* errors) {
   s.Integer("queue_depth", 1, limits::kQueueDepthMax, &c->queue_depth);
   s.Integer("connect_timeout_ms", limits::kConnectTimeoutMsMin, limits::kConnectTimeoutMsMax, &c->connect_timeout_ms);
   s.Integer("renew_interval_ms", fs::kRenewIntervalMsMin, fs::kRenewIntervalMsMax, &c->renew_interval_ms);
-  s.Integer("lease_ms", fs::kRenewIntervalMsMin * fs::kLeaseRenewalsMin, fs::kLeaseMsMax, &c->lease_ms);
-  if (c->lease_ms < fs::kLeaseRenewalsMin * c->renew_interval_ms) {
+  s.Integer("lease_ms", int64_t{fs::kRenewIntervalMsMin} * fs::kLeaseRenewalsMin, fs::kLeaseMsMax, &c->lease_ms);
+  const uint64_t lease_min_ms = uint64_t{fs::kLeaseRenewalsMin} * c->renew_interval_ms;
+  if (c->lease_ms < lease_min_ms) {
     errors->Add("reserve.lease_ms", std::to_string(c->lease_ms) + " is shorter than " +
                                         std::to_string(fs::kLeaseRenewalsMin) + " renewal intervals (" +
-                                        std::to_string(fs::kLeaseRenewalsMin * c->renew_interval_ms) + ")");
+                                        std::to_string(lease_min_ms) + ")");
   }
 }
 

@@ -50,7 +50,7 @@ class ConfigTest : public ::testing::Test {
 
   // Writes `content` to dir_/name with exactly `mode` (whatever the umask).
   std::string WriteFile(const std::string& name, const std::string& content, mode_t mode = 0600) {
-    const std::string path = dir_ + "/" + name;
+    std::string path = dir_ + "/" + name;
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     EXPECT_GE(fd, 0) << path << ": " << std::strerror(errno);
     if (fd < 0) return path;
@@ -264,8 +264,8 @@ TEST_F(ConfigTest, LoadConfigUnreadableFileIsPermissionDenied) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    const bool dropped = ::setgroups(0, nullptr) == 0 && ::setresgid(65534, 65534, 65534) == 0 &&
-                         ::setresuid(65534, 65534, 65534) == 0;
+    const bool dropped =
+        ::setgroups(0, nullptr) == 0 && ::setresgid(65534, 65534, 65534) == 0 && ::setresuid(65534, 65534, 65534) == 0;
     ::_exit(!dropped ? 2 : check() ? 0 : 1);
   }
   int status = 0;

@@ -79,7 +79,7 @@ Got ReadSome(int fd, uint8_t* buf, size_t n, size_t* at) {
 void SetReceiveTimeout(int fd, uint32_t ms) {
   struct timeval tv {};
   tv.tv_sec = ms / 1000;
-  tv.tv_usec = (ms % 1000) * 1000;
+  tv.tv_usec = static_cast<suseconds_t>(ms % 1000) * 1000;
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
@@ -111,7 +111,7 @@ struct Conn {
   uint32_t peer_uid = 0;
   std::vector<uint32_t> peer_gids;  // the peer's group and supplementary groups (SO_PEERGROUPS)
   int peer_pid = 0;
-  Mutex write_mu;  // held alone, while writing a reply (or with mu, to close fd)
+  Mutex write_mu;                      // held alone, while writing a reply (or with mu, to close fd)
   Mutex mu ACQUIRED_BEFORE(write_mu);  // after HeadServer::Impl::mu
   CondVar cv;
   uint32_t inflight GUARDED_BY(mu) = 0;
@@ -155,8 +155,8 @@ struct HeadServer::Impl {
   // slot because the server is stopping); no server lock is held while a
   // request executes.
   Mutex mu ACQUIRED_BEFORE(Conn::mu);
-  CondVar queue_cv;                   // workers wait for tasks
-  CondVar space_cv;                   // readers wait for queue space
+  CondVar queue_cv;  // workers wait for tasks
+  CondVar space_cv;  // readers wait for queue space
   std::deque<Task> queue GUARDED_BY(mu);
   bool stopping GUARDED_BY(mu) = false;
   std::list<std::shared_ptr<Conn>> conns GUARDED_BY(mu);
@@ -179,7 +179,7 @@ struct HeadServer::Impl {
   size_t QueueMax() const { return static_cast<size_t>(opt.workers) * 4 + 64; }
 
   void AcceptLoop();
-  void ReaderLoop(std::shared_ptr<Conn> c);
+  void ReaderLoop(const std::shared_ptr<Conn>& c);
   void WorkerLoop();
   // Counts a connection of peer `uid` in, unless that would pass a limit:
   // then 0 is returned and *err, *why say which (ENFILE: max_connections,
@@ -319,7 +319,7 @@ void HeadServer::Impl::AcceptLoop() {
     SetReceiveTimeout(fd, opt.hello_timeout_ms);
     struct timeval snd {};
     snd.tv_sec = opt.send_timeout_ms / 1000;
-    snd.tv_usec = (opt.send_timeout_ms % 1000) * 1000;
+    snd.tv_usec = static_cast<suseconds_t>(opt.send_timeout_ms % 1000) * 1000;
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
     MutexLock l(mu);
     conns.push_back(c);
@@ -405,7 +405,7 @@ bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_v
   return true;
 }
 
-void HeadServer::Impl::ReaderLoop(std::shared_ptr<Conn> c) {
+void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
   std::string why;
   bool idle = false;
   for (;;) {

@@ -120,7 +120,7 @@ class HeadTest : public ::testing::Test {
 
   // Waits (bounded) until nasgwd's lock table holds exactly `want` on the
   // file, as (owner, type, start, end), whatever the sessions.
-  bool WaitForLocks(const nasgw_handle& h, std::set<std::tuple<uint64_t, uint32_t, uint64_t, uint64_t>> want) {
+  bool WaitForLocks(const nasgw_handle& h, const std::set<std::tuple<uint64_t, uint32_t, uint64_t, uint64_t>>& want) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     for (;;) {
       std::set<std::tuple<uint64_t, uint32_t, uint64_t, uint64_t>> got;
@@ -1054,6 +1054,7 @@ TEST_F(HeadTest, MalformedFrameFloodIsCountedAndLoggedBounded) {
   std::atomic<int> sent{0};
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&] {
       std::string junk(proto::kHeaderBytes, 'J');  // a bad magic

@@ -50,7 +50,8 @@ struct LockLimits {
 struct LockOwner {
   uint64_t session = 0;
   uint64_t owner = 0;
-  auto operator<=>(const LockOwner&) const = default;
+  auto operator<=>(const LockOwner&) const =
+      default;  // NOLINT(modernize-use-nullptr): clang-tidy 14 misreads a defaulted <=>
 };
 
 using LockFile = std::pair<uint32_t, uint64_t>;  // volume, inode

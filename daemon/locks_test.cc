@@ -191,7 +191,7 @@ TEST(LockTable, AgreesWithAByteModel) {
             auto it = mm.holders[i].find(o);
             if (it != mm.holders[i].end()) want[i] = it->second;
           }
-          std::vector<uint32_t> got = seen.count(o) ? seen[o] : std::vector<uint32_t>(kBytes, 0);
+          std::vector<uint32_t> got = seen.contains(o) ? seen[o] : std::vector<uint32_t>(kBytes, 0);
           ASSERT_EQ(got, want) << "round " << round << " step " << step;
           std::vector<LockRange> mine = Of(t, o, f);
           ASSERT_TRUE(proto::LockRangesValid(mine));
@@ -211,6 +211,7 @@ TEST(LockTable, ConcurrentOwners) {
   constexpr int kThreads = 4, kOps = 2000;
   std::atomic<int> writers{0}, bad{0};
   std::vector<std::thread> ths;
+  ths.reserve(kThreads);
   for (int i = 0; i < kThreads; i++) {
     ths.emplace_back([&, i] {
       const LockOwner me{static_cast<uint64_t>(i + 1), 1};

@@ -182,14 +182,16 @@ int Main(int argc, char** argv) {
   bool check = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
-    if (a == "--config" && i + 1 < argc)
+    if (a == "--config" && i + 1 < argc) {
       config_path = argv[++i];
-    else if (a == "--check-config")
+    } else if (a == "--check-config") {
       check = true;
-    else if (a == "-h" || a == "--help")
-      return Usage("help") == 2 ? 0 : 0;
-    else
+    } else if (a == "-h" || a == "--help") {
+      Usage("help");
+      return 0;
+    } else {
       return Usage(("unknown argument " + a).c_str());
+    }
   }
   if (config_path.empty()) return Usage("--config is required");
   auto cfg = LoadConfig(config_path);

@@ -270,6 +270,7 @@ TEST(Metrics, ConcurrentIncrementsAreExact) {
     while (!done.load()) (void)m.Render();
   });
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&m, t] {
       // Every thread looks the child up itself: registration is thread-safe too.
@@ -481,7 +482,7 @@ TEST_F(MetricsHttp, OversizedRequestIsDropped) {
   }
   // Just under the limit is fine.
   std::string req = "GET /metrics HTTP/1.1\r\nX-Pad: ";
-  req += std::string(8 * 1024 - req.size() - 4, 'a') + "\r\n\r\n";
+  req += std::string(size_t{8} * 1024 - req.size() - 4, 'a') + "\r\n\r\n";
   ASSERT_EQ(req.size(), 8u * 1024);
   EXPECT_EQ(Fetch(port(), req).status_line, "HTTP/1.1 200 OK");
 }

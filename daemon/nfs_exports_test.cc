@@ -86,7 +86,7 @@ class NfsExportsTest : public ::testing::Test {
     std::filesystem::remove_all(dir_, ec);
   }
   std::string WritePid(int pid) {
-    const std::string path = dir_ + "/ganesha.pid";
+    std::string path = dir_ + "/ganesha.pid";
     std::ofstream(path) << pid << "\n";
     return path;
   }

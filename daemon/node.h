@@ -23,12 +23,12 @@
 #pragma once
 
 #include <atomic>
-#include <optional>
-#include <thread>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/mutex.h"
@@ -72,8 +72,8 @@ struct ReserveStatus {
   uint64_t generation = 0;
   std::vector<LunStatus> luns;
   // Ownership (fs/ownership.h): who holds the reserve, as the SAN says.
-  std::string owner;            // "node 'a' on host h (pid 1, key 0x4e47...), last renewed 0.4 s ago, lease 10.0 s"
-  bool owned_here = false;      // this node holds it
+  std::string owner;              // "node 'a' on host h (pid 1, key 0x4e47...), last renewed 0.4 s ago, lease 10.0 s"
+  bool owned_here = false;        // this node holds it
   uint64_t holder_silent_ms = 0;  // standby/fenced: how long the holder's record has not changed
   uint64_t lease_ms = 0;          // the holder's lease
   uint64_t renewals = 0;          // this node's lease renewals
@@ -173,8 +173,7 @@ class Node {
   void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal) REQUIRES(mu_);
   // LUN status for member `index` of the reserve (or device position when
   // not online).
-  LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& dev) const
-      REQUIRES_SHARED(mu_);
+  LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& lun) const REQUIRES_SHARED(mu_);
   Result<std::shared_ptr<fs::Domain>> OnlineDomain() const;
   nasgw::Status PublishExportsLocked() REQUIRES(exports_mu_);
   // Called by the gate when ownership is lost (any thread, must not block).
@@ -197,7 +196,7 @@ class Node {
   Mutex exports_mu_ ACQUIRED_BEFORE(mu_);
   mutable SharedMutex mu_;
   std::vector<std::string> added_urls_ GUARDED_BY(admin_mu_);  // <state_dir>/luns, as given
-  std::vector<std::string> urls_ GUARDED_BY(mu_);  // configured + added, as opened (may hold secrets)
+  std::vector<std::string> urls_ GUARDED_BY(mu_);              // configured + added, as opened (may hold secrets)
   std::vector<std::shared_ptr<block::BlockDevice>> devices_ GUARDED_BY(mu_);  // same order as urls_
   std::shared_ptr<fs::Reserve> reserve_ GUARDED_BY(mu_);
   std::shared_ptr<fs::Domain> domain_ GUARDED_BY(mu_);
@@ -208,10 +207,10 @@ class Node {
   // are new for every attempt to own the reserve.
   fs::NodeIdentity identity_;
   fs::OwnershipOptions ownership_options_;
-  int state_lock_fd_ = -1;                                    // <state_dir>/lock, held for life
+  int state_lock_fd_ = -1;  // <state_dir>/lock, held for life
   std::shared_ptr<block::WriteGate> gate_ GUARDED_BY(mu_);
   std::vector<std::shared_ptr<block::BlockDevice>> gated_ GUARDED_BY(mu_);  // in reserve index order
-  Uuid reserve_uuid_ GUARDED_BY(mu_);  // of the labels seen
+  Uuid reserve_uuid_ GUARDED_BY(mu_);                                       // of the labels seen
   std::unique_ptr<fs::Ownership> owner_ GUARDED_BY(mu_);
   fs::OwnerWatch watch_ GUARDED_BY(mu_);  // standby and fenced
   std::string owner_text_ GUARDED_BY(mu_);

@@ -38,7 +38,8 @@ struct Extent {
 struct AgId {
   uint32_t lun = 0;
   uint32_t index = 0;
-  auto operator<=>(const AgId&) const = default;
+  auto operator<=>(const AgId&) const =
+      default;  // NOLINT(modernize-use-nullptr): clang-tidy 14 misreads a defaulted <=>
 };
 
 class Allocator {
@@ -69,15 +70,15 @@ class Allocator {
 
   uint64_t unit() const { return unit_; }
   uint64_t total_bytes() const;
-  uint64_t free_bytes() const;      // not allocated (includes reserved)
-  uint64_t available_bytes() const; // free and not reserved
+  uint64_t free_bytes() const;       // not allocated (includes reserved)
+  uint64_t available_bytes() const;  // free and not reserved
   uint64_t reserved_bytes() const;
-  size_t fragments() const;         // free extents, a measure of fragmentation
+  size_t fragments() const;  // free extents, a measure of fragmentation
 
  private:
   struct Group {
-    uint64_t start = 0;  // byte offset of the group on its LUN
-    uint64_t cursor = 0; // next-fit position, bytes from start
+    uint64_t start = 0;                 // byte offset of the group on its LUN
+    uint64_t cursor = 0;                // next-fit position, bytes from start
     std::map<uint64_t, uint64_t> free;  // offset -> length, coalesced
   };
 

@@ -16,14 +16,22 @@ namespace nasgw::fs {
 
 const char* FileTypeName(FileType t) {
   switch (t) {
-    case FileType::kNone: return "none";
-    case FileType::kRegular: return "file";
-    case FileType::kDirectory: return "directory";
-    case FileType::kSymlink: return "symlink";
-    case FileType::kFifo: return "fifo";
-    case FileType::kSocket: return "socket";
-    case FileType::kCharDevice: return "char-device";
-    case FileType::kBlockDevice: return "block-device";
+    case FileType::kNone:
+      return "none";
+    case FileType::kRegular:
+      return "file";
+    case FileType::kDirectory:
+      return "directory";
+    case FileType::kSymlink:
+      return "symlink";
+    case FileType::kFifo:
+      return "fifo";
+    case FileType::kSocket:
+      return "socket";
+    case FileType::kCharDevice:
+      return "char-device";
+    case FileType::kBlockDevice:
+      return "block-device";
   }
   return "?";
 }
@@ -57,18 +65,32 @@ std::string Prefix(char tag, uint32_t vol, uint64_t ino) {
   PutBE64(&k, ino);
   return k;
 }
-std::string SuperKey() { return "S"; }
-std::string VolKey(uint32_t vol) { return Prefix('V', vol); }
-std::string VolNameKey(const std::string& name) { return "N" + name; }
-std::string InodeKey(uint32_t vol, uint64_t ino) { return Prefix('I', vol, ino); }
-std::string DirentKey(uint32_t vol, uint64_t dir, const std::string& name) { return Prefix('D', vol, dir) + name; }
+std::string SuperKey() {
+  return "S";
+}
+std::string VolKey(uint32_t vol) {
+  return Prefix('V', vol);
+}
+std::string VolNameKey(const std::string& name) {
+  return "N" + name;
+}
+std::string InodeKey(uint32_t vol, uint64_t ino) {
+  return Prefix('I', vol, ino);
+}
+std::string DirentKey(uint32_t vol, uint64_t dir, const std::string& name) {
+  return Prefix('D', vol, dir) + name;
+}
 std::string CookieKey(uint32_t vol, uint64_t dir, uint64_t cookie) {
   std::string k = Prefix('C', vol, dir);
   PutBE64(&k, cookie);
   return k;
 }
-std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name) { return Prefix('X', vol, ino) + name; }
-std::string OrphanKey(uint32_t vol, uint64_t ino) { return Prefix('O', vol, ino); }
+std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name) {
+  return Prefix('X', vol, ino) + name;
+}
+std::string OrphanKey(uint32_t vol, uint64_t ino) {
+  return Prefix('O', vol, ino);
+}
 // Case-folded name index for case-insensitive lookups (SMB): one key per
 // entry, the folded name then the exact name, so names that differ only in
 // case can coexist. Folding is ASCII only for now.
@@ -82,7 +104,9 @@ std::string Fold(const std::string& name) {
 std::string FoldPrefix(uint32_t vol, uint64_t dir, const std::string& name) {
   return Prefix('F', vol, dir) + Fold(name) + '\0';
 }
-std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name) { return FoldPrefix(vol, dir, name) + name; }
+std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name) {
+  return FoldPrefix(vol, dir, name) + name;
+}
 std::string ExtentKey(uint32_t vol, uint64_t ino, uint64_t record) {
   std::string k = Prefix('E', vol, ino);
   PutBE64(&k, record);
@@ -409,8 +433,8 @@ struct Domain::Impl {
   // One change: a metadata batch plus the extents to free once it is durable.
   struct Txn {
     MetaBatch batch;
-    std::vector<Extent> to_free;    // replaced: free once the batch is durable
-    std::vector<Extent> allocated;  // new: free if the change is abandoned
+    std::vector<Extent> to_free;                            // replaced: free once the batch is durable
+    std::vector<Extent> allocated;                          // new: free if the change is abandoned
     std::map<uint32_t, std::optional<uint64_t>> vol_files;  // volume records written (nullopt: deleted)
     void Abandon(Allocator& a) {
       // Nothing names these extents yet. Free fails only for an extent that
@@ -481,8 +505,7 @@ struct Domain::Impl {
   Result<VolumeRec> LoadVolume(uint32_t vol) {
     auto v = store->Get(VolKey(vol));
     if (!v.ok()) {
-      return v.status().code() == Code::kNotFound ? Status::NotFound("no volume " + std::to_string(vol))
-                                                  : v.status();
+      return v.status().code() == Code::kNotFound ? Status::NotFound("no volume " + std::to_string(vol)) : v.status();
     }
     return DecodeVolume(*v);
   }
@@ -490,8 +513,7 @@ struct Domain::Impl {
   Result<Inode> LoadInode(uint32_t vol, uint64_t ino) {
     auto v = store->Get(InodeKey(vol, ino));
     if (!v.ok()) {
-      return v.status().code() == Code::kNotFound ? Status::NotFound("no inode " + std::to_string(ino))
-                                                  : v.status();
+      return v.status().code() == Code::kNotFound ? Status::NotFound("no inode " + std::to_string(ino)) : v.status();
     }
     return DecodeInode(ino, *v);
   }
@@ -649,8 +671,8 @@ struct Domain::Impl {
   // of content: new data `data` at file offset `off` (n bytes), old content
   // elsewhere, zeros past the old size. Allocates all new space before it
   // writes anything, so NoSpace changes nothing.
-  Status RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
-                        uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) REQUIRES(mu) {
+  Status RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last, uint64_t new_size,
+                        uint64_t off, const uint8_t* data, size_t n) REQUIRES(mu) {
     const uint64_t rs = v.record_bytes;
     auto loaded = LoadRecords(vol, in.a.ino, first, last);
     if (!loaded.ok()) return loaded.status();
@@ -684,7 +706,8 @@ struct Domain::Impl {
       if (it != old.end()) {
         // Old content, up to the old size (a hole or past-EOF reads as zeros).
         const uint64_t old_valid = in.a.size > start ? std::min(rs, in.a.size - start) : 0;
-        const uint64_t have = std::min<uint64_t>(it->second.bytes(), (old_valid + kDataBlock - 1) / kDataBlock * kDataBlock);
+        const uint64_t have =
+            std::min<uint64_t>(it->second.bytes(), (old_valid + kDataBlock - 1) / kDataBlock * kDataBlock);
         NASGW_RETURN_IF_ERROR(ReadExtents(it->second.extents, 0, buf.data(), static_cast<size_t>(have)));
         if (old_valid < rs) std::memset(buf.data() + old_valid, 0, rs - old_valid);
       }
@@ -799,7 +822,7 @@ struct Domain::Impl {
 Domain::Domain(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Domain::~Domain() = default;
 
-Result<std::unique_ptr<Domain>> Domain::Create(std::shared_ptr<Reserve> reserve, uint32_t id,
+Result<std::unique_ptr<Domain>> Domain::Create(const std::shared_ptr<Reserve>& reserve, uint32_t id,
                                                const DomainOptions& o) {
   // Metadata: the first groups of every LUN; data: the rest.
   uint64_t total = 0;
@@ -829,7 +852,7 @@ Result<std::unique_ptr<Domain>> Domain::Create(std::shared_ptr<Reserve> reserve,
   return Open(reserve, id, o);
 }
 
-Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, uint32_t id,
+Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& reserve, uint32_t id,
                                              const DomainOptions& o) {
   auto impl = std::make_unique<Impl>();
   impl->reserve = reserve;
@@ -871,8 +894,8 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   impl->space = std::make_unique<Allocator>(reserve->ag_bytes(), kDataBlock);
   for (const auto& [first, n] : impl->rec.data_groups) {
     for (uint32_t g = 0; g < n; g++) {
-      NASGW_RETURN_IF_ERROR(impl->space->AddGroup({first.lun, first.index + g},
-                                                 Reserve::AgOffset(reserve->ag_bytes(), first.index + g)));
+      NASGW_RETURN_IF_ERROR(
+          impl->space->AddGroup({first.lun, first.index + g}, Reserve::AgOffset(reserve->ag_bytes(), first.index + g)));
     }
   }
   // Space in use is what the extent maps name.
@@ -896,8 +919,8 @@ Result<std::unique_ptr<Domain>> Domain::Open(std::shared_ptr<Reserve> reserve, u
   // Files that were unlinked while open when the domain last stopped.
   std::vector<std::pair<uint32_t, uint64_t>> orphans;
   NASGW_RETURN_IF_ERROR(impl->store->Scan("O", "P", [&](std::string_view k, std::string_view) {
-    orphans.push_back({static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1, 4)), 0)),
-                       GetBE64(k, 5)});
+    orphans.push_back(
+        {static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1, 4)), 0)), GetBE64(k, 5)});
     return true;
   }));
   // Each volume's file count, for Statfs.
@@ -945,7 +968,9 @@ uint64_t Domain::txg() const {
 // ---- volumes -------------------------------------------------------------------
 
 namespace {
-VolumeInfo Info(uint32_t id, const VolumeRec& v) { return {id, v.name, v.record_bytes, v.files, v.bytes}; }
+VolumeInfo Info(uint32_t id, const VolumeRec& v) {
+  return {id, v.name, v.record_bytes, v.files, v.bytes};
+}
 
 Status CheckRecordBytes(uint32_t record_bytes) {
   if (record_bytes < kRecordBytesMin || record_bytes > kRecordBytesMax || (record_bytes & (record_bytes - 1))) {
@@ -1469,17 +1494,17 @@ Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64
   std::vector<DirEntry> out;
   std::string p = Prefix('C', vol, dir);
   Status bad;
-  NASGW_RETURN_IF_ERROR(impl_->store->Scan(CookieKey(vol, dir, cookie + 1), PrefixEnd(p),
-                                           [&](std::string_view k, std::string_view name) {
-                                             if (out.size() >= max) return false;
-                                             auto e = impl_->LoadDirent(vol, dir, std::string(name));
-                                             if (!e.ok()) {
-                                               bad = e.status().WithContext("directory index");
-                                               return false;
-                                             }
-                                             out.push_back({std::string(name), e->ino, e->type, GetBE64(k, p.size())});
-                                             return true;
-                                           }));
+  NASGW_RETURN_IF_ERROR(
+      impl_->store->Scan(CookieKey(vol, dir, cookie + 1), PrefixEnd(p), [&](std::string_view k, std::string_view name) {
+        if (out.size() >= max) return false;
+        auto e = impl_->LoadDirent(vol, dir, std::string(name));
+        if (!e.ok()) {
+          bad = e.status().WithContext("directory index");
+          return false;
+        }
+        out.push_back({std::string(name), e->ino, e->type, GetBE64(k, p.size())});
+        return true;
+      }));
   NASGW_RETURN_IF_ERROR(bad);
   return out;
 }
@@ -1506,8 +1531,8 @@ Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, con
   auto has = impl_->Has(XattrKey(vol, ino, name));
   if (!has.ok()) return has.status().WithContext("attribute " + name);
   const bool exists = *has;
-  if ((flags & 1) && exists) return Status::Exists("attribute " + name + " exists");         // XATTR_CREATE
-  if ((flags & 2) && !exists) return Status::NotFound("no attribute " + name);               // XATTR_REPLACE
+  if ((flags & 1) && exists) return Status::Exists("attribute " + name + " exists");  // XATTR_CREATE
+  if ((flags & 2) && !exists) return Status::NotFound("no attribute " + name);        // XATTR_REPLACE
   Impl::Txn t;
   t.batch.Put(XattrKey(vol, ino, name), value);
   Impl::Touch(*in, false);
@@ -1661,7 +1686,7 @@ Result<uint64_t> Domain::Grow() {
   DomainRec next = impl_->rec;
   std::vector<AgId> fresh;
   for (uint32_t l = 0; l < impl_->reserve->lun_count(); l++) {
-    if (covered.count(l)) continue;
+    if (covered.contains(l)) continue;
     const uint32_t n = impl_->reserve->ag_count(l);
     if (n == 0) continue;
     next.data_groups.push_back({{l, 0}, n});
@@ -1806,7 +1831,8 @@ Result<std::vector<std::string>> Domain::Check() {
       names[e->ino]++;
       if (e->type == FileType::kDirectory) {
         subdirs[dir]++;
-        if (in->second.parent != dir) add(at + ": the directory's parent pointer is " + std::to_string(in->second.parent));
+        if (in->second.parent != dir)
+          add(at + ": the directory's parent pointer is " + std::to_string(in->second.parent));
       }
       auto c = st.Get(CookieKey(vol, dir, e->cookie));
       if (!c.ok() && c.status().code() != Code::kNotFound) {
@@ -1831,7 +1857,8 @@ Result<std::vector<std::string>> Domain::Check() {
       return true;
     }));
     if (cookies != entries) {
-      add(where + "readdir index has " + std::to_string(cookies) + " entries for " + std::to_string(entries) + " names");
+      add(where + "readdir index has " + std::to_string(cookies) + " entries for " + std::to_string(entries) +
+          " names");
     }
     uint64_t folded = 0;
     std::string fp = Prefix('F', vol);

@@ -43,10 +43,10 @@
 
 namespace nasgw::fs {
 
-constexpr size_t kNameMax = 255;                 // bytes in one path component
+constexpr size_t kNameMax = 255;  // bytes in one path component
 constexpr size_t kSymlinkMax = 4095;
 constexpr size_t kXattrNameMax = 255;
-constexpr size_t kXattrValueMax = 64 << 10;      // as Linux
+constexpr size_t kXattrValueMax = 64 << 10;  // as Linux
 constexpr uint64_t kFileSizeMax = (1ull << 63) - 1;
 constexpr uint32_t kRecordBytesMin = 4 << 10;
 constexpr uint32_t kRecordBytesMax = 1 << 20;
@@ -81,10 +81,8 @@ struct Attr {
   uint64_t change = 0;  // bumps on every change (NFSv4 change attribute)
 };
 
-
 struct SetAttr {
-  bool set_mode = false, set_uid = false, set_gid = false, set_size = false, set_atime = false,
-       set_mtime = false;
+  bool set_mode = false, set_uid = false, set_gid = false, set_size = false, set_atime = false, set_mtime = false;
   uint32_t mode = 0, uid = 0, gid = 0;
   uint64_t size = 0;
   Timespec atime, mtime;
@@ -129,9 +127,9 @@ class Domain {
  public:
   // Creates domain `id` on the reserve, taking every allocation group not yet
   // in use (a single domain per reserve for now).
-  static Result<std::unique_ptr<Domain>> Create(std::shared_ptr<Reserve> reserve, uint32_t id,
+  static Result<std::unique_ptr<Domain>> Create(const std::shared_ptr<Reserve>& reserve, uint32_t id,
                                                 const DomainOptions& options = {});
-  static Result<std::unique_ptr<Domain>> Open(std::shared_ptr<Reserve> reserve, uint32_t id,
+  static Result<std::unique_ptr<Domain>> Open(const std::shared_ptr<Reserve>& reserve, uint32_t id,
                                               const DomainOptions& options = {});
   ~Domain();
 
@@ -156,7 +154,7 @@ class Domain {
   // next id from a counter kept with the exports, so ids are never reused;
   // NoSpace once kExportIdMax ids have been handed out. Returns the export
   // as stored.
-  Result<Export> AddExport(const Export& e);
+  Result<Export> AddExport(const Export& spec);
   // Every export, by id.
   Result<std::vector<Export>> ListExports();
   Result<Export> GetExport(uint32_t id);                 // NotFound
@@ -172,8 +170,8 @@ class Domain {
   Result<Attr> GetAttr(uint32_t vol, uint64_t ino);
   Result<Attr> GetAttr(const Handle& h);  // Stale for a deleted inode
   Result<Attr> SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s);
-  Result<Attr> Create(uint32_t vol, uint64_t dir, const std::string& name, FileType type, uint32_t mode,
-                      uint32_t uid, uint32_t gid, uint64_t rdev = 0, const std::string& symlink = {});
+  Result<Attr> Create(uint32_t vol, uint64_t dir, const std::string& name, FileType type, uint32_t mode, uint32_t uid,
+                      uint32_t gid, uint64_t rdev = 0, const std::string& symlink = {});
   Result<std::string> ReadLink(uint32_t vol, uint64_t ino);
   Result<Attr> Link(uint32_t vol, uint64_t ino, uint64_t dir, const std::string& name);
   Status Unlink(uint32_t vol, uint64_t dir, const std::string& name);  // not directories

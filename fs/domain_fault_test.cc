@@ -29,10 +29,10 @@ enum class Region { kMeta, kData };
 
 // Which reads fail. Shared by every LUN's fault function.
 struct Faults {
-  std::thread::id thread;          // only this thread's reads fail
+  std::thread::id thread;  // only this thread's reads fail
   std::atomic<bool> armed{false};
-  Region region = Region::kMeta;   // set while disarmed
-  int fail_at = 0;                 // fail the n-th read of the region (1-based); 0: every one
+  Region region = Region::kMeta;  // set while disarmed
+  int fail_at = 0;                // fail the n-th read of the region (1-based); 0: every one
   std::atomic<int> seen{0};
   std::atomic<int> hits{0};
 };
@@ -75,7 +75,7 @@ class DomainFaultTest : public ::testing::Test {
 
   static DomainOptions Options() {
     DomainOptions o;
-    o.meta_groups = 2;  // one per LUN: group 0
+    o.meta_groups = 2;              // one per LUN: group 0
     o.store.block_cache_bytes = 0;  // every table read reaches the LUNs
     o.store.write_buffer_bytes = 4 * kMiB;
     return o;
@@ -184,19 +184,23 @@ TEST_F(DomainFaultTest, RmdirOfANonEmptyDirectoryWhoseScanFailsRemovesNothing) {
   ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, "data", 4).ok());
   Mk(d.ino, "sub", FileType::kDirectory);
   Settle();
-  Status last = Sweep(Region::kMeta, [&] { return dom_->Rmdir(vol_, kRootIno, "d"); }, [&] {
-    auto l = dom_->Lookup(vol_, kRootIno, "d");
-    ASSERT_TRUE(l.ok()) << "the directory went: " << l.status().ToString();
-    EXPECT_EQ(Names(d.ino), (std::vector<std::string>{"f", "sub"}));
-  });
+  Status last = Sweep(
+      Region::kMeta, [&] { return dom_->Rmdir(vol_, kRootIno, "d"); },
+      [&] {
+        auto l = dom_->Lookup(vol_, kRootIno, "d");
+        ASSERT_TRUE(l.ok()) << "the directory went: " << l.status().ToString();
+        EXPECT_EQ(Names(d.ino), (std::vector<std::string>{"f", "sub"}));
+      });
   EXPECT_EQ(last.code(), Code::kNotEmpty);
   // The same through rename onto it.
   Mk(kRootIno, "e", FileType::kDirectory);
   Settle();
-  last = Sweep(Region::kMeta, [&] { return dom_->Rename(vol_, kRootIno, "e", kRootIno, "d"); }, [&] {
-    EXPECT_EQ(Names(d.ino), (std::vector<std::string>{"f", "sub"}));
-    EXPECT_TRUE(dom_->Lookup(vol_, kRootIno, "e").ok());
-  });
+  last = Sweep(
+      Region::kMeta, [&] { return dom_->Rename(vol_, kRootIno, "e", kRootIno, "d"); },
+      [&] {
+        EXPECT_EQ(Names(d.ino), (std::vector<std::string>{"f", "sub"}));
+        EXPECT_TRUE(dom_->Lookup(vol_, kRootIno, "e").ok());
+      });
   EXPECT_EQ(last.code(), Code::kNotEmpty);
   EXPECT_EQ(Names(d.ino), (std::vector<std::string>{"f", "sub"}));
   ExpectClean();
@@ -206,8 +210,9 @@ TEST_F(DomainFaultTest, RmdirOfAnEmptyDirectoryFailsWholeOrSucceeds) {
   Attr d = Mk(kRootIno, "d", FileType::kDirectory);
   ASSERT_TRUE(dom_->SetXattr(vol_, d.ino, "user.x", "1", 0).ok());
   Settle();
-  Status last = Sweep(Region::kMeta, [&] { return dom_->Rmdir(vol_, kRootIno, "d"); },
-                      [&] { EXPECT_TRUE(dom_->Lookup(vol_, kRootIno, "d").ok()); });
+  Status last = Sweep(
+      Region::kMeta, [&] { return dom_->Rmdir(vol_, kRootIno, "d"); },
+      [&] { EXPECT_TRUE(dom_->Lookup(vol_, kRootIno, "d").ok()); });
   EXPECT_TRUE(last.ok()) << last.ToString();
   EXPECT_EQ(dom_->Lookup(vol_, kRootIno, "d").status().code(), Code::kNotFound);
   ExpectClean();
@@ -239,7 +244,7 @@ TEST_F(DomainFaultTest, ReadOverAFailedReadIsAnErrorNeverZeros) {
 
 TEST_F(DomainFaultTest, WritesAndTruncatesThatCannotReadChangeNothing) {
   Attr f = Mk(kRootIno, "f");
-  const std::string data = Pattern(3 * kRecordBytes, 2);
+  const std::string data = Pattern(size_t{3} * kRecordBytes, 2);
   ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, data.data(), data.size()).ok());
   Settle();
   const StatFs before = dom_->Statfs();
@@ -254,7 +259,8 @@ TEST_F(DomainFaultTest, WritesAndTruncatesThatCannotReadChangeNothing) {
   Status s = AllFail(Region::kData, [&] { return dom_->Write(vol_, f.ino, 100, "xyz", 3).status(); });
   EXPECT_EQ(s.code(), Code::kIoError);
   unchanged();
-  s = Sweep(Region::kMeta, [&] { return dom_->Write(vol_, f.ino, 100, "xyz", 3).status(); }, unchanged);
+  s = Sweep(
+      Region::kMeta, [&] { return dom_->Write(vol_, f.ino, 100, "xyz", 3).status(); }, unchanged);
   ASSERT_TRUE(s.ok()) << s.ToString();
   Settle();
   std::string now = data;
@@ -268,7 +274,8 @@ TEST_F(DomainFaultTest, WritesAndTruncatesThatCannotReadChangeNothing) {
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     EXPECT_TRUE(got == now);
   };
-  s = Sweep(Region::kMeta, [&] { return dom_->SetAttrs(vol_, f.ino, cut).status(); }, same);
+  s = Sweep(
+      Region::kMeta, [&] { return dom_->SetAttrs(vol_, f.ino, cut).status(); }, same);
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::string got(cut.size, 0);
   ASSERT_TRUE(dom_->Read(vol_, f.ino, 0, got.size(), got.data()).ok());
@@ -286,7 +293,11 @@ TEST_F(DomainFaultTest, LookupsAttributesListingsAndXattrsPropagateReadErrors) {
   EXPECT_TRUE(Sweep(Region::kMeta, [&] { return dom_->Lookup(vol_, kRootIno, "Dir").status(); }).ok());
   EXPECT_TRUE(Sweep(Region::kMeta, [&] { return dom_->Lookup(vol_, d.ino, "File").status(); }).ok());
   EXPECT_TRUE(Sweep(Region::kMeta, [&] { return dom_->GetAttr(vol_, f.ino).status(); }).ok());
-  EXPECT_TRUE(Sweep(Region::kMeta, [&] { return dom_->GetAttr(Handle{vol_, f.ino, f.gen}).status(); }).ok())
+  EXPECT_TRUE(Sweep(Region::kMeta,
+                    [&] {
+                      return dom_->GetAttr(Handle{vol_, f.ino, f.gen}).status();
+                    })
+                  .ok())
       << "a handle whose volume cannot be read is not stale";
   EXPECT_TRUE(Sweep(Region::kMeta, [&] { return dom_->ReadLink(vol_, l->ino).status(); }).ok());
   EXPECT_TRUE(Sweep(Region::kMeta, [&] {
@@ -296,8 +307,7 @@ TEST_F(DomainFaultTest, LookupsAttributesListingsAndXattrsPropagateReadErrors) {
                 }
                 return e.status();
               }).ok());
-  EXPECT_EQ(Sweep(Region::kMeta, [&] { return dom_->FindCaseless(vol_, d.ino, "file").status(); }).code(),
-            Code::kOk);
+  EXPECT_EQ(Sweep(Region::kMeta, [&] { return dom_->FindCaseless(vol_, d.ino, "file").status(); }).code(), Code::kOk);
   EXPECT_TRUE(Sweep(Region::kMeta, [&] { return dom_->GetXattr(vol_, f.ino, "user.a").status(); }).ok());
   EXPECT_EQ(Sweep(Region::kMeta, [&] { return dom_->GetXattr(vol_, f.ino, "user.none").status(); }).code(),
             Code::kNotFound);
@@ -342,32 +352,37 @@ TEST_F(DomainFaultTest, ChangesThatCannotTellWhatExistsAreRefused) {
     EXPECT_EQ(std::string(buf, 3), "old");
   };
   // An existing name is never created over.
-  EXPECT_EQ(Sweep(Region::kMeta, [&] { return dom_->Create(vol_, d.ino, "f", FileType::kRegular, 0644, 0, 0).status(); },
-                  f_intact)
+  EXPECT_EQ(Sweep(
+                Region::kMeta, [&] { return dom_->Create(vol_, d.ino, "f", FileType::kRegular, 0644, 0, 0).status(); },
+                f_intact)
                 .code(),
             Code::kExists);
-  EXPECT_EQ(Sweep(Region::kMeta, [&] { return dom_->Link(vol_, f.ino, d.ino, "g").status(); }, f_intact).code(),
+  EXPECT_EQ(Sweep(
+                Region::kMeta, [&] { return dom_->Link(vol_, f.ino, d.ino, "g").status(); }, f_intact)
+                .code(),
             Code::kExists);
-  EXPECT_EQ(Sweep(Region::kMeta, [&] { return dom_->SetXattr(vol_, f.ino, "user.a", "2", 1); }).code(),
-            Code::kExists);
+  EXPECT_EQ(Sweep(Region::kMeta, [&] { return dom_->SetXattr(vol_, f.ino, "user.a", "2", 1); }).code(), Code::kExists);
   EXPECT_EQ(*dom_->GetXattr(vol_, f.ino, "user.a"), "1");
   EXPECT_EQ(Sweep(Region::kMeta, [&] { return dom_->CreateVolume("vol").status(); }).code(), Code::kExists);
   // Renaming onto an existing file replaces it only when it can be seen.
-  Status s = Sweep(Region::kMeta, [&] { return dom_->Rename(vol_, d.ino, "g", d.ino, "f"); }, f_intact);
+  Status s = Sweep(
+      Region::kMeta, [&] { return dom_->Rename(vol_, d.ino, "g", d.ino, "f"); }, f_intact);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(dom_->Lookup(vol_, d.ino, "g").status().code(), Code::kNotFound);
   Settle();
   // Unlinking a file whose extent maps cannot be read frees nothing, and
   // leaks nothing once it works.
   Attr h = Mk(d.ino, "h");
-  const std::string data = Pattern(4 * kRecordBytes, 3);
+  const std::string data = Pattern(size_t{4} * kRecordBytes, 3);
   ASSERT_TRUE(dom_->Write(vol_, h.ino, 0, data.data(), data.size()).ok());
   Settle();
   const uint64_t free_before = dom_->Statfs().free_bytes;
-  s = Sweep(Region::kMeta, [&] { return dom_->Unlink(vol_, d.ino, "h"); }, [&] {
-    EXPECT_TRUE(dom_->Lookup(vol_, d.ino, "h").ok());
-    EXPECT_EQ(dom_->Statfs().free_bytes, free_before);
-  });
+  s = Sweep(
+      Region::kMeta, [&] { return dom_->Unlink(vol_, d.ino, "h"); },
+      [&] {
+        EXPECT_TRUE(dom_->Lookup(vol_, d.ino, "h").ok());
+        EXPECT_EQ(dom_->Statfs().free_bytes, free_before);
+      });
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(dom_->Statfs().free_bytes, free_before + data.size());
   ExpectClean();
@@ -375,7 +390,7 @@ TEST_F(DomainFaultTest, ChangesThatCannotTellWhatExistsAreRefused) {
 
 TEST_F(DomainFaultTest, AnOrphanThatCannotBeDroppedStaysForTheNextOpen) {
   Attr g = Mk(kRootIno, "g");
-  const std::string data = Pattern(2 * kRecordBytes, 4);
+  const std::string data = Pattern(size_t{2} * kRecordBytes, 4);
   ASSERT_TRUE(dom_->Write(vol_, g.ino, 0, data.data(), data.size()).ok());
   Settle();  // the extent maps are in a table file now
   ASSERT_TRUE(dom_->OpenFile(vol_, g.ino).ok());

@@ -1,8 +1,8 @@
 #include "fs/domain.h"
 
+#include <atomic>
 #include <map>
 #include <random>
-#include <atomic>
 #include <set>
 #include <thread>
 
@@ -315,7 +315,7 @@ TEST_F(DomainTest, GrowsOnlineWhileWriting) {
   ASSERT_TRUE(reserve_->AddLun(added).ok());
   auto grew = dom_->Grow();
   ASSERT_TRUE(grew.ok()) << grew.status().ToString();
-  EXPECT_EQ(*grew, 15 * 4 * kMiB);  // (64 - 2) MiB: 15 groups of 4 MiB
+  EXPECT_EQ(*grew, uint64_t{15} * 4 * kMiB);  // (64 - 2) MiB: 15 groups of 4 MiB
   const int at_growth = writes.load();
   while (writes.load() < at_growth + 20) std::this_thread::yield();
   stop = true;

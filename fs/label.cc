@@ -11,7 +11,8 @@ namespace {
 
 void PutText(uint8_t* p, const std::string& s) {
   NASGW_ASSERT_LE(s.size(), kLabelTextMax);
-  std::memcpy(p, s.data(), s.size());
+  // A fixed-width field the caller zeroed: no terminator of its own.
+  std::memcpy(p, s.data(), s.size());  // NOLINT(bugprone-not-null-terminated-result)
 }
 
 Result<std::string> GetText(const uint8_t* p, const char* what) {

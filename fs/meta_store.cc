@@ -5,15 +5,15 @@
 #include <map>
 #include <set>
 
+#include "base/log.h"
+#include "base/mutex.h"
+
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
-#include <rocksdb/cache.h>
-
-#include "base/log.h"
-#include "base/mutex.h"
 
 namespace nasgw::fs {
 
@@ -31,13 +31,20 @@ IOStatus ToIO(const Status& s) {
   if (s.ok()) return IOStatus::OK();
   const std::string m = s.ToString();
   switch (s.code()) {
-    case Code::kNotFound: return IOStatus::PathNotFound(m);
-    case Code::kNoSpace: return IOStatus::NoSpace(m);
-    case Code::kFenced: return IOStatus::IOFenced(m);
-    case Code::kInvalidArgument: return IOStatus::InvalidArgument(m);
-    case Code::kNotSupported: return IOStatus::NotSupported(m);
-    case Code::kCorruption: return IOStatus::Corruption(m);
-    default: return IOStatus::IOError(m);
+    case Code::kNotFound:
+      return IOStatus::PathNotFound(m);
+    case Code::kNoSpace:
+      return IOStatus::NoSpace(m);
+    case Code::kFenced:
+      return IOStatus::IOFenced(m);
+    case Code::kInvalidArgument:
+      return IOStatus::InvalidArgument(m);
+    case Code::kNotSupported:
+      return IOStatus::NotSupported(m);
+    case Code::kCorruption:
+      return IOStatus::Corruption(m);
+    default:
+      return IOStatus::IOError(m);
   }
 }
 
@@ -176,8 +183,8 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
     *out = std::make_unique<RandFile>(fs_, *f);
     return IOStatus::OK();
   }
-  IOStatus NewWritableFile(const std::string& name, const FileOptions&,
-                           std::unique_ptr<rocksdb::FSWritableFile>* out, IODebugContext*) override {
+  IOStatus NewWritableFile(const std::string& name, const FileOptions&, std::unique_ptr<rocksdb::FSWritableFile>* out,
+                           IODebugContext*) override {
     if (read_only_) return IOStatus::NotSupported("metadata store opened read-only: " + name);
     auto f = fs_->OpenForWrite(Norm(name));
     if (!f.ok()) return ToIO(f.status());
@@ -259,16 +266,14 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
     *secs = *t / 1'000'000'000ull;
     return IOStatus::OK();
   }
-  IOStatus RenameFile(const std::string& from, const std::string& to, const IOOptions&,
-                      IODebugContext*) override {
+  IOStatus RenameFile(const std::string& from, const std::string& to, const IOOptions&, IODebugContext*) override {
     if (read_only_) return IOStatus::NotSupported("metadata store opened read-only: " + from);
     return ToIO(fs_->Rename(Norm(from), Norm(to)));
   }
   IOStatus LinkFile(const std::string&, const std::string&, const IOOptions&, IODebugContext*) override {
     return IOStatus::NotSupported("hard links in MetaFs");
   }
-  IOStatus LockFile(const std::string& name, const IOOptions&, rocksdb::FileLock** lock,
-                    IODebugContext*) override {
+  IOStatus LockFile(const std::string& name, const IOOptions&, rocksdb::FileLock** lock, IODebugContext*) override {
     // One process opens a domain at a time: the cluster proves that with a
     // SCSI reservation. Within the process, refuse a second open.
     MutexLock l(mu_);
@@ -307,7 +312,7 @@ class MetaFileSystem : public rocksdb::FileSystemWrapper {
   bool IsDir(const std::string& n) {
     {
       MutexLock lock(mu_);
-      if (dirs_.count(n)) return true;
+      if (dirs_.contains(n)) return true;
     }
     return !fs_->List(n + "/").empty();
   }
@@ -333,8 +338,12 @@ MetaBatch& MetaBatch::operator=(MetaBatch&&) noexcept = default;
 void MetaBatch::Put(std::string_view k, std::string_view v) {
   rep_->batch.Put(Slice(k.data(), k.size()), Slice(v.data(), v.size())).PermitUncheckedError();
 }
-void MetaBatch::Delete(std::string_view k) { rep_->batch.Delete(Slice(k.data(), k.size())).PermitUncheckedError(); }
-size_t MetaBatch::count() const { return static_cast<size_t>(rep_->batch.Count()); }
+void MetaBatch::Delete(std::string_view k) {
+  rep_->batch.Delete(Slice(k.data(), k.size())).PermitUncheckedError();
+}
+size_t MetaBatch::count() const {
+  return static_cast<size_t>(rep_->batch.Count());
+}
 
 struct MetaStore::Rep {
   std::shared_ptr<rocksdb::FileSystem> fs;
@@ -374,8 +383,8 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOp
   }
   opts.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = o.read_only ? rocksdb::DB::OpenForReadOnly(opts, kDbPath, &db)
-                                  : rocksdb::DB::Open(opts, kDbPath, &db);
+  rocksdb::Status s =
+      o.read_only ? rocksdb::DB::OpenForReadOnly(opts, kDbPath, &db) : rocksdb::DB::Open(opts, kDbPath, &db);
   if (!s.ok()) return FromRocks(s).WithContext("open metadata store of domain " + std::to_string(fs->domain()));
   rep->db.reset(db);
   return std::unique_ptr<MetaStore>(new MetaStore(std::move(rep)));
@@ -411,6 +420,8 @@ Status MetaStore::Scan(std::string_view begin, std::string_view end,
   return FromRocks(it->status());
 }
 
-Status MetaStore::Flush() { return FromRocks(rep_->db->Flush(rocksdb::FlushOptions())); }
+Status MetaStore::Flush() {
+  return FromRocks(rep_->db->Flush(rocksdb::FlushOptions()));
+}
 
 }  // namespace nasgw::fs

@@ -1,7 +1,5 @@
 #include "fs/metafs.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -12,6 +10,8 @@
 #include "base/crc32c.h"
 #include "base/log.h"
 #include "base/mutex.h"
+
+#include <sys/random.h>
 
 namespace nasgw::fs {
 
@@ -99,7 +99,8 @@ Result<Superblock> DecodeSuper(std::vector<uint8_t> b) {
   sb.log_first = {GetFixed32(&b[64]), GetFixed64(&b[68]), GetFixed64(&b[76])};
   if (n == 0 || n > kMetaGroupsMax) return Status::Corruption("metadata superblock group count out of range");
   for (uint32_t i = 0; i < n; i++) {
-    sb.groups.push_back({GetFixed32(&b[kSuperGroupsOffset + 8 * i]), GetFixed32(&b[kSuperGroupsOffset + 8 * i + 4])});
+    sb.groups.push_back(
+        {GetFixed32(&b[kSuperGroupsOffset + size_t{8} * i]), GetFixed32(&b[kSuperGroupsOffset + size_t{8} * i + 4])});
   }
   return sb;
 }
@@ -129,9 +130,9 @@ class MetaFs::File {
   Mutex mu ACQUIRED_BEFORE(MetaFs::mu_);
   std::vector<Extent> extents GUARDED_BY(mu);  // every extent allocated to the file, in file order
   uint64_t allocated GUARDED_BY(mu) = 0;
-  uint64_t size GUARDED_BY(mu) = 0;            // bytes appended
-  uint64_t buf_start GUARDED_BY(mu) = 0;       // file offset of buf[0], block aligned
-  std::vector<uint8_t> buf GUARDED_BY(mu);     // bytes [buf_start, size) not yet written in whole blocks
+  uint64_t size GUARDED_BY(mu) = 0;         // bytes appended
+  uint64_t buf_start GUARDED_BY(mu) = 0;    // file offset of buf[0], block aligned
+  std::vector<uint8_t> buf GUARDED_BY(mu);  // bytes [buf_start, size) not yet written in whole blocks
   std::set<uint32_t> dirty_luns GUARDED_BY(mu);
 };
 
@@ -351,20 +352,18 @@ Status MetaFs::CompactLog() {
 
 // ---- create and mount -------------------------------------------------------------
 
-Result<std::unique_ptr<MetaFs>> MetaFs::Create(std::shared_ptr<Reserve> reserve, uint32_t domain,
+Result<std::unique_ptr<MetaFs>> MetaFs::Create(const std::shared_ptr<Reserve>& reserve, uint32_t domain,
                                                const std::vector<AgId>& groups, const MetaFsOptions& options) {
   if (domain >= kDomainsMax) return Status::InvalidArgument("domain id must be below " + std::to_string(kDomainsMax));
   if (groups.empty() || groups.size() > kMetaGroupsMax) {
-    return Status::InvalidArgument("a metadata store needs 1-" + std::to_string(kMetaGroupsMax) +
-                                   " allocation groups");
+    return Status::InvalidArgument("a metadata store needs 1-" + std::to_string(kMetaGroupsMax) + " allocation groups");
   }
   std::unique_ptr<MetaFs> fs(new MetaFs(reserve, domain, options));
   // Refuse to overwrite a live store.
   auto dev = reserve->lun(0);
   for (uint64_t copy = 0; copy < 2; copy++) {
     std::vector<uint8_t> b(kMetaBlockBytes);
-    NASGW_RETURN_IF_ERROR(
-        block::ReadSync(*dev, SlotOffset(domain, copy) / dev->info().block_size, b.data(), b.size()));
+    NASGW_RETURN_IF_ERROR(block::ReadSync(*dev, SlotOffset(domain, copy) / dev->info().block_size, b.data(), b.size()));
     auto sb = DecodeSuper(b);
     if (sb.ok() && sb->reserve == reserve->uuid()) {
       return Status::Exists("domain " + std::to_string(domain) + " already has a metadata store");
@@ -392,7 +391,7 @@ Result<std::unique_ptr<MetaFs>> MetaFs::Create(std::shared_ptr<Reserve> reserve,
   return fs;
 }
 
-Result<std::unique_ptr<MetaFs>> MetaFs::Mount(std::shared_ptr<Reserve> reserve, uint32_t domain,
+Result<std::unique_ptr<MetaFs>> MetaFs::Mount(const std::shared_ptr<Reserve>& reserve, uint32_t domain,
                                               const MetaFsOptions& options) {
   if (domain >= kDomainsMax) return Status::InvalidArgument("domain id must be below " + std::to_string(kDomainsMax));
   auto dev = reserve->lun(0);
@@ -400,8 +399,7 @@ Result<std::unique_ptr<MetaFs>> MetaFs::Mount(std::shared_ptr<Reserve> reserve, 
   Status damaged;
   for (uint64_t copy = 0; copy < 2; copy++) {
     std::vector<uint8_t> b(kMetaBlockBytes);
-    NASGW_RETURN_IF_ERROR(
-        block::ReadSync(*dev, SlotOffset(domain, copy) / dev->info().block_size, b.data(), b.size()));
+    NASGW_RETURN_IF_ERROR(block::ReadSync(*dev, SlotOffset(domain, copy) / dev->info().block_size, b.data(), b.size()));
     auto sb = DecodeSuper(b);
     if (!sb.ok()) {
       if (sb.status().code() != Code::kNotFound) damaged = sb.status();
@@ -713,7 +711,9 @@ Status MetaFs::Sync(const FileRef& f) {
   return MaybeCompact();
 }
 
-Status MetaFs::Close(const FileRef& f) { return Sync(f); }
+Status MetaFs::Close(const FileRef& f) {
+  return Sync(f);
+}
 
 Result<size_t> MetaFs::Read(const FileRef& f, uint64_t offset, size_t n, void* out) {
   MutexLock lock(f->mu);
@@ -809,7 +809,7 @@ void MetaFs::ReleaseSpace(File& f) {
 
 bool MetaFs::Exists(const std::string& name) {
   MutexLock lock(mu_);
-  return names_.count(name) != 0;
+  return names_.contains(name);
 }
 
 Result<uint64_t> MetaFs::Size(const std::string& name) {

@@ -42,15 +42,15 @@ namespace nasgw::fs {
 
 // The domain table: a slot per domain in LUN 0's reserve header.
 constexpr uint64_t kDomainTableOffset = 64ull << 10;
-constexpr uint64_t kDomainSlotBytes = 16ull << 10;  // superblock copies A and B, 4 KiB each, then spare
+constexpr uint64_t kDomainSlotBytes = 16ull << 10;   // superblock copies A and B, 4 KiB each, then spare
 constexpr uint32_t kDomainsMax = 28;                 // slots between 64 KiB and 512 KiB
 constexpr uint64_t kHeartbeatOffset = 512ull << 10;  // [512 KiB, 1 MiB): the cluster's disk heartbeat slots
 static_assert(kDomainTableOffset + kDomainsMax * kDomainSlotBytes <= kHeartbeatOffset);
 static_assert(kHeartbeatOffset < kReserveHeaderBytes);
 
-constexpr size_t kMetaBlockBytes = 4096;         // log block and superblock size
+constexpr size_t kMetaBlockBytes = 4096;  // log block and superblock size
 constexpr size_t kMetaFileNameMax = 255;
-constexpr uint32_t kMetaGroupsMax = 400;         // metadata allocation groups listed in a superblock
+constexpr uint32_t kMetaGroupsMax = 400;  // metadata allocation groups listed in a superblock
 
 struct MetaFsOptions {
   // Compact the log once it holds this many bytes.
@@ -78,9 +78,9 @@ class MetaFs {
 
   // Writes an empty MetaFs for `domain` over the given allocation groups.
   // Exists if the domain's slot already holds a valid superblock.
-  static Result<std::unique_ptr<MetaFs>> Create(std::shared_ptr<Reserve> reserve, uint32_t domain,
+  static Result<std::unique_ptr<MetaFs>> Create(const std::shared_ptr<Reserve>& reserve, uint32_t domain,
                                                 const std::vector<AgId>& groups, const MetaFsOptions& options = {});
-  static Result<std::unique_ptr<MetaFs>> Mount(std::shared_ptr<Reserve> reserve, uint32_t domain,
+  static Result<std::unique_ptr<MetaFs>> Mount(const std::shared_ptr<Reserve>& reserve, uint32_t domain,
                                                const MetaFsOptions& options = {});
   ~MetaFs();
 
@@ -153,8 +153,8 @@ class MetaFs {
   uint64_t log_pos_ GUARDED_BY(mu_) = 0;             // bytes used in log_extents_.back()
   uint64_t log_bytes_ GUARDED_BY(mu_) = 0;           // since the last compaction
   uint64_t compactions_ GUARDED_BY(mu_) = 0;
-  uint64_t log_salt_ GUARDED_BY(mu_) = 0;            // per log: records of another log never verify
-  Status sticky_ GUARDED_BY(mu_);                    // a failed log write poisons the MetaFs
+  uint64_t log_salt_ GUARDED_BY(mu_) = 0;  // per log: records of another log never verify
+  Status sticky_ GUARDED_BY(mu_);          // a failed log write poisons the MetaFs
 };
 
 }  // namespace nasgw::fs

@@ -33,8 +33,8 @@ class MetaFsTest : public ::testing::Test {
 
   // Eight 1 MiB groups over both LUNs by default.
   std::unique_ptr<MetaFs> Create(const MetaFsOptions& o = {},
-                                 std::vector<AgId> groups = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2},
-                                                             {0, 3}, {1, 3}}) {
+                                 const std::vector<AgId>& groups = {
+                                     {0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}, {0, 3}, {1, 3}}) {
     auto fs = MetaFs::Create(reserve_, 0, groups, o);
     EXPECT_TRUE(fs.ok()) << fs.status().ToString();
     return fs.ok() ? std::move(fs.value()) : nullptr;
@@ -86,8 +86,7 @@ std::string ReadAll(MetaFs& fs, const std::string& name) {
   return out;
 }
 
-Status WriteFile(MetaFs& fs, const std::string& name, const std::string& data, std::mt19937_64& rng,
-                 bool sync = true) {
+Status WriteFile(MetaFs& fs, const std::string& name, const std::string& data, std::mt19937_64& rng, bool sync = true) {
   auto f = fs.OpenForWrite(name);
   if (!f.ok()) return f.status();
   size_t at = 0;
@@ -245,7 +244,8 @@ TEST_F(MetaFsTest, RandomOperationsWithPowerCuts) {
       auto fs = Mount(o);
       ASSERT_TRUE(fs) << "round " << round;
       ASSERT_EQ(fs->List("").size(), durable.size()) << "round " << round;
-      for (const auto& [name, data] : durable) ASSERT_TRUE(Same(ReadAll(*fs, name), data)) << name << " round " << round;
+      for (const auto& [name, data] : durable)
+        ASSERT_TRUE(Same(ReadAll(*fs, name), data)) << name << " round " << round;
       const int ops = 1 + static_cast<int>(rng() % 20);
       for (int i = 0; i < ops; i++) {
         std::string name = "k" + std::to_string(rng() % 12);
@@ -259,7 +259,7 @@ TEST_F(MetaFsTest, RandomOperationsWithPowerCuts) {
             break;
           }
           case 2:
-            if (durable.count(name)) {
+            if (durable.contains(name)) {
               std::string to = "k" + std::to_string(rng() % 12);
               ASSERT_TRUE(fs->Rename(name, to).ok());
               std::string v = durable[name];
@@ -268,7 +268,7 @@ TEST_F(MetaFsTest, RandomOperationsWithPowerCuts) {
             }
             break;
           case 3:
-            if (durable.count(name)) {
+            if (durable.contains(name)) {
               ASSERT_TRUE(fs->Delete(name).ok());
               durable.erase(name);
             }

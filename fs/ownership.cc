@@ -1,11 +1,11 @@
 #include "fs/ownership.h"
 
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "base/clock.h"
 #include "base/coding.h"
@@ -13,6 +13,8 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "fs/metafs.h"
+
+#include <sys/random.h>
 
 namespace nasgw::fs {
 
@@ -36,9 +38,14 @@ uint64_t RandomNonZero() {
   return v;
 }
 
-void PutText(uint8_t* p, const std::string& s) { std::memcpy(p, s.data(), std::min(s.size(), kTextBytes - 1)); }
+void PutText(uint8_t* p, const std::string& s) {
+  // A fixed-width field the caller zeroed: the last byte stays 0.
+  std::memcpy(p, s.data(), std::min(s.size(), kTextBytes - 1));  // NOLINT(bugprone-not-null-terminated-result)
+}
 
-std::string GetText(const uint8_t* p) { return std::string(reinterpret_cast<const char*>(p), strnlen(reinterpret_cast<const char*>(p), kTextBytes - 1)); }
+std::string GetText(const uint8_t* p) {
+  return std::string(reinterpret_cast<const char*>(p), strnlen(reinterpret_cast<const char*>(p), kTextBytes - 1));
+}
 
 std::string Hex(uint64_t v) {
   char b[24];
@@ -65,7 +72,9 @@ uint64_t OwnerRecordOffset(uint32_t domain) {
 }
 static_assert(2 * kMetaBlockBytes + kOwnerRecordBytes <= kDomainSlotBytes, "the owner record fits the domain slot");
 
-std::string OwnerKeyText(uint64_t key) { return Hex(key); }
+std::string OwnerKeyText(uint64_t key) {
+  return Hex(key);
+}
 
 uint64_t PrKeyOf(const Uuid& node_id) {
   uint64_t low = 0;
@@ -268,12 +277,12 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   };
   if (mode == AcquireMode::kNormal && view->HeldByOther(me.id)) {
     return refuse(Status::Fenced(what + " is owned by " + view->Describe(WallNanos()) +
-                          "; this node will not write to it ('nasgw reserve takeover' once that node is gone)"));
+                                 "; this node will not write to it ('nasgw reserve takeover' once that node is gone)"));
   }
   // Our own id with a live lease, from another host: the node's state was
   // copied to a second machine. Refuse rather than fight over the lease.
-  if (mode == AcquireMode::kNormal && view->held() && view->record->node_id == me.id &&
-      view->record->host != me.host && view->LeaseLiveByWallClock(WallNanos())) {
+  if (mode == AcquireMode::kNormal && view->held() && view->record->node_id == me.id && view->record->host != me.host &&
+      view->LeaseLiveByWallClock(WallNanos())) {
     return refuse(Status::Fenced(what + " is owned by this node's id from another host: " +
                                  view->Describe(WallNanos()) + " (was the node's state directory copied?)"));
   }
@@ -298,10 +307,9 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
     for (size_t i : registered) {
       // Best effort: a registration left behind is preempted by the next
       // owner's takeover, and a plain registrant writes nothing.
-      block::PrOutSync(Beneath(*luns[i]), {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, 0})
-          .IgnoreError();
+      block::PrOutSync(Beneath(*luns[i]), {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, 0}).IgnoreError();
     }
-    return refuse(why);
+    return refuse(std::move(why));
   };
   if (o->pr_supported_) {
     for (size_t i = 0; i < luns.size(); i++) {
@@ -329,8 +337,8 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
       if (resv->reserved && mode != AcquireMode::kNormal) {
         auto f = block::FenceSync(dev, my_key, resv->key, kPrType);
         if (!f.ok()) return undo(f.status().WithContext("preempt key " + Hex(resv->key) + " on " + dev.info().name));
-        NASGW_LOG(kWarn, "fs") << "preempted the owner's key" << Kv("lun", dev.info().name)
-                               << Kv("key", Hex(resv->key)) << Kv("aborted", f->aborted);
+        NASGW_LOG(kWarn, "fs") << "preempted the owner's key" << Kv("lun", dev.info().name) << Kv("key", Hex(resv->key))
+                               << Kv("aborted", f->aborted);
         continue;
       }
       s = block::PrOutSync(dev, {PrAction::kReserve, kPrType, my_key, 0});
@@ -406,13 +414,13 @@ Status Ownership::AddLun(std::shared_ptr<BlockDevice> lun) {
     BlockDevice& dev = Beneath(*lun);
     NASGW_RETURN_IF_ERROR(block::PrOutSync(dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, me_.key()})
                               .WithContext("register on " + dev.info().name));
-    NASGW_RETURN_IF_ERROR(block::PrOutSync(dev, {PrAction::kReserve, kPrType, me_.key(), 0})
-                              .WithContext("reserve " + dev.info().name));
+    NASGW_RETURN_IF_ERROR(
+        block::PrOutSync(dev, {PrAction::kReserve, kPrType, me_.key(), 0}).WithContext("reserve " + dev.info().name));
   }
   const OwnerRecord rec = record();
   const auto bytes = EncodeOwnerRecord(rec);
-  NASGW_RETURN_IF_ERROR(block::WriteSync(*lun, OwnerRecordOffset(rec.domain) / lun->info().block_size,
-                                         bytes.data(), bytes.size(), /*fua=*/true));
+  NASGW_RETURN_IF_ERROR(block::WriteSync(*lun, OwnerRecordOffset(rec.domain) / lun->info().block_size, bytes.data(),
+                                         bytes.size(), /*fua=*/true));
   MutexLock lock(luns_mu_);
   luns_.push_back(std::move(lun));
   return Status();

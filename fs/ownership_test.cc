@@ -1,11 +1,11 @@
 #include "fs/ownership.h"
 
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <barrier>
 #include <chrono>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "base/clock.h"
 #include "block/mem_device.h"
@@ -13,7 +13,6 @@
 namespace nasgw::fs {
 namespace {
 
-using block::GatedDevice;
 using block::MemDevice;
 using block::MemLun;
 using block::WriteGate;
@@ -199,7 +198,7 @@ TEST(Ownership, SameNodeReclaimsAfterCrash) {
   TestNode before(a, "node-a", 1, id);
   auto o1 = Own(a, before);
   ASSERT_TRUE(o1.ok());
-  o1->reset();  // no release: as a SIGKILL
+  o1->reset();                         // no release: as a SIGKILL
   TestNode after(a, "node-a", 3, id);  // a new session: another I_T nexus
   auto o2 = Own(a, after);
   ASSERT_TRUE(o2.ok()) << o2.status().ToString();
@@ -305,7 +304,7 @@ TEST(OwnerWatch, ExpiresAfterTheLeaseOfSilence) {
   v.record->renewed_ns = 5'000'000'000ull;  // wall clock of the renewal
   OwnerWatch w;
   // First seen 200 ms after its renewal by the wall clock.
-  w.Observe(v, /*mono=*/100'000'000'000ull, /*wall=*/5'200'000'000ull);
+  w.Observe(v, /*now_mono_ns=*/100'000'000'000ull, /*now_wall_ns=*/5'200'000'000ull);
   EXPECT_EQ(w.SilentMs(100'000'000'000ull), 200u);
   EXPECT_FALSE(w.Expired(100'500'000'000ull));
   // It renews: silence starts again.

@@ -59,8 +59,9 @@ Result<LunState> Inspect(const Reserve::Device& dev) {
   } else if (p.status().code() == Code::kNotFound && b.status().code() == Code::kNotFound) {
     st.best = Status::NotFound(dev->info().name + " carries no nasgw label (a blank or foreign LUN)");
   } else {
-    st.best = Status::Corruption("both labels of " + dev->info().name + " are damaged (primary: " +
-                                 p.status().ToString() + "; backup: " + b.status().ToString() + ")");
+    st.best =
+        Status::Corruption("both labels of " + dev->info().name + " are damaged (primary: " + p.status().ToString() +
+                           "; backup: " + b.status().ToString() + ")");
   }
   return st;
 }
@@ -117,8 +118,8 @@ Result<LabelCopies> ReadLabels(BlockDevice& dev) {
     return c.primary.status();  // an I/O error, not a verdict on the label
   }
   c.backup = ReadOne(dev, BackupLabelOffset(dev.info().size_bytes()));
-  if (!c.backup.ok() && c.backup.status().code() != Code::kNotFound &&
-      c.backup.status().code() != Code::kCorruption && c.backup.status().code() != Code::kNotSupported) {
+  if (!c.backup.ok() && c.backup.status().code() != Code::kNotFound && c.backup.status().code() != Code::kCorruption &&
+      c.backup.status().code() != Code::kNotSupported) {
     return c.backup.status();
   }
   return c;
@@ -237,8 +238,8 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, 
     const LunLabel& own = st.best.value();
     if (in.size_bytes() < m.size_bytes) {
       return Status::Corruption(in.name + " is smaller (" + std::to_string(in.size_bytes()) +
-                                " bytes) than when it joined " + Describe(truth) + " (" +
-                                std::to_string(m.size_bytes) + " bytes)");
+                                " bytes) than when it joined " + Describe(truth) + " (" + std::to_string(m.size_bytes) +
+                                " bytes)");
     }
     if (in.block_size != own.block_size) {
       return Status::Corruption(in.name + " now has block size " + std::to_string(in.block_size) + ", was " +
@@ -256,9 +257,9 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, 
     want.reserve_name = truth.reserve_name;
     want.lun_index = m.index;
     if (!(want == own) || !st.primary_ok || !st.backup_ok) {
-      std::string what = !(want == own) ? "generation " + std::to_string(own.generation) + " -> " +
-                                              std::to_string(truth.generation)
-                                        : (!st.primary_ok ? "primary copy rewritten" : "backup copy rewritten");
+      std::string what =
+          !(want == own) ? "generation " + std::to_string(own.generation) + " -> " + std::to_string(truth.generation)
+                         : (!st.primary_ok ? "primary copy rewritten" : "backup copy rewritten");
       if (read_only) {
         r->repairs_.push_back(in.name + ": would repair: " + what);
       } else {
@@ -271,7 +272,7 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, 
     r->members_.push_back({st.dev, want});
   }
   for (const auto& st : states) {
-    if (!members.count(st.best->lun_uuid)) {
+    if (!members.contains(st.best->lun_uuid)) {
       return Status::InvalidArgument(st.dev->info().name + " carries a label of " + Describe(truth) +
                                      " but is not a member of it (label generation " +
                                      std::to_string(st.best->generation) + ", reserve generation " +

@@ -29,6 +29,7 @@ Lun NewLun(const std::string& id, uint64_t mib = 8, uint32_t bs = 512) {
 
 std::vector<Reserve::Device> Devs(const std::vector<Lun>& luns) {
   std::vector<Reserve::Device> v;
+  v.reserve(luns.size());
   for (const auto& l : luns) v.push_back(l.dev);
   return v;
 }

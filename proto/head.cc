@@ -119,21 +119,22 @@ void Reject(Request& r, int err, std::string why) {
 // `dots` (LOOKUP).
 void CheckName(Request& r, std::string_view n, std::string_view field, bool dots = false) {
   const std::string f(field);
-  if (n.empty())
+  if (n.empty()) {
     Reject(r, ENOENT, f + " is empty");
-  else if (n.size() > fs::kNameMax)
+  } else if (n.size() > fs::kNameMax) {
     Reject(r, ENAMETOOLONG, f + " is longer than 255 bytes");
-  else if (n.find('/') != std::string_view::npos || n.find('\0') != std::string_view::npos) {
+  } else if (n.find('/') != std::string_view::npos || n.find('\0') != std::string_view::npos) {
     Reject(r, EINVAL, f + " contains '/' or NUL");
   } else if (!dots && (n == "." || n == "..")) {
     Reject(r, EINVAL, f + " is '.' or '..'");
   }
 }
 void CheckXattrName(Request& r, std::string_view n) {
-  if (n.empty() || n.find('\0') != std::string_view::npos)
+  if (n.empty() || n.find('\0') != std::string_view::npos) {
     Reject(r, EINVAL, "xattr name is empty or has NUL");
-  else if (n.size() > fs::kXattrNameMax)
+  } else if (n.size() > fs::kXattrNameMax) {
     Reject(r, ERANGE, "xattr name longer than 255 bytes");
+  }
 }
 Status CheckHandle(const fs::Handle& h, std::string_view field) {
   if (h.ino == 0) return Bad(std::string(field) + ": inode 0");
@@ -508,20 +509,21 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.set.atime = GetTime(d);
       r.set.mtime = GetTime(d);
       if (!d.ok()) break;
-      if (r.set_mask & ~kSetAll)
+      if (r.set_mask & ~kSetAll) {
         s = Bad("unknown setattr bits");
-      else if (r.set.mode > 07777)
+      } else if (r.set.mode > 07777) {
         s = Bad("mode beyond 07777");
-      else if (r.set.size > fs::kFileSizeMax && !(r.set_mask & kSetSize))
+      } else if (r.set.size > fs::kFileSizeMax && !(r.set_mask & kSetSize)) {
         s = Bad("size beyond the largest file");  // not even asked for
-      else if (r.set.size > fs::kFileSizeMax)
+      } else if (r.set.size > fs::kFileSizeMax) {
         Reject(r, EFBIG, "size beyond the largest file (2^63 - 1 bytes)");
-      else if (!TimeOk(r.set.atime) || !TimeOk(r.set.mtime))
+      } else if (!TimeOk(r.set.atime) || !TimeOk(r.set.mtime)) {
         s = Bad("nanoseconds beyond 999999999");
-      else if ((r.set_mask & kSetAtime) && (r.set_mask & kSetAtimeNow))
+      } else if ((r.set_mask & kSetAtime) && (r.set_mask & kSetAtimeNow)) {
         s = Bad("atime both given and now");
-      else if ((r.set_mask & kSetMtime) && (r.set_mask & kSetMtimeNow))
+      } else if ((r.set_mask & kSetMtime) && (r.set_mask & kSetMtimeNow)) {
         s = Bad("mtime both given and now");
+      }
       break;
     case Op::kAccess:
     case Op::kOpen:
@@ -542,14 +544,14 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.open_id = d.U64();
       if (!d.ok()) break;
       CheckName(r, r.name, "name");
-      if (!TypeOk(t))
+      if (!TypeOk(t)) {
         s = Bad("unknown file type");
-      else if (r.mode > 07777)
+      } else if (r.mode > 07777) {
         s = Bad("mode beyond 07777");
-      else if (!(s = CheckFlags(r.flags, kCreateOpen | kCreateUnchecked)).ok())
+      } else if (!(s = CheckFlags(r.flags, kCreateOpen | kCreateUnchecked)).ok()) {
         break;
-      else if (r.type == fs::FileType::kSymlink &&
-               (r.name2.empty() || r.name2.size() > fs::kSymlinkMax || r.name2.find('\0') != std::string::npos)) {
+      } else if (r.type == fs::FileType::kSymlink &&
+                 (r.name2.empty() || r.name2.size() > fs::kSymlinkMax || r.name2.find('\0') != std::string::npos)) {
         s = Bad("symlink target must be 1..4095 bytes without NUL");
       } else if (r.type != fs::FileType::kSymlink && !r.name2.empty()) {
         s = Bad("a link target for something that is not a symlink");
@@ -583,10 +585,11 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.count = d.U32();
       r.flags = d.U32();
       if (!d.ok()) break;
-      if (r.count == 0 || r.count > kReadDirMax)
+      if (r.count == 0 || r.count > kReadDirMax) {
         s = Bad("readdir count must be 1..1024");
-      else
+      } else {
         s = CheckFlags(r.flags, kReadDirPlus);
+      }
       break;
     case Op::kRead:
       r.h = GetHandle(d);
@@ -600,14 +603,15 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.flags = d.U32();
       const uint32_t n = d.U32();
       if (!d.ok()) break;
-      if (n > kIoBytesMax)
+      if (n > kIoBytesMax) {
         s = Bad("write of more than 1 MiB");
-      else if (!(s = CheckFlags(r.flags, kWriteStable)).ok())
+      } else if (!(s = CheckFlags(r.flags, kWriteStable)).ok()) {
         break;
-      else if (r.offset > fs::kFileSizeMax || n > fs::kFileSizeMax - r.offset)
+      } else if (r.offset > fs::kFileSizeMax || n > fs::kFileSizeMax - r.offset) {
         s = Bad("write beyond the largest file");
-      else
+      } else {
         r.data = d.View(n);
+      }
       break;
     }
     case Op::kSetXattr:
@@ -634,12 +638,13 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       if (op == Op::kLock) r.flags = d.U32();
       if (!d.ok()) break;
       uint64_t end = 0;
-      if (op != Op::kUnlock && !LockTypeOk(r.lock_type))
+      if (op != Op::kUnlock && !LockTypeOk(r.lock_type)) {
         s = Bad("lock type must be 1 (read) or 2 (write)");
-      else if (!(s = CheckFlags(r.flags, kLockFlagsAll)).ok())
+      } else if (!(s = CheckFlags(r.flags, kLockFlagsAll)).ok()) {
         break;
-      else if (!LockRangeEnd(r.offset, r.length, &end))
+      } else if (!LockRangeEnd(r.offset, r.length, &end)) {
         Reject(r, EINVAL, "lock range ends beyond the largest offset (2^64 - 1)");
+      }
       break;
     }
   }

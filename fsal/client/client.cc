@@ -101,7 +101,7 @@ struct OwnerLocks {
   bool lost = false;   // they could not be taken again on a nasgwd that lost the session
 };
 struct LockedFile {
-  fs::Handle handle;  // as nasgwd issued it: re-locks send it back
+  fs::Handle handle;                      // as nasgwd issued it: re-locks send it back
   std::map<uint64_t, OwnerLocks> owners;  // by owner; never empty ranges unless lost
 };
 
@@ -138,13 +138,13 @@ class Conn {
   void Fail();
   // Notes why this connection could not be made (errno, message), for the
   // client's errors; 0 clears it.
-  void NoteConnectError(int err, std::string why);
+  void NoteConnectError(int err, const std::string& why);
   void Forget(int fd);  // closes a socket whose handshake failed
 
   Client* client_;
   std::thread thread_;
-  Mutex mu_ ACQUIRED_BEFORE(wmu_);  // released before Client::mu is taken
-  int fd_ GUARDED_BY(mu_) = -1;  // for changes; writers hold wmu_
+  Mutex mu_ ACQUIRED_BEFORE(wmu_);          // released before Client::mu is taken
+  int fd_ GUARDED_BY(mu_) = -1;             // for changes; writers hold wmu_
   int connecting_fd_ GUARDED_BY(mu_) = -1;  // the socket of a handshake in progress
   bool up_ GUARDED_BY(mu_) = false;
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
@@ -171,7 +171,7 @@ class Client {
   Mutex mu;
   CondVar cv;
   std::deque<CallPtr> waiting GUARDED_BY(mu);  // no connection up
-  std::deque<CallPtr> outbox GUARDED_BY(mu);  // for the sender thread
+  std::deque<CallPtr> outbox GUARDED_BY(mu);   // for the sender thread
   std::thread sender;
   bool closing GUARDED_BY(mu) = false;
   uint32_t up GUARDED_BY(mu) = 0;
@@ -492,8 +492,7 @@ bool Conn::Connect() {
   return true;
 }
 
-bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload)
-    REQUIRES(client_->open_mu) {
+bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload) REQUIRES(client_->open_mu) {
   auto& files = client_->locks;
   for (auto fit = files.begin(); fit != files.end();) {
     const auto [vol, ino] = fit->first;
@@ -552,7 +551,7 @@ bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& err
   return true;
 }
 
-void Conn::NoteConnectError(int err, std::string why) {
+void Conn::NoteConnectError(int err, const std::string& why) {
   bool log = false;
   {
     MutexLock l(client_->mu);
@@ -1290,7 +1289,8 @@ int64_t nasgw_listxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handl
   if (size == 0) return static_cast<int64_t>(all.size());
   if (buf == nullptr) return -EINVAL;
   if (size < all.size()) return -ERANGE;
-  std::memcpy(buf, all.data(), all.size());
+  // The names, each with its NUL, as listxattr(2) returns them.
+  std::memcpy(buf, all.data(), all.size());  // NOLINT(bugprone-not-null-terminated-result)
   return static_cast<int64_t>(all.size());
 }
 

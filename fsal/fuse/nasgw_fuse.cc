@@ -53,7 +53,7 @@ struct Mount {
   };
   Mutex mu;
   std::unordered_map<uint64_t, Node> nodes GUARDED_BY(mu);  // by inode (= node id)
-  nasgw_handle root{};                       // from MOUNT
+  nasgw_handle root{};                                      // from MOUNT
 };
 
 Mount* M(fuse_req_t req) {
@@ -115,8 +115,8 @@ void Forget(Mount* m, fuse_ino_t ino, uint64_t nlookup) {
 }
 
 #define HANDLE_OR_STALE(req, ino, h) \
-  nasgw_handle h;                     \
-  if (!H(req, ino, &h)) return (void)fuse_reply_err(req, ESTALE)
+  nasgw_handle h;                    \
+  if (!H(req, ino, &(h))) return (void)fuse_reply_err(req, ESTALE)
 
 mode_t TypeBits(uint32_t t) {
   switch (t) {
@@ -253,14 +253,16 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     s.mask |= NASGW_SET_SIZE;
     s.size = static_cast<uint64_t>(attr->st_size);
   }
-  if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
     s.mask |= NASGW_SET_ATIME_NOW;
-  else if (to_set & FUSE_SET_ATTR_ATIME)
+  } else if (to_set & FUSE_SET_ATTR_ATIME) {
     s.mask |= NASGW_SET_ATIME, s.atime = Ts(attr->st_atim);
-  if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+  }
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
     s.mask |= NASGW_SET_MTIME_NOW;
-  else if (to_set & FUSE_SET_ATTR_MTIME)
+  } else if (to_set & FUSE_SET_ATTR_MTIME) {
     s.mask |= NASGW_SET_MTIME, s.mtime = Ts(attr->st_mtim);
+  }
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
   nasgw_attr a{};
@@ -519,16 +521,17 @@ int Main(int argc, char** argv) {
       if (i + 1 >= argc) Usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--socket")
+    if (a == "--socket") {
       socket = next();
-    else if (a == "--volume")
+    } else if (a == "--volume") {
       volume = next();
-    else if (a == "-f")
+    } else if (a == "-f") {
       foreground = true;
-    else if (!a.empty() && a[0] != '-' && mountpoint.empty())
+    } else if (!a.empty() && a[0] != '-' && mountpoint.empty()) {
       mountpoint = a;
-    else
+    } else {
       Usage("unknown argument " + a);
+    }
   }
   if (volume.empty() || mountpoint.empty()) Usage("--volume and a mount point are required");
   // In the background nasgw-fuse connects again after fuse_daemonize(),
@@ -608,6 +611,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> fargs_s = {"nasgw-fuse", "-o",
                                       "default_permissions,fsname=nasgw:" + volume + ",subtype=nasgw"};
   std::vector<char*> fargv;
+  fargv.reserve(fargs_s.size());
   for (auto& s : fargs_s) fargv.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), fargv.data());
   fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &m);

@@ -26,8 +26,6 @@
 // Prints the failing step and its seed on the first mismatch and exits 1.
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +44,9 @@
 
 #include "block/mem_device.h"
 #include "fs/domain.h"
+
+#include <sys/stat.h>
+#include <sys/xattr.h>
 
 namespace {
 
@@ -90,7 +91,8 @@ class Target {
 // A mounted directory, through system calls.
 class PosixTarget : public Target {
  public:
-  PosixTarget(std::string root, std::string remount_cmd) : root_(std::move(root)), remount_cmd_(std::move(remount_cmd)) {}
+  PosixTarget(std::string root, std::string remount_cmd)
+      : root_(std::move(root)), remount_cmd_(std::move(remount_cmd)) {}
   int Open(const std::string& p, int flags, mode_t mode, int* fd) override {
     *fd = open(Full(p).c_str(), flags, mode);
     return Err(*fd);
@@ -413,9 +415,9 @@ class DomainTarget : public Target {
 
   static fs::DomainOptions Options() {
     fs::DomainOptions o;
-    o.meta_groups = 2;                        // group 0 of each LUN
-    o.store.block_cache_bytes = 0;            // every table read reaches the LUNs
-    o.store.write_buffer_bytes = 256 << 10;   // flushes happen during the run
+    o.meta_groups = 2;                       // group 0 of each LUN
+    o.store.block_cache_bytes = 0;           // every table read reaches the LUNs
+    o.store.write_buffer_bytes = 256 << 10;  // flushes happen during the run
     o.metafs.log_compact_bytes = 1 << 20;
     return o;
   }
@@ -475,14 +477,29 @@ class DomainTarget : public Target {
     st->st_size = static_cast<off_t>(a.size);
     mode_t type = 0;
     switch (a.type) {
-      case fs::FileType::kRegular: type = S_IFREG; break;
-      case fs::FileType::kDirectory: type = S_IFDIR; break;
-      case fs::FileType::kSymlink: type = S_IFLNK; break;
-      case fs::FileType::kFifo: type = S_IFIFO; break;
-      case fs::FileType::kSocket: type = S_IFSOCK; break;
-      case fs::FileType::kCharDevice: type = S_IFCHR; break;
-      case fs::FileType::kBlockDevice: type = S_IFBLK; break;
-      case fs::FileType::kNone: break;
+      case fs::FileType::kRegular:
+        type = S_IFREG;
+        break;
+      case fs::FileType::kDirectory:
+        type = S_IFDIR;
+        break;
+      case fs::FileType::kSymlink:
+        type = S_IFLNK;
+        break;
+      case fs::FileType::kFifo:
+        type = S_IFIFO;
+        break;
+      case fs::FileType::kSocket:
+        type = S_IFSOCK;
+        break;
+      case fs::FileType::kCharDevice:
+        type = S_IFCHR;
+        break;
+      case fs::FileType::kBlockDevice:
+        type = S_IFBLK;
+        break;
+      case fs::FileType::kNone:
+        break;
     }
     st->st_mode = type | (a.mode & 07777);
   }
@@ -494,15 +511,15 @@ class DomainTarget : public Target {
   int next_fd_ = 3;
   std::thread::id main_;
   std::atomic<bool> armed_{false};
-  std::mt19937_64 fault_rng_;  // used on main_ only
-  int call_hits_ = 0;          // main_ only
-  uint64_t reads_failed_ = 0;  // main_ only
+  std::mt19937_64 fault_rng_;       // used on main_ only
+  int call_hits_ = 0;               // main_ only
+  uint64_t reads_failed_ = 0;       // main_ only
   uint64_t meta_reads_failed_ = 0;  // main_ only
 };
 
 struct Node {
   enum Kind { kFile, kDir, kLink } kind = kFile;
-  std::string data;    // file content, or symlink target
+  std::string data;  // file content, or symlink target
   mode_t mode = 0644;
   std::map<std::string, std::string> xattrs;
 };
@@ -514,7 +531,7 @@ struct Fail {
 
 class Fsx {
  public:
-  Fsx(Target* fs, uint64_t seed, size_t max_file) : fs_(fs), rng_(seed), seed_(seed), max_file_(max_file) {
+  Fsx(Target* fs, uint64_t seed, size_t max_file) : fs_(fs), rng_(seed), max_file_(max_file) {
     paths_[""] = std::make_shared<Node>();
     paths_[""]->kind = Node::kDir;
   }
@@ -522,21 +539,55 @@ class Fsx {
   void Step(uint64_t n) {
     step_ = n;
     switch (rng_() % 20) {
-      case 0: case 1: Create(); break;
-      case 2: Mkdir(); break;
-      case 3: case 4: case 5: Write(); break;
-      case 6: Truncate(); break;
-      case 7: case 8: Read(); break;
-      case 9: Rename(); break;
-      case 10: Link(); break;
-      case 11: Unlink(); break;
-      case 12: Rmdir(); break;
-      case 13: Symlink(); break;
-      case 14: Chmod(); break;
-      case 15: Xattr(); break;
-      case 16: Stat(); break;
-      case 17: OpenUnlinked(); break;
-      default: Write(); break;
+      case 0:
+      case 1:
+        Create();
+        break;
+      case 2:
+        Mkdir();
+        break;
+      case 3:
+      case 4:
+      case 5:
+        Write();
+        break;
+      case 6:
+        Truncate();
+        break;
+      case 7:
+      case 8:
+        Read();
+        break;
+      case 9:
+        Rename();
+        break;
+      case 10:
+        Link();
+        break;
+      case 11:
+        Unlink();
+        break;
+      case 12:
+        Rmdir();
+        break;
+      case 13:
+        Symlink();
+        break;
+      case 14:
+        Chmod();
+        break;
+      case 15:
+        Xattr();
+        break;
+      case 16:
+        Stat();
+        break;
+      case 17:
+        OpenUnlinked();
+        break;
+      default:
+        Write();
+        break;
     }
   }
 
@@ -545,12 +596,12 @@ class Fsx {
     std::set<std::string> seen;
     Walk("", &seen);
     for (const auto& [p, n] : paths_) {
-      if (!seen.count(p)) throw Fail{"'" + p + "' missing from the file system"};
+      if (!seen.contains(p)) throw Fail{"'" + p + "' missing from the file system"};
     }
   }
 
   uint64_t ops_ok = 0, ops_err = 0;
-  uint64_t ops_faulted = 0;     // failed with EIO over an injected read error
+  uint64_t ops_faulted = 0;        // failed with EIO over an injected read error
   uint64_t ops_through_fault = 0;  // succeeded, and were right, although a read failed
 
  private:
@@ -592,7 +643,7 @@ class Fsx {
                std::strerror(want_errno) + ")" + (faulted ? " (a device read failed during it)" : "")};
   }
 
-  bool Exists(const std::string& p) const { return paths_.count(p) != 0; }
+  bool Exists(const std::string& p) const { return paths_.contains(p); }
 
   void Create() {
     std::string p = NewName(Pick(Of(Node::kDir)));
@@ -809,7 +860,7 @@ class Fsx {
     NodeRef n = paths_[p];
     std::string name = "user.k" + std::to_string(rng_() % 4);
     if (rng_() % 3 == 0) {
-      if (Expect("removexattr", p, fs_->RemoveXattr(p, name), n->xattrs.count(name) ? 0 : ENODATA)) {
+      if (Expect("removexattr", p, fs_->RemoveXattr(p, name), n->xattrs.contains(name) ? 0 : ENODATA)) {
         n->xattrs.erase(name);
       }
     } else {
@@ -830,7 +881,8 @@ class Fsx {
     struct stat st;
     if (!Expect("lstat", p, fs_->Lstat(p, &st), 0)) return;
     const NodeRef& n = paths_[p];
-    const bool type_ok = (n->kind == Node::kFile && S_ISREG(st.st_mode)) || (n->kind == Node::kDir && S_ISDIR(st.st_mode)) ||
+    const bool type_ok = (n->kind == Node::kFile && S_ISREG(st.st_mode)) ||
+                         (n->kind == Node::kDir && S_ISDIR(st.st_mode)) ||
                          (n->kind == Node::kLink && S_ISLNK(st.st_mode));
     if (!type_ok) throw Fail{"'" + p + "' has the wrong type"};
     if (n->kind == Node::kLink) {
@@ -894,7 +946,6 @@ class Fsx {
 
   Target* fs_;
   std::mt19937_64 rng_;
-  uint64_t seed_;
   size_t max_file_;
   uint64_t step_ = 0;
   std::map<std::string, NodeRef> paths_;  // "" is the root
@@ -908,7 +959,8 @@ void Usage() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// An exception other than Fail is a bug of the exerciser: it aborts, with a core.
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   std::string dir, remount_cmd;
   bool mem = false;
   int read_faults = 0;
@@ -923,24 +975,34 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--dir") dir = next();
-    else if (a == "--mem") mem = true;
-    else if (a == "--read-faults") read_faults = std::atoi(next().c_str());
-    else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--ops") ops = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--remount-every") remount_every = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--remount-cmd") remount_cmd = next();
-    else if (a == "--check-every") check_every = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--max-file") max_file = std::strtoull(next().c_str(), nullptr, 10);
-    else {
+    if (a == "--dir") {
+      dir = next();
+    } else if (a == "--mem") {
+      mem = true;
+    } else if (a == "--read-faults") {
+      read_faults = std::atoi(next().c_str());
+    } else if (a == "--seed") {
+      seed = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (a == "--ops") {
+      ops = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (a == "--remount-every") {
+      remount_every = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (a == "--remount-cmd") {
+      remount_cmd = next();
+    } else if (a == "--check-every") {
+      check_every = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (a == "--max-file") {
+      max_file = std::strtoull(next().c_str(), nullptr, 10);
+    } else {
       Usage();
       return 2;
     }
   }
   if (mem == !dir.empty() || (!mem && remount_every && remount_cmd.empty()) || (!mem && read_faults) ||
       read_faults < 0 || read_faults > 100 || max_file == 0) {
-    std::fprintf(stderr, "nasgw-fsx: give --dir or --mem; --remount-every on a directory needs --remount-cmd; "
-                         "--read-faults (0-100) needs --mem\n");
+    std::fprintf(stderr,
+                 "nasgw-fsx: give --dir or --mem; --remount-every on a directory needs --remount-cmd; "
+                 "--read-faults (0-100) needs --mem\n");
     Usage();
     return 2;
   }
@@ -998,20 +1060,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nasgw-fsx: seed %llu: MISMATCH: %s\n", static_cast<unsigned long long>(seed), f.what.c_str());
     return 1;
   }
-  std::printf("nasgw-fsx: seed %llu: %llu operations (%llu ok, %llu expected errors), %llu remounts: model and file system agree\n",
-              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(ops),
-              static_cast<unsigned long long>(fsx.ops_ok), static_cast<unsigned long long>(fsx.ops_err),
-              static_cast<unsigned long long>(remounts));
+  std::printf(
+      "nasgw-fsx: seed %llu: %llu operations (%llu ok, %llu expected errors), %llu remounts: model and file system "
+      "agree\n",
+      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(ops),
+      static_cast<unsigned long long>(fsx.ops_ok), static_cast<unsigned long long>(fsx.ops_err),
+      static_cast<unsigned long long>(remounts));
   if (domain && read_faults) {
-    std::printf("nasgw-fsx: %llu steps with reads failing, %llu reads failed (%llu of metadata): %llu calls failed "
-                "with EIO and changed nothing, %llu succeeded correctly regardless\n",
-                static_cast<unsigned long long>(faulted_steps), static_cast<unsigned long long>(domain->reads_failed()),
-                static_cast<unsigned long long>(domain->meta_reads_failed()),
-                static_cast<unsigned long long>(fsx.ops_faulted), static_cast<unsigned long long>(fsx.ops_through_fault));
+    std::printf(
+        "nasgw-fsx: %llu steps with reads failing, %llu reads failed (%llu of metadata): %llu calls failed "
+        "with EIO and changed nothing, %llu succeeded correctly regardless\n",
+        static_cast<unsigned long long>(faulted_steps), static_cast<unsigned long long>(domain->reads_failed()),
+        static_cast<unsigned long long>(domain->meta_reads_failed()), static_cast<unsigned long long>(fsx.ops_faulted),
+        static_cast<unsigned long long>(fsx.ops_through_fault));
     if (domain->meta_reads_failed() == 0 || domain->reads_failed() == domain->meta_reads_failed() ||
         fsx.ops_faulted == 0) {
-      std::fprintf(stderr, "nasgw-fsx: injected read errors missed the metadata or the data, or every operation: "
-                           "the fault mode did not test what it is for\n");
+      std::fprintf(stderr,
+                   "nasgw-fsx: injected read errors missed the metadata or the data, or every operation: "
+                   "the fault mode did not test what it is for\n");
       return 1;
     }
   }

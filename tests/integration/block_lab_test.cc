@@ -85,7 +85,7 @@ class Streamer {
       in_flight_++;
     }
     IoVec v{buf->data(), buf->size()};
-    Status s = dev_.Write(lba, {&v, 1}, fua, [this, buf](Status st) {
+    Status s = dev_.Write(lba, {&v, 1}, fua, [this, buf](const Status& st) {
       std::lock_guard<std::mutex> lock(mu_);
       in_flight_--;
       done_++;
@@ -228,7 +228,7 @@ TEST(BlockLab, RandomVectoredIoWithQueueDepthReadsBackExact) {
       iov.push_back({buf->data() + off, len});
       off += len;
     }
-    Status s = dev->Write(lba, iov, false, [&, slot, buf](Status st) {
+    Status s = dev->Write(lba, iov, false, [&, slot, buf](const Status& st) {
       std::lock_guard<std::mutex> lock(mu);
       if (!st.ok()) errors++;
       busy[slot] = false;
@@ -250,11 +250,13 @@ TEST(BlockLab, RandomVectoredIoWithQueueDepthReadsBackExact) {
   for (size_t off = 0; off < got.size(); off += chunk) {
     IoVec v[2] = {{got.data() + off, 4096}, {got.data() + off + 4096, chunk - 4096}};
     pending++;
-    ASSERT_TRUE(dev->Read(off / bs, v, [&](Status st) {
-                     if (!st.ok()) read_errors++;
-                     pending--;
-                     pending.notify_all();
-                   }).ok());
+    ASSERT_TRUE(dev->Read(off / bs, v,
+                          [&](const Status& st) {
+                            if (!st.ok()) read_errors++;
+                            pending--;
+                            pending.notify_all();
+                          })
+                    .ok());
   }
   for (int p = pending.load(); p != 0; p = pending.load()) pending.wait(p);
   EXPECT_EQ(read_errors.load(), 0);
@@ -281,8 +283,8 @@ TEST(BlockLab, ChapRightAndWrong) {
   EXPECT_TRUE(WriteSync(*dev, 0, buf.data(), buf.size()).ok());
 
   const std::string portal = lab->Portal(), target = lab->Target();
-  for (const std::string& url : {"iscsi://nasgw%wrong-password@" + portal + "/" + target + "/1",
-                                 "iscsi://" + portal + "/" + target + "/1"}) {
+  for (const std::string& url :
+       {"iscsi://nasgw%wrong-password@" + portal + "/" + target + "/1", "iscsi://" + portal + "/" + target + "/1"}) {
     auto bad = IscsiDevice::Open(Opts({url}));
     ASSERT_FALSE(bad.ok()) << url;
     EXPECT_EQ(bad.status().code(), Code::kPermissionDenied) << bad.status().ToString();
@@ -300,7 +302,7 @@ TEST(BlockLab, BadAddressesFailFastWithClearErrors) {
     std::string url;
     Code code;
   } cases[] = {
-      {"iscsi://" + host + ":3999/" + target + "/1", Code::kUnavailable},      // nothing listening
+      {"iscsi://" + host + ":3999/" + target + "/1", Code::kUnavailable},  // nothing listening
       {"iscsi://" + portal + "/iqn.2026-11.org.nasgw.lab:nosuch/1", Code::kNotFound},
       {"iscsi://" + portal + "/" + target + "/9", Code::kNotFound},            // no such LUN
       {"iscsi://" + unused_host + ":3260/" + target + "/1", Code::kTimedOut},  // no host answers
@@ -332,7 +334,7 @@ TEST(BlockLab, TargetRestartDuringWriteStream) {
   o.path_timeout_ms = 2000;
   auto dev = OpenOrFail(o);
   ASSERT_TRUE(dev);
-  const uint32_t kBlocks = 16;  // 8 KiB writes
+  const uint32_t kBlocks = 16;    // 8 KiB writes
   const uint64_t kRegion = 4000;  // writes cycle over 4000 x 8 KiB with one pattern
   Streamer stream(*dev, 16);
   std::atomic<bool> chaos_done{false};
@@ -401,7 +403,7 @@ TEST(BlockLab, PreemptAndAbortFencesTheLoser) {
   late.Drain();
   EXPECT_EQ(late.errors(), 64u);
   EXPECT_EQ(late.first_error().code(), Code::kFenced) << late.first_error().ToString();
-  EXPECT_TRUE(Verify(*b, 0, 64 * 8, 1)) << "a fenced write landed";
+  EXPECT_TRUE(Verify(*b, 0, uint64_t{64} * 8, 1)) << "a fenced write landed";
   // B can write; A can still read (write-exclusive).
   Streamer sb(*b, 8);
   ASSERT_TRUE(sb.Write(0, 8, 3).ok());
@@ -485,7 +487,7 @@ TEST(BlockLab, UnmappedBlocksReadBackAsZeros) {
   ASSERT_TRUE(UnmapSync(*dev, 512, 1024).ok());  // the middle 512 KiB
   EXPECT_TRUE(Verify(*dev, 0, 512, 1));
   EXPECT_TRUE(Verify(*dev, 1536, 512, 1));
-  std::vector<uint8_t> mid(1024 * 512);
+  std::vector<uint8_t> mid(size_t{1024} * 512);
   ASSERT_TRUE(ReadSync(*dev, 512, mid.data(), mid.size()).ok());
   EXPECT_EQ(mid, std::vector<uint8_t>(mid.size(), 0));
   EXPECT_EQ(UnmapSync(*dev, dev->info().num_blocks - 1, 2).code(), Code::kOutOfRange);

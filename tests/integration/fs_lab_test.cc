@@ -1,7 +1,5 @@
 // The file system's domain API on real tgtd LUNs: online growth while a
 // write stream runs, and UNMAP giving freed space back to a thin array.
-#include <sys/stat.h>
-
 #include <atomic>
 #include <thread>
 
@@ -10,6 +8,8 @@
 #include "block/iscsi_device.h"
 #include "fs/domain.h"
 #include "tests/lab/lab.h"
+
+#include <sys/stat.h>
 
 namespace nasgw::fs {
 namespace {
@@ -43,6 +43,7 @@ Fixture Make(int luns_in_reserve) {
   if (!lab.ok()) return f;
   f.lab = std::move(lab.value());
   std::vector<Reserve::Device> devs;
+  devs.reserve(luns_in_reserve);
   for (int i = 0; i < luns_in_reserve; i++) devs.push_back(OpenLun(f.lab->Url(i)));
   ReserveOptions ro;
   ro.name = "lab";
@@ -98,7 +99,8 @@ TEST(FsLab, FreedSpaceIsUnmappedOnTheArray) {
   auto file = f.dom->Create(f.vol, kRootIno, "big", FileType::kRegular, 0644, 0, 0);
   ASSERT_TRUE(file.ok());
   std::string chunk(1 << 20, 'u');
-  for (int i = 0; i < 32; i++) ASSERT_TRUE(f.dom->Write(f.vol, file->ino, i * chunk.size(), chunk.data(), chunk.size()).ok());
+  for (int i = 0; i < 32; i++)
+    ASSERT_TRUE(f.dom->Write(f.vol, file->ino, i * chunk.size(), chunk.data(), chunk.size()).ok());
   const uint64_t full = AllocatedBytes(f.lab->LunFile(0));
   ASSERT_TRUE(f.dom->Unlink(f.vol, kRootIno, "big").ok());
   const uint64_t after = AllocatedBytes(f.lab->LunFile(0));

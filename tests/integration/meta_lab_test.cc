@@ -3,7 +3,6 @@
 // second process with another initiator name (the other controller) opens
 // the reserve from the SAN alone and finds every acknowledged batch, whole.
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,8 @@
 #include "fs/meta_store.h"
 #include "tests/lab/lab.h"
 
+#include <sys/wait.h>
+
 namespace nasgw::fs {
 namespace {
 
@@ -31,7 +32,9 @@ std::string Key(int i) {
   return b;
 }
 
-std::string Value(int batch) { return "batch-" + std::to_string(batch) + std::string(200, 'v'); }
+std::string Value(int batch) {
+  return "batch-" + std::to_string(batch) + std::string(200, 'v');
+}
 
 Result<std::vector<Reserve::Device>> OpenLuns(const std::vector<std::string>& urls, const std::string& node) {
   return block::OpenLuns(urls, "iqn.2026-11.org.nasgw:" + node);
@@ -86,7 +89,7 @@ TEST(MetaLab, AcknowledgedBatchesSurviveAKilledControllerAndOpenElsewhere) {
     auto r = Reserve::Format(*devs, ro);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     std::shared_ptr<Reserve> reserve = std::move(r.value());
-    ASSERT_EQ(reserve->capacity_bytes(), 3 * 15 * 16 * kMiB);  // (256 - 2) MiB holds 15 groups
+    ASSERT_EQ(reserve->capacity_bytes(), uint64_t{3} * 15 * 16 * kMiB);  // (256 - 2) MiB holds 15 groups
     std::vector<AgId> groups = {{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}, {2, 1}};
     ASSERT_TRUE(MetaFs::Create(reserve, 0, groups, FsOptions()).ok());
   }
@@ -104,6 +107,7 @@ TEST(MetaLab, AcknowledgedBatchesSurviveAKilledControllerAndOpenElsewhere) {
       std::vector<std::string> args = {"/proc/self/exe", "--child-writer", std::to_string(acked)};
       for (const auto& u : urls) args.push_back(u);
       std::vector<char*> argv;
+      argv.reserve(args.size());
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       execv("/proc/self/exe", argv.data());

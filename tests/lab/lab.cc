@@ -2,12 +2,13 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <thread>
+
+#include <sys/wait.h>
 
 #ifndef NASGW_SANLAB
 #error "NASGW_SANLAB must point at tests/lab/sanlab"
@@ -24,6 +25,7 @@ Result<std::string> RunTool(const std::vector<std::string>& argv) {
     dup2(out[1], 1);
     dup2(err[1], 2);
     std::vector<char*> args;
+    args.reserve(argv.size());
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     execvp(args[0], args.data());
@@ -55,9 +57,19 @@ std::atomic<int> lab_counter{0};
 Result<std::unique_ptr<Lab>> Lab::Start(const std::string& tag, const LabOptions& o) {
   std::unique_ptr<Lab> lab(new Lab);
   lab->name_ = tag.substr(0, 8) + std::to_string(getpid()) + "-" + std::to_string(lab_counter++);
-  std::vector<std::string> argv = {NASGW_SANLAB, "start",       lab->name_,  "--mode", o.mode,
-                                   "--luns",     std::to_string(o.luns), "--size", o.size,
-                                   "--portals",  std::to_string(o.portals), "--owner-pid", std::to_string(getpid())};
+  std::vector<std::string> argv = {NASGW_SANLAB,
+                                   "start",
+                                   lab->name_,
+                                   "--mode",
+                                   o.mode,
+                                   "--luns",
+                                   std::to_string(o.luns),
+                                   "--size",
+                                   o.size,
+                                   "--portals",
+                                   std::to_string(o.portals),
+                                   "--owner-pid",
+                                   std::to_string(getpid())};
   if (!o.chap.empty()) argv.insert(argv.end(), {"--chap", o.chap});
   if (!o.rate.empty()) argv.insert(argv.end(), {"--rate", o.rate});
   auto out = RunTool(argv);
@@ -76,19 +88,33 @@ Lab::~Lab() {
   if (!r.ok()) std::fprintf(stderr, "lab %s: stop failed: %s\n", name_.c_str(), r.status().ToString().c_str());
 }
 
-std::string Lab::Url(int lun, int portal) const { return state_["luns"][lun]["urls"][portal]; }
+std::string Lab::Url(int lun, int portal) const {
+  return state_["luns"][lun]["urls"][portal];
+}
 
 std::vector<std::string> Lab::Urls(int lun) const {
   return state_["luns"][lun]["urls"].get<std::vector<std::string>>();
 }
 
-std::string Lab::Target() const { return state_["target"]; }
-std::string Lab::Portal(int portal) const { return state_["portals"][portal]; }
-std::string Lab::HostNetns() const { return state_.value("ns_host", std::string()); }
-std::string Lab::LunFile(int lun) const { return state_["luns"][lun]["file"]; }
+std::string Lab::Target() const {
+  return state_["target"];
+}
+std::string Lab::Portal(int portal) const {
+  return state_["portals"][portal];
+}
+std::string Lab::HostNetns() const {
+  return state_.value("ns_host", std::string());
+}
+std::string Lab::LunFile(int lun) const {
+  return state_["luns"][lun]["file"];
+}
 
-Status Lab::Kill() { return RunTool({NASGW_SANLAB, "kill", name_}).status(); }
-Status Lab::Restart() { return RunTool({NASGW_SANLAB, "restart", name_}).status(); }
+Status Lab::Kill() {
+  return RunTool({NASGW_SANLAB, "kill", name_}).status();
+}
+Status Lab::Restart() {
+  return RunTool({NASGW_SANLAB, "restart", name_}).status();
+}
 Status Lab::Link(int fabric, bool up) {
   return RunTool({NASGW_SANLAB, "link", name_, std::to_string(fabric), up ? "up" : "down"}).status();
 }

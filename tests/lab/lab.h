@@ -18,9 +18,9 @@ struct LabOptions {
   std::string mode = "loopback";  // or "netns"
   int luns = 1;
   std::string size = "64M";
-  std::string chap;               // "user:password"
+  std::string chap;  // "user:password"
   int portals = 1;
-  std::string rate;               // tc tbf rate on the array links (netns)
+  std::string rate;  // tc tbf rate on the array links (netns)
 };
 
 class Lab {
@@ -38,12 +38,12 @@ class Lab {
   std::string HostNetns() const;  // empty in loopback mode
   std::string LunFile(int lun = 0) const;
 
-  Status Kill();                  // SIGKILL tgtd
-  Status Restart();               // start tgtd again, same config
+  Status Kill();     // SIGKILL tgtd
+  Status Restart();  // start tgtd again, same config
   Status Link(int fabric, bool up);
 
  private:
-  Lab() = default;
+  Lab() = default;  // NOLINT(bugprone-exception-escape): clang-tidy 14 takes nlohmann::json() to throw
   std::string name_;
   nlohmann::json state_;
 };
