@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   # build
   build-essential cmake ninja-build pkg-config ccache git
-  clang-format clang-tidy
+  clang-format clang-tidy  # make lint (run-clang-tidy comes with clang-tidy)
   # block layer; the metadata store (RocksDB)
   libiscsi-dev librocksdb-dev
   # tests
@@ -20,7 +20,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libtomlplusplus-dev openssl
   # handle MACs (HMAC-SHA256, fs/handle.cc)
   libssl-dev
-  # the head-protocol decoder's libFuzzer run
+  # the head-protocol decoder's libFuzzer run; the thread-safety build (make tsa)
   clang libclang-rt-14-dev
   # the NFS head: Debian's ganesha (runtime, FSAL_VFS for the benchmark's
   # peer), rpcbind for NFSv3, libnfs clients; the FSAL's compile needs the
