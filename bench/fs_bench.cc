@@ -25,7 +25,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -33,6 +32,7 @@
 
 #include "base/clock.h"
 #include "base/histogram.h"
+#include "base/mutex.h"
 #include "block/iscsi_device.h"
 #include "fs/domain.h"
 #include "fsal/client/nasgw_client.h"
@@ -272,7 +272,7 @@ int Run(Target& t, const Args& a) {
     std::fprintf(stderr, "nasgw-bench: prepare: %s\n", p.ToString().c_str());
     return 1;
   }
-  std::mutex mu;
+  Mutex mu;
   HistogramData reads, writes;
   std::atomic<bool> stop{false};
   Status error;
@@ -289,14 +289,14 @@ int Run(Target& t, const Args& a) {
         const uint64_t s = MonotonicNanos();
         Status st = rd ? t.ReadAt(off, buf.data(), buf.size()) : t.WriteAt(off, buf.data(), buf.size());
         if (!st.ok()) {
-          std::lock_guard<std::mutex> l(mu);
+          MutexLock l(mu);
           if (error.ok()) error = st;
           stop = true;
           break;
         }
         (rd ? r : w).Record(MonotonicNanos() - s);
       }
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(mu);
       reads.Merge(r);
       writes.Merge(w);
     });
