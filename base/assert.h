@@ -21,24 +21,22 @@ template <typename A, typename B>
 
 }  // namespace nasgw::internal
 
-#define NASGW_ASSERT(cond)                                                   \
-  do {                                                                       \
-    if (__builtin_expect(!(cond), 0))                                        \
-      ::nasgw::internal::AssertFail(__FILE__, __LINE__, #cond, std::string()); \
+#define NASGW_ASSERT(cond)                                                                                     \
+  do {                                                                                                         \
+    if (__builtin_expect(!(cond), 0)) ::nasgw::internal::AssertFail(__FILE__, __LINE__, #cond, std::string()); \
   } while (0)
 
-#define NASGW_ASSERT_MSG(cond, msg)                                          \
-  do {                                                                       \
-    if (__builtin_expect(!(cond), 0))                                        \
-      ::nasgw::internal::AssertFail(__FILE__, __LINE__, #cond, (msg));       \
+#define NASGW_ASSERT_MSG(cond, msg)                                                                    \
+  do {                                                                                                 \
+    if (__builtin_expect(!(cond), 0)) ::nasgw::internal::AssertFail(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)
 
-#define NASGW_ASSERT_OP_(a, op, b)                                                      \
-  do {                                                                                  \
-    const auto& _a = (a);                                                               \
-    const auto& _b = (b);                                                               \
-    if (__builtin_expect(!(_a op _b), 0))                                               \
-      ::nasgw::internal::AssertCmpFail(__FILE__, __LINE__, #a " " #op " " #b, _a, _b);  \
+#define NASGW_ASSERT_OP_(a, op, b)                                                     \
+  do {                                                                                 \
+    const auto& _a = (a);                                                              \
+    const auto& _b = (b);                                                              \
+    if (__builtin_expect(!(_a op _b), 0))                                              \
+      ::nasgw::internal::AssertCmpFail(__FILE__, __LINE__, #a " " #op " " #b, _a, _b); \
   } while (0)
 
 #define NASGW_ASSERT_EQ(a, b) NASGW_ASSERT_OP_(a, ==, b)

@@ -9,6 +9,8 @@ namespace nasgw {
 
 // Extends `crc` (0 to start) over data.
 uint32_t Crc32c(uint32_t crc, const void* data, size_t len);
-inline uint32_t Crc32c(const void* data, size_t len) { return Crc32c(0, data, len); }
+inline uint32_t Crc32c(const void* data, size_t len) {
+  return Crc32c(0, data, len);
+}
 
 }  // namespace nasgw

@@ -214,13 +214,13 @@ class CondVar {
   }
   // Until pred() holds or `timeout` passed; returns pred().
   template <class Rep, class Period, class Pred>
-  bool WaitFor(Mutex& mu, std::chrono::duration<Rep, Period> timeout, Pred pred) REQUIRES(mu)
-      NO_THREAD_SAFETY_ANALYSIS {
+  bool WaitFor(Mutex& mu, std::chrono::duration<Rep, Period> timeout, Pred pred)
+      REQUIRES(mu) NO_THREAD_SAFETY_ANALYSIS {
     return WaitUntil(mu, std::chrono::steady_clock::now() + timeout, std::move(pred));
   }
   template <class Clock, class Duration, class Pred>
-  bool WaitUntil(Mutex& mu, std::chrono::time_point<Clock, Duration> deadline, Pred pred) REQUIRES(mu)
-      NO_THREAD_SAFETY_ANALYSIS {
+  bool WaitUntil(Mutex& mu, std::chrono::time_point<Clock, Duration> deadline, Pred pred)
+      REQUIRES(mu) NO_THREAD_SAFETY_ANALYSIS {
     while (!pred()) {
       if (!WaitUntil(mu, deadline)) return pred();
     }

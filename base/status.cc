@@ -6,26 +6,46 @@ namespace nasgw {
 
 std::string_view CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "Ok";
-    case Code::kNotFound: return "NotFound";
-    case Code::kExists: return "Exists";
-    case Code::kNotDir: return "NotDir";
-    case Code::kIsDir: return "IsDir";
-    case Code::kNotEmpty: return "NotEmpty";
-    case Code::kNoSpace: return "NoSpace";
-    case Code::kIoError: return "IoError";
-    case Code::kCorruption: return "Corruption";
-    case Code::kFenced: return "Fenced";
-    case Code::kTimedOut: return "TimedOut";
-    case Code::kBusy: return "Busy";
-    case Code::kStale: return "Stale";
-    case Code::kInvalidArgument: return "InvalidArgument";
-    case Code::kPermissionDenied: return "PermissionDenied";
-    case Code::kNotSupported: return "NotSupported";
-    case Code::kOutOfRange: return "OutOfRange";
-    case Code::kMiscompare: return "Miscompare";
-    case Code::kUnavailable: return "Unavailable";
-    case Code::kFailedPrecondition: return "FailedPrecondition";
+    case Code::kOk:
+      return "Ok";
+    case Code::kNotFound:
+      return "NotFound";
+    case Code::kExists:
+      return "Exists";
+    case Code::kNotDir:
+      return "NotDir";
+    case Code::kIsDir:
+      return "IsDir";
+    case Code::kNotEmpty:
+      return "NotEmpty";
+    case Code::kNoSpace:
+      return "NoSpace";
+    case Code::kIoError:
+      return "IoError";
+    case Code::kCorruption:
+      return "Corruption";
+    case Code::kFenced:
+      return "Fenced";
+    case Code::kTimedOut:
+      return "TimedOut";
+    case Code::kBusy:
+      return "Busy";
+    case Code::kStale:
+      return "Stale";
+    case Code::kInvalidArgument:
+      return "InvalidArgument";
+    case Code::kPermissionDenied:
+      return "PermissionDenied";
+    case Code::kNotSupported:
+      return "NotSupported";
+    case Code::kOutOfRange:
+      return "OutOfRange";
+    case Code::kMiscompare:
+      return "Miscompare";
+    case Code::kUnavailable:
+      return "Unavailable";
+    case Code::kFailedPrecondition:
+      return "FailedPrecondition";
   }
   return "Unknown";
 }
@@ -46,7 +66,9 @@ Status& Status::operator=(const Status& other) {
   return *this;
 }
 
-std::string_view Status::message() const { return message_ ? *message_ : std::string_view(); }
+std::string_view Status::message() const {
+  return message_ ? *message_ : std::string_view();
+}
 
 std::string Status::ToString() const {
   if (ok()) return "Ok";
@@ -68,26 +90,46 @@ Status Status::WithContext(std::string_view context) const {
 
 int Status::ToErrno() const {
   switch (code_) {
-    case Code::kOk: return 0;
-    case Code::kNotFound: return ENOENT;
-    case Code::kExists: return EEXIST;
-    case Code::kNotDir: return ENOTDIR;
-    case Code::kIsDir: return EISDIR;
-    case Code::kNotEmpty: return ENOTEMPTY;
-    case Code::kNoSpace: return ENOSPC;
-    case Code::kIoError: return EIO;
-    case Code::kCorruption: return EUCLEAN;
-    case Code::kFenced: return EIO;  // callers must not retry: the node lost ownership
-    case Code::kTimedOut: return ETIMEDOUT;
-    case Code::kBusy: return EBUSY;
-    case Code::kStale: return ESTALE;
-    case Code::kInvalidArgument: return EINVAL;
-    case Code::kPermissionDenied: return EACCES;
-    case Code::kNotSupported: return EOPNOTSUPP;
-    case Code::kOutOfRange: return EFBIG;
-    case Code::kMiscompare: return EILSEQ;
-    case Code::kUnavailable: return EHOSTUNREACH;
-    case Code::kFailedPrecondition: return EPERM;
+    case Code::kOk:
+      return 0;
+    case Code::kNotFound:
+      return ENOENT;
+    case Code::kExists:
+      return EEXIST;
+    case Code::kNotDir:
+      return ENOTDIR;
+    case Code::kIsDir:
+      return EISDIR;
+    case Code::kNotEmpty:
+      return ENOTEMPTY;
+    case Code::kNoSpace:
+      return ENOSPC;
+    case Code::kIoError:
+      return EIO;
+    case Code::kCorruption:
+      return EUCLEAN;
+    case Code::kFenced:
+      return EIO;  // callers must not retry: the node lost ownership
+    case Code::kTimedOut:
+      return ETIMEDOUT;
+    case Code::kBusy:
+      return EBUSY;
+    case Code::kStale:
+      return ESTALE;
+    case Code::kInvalidArgument:
+      return EINVAL;
+    case Code::kPermissionDenied:
+      return EACCES;
+    case Code::kNotSupported:
+      return EOPNOTSUPP;
+    case Code::kOutOfRange:
+      return EFBIG;
+    case Code::kMiscompare:
+      return EILSEQ;
+    case Code::kUnavailable:
+      return EHOSTUNREACH;
+    case Code::kFailedPrecondition:
+      return EPERM;
   }
   return EIO;
 }

@@ -22,24 +22,24 @@ namespace nasgw {
 
 enum class Code : uint8_t {
   kOk = 0,
-  kNotFound,          // no such LUN, target, file, key
-  kExists,            // already exists
+  kNotFound,  // no such LUN, target, file, key
+  kExists,    // already exists
   kNotDir,
   kIsDir,
   kNotEmpty,
-  kNoSpace,           // out of space on the reserve
-  kIoError,           // the medium or the device failed the request
-  kCorruption,        // checksum or invariant failure in stored data
-  kFenced,            // another node owns this now (SCSI RESERVATION CONFLICT)
-  kTimedOut,          // a bounded wait ran out; the outcome may be unknown
-  kBusy,              // temporarily unable; retry later (queue full, target busy)
-  kStale,             // a handle to something that no longer exists
+  kNoSpace,     // out of space on the reserve
+  kIoError,     // the medium or the device failed the request
+  kCorruption,  // checksum or invariant failure in stored data
+  kFenced,      // another node owns this now (SCSI RESERVATION CONFLICT)
+  kTimedOut,    // a bounded wait ran out; the outcome may be unknown
+  kBusy,        // temporarily unable; retry later (queue full, target busy)
+  kStale,       // a handle to something that no longer exists
   kInvalidArgument,
   kPermissionDenied,  // includes a refused CHAP login
   kNotSupported,
-  kOutOfRange,        // an address beyond the end of a device or file
-  kMiscompare,        // COMPARE AND WRITE found other data: the test failed
-  kUnavailable,       // cannot reach it now (connection refused, path down)
+  kOutOfRange,          // an address beyond the end of a device or file
+  kMiscompare,          // COMPARE AND WRITE found other data: the test failed
+  kUnavailable,         // cannot reach it now (connection refused, path down)
   kFailedPrecondition,  // refused in the current state (e.g. format an online reserve without force)
 };
 
@@ -90,13 +90,15 @@ class [[nodiscard]] Status {
   std::unique_ptr<std::string> message_;
 };
 
-inline bool operator==(const Status& s, Code c) { return s.code() == c; }
+inline bool operator==(const Status& s, Code c) {
+  return s.code() == c;
+}
 
 // Result<T>: a T or a non-ok Status.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     NASGW_ASSERT(!status_.ok());
   }
@@ -128,8 +130,8 @@ class [[nodiscard]] Result {
 
 }  // namespace nasgw
 
-#define NASGW_RETURN_IF_ERROR(expr)      \
-  do {                                   \
-    ::nasgw::Status _st = (expr);        \
-    if (!_st.ok()) return _st;           \
+#define NASGW_RETURN_IF_ERROR(expr) \
+  do {                              \
+    ::nasgw::Status _st = (expr);   \
+    if (!_st.ok()) return _st;      \
   } while (0)

@@ -1,8 +1,8 @@
 #include "base/uuid.h"
 
-#include <sys/random.h>
-
 #include "base/assert.h"
+
+#include <sys/random.h>
 
 namespace nasgw {
 

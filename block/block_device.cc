@@ -10,14 +10,22 @@ namespace nasgw::block {
 
 const char* OpName(Op op) {
   switch (op) {
-    case Op::kRead: return "read";
-    case Op::kWrite: return "write";
-    case Op::kFlush: return "flush";
-    case Op::kUnmap: return "unmap";
-    case Op::kCompareAndWrite: return "compare-and-write";
-    case Op::kPrOut: return "persistent-reserve-out";
-    case Op::kPrReadKeys: return "persistent-reserve-in(read-keys)";
-    case Op::kPrReadReservation: return "persistent-reserve-in(read-reservation)";
+    case Op::kRead:
+      return "read";
+    case Op::kWrite:
+      return "write";
+    case Op::kFlush:
+      return "flush";
+    case Op::kUnmap:
+      return "unmap";
+    case Op::kCompareAndWrite:
+      return "compare-and-write";
+    case Op::kPrOut:
+      return "persistent-reserve-out";
+    case Op::kPrReadKeys:
+      return "persistent-reserve-in(read-keys)";
+    case Op::kPrReadReservation:
+      return "persistent-reserve-in(read-reservation)";
   }
   return "?";
 }
@@ -67,9 +75,9 @@ Status BlockDevice::Submit(IoRequest req) {
     case Op::kUnmap:
       NASGW_RETURN_IF_ERROR(CheckRange(in, req.lba, req.blocks, "unmap"));
       if (req.blocks > UINT32_MAX || (in.max_unmap_blocks != 0 && req.blocks > in.max_unmap_blocks)) {
-        return Status::InvalidArgument("unmap of " + std::to_string(req.blocks) + " blocks exceeds the device's limit of " +
-                                       std::to_string(in.max_unmap_blocks ? in.max_unmap_blocks : UINT32_MAX) +
-                                       "; split it");
+        return Status::InvalidArgument(
+            "unmap of " + std::to_string(req.blocks) + " blocks exceeds the device's limit of " +
+            std::to_string(in.max_unmap_blocks ? in.max_unmap_blocks : UINT32_MAX) + "; split it");
       }
       break;
     case Op::kCompareAndWrite:

@@ -19,7 +19,7 @@ struct IscsiUrl {
   std::string password;  // CHAP secret
   std::string host;      // without brackets
   uint16_t port = 3260;
-  std::string target;    // the target IQN
+  std::string target;  // the target IQN
   uint32_t lun = 0;
 
   // "host:port", or "[v6]:port": what libiscsi's connect takes.

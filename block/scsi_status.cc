@@ -24,45 +24,75 @@ namespace {
 
 const char* SenseKeyName(SenseKey k) {
   switch (k) {
-    case SenseKey::kNoSense: return "NO SENSE";
-    case SenseKey::kRecoveredError: return "RECOVERED ERROR";
-    case SenseKey::kNotReady: return "NOT READY";
-    case SenseKey::kMediumError: return "MEDIUM ERROR";
-    case SenseKey::kHardwareError: return "HARDWARE ERROR";
-    case SenseKey::kIllegalRequest: return "ILLEGAL REQUEST";
-    case SenseKey::kUnitAttention: return "UNIT ATTENTION";
-    case SenseKey::kDataProtect: return "DATA PROTECT";
-    case SenseKey::kBlankCheck: return "BLANK CHECK";
-    case SenseKey::kAbortedCommand: return "ABORTED COMMAND";
-    case SenseKey::kMiscompare: return "MISCOMPARE";
+    case SenseKey::kNoSense:
+      return "NO SENSE";
+    case SenseKey::kRecoveredError:
+      return "RECOVERED ERROR";
+    case SenseKey::kNotReady:
+      return "NOT READY";
+    case SenseKey::kMediumError:
+      return "MEDIUM ERROR";
+    case SenseKey::kHardwareError:
+      return "HARDWARE ERROR";
+    case SenseKey::kIllegalRequest:
+      return "ILLEGAL REQUEST";
+    case SenseKey::kUnitAttention:
+      return "UNIT ATTENTION";
+    case SenseKey::kDataProtect:
+      return "DATA PROTECT";
+    case SenseKey::kBlankCheck:
+      return "BLANK CHECK";
+    case SenseKey::kAbortedCommand:
+      return "ABORTED COMMAND";
+    case SenseKey::kMiscompare:
+      return "MISCOMPARE";
   }
   return "sense key";
 }
 
 const char* AscName(uint8_t asc, uint8_t ascq) {
   switch (asc) {
-    case 0x04: return ascq == 0x01 ? "logical unit is becoming ready" : "logical unit not ready";
-    case 0x0C: return "write error";
-    case 0x11: return "unrecovered read error";
-    case 0x1D: return "miscompare during verify";
-    case 0x20: return "invalid command operation code";
-    case 0x21: return "LBA out of range";
-    case 0x24: return "invalid field in CDB";
-    case 0x25: return "logical unit not supported";
-    case 0x26: return "invalid field in parameter list";
-    case 0x27: return "write protected";
-    case 0x29: return "power on, reset or bus device reset occurred";
+    case 0x04:
+      return ascq == 0x01 ? "logical unit is becoming ready" : "logical unit not ready";
+    case 0x0C:
+      return "write error";
+    case 0x11:
+      return "unrecovered read error";
+    case 0x1D:
+      return "miscompare during verify";
+    case 0x20:
+      return "invalid command operation code";
+    case 0x21:
+      return "LBA out of range";
+    case 0x24:
+      return "invalid field in CDB";
+    case 0x25:
+      return "logical unit not supported";
+    case 0x26:
+      return "invalid field in parameter list";
+    case 0x27:
+      return "write protected";
+    case 0x29:
+      return "power on, reset or bus device reset occurred";
     case 0x2A:
       switch (ascq) {
-        case 0x03: return "reservations preempted";
-        case 0x04: return "reservations released";
-        case 0x05: return "registrations preempted";
-        default: return "parameters changed";
+        case 0x03:
+          return "reservations preempted";
+        case 0x04:
+          return "reservations released";
+        case 0x05:
+          return "registrations preempted";
+        default:
+          return "parameters changed";
       }
-    case 0x2F: return "commands cleared by another initiator";
-    case 0x3A: return "medium not present";
-    case 0x3F: return "target operating conditions have changed";
-    default: return "";
+    case 0x2F:
+      return "commands cleared by another initiator";
+    case 0x3A:
+      return "medium not present";
+    case 0x3F:
+      return "target operating conditions have changed";
+    default:
+      return "";
   }
 }
 
@@ -71,15 +101,24 @@ const char* AscName(uint8_t asc, uint8_t ascq) {
 std::string DescribeScsi(const ScsiOutcome& o) {
   char buf[200];
   switch (o.status) {
-    case ScsiStatus::kGood: return "GOOD";
-    case ScsiStatus::kConditionMet: return "CONDITION MET";
-    case ScsiStatus::kBusy: return "BUSY";
-    case ScsiStatus::kReservationConflict: return "RESERVATION CONFLICT";
-    case ScsiStatus::kTaskSetFull: return "TASK SET FULL";
-    case ScsiStatus::kAcaActive: return "ACA ACTIVE";
-    case ScsiStatus::kTaskAborted: return "TASK ABORTED";
-    case ScsiStatus::kTransportLost: return "connection lost";
-    case ScsiStatus::kTransportError: return "initiator error";
+    case ScsiStatus::kGood:
+      return "GOOD";
+    case ScsiStatus::kConditionMet:
+      return "CONDITION MET";
+    case ScsiStatus::kBusy:
+      return "BUSY";
+    case ScsiStatus::kReservationConflict:
+      return "RESERVATION CONFLICT";
+    case ScsiStatus::kTaskSetFull:
+      return "TASK SET FULL";
+    case ScsiStatus::kAcaActive:
+      return "ACA ACTIVE";
+    case ScsiStatus::kTaskAborted:
+      return "TASK ABORTED";
+    case ScsiStatus::kTransportLost:
+      return "connection lost";
+    case ScsiStatus::kTransportError:
+      return "initiator error";
     case ScsiStatus::kCheckCondition:
       std::snprintf(buf, sizeof(buf), "CHECK CONDITION: %s, %s (asc 0x%02x ascq 0x%02x)", SenseKeyName(o.sense_key),
                     AscName(o.asc, o.ascq), o.asc, o.ascq);
@@ -111,9 +150,8 @@ Classification ClassifyScsi(const ScsiOutcome& o, Op op) {
       return IsIdempotent(op) ? retry(Disposition::kRetryNow) : done(Code::kUnavailable);
     case ScsiStatus::kTransportLost:
       if (IsIdempotent(op)) return {Disposition::kRetryPath, Status::Unavailable(what)};
-      return {Disposition::kDone,
-              Status::Unavailable(std::string("connection lost while ") + OpName(op) +
-                                  " was in flight: outcome unknown, read the state back")};
+      return {Disposition::kDone, Status::Unavailable(std::string("connection lost while ") + OpName(op) +
+                                                      " was in flight: outcome unknown, read the state back")};
     case ScsiStatus::kTransportError:
       return done(Code::kIoError);
     case ScsiStatus::kCheckCondition:
@@ -145,10 +183,14 @@ Classification ClassifyScsi(const ScsiOutcome& o, Op op) {
       return done(Code::kMiscompare);
     case SenseKey::kIllegalRequest:
       switch (o.asc) {
-        case 0x21: return done(Code::kOutOfRange);
-        case 0x25: return done(Code::kNotFound);
-        case 0x20: return done(Code::kNotSupported);
-        default: return done(Code::kInvalidArgument);
+        case 0x21:
+          return done(Code::kOutOfRange);
+        case 0x25:
+          return done(Code::kNotFound);
+        case 0x20:
+          return done(Code::kNotSupported);
+        default:
+          return done(Code::kInvalidArgument);
       }
   }
   return done(Code::kIoError);

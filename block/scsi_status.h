@@ -22,8 +22,8 @@ enum class ScsiStatus : uint32_t {
   kTaskSetFull = 0x28,
   kAcaActive = 0x30,
   kTaskAborted = 0x40,
-  kTransportLost = 0x1000,  // the connection carrying it went away
-  kTransportError = 0x1001, // the initiator library could not build or send it
+  kTransportLost = 0x1000,   // the connection carrying it went away
+  kTransportError = 0x1001,  // the initiator library could not build or send it
 };
 
 enum class SenseKey : uint8_t {

@@ -49,8 +49,7 @@ TEST(ScsiStatus, TransientConditionsRetry) {
   EXPECT_EQ(ClassifyScsi(Check(SenseKey::kUnitAttention, 0x29), Op::kWrite).disposition, Disposition::kRetryNow);
   EXPECT_EQ(ClassifyScsi(Check(SenseKey::kUnitAttention, 0x2A, 0x03), Op::kCompareAndWrite).disposition,
             Disposition::kRetryNow);
-  EXPECT_EQ(ClassifyScsi(Check(SenseKey::kNotReady, 0x04, 0x01), Op::kRead).disposition,
-            Disposition::kRetryBackoff);
+  EXPECT_EQ(ClassifyScsi(Check(SenseKey::kNotReady, 0x04, 0x01), Op::kRead).disposition, Disposition::kRetryBackoff);
   EXPECT_EQ(ClassifyScsi({ScsiStatus::kBusy}, Op::kRead).disposition, Disposition::kRetryBackoff);
   EXPECT_EQ(ClassifyScsi({ScsiStatus::kTaskSetFull}, Op::kWrite).disposition, Disposition::kRetryBackoff);
 }

@@ -34,8 +34,7 @@ struct Fail {
 // the error, so each op reads as a straight line of checks.
 class Exec {
  public:
-  Exec(fs::Domain& d, LockTable& locks, DirParents& parents, HeadSession& s, const proto::Request& r,
-       HeadOutcome& out)
+  Exec(fs::Domain& d, LockTable& locks, DirParents& parents, HeadSession& s, const proto::Request& r, HeadOutcome& out)
       : d_(d), locks_(locks), parents_(parents), s_(s), r_(r), out_(out) {
     out_.volume = r.h.volume;
   }
@@ -91,8 +90,8 @@ class Exec {
     a = *got;
     if (h.scope != fs::kRootIno && a.type == fs::FileType::kDirectory && a.ino != h.scope) {
       auto in = parents_.Within(d_, h.volume, a.ino, h.scope);
-      if (!in.ok()) return Error(in.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(in.status()),
-                                 in.status().ToString());
+      if (!in.ok())
+        return Error(in.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(in.status()), in.status().ToString());
       if (!*in) return Error(ESTALE, "directory " + std::to_string(a.ino) + " is outside the export's directory");
     }
     return true;
@@ -154,8 +153,9 @@ bool Exec::Run() {
       return Mount();
     case Op::kStatfs: {
       auto root = d_.GetAttr(vol, fs::kRootIno);  // the volume exists
-      if (!root.ok()) return Error(root.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(root.status()),
-                                   root.status().ToString());
+      if (!root.ok())
+        return Error(root.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(root.status()),
+                     root.status().ToString());
       out_.reply.statfs = d_.Statfs();
       return true;
     }

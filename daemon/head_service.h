@@ -53,7 +53,7 @@ struct HeadSession {
   const uint64_t serial;
   Mutex mu;
   std::map<std::pair<uint32_t, uint64_t>, std::set<uint64_t>> opens GUARDED_BY(mu);  // file -> open ids
-  std::atomic<bool> ended{false};                                     // set under mu by EndSession
+  std::atomic<bool> ended{false};                                                    // set under mu by EndSession
 };
 
 // The parent of each directory, cached for the scope check. A directory

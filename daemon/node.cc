@@ -1,7 +1,6 @@
 #include "daemon/node.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +17,7 @@
 #include "block/iscsi_url.h"
 #include "daemon/nfs_exports.h"
 
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #ifndef NASGW_VERSION
@@ -455,8 +455,8 @@ nasgw::Status Node::TakeoverReserve(bool force) {
   const uint64_t now = MonotonicNanos();
   if (!force && !watch_.Expired(now)) {
     return nasgw::Status::FailedPrecondition(
-        "the reserve is owned by " + owner_text_ + "; it last renewed " +
-        std::to_string(watch_.SilentMs(now)) + " ms ago, within its lease: wait for the lease to run out, or "
+        "the reserve is owned by " + owner_text_ + "; it last renewed " + std::to_string(watch_.SilentMs(now)) +
+        " ms ago, within its lease: wait for the lease to run out, or "
         "--force to preempt a node that may still be running (it is fenced off the LUNs)");
   }
   NASGW_LOG(kWarn, "node") << "taking over the reserve" << Kv("force", force) << Kv("from", owner_text_);
@@ -621,9 +621,9 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
   } else {
     reserve = std::move(r.value());
     for (uint32_t i = 0; i < reserve->lun_count(); i++) gated.push_back(reserve->lun(i));
-    auto own = fs::Ownership::Acquire(gated, gate, reserve->uuid(), 0, identity_, ownership_options_,
-                                      fs::AcquireMode::kNormal,
-                                      [this](const nasgw::Status& why) { OnOwnershipLost(why); });
+    auto own =
+        fs::Ownership::Acquire(gated, gate, reserve->uuid(), 0, identity_, ownership_options_, fs::AcquireMode::kNormal,
+                               [this](const nasgw::Status& why) { OnOwnershipLost(why); });
     if (own.ok()) owner = std::move(own.value());
     auto d = own.ok() ? fs::Domain::Create(reserve, 0, domain_options_)
                       : Result<std::unique_ptr<fs::Domain>>(own.status().WithContext("take ownership"));

@@ -94,8 +94,8 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
             r.owned_here ? 1 : 0);
     s.Counter("nasgw_reserve_lease_renewals_total", "Lease renewals of the reserve's owner record by this node.", {},
               r.renewals);
-    s.Counter("nasgw_reserve_fenced_total", "Times this node lost the reserve (preempted, taken over, lease lost).",
-              {}, r.fenced_total);
+    s.Counter("nasgw_reserve_fenced_total", "Times this node lost the reserve (preempted, taken over, lease lost).", {},
+              r.fenced_total);
     s.Gauge("nasgw_reserve_holder_silent_seconds",
             "Standby or fenced: seconds since the holder last renewed its lease, on this node's clock.", {},
             static_cast<double>(r.holder_silent_ms) / 1e3);

@@ -89,8 +89,8 @@ Result<std::vector<Extent>> Allocator::AllocateLocked(uint64_t bytes) {
     const uint32_t lun = luns[(first + k) % luns.size()];
     // Whole in one group of this LUN if any can hold it; else in pieces.
     for (bool fragments : {false, true}) {
-      for (auto it = groups_.lower_bound(AgId{lun, 0});
-           it != groups_.end() && it->first.lun == lun && got < want; ++it) {
+      for (auto it = groups_.lower_bound(AgId{lun, 0}); it != groups_.end() && it->first.lun == lun && got < want;
+           ++it) {
         if (TakeFromGroup(it->first, it->second, want, &out, &got, fragments)) break;
       }
     }
@@ -122,8 +122,8 @@ Status Allocator::Reserve(uint64_t bytes) {
   MutexLock lock(mu_);
   const uint64_t want = RoundUp(bytes);
   if (want > free_ - reserved_) {
-    return Status::NoSpace("cannot reserve " + std::to_string(want) + " bytes, " +
-                           std::to_string(free_ - reserved_) + " available");
+    return Status::NoSpace("cannot reserve " + std::to_string(want) + " bytes, " + std::to_string(free_ - reserved_) +
+                           " available");
   }
   reserved_ += want;
   return Status();

@@ -1,15 +1,15 @@
 #include "fs/handle.h"
 
+#include <cerrno>
+#include <cstring>
+
+#include "base/assert.h"
+
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
 #include <sys/random.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include "base/assert.h"
 
 namespace nasgw::fs {
 
@@ -53,7 +53,8 @@ Result<HandleKey> HandleKey::FromSecret(std::string_view secret) {
   EVP_MAC_free(mac);  // the context holds its own reference
   if (ctx == nullptr) return Status(Code::kNoSpace, "EVP_MAC_CTX_new");
   char digest[] = "SHA256";
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                         OSSL_PARAM_construct_end()};
   if (EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), params) != 1) {
     EVP_MAC_CTX_free(ctx);
     return Status(Code::kNotSupported, "HMAC-SHA256 init failed");

@@ -168,8 +168,8 @@ TEST_F(DomainHandleTest, GenerationsAreRandomAndStable) {
   std::set<uint64_t> gens{root.gen};
   std::vector<Attr> made;
   for (int i = 0; i < 50; i++) {
-    auto a = d->Create(v.id, kRootIno, "f" + std::to_string(i), i % 5 ? FileType::kRegular : FileType::kDirectory,
-                       0644, 0, 0);
+    auto a = d->Create(v.id, kRootIno, "f" + std::to_string(i), i % 5 ? FileType::kRegular : FileType::kDirectory, 0644,
+                       0, 0);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     EXPECT_NE(a->gen, 0u);
     EXPECT_TRUE(gens.insert(a->gen).second) << "generation repeated";

@@ -55,7 +55,7 @@ struct LunLabel {
   uint32_t block_size = 0;
   uint64_t ag_bytes = 0;
   uint64_t created_ns = 0;
-  std::string designator;    // the LUN's SCSI identity when labelled
+  std::string designator;  // the LUN's SCSI identity when labelled
   std::string reserve_name;
   std::vector<LunMember> members;  // sorted by index; includes this LUN
 
@@ -70,7 +70,11 @@ std::vector<uint8_t> EncodeLabel(const LunLabel& label);
 // NotSupported for a newer format version.
 Result<LunLabel> DecodeLabel(std::span<const uint8_t> bytes);
 
-inline uint64_t PrimaryLabelOffset() { return 0; }
-inline uint64_t BackupLabelOffset(uint64_t lun_size_bytes) { return lun_size_bytes - kLabelBytes; }
+inline uint64_t PrimaryLabelOffset() {
+  return 0;
+}
+inline uint64_t BackupLabelOffset(uint64_t lun_size_bytes) {
+  return lun_size_bytes - kLabelBytes;
+}
 
 }  // namespace nasgw::fs

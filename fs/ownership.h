@@ -177,9 +177,9 @@ class Ownership {
 
   // `luns` in reserve index order (LUN 0 first), all GatedDevices of `gate`.
   static Result<std::unique_ptr<Ownership>> Acquire(std::vector<std::shared_ptr<block::BlockDevice>> luns,
-                                                   std::shared_ptr<block::WriteGate> gate, const Uuid& reserve_uuid,
-                                                   uint32_t domain, const NodeIdentity& me,
-                                                   const OwnershipOptions& options, AcquireMode mode, LostFn on_lost);
+                                                    std::shared_ptr<block::WriteGate> gate, const Uuid& reserve_uuid,
+                                                    uint32_t domain, const NodeIdentity& me,
+                                                    const OwnershipOptions& options, AcquireMode mode, LostFn on_lost);
   // Stops renewing without releasing (a crash, as far as others can tell).
   ~Ownership();
 

@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
       return Fail("reserve '" + name + "' is owned by " + view->Describe(WallNanos()) +
                   ", which is running: stop it first (a check of a live reserve reads changing metadata)");
     }
-    std::fprintf(stderr, "nasgw-fsck: reserve '%s' was not released by %s; it did not renew for %.1f s\n",
-                 name.c_str(), view->Describe(WallNanos()).c_str(), static_cast<double>(window) / 1e3);
+    std::fprintf(stderr, "nasgw-fsck: reserve '%s' was not released by %s; it did not renew for %.1f s\n", name.c_str(),
+                 view->Describe(WallNanos()).c_str(), static_cast<double>(window) / 1e3);
   } else if (view->reservation.reserved) {
     std::fprintf(stderr, "nasgw-fsck: reserve '%s': %s\n", name.c_str(), view->Describe(WallNanos()).c_str());
   }
@@ -143,8 +143,7 @@ int main(int argc, char** argv) {
     std::vector<std::shared_ptr<block::BlockDevice>> rw_ordered;
     for (uint32_t i = 0; i < (*ro)->lun_count(); i++) {
       for (const auto& d : rw_luns) {
-        if (static_cast<block::GatedDevice&>(*d).inner() ==
-            static_cast<block::GatedDevice&>(*(*ro)->lun(i)).inner()) {
+        if (static_cast<block::GatedDevice&>(*d).inner() == static_cast<block::GatedDevice&>(*(*ro)->lun(i)).inner()) {
           rw_ordered.push_back(d);
         }
       }
