@@ -153,9 +153,10 @@ bool Exec::Run() {
       return Mount();
     case Op::kStatfs: {
       auto root = d_.GetAttr(vol, fs::kRootIno);  // the volume exists
-      if (!root.ok())
+      if (!root.ok()) {
         return Error(root.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(root.status()),
                      root.status().ToString());
+      }
       out_.reply.statfs = d_.Statfs();
       return true;
     }
