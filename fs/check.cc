@@ -1,0 +1,205 @@
+// fsck of a domain (Domain::Check, fs/domain.h).
+#include <map>
+
+#include "fs/domain_impl.h"
+
+namespace nasgw::fs {
+
+using namespace keys;  // fs/keys.h: the keys and values of the metadata
+
+Result<std::vector<std::string>> Domain::Check() {
+  WriterLock lock(impl_->mu);
+  std::vector<std::string> problems;
+  auto add = [&](std::string p) {
+    if (problems.size() < 1000) problems.push_back(std::move(p));
+  };
+  MetaStore& st = *impl_->store;
+  // Extents: inside the data groups, no block owned twice.
+  Allocator fresh(impl_->reserve->ag_bytes(), kDataBlock);
+  for (const auto& [first, n] : impl_->rec.data_groups) {
+    for (uint32_t g = 0; g < n; g++) {
+      NASGW_RETURN_IF_ERROR(
+          fresh.AddGroup({first.lun, first.index + g}, Reserve::AgOffset(impl_->reserve->ag_bytes(), first.index + g)));
+    }
+  }
+  uint64_t used = 0;
+  NASGW_RETURN_IF_ERROR(st.Scan("E", "F", [&](std::string_view k, std::string_view v) {
+    auto m = DecodeRecordMap(v);
+    if (!m.ok()) {
+      add("extent record " + std::to_string(GetBE64(k, 5)) + ": " + m.status().ToString());
+      return true;
+    }
+    for (const Extent& e : m->extents) {
+      Status s = fresh.MarkUsed(e);
+      if (!s.ok()) add("inode " + std::to_string(GetBE64(k, 5)) + ": " + s.ToString());
+      used += e.length;
+    }
+    return true;
+  }));
+  if (impl_->space->total_bytes() - impl_->space->free_bytes() != used) {
+    add("free space count is off: the allocator has " +
+        std::to_string(impl_->space->total_bytes() - impl_->space->free_bytes()) + " bytes in use, the extent maps " +
+        std::to_string(used));
+  }
+  // Per volume: inodes, names, links.
+  std::vector<uint32_t> vols;
+  NASGW_RETURN_IF_ERROR(st.Scan("V", "W", [&](std::string_view k, std::string_view) {
+    vols.push_back(static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1, 4)), 0)));
+    return true;
+  }));
+  // A read that fails is the check's error, never a problem it reports (or
+  // a problem it misses).
+  for (uint32_t vol : vols) {
+    auto v = impl_->LoadVolume(vol);
+    if (!v.ok()) {
+      if (v.status().code() != Code::kCorruption) return v.status();
+      add("volume " + std::to_string(vol) + ": " + v.status().ToString());
+      continue;
+    }
+    const std::string where = "volume '" + v->name + "': ";
+    std::map<uint64_t, Inode> inodes;
+    std::string ip = Prefix('I', vol);
+    NASGW_RETURN_IF_ERROR(st.Scan(ip, PrefixEnd(ip), [&](std::string_view k, std::string_view val) {
+      const uint64_t ino = GetBE64(k, 5);
+      auto in = DecodeInode(ino, val);
+      if (!in.ok()) {
+        add(where + in.status().ToString());
+      } else {
+        inodes[ino] = *in;
+        if (ino >= v->next_ino) add(where + "inode " + std::to_string(ino) + " is beyond the next inode number");
+      }
+      return true;
+    }));
+    std::map<uint64_t, uint32_t> names, subdirs;
+    std::string dp = Prefix('D', vol);
+    Status failed;
+    NASGW_RETURN_IF_ERROR(st.Scan(dp, PrefixEnd(dp), [&](std::string_view k, std::string_view val) {
+      const uint64_t dir = GetBE64(k, 5);
+      const std::string name(k.substr(13));
+      auto e = DecodeDirent(val);
+      const std::string at = where + "entry '" + name + "' in directory " + std::to_string(dir);
+      if (!e.ok()) {
+        add(at + ": " + e.status().ToString());
+        return true;
+      }
+      auto d = inodes.find(dir);
+      if (d == inodes.end() || d->second.a.type != FileType::kDirectory) add(at + ": the directory does not exist");
+      auto in = inodes.find(e->ino);
+      if (in == inodes.end()) {
+        add(at + ": names missing inode " + std::to_string(e->ino));
+        return true;
+      }
+      if (in->second.a.type != e->type) add(at + ": type differs from its inode");
+      names[e->ino]++;
+      if (e->type == FileType::kDirectory) {
+        subdirs[dir]++;
+        if (in->second.parent != dir)
+          add(at + ": the directory's parent pointer is " + std::to_string(in->second.parent));
+      }
+      auto c = st.Get(CookieKey(vol, dir, e->cookie));
+      if (!c.ok() && c.status().code() != Code::kNotFound) {
+        failed = c.status();
+        return false;
+      }
+      if (!c.ok() || *c != name) add(at + ": missing from the readdir index");
+      auto folded = impl_->Has(FoldKey(vol, dir, name));
+      if (!folded.ok()) {
+        failed = folded.status();
+        return false;
+      }
+      if (!*folded) add(at + ": missing from the case-insensitive index");
+      return true;
+    }));
+    NASGW_RETURN_IF_ERROR(failed);
+    uint64_t cookies = 0, entries = 0;
+    for (const auto& [ino, n] : names) entries += n;
+    std::string cp = Prefix('C', vol);
+    NASGW_RETURN_IF_ERROR(st.Scan(cp, PrefixEnd(cp), [&](std::string_view, std::string_view) {
+      cookies++;
+      return true;
+    }));
+    if (cookies != entries) {
+      add(where + "readdir index has " + std::to_string(cookies) + " entries for " + std::to_string(entries) +
+          " names");
+    }
+    uint64_t folded = 0;
+    std::string fp = Prefix('F', vol);
+    NASGW_RETURN_IF_ERROR(st.Scan(fp, PrefixEnd(fp), [&](std::string_view, std::string_view) {
+      folded++;
+      return true;
+    }));
+    if (folded != entries) {
+      add(where + "case-insensitive index has " + std::to_string(folded) + " entries for " + std::to_string(entries) +
+          " names");
+    }
+    for (const auto& [ino, in] : inodes) {
+      auto is_orphan = impl_->Has(OrphanKey(vol, ino));
+      if (!is_orphan.ok()) return is_orphan.status();
+      const bool orphan = *is_orphan;
+      uint64_t want = in.a.type == FileType::kDirectory ? 2 + subdirs[ino] : names[ino];
+      if (ino != kRootIno && names[ino] == 0 && !orphan) add(where + "inode " + std::to_string(ino) + " has no name");
+      if (!orphan && in.a.nlink != want) {
+        add(where + "inode " + std::to_string(ino) + " link count " + std::to_string(in.a.nlink) + ", should be " +
+            std::to_string(want));
+      }
+      if (in.a.type == FileType::kRegular) {
+        auto recs = impl_->LoadRecords(vol, ino);
+        if (!recs.ok()) {
+          if (recs.status().code() != Code::kCorruption) return recs.status();
+          continue;  // the extent scan above reported the record
+        }
+        for (const auto& [r, m] : *recs) {
+          if (r * v->record_bytes >= in.a.size) {
+            add(where + "inode " + std::to_string(ino) + " has data past its end (record " + std::to_string(r) + ")");
+          }
+        }
+      }
+    }
+    if (v->files != inodes.size()) {
+      add(where + "file count " + std::to_string(v->files) + ", inodes " + std::to_string(inodes.size()));
+    }
+  }
+  // NFS exports: each decodes, names a volume, sits below the id counter,
+  // and the pseudo-path index and the records name each other.
+  auto next = impl_->NextExportId();
+  if (!next.ok()) {
+    if (next.status().code() != Code::kCorruption) return next.status();
+    add("export id counter: " + next.status().ToString());
+  }
+  std::map<std::string, uint32_t> pseudos;
+  Status failed;
+  NASGW_RETURN_IF_ERROR(impl_->ScanExports([&](Result<ExportRec> r) {
+    if (!r.ok()) {
+      add(r.status().ToString());
+      return true;
+    }
+    const std::string at = "export " + std::to_string(r->e.id) + ": ";
+    auto named = impl_->Has(VolKey(r->vol));
+    if (!named.ok()) {
+      failed = named.status();
+      return false;
+    }
+    if (!*named) add(at + "names volume " + std::to_string(r->vol) + ", which does not exist");
+    if (next.ok() && r->e.id >= *next) add(at + "is not below the id counter " + std::to_string(*next));
+    if (!pseudos.emplace(r->e.pseudo, r->e.id).second) add(at + "pseudo path '" + r->e.pseudo + "' is used twice");
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(failed);
+  uint64_t indexed = 0;
+  NASGW_RETURN_IF_ERROR(st.Scan("Q", "R", [&](std::string_view k, std::string_view v) {
+    indexed++;
+    const std::string pseudo(k.substr(1));
+    auto it = pseudos.find(pseudo);
+    if (v.size() != 4 || it == pseudos.end() || it->second != GetBE32(v, 0)) {
+      add("pseudo path index: '" + pseudo + "' does not match an export");
+    }
+    return true;
+  }));
+  if (indexed != pseudos.size()) {
+    add("pseudo path index has " + std::to_string(indexed) + " entries for " + std::to_string(pseudos.size()) +
+        " exports");
+  }
+  return problems;
+}
+
+}  // namespace nasgw::fs

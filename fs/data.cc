@@ -1,0 +1,225 @@
+// A domain's file data: redirect-on-write records (fs/domain.h, "data").
+#include <algorithm>
+#include <cstring>
+
+#include "block/block_device.h"
+#include "fs/domain_impl.h"
+
+namespace nasgw::fs {
+
+using namespace keys;  // fs/keys.h: the keys and values of the metadata
+
+Status Domain::Impl::ReadExtents(const std::vector<Extent>& extents, uint64_t at, uint8_t* out, size_t n) {
+  // Reads [at, at+n) of the concatenation of extents; at, n block aligned.
+  uint64_t base = 0;
+  size_t done = 0;
+  for (const Extent& e : extents) {
+    if (done == n) break;
+    const uint64_t pos = at + done;
+    if (pos >= base + e.length) {
+      base += e.length;
+      continue;
+    }
+    const uint64_t in = pos - base;
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(n - done, e.length - in));
+    auto dev = reserve->lun(e.lun);
+    NASGW_RETURN_IF_ERROR(block::ReadSync(*dev, (e.offset + in) / dev->info().block_size, out + done, k));
+    done += k;
+    base += e.length;
+  }
+  if (done < n) std::memset(out + done, 0, n - done);
+  return Status();
+}
+
+Status Domain::Impl::WriteExtents(const std::vector<Extent>& extents, const uint8_t* data) {
+  size_t done = 0;
+  for (const Extent& e : extents) {
+    auto dev = reserve->lun(e.lun);
+    NASGW_RETURN_IF_ERROR(
+        block::WriteSync(*dev, e.offset / dev->info().block_size, data + done, e.length, /*fua=*/true));
+    done += e.length;
+  }
+  return Status();
+}
+
+Status Domain::Impl::RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
+                                    uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) {
+  const uint64_t rs = v.record_bytes;
+  auto loaded = LoadRecords(vol, in.a.ino, first, last);
+  if (!loaded.ok()) return loaded.status();
+  const auto& old = *loaded;
+  uint64_t need = 0;
+  for (uint64_t r = first; r <= last; r++) {
+    const uint64_t start = r * rs;
+    if (start >= new_size) break;
+    need += (std::min(rs, new_size - start) + kDataBlock - 1) / kDataBlock * kDataBlock;
+  }
+  NASGW_RETURN_IF_ERROR(data_reserve(need));
+  // Whatever the reservation does not turn into extents goes back, on
+  // every way out of here.
+  uint64_t taken = 0;
+  struct Release {
+    Allocator& a;
+    uint64_t need;
+    uint64_t& taken;
+    ~Release() {
+      if (need > taken) a.Unreserve(need - taken);
+    }
+  } release{*space, need, taken};
+  std::vector<uint8_t> buf(rs);
+  for (uint64_t r = first; r <= last; r++) {
+    const uint64_t start = r * rs;
+    if (start >= new_size) break;
+    const uint64_t valid = std::min(rs, new_size - start);
+    const uint64_t len = (valid + kDataBlock - 1) / kDataBlock * kDataBlock;
+    std::fill(buf.begin(), buf.end(), 0);
+    auto it = old.find(r);
+    if (it != old.end()) {
+      // Old content, up to the old size (a hole or past-EOF reads as zeros).
+      const uint64_t old_valid = in.a.size > start ? std::min(rs, in.a.size - start) : 0;
+      const uint64_t have =
+          std::min<uint64_t>(it->second.bytes(), (old_valid + kDataBlock - 1) / kDataBlock * kDataBlock);
+      NASGW_RETURN_IF_ERROR(ReadExtents(it->second.extents, 0, buf.data(), static_cast<size_t>(have)));
+      if (old_valid < rs) std::memset(buf.data() + old_valid, 0, rs - old_valid);
+    }
+    if (valid < rs) std::memset(buf.data() + valid, 0, rs - valid);
+    // The new bytes that fall into this record.
+    if (n > 0 && off < start + rs && off + n > start) {
+      const uint64_t from = std::max(off, start), to = std::min(off + n, start + rs);
+      std::memcpy(buf.data() + (from - start), data + (from - off), to - from);
+    }
+    auto got = space->AllocateReserved(len);
+    if (!got.ok()) return got.status();
+    taken += len;
+    RecordMap m{rec.txg + 1, *got};
+    t.allocated.insert(t.allocated.end(), m.extents.begin(), m.extents.end());
+    NASGW_RETURN_IF_ERROR(WriteExtents(m.extents, buf.data()));
+    t.batch.Put(ExtentKey(vol, in.a.ino, r), EncodeRecordMap(m));
+    in.a.blocks += len / 512;
+    v.bytes += len;
+    if (it != old.end()) {
+      for (const Extent& e : it->second.extents) t.to_free.push_back(e);
+      in.a.blocks -= std::min<uint64_t>(in.a.blocks, it->second.bytes() / 512);
+      v.bytes -= std::min(v.bytes, it->second.bytes());
+    }
+  }
+  return Status();
+}
+
+Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out) {
+  ReaderLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
+  if (offset >= in->a.size) return size_t{0};
+  n = static_cast<size_t>(std::min<uint64_t>(n, in->a.size - offset));
+  const uint64_t rs = v->record_bytes;
+  auto* dst = static_cast<uint8_t*>(out);
+  std::memset(dst, 0, n);  // holes read as zeros
+  auto recs = impl_->LoadRecords(vol, ino, offset / rs, (offset + n - 1) / rs);
+  if (!recs.ok()) return recs.status();
+  std::vector<uint8_t> buf;
+  for (const auto& [r, m] : *recs) {
+    const uint64_t start = r * rs;
+    if (start >= offset + n) break;
+    const uint64_t from = std::max(offset, start), to = std::min<uint64_t>(offset + n, start + rs);
+    if (from >= to) continue;
+    const uint64_t first = (from - start) / kDataBlock * kDataBlock;
+    const uint64_t last = std::min<uint64_t>(m.bytes(), (to - start + kDataBlock - 1) / kDataBlock * kDataBlock);
+    if (last <= first) continue;  // beyond what the record holds: zeros
+    buf.resize(static_cast<size_t>(last - first));
+    NASGW_RETURN_IF_ERROR(impl_->ReadExtents(m.extents, first, buf.data(), buf.size()));
+    const uint64_t copy_to = std::min(to, start + last);
+    if (copy_to > from) std::memcpy(dst + (from - offset), buf.data() + (from - start - first), copy_to - from);
+  }
+  return n;
+}
+
+Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const void* data, size_t n) {
+  if (n == 0) return GetAttr(vol, ino);
+  if (offset > kFileSizeMax || n > kFileSizeMax - offset) return Status::OutOfRange("file would exceed 2^63 bytes");
+  WriterLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
+  if (in->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
+  const uint64_t rs = v->record_bytes;
+  const uint64_t new_size = std::max(in->a.size, offset + n);
+  Impl::Txn t;
+  Status s = impl_->RewriteRecords(t, vol, *in, *v, offset / rs, (offset + n - 1) / rs, new_size, offset,
+                                   static_cast<const uint8_t*>(data), n);
+  if (!s.ok()) {
+    t.Abandon(*impl_->space);  // nothing was committed: the new extents go back
+    return s;
+  }
+  in->a.size = new_size;
+  Impl::Touch(*in, true);
+  impl_->PutInode(t, vol, *in);
+  impl_->PutVolume(t, vol, *v);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return in->a;
+}
+
+Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
+  WriterLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  Impl::Txn t;
+  if (s.set_mode) in->a.mode = s.mode & 07777;
+  if (s.set_uid) in->a.uid = s.uid;
+  if (s.set_gid) in->a.gid = s.gid;
+  if (s.set_atime) in->a.atime = s.atime;
+  if (s.set_mtime) in->a.mtime = s.mtime;
+  if (s.set_size && s.size != in->a.size) {
+    if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "cannot truncate a directory");
+    if (in->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
+    if (s.size > kFileSizeMax) return Status::OutOfRange("size beyond 2^63 bytes");
+    const uint64_t rs = v->record_bytes;
+    if (s.size < in->a.size) {
+      // Records wholly past the end go; the one the end falls in is cut.
+      auto recs = impl_->LoadRecords(vol, ino, s.size / rs);
+      if (!recs.ok()) return recs.status();
+      bool cut = false;  // a record the new end falls inside
+      for (auto& [r, m] : *recs) {
+        if (r * rs < s.size) {
+          cut = true;
+        } else {
+          t.batch.Delete(ExtentKey(vol, ino, r));
+          t.to_free.insert(t.to_free.end(), m.extents.begin(), m.extents.end());
+          in->a.blocks -= std::min<uint64_t>(in->a.blocks, m.bytes() / 512);
+          v->bytes -= std::min(v->bytes, m.bytes());
+        }
+      }
+      if (s.size % rs != 0 && cut) {
+        Status w = impl_->RewriteRecords(t, vol, *in, *v, s.size / rs, s.size / rs, s.size, 0, nullptr, 0);
+        if (!w.ok()) {
+          t.Abandon(*impl_->space);
+          return w;
+        }
+      }
+    }
+    // Growing only moves the end: the new range is a hole.
+    in->a.size = s.size;
+    Impl::Touch(*in, true);
+  } else {
+    Impl::Touch(*in, false);
+  }
+  impl_->PutInode(t, vol, *in);
+  impl_->PutVolume(t, vol, *v);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return in->a;
+}
+
+Status Domain::Fsync(uint32_t vol, uint64_t ino) {
+  // Every change is durable when its call returns (see the header).
+  ReaderLock lock(impl_->mu);
+  return impl_->LoadInode(vol, ino).status();
+}
+
+}  // namespace nasgw::fs

@@ -1,0 +1,213 @@
+// Domain::Impl: the commit path and the reads every module shares (fs/domain_impl.h).
+#include "fs/domain_impl.h"
+
+#include <algorithm>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "block/block_device.h"
+
+namespace nasgw::fs {
+
+using namespace keys;  // fs/keys.h: the keys and values of the metadata
+
+Timespec Now() {
+  uint64_t ns = WallNanos();
+  return {static_cast<int64_t>(ns / 1'000'000'000ull), static_cast<uint32_t>(ns % 1'000'000'000ull)};
+}
+
+Status CheckName(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return Status::InvalidArgument("invalid name '" + name + "'");
+  if (name.size() > kNameMax) return Status(Code::kInvalidArgument, "name longer than 255 bytes");
+  if (name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
+    return Status::InvalidArgument("name contains '/' or NUL");
+  }
+  return Status();
+}
+
+void Domain::Impl::Txn::Abandon(Allocator& a) {
+  // Nothing names these extents yet. Free fails only for an extent that
+  // is free already (a bug); then nothing leaks, so log it and go on.
+  for (const Extent& e : allocated) {
+    Status s = a.Free(e);
+    if (!s.ok()) NASGW_LOG(kError, "fs") << "free of abandoned extent" << Kv("error", s.ToString());
+  }
+  allocated.clear();
+}
+
+Status Domain::Impl::Commit(Txn& t) {
+  rec.txg++;
+  t.batch.Put(SuperKey(), EncodeDomain(rec));
+  Status s = store->Write(t.batch, /*sync=*/true);
+  if (!s.ok()) {
+    // Whether the batch landed is unknown; keeping the new extents
+    // allocated is the safe side (a remount recounts the space).
+    rec.txg--;
+    return s.WithContext("commit metadata");
+  }
+  for (const auto& [vol, files] : t.vol_files) {
+    if (files) {
+      vol_files[vol] = *files;
+    } else {
+      vol_files.erase(vol);
+    }
+  }
+  // The change is durable: its answer is success whatever happens to the
+  // replaced extents. Free fails only for an extent already free (the
+  // metadata disagreed with the free map); nothing leaks (free space is
+  // recounted from the extent maps at the next open), but it is logged.
+  for (const Extent& e : t.to_free) {
+    if (unmap_freed) Unmap(e);  // before Free: nobody can have reused it yet
+    Status f = space->Free(e);
+    if (!f.ok()) NASGW_LOG(kError, "fs") << "free after commit" << Kv("error", f.ToString());
+  }
+  return Status();
+}
+
+void Domain::Impl::Unmap(const Extent& e) {
+  auto dev = reserve->lun(e.lun);
+  const auto& in = dev->info();
+  if (!in.thin_provisioned) return;
+  const uint64_t bs = in.block_size;
+  uint64_t lba = e.offset / bs, left = e.length / bs;
+  while (left > 0) {
+    const uint64_t n = in.max_unmap_blocks ? std::min<uint64_t>(left, in.max_unmap_blocks) : left;
+    Status s = block::UnmapSync(*dev, lba, n);
+    if (!s.ok()) {
+      // The extent is free in the domain either way; only the array keeps
+      // its space until the blocks are written again.
+      NASGW_LOG(kWarn, "fs") << "unmap failed" << Kv("lun", e.lun) << Kv("error", s.ToString());
+      return;
+    }
+    lba += n;
+    left -= n;
+  }
+}
+
+Status Domain::Impl::LastLinkGone(Txn& t, uint32_t vol, Inode& in, VolumeRec& v) {
+  auto it = open_count.find({vol, in.a.ino});
+  if (it != open_count.end() && it->second > 0) {
+    Touch(in, false);
+    PutInode(t, vol, in);
+    t.batch.Put(OrphanKey(vol, in.a.ino), "");
+    return Status();
+  }
+  return DropInode(t, vol, in, v);
+}
+
+Status Domain::Impl::DropInode(Txn& t, uint32_t vol, const Inode& in, VolumeRec& v) {
+  std::vector<std::string> xattrs;
+  std::string xp = Prefix('X', vol, in.a.ino);
+  NASGW_RETURN_IF_ERROR(store
+                            ->Scan(xp, PrefixEnd(xp),
+                                   [&](std::string_view k, std::string_view) {
+                                     xattrs.emplace_back(k);
+                                     return true;
+                                   })
+                            .WithContext("xattrs of inode " + std::to_string(in.a.ino)));
+  auto recs = LoadRecords(vol, in.a.ino);
+  if (!recs.ok()) return recs.status();
+  t.batch.Delete(InodeKey(vol, in.a.ino));
+  for (const auto& k : xattrs) t.batch.Delete(k);
+  for (auto& [r, m] : *recs) {
+    t.batch.Delete(ExtentKey(vol, in.a.ino, r));
+    for (const Extent& e : m.extents) t.to_free.push_back(e);
+    v.bytes -= std::min(v.bytes, m.bytes());
+  }
+  v.files -= std::min<uint64_t>(v.files, 1);
+  return Status();
+}
+
+Status Domain::Impl::data_reserve(uint64_t bytes) {
+  Status s = space->Reserve(bytes);
+  if (!s.ok()) return Status::NoSpace("volume full: " + std::string(s.message()));
+  return Status();
+}
+
+Result<VolumeRec> Domain::Impl::LoadVolume(uint32_t vol) {
+  auto v = store->Get(VolKey(vol));
+  if (!v.ok()) {
+    return v.status().code() == Code::kNotFound ? Status::NotFound("no volume " + std::to_string(vol)) : v.status();
+  }
+  return DecodeVolume(*v);
+}
+
+Result<Inode> Domain::Impl::LoadInode(uint32_t vol, uint64_t ino) {
+  auto v = store->Get(InodeKey(vol, ino));
+  if (!v.ok()) {
+    return v.status().code() == Code::kNotFound ? Status::NotFound("no inode " + std::to_string(ino)) : v.status();
+  }
+  return DecodeInode(ino, *v);
+}
+
+Result<Inode> Domain::Impl::LoadDir(uint32_t vol, uint64_t dir) {
+  auto d = LoadInode(vol, dir);
+  if (!d.ok()) return d.status();
+  if (d->a.type != FileType::kDirectory) return Status(Code::kNotDir, "inode " + std::to_string(dir));
+  return d;
+}
+
+Result<Dirent> Domain::Impl::LoadDirent(uint32_t vol, uint64_t dir, const std::string& name) {
+  auto v = store->Get(DirentKey(vol, dir, name));
+  if (!v.ok()) {
+    return v.status().code() == Code::kNotFound ? Status::NotFound("no entry '" + name + "'") : v.status();
+  }
+  return DecodeDirent(*v);
+}
+
+Result<bool> Domain::Impl::Has(std::string_view key) {
+  auto v = store->Get(key);
+  if (v.ok()) return true;
+  if (v.status().code() == Code::kNotFound) return false;
+  return v.status();
+}
+
+Status Domain::Impl::CheckNameFree(uint32_t vol, uint64_t dir, const std::string& name) {
+  auto e = LoadDirent(vol, dir, name);
+  if (e.ok()) return Status::Exists("'" + name + "' exists");
+  return e.status().code() == Code::kNotFound ? Status() : e.status();
+}
+
+Result<bool> Domain::Impl::DirEmpty(uint32_t vol, uint64_t dir) {
+  bool empty = true;
+  std::string p = Prefix('D', vol, dir);
+  Status s = store->Scan(p, PrefixEnd(p), [&](std::string_view, std::string_view) {
+    empty = false;
+    return false;
+  });
+  if (!s.ok()) return s.WithContext("scan directory " + std::to_string(dir));
+  return empty;
+}
+
+Result<std::map<uint64_t, RecordMap>> Domain::Impl::LoadRecords(uint32_t vol, uint64_t ino, uint64_t from,
+                                                                uint64_t to) {
+  std::map<uint64_t, RecordMap> out;
+  std::string p = Prefix('E', vol, ino);
+  std::string end = to == UINT64_MAX ? PrefixEnd(p) : ExtentKey(vol, ino, to + 1);
+  Status bad;
+  Status s = store->Scan(ExtentKey(vol, ino, from), end, [&](std::string_view k, std::string_view v) {
+    const uint64_t r = GetBE64(k, p.size());
+    auto m = DecodeRecordMap(v);
+    if (!m.ok()) {
+      bad = m.status().WithContext("record " + std::to_string(r));
+      return false;
+    }
+    out[r] = std::move(m.value());
+    return true;
+  });
+  if (s.ok()) s = bad;
+  if (!s.ok()) return s.WithContext("extent maps of inode " + std::to_string(ino));
+  return out;
+}
+
+Result<uint32_t> Domain::Impl::VolumeId(const std::string& name) {
+  auto idb = store->Get(VolNameKey(name));
+  if (!idb.ok()) {
+    return idb.status().code() == Code::kNotFound ? Status::NotFound("no volume '" + name + "'")
+                                                  : idb.status().WithContext("volume '" + name + "'");
+  }
+  if (idb->size() != 4) return Status::Corruption("volume name index of '" + name + "'");
+  return GetBE32(*idb, 0);
+}
+
+}  // namespace nasgw::fs

@@ -1,0 +1,155 @@
+// Domain::Impl (internal to fs/): a domain's state and the one path by which
+// every change reaches the metadata store. The modules of the domain's API
+// (fs/volumes.cc, fs/namespace.cc, fs/data.cc, fs/exports.cc, fs/check.cc,
+// fs/domain.cc) read through the Load* helpers and change through a Txn and
+// Commit; nothing else writes to the store.
+//
+// A change builds a Txn (a metadata batch, the extents it allocated and the
+// extents it replaced), then Commit writes the batch with the domain record
+// (transaction group + 1) synchronously, and only then frees the replaced
+// extents. A change that fails before Commit abandons its Txn (its new
+// extents go back); one whose Commit fails keeps them allocated (whether the
+// batch landed is unknown; the next open recounts the space).
+//
+// Locking: `mu` is shared by readers and held alone by changes; Commit and
+// what feeds it REQUIRES(mu) held exclusively.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/status.h"
+#include "fs/allocator.h"
+#include "fs/domain.h"
+#include "fs/handle.h"
+#include "fs/keys.h"
+#include "fs/meta_store.h"
+#include "fs/metafs.h"
+#include "fs/reserve.h"
+
+namespace nasgw::fs {
+
+constexpr uint64_t kDataBlock = 4096;  // data extents are whole 4 KiB blocks
+
+// The wall clock as a file time.
+Timespec Now();
+// InvalidArgument unless `name` can be a directory entry (or a volume's name).
+Status CheckName(const std::string& name);
+
+struct Domain::Impl {
+  std::shared_ptr<Reserve> reserve;
+  uint32_t id = 0;
+  std::unique_ptr<MetaFs> metafs;
+  std::unique_ptr<MetaStore> store;
+  std::unique_ptr<Allocator> space;  // data allocation groups
+  bool unmap_freed = true;
+  // Readers (lookups, attributes, reads) share it; changes hold it alone.
+  mutable SharedMutex mu;
+  keys::DomainRec rec GUARDED_BY(mu);
+  HandleKey handle_key;  // set at open, immutable after
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count GUARDED_BY(mu);
+
+  // Each volume's file count as committed, so that Statfs answers from
+  // memory (no scan that could fail).
+  std::map<uint32_t, uint64_t> vol_files GUARDED_BY(mu);
+
+  // ---- the commit path (fs/domain_impl.cc)
+
+  // One change: a metadata batch plus the extents to free once it is durable.
+  struct Txn {
+    MetaBatch batch;
+    std::vector<Extent> to_free;                            // replaced: free once the batch is durable
+    std::vector<Extent> allocated;                          // new: free if the change is abandoned
+    std::map<uint32_t, std::optional<uint64_t>> vol_files;  // volume records written (nullopt: deleted)
+    // Frees `allocated`: nothing names these extents yet.
+    void Abandon(Allocator& a);
+  };
+
+  void PutVolume(Txn& t, uint32_t vol, const keys::VolumeRec& v) {
+    t.batch.Put(keys::VolKey(vol), keys::EncodeVolume(v));
+    t.vol_files[vol] = v.files;
+  }
+  void PutInode(Txn& t, uint32_t vol, const keys::Inode& in) {
+    t.batch.Put(keys::InodeKey(vol, in.a.ino), keys::EncodeInode(in));
+  }
+  // ctime (and mtime for a content change) to now; the change counter bumps.
+  static void Touch(keys::Inode& in, bool content) {
+    Timespec now = Now();
+    in.a.ctime = now;
+    if (content) in.a.mtime = now;
+    in.a.change++;
+  }
+
+  // Makes `t` durable as the next transaction group, then frees (and
+  // unmaps) what it replaced.
+  Status Commit(Txn& t) REQUIRES(mu);
+  // Best effort: a failed UNMAP only means the array keeps the space.
+  void Unmap(const Extent& e);
+
+  // The last name of `in` is gone: drop it now, or keep it as an orphan
+  // until its last release if it is open.
+  Status LastLinkGone(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v) REQUIRES(mu);
+  // Drops an inode with no names left: its record, xattrs and data. Fails,
+  // adding nothing the caller must commit, if it cannot see them all (a
+  // partial drop would leave unreachable xattrs or leak extents).
+  Status DropInode(Txn& t, uint32_t vol, const keys::Inode& in, keys::VolumeRec& v);
+
+  // Reserves data space (NoSpace, "volume full", when there is none).
+  Status data_reserve(uint64_t bytes);
+
+  // ---- reads (fs/domain_impl.cc): NotFound names what is missing; any
+  // other error is returned as is.
+  Result<keys::VolumeRec> LoadVolume(uint32_t vol);
+  Result<keys::Inode> LoadInode(uint32_t vol, uint64_t ino);
+  Result<keys::Inode> LoadDir(uint32_t vol, uint64_t dir);  // NotDir for another type
+  Result<keys::Dirent> LoadDirent(uint32_t vol, uint64_t dir, const std::string& name);
+  // True if `key` exists; an error other than NotFound is returned as is
+  // (a key that could not be read is neither there nor absent).
+  Result<bool> Has(std::string_view key);
+  // Exists if `name` is in the directory, ok if it is not, else why it
+  // could not be told.
+  Status CheckNameFree(uint32_t vol, uint64_t dir, const std::string& name);
+  // A failed scan is an error, never "empty": rmdir must not remove a
+  // directory whose entries it could not see.
+  Result<bool> DirEmpty(uint32_t vol, uint64_t dir);
+  // Extent maps of records [from, to] (inclusive) of a file. A scan that
+  // fails or a map that does not decode is an error, never a hole.
+  Result<std::map<uint64_t, keys::RecordMap>> LoadRecords(uint32_t vol, uint64_t ino, uint64_t from = 0,
+                                                          uint64_t to = UINT64_MAX);
+  // The id of the volume called `name`: NotFound, or why it could not be read.
+  Result<uint32_t> VolumeId(const std::string& name) REQUIRES_SHARED(mu);
+
+  // ---- data (fs/data.cc)
+
+  // Reads [at, at+n) of the concatenation of extents; at, n block aligned.
+  Status ReadExtents(const std::vector<Extent>& extents, uint64_t at, uint8_t* out, size_t n);
+  // Writes `data` over the extents, in order, with FUA.
+  Status WriteExtents(const std::vector<Extent>& extents, const uint8_t* data);
+  // Rewrites records [first, last] of a file so that they hold `size` bytes
+  // of content: new data `data` at file offset `off` (n bytes), old content
+  // elsewhere, zeros past the old size. Allocates all new space before it
+  // writes anything, so NoSpace changes nothing.
+  Status RewriteRecords(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t first, uint64_t last,
+                        uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) REQUIRES(mu);
+
+  // ---- exports (fs/exports.cc): mu held (shared for reads, exclusively
+  // for changes).
+  Result<keys::ExportRec> LoadExport(uint32_t export_id) REQUIRES_SHARED(mu);
+  // The export with its volume's name.
+  Result<Export> Named(const keys::ExportRec& r) REQUIRES_SHARED(mu);
+  Result<uint32_t> NextExportId() REQUIRES_SHARED(mu);
+  // Every export record, by id; fn returns false to stop.
+  Status ScanExports(const std::function<bool(Result<keys::ExportRec>)>& fn) REQUIRES_SHARED(mu);
+  // NotFound unless `path` (normalised) is a directory of volume `vol`.
+  Status CheckExportDir(uint32_t vol, const std::string& volume, const std::string& path) REQUIRES_SHARED(mu);
+};
+
+}  // namespace nasgw::fs

@@ -1,0 +1,304 @@
+#include "fs/keys.h"
+
+namespace nasgw::fs::keys {
+
+void PutBE32(std::string* s, uint32_t v) {
+  for (int i = 3; i >= 0; i--) s->push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutBE64(std::string* s, uint64_t v) {
+  for (int i = 7; i >= 0; i--) s->push_back(static_cast<char>(v >> (8 * i)));
+}
+uint64_t GetBE64(std::string_view s, size_t at) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
+}
+
+std::string Prefix(char tag, uint32_t vol) {
+  std::string k(1, tag);
+  PutBE32(&k, vol);
+  return k;
+}
+std::string Prefix(char tag, uint32_t vol, uint64_t ino) {
+  std::string k = Prefix(tag, vol);
+  PutBE64(&k, ino);
+  return k;
+}
+std::string SuperKey() {
+  return "S";
+}
+std::string VolKey(uint32_t vol) {
+  return Prefix('V', vol);
+}
+std::string VolNameKey(const std::string& name) {
+  return "N" + name;
+}
+std::string InodeKey(uint32_t vol, uint64_t ino) {
+  return Prefix('I', vol, ino);
+}
+std::string DirentKey(uint32_t vol, uint64_t dir, const std::string& name) {
+  return Prefix('D', vol, dir) + name;
+}
+std::string CookieKey(uint32_t vol, uint64_t dir, uint64_t cookie) {
+  std::string k = Prefix('C', vol, dir);
+  PutBE64(&k, cookie);
+  return k;
+}
+std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name) {
+  return Prefix('X', vol, ino) + name;
+}
+std::string OrphanKey(uint32_t vol, uint64_t ino) {
+  return Prefix('O', vol, ino);
+}
+std::string Fold(const std::string& name) {
+  std::string f = name;
+  for (char& c : f) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return f;
+}
+std::string FoldPrefix(uint32_t vol, uint64_t dir, const std::string& name) {
+  return Prefix('F', vol, dir) + Fold(name) + '\0';
+}
+std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name) {
+  return FoldPrefix(vol, dir, name) + name;
+}
+std::string ExtentKey(uint32_t vol, uint64_t ino, uint64_t record) {
+  std::string k = Prefix('E', vol, ino);
+  PutBE64(&k, record);
+  return k;
+}
+std::string ExportKey(uint32_t id) {
+  std::string k(1, 'P');
+  PutBE32(&k, id);
+  return k;
+}
+std::string PseudoKey(const std::string& pseudo) {
+  return "Q" + pseudo;
+}
+std::string ExportCounterKey() {
+  return "R";
+}
+std::string HandleSecretKey() {
+  return "H";
+}
+std::string EncodeHandleSecret(const std::string& secret) {
+  return std::string(1, static_cast<char>(kHandleSecretVersion)) + secret;
+}
+uint32_t GetBE32(std::string_view s, size_t at) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
+}
+std::string PrefixEnd(std::string p) {
+  while (!p.empty() && static_cast<uint8_t>(p.back()) == 0xff) p.pop_back();
+  if (!p.empty()) p.back() = static_cast<char>(static_cast<uint8_t>(p.back()) + 1);
+  return p;
+}
+
+void PutTime(Encoder& e, const Timespec& t) {
+  e.U64(static_cast<uint64_t>(t.sec));
+  e.U32(t.nsec);
+}
+Timespec GetTime(Decoder& d) {
+  Timespec t;
+  t.sec = static_cast<int64_t>(d.U64());
+  t.nsec = d.U32();
+  return t;
+}
+
+std::string EncodeInode(const Inode& in) {
+  Encoder e;
+  e.U8(kRecordVersion);
+  e.U8(static_cast<uint8_t>(in.a.type));
+  e.U32(in.a.mode);
+  e.U32(in.a.uid);
+  e.U32(in.a.gid);
+  e.U32(in.a.nlink);
+  e.U64(in.a.size);
+  e.U64(in.a.blocks);
+  e.U64(in.a.rdev);
+  e.U64(in.a.gen);
+  e.U64(in.a.change);
+  PutTime(e, in.a.atime);
+  PutTime(e, in.a.mtime);
+  PutTime(e, in.a.ctime);
+  PutTime(e, in.a.btime);
+  e.U64(in.parent);
+  e.U64(in.next_cookie);
+  e.Str32(in.symlink);
+  return e.Release();
+}
+
+Result<Inode> DecodeInode(uint64_t ino, std::string_view v) {
+  Decoder d(v);
+  Inode in;
+  if (d.U8() != kRecordVersion) return Status::Corruption("inode " + std::to_string(ino) + ": unknown version");
+  in.a.ino = ino;
+  in.a.type = static_cast<FileType>(d.U8());
+  in.a.mode = d.U32();
+  in.a.uid = d.U32();
+  in.a.gid = d.U32();
+  in.a.nlink = d.U32();
+  in.a.size = d.U64();
+  in.a.blocks = d.U64();
+  in.a.rdev = d.U64();
+  in.a.gen = d.U64();
+  in.a.change = d.U64();
+  in.a.atime = GetTime(d);
+  in.a.mtime = GetTime(d);
+  in.a.ctime = GetTime(d);
+  in.a.btime = GetTime(d);
+  in.parent = d.U64();
+  in.next_cookie = d.U64();
+  in.symlink = d.Str32();
+  if (!d.ok() || in.a.type == FileType::kNone || static_cast<uint8_t>(in.a.type) > 7) {
+    return Status::Corruption("inode " + std::to_string(ino) + ": bad record");
+  }
+  return in;
+}
+
+std::string EncodeDirent(const Dirent& d) {
+  Encoder e;
+  e.U64(d.ino);
+  e.U8(static_cast<uint8_t>(d.type));
+  e.U64(d.cookie);
+  return e.Release();
+}
+
+Result<Dirent> DecodeDirent(std::string_view v) {
+  Decoder d(v);
+  Dirent r{d.U64(), static_cast<FileType>(d.U8()), d.U64()};
+  if (!d.ok()) return Status::Corruption("bad directory entry");
+  return r;
+}
+
+std::string EncodeRecordMap(const RecordMap& r) {
+  Encoder e;
+  e.U64(r.birth);
+  e.U32(static_cast<uint32_t>(r.extents.size()));
+  for (const auto& x : r.extents) {
+    e.U32(x.lun);
+    e.U64(x.offset);
+    e.U64(x.length);
+  }
+  return e.Release();
+}
+
+Result<RecordMap> DecodeRecordMap(std::string_view v) {
+  Decoder d(v);
+  RecordMap r;
+  r.birth = d.U64();
+  uint32_t n = d.U32();
+  for (uint32_t i = 0; i < n && d.ok(); i++) r.extents.push_back({d.U32(), d.U64(), d.U64()});
+  if (!d.ok() || n == 0) return Status::Corruption("bad extent record");
+  return r;
+}
+
+std::string EncodeVolume(const VolumeRec& v) {
+  Encoder e;
+  e.U8(kRecordVersion);
+  e.Str32(v.name);
+  e.U32(v.record_bytes);
+  e.U64(v.next_ino);
+  e.U64(v.files);
+  e.U64(v.bytes);
+  return e.Release();
+}
+
+Result<VolumeRec> DecodeVolume(std::string_view s) {
+  Decoder d(s);
+  VolumeRec v;
+  if (d.U8() != kRecordVersion) return Status::Corruption("volume record version");
+  v.name = d.Str32();
+  v.record_bytes = d.U32();
+  v.next_ino = d.U64();
+  v.files = d.U64();
+  v.bytes = d.U64();
+  if (!d.ok()) return Status::Corruption("bad volume record");
+  return v;
+}
+
+std::string EncodeDomain(const DomainRec& r) {
+  Encoder e;
+  e.U8(kRecordVersion);
+  e.U64(r.txg);
+  e.U32(r.next_volume);
+  e.U32(static_cast<uint32_t>(r.data_groups.size()));
+  for (const auto& [ag, n] : r.data_groups) {
+    e.U32(ag.lun);
+    e.U32(ag.index);
+    e.U32(n);
+  }
+  return e.Release();
+}
+
+Result<DomainRec> DecodeDomain(std::string_view s) {
+  Decoder d(s);
+  DomainRec r;
+  if (d.U8() != kRecordVersion) return Status::Corruption("domain record version");
+  r.txg = d.U64();
+  r.next_volume = d.U32();
+  uint32_t n = d.U32();
+  for (uint32_t i = 0; i < n && d.ok(); i++) {
+    AgId ag{d.U32(), d.U32()};
+    r.data_groups.push_back({ag, d.U32()});
+  }
+  if (!d.ok()) return Status::Corruption("bad domain record");
+  return r;
+}
+
+std::string EncodeExport(const ExportRec& r) {
+  Encoder e;
+  e.U8(kExportVersion);
+  e.U32(r.vol);
+  e.Str16(r.e.path);
+  e.Str16(r.e.pseudo);
+  e.U8(static_cast<uint8_t>((r.e.read_only ? 1 : 0) | (r.e.root_squash ? 2 : 0)));
+  e.U8(static_cast<uint8_t>(r.e.protocols.size()));
+  for (uint32_t p : r.e.protocols) e.U8(static_cast<uint8_t>(p));
+  e.U8(static_cast<uint8_t>(r.e.sec.size()));
+  for (const auto& s : r.e.sec) e.Str16(s);
+  e.U16(static_cast<uint16_t>(r.e.clients.size()));
+  for (const auto& c : r.e.clients) e.Str16(c);
+  return e.Release();
+}
+
+Result<ExportRec> DecodeExport(uint32_t id, std::string_view v) {
+  Decoder d(v);
+  ExportRec r;
+  const uint8_t version = d.U8();
+  if (version != kExportVersion) {
+    return Status::Corruption("export " + std::to_string(id) + ": unknown record version " + std::to_string(version));
+  }
+  r.e.id = id;
+  r.vol = d.U32();
+  r.e.path = d.Str16();
+  r.e.pseudo = d.Str16();
+  const uint8_t flags = d.U8();
+  r.e.read_only = (flags & 1) != 0;
+  r.e.root_squash = (flags & 2) != 0;
+  r.e.protocols.clear();
+  for (uint8_t i = 0, n = d.U8(); i < n && d.ok(); i++) r.e.protocols.push_back(d.U8());
+  r.e.sec.clear();
+  for (uint8_t i = 0, n = d.U8(); i < n && d.ok(); i++) r.e.sec.push_back(d.Str16());
+  for (uint16_t i = 0, n = d.U16(); i < n && d.ok(); i++) r.e.clients.push_back(d.Str16());
+  if (!d.done() || (flags & ~3) != 0) return Status::Corruption("export " + std::to_string(id) + ": bad record");
+  return r;
+}
+
+std::string EncodeExportCounter(uint32_t next) {
+  Encoder e;
+  e.U8(kExportVersion);
+  e.U32(next);
+  return e.Release();
+}
+Result<uint32_t> DecodeExportCounter(std::string_view v) {
+  Decoder d(v);
+  const uint8_t version = d.U8();
+  const uint32_t next = d.U32();
+  if (version != kExportVersion || !d.done() || next == 0) return Status::Corruption("bad export id counter");
+  return next;
+}
+
+}  // namespace nasgw::fs::keys

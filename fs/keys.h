@@ -1,0 +1,140 @@
+// The domain's metadata keys and values (internal to fs/): how every record a
+// domain keeps in its MetaStore is named and encoded. The table of keys is in
+// docs/fs.md ("Metadata keys") and the byte layouts in
+// docs/on-disk-format.md; this is their one implementation.
+//
+// Keys are big-endian so that RocksDB's byte order is numeric order. Values
+// with a version byte refuse versions they do not know (Corruption) rather
+// than drop what they cannot read; every decoder answers Corruption for a
+// truncated or malformed value, never a partly filled record.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/coding.h"
+#include "base/status.h"
+#include "fs/allocator.h"
+#include "fs/domain.h"
+#include "fs/export.h"
+
+namespace nasgw::fs::keys {
+
+// ---- byte order
+void PutBE32(std::string* s, uint32_t v);
+void PutBE64(std::string* s, uint64_t v);
+// Read 4 or 8 bytes at `at`; the caller makes sure they are there.
+uint32_t GetBE32(std::string_view s, size_t at);
+uint64_t GetBE64(std::string_view s, size_t at);
+
+// ---- keys
+// `tag` then the volume (and the inode): the prefix of a volume's (an
+// inode's) keys of one kind.
+std::string Prefix(char tag, uint32_t vol);
+std::string Prefix(char tag, uint32_t vol, uint64_t ino);
+// The first key after every key that starts with `p`.
+std::string PrefixEnd(std::string p);
+
+std::string SuperKey();                                                      // S
+std::string VolKey(uint32_t vol);                                            // V vol
+std::string VolNameKey(const std::string& name);                             // N name
+std::string InodeKey(uint32_t vol, uint64_t ino);                            // I vol ino
+std::string DirentKey(uint32_t vol, uint64_t dir, const std::string& name);  // D vol dir name
+std::string CookieKey(uint32_t vol, uint64_t dir, uint64_t cookie);          // C vol dir cookie
+std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name);   // X vol ino name
+std::string OrphanKey(uint32_t vol, uint64_t ino);                           // O vol ino
+std::string ExtentKey(uint32_t vol, uint64_t ino, uint64_t record);          // E vol ino record
+// Case-folded name index for case-insensitive lookups (SMB): one key per
+// entry, the folded name then the exact name, so names that differ only in
+// case can coexist. Folding is ASCII only for now.
+std::string Fold(const std::string& name);
+std::string FoldPrefix(uint32_t vol, uint64_t dir, const std::string& name);  // F vol dir folded NUL
+std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name);     // F vol dir folded NUL name
+// NFS exports: the record by id, the pseudo-path index (unique), and the
+// id counter (absent: no export was ever added, the next id is 1).
+std::string ExportKey(uint32_t id);                // P id
+std::string PseudoKey(const std::string& pseudo);  // Q pseudo
+std::string ExportCounterKey();                    // R
+std::string HandleSecretKey();                     // H
+
+// ---- values
+constexpr uint8_t kRecordVersion = 1;  // inodes, volumes, the domain record
+
+// Times are a u64 of seconds and a u32 of nanoseconds.
+void PutTime(Encoder& e, const Timespec& t);
+Timespec GetTime(Decoder& d);
+
+struct Inode {
+  Attr a;
+  uint64_t parent = 0;       // directories
+  uint64_t next_cookie = 1;  // directories
+  std::string symlink;
+};
+std::string EncodeInode(const Inode& in);
+Result<Inode> DecodeInode(uint64_t ino, std::string_view v);  // sets a.ino
+
+struct Dirent {
+  uint64_t ino = 0;
+  FileType type = FileType::kNone;
+  uint64_t cookie = 0;
+};
+std::string EncodeDirent(const Dirent& d);
+Result<Dirent> DecodeDirent(std::string_view v);
+
+// One record of a file: its extents, in order, and the transaction group
+// that wrote it.
+struct RecordMap {
+  uint64_t birth = 0;  // transaction group that wrote it
+  std::vector<Extent> extents;
+  uint64_t bytes() const {
+    uint64_t n = 0;
+    for (const auto& e : extents) n += e.length;
+    return n;
+  }
+};
+std::string EncodeRecordMap(const RecordMap& r);
+Result<RecordMap> DecodeRecordMap(std::string_view v);  // Corruption for no extents
+
+struct VolumeRec {
+  std::string name;
+  uint32_t record_bytes = kRecordBytesDefault;
+  uint64_t next_ino = kRootIno + 1;
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+};
+std::string EncodeVolume(const VolumeRec& v);
+Result<VolumeRec> DecodeVolume(std::string_view s);
+
+// The domain's own record: counters and which allocation groups hold data.
+struct DomainRec {
+  uint64_t txg = 0;
+  uint32_t next_volume = 1;
+  std::vector<std::pair<AgId, uint32_t>> data_groups;  // (first group, count) per run
+};
+std::string EncodeDomain(const DomainRec& r);
+Result<DomainRec> DecodeDomain(std::string_view s);
+
+// An export as stored: the volume by id (its identity; the name is looked up
+// when the export is read) and the other fields of fs::Export. New
+// fields go at the end under a new version; a decoder refuses versions it
+// does not know rather than drop what it cannot read.
+constexpr uint8_t kExportVersion = 1;
+
+struct ExportRec {
+  uint32_t vol = 0;
+  Export e;  // e.volume is not stored
+};
+std::string EncodeExport(const ExportRec& r);
+Result<ExportRec> DecodeExport(uint32_t id, std::string_view v);  // sets e.id
+// The next export id: u8 version, u32 next (never 0).
+std::string EncodeExportCounter(uint32_t next);
+Result<uint32_t> DecodeExportCounter(std::string_view v);
+
+// The secret that keys handle MACs (fs/handle.h): u8 version, 32 bytes.
+constexpr uint8_t kHandleSecretVersion = 1;
+std::string EncodeHandleSecret(const std::string& secret);
+
+}  // namespace nasgw::fs::keys

@@ -1,0 +1,235 @@
+// The metadata keys and values (fs/keys.h): keys sort as their numbers do,
+// every value round-trips, and a value that is truncated, corrupt or of an
+// unknown version is Corruption, never a partly filled record.
+#include "fs/keys.h"
+
+#include <gtest/gtest.h>
+
+namespace nasgw::fs::keys {
+namespace {
+
+Inode SampleInode() {
+  Inode in;
+  in.a.ino = 42;
+  in.a.gen = 0x1234567890abcdefull;
+  in.a.type = FileType::kSymlink;
+  in.a.mode = 0777;
+  in.a.uid = 1000;
+  in.a.gid = 100;
+  in.a.nlink = 3;
+  in.a.size = 7;
+  in.a.blocks = 8;
+  in.a.rdev = 0x0801;
+  in.a.change = 99;
+  in.a.atime = {1, 2};
+  in.a.mtime = {-3, 999'999'999};
+  in.a.ctime = {5, 6};
+  in.a.btime = {7, 8};
+  in.parent = 9;
+  in.next_cookie = 10;
+  in.symlink = "target!";
+  return in;
+}
+
+ExportRec SampleExport() {
+  ExportRec r;
+  r.vol = 7;
+  r.e.id = 3;
+  r.e.path = "/a/b";
+  r.e.pseudo = "/p";
+  r.e.clients = {"198.18.2.0/24", "2001:db8::1"};
+  r.e.read_only = true;
+  r.e.root_squash = false;
+  r.e.sec = {"krb5", "sys"};
+  r.e.protocols = {4};
+  return r;
+}
+
+// Every strict prefix of `v` decodes to Corruption.
+template <typename Decode>
+void EveryTruncationIsCorruption(const std::string& v, Decode decode) {
+  for (size_t n = 0; n < v.size(); n++) {
+    auto r = decode(std::string_view(v).substr(0, n));
+    ASSERT_FALSE(r.ok()) << "decoded from " << n << " of " << v.size() << " bytes";
+    EXPECT_EQ(r.status().code(), Code::kCorruption) << n << ": " << r.status().ToString();
+  }
+}
+
+TEST(KeysTest, KeysSortNumerically) {
+  EXPECT_LT(InodeKey(1, 255), InodeKey(1, 256));
+  EXPECT_LT(InodeKey(1, UINT64_MAX), InodeKey(2, 0));
+  EXPECT_LT(CookieKey(1, 5, 1), CookieKey(1, 5, 0x100));
+  EXPECT_LT(ExtentKey(1, 5, 0xff), ExtentKey(1, 5, 0x100));
+  EXPECT_LT(ExportKey(255), ExportKey(256));
+  // A key of each kind starts with its prefix, and PrefixEnd bounds them.
+  const std::string p = Prefix('D', 1, 5);
+  for (const std::string& k : {DirentKey(1, 5, ""), DirentKey(1, 5, "a"), DirentKey(1, 5, std::string(255, '\xff'))}) {
+    EXPECT_EQ(k.compare(0, p.size(), p), 0);
+    EXPECT_GE(k, p);
+    EXPECT_LT(k, PrefixEnd(p));
+  }
+  EXPECT_LE(PrefixEnd(p), DirentKey(1, 6, ""));
+  EXPECT_EQ(PrefixEnd("a\xff\xff"), "b");
+  EXPECT_EQ(PrefixEnd("\xff"), "");
+  EXPECT_EQ(GetBE64(InodeKey(3, 0x0102030405060708ull), 5), 0x0102030405060708ull);
+  EXPECT_EQ(GetBE32(VolKey(0xa0b0c0d0u), 1), 0xa0b0c0d0u);
+  // The case-insensitive index: folded name, NUL, exact name.
+  EXPECT_EQ(Fold("ReadMe.TXT"), "readme.txt");
+  EXPECT_EQ(FoldKey(1, 2, "ReadMe"), FoldPrefix(1, 2, "README") + "ReadMe");
+  EXPECT_NE(FoldKey(1, 2, "ReadMe"), FoldKey(1, 2, "README"));
+}
+
+TEST(KeysTest, InodeRoundTrip) {
+  const Inode in = SampleInode();
+  const std::string v = EncodeInode(in);
+  auto out = DecodeInode(42, v);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->a.ino, 42u);
+  EXPECT_EQ(out->a.gen, in.a.gen);
+  EXPECT_EQ(out->a.type, in.a.type);
+  EXPECT_EQ(out->a.mode, in.a.mode);
+  EXPECT_EQ(out->a.uid, in.a.uid);
+  EXPECT_EQ(out->a.gid, in.a.gid);
+  EXPECT_EQ(out->a.nlink, in.a.nlink);
+  EXPECT_EQ(out->a.size, in.a.size);
+  EXPECT_EQ(out->a.blocks, in.a.blocks);
+  EXPECT_EQ(out->a.rdev, in.a.rdev);
+  EXPECT_EQ(out->a.change, in.a.change);
+  EXPECT_EQ(out->a.atime, in.a.atime);
+  EXPECT_EQ(out->a.mtime, in.a.mtime);
+  EXPECT_EQ(out->a.ctime, in.a.ctime);
+  EXPECT_EQ(out->a.btime, in.a.btime);
+  EXPECT_EQ(out->parent, in.parent);
+  EXPECT_EQ(out->next_cookie, in.next_cookie);
+  EXPECT_EQ(out->symlink, in.symlink);
+  EveryTruncationIsCorruption(v, [](std::string_view s) { return DecodeInode(42, s); });
+
+  std::string bad = v;
+  bad[0] = static_cast<char>(kRecordVersion + 1);
+  auto r = DecodeInode(42, bad);
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_NE(r.status().message().find("unknown version"), std::string::npos) << r.status().ToString();
+  for (uint8_t type : {0, 8, 255}) {  // kNone and beyond the last type
+    bad = v;
+    bad[1] = static_cast<char>(type);
+    EXPECT_EQ(DecodeInode(42, bad).status().code(), Code::kCorruption) << int{type};
+  }
+}
+
+TEST(KeysTest, DirentRoundTrip) {
+  const Dirent d{77, FileType::kDirectory, 12};
+  const std::string v = EncodeDirent(d);
+  auto out = DecodeDirent(v);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->ino, 77u);
+  EXPECT_EQ(out->type, FileType::kDirectory);
+  EXPECT_EQ(out->cookie, 12u);
+  EveryTruncationIsCorruption(v, [](std::string_view s) { return DecodeDirent(s); });
+}
+
+TEST(KeysTest, RecordMapRoundTrip) {
+  const RecordMap m{5, {{0, 4096, 8192}, {2, 1 << 20, 4096}}};
+  EXPECT_EQ(m.bytes(), 12288u);
+  const std::string v = EncodeRecordMap(m);
+  auto out = DecodeRecordMap(v);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->birth, 5u);
+  ASSERT_EQ(out->extents.size(), 2u);
+  EXPECT_EQ(out->extents[1].lun, 2u);
+  EXPECT_EQ(out->extents[1].offset, uint64_t{1} << 20);
+  EXPECT_EQ(out->extents[1].length, 4096u);
+  EveryTruncationIsCorruption(v, [](std::string_view s) { return DecodeRecordMap(s); });
+  // A record with no extents is not one.
+  EXPECT_EQ(DecodeRecordMap(EncodeRecordMap(RecordMap{5, {}})).status().code(), Code::kCorruption);
+  // A count larger than what follows.
+  std::string lying = v;
+  lying[8] = 3;  // the count (little-endian): 3 extents, 2 present
+  EXPECT_EQ(DecodeRecordMap(lying).status().code(), Code::kCorruption);
+}
+
+TEST(KeysTest, VolumeRoundTrip) {
+  VolumeRec r;
+  r.name = "vol1";
+  r.record_bytes = 64 << 10;
+  r.next_ino = 1000;
+  r.files = 12;
+  r.bytes = 1 << 30;
+  const std::string v = EncodeVolume(r);
+  auto out = DecodeVolume(v);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->name, r.name);
+  EXPECT_EQ(out->record_bytes, r.record_bytes);
+  EXPECT_EQ(out->next_ino, r.next_ino);
+  EXPECT_EQ(out->files, r.files);
+  EXPECT_EQ(out->bytes, r.bytes);
+  EveryTruncationIsCorruption(v, [](std::string_view s) { return DecodeVolume(s); });
+  std::string bad = v;
+  bad[0] = 2;
+  EXPECT_EQ(DecodeVolume(bad).status().code(), Code::kCorruption);
+}
+
+TEST(KeysTest, DomainRoundTrip) {
+  DomainRec r;
+  r.txg = 123456;
+  r.next_volume = 4;
+  r.data_groups = {{{0, 1}, 15}, {{1, 1}, 15}, {{2, 0}, 16}};
+  const std::string v = EncodeDomain(r);
+  auto out = DecodeDomain(v);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->txg, r.txg);
+  EXPECT_EQ(out->next_volume, r.next_volume);
+  ASSERT_EQ(out->data_groups.size(), 3u);
+  EXPECT_EQ(out->data_groups[2].first.lun, 2u);
+  EXPECT_EQ(out->data_groups[2].first.index, 0u);
+  EXPECT_EQ(out->data_groups[2].second, 16u);
+  EveryTruncationIsCorruption(v, [](std::string_view s) { return DecodeDomain(s); });
+  std::string bad = v;
+  bad[0] = 0;
+  EXPECT_EQ(DecodeDomain(bad).status().code(), Code::kCorruption);
+}
+
+TEST(KeysTest, ExportRoundTrip) {
+  const ExportRec r = SampleExport();
+  const std::string v = EncodeExport(r);
+  auto out = DecodeExport(3, v);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->vol, 7u);
+  EXPECT_EQ(out->e, r.e);
+  EveryTruncationIsCorruption(v, [](std::string_view s) { return DecodeExport(3, s); });
+  // Trailing bytes, unknown flags and an unknown version are refused.
+  EXPECT_EQ(DecodeExport(3, v + "x").status().code(), Code::kCorruption);
+  std::string bad = v;
+  bad[0] = static_cast<char>(kExportVersion + 1);
+  auto unknown = DecodeExport(3, bad);
+  EXPECT_EQ(unknown.status().code(), Code::kCorruption);
+  EXPECT_NE(unknown.status().message().find("unknown record version 2"), std::string::npos)
+      << unknown.status().ToString();
+  bad = v;
+  const size_t flags_at = 1 + 4 + 2 + r.e.path.size() + 2 + r.e.pseudo.size();
+  bad[flags_at] = 4;
+  EXPECT_EQ(DecodeExport(3, bad).status().code(), Code::kCorruption);
+}
+
+TEST(KeysTest, ExportCounterRoundTrip) {
+  const std::string v = EncodeExportCounter(65536);
+  auto next = DecodeExportCounter(v);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, 65536u);
+  EveryTruncationIsCorruption(v, [](std::string_view s) { return DecodeExportCounter(s); });
+  EXPECT_EQ(DecodeExportCounter(v + "x").status().code(), Code::kCorruption);
+  EXPECT_EQ(DecodeExportCounter(EncodeExportCounter(0)).status().code(), Code::kCorruption) << "0 is never next";
+  std::string bad = v;
+  bad[0] = 9;
+  EXPECT_EQ(DecodeExportCounter(bad).status().code(), Code::kCorruption);
+}
+
+TEST(KeysTest, HandleSecret) {
+  const std::string secret(32, 's');
+  const std::string v = EncodeHandleSecret(secret);
+  ASSERT_EQ(v.size(), 33u);
+  EXPECT_EQ(static_cast<uint8_t>(v[0]), kHandleSecretVersion);
+  EXPECT_EQ(v.substr(1), secret);
+}
+
+}  // namespace
+}  // namespace nasgw::fs::keys

@@ -1,0 +1,385 @@
+// A volume's POSIX namespace: names, attributes, links, renames, directory
+// listings, extended attributes, open files (fs/domain.h, "names").
+#include "fs/domain_impl.h"
+
+namespace nasgw::fs {
+
+using namespace keys;  // fs/keys.h: the keys and values of the metadata
+
+Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name) {
+  ReaderLock lock(impl_->mu);
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  if (name == ".") return d->a;
+  if (name == "..") {
+    auto p = impl_->LoadInode(vol, d->parent);
+    if (!p.ok()) return p.status();
+    return p->a;
+  }
+  if (name.size() > kNameMax) return Status::InvalidArgument("name longer than 255 bytes");
+  auto e = impl_->LoadDirent(vol, dir, name);
+  if (!e.ok()) return e.status();
+  auto in = impl_->LoadInode(vol, e->ino);
+  if (!in.ok()) return in.status().WithContext("entry '" + name + "' names a missing inode");
+  return in->a;
+}
+
+Result<std::string> Domain::FindCaseless(uint32_t vol, uint64_t dir, const std::string& name) {
+  ReaderLock lock(impl_->mu);
+  NASGW_RETURN_IF_ERROR(impl_->LoadDir(vol, dir).status());
+  if (name.empty() || name.size() > kNameMax) return Status::InvalidArgument("bad name");
+  Status exact = impl_->CheckNameFree(vol, dir, name);
+  if (exact.code() == Code::kExists) return name;  // an exact match wins
+  NASGW_RETURN_IF_ERROR(exact);
+  const std::string p = FoldPrefix(vol, dir, name);
+  std::string found;
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view) {
+    found = std::string(k.substr(p.size()));
+    return false;  // the first in byte order
+  }));
+  if (found.empty()) return Status::NotFound("no entry matching '" + name + "' in any case");
+  return found;
+}
+
+Result<Attr> Domain::GetAttr(uint32_t vol, uint64_t ino) {
+  ReaderLock lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  return in->a;
+}
+
+Result<Attr> Domain::GetAttr(const Handle& h) {
+  ReaderLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(h.volume);
+  if (!v.ok()) {
+    return v.status().code() == Code::kNotFound ? Status(Code::kStale, "volume of handle is gone") : v.status();
+  }
+  auto in = impl_->LoadInode(h.volume, h.ino);
+  if (!in.ok()) {
+    return in.status().code() == Code::kNotFound ? Status(Code::kStale, "inode " + std::to_string(h.ino) + " is gone")
+                                                 : in.status();
+  }
+  if (in->a.gen != h.gen) return Status(Code::kStale, "inode " + std::to_string(h.ino) + " was reused");
+  return in->a;
+}
+
+Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name, FileType type, uint32_t mode,
+                            uint32_t uid, uint32_t gid, uint64_t rdev, const std::string& symlink) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  if (type == FileType::kNone) return Status::InvalidArgument("no file type");
+  if (type == FileType::kSymlink && (symlink.empty() || symlink.size() > kSymlinkMax)) {
+    return Status::InvalidArgument("symlink target must be 1-4095 bytes");
+  }
+  WriterLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  NASGW_RETURN_IF_ERROR(impl_->CheckNameFree(vol, dir, name));
+  Inode in;
+  in.a.ino = v->next_ino++;
+  in.a.gen = NewGeneration();
+  in.a.type = type;
+  in.a.mode = mode & 07777;
+  in.a.uid = uid;
+  in.a.gid = gid;
+  in.a.nlink = type == FileType::kDirectory ? 2 : 1;
+  in.a.rdev = rdev;
+  in.a.atime = in.a.mtime = in.a.ctime = in.a.btime = Now();
+  if (type == FileType::kDirectory) in.parent = dir;
+  if (type == FileType::kSymlink) {
+    in.symlink = symlink;
+    in.a.size = symlink.size();
+  }
+  Impl::Txn t;
+  Dirent e{in.a.ino, type, d->next_cookie++};
+  t.batch.Put(DirentKey(vol, dir, name), EncodeDirent(e));
+  t.batch.Put(CookieKey(vol, dir, e.cookie), name);
+  t.batch.Put(FoldKey(vol, dir, name), "");
+  if (type == FileType::kDirectory) d->a.nlink++;
+  Impl::Touch(*d, true);
+  impl_->PutInode(t, vol, *d);
+  impl_->PutInode(t, vol, in);
+  v->files++;
+  impl_->PutVolume(t, vol, *v);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return in.a;
+}
+
+Result<std::string> Domain::ReadLink(uint32_t vol, uint64_t ino) {
+  ReaderLock lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type != FileType::kSymlink) return Status::InvalidArgument("not a symlink");
+  return in->symlink;
+}
+
+Result<Attr> Domain::Link(uint32_t vol, uint64_t ino, uint64_t dir, const std::string& name) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  WriterLock lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type == FileType::kDirectory) return Status::PermissionDenied("hard links to directories are not allowed");
+  if (in->a.nlink >= UINT32_MAX - 1) return Status::NoSpace("too many links");
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  NASGW_RETURN_IF_ERROR(impl_->CheckNameFree(vol, dir, name));
+  Impl::Txn t;
+  Dirent e{ino, in->a.type, d->next_cookie++};
+  t.batch.Put(DirentKey(vol, dir, name), EncodeDirent(e));
+  t.batch.Put(CookieKey(vol, dir, e.cookie), name);
+  t.batch.Put(FoldKey(vol, dir, name), "");
+  Impl::Touch(*d, true);
+  impl_->PutInode(t, vol, *d);
+  in->a.nlink++;
+  Impl::Touch(*in, false);
+  impl_->PutInode(t, vol, *in);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return in->a;
+}
+
+namespace {
+// Removes the entry `name` (already loaded as e) from directory d in t.
+void RemoveEntry(Domain::Impl& impl, Domain::Impl::Txn& t, uint32_t vol, Inode& d, const std::string& name,
+                 const Dirent& e) {
+  t.batch.Delete(DirentKey(vol, d.a.ino, name));
+  t.batch.Delete(CookieKey(vol, d.a.ino, e.cookie));
+  t.batch.Delete(FoldKey(vol, d.a.ino, name));
+  Domain::Impl::Touch(d, true);
+  (void)impl;
+}
+}  // namespace
+
+Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  WriterLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  auto e = impl_->LoadDirent(vol, dir, name);
+  if (!e.ok()) return e.status();
+  if (e->type == FileType::kDirectory) return Status(Code::kIsDir, "'" + name + "' is a directory");
+  auto in = impl_->LoadInode(vol, e->ino);
+  if (!in.ok()) return in.status();
+  Impl::Txn t;
+  RemoveEntry(*impl_, t, vol, *d, name, *e);
+  impl_->PutInode(t, vol, *d);
+  if (--in->a.nlink == 0) {
+    NASGW_RETURN_IF_ERROR(impl_->LastLinkGone(t, vol, *in, *v));
+  } else {
+    Impl::Touch(*in, false);
+    impl_->PutInode(t, vol, *in);
+  }
+  impl_->PutVolume(t, vol, *v);
+  return impl_->Commit(t);
+}
+
+Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  WriterLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  auto e = impl_->LoadDirent(vol, dir, name);
+  if (!e.ok()) return e.status();
+  if (e->type != FileType::kDirectory) return Status(Code::kNotDir, "'" + name + "' is not a directory");
+  auto empty = impl_->DirEmpty(vol, e->ino);
+  if (!empty.ok()) return empty.status();
+  if (!*empty) return Status(Code::kNotEmpty, "directory '" + name + "' is not empty");
+  auto in = impl_->LoadInode(vol, e->ino);
+  if (!in.ok()) return in.status();
+  Impl::Txn t;
+  RemoveEntry(*impl_, t, vol, *d, name, *e);
+  d->a.nlink--;
+  impl_->PutInode(t, vol, *d);
+  NASGW_RETURN_IF_ERROR(impl_->DropInode(t, vol, *in, *v));
+  impl_->PutVolume(t, vol, *v);
+  return impl_->Commit(t);
+}
+
+Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, uint64_t to_dir,
+                      const std::string& to) {
+  NASGW_RETURN_IF_ERROR(CheckName(from));
+  NASGW_RETURN_IF_ERROR(CheckName(to));
+  WriterLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto sd = impl_->LoadDir(vol, from_dir);
+  if (!sd.ok()) return sd.status();
+  auto se = impl_->LoadDirent(vol, from_dir, from);
+  if (!se.ok()) return se.status();
+  if (from_dir == to_dir && from == to) return Status();
+  const bool same_dir = from_dir == to_dir;
+  Result<Inode> dd = same_dir ? sd : impl_->LoadDir(vol, to_dir);
+  if (!dd.ok()) return dd.status();
+  auto moved = impl_->LoadInode(vol, se->ino);
+  if (!moved.ok()) return moved.status();
+  const bool is_dir = se->type == FileType::kDirectory;
+  // A directory may not move below itself.
+  if (is_dir && !same_dir) {
+    for (uint64_t up = to_dir; up != kRootIno;) {
+      if (up == se->ino) return Status::InvalidArgument("cannot move a directory into itself");
+      auto p = impl_->LoadInode(vol, up);
+      if (!p.ok()) return p.status();
+      up = p->parent;
+    }
+  }
+  // The target directory's inode: the very same object as the source's when
+  // both are one directory, so that every change lands in what is written.
+  Inode& dst = same_dir ? *sd : *dd;
+  Impl::Txn t;
+  auto te = impl_->LoadDirent(vol, to_dir, to);
+  if (!te.ok() && te.status().code() != Code::kNotFound) return te.status();
+  if (te.ok()) {
+    if (te->ino == se->ino) return Status();  // two names of one file: nothing to do
+    auto target = impl_->LoadInode(vol, te->ino);
+    if (!target.ok()) return target.status();
+    if (is_dir && te->type != FileType::kDirectory) return Status(Code::kNotDir, "'" + to + "' is not a directory");
+    if (!is_dir && te->type == FileType::kDirectory) return Status(Code::kIsDir, "'" + to + "' is a directory");
+    if (te->type == FileType::kDirectory) {
+      auto empty = impl_->DirEmpty(vol, te->ino);
+      if (!empty.ok()) return empty.status();
+      if (!*empty) return Status(Code::kNotEmpty, "'" + to + "' is not empty");
+      dst.a.nlink--;
+      NASGW_RETURN_IF_ERROR(impl_->DropInode(t, vol, *target, *v));
+    } else if (--target->a.nlink == 0) {
+      NASGW_RETURN_IF_ERROR(impl_->LastLinkGone(t, vol, *target, *v));
+    } else {
+      Impl::Touch(*target, false);
+      impl_->PutInode(t, vol, *target);
+    }
+    t.batch.Delete(CookieKey(vol, to_dir, te->cookie));
+  }
+  // Source entry out, target entry in (same batch: atomic).
+  t.batch.Delete(DirentKey(vol, from_dir, from));
+  t.batch.Delete(CookieKey(vol, from_dir, se->cookie));
+  t.batch.Delete(FoldKey(vol, from_dir, from));
+  Dirent ne{se->ino, se->type, dst.next_cookie++};
+  t.batch.Put(DirentKey(vol, to_dir, to), EncodeDirent(ne));
+  t.batch.Put(CookieKey(vol, to_dir, ne.cookie), to);
+  t.batch.Put(FoldKey(vol, to_dir, to), "");
+  if (is_dir && !same_dir) {
+    moved->parent = to_dir;
+    sd->a.nlink--;
+    dst.a.nlink++;
+  }
+  Impl::Touch(*moved, false);
+  impl_->PutInode(t, vol, *moved);
+  Impl::Touch(*sd, true);
+  impl_->PutInode(t, vol, *sd);
+  if (!same_dir) {
+    Impl::Touch(dst, true);
+    impl_->PutInode(t, vol, dst);
+  }
+  impl_->PutVolume(t, vol, *v);
+  return impl_->Commit(t);
+}
+
+Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max) {
+  ReaderLock lock(impl_->mu);
+  auto d = impl_->LoadDir(vol, dir);
+  if (!d.ok()) return d.status();
+  std::vector<DirEntry> out;
+  std::string p = Prefix('C', vol, dir);
+  Status bad;
+  NASGW_RETURN_IF_ERROR(
+      impl_->store->Scan(CookieKey(vol, dir, cookie + 1), PrefixEnd(p), [&](std::string_view k, std::string_view name) {
+        if (out.size() >= max) return false;
+        auto e = impl_->LoadDirent(vol, dir, std::string(name));
+        if (!e.ok()) {
+          bad = e.status().WithContext("directory index");
+          return false;
+        }
+        out.push_back({std::string(name), e->ino, e->type, GetBE64(k, p.size())});
+        return true;
+      }));
+  NASGW_RETURN_IF_ERROR(bad);
+  return out;
+}
+
+Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::string& name) {
+  ReaderLock lock(impl_->mu);
+  NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
+  auto v = impl_->store->Get(XattrKey(vol, ino, name));
+  if (!v.ok()) {
+    return v.status().code() == Code::kNotFound ? Status::NotFound("no attribute " + name)
+                                                : v.status().WithContext("attribute " + name);
+  }
+  return *v;
+}
+
+Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, const std::string& value, int flags) {
+  if (name.empty() || name.size() > kXattrNameMax) return Status::InvalidArgument("attribute name 1-255 bytes");
+  if (value.size() > kXattrValueMax) return Status::NoSpace("attribute value larger than 64 KiB");
+  WriterLock lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  auto has = impl_->Has(XattrKey(vol, ino, name));
+  if (!has.ok()) return has.status().WithContext("attribute " + name);
+  const bool exists = *has;
+  if ((flags & 1) && exists) return Status::Exists("attribute " + name + " exists");  // XATTR_CREATE
+  if ((flags & 2) && !exists) return Status::NotFound("no attribute " + name);        // XATTR_REPLACE
+  Impl::Txn t;
+  t.batch.Put(XattrKey(vol, ino, name), value);
+  Impl::Touch(*in, false);
+  impl_->PutInode(t, vol, *in);
+  return impl_->Commit(t);
+}
+
+Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
+  ReaderLock lock(impl_->mu);
+  NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
+  std::vector<std::string> out;
+  std::string p = Prefix('X', vol, ino);
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view) {
+    out.emplace_back(k.substr(p.size()));
+    return true;
+  }));
+  return out;
+}
+
+Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) {
+  WriterLock lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  auto has = impl_->Has(XattrKey(vol, ino, name));
+  if (!has.ok()) return has.status().WithContext("attribute " + name);
+  if (!*has) return Status::NotFound("no attribute " + name);
+  Impl::Txn t;
+  t.batch.Delete(XattrKey(vol, ino, name));
+  Impl::Touch(*in, false);
+  impl_->PutInode(t, vol, *in);
+  return impl_->Commit(t);
+}
+
+Status Domain::OpenFile(uint32_t vol, uint64_t ino) {
+  WriterLock lock(impl_->mu);
+  NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
+  impl_->open_count[{vol, ino}]++;
+  return Status();
+}
+
+Status Domain::ReleaseFile(uint32_t vol, uint64_t ino) {
+  WriterLock lock(impl_->mu);
+  auto it = impl_->open_count.find({vol, ino});
+  if (it == impl_->open_count.end() || it->second == 0) return Status::InvalidArgument("file is not open");
+  if (--it->second > 0) return Status();
+  impl_->open_count.erase(it);
+  // The file is released whatever follows. If an unlinked file cannot be
+  // dropped now, its orphan key stays and the next open drops it; the
+  // caller still hears why.
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status().code() == Code::kNotFound ? Status() : in.status().WithContext("release");
+  if (in->a.nlink > 0) return Status();
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  Impl::Txn t;
+  NASGW_RETURN_IF_ERROR(impl_->DropInode(t, vol, *in, *v).WithContext("release"));
+  t.batch.Delete(OrphanKey(vol, ino));
+  impl_->PutVolume(t, vol, *v);
+  return impl_->Commit(t);
+}
+
+}  // namespace nasgw::fs

@@ -1,0 +1,198 @@
+// A domain's volumes, and its online growth (fs/domain.h, "volumes", Grow).
+#include <set>
+
+#include "base/log.h"
+#include "fs/domain_impl.h"
+
+namespace nasgw::fs {
+
+using namespace keys;  // fs/keys.h: the keys and values of the metadata
+
+namespace {
+VolumeInfo Info(uint32_t id, const VolumeRec& v) {
+  return {id, v.name, v.record_bytes, v.files, v.bytes};
+}
+
+Status CheckRecordBytes(uint32_t record_bytes) {
+  if (record_bytes < kRecordBytesMin || record_bytes > kRecordBytesMax || (record_bytes & (record_bytes - 1))) {
+    return Status::InvalidArgument("record size must be a power of two from 4 KiB to 1 MiB");
+  }
+  return Status();
+}
+}  // namespace
+
+Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record_bytes) {
+  NASGW_RETURN_IF_ERROR(CheckName(name));
+  NASGW_RETURN_IF_ERROR(CheckRecordBytes(record_bytes));
+  WriterLock lock(impl_->mu);
+  auto taken = impl_->Has(VolNameKey(name));
+  if (!taken.ok()) return taken.status().WithContext("volume '" + name + "'");
+  if (*taken) return Status::Exists("volume '" + name + "' exists");
+  const uint32_t id = impl_->rec.next_volume++;
+  VolumeRec v;
+  v.name = name;
+  v.record_bytes = record_bytes;
+  v.files = 1;
+  Inode root;
+  root.a.ino = kRootIno;
+  root.a.gen = NewGeneration();
+  root.a.type = FileType::kDirectory;
+  root.a.mode = 0755;
+  root.a.nlink = 2;
+  root.a.atime = root.a.mtime = root.a.ctime = root.a.btime = Now();
+  root.parent = kRootIno;
+  Impl::Txn t;
+  std::string idb;
+  PutBE32(&idb, id);
+  t.batch.Put(VolNameKey(name), idb);
+  impl_->PutVolume(t, id, v);
+  impl_->PutInode(t, id, root);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return Info(id, v);
+}
+
+Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
+  ReaderLock lock(impl_->mu);
+  auto id = impl_->VolumeId(name);
+  if (!id.ok()) return id.status();
+  auto v = impl_->LoadVolume(*id);
+  if (!v.ok()) return v.status();
+  return Info(*id, *v);
+}
+
+Result<std::vector<VolumeInfo>> Domain::ListVolumes() {
+  ReaderLock lock(impl_->mu);
+  std::vector<VolumeInfo> out;
+  Status bad;
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan("V", "W", [&](std::string_view k, std::string_view val) {
+    auto v = DecodeVolume(val);
+    if (!v.ok() || k.size() != 5) {
+      bad = v.ok() ? Status::Corruption("volume key of " + std::to_string(k.size()) + " bytes") : v.status();
+      return false;
+    }
+    out.push_back(Info(GetBE32(k, 1), *v));
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  return out;
+}
+
+Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes) {
+  NASGW_RETURN_IF_ERROR(CheckRecordBytes(record_bytes));
+  WriterLock lock(impl_->mu);
+  auto vid = impl_->VolumeId(name);
+  if (!vid.ok()) return vid.status();
+  const uint32_t id = *vid;
+  auto v = impl_->LoadVolume(id);
+  if (!v.ok()) return v.status();
+  if (v->record_bytes == record_bytes) return Info(id, *v);
+  // Record r of a file covers [r*rs, (r+1)*rs): a new size would reinterpret
+  // every extent map. The byte counter is the extent maps' sum; the scan
+  // makes sure even if a counter were off.
+  bool has_extents = false;
+  const std::string p = Prefix('E', id);
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view, std::string_view) {
+    has_extents = true;
+    return false;
+  }));
+  if (v->bytes > 0 || has_extents) {
+    return Status(Code::kFailedPrecondition,
+                  "volume '" + name + "' holds data; the record size can only change while it is empty");
+  }
+  v->record_bytes = record_bytes;
+  Impl::Txn t;
+  impl_->PutVolume(t, id, *v);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  return Info(id, *v);
+}
+
+Status Domain::DeleteVolume(const std::string& name, bool force) {
+  auto info = FindVolume(name);
+  if (!info.ok()) return info.status();
+  WriterLock lock(impl_->mu);
+  const uint32_t vol = info->id;
+  std::string exported;
+  size_t exports = 0;
+  Status bad;
+  NASGW_RETURN_IF_ERROR(impl_->ScanExports([&](Result<ExportRec> r) {
+    if (!r.ok()) {
+      bad = r.status();
+      return false;
+    }
+    if (r->vol == vol) {
+      exported += (exported.empty() ? "" : ", ") + std::to_string(r->e.id);
+      exports++;
+    }
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  if (!exported.empty()) {
+    return Status(Code::kFailedPrecondition, "volume '" + name + "' is exported over NFS (" +
+                                                 (exports == 1 ? "export " : "exports ") + exported +
+                                                 "); remove its exports first");
+  }
+  if (!force) {
+    auto empty = impl_->DirEmpty(vol, kRootIno);
+    if (!empty.ok()) return empty.status();
+    if (!*empty) return Status(Code::kNotEmpty, "volume '" + name + "' is not empty (force deletes it with its files)");
+  }
+  // Every key of the volume goes in one batch; a scan that fails stops the
+  // delete (a partial one would leave unreachable keys and leak extents).
+  Impl::Txn t;
+  for (char tag : {'I', 'D', 'C', 'F', 'X', 'E', 'O'}) {
+    std::string p = Prefix(tag, vol);
+    Status undecodable;
+    NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+      t.batch.Delete(k);
+      if (tag == 'E') {
+        auto m = DecodeRecordMap(v);
+        if (!m.ok()) {
+          undecodable = m.status().WithContext("inode " + std::to_string(GetBE64(k, 5)));
+          return false;
+        }
+        t.to_free.insert(t.to_free.end(), m->extents.begin(), m->extents.end());
+      }
+      return true;
+    }));
+    NASGW_RETURN_IF_ERROR(undecodable);
+  }
+  t.batch.Delete(VolKey(vol));
+  t.batch.Delete(VolNameKey(name));
+  t.vol_files[vol] = std::nullopt;
+  return impl_->Commit(t);
+}
+
+Result<uint64_t> Domain::Grow() {
+  WriterLock lock(impl_->mu);
+  std::set<uint32_t> covered;
+  for (const auto& [first, n] : impl_->rec.data_groups) covered.insert(first.lun);
+  uint64_t added = 0;
+  DomainRec next = impl_->rec;
+  std::vector<AgId> fresh;
+  for (uint32_t l = 0; l < impl_->reserve->lun_count(); l++) {
+    if (covered.contains(l)) continue;
+    const uint32_t n = impl_->reserve->ag_count(l);
+    if (n == 0) continue;
+    next.data_groups.push_back({{l, 0}, n});
+    for (uint32_t g = 0; g < n; g++) fresh.push_back({l, g});
+    added += uint64_t{n} * impl_->reserve->ag_bytes();
+  }
+  if (fresh.empty()) return uint64_t{0};
+  // Record first, then use: a crash in between leaves groups recorded but
+  // unused, never used but unrecorded.
+  DomainRec saved = impl_->rec;
+  impl_->rec = next;
+  Impl::Txn t;
+  Status s = impl_->Commit(t);
+  if (!s.ok()) {
+    impl_->rec = saved;
+    return s;
+  }
+  for (const AgId& g : fresh) {
+    NASGW_RETURN_IF_ERROR(impl_->space->AddGroup(g, Reserve::AgOffset(impl_->reserve->ag_bytes(), g.index)));
+  }
+  NASGW_LOG(kInfo, "fs") << "domain grew" << Kv("bytes", added) << Kv("groups", fresh.size());
+  return added;
+}
+
+}  // namespace nasgw::fs
