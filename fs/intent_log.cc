@@ -1,0 +1,525 @@
+#include "fs/intent_log.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/clock.h"
+#include "base/coding.h"
+#include "base/crc32c.h"
+#include "base/log.h"
+
+namespace nasgw::fs {
+
+namespace {
+
+constexpr uint32_t kSuperMagic = 0x534c474e;   // "NGLS"
+constexpr uint32_t kRecordMagic = 0x4c49474e;  // "NGIL"
+constexpr uint16_t kLogVersion = 1;
+constexpr size_t kSuperExtentsMax = (kLogBlockBytes - 64) / 20;
+
+uint64_t RoundUp(uint64_t n, uint64_t unit) {
+  return (n + unit - 1) / unit * unit;
+}
+
+// The checksum of a block or record: CRC32C of its bytes with the checksum
+// field (bytes 8-11) read as zero.
+uint32_t Checksum(const uint8_t* p, size_t n) {
+  static const uint8_t kZero[4] = {0, 0, 0, 0};
+  uint32_t c = Crc32c(0, p, 8);
+  c = Crc32c(c, kZero, 4);
+  return Crc32c(c, p + 12, n - 12);
+}
+
+uint64_t RingBytes(const std::vector<Extent>& extents, size_t i) {
+  return i == 0 ? extents[0].length - kLogSuperBytes : extents[i].length;
+}
+
+Status CheckExtents(const std::vector<Extent>& extents) {
+  if (extents.empty()) return Status::InvalidArgument("intent log without extents");
+  if (extents.size() > kSuperExtentsMax) return Status::InvalidArgument("intent log in too many extents");
+  uint64_t ring = 0;
+  for (size_t i = 0; i < extents.size(); i++) {
+    const Extent& e = extents[i];
+    if (e.offset % kLogBlockBytes != 0 || e.length % kLogBlockBytes != 0 || e.length == 0) {
+      return Status::InvalidArgument("intent log extent not in whole 4 KiB blocks");
+    }
+    if (i == 0 && e.length < kLogSuperBytes + kLogBlockBytes) {
+      return Status::InvalidArgument("intent log's first extent too small for its superblocks");
+    }
+    ring += RingBytes(extents, i);
+  }
+  if (ring + kLogSuperBytes < IntentLog::kMinBytes) {
+    return Status::InvalidArgument("intent log smaller than " + std::to_string(IntentLog::kMinBytes >> 20) + " MiB");
+  }
+  return Status();
+}
+
+struct Super {
+  uint64_t seq = 0;
+  uint64_t tail_vpos = 0;
+  uint64_t tail_lsn = 1;
+};
+
+std::vector<uint8_t> EncodeSuper(uint64_t salt, const Super& s, const std::vector<Extent>& extents, uint64_t capacity) {
+  std::vector<uint8_t> b(kLogBlockBytes, 0);
+  PutFixed32(&b[0], kSuperMagic);
+  b[4] = static_cast<uint8_t>(kLogVersion);
+  b[5] = static_cast<uint8_t>(kLogVersion >> 8);
+  PutFixed64(&b[16], salt);
+  PutFixed64(&b[24], s.seq);
+  PutFixed64(&b[32], s.tail_vpos);
+  PutFixed64(&b[40], s.tail_lsn);
+  PutFixed64(&b[48], capacity);
+  PutFixed32(&b[56], static_cast<uint32_t>(extents.size()));
+  size_t at = 64;
+  for (const Extent& e : extents) {
+    PutFixed32(&b[at], e.lun);
+    PutFixed64(&b[at + 4], e.offset);
+    PutFixed64(&b[at + 12], e.length);
+    at += 20;
+  }
+  PutFixed32(&b[8], Checksum(b.data(), b.size()));
+  return b;
+}
+
+// The superblock in `b`, if it verifies and describes this log.
+bool DecodeSuper(const uint8_t* b, uint64_t salt, const std::vector<Extent>& extents, uint64_t capacity, Super* out) {
+  if (GetFixed32(b) != kSuperMagic || (b[4] | (b[5] << 8)) != kLogVersion) return false;
+  if (GetFixed32(b + 8) != Checksum(b, kLogBlockBytes)) return false;
+  if (GetFixed64(b + 16) != salt || GetFixed64(b + 48) != capacity) return false;
+  if (GetFixed32(b + 56) != extents.size()) return false;
+  size_t at = 64;
+  for (const Extent& e : extents) {
+    if (GetFixed32(b + at) != e.lun || GetFixed64(b + at + 4) != e.offset || GetFixed64(b + at + 12) != e.length) {
+      return false;
+    }
+    at += 20;
+  }
+  out->seq = GetFixed64(b + 24);
+  out->tail_vpos = GetFixed64(b + 32);
+  out->tail_lsn = GetFixed64(b + 40);
+  return out->tail_lsn >= 1;
+}
+
+}  // namespace
+
+uint64_t IntentLog::Cost(size_t bytes) {
+  return RoundUp(kLogRecordHeaderBytes + kLogEntryHeaderBytes + bytes, kLogBlockBytes);
+}
+
+IntentLog::IntentLog(DeviceFn devices, std::vector<Extent> extents, uint64_t salt, IntentLogOptions options)
+    : devices_(std::move(devices)), extents_(std::move(extents)), salt_(salt), options_(std::move(options)) {
+  uint64_t smallest = UINT64_MAX;
+  for (size_t i = 0; i < extents_.size(); i++) {
+    starts_.push_back(capacity_);
+    capacity_ += RingBytes(extents_, i);
+    smallest = std::min(smallest, RingBytes(extents_, i));
+  }
+  // A record must fit in any extent; one skip per extent may waste up to a
+  // record's size.
+  max_record_ = std::max<uint64_t>(
+      kLogBlockBytes, std::min<uint64_t>(options_.max_record_bytes, smallest) / kLogBlockBytes * kLogBlockBytes);
+  slack_ = std::min<uint64_t>(capacity_ / 2, extents_.size() * max_record_);
+}
+
+size_t IntentLog::max_entry_bytes() const {
+  return static_cast<size_t>(max_record_ - kLogRecordHeaderBytes - kLogEntryHeaderBytes);
+}
+
+IntentLog::Place IntentLog::Locate(uint64_t vpos) const {
+  const uint64_t w = vpos % capacity_;
+  const size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), w) - starts_.begin()) - 1;
+  const uint64_t in = w - starts_[i];
+  const uint64_t base = i == 0 ? kLogSuperBytes : 0;
+  return {static_cast<uint32_t>(i), base + in, RingBytes(extents_, i) - in};
+}
+
+uint64_t IntentLog::Fit(uint64_t vpos, uint64_t bytes) const {
+  const Place p = Locate(vpos);
+  return bytes <= p.room ? vpos : vpos + p.room;
+}
+
+Status IntentLog::WriteAt(uint64_t vpos, const uint8_t* data, size_t n, bool fua) {
+  const Place p = Locate(vpos);
+  const Extent& e = extents_[p.extent];
+  auto dev = devices_(e.lun);
+  if (!dev) return Status::NotFound("intent log LUN " + std::to_string(e.lun));
+  return block::WriteSync(*dev, (e.offset + p.offset) / dev->info().block_size, data, n, fua);
+}
+
+Status IntentLog::ReadAt(uint64_t vpos, uint8_t* data, size_t n) {
+  const Place p = Locate(vpos);
+  const Extent& e = extents_[p.extent];
+  auto dev = devices_(e.lun);
+  if (!dev) return Status::NotFound("intent log LUN " + std::to_string(e.lun));
+  return block::ReadSync(*dev, (e.offset + p.offset) / dev->info().block_size, data, n);
+}
+
+Status IntentLog::Format(const DeviceFn& devices, const std::vector<Extent>& extents, uint64_t salt) {
+  NASGW_RETURN_IF_ERROR(CheckExtents(extents));
+  uint64_t capacity = 0;
+  for (size_t i = 0; i < extents.size(); i++) capacity += RingBytes(extents, i);
+  auto dev = devices(extents[0].lun);
+  if (!dev) return Status::NotFound("intent log LUN " + std::to_string(extents[0].lun));
+  const uint64_t bs = dev->info().block_size;
+  // Copy B first (older), then A: a log formatted halfway has no valid copy
+  // or an empty one, never a stale checkpoint of an earlier log (other salt).
+  Super s;
+  s.seq = 0;
+  auto b = EncodeSuper(salt, s, extents, capacity);
+  NASGW_RETURN_IF_ERROR(block::WriteSync(*dev, (extents[0].offset + kLogBlockBytes) / bs, b.data(), b.size(), true));
+  s.seq = 1;
+  b = EncodeSuper(salt, s, extents, capacity);
+  return block::WriteSync(*dev, extents[0].offset / bs, b.data(), b.size(), true);
+}
+
+Status IntentLog::WriteSuper(uint64_t seq, uint64_t tail_vpos, uint64_t tail_lsn) {
+  Super s{seq, tail_vpos, tail_lsn};
+  auto b = EncodeSuper(salt_, s, extents_, capacity_);
+  auto dev = devices_(extents_[0].lun);
+  if (!dev) return Status::NotFound("intent log LUN " + std::to_string(extents_[0].lun));
+  const uint64_t bs = dev->info().block_size;
+  return block::WriteSync(*dev, (extents_[0].offset + (seq % 2) * kLogBlockBytes) / bs, b.data(), b.size(), true);
+}
+
+bool IntentLog::ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t* bytes, std::vector<std::string>* entries) {
+  const Place p = Locate(vpos);
+  std::vector<uint8_t> buf(kLogBlockBytes);
+  if (!ReadAt(vpos, buf.data(), buf.size()).ok()) return false;
+  const uint8_t* h = buf.data();
+  if (GetFixed32(h) != kRecordMagic || (h[4] | (h[5] << 8)) != kLogVersion) return false;
+  if (GetFixed64(h + 16) != salt_ || GetFixed64(h + 24) != vpos || GetFixed64(h + 32) != lsn) return false;
+  const uint32_t count = GetFixed32(h + 40);
+  const uint32_t payload = GetFixed32(h + 44);
+  const uint32_t record = GetFixed32(h + 48);
+  if (record < kLogBlockBytes || record % kLogBlockBytes != 0 || record > p.room || record > max_record_ ||
+      kLogRecordHeaderBytes + uint64_t{payload} > record || count == 0) {
+    return false;
+  }
+  if (record > buf.size()) {
+    buf.resize(record);
+    if (!ReadAt(vpos + kLogBlockBytes, buf.data() + kLogBlockBytes, record - kLogBlockBytes).ok()) return false;
+  }
+  if (GetFixed32(buf.data() + 8) != Checksum(buf.data(), record)) return false;
+  std::vector<std::string> out;
+  size_t at = kLogRecordHeaderBytes;
+  const size_t end = kLogRecordHeaderBytes + payload;
+  while (at < end) {
+    if (end - at < kLogEntryHeaderBytes) return false;
+    const uint32_t n = GetFixed32(buf.data() + at);
+    at += kLogEntryHeaderBytes;
+    if (n > end - at) return false;
+    out.emplace_back(reinterpret_cast<const char*>(buf.data() + at), n);
+    at += n;
+  }
+  if (out.size() != count) return false;
+  *bytes = record;
+  *entries = std::move(out);
+  return true;
+}
+
+Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, const std::vector<Extent>& extents,
+                                                   uint64_t salt, const ReplayFn& replay,
+                                                   const IntentLogOptions& options) {
+  NASGW_RETURN_IF_ERROR(CheckExtents(extents));
+  std::unique_ptr<IntentLog> log(new IntentLog(devices, extents, salt, options));
+  // The newer copy of the superblock that verifies.
+  std::vector<uint8_t> two(kLogSuperBytes);
+  {
+    auto dev = devices(extents[0].lun);
+    if (!dev) return Status::NotFound("intent log LUN " + std::to_string(extents[0].lun));
+    NASGW_RETURN_IF_ERROR(block::ReadSync(*dev, extents[0].offset / dev->info().block_size, two.data(), two.size())
+                              .WithContext("read the intent log's superblock"));
+  }
+  Super a, b;
+  const bool va = DecodeSuper(two.data(), salt, extents, log->capacity_, &a);
+  const bool vb = DecodeSuper(two.data() + kLogBlockBytes, salt, extents, log->capacity_, &b);
+  if (!va && !vb) return Status::Corruption("no intent log superblock copy verifies");
+  const Super s = !vb || (va && a.seq > b.seq) ? a : b;
+  // Replay from the checkpoint.
+  uint64_t vpos = s.tail_vpos, lsn = s.tail_lsn;
+  std::deque<Written> written;
+  for (;;) {
+    uint64_t bytes = 0;
+    std::vector<std::string> entries;
+    uint64_t at = vpos;
+    bool found = log->ReadRecord(at, lsn, &bytes, &entries);
+    const Place here = log->Locate(vpos);
+    if (!found && here.room < RingBytes(extents, here.extent)) {
+      // A record that did not fit where the previous one ended starts at
+      // the next extent.
+      const uint64_t next = vpos + here.room;
+      {
+        at = next;
+        found = log->ReadRecord(at, lsn, &bytes, &entries);
+      }
+    }
+    if (!found) break;
+    for (const std::string& e : entries) {
+      NASGW_RETURN_IF_ERROR(replay(lsn, e).WithContext("replay intent log entry " + std::to_string(lsn)));
+      lsn++;
+      log->replayed_++;
+    }
+    written.push_back({at, lsn - entries.size(), lsn - 1, bytes});
+    vpos = at + bytes;
+    if (vpos - s.tail_vpos > log->capacity_) return Status::Corruption("intent log longer than its space");
+  }
+  {
+    MutexLock c(log->checkpoint_mu_);
+    log->super_seq_ = s.seq;
+  }
+  {
+    MutexLock l(log->mu_);
+    log->tail_vpos_ = s.tail_vpos;
+    log->tail_lsn_ = s.tail_lsn;
+    log->head_vpos_ = vpos;
+    log->next_lsn_ = lsn;
+    log->durable_lsn_ = lsn - 1;
+    log->written_ = std::move(written);
+  }
+  if (!options.read_only) log->writer_ = std::thread([l = log.get()] { l->WriterLoop(); });
+  return log;
+}
+
+IntentLog::~IntentLog() {
+  {
+    MutexLock l(mu_);
+    stop_ = true;
+    work_cv_.NotifyAll();
+    space_cv_.NotifyAll();
+  }
+  if (writer_.joinable()) writer_.join();
+}
+
+uint64_t IntentLog::UsedLocked() const {
+  return head_vpos_ - tail_vpos_;
+}
+
+void IntentLog::Fail(const Status& s) {
+  if (!failed_.ok()) return;
+  failed_ = s.WithContext("intent log");
+  NASGW_LOG(kError, "fs") << "intent log failed" << Kv("error", failed_.ToString());
+  durable_cv_.NotifyAll();
+  space_cv_.NotifyAll();
+}
+
+Status IntentLog::Reserve(size_t bytes) {
+  if (options_.read_only) return Status::NotSupported("intent log opened read-only");
+  if (bytes > max_entry_bytes()) {
+    return Status::InvalidArgument("log entry of " + std::to_string(bytes) + " bytes; at most " +
+                                   std::to_string(max_entry_bytes()));
+  }
+  const uint64_t cost = Cost(bytes);
+  const uint64_t deadline = MonotonicNanos() + uint64_t{options_.reserve_timeout_ms} * kNanosPerMilli;
+  MutexLock l(mu_);
+  bool waited = false;
+  for (;;) {
+    if (!failed_.ok()) return failed_;
+    if (stop_) return Status::Unavailable("intent log closing");
+    const uint64_t want = UsedLocked() + reserved_ + cost + slack_;
+    const bool fits = want <= capacity_;
+    const bool ask = !asked_checkpoint_ && (!fits || want * 100 >= capacity_ * options_.checkpoint_fill_pct);
+    if (fits) {
+      reserved_ += cost;
+      if (ask) asked_checkpoint_ = true;
+    }
+    if (ask && options_.want_checkpoint) {
+      // Outside our lock: the callback may take the caller's locks.
+      asked_checkpoint_ = true;
+      l.Unlock();
+      options_.want_checkpoint();
+      l.Lock();
+    }
+    if (fits) return Status();
+    if (!waited) {
+      waited = true;
+      reserve_waits_++;
+    }
+    const uint64_t now = MonotonicNanos();
+    if (now >= deadline) {
+      return Status::TimedOut("intent log full for " + std::to_string(options_.reserve_timeout_ms) + " ms");
+    }
+    space_cv_.WaitFor(mu_, std::chrono::nanoseconds(std::min<uint64_t>(deadline - now, 100 * kNanosPerMilli)));
+  }
+}
+
+void IntentLog::Unreserve(size_t bytes) {
+  MutexLock l(mu_);
+  reserved_ -= std::min(reserved_, Cost(bytes));
+  space_cv_.NotifyAll();
+}
+
+uint64_t IntentLog::Append(std::string entry) {
+  MutexLock l(mu_);
+  const uint64_t lsn = next_lsn_++;
+  pending_.push_back({lsn, std::move(entry)});
+  work_cv_.NotifyOne();
+  return lsn;
+}
+
+Status IntentLog::WaitDurable(uint64_t lsn) {
+  MutexLock l(mu_);
+  while (durable_lsn_ < lsn) {
+    if (!failed_.ok()) return failed_;
+    durable_cv_.Wait(mu_);
+  }
+  return Status();
+}
+
+void IntentLog::WriterLoop() {
+  MutexLock l(mu_);
+  for (;;) {
+    while ((pending_.empty() || !failed_.ok()) && !stop_) {
+      pending_.clear();  // failed: never written; their waiters know
+      work_cv_.Wait(mu_);
+    }
+    if (pending_.empty() || !failed_.ok()) return;  // stopping, everything written
+    // A group: as many entries as fit in one record.
+    size_t n = 0;
+    uint64_t payload = 0, costs = 0;
+    while (n < pending_.size()) {
+      const uint64_t add = kLogEntryHeaderBytes + pending_[n].entry.size();
+      if (n > 0 && kLogRecordHeaderBytes + payload + add > max_record_) break;
+      payload += add;
+      costs += Cost(pending_[n].entry.size());
+      n++;
+    }
+    const uint64_t bytes = RoundUp(kLogRecordHeaderBytes + payload, kLogBlockBytes);
+    uint64_t vpos = Fit(head_vpos_, bytes);
+    // Reservations make this hold; if it ever did not, wait for a
+    // checkpoint rather than overwrite what a replay still needs.
+    while (vpos + bytes - tail_vpos_ > capacity_ && failed_.ok()) {
+      NASGW_LOG(kWarn, "fs") << "intent log writer waiting for space";
+      space_cv_.WaitFor(mu_, std::chrono::milliseconds(100));
+      vpos = Fit(head_vpos_, bytes);
+    }
+    if (!failed_.ok()) continue;
+    const uint64_t first = pending_.front().lsn;
+    std::vector<uint8_t> rec(bytes, 0);
+    PutFixed32(&rec[0], kRecordMagic);
+    rec[4] = static_cast<uint8_t>(kLogVersion);
+    rec[5] = static_cast<uint8_t>(kLogVersion >> 8);
+    rec[6] = static_cast<uint8_t>(kLogRecordHeaderBytes);
+    PutFixed64(&rec[16], salt_);
+    PutFixed64(&rec[24], vpos);
+    PutFixed64(&rec[32], first);
+    PutFixed32(&rec[40], static_cast<uint32_t>(n));
+    PutFixed32(&rec[44], static_cast<uint32_t>(payload));
+    PutFixed32(&rec[48], static_cast<uint32_t>(bytes));
+    size_t at = kLogRecordHeaderBytes;
+    for (size_t i = 0; i < n; i++) {
+      const std::string& e = pending_[i].entry;
+      PutFixed32(&rec[at], static_cast<uint32_t>(e.size()));
+      std::memcpy(&rec[at + kLogEntryHeaderBytes], e.data(), e.size());
+      at += kLogEntryHeaderBytes + e.size();
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+    PutFixed32(&rec[8], Checksum(rec.data(), rec.size()));
+    writing_ = true;
+    l.Unlock();
+    const uint64_t t0 = MonotonicNanos();
+    Status s = WriteAt(vpos, rec.data(), rec.size(), /*fua=*/true);
+    write_ns_.Record(MonotonicNanos() - t0);
+    group_entries_.Record(n);
+    l.Lock();
+    writing_ = false;
+    if (!s.ok()) {
+      Fail(s);
+      continue;
+    }
+    head_vpos_ = vpos + bytes;
+    durable_lsn_ = first + n - 1;
+    written_.push_back({vpos, first, first + n - 1, bytes});
+    reserved_ -= std::min(reserved_, costs);
+    records_++;
+    entries_ += n;
+    bytes_written_ += bytes;
+    durable_cv_.NotifyAll();
+    space_cv_.NotifyAll();
+    if (!asked_checkpoint_ && (UsedLocked() + reserved_) * 100 >= capacity_ * options_.checkpoint_fill_pct &&
+        options_.want_checkpoint) {
+      asked_checkpoint_ = true;
+      l.Unlock();
+      options_.want_checkpoint();
+      l.Lock();
+    }
+  }
+}
+
+Status IntentLog::Checkpoint(uint64_t lsn) {
+  if (options_.read_only) return Status::NotSupported("intent log opened read-only");
+  MutexLock c(checkpoint_mu_);
+  uint64_t tail_vpos = 0, tail_lsn = 0;
+  size_t drop = 0;
+  {
+    MutexLock l(mu_);
+    if (!failed_.ok()) return failed_;
+    lsn = std::min(lsn, durable_lsn_);
+    while (drop < written_.size() && written_[drop].last_lsn <= lsn) drop++;
+    if (drop < written_.size()) {
+      tail_vpos = written_[drop].vpos;
+      tail_lsn = written_[drop].first_lsn;
+    } else {
+      tail_vpos = head_vpos_;
+      tail_lsn = durable_lsn_ + 1;
+    }
+    asked_checkpoint_ = false;
+    if (tail_vpos == tail_vpos_ && tail_lsn == tail_lsn_) return Status();
+  }
+  Status s = WriteSuper(super_seq_ + 1, tail_vpos, tail_lsn);
+  MutexLock l(mu_);
+  if (!s.ok()) {
+    Fail(s.WithContext("write the superblock"));
+    return failed_;
+  }
+  super_seq_++;
+  written_.erase(written_.begin(), written_.begin() + static_cast<std::ptrdiff_t>(drop));
+  tail_vpos_ = tail_vpos;
+  tail_lsn_ = tail_lsn;
+  checkpoints_++;
+  space_cv_.NotifyAll();
+  return Status();
+}
+
+uint64_t IntentLog::appended_lsn() const {
+  MutexLock l(mu_);
+  return next_lsn_ - 1;
+}
+
+uint64_t IntentLog::durable_lsn() const {
+  MutexLock l(mu_);
+  return durable_lsn_;
+}
+
+uint32_t IntentLog::fill_pct() const {
+  MutexLock l(mu_);
+  return static_cast<uint32_t>((UsedLocked() + reserved_) * 100 / capacity_);
+}
+
+Status IntentLog::health() const {
+  MutexLock l(mu_);
+  return failed_;
+}
+
+IntentLogStats IntentLog::Stats() const {
+  IntentLogStats s;
+  {
+    MutexLock l(mu_);
+    s.capacity_bytes = capacity_;
+    s.used_bytes = UsedLocked();
+    s.reserved_bytes = reserved_;
+    s.appended_lsn = next_lsn_ - 1;
+    s.durable_lsn = durable_lsn_;
+    s.checkpoint_lsn = tail_lsn_;
+    s.records = records_;
+    s.entries = entries_;
+    s.bytes_written = bytes_written_;
+    s.checkpoints = checkpoints_;
+    s.reserve_waits = reserve_waits_;
+  }
+  s.write_ns = write_ns_.Snapshot();
+  s.group_entries = group_entries_.Snapshot();
+  return s;
+}
+
+}  // namespace nasgw::fs

@@ -1,0 +1,229 @@
+// IntentLog: a domain's intent log on the reserve's LUNs, in the role of
+// ZFS's ZIL and ONTAP's NVLOG. What must be durable before it reaches its
+// final place (today: every metadata change of the domain, as the batch the
+// metadata store applies) is appended here and acknowledged once the record
+// that holds it is on the array. The metadata store itself is then written
+// back in transaction groups (a flush of its memtable) and the log space the
+// group covered is reused (Checkpoint).
+//
+// Entries are opaque byte strings with a log sequence number (LSN), dense
+// and increasing in the order of Append. The log does not look inside them;
+// the domain gives them a type byte, so later kinds (small stable writes, a
+// partner's mirror) fit without a new format.
+//
+// Group commit: one writer thread takes every entry appended since its last
+// write, packs them into one record (at most max_record_bytes) and writes it
+// in one WRITE with FUA; every operation waiting on an entry of that record
+// is answered by that one round trip. One record write is in flight at a
+// time, so what is on the array is always the appended sequence up to some
+// LSN plus at most one torn record after it.
+//
+// Replay (Open) is exact: the entries after the last checkpoint, in LSN
+// order, up to the first record that does not verify (bad checksum, wrong
+// salt, wrong position, not the next LSN: a torn or never-written tail, or an
+// older lap's record). Applying a metadata batch is idempotent over any state
+// at least as new as the checkpoint, so replaying an entry the store already
+// holds is harmless.
+//
+// On disk (docs/on-disk-format.md, "Intent log"): the log's space is a list
+// of extents, each a multiple of 4 KiB. The first 8 KiB of the first extent
+// hold two copies of the log superblock (salt, the checkpoint: position and
+// LSN of the oldest record still needed); the rest is a ring addressed by a
+// 64-bit "virtual" position that only grows (physical place = virtual mod
+// capacity, mapped over the extents). A record never spans two extents: one
+// that does not fit in what is left of an extent starts at the next.
+//
+// Space: every entry reserves its worst case before it is appended
+// (Reserve), so the writer never waits for space and an entry appended is
+// always written; Reserve waits while the log is full, asks for a
+// checkpoint, and fails with TimedOut after reserve_timeout_ms.
+//
+// Failures: a record write or superblock write that fails makes the log
+// fail: every waiter and every later call gets that error (the domain then
+// refuses changes until it is opened again).
+//
+// Thread-safety: every method may be called concurrently. Append order is
+// LSN order; callers that need "applied in LSN order" hold their own lock
+// around apply + Append.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "base/histogram.h"
+#include "base/mutex.h"
+#include "base/status.h"
+#include "block/block_device.h"
+#include "fs/allocator.h"
+
+namespace nasgw::fs {
+
+constexpr uint64_t kLogBlockBytes = 4096;
+constexpr uint64_t kLogSuperBytes = 2 * kLogBlockBytes;  // two superblock copies
+constexpr size_t kLogRecordHeaderBytes = 64;
+constexpr size_t kLogEntryHeaderBytes = 4;  // u32 length before each entry
+
+struct IntentLogOptions {
+  // One record (one array write) holds at most this much.
+  uint32_t max_record_bytes = 1u << 20;
+  // Reserve asks for a checkpoint once the log is this full (per cent).
+  uint32_t checkpoint_fill_pct = 50;
+  // Reserve gives up with TimedOut after waiting this long for space.
+  uint32_t reserve_timeout_ms = 30'000;
+  // Called when the log wants a checkpoint (fill past checkpoint_fill_pct,
+  // or a Reserve waiting). From any thread; must not block.
+  std::function<void()> want_checkpoint;
+  // Open without a writer: replay only (nasgw-fsck). Reserve/Append fail.
+  bool read_only = false;
+};
+
+struct IntentLogStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;  // from the checkpoint to the head
+  uint64_t reserved_bytes = 0;
+  uint64_t appended_lsn = 0;    // last LSN handed out (0: none)
+  uint64_t durable_lsn = 0;     // every entry up to it is on the array
+  uint64_t checkpoint_lsn = 0;  // first LSN a replay would apply
+  uint64_t records = 0;         // record writes since open
+  uint64_t entries = 0;         // entries written since open
+  uint64_t bytes_written = 0;   // record bytes written since open
+  uint64_t checkpoints = 0;
+  uint64_t reserve_waits = 0;   // Reserve calls that had to wait for space
+  HistogramData write_ns;       // latency of one record write
+  HistogramData group_entries;  // entries per record
+};
+
+class IntentLog {
+ public:
+  using DeviceFn = std::function<std::shared_ptr<block::BlockDevice>(uint32_t lun)>;
+  // Called for each replayed entry, in LSN order; an error stops Open.
+  using ReplayFn = std::function<Status(uint64_t lsn, std::string_view entry)>;
+
+  // Smallest log: the superblocks and room for a few records.
+  static constexpr uint64_t kMinBytes = kLogSuperBytes + 4 * (1u << 20);
+
+  // Writes an empty log over `extents` (each a multiple of 4 KiB, the first
+  // larger than the superblocks). `salt` tells this log's blocks from any
+  // other's: pick it at random; it is kept by the caller with the extents.
+  static Status Format(const DeviceFn& devices, const std::vector<Extent>& extents, uint64_t salt);
+
+  // Reads the superblock, replays every entry after the checkpoint, and
+  // returns the log ready to append after the last valid record. Corruption
+  // if no superblock copy verifies or the superblock disagrees with
+  // `extents`.
+  static Result<std::unique_ptr<IntentLog>> Open(const DeviceFn& devices, const std::vector<Extent>& extents,
+                                                 uint64_t salt, const ReplayFn& replay,
+                                                 const IntentLogOptions& options = {});
+  ~IntentLog();  // writes what was appended, then stops the writer
+  IntentLog(const IntentLog&) = delete;
+  IntentLog& operator=(const IntentLog&) = delete;
+
+  // The largest entry Append takes (a record holding only it).
+  size_t max_entry_bytes() const;
+  // The space an entry of `bytes` reserves: its worst case, a record of its own.
+  static uint64_t Cost(size_t bytes);
+
+  // Reserves log space for an entry of `bytes`; waits while the log is full.
+  // InvalidArgument past max_entry_bytes(); TimedOut; the log's failure.
+  Status Reserve(size_t bytes);
+  void Unreserve(size_t bytes);
+  // Appends an entry whose space was reserved (with its own size), and
+  // returns its LSN. Never fails: a log that has failed reports it to
+  // WaitDurable.
+  uint64_t Append(std::string entry);
+  // Waits until the entry with `lsn` is on the array (ok) or the log failed.
+  Status WaitDurable(uint64_t lsn);
+  // Every entry up to `lsn` is durable elsewhere: the records holding only
+  // such entries are no longer needed. Writes the superblock (FUA), then
+  // frees their space.
+  Status Checkpoint(uint64_t lsn);
+
+  uint64_t appended_lsn() const;
+  uint64_t durable_lsn() const;
+  // Percentage of the capacity in use or reserved.
+  uint32_t fill_pct() const;
+  // Ok, or why the log failed.
+  Status health() const;
+  // Entries Open replayed.
+  uint64_t replayed() const { return replayed_; }
+  IntentLogStats Stats() const;
+
+ private:
+  struct Pending {
+    uint64_t lsn;
+    std::string entry;
+  };
+  struct Written {  // a record between the checkpoint and the head
+    uint64_t vpos;
+    uint64_t first_lsn;
+    uint64_t last_lsn;  // first_lsn - 1 for a record of no entries (never written)
+    uint64_t bytes;
+  };
+  struct Place {
+    uint32_t extent;
+    uint64_t offset;  // within the extent
+    uint64_t room;    // bytes from there to the extent's end
+  };
+  IntentLog(DeviceFn devices, std::vector<Extent> extents, uint64_t salt, IntentLogOptions options);
+
+  Place Locate(uint64_t vpos) const;
+  // The virtual position where a record of `bytes` written at or after
+  // `vpos` starts (the next extent's start if it does not fit).
+  uint64_t Fit(uint64_t vpos, uint64_t bytes) const;
+  Status WriteAt(uint64_t vpos, const uint8_t* data, size_t n, bool fua);
+  Status ReadAt(uint64_t vpos, uint8_t* data, size_t n);
+  Status WriteSuper(uint64_t seq, uint64_t tail_vpos, uint64_t tail_lsn);
+  // Reads and verifies the record at vpos expecting `lsn`; its entries.
+  bool ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t* bytes, std::vector<std::string>* entries);
+  void WriterLoop();
+  void Fail(const Status& s) REQUIRES(mu_);
+  uint64_t UsedLocked() const REQUIRES(mu_);
+
+  const DeviceFn devices_;
+  const std::vector<Extent> extents_;
+  const uint64_t salt_;
+  const IntentLogOptions options_;
+  uint64_t capacity_ = 0;         // ring bytes (extents less the superblocks)
+  uint64_t slack_ = 0;            // kept free for records skipping to the next extent
+  uint64_t max_record_ = 0;       // options_.max_record_bytes, at most the smallest extent
+  std::vector<uint64_t> starts_;  // virtual start (mod capacity) of each extent's ring part
+  uint64_t replayed_ = 0;
+
+  Mutex checkpoint_mu_ ACQUIRED_BEFORE(mu_);  // one Checkpoint at a time
+  uint64_t super_seq_ GUARDED_BY(checkpoint_mu_) = 0;
+
+  mutable Mutex mu_;
+  CondVar work_cv_;     // the writer: entries appended, or stop
+  CondVar durable_cv_;  // WaitDurable
+  CondVar space_cv_;    // Reserve
+  std::deque<Pending> pending_ GUARDED_BY(mu_);
+  std::deque<Written> written_ GUARDED_BY(mu_);
+  uint64_t next_lsn_ GUARDED_BY(mu_) = 1;
+  uint64_t durable_lsn_ GUARDED_BY(mu_) = 0;
+  uint64_t tail_vpos_ GUARDED_BY(mu_) = 0;
+  uint64_t tail_lsn_ GUARDED_BY(mu_) = 1;
+  uint64_t head_vpos_ GUARDED_BY(mu_) = 0;  // where the next record goes (before Fit)
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  Status failed_ GUARDED_BY(mu_);
+  bool asked_checkpoint_ GUARDED_BY(mu_) = false;
+  // Statistics.
+  uint64_t records_ GUARDED_BY(mu_) = 0;
+  uint64_t entries_ GUARDED_BY(mu_) = 0;
+  uint64_t bytes_written_ GUARDED_BY(mu_) = 0;
+  uint64_t checkpoints_ GUARDED_BY(mu_) = 0;
+  uint64_t reserve_waits_ GUARDED_BY(mu_) = 0;
+  Histogram write_ns_;
+  Histogram group_entries_;
+
+  std::thread writer_;
+};
+
+}  // namespace nasgw::fs
