@@ -348,8 +348,8 @@ class AdminService final : public pb::Admin::Service {
     for (const auto& x : req->sec()) {
       if (auto s = CheckText("security flavour", x); !s.ok()) return s;
     }
-    // The other fields' rules are the file system's (fs::NormalizeExport),
-    // whose messages name the value.
+    // The other fields' rules are nasgwd's (daemon::NormalizeExport, which
+    // Node::AddExport applies), whose messages name the value.
     fs::Export e;
     e.volume = req->volume();
     e.path = req->path();

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "daemon/export_rules.h"
 
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -30,13 +31,13 @@ std::string Unsafe(const fs::Export& e) {
   const std::pair<const char*, const std::string*> texts[] = {
       {"volume name", &e.volume}, {"path", &e.path}, {"pseudo path", &e.pseudo}};
   for (const auto& [what, text] : texts) {
-    if (Status s = fs::CheckExportText(what, *text); !s.ok()) return std::string(s.message());
+    if (Status s = CheckExportText(what, *text); !s.ok()) return std::string(s.message());
   }
   if (e.volume.empty() || e.path.empty() || e.path[0] != '/' || e.pseudo.size() < 2 || e.pseudo[0] != '/') {
     return "volume, path or pseudo path malformed";
   }
   for (const auto& c : e.clients) {
-    auto canon = fs::CanonicalClient(c);
+    auto canon = CanonicalClient(c);
     if (!canon.ok() || *canon != c) return "client '" + c + "' is not canonical";
   }
   for (const auto& s : e.sec) {
@@ -94,7 +95,7 @@ std::string RenderGaneshaExports(const std::vector<fs::Export>& exports, const s
     const char* access = e.read_only ? "RO" : "RW";
     out += "\nEXPORT {\n";
     out += "  Export_Id = " + std::to_string(e.id) + ";\n";
-    out += "  Path = \"" + fs::ExportFsalPath(e) + "\";\n";
+    out += "  Path = \"" + ExportFsalPath(e) + "\";\n";
     out += "  Pseudo = \"" + e.pseudo + "\";\n";
     out += "  Protocols = " + Joined(e.protocols) + ";\n";
     out += "  Transports = TCP;\n";

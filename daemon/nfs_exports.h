@@ -23,9 +23,9 @@
 //
 // (the trailing comments above are explanations, not part of the file).
 // The file starts with comment lines; with no exports it holds only them.
-// Every quoted value has passed fs::CheckExportText (no '"', '\\' or
-// control characters) and every client fs::CanonicalClient; an export that
-// does not is left out and reported rather than written.
+// Every quoted value has passed CheckExportText (no '"', '\\' or control
+// characters) and every client CanonicalClient (daemon/export_rules.h); an
+// export that does not is left out and reported rather than written.
 #pragma once
 
 #include <string>

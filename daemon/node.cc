@@ -15,6 +15,7 @@
 #include "base/mutex.h"
 #include "block/iscsi_device.h"
 #include "block/iscsi_url.h"
+#include "daemon/export_rules.h"
 #include "daemon/nfs_exports.h"
 
 #include <sys/file.h>
@@ -774,16 +775,22 @@ Result<fs::Export> Node::GetExport(uint32_t id) {
 }
 
 Result<fs::Export> Node::FindExport(const std::string& pseudo) {
+  auto p = NormalizeExportPath("pseudo path", pseudo);
+  if (!p.ok()) return p.status();
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();
-  return (*d)->FindExport(pseudo);
+  return (*d)->FindExport(*p);
 }
 
 Result<fs::Export> Node::AddExport(const fs::Export& spec, std::string* publish_error) {
+  // The fields' rules (what Ganesha's configuration needs) are nasgwd's; the
+  // domain checks the rest (the volume, the sub-path, the pseudo path free).
+  fs::Export normal = spec;
+  NASGW_RETURN_IF_ERROR(NormalizeExport(&normal));
   MutexLock lock(exports_mu_);
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();
-  auto e = (*d)->AddExport(spec);
+  auto e = (*d)->AddExport(normal);
   if (!e.ok()) return e.status();
   NASGW_LOG(kInfo, "node") << "export added" << Kv("id", e->id) << Kv("volume", e->volume) << Kv("path", e->path)
                            << Kv("pseudo", e->pseudo);

@@ -147,19 +147,22 @@ class Domain {
   Status DeleteVolume(const std::string& name, bool force);
 
   // ---- NFS exports (fs/export.h), kept in this domain's metadata
-  // Adds an export: its fields are normalised and checked (NormalizeExport:
-  // InvalidArgument naming the value); NotFound for an unknown volume or a
-  // sub-path that is not a directory of the volume (symbolic links are not
-  // followed); Exists when another export has the pseudo path. Assigns the
-  // next id from a counter kept with the exports, so ids are never reused;
-  // NoSpace once kExportIdMax ids have been handed out. Returns the export
-  // as stored.
+  // Adds an export the caller has normalised (nasgwd: NormalizeExport,
+  // daemon/export_rules.h, whose rules are Ganesha's). The domain checks
+  // what it relies on: path and pseudo path absolute and in normal form and
+  // the fields within what its record holds (InvalidArgument otherwise);
+  // NotFound for an unknown volume or a sub-path that is not a directory of
+  // the volume (symbolic links are not followed); Exists when another export
+  // has the pseudo path. Assigns the next id from a counter kept with the
+  // exports, so ids are never reused; NoSpace once kExportIdMax ids have been
+  // handed out. Returns the export as stored.
   Result<Export> AddExport(const Export& spec);
   // Every export, by id.
   Result<std::vector<Export>> ListExports();
-  Result<Export> GetExport(uint32_t id);                 // NotFound
-  Result<Export> FindExport(const std::string& pseudo);  // by pseudo path (normalised first); NotFound
-  Result<Export> RemoveExport(uint32_t id);              // returns what was removed; NotFound
+  Result<Export> GetExport(uint32_t id);  // NotFound
+  // By pseudo path, exactly as stored (normalise it first); NotFound.
+  Result<Export> FindExport(const std::string& pseudo);
+  Result<Export> RemoveExport(uint32_t id);  // returns what was removed; NotFound
 
   // ---- names
   Result<Attr> Lookup(uint32_t vol, uint64_t dir, const std::string& name);

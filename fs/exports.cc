@@ -63,9 +63,55 @@ Status Domain::Impl::CheckExportDir(uint32_t vol, const std::string& volume, con
   return Status();
 }
 
+namespace {
+
+// InvalidArgument unless `path` is absolute and in normal form: "/" or
+// "/a/b", no empty, "." or ".." component, no trailing '/'.
+Status CheckExportPath(std::string_view what, const std::string& path) {
+  if (path.empty() || path[0] != '/') return Status::InvalidArgument(std::string(what) + " is not absolute");
+  if (path == "/") return Status();
+  size_t at = 1;
+  while (at <= path.size()) {
+    size_t end = path.find('/', at);
+    if (end == std::string::npos) end = path.size();
+    const std::string_view part(path.data() + at, end - at);
+    if (part.empty() || part == "." || part == "..") {
+      return Status::InvalidArgument(std::string(what) + " is not in normal form (an empty, '.' or '..' component)");
+    }
+    at = end + 1;
+  }
+  return Status();
+}
+
+// What the domain needs of an export it stores: paths it can walk and
+// index, and fields its record can hold (docs/on-disk-format.md). The rules
+// of the fields themselves (what Ganesha accepts) are the caller's
+// (daemon/export_rules.h).
+Status CheckStorable(const Export& e) {
+  NASGW_RETURN_IF_ERROR(CheckExportPath("export path", e.path));
+  NASGW_RETURN_IF_ERROR(CheckExportPath("pseudo path", e.pseudo));
+  constexpr size_t kStr16 = UINT16_MAX;
+  if (e.path.size() > kStr16 || e.pseudo.size() > kStr16) return Status::InvalidArgument("export path too long");
+  if (e.clients.size() > kStr16 || e.sec.size() > UINT8_MAX || e.protocols.size() > UINT8_MAX) {
+    return Status::InvalidArgument("too many export clients, security flavours or protocols");
+  }
+  for (const auto& c : e.clients) {
+    if (c.size() > kStr16) return Status::InvalidArgument("export client too long");
+  }
+  for (const auto& s : e.sec) {
+    if (s.size() > kStr16) return Status::InvalidArgument("export security flavour too long");
+  }
+  for (uint32_t p : e.protocols) {
+    if (p > UINT8_MAX) return Status::InvalidArgument("NFS protocol version " + std::to_string(p));
+  }
+  return Status();
+}
+
+}  // namespace
+
 Result<Export> Domain::AddExport(const Export& spec) {
   Export e = spec;
-  NASGW_RETURN_IF_ERROR(NormalizeExport(&e));
+  NASGW_RETURN_IF_ERROR(CheckStorable(e));
   WriterLock lock(impl_->mu);
   auto idb = impl_->store->Get(VolNameKey(e.volume));
   if (!idb.ok()) {
@@ -122,15 +168,13 @@ Result<Export> Domain::GetExport(uint32_t id) {
 }
 
 Result<Export> Domain::FindExport(const std::string& pseudo) {
-  auto p = NormalizeExportPath("pseudo path", pseudo);
-  if (!p.ok()) return p.status();
   ReaderLock lock(impl_->mu);
-  auto idv = impl_->store->Get(PseudoKey(*p));
+  auto idv = impl_->store->Get(PseudoKey(pseudo));
   if (!idv.ok()) {
-    return idv.status().code() == Code::kNotFound ? Status::NotFound("no export with pseudo path '" + *p + "'")
+    return idv.status().code() == Code::kNotFound ? Status::NotFound("no export with pseudo path '" + pseudo + "'")
                                                   : idv.status();
   }
-  if (idv->size() != 4) return Status::Corruption("pseudo path index of '" + *p + "'");
+  if (idv->size() != 4) return Status::Corruption("pseudo path index of '" + pseudo + "'");
   auto r = impl_->LoadExport(GetBE32(*idv, 0));
   if (!r.ok()) return r.status();
   return impl_->Named(*r);

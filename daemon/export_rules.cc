@@ -1,4 +1,4 @@
-#include "fs/export.h"
+#include "daemon/export_rules.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,10 @@
 
 #include <arpa/inet.h>
 
-namespace nasgw::fs {
+namespace nasgw::daemon {
+
+using fs::Export;
+using fs::kNameMax;
 
 namespace {
 
@@ -184,4 +187,4 @@ Status NormalizeExport(Export* e) {
   return Status();
 }
 
-}  // namespace nasgw::fs
+}  // namespace nasgw::daemon
