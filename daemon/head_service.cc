@@ -1,5 +1,6 @@
 #include "daemon/head_service.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 
@@ -9,6 +10,90 @@
 namespace nasgw::daemon {
 
 using proto::Op;
+
+// The protocol restates the file system's limits and enumerations.
+static_assert(proto::kNameMax == fs::kNameMax && proto::kSymlinkMax == fs::kSymlinkMax);
+static_assert(proto::kXattrNameMax == fs::kXattrNameMax && proto::kXattrValueMax == fs::kXattrValueMax);
+static_assert(proto::kFileSizeMax == fs::kFileSizeMax && proto::kRootIno == fs::kRootIno);
+static_assert(proto::kMacBytes == fs::kHandleMacBytes);
+static_assert(static_cast<int>(proto::FileType::kBlockDevice) == static_cast<int>(fs::FileType::kBlockDevice) &&
+              static_cast<int>(proto::FileType::kRegular) == static_cast<int>(fs::FileType::kRegular));
+
+fs::Handle FromWire(const proto::Handle& h) {
+  fs::Handle out{h.volume, h.ino, h.gen, h.snap, h.scope, {}};
+  std::copy(h.mac.begin(), h.mac.end(), out.mac.begin());
+  return out;
+}
+
+proto::Mac ToWire(const fs::HandleMac& m) {
+  proto::Mac out{};
+  std::copy(m.begin(), m.end(), out.begin());
+  return out;
+}
+
+// The two enumerations have the same values (checked above); the decoder
+// lets only kRegular..kBlockDevice through.
+fs::FileType FromWire(proto::FileType t) {
+  return static_cast<fs::FileType>(t);
+}
+
+proto::FileType ToWire(fs::FileType t) {
+  return static_cast<proto::FileType>(t);
+}
+
+fs::Timespec FromWire(const proto::Time& t) {
+  return {t.sec, t.nsec};
+}
+
+proto::Time ToWire(const fs::Timespec& t) {
+  return {t.sec, t.nsec};
+}
+
+proto::Attr ToWire(const fs::Attr& a) {
+  proto::Attr out;
+  out.ino = a.ino;
+  out.gen = a.gen;
+  out.snap = a.snap;
+  out.type = ToWire(a.type);
+  out.mode = a.mode;
+  out.uid = a.uid;
+  out.gid = a.gid;
+  out.nlink = a.nlink;
+  out.size = a.size;
+  out.blocks = a.blocks;
+  out.rdev = a.rdev;
+  out.atime = ToWire(a.atime);
+  out.mtime = ToWire(a.mtime);
+  out.ctime = ToWire(a.ctime);
+  out.btime = ToWire(a.btime);
+  out.change = a.change;
+  return out;
+}
+
+fs::SetAttr FromWire(const proto::SetAttr& s, const fs::Timespec& now) {
+  fs::SetAttr out;
+  out.set_mode = (s.mask & proto::kSetMode) != 0;
+  out.set_uid = (s.mask & proto::kSetUid) != 0;
+  out.set_gid = (s.mask & proto::kSetGid) != 0;
+  out.set_size = (s.mask & proto::kSetSize) != 0;
+  out.set_atime = (s.mask & (proto::kSetAtime | proto::kSetAtimeNow)) != 0;
+  out.set_mtime = (s.mask & (proto::kSetMtime | proto::kSetMtimeNow)) != 0;
+  out.mode = s.mode;
+  out.uid = s.uid;
+  out.gid = s.gid;
+  out.size = s.size;
+  out.atime = (s.mask & proto::kSetAtimeNow) ? now : FromWire(s.atime);
+  out.mtime = (s.mask & proto::kSetMtimeNow) ? now : FromWire(s.mtime);
+  return out;
+}
+
+proto::DirEntry ToWire(const fs::DirEntry& e) {
+  return {e.name, e.ino, ToWire(e.type), e.cookie};
+}
+
+proto::StatFs ToWire(const fs::StatFs& s) {
+  return {s.total_bytes, s.free_bytes, s.files};
+}
 
 int ErrnoOf(const Status& s) {
   if (s.code() == Code::kInvalidArgument && s.message().find("longer than 255") != std::string_view::npos) {
@@ -51,8 +136,8 @@ class Exec {
 
   // A handle nasgwd issued: its MAC verifies with the domain's key. First
   // of all checks, for every handle of the request.
-  bool Verify(const fs::Handle& h) {
-    if (d_.handle_key().Verify(h)) return true;
+  bool Verify(const proto::Handle& h) {
+    if (d_.handle_key().Verify(FromWire(h))) return true;
     return Error(EBADMSG, "bad handle: not issued by this reserve's nasgwd in this scope");
   }
   bool VerifyHandles() {
@@ -72,17 +157,17 @@ class Exec {
     }
   }
   // The MAC of the handle of `a`, issued in the request's scope.
-  fs::HandleMac Mint(const fs::Attr& a, uint64_t scope) const {
-    return d_.handle_key().Mac({r_.h.volume, a.ino, a.gen, a.snap, scope, {}});
+  proto::Mac Mint(const fs::Attr& a, uint64_t scope) const {
+    return ToWire(d_.handle_key().Mac({r_.h.volume, a.ino, a.gen, a.snap, scope, {}}));
   }
-  fs::HandleMac Mint(const fs::Attr& a) const { return Mint(a, r_.h.scope); }
+  proto::Mac Mint(const fs::Attr& a) const { return Mint(a, r_.h.scope); }
 
   // The object a handle names (its MAC already verified): ESTALE for a
   // deleted object (the generation must match; there is no wildcard), a
   // snapshot that does not exist, or a directory outside the scope.
-  bool Load(const fs::Handle& h, fs::Attr& a) {
+  bool Load(const proto::Handle& h, fs::Attr& a) {
     if (h.snap != 0) return Error(ESTALE, "no snapshot " + std::to_string(h.snap));
-    Result<fs::Attr> got = d_.GetAttr(h);
+    Result<fs::Attr> got = d_.GetAttr(FromWire(h));
     if (!got.ok()) {
       if (got.status().code() == Code::kNotFound) return Error(ESTALE, got.status().ToString());
       return Error(got.status());
@@ -96,7 +181,7 @@ class Exec {
     }
     return true;
   }
-  bool LoadDir(const fs::Handle& h, fs::Attr& a) {
+  bool LoadDir(const proto::Handle& h, fs::Attr& a) {
     if (!Load(h, a)) return false;
     if (a.type != fs::FileType::kDirectory) return Error(ENOTDIR, "not a directory");
     return true;
@@ -109,7 +194,7 @@ class Exec {
   }
   bool Set(const Result<fs::Attr>& a) {
     if (!a.ok()) return Error(a.status());
-    out_.reply.attr = *a;
+    out_.reply.attr = ToWire(*a);
     out_.reply.mac = Mint(*a);
     return true;
   }
@@ -157,7 +242,7 @@ bool Exec::Run() {
         return Error(root.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(root.status()),
                      root.status().ToString());
       }
-      out_.reply.statfs = d_.Statfs();
+      out_.reply.statfs = ToWire(d_.Statfs());
       return true;
     }
     case Op::kLookup:
@@ -242,8 +327,9 @@ bool Exec::Create() {
     return false;
   }
   uint32_t mode = r_.mode, uid = 0, gid = 0;
-  NewOwner(dir, r_.creds, r_.type, mode, uid, gid);
-  auto made = d_.Create(r_.h.volume, dir.ino, r_.name, r_.type, mode, uid, gid, r_.offset, r_.name2);
+  const fs::FileType type = FromWire(r_.type);
+  NewOwner(dir, r_.creds, type, mode, uid, gid);
+  auto made = d_.Create(r_.h.volume, dir.ino, r_.name, type, mode, uid, gid, r_.offset, r_.name2);
   if (!made.ok() && made.status().code() == Code::kExists && (r_.flags & proto::kCreateUnchecked)) {
     made = d_.Lookup(r_.h.volume, dir.ino, r_.name);
     if (made.ok() && made->type != fs::FileType::kRegular) return Error(EEXIST, "exists and is not a file");
@@ -304,26 +390,16 @@ bool Exec::Mount() {
     if (!at.ok()) return Error(at.status());
     if (at->type != fs::FileType::kDirectory) return Error(ENOTDIR, "'" + name + "' is not a directory");
   }
-  out_.reply.volume = {v->id, v->record_bytes, *at};
-  out_.reply.mac = d_.handle_key().Mac({v->id, at->ino, at->gen, at->snap, at->ino, {}});
+  out_.reply.volume = {v->id, v->record_bytes, ToWire(*at)};
+  out_.reply.mac = ToWire(d_.handle_key().Mac({v->id, at->ino, at->gen, at->snap, at->ino, {}}));
   return true;
 }
 
 bool Exec::SetAttr() {
   fs::Attr a;
   if (!Load(r_.h, a)) return false;
-  fs::SetAttr s = r_.set;
-  const uint32_t m = r_.set_mask;
-  if (!Deny(CheckSetAttr(a, r_.creds, m, s), "change attributes")) return false;
-  s.set_mode = s.set_mode || (m & proto::kSetMode);
-  s.set_uid = (m & proto::kSetUid) != 0;
-  s.set_gid = (m & proto::kSetGid) != 0;
-  s.set_size = (m & proto::kSetSize) != 0;
-  s.set_atime = (m & (proto::kSetAtime | proto::kSetAtimeNow)) != 0;
-  s.set_mtime = (m & (proto::kSetMtime | proto::kSetMtimeNow)) != 0;
-  const fs::Timespec now = Now();
-  if (m & proto::kSetAtimeNow) s.atime = now;
-  if (m & proto::kSetMtimeNow) s.mtime = now;
+  fs::SetAttr s = FromWire(r_.set, Now());
+  if (!Deny(CheckSetAttr(a, r_.creds, r_.set.mask, s), "change attributes")) return false;
   return Set(d_.SetAttrs(r_.h.volume, a.ino, s));
 }
 
@@ -382,7 +458,7 @@ bool Exec::Write() {
   if (!w.ok()) return Error(w.status());
   out_.bytes = r_.data.size();
   out_.reply.u32 = static_cast<uint32_t>(r_.data.size());
-  out_.reply.attr = *w;
+  out_.reply.attr = ToWire(*w);
   out_.reply.mac = Mint(*w);
   // A write by anyone but root drops setuid (and setgid with group execute).
   const uint32_t kill = 04000 | ((w->mode & 010) ? 02000u : 0u);
@@ -458,10 +534,10 @@ bool Exec::ReadDir() {
     if (plus) {
       auto a = d_.GetAttr(r_.h.volume, e.ino);
       if (!a.ok()) continue;  // removed since the listing: skip it
-      out_.reply.attrs.push_back(*a);
+      out_.reply.attrs.push_back(ToWire(*a));
       out_.reply.macs.push_back(Mint(*a));
     }
-    out_.reply.entries.push_back(std::move(e));
+    out_.reply.entries.push_back(ToWire(e));
   }
   return true;
 }

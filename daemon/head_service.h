@@ -114,4 +114,20 @@ class HeadService {
 // The errno a head sees for a file-system status.
 int ErrnoOf(const Status& s);
 
+// The protocol's values and the file system's: one conversion per type,
+// used wherever a request or a reply meets fs::Domain. (proto/ knows
+// nothing of fs/; the two sets of types have the same fields.)
+fs::Handle FromWire(const proto::Handle& h);
+proto::Mac ToWire(const fs::HandleMac& m);
+fs::FileType FromWire(proto::FileType t);
+proto::FileType ToWire(fs::FileType t);
+fs::Timespec FromWire(const proto::Time& t);
+proto::Time ToWire(const fs::Timespec& t);
+proto::Attr ToWire(const fs::Attr& a);
+// SETATTR's values and mask as the file system's flags; the "now" times
+// (kSetAtimeNow, kSetMtimeNow) take `now`.
+fs::SetAttr FromWire(const proto::SetAttr& s, const fs::Timespec& now);
+proto::DirEntry ToWire(const fs::DirEntry& e);
+proto::StatFs ToWire(const fs::StatFs& s);
+
 }  // namespace nasgw::daemon

@@ -38,8 +38,8 @@ constexpr uint64_t kMiB = 1 << 20;
 const nasgw_cred kRoot{0, 0, 0, nullptr};
 
 // The protocol's form of a handle the client library holds.
-fs::Handle FH(const nasgw_handle& h) {
-  fs::Handle out{h.volume, h.ino, h.gen, h.snap, h.scope, {}};
+proto::Handle FH(const nasgw_handle& h) {
+  proto::Handle out{h.volume, h.ino, h.gen, h.snap, h.scope, {}};
   std::memcpy(out.mac.data(), h.mac, out.mac.size());
   return out;
 }
@@ -957,7 +957,7 @@ TEST(HeadClientTest, AnIdleNoticeMakesTheClientSendAgainWhatItLeftUnexecuted) {
           r.volume.record_bytes = 128 << 10;
           r.volume.root.ino = 1;
           r.volume.root.gen = 1;
-          r.volume.root.type = fs::FileType::kDirectory;
+          r.volume.root.type = proto::FileType::kDirectory;
           r.volume.root.mode = 0755;
           r.volume.root.nlink = 2;
         } else if (h.op == proto::Op::kCreate && creates_seen++ == 0) {
@@ -966,7 +966,7 @@ TEST(HeadClientTest, AnIdleNoticeMakesTheClientSendAgainWhatItLeftUnexecuted) {
         } else if (h.op == proto::Op::kCreate) {
           r.attr.ino = 42;
           r.attr.gen = 7;
-          r.attr.type = fs::FileType::kRegular;
+          r.attr.type = proto::FileType::kRegular;
           r.attr.mode = 0644;
           r.attr.nlink = 1;
         } else if (h.op != proto::Op::kGoodbye) {

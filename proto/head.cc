@@ -15,17 +15,17 @@ Status Bad(std::string_view what) {
 
 // ---- shared pieces ----------------------------------------------------------
 
-void PutMac(Encoder& e, const fs::HandleMac& m) {
+void PutMac(Encoder& e, const Mac& m) {
   for (uint8_t b : m) e.U8(b);
 }
-fs::HandleMac GetMac(Decoder& d) {
-  fs::HandleMac m{};
+Mac GetMac(Decoder& d) {
+  Mac m{};
   for (auto& b : m) b = d.U8();
   return m;
 }
 
 // u32 volume, u64 inode, u64 generation, u32 snapshot, u64 scope, [16]u8 MAC.
-void PutHandle(Encoder& e, const fs::Handle& h) {
+void PutHandle(Encoder& e, const Handle& h) {
   e.U32(h.volume);
   e.U64(h.ino);
   e.U64(h.gen);
@@ -33,8 +33,8 @@ void PutHandle(Encoder& e, const fs::Handle& h) {
   e.U64(h.scope);
   PutMac(e, h.mac);
 }
-fs::Handle GetHandle(Decoder& d) {
-  fs::Handle h;
+Handle GetHandle(Decoder& d) {
+  Handle h;
   h.volume = d.U32();
   h.ino = d.U64();
   h.gen = d.U64();
@@ -44,23 +44,23 @@ fs::Handle GetHandle(Decoder& d) {
   return h;
 }
 
-void PutTime(Encoder& e, const fs::Timespec& t) {
+void PutTime(Encoder& e, const Time& t) {
   e.U64(static_cast<uint64_t>(t.sec));
   e.U32(t.nsec);
 }
-fs::Timespec GetTime(Decoder& d) {
-  fs::Timespec t;
+Time GetTime(Decoder& d) {
+  Time t;
   t.sec = static_cast<int64_t>(d.U64());
   t.nsec = d.U32();
   return t;
 }
-bool TimeOk(const fs::Timespec& t) {
+bool TimeOk(const Time& t) {
   return t.nsec < 1'000'000'000;
 }
 
 // An attr starts with its handle's identity and MAC (the volume and scope
 // are the request's).
-void PutAttr(Encoder& e, const fs::Attr& a, const fs::HandleMac& mac) {
+void PutAttr(Encoder& e, const Attr& a, const Mac& mac) {
   e.U64(a.ino);
   e.U64(a.gen);
   e.U32(a.snap);
@@ -80,16 +80,16 @@ void PutAttr(Encoder& e, const fs::Attr& a, const fs::HandleMac& mac) {
   e.U64(a.change);
 }
 bool TypeOk(uint8_t t) {
-  return t >= static_cast<uint8_t>(fs::FileType::kRegular) && t <= 7;
+  return t >= static_cast<uint8_t>(FileType::kRegular) && t <= 7;
 }
-fs::Attr GetAttr(Decoder& d, fs::HandleMac& mac, bool& ok) {
-  fs::Attr a;
+Attr GetAttr(Decoder& d, Mac& mac, bool& ok) {
+  Attr a;
   a.ino = d.U64();
   a.gen = d.U64();
   a.snap = d.U32();
   mac = GetMac(d);
   uint8_t t = d.U8();
-  a.type = static_cast<fs::FileType>(t);
+  a.type = static_cast<FileType>(t);
   a.mode = d.U32();
   a.uid = d.U32();
   a.gid = d.U32();
@@ -121,7 +121,7 @@ void CheckName(Request& r, std::string_view n, std::string_view field, bool dots
   const std::string f(field);
   if (n.empty()) {
     Reject(r, ENOENT, f + " is empty");
-  } else if (n.size() > fs::kNameMax) {
+  } else if (n.size() > kNameMax) {
     Reject(r, ENAMETOOLONG, f + " is longer than 255 bytes");
   } else if (n.find('/') != std::string_view::npos || n.find('\0') != std::string_view::npos) {
     Reject(r, EINVAL, f + " contains '/' or NUL");
@@ -132,11 +132,11 @@ void CheckName(Request& r, std::string_view n, std::string_view field, bool dots
 void CheckXattrName(Request& r, std::string_view n) {
   if (n.empty() || n.find('\0') != std::string_view::npos) {
     Reject(r, EINVAL, "xattr name is empty or has NUL");
-  } else if (n.size() > fs::kXattrNameMax) {
+  } else if (n.size() > kXattrNameMax) {
     Reject(r, ERANGE, "xattr name longer than 255 bytes");
   }
 }
-Status CheckHandle(const fs::Handle& h, std::string_view field) {
+Status CheckHandle(const Handle& h, std::string_view field) {
   if (h.ino == 0) return Bad(std::string(field) + ": inode 0");
   if (h.scope == 0) return Bad(std::string(field) + ": scope 0");
   return Status();
@@ -363,7 +363,7 @@ std::string EncodeRequest(const Request& r) {
       break;
     case Op::kSetAttr:
       PutHandle(e, r.h);
-      e.U32(r.set_mask);
+      e.U32(r.set.mask);
       e.U32(r.set.mode);
       e.U32(r.set.uid);
       e.U32(r.set.gid);
@@ -473,7 +473,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       break;
     case Op::kStatfs:
       r.h.volume = d.U32();
-      r.h.ino = fs::kRootIno;
+      r.h.ino = kRootIno;
       break;
     case Op::kLookup:
     case Op::kUnlink:
@@ -501,7 +501,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       break;
     case Op::kSetAttr:
       r.h = GetHandle(d);
-      r.set_mask = d.U32();
+      r.set.mask = d.U32();
       r.set.mode = d.U32();
       r.set.uid = d.U32();
       r.set.gid = d.U32();
@@ -509,19 +509,19 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.set.atime = GetTime(d);
       r.set.mtime = GetTime(d);
       if (!d.ok()) break;
-      if (r.set_mask & ~kSetAll) {
+      if (r.set.mask & ~kSetAll) {
         s = Bad("unknown setattr bits");
       } else if (r.set.mode > 07777) {
         s = Bad("mode beyond 07777");
-      } else if (r.set.size > fs::kFileSizeMax && !(r.set_mask & kSetSize)) {
+      } else if (r.set.size > kFileSizeMax && !(r.set.mask & kSetSize)) {
         s = Bad("size beyond the largest file");  // not even asked for
-      } else if (r.set.size > fs::kFileSizeMax) {
+      } else if (r.set.size > kFileSizeMax) {
         Reject(r, EFBIG, "size beyond the largest file (2^63 - 1 bytes)");
       } else if (!TimeOk(r.set.atime) || !TimeOk(r.set.mtime)) {
         s = Bad("nanoseconds beyond 999999999");
-      } else if ((r.set_mask & kSetAtime) && (r.set_mask & kSetAtimeNow)) {
+      } else if ((r.set.mask & kSetAtime) && (r.set.mask & kSetAtimeNow)) {
         s = Bad("atime both given and now");
-      } else if ((r.set_mask & kSetMtime) && (r.set_mask & kSetMtimeNow)) {
+      } else if ((r.set.mask & kSetMtime) && (r.set.mask & kSetMtimeNow)) {
         s = Bad("mtime both given and now");
       }
       break;
@@ -536,7 +536,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.h = GetHandle(d);
       r.name = d.Str16();
       const uint8_t t = d.U8();
-      r.type = static_cast<fs::FileType>(t);
+      r.type = static_cast<FileType>(t);
       r.mode = d.U32();
       r.offset = d.U64();
       r.name2 = d.Str16();
@@ -550,12 +550,12 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
         s = Bad("mode beyond 07777");
       } else if (!(s = CheckFlags(r.flags, kCreateOpen | kCreateUnchecked)).ok()) {
         break;
-      } else if (r.type == fs::FileType::kSymlink &&
-                 (r.name2.empty() || r.name2.size() > fs::kSymlinkMax || r.name2.find('\0') != std::string::npos)) {
+      } else if (r.type == FileType::kSymlink &&
+                 (r.name2.empty() || r.name2.size() > kSymlinkMax || r.name2.find('\0') != std::string::npos)) {
         s = Bad("symlink target must be 1..4095 bytes without NUL");
-      } else if (r.type != fs::FileType::kSymlink && !r.name2.empty()) {
+      } else if (r.type != FileType::kSymlink && !r.name2.empty()) {
         s = Bad("a link target for something that is not a symlink");
-      } else if ((r.flags & (kCreateOpen | kCreateUnchecked)) && r.type != fs::FileType::kRegular) {
+      } else if ((r.flags & (kCreateOpen | kCreateUnchecked)) && r.type != FileType::kRegular) {
         s = Bad("open/unchecked create of something that is not a regular file");
       }
       break;
@@ -607,7 +607,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
         s = Bad("write of more than 1 MiB");
       } else if (!(s = CheckFlags(r.flags, kWriteStable)).ok()) {
         break;
-      } else if (r.offset > fs::kFileSizeMax || n > fs::kFileSizeMax - r.offset) {
+      } else if (r.offset > kFileSizeMax || n > kFileSizeMax - r.offset) {
         s = Bad("write beyond the largest file");
       } else {
         r.data = d.View(n);
@@ -621,7 +621,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.flags = d.U32();
       if (!d.ok()) break;
       CheckXattrName(r, r.name);
-      if (r.value.size() > fs::kXattrValueMax) Reject(r, E2BIG, "xattr value larger than 64 KiB");
+      if (r.value.size() > kXattrValueMax) Reject(r, E2BIG, "xattr value larger than 64 KiB");
       s = CheckFlags(r.flags, kXattrCreate | kXattrReplace);
       if (s.ok() && r.flags == (kXattrCreate | kXattrReplace)) s = Bad("xattr create and replace both set");
       break;
@@ -730,7 +730,7 @@ std::string EncodeReply(Op op, const Reply& r) {
         e.U64(x.ino);
         e.U8(static_cast<uint8_t>(x.type));
         e.U64(x.cookie);
-        if (plus) PutAttr(e, r.attrs[i], i < r.macs.size() ? r.macs[i] : fs::HandleMac{});
+        if (plus) PutAttr(e, r.attrs[i], i < r.macs.size() ? r.macs[i] : Mac{});
       }
       break;
     }
@@ -807,7 +807,7 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
     case Op::kGetXattr:
       if (d.remaining() >= 4) {
         Decoder peek = d;
-        if (peek.U32() > fs::kXattrValueMax) return Bad("xattr value larger than 64 KiB");
+        if (peek.U32() > kXattrValueMax) return Bad("xattr value larger than 64 KiB");
       }
       r.text = d.Str32();
       break;
@@ -824,11 +824,11 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
       const uint32_t n = d.U32();
       if (n > kReadDirMax) return Bad("readdir reply with more than 1024 entries");
       for (uint32_t i = 0; i < n && d.ok(); i++) {
-        fs::DirEntry x;
+        DirEntry x;
         x.name = d.Str16();
         x.ino = d.U64();
         const uint8_t t = d.U8();
-        x.type = static_cast<fs::FileType>(t);
+        x.type = static_cast<FileType>(t);
         x.cookie = d.U64();
         if (d.ok() && !TypeOk(t)) ok = false;
         r.entries.push_back(std::move(x));

@@ -13,11 +13,11 @@
 //   20 u32 status  request: 0. reply: 0 or a Linux errno value
 //
 // Files are named by handles nasgwd issued: (volume, inode, generation,
-// snapshot, scope) and a MAC over them that only nasgwd can make
-// (fs/handle.h). Every reply that carries attributes carries the MAC of
-// their handle, in the scope of the request's handle (MOUNT: of the
-// directory it names). nasgwd checks a request's handles before anything
-// else.
+// snapshot, scope) and a MAC over them that only nasgwd can make (it keeps
+// the key; fs/handle.h). Heads carry a handle's MAC as opaque bytes. Every
+// reply that carries attributes carries the MAC of their handle, in the
+// scope of the request's handle (MOUNT: of the directory it names). nasgwd
+// checks a request's handles before anything else.
 //
 // Requests may be pipelined: replies come back in any order, matched by id.
 // Opens are named by a client-chosen id, so that an OPEN and the RELEASE of
@@ -47,7 +47,6 @@
 #include <vector>
 
 #include "base/status.h"
-#include "fs/domain.h"
 
 namespace nasgw::proto {
 
@@ -67,6 +66,82 @@ constexpr uint32_t kGroupsMax = 1024;
 // Entries in one READDIR reply (with attributes: about 360 KiB at most).
 constexpr uint32_t kReadDirMax = 1024;
 constexpr size_t kMessageMax = 1024;  // error messages are cut here
+
+// ---- the protocol's values
+//
+// What the wire carries, field for field. nasgwd converts them to and from
+// the file system's own types (daemon/head_service.cc, one function per
+// type), so that proto/, and the heads that link it, depend on nothing of
+// fs/. The limits are the file system's, restated (head_service.cc checks
+// at compile time that they agree).
+constexpr size_t kNameMax = 255;  // bytes in one path component (also a volume name)
+constexpr size_t kSymlinkMax = 4095;
+constexpr size_t kXattrNameMax = 255;
+constexpr size_t kXattrValueMax = 64 << 10;
+constexpr uint64_t kFileSizeMax = (1ull << 63) - 1;  // the largest file; no WRITE or size beyond it
+constexpr uint64_t kRootIno = 1;                     // a volume's root directory
+
+// A handle's MAC: only nasgwd makes and checks it; heads hand it back.
+constexpr size_t kMacBytes = 16;
+using Mac = std::array<uint8_t, kMacBytes>;
+
+// A file as nasgwd named it (docs/head-protocol.md, Handles).
+struct Handle {
+  uint32_t volume = 0;
+  uint64_t ino = 0;
+  uint64_t gen = 0;    // random, never 0
+  uint32_t snap = 0;   // 0: the live file system
+  uint64_t scope = 0;  // the export's directory the handle was issued in
+  Mac mac{};
+};
+
+enum class FileType : uint8_t { kNone = 0, kRegular, kDirectory, kSymlink, kFifo, kSocket, kCharDevice, kBlockDevice };
+
+struct Time {
+  int64_t sec = 0;
+  uint32_t nsec = 0;  // < 1,000,000,000
+  bool operator==(const Time&) const = default;
+};
+
+// An object's attributes. Its handle is (the request's volume, ino, gen,
+// snap, the request's scope) with the MAC the reply carries beside it.
+struct Attr {
+  uint64_t ino = 0;
+  uint64_t gen = 0;
+  uint32_t snap = 0;
+  FileType type = FileType::kNone;
+  uint32_t mode = 0;  // permission bits (07777)
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t nlink = 0;
+  uint64_t size = 0;
+  uint64_t blocks = 0;  // 512-byte units allocated
+  uint64_t rdev = 0;
+  Time atime, mtime, ctime, btime;
+  uint64_t change = 0;  // bumps on every change (NFSv4 change attribute)
+};
+
+// SETATTR's arguments: every field travels; `mask` (kSet* bits) says which
+// apply.
+struct SetAttr {
+  uint32_t mask = 0;
+  uint32_t mode = 0, uid = 0, gid = 0;
+  uint64_t size = 0;
+  Time atime, mtime;
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino = 0;
+  FileType type = FileType::kNone;
+  uint64_t cookie = 0;  // pass back to continue after this entry
+};
+
+struct StatFs {
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+  uint64_t files = 0;
+};
 
 enum class Op : uint16_t {
   kHello = 1,  // must be first on a connection
@@ -151,20 +226,19 @@ using SessionId = std::array<uint8_t, 16>;
 struct Request {
   Op op = Op::kHello;
   Creds creds;
-  fs::Handle h;         // the object (the directory for name ops)
-  fs::Handle h2;        // LINK: the directory; RENAME: the target directory
+  Handle h;             // the object (the directory for name ops)
+  Handle h2;            // LINK: the directory; RENAME: the target directory
   std::string name;     // entry name; MOUNT: volume; xattr name
   std::string name2;    // RENAME: target name; CREATE: symlink target; HELLO: client name; MOUNT: path
   std::string value;    // SETXATTR
   uint64_t offset = 0;  // READ/WRITE offset; READDIR cookie; CREATE rdev
   uint32_t count = 0;   // READ length; READDIR max entries; ACCESS mask; OPEN access
   uint32_t flags = 0;
-  fs::FileType type = fs::FileType::kNone;  // CREATE
-  uint32_t mode = 0;                        // CREATE
-  fs::SetAttr set;                          // SETATTR (with set_mask)
-  uint32_t set_mask = 0;
-  SessionId session{};   // HELLO
-  uint64_t open_id = 0;  // OPEN, RELEASE, CREATE with kCreateOpen: the client's id for this open
+  FileType type = FileType::kNone;  // CREATE
+  uint32_t mode = 0;                // CREATE
+  SetAttr set;                      // SETATTR
+  SessionId session{};              // HELLO
+  uint64_t open_id = 0;             // OPEN, RELEASE, CREATE with kCreateOpen: the client's id for this open
   // LOCK, UNLOCK, TESTLOCK: the head's lock owner (opaque, scoped to the
   // session), the lock type (not UNLOCK), and the range: `offset` is its
   // start, `length` its bytes (0: to the end of the file).
@@ -192,7 +266,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload);
 struct VolumeRoot {
   uint32_t volume = 0;
   uint32_t record_bytes = 0;
-  fs::Attr root;  // the directory MOUNT named (the volume's root for an empty path)
+  Attr root;  // the directory MOUNT named (the volume's root for an empty path)
 };
 
 // A byte-range lock as the protocol describes it: the conflicting lock of a
@@ -224,19 +298,19 @@ struct Hello {
 
 // A successful reply, all ops. READ's bytes are not here: see ReadReplyPrefix.
 struct Reply {
-  fs::Attr attr;                      // LOOKUP GETATTR SETATTR CREATE LINK OPEN WRITE
-  fs::HandleMac mac{};                // the MAC of attr's handle (MOUNT: of volume.root's)
-  std::vector<fs::HandleMac> macs;    // READDIR with kReadDirPlus, one per attrs entry
-  std::vector<fs::DirEntry> entries;  // READDIR
-  std::vector<fs::Attr> attrs;        // READDIR with kReadDirPlus, one per entry
-  bool eof = false;                   // READDIR, READ
-  std::string text;                   // READLINK, FINDCASELESS, GETXATTR
-  std::vector<std::string> names;     // LISTXATTR
-  uint32_t u32 = 0;                   // ACCESS: granted bits; WRITE: bytes written
-  fs::StatFs statfs;                  // STATFS
-  VolumeRoot volume;                  // MOUNT
-  Hello hello;                        // HELLO
-  LockInfo lock;                      // TESTLOCK: the conflicting lock (type 0: none)
+  Attr attr;                       // LOOKUP GETATTR SETATTR CREATE LINK OPEN WRITE
+  Mac mac{};                       // the MAC of attr's handle (MOUNT: of volume.root's)
+  std::vector<Mac> macs;           // READDIR with kReadDirPlus, one per attrs entry
+  std::vector<DirEntry> entries;   // READDIR
+  std::vector<Attr> attrs;         // READDIR with kReadDirPlus, one per entry
+  bool eof = false;                // READDIR, READ
+  std::string text;                // READLINK, FINDCASELESS, GETXATTR
+  std::vector<std::string> names;  // LISTXATTR
+  uint32_t u32 = 0;                // ACCESS: granted bits; WRITE: bytes written
+  StatFs statfs;                   // STATFS
+  VolumeRoot volume;               // MOUNT
+  Hello hello;                     // HELLO
+  LockInfo lock;                   // TESTLOCK: the conflicting lock (type 0: none)
 };
 
 std::string EncodeReply(Op op, const Reply& r);

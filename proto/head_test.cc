@@ -8,8 +8,8 @@
 namespace nasgw::proto {
 namespace {
 
-fs::Handle H(uint32_t vol, uint64_t ino, uint64_t gen, uint64_t scope = 1) {
-  fs::Handle h{vol, ino, gen, 0, scope, {}};
+Handle H(uint32_t vol, uint64_t ino, uint64_t gen, uint64_t scope = 1) {
+  Handle h{vol, ino, gen, 0, scope, {}};
   for (size_t i = 0; i < h.mac.size(); i++) h.mac[i] = static_cast<uint8_t>(0xa0 + i);
   return h;
 }
@@ -62,7 +62,7 @@ TEST(HeadProtocol, EveryRequestRoundTrips) {
   std::string keep;
   Request r = Base(Op::kCreate);
   r.name = "a file";
-  r.type = fs::FileType::kSymlink;
+  r.type = FileType::kSymlink;
   r.mode = 0777;
   r.name2 = "../target";
   Request d = RoundTrip(r, &keep);
@@ -71,7 +71,7 @@ TEST(HeadProtocol, EveryRequestRoundTrips) {
   EXPECT_EQ(d.h.gen, 7u);
   EXPECT_EQ(d.name, "a file");
   EXPECT_EQ(d.name2, "../target");
-  EXPECT_EQ(d.type, fs::FileType::kSymlink);
+  EXPECT_EQ(d.type, FileType::kSymlink);
   EXPECT_EQ(d.reject, 0);
 
   r = Base(Op::kRename);
@@ -97,14 +97,14 @@ TEST(HeadProtocol, EveryRequestRoundTrips) {
   EXPECT_LE(d.data.data() + d.data.size(), keep.data() + keep.size());
 
   r = Base(Op::kSetAttr);
-  r.set_mask = kSetMode | kSetSize | kSetMtime;
+  r.set.mask = kSetMode | kSetSize | kSetMtime;
   r.set.mode = 0640;
   r.set.size = 123;
   r.set.mtime = {99, 5};
   d = RoundTrip(r, &keep);
-  EXPECT_EQ(d.set_mask, r.set_mask);
+  EXPECT_EQ(d.set.mask, r.set.mask);
   EXPECT_EQ(d.set.mode, 0640u);
-  EXPECT_EQ(d.set.mtime, (fs::Timespec{99, 5}));
+  EXPECT_EQ(d.set.mtime, (Time{99, 5}));
 
   for (Op op : {Op::kGetAttr, Op::kReadLink, Op::kFsync, Op::kListXattr, Op::kRelease}) RoundTrip(Base(op), &keep);
   r = Base(Op::kReadDir);
@@ -153,7 +153,7 @@ TEST(HeadProtocol, HandlesCarrySnapshotScopeAndMac) {
   a.attr.ino = 9;
   a.attr.gen = 10;
   a.attr.snap = 11;
-  a.attr.type = fs::FileType::kRegular;
+  a.attr.type = FileType::kRegular;
   for (size_t i = 0; i < a.mac.size(); i++) a.mac[i] = static_cast<uint8_t>(i * 7);
   for (Op op : {Op::kLookup, Op::kGetAttr, Op::kSetAttr, Op::kCreate, Op::kLink, Op::kOpen}) {
     const std::string b = EncodeReply(op, a);
@@ -169,16 +169,16 @@ TEST(HeadProtocol, HandlesCarrySnapshotScopeAndMac) {
   EXPECT_EQ(w->mac, a.mac);
   Reply m;
   m.volume = {4, 1 << 17, a.attr};
-  m.volume.root.type = fs::FileType::kDirectory;
+  m.volume.root.type = FileType::kDirectory;
   m.mac = a.mac;
   auto mr = DecodeReply(Op::kMount, EncodeReply(Op::kMount, m));
   ASSERT_TRUE(mr.ok());
   EXPECT_EQ(mr->mac, a.mac);
   EXPECT_EQ(mr->volume.root.ino, 9u);
   Reply rd;
-  rd.entries = {{"a", 5, fs::FileType::kRegular, 1}, {"b", 6, fs::FileType::kRegular, 2}};
+  rd.entries = {{"a", 5, FileType::kRegular, 1}, {"b", 6, FileType::kRegular, 2}};
   rd.attrs = {a.attr, a.attr};
-  rd.macs = {a.mac, fs::HandleMac{}};
+  rd.macs = {a.mac, Mac{}};
   rd.macs[1][3] = 0x99;
   auto rr = DecodeReply(Op::kReadDir, EncodeReply(Op::kReadDir, rd));
   ASSERT_TRUE(rr.ok());
@@ -235,9 +235,9 @@ TEST(HeadProtocol, StructuralErrorsAreRefused) {
   EXPECT_FALSE(DecodeRequest(Op::kReadDir, EncodeRequest(r)).ok());
   r = Base(Op::kCreate);
   r.name = "f";
-  r.type = static_cast<fs::FileType>(9);
+  r.type = static_cast<FileType>(9);
   EXPECT_FALSE(DecodeRequest(Op::kCreate, EncodeRequest(r)).ok());
-  r.type = fs::FileType::kRegular;
+  r.type = FileType::kRegular;
   r.flags = 64;
   EXPECT_FALSE(DecodeRequest(Op::kCreate, EncodeRequest(r)).ok());  // unknown flag
   r = Base(Op::kWrite);
@@ -255,7 +255,7 @@ TEST(HeadProtocol, StructuralErrorsAreRefused) {
 
 TEST(HeadProtocol, BadValuesAreRejectedWithErrno) {
   Request r = Base(Op::kCreate);
-  r.type = fs::FileType::kRegular;
+  r.type = FileType::kRegular;
   r.name = std::string(256, 'n');
   auto d = DecodeRequest(Op::kCreate, EncodeRequest(r));
   ASSERT_TRUE(d.ok());
@@ -270,29 +270,29 @@ TEST(HeadProtocol, BadValuesAreRejectedWithErrno) {
   // A size beyond the largest file is the file system's refusal (EFBIG, as
   // truncate(2)), not a malformed request: NFS SETATTR answers FBIG.
   Request t = Base(Op::kSetAttr);
-  t.set_mask = kSetSize;
+  t.set.mask = kSetSize;
   t.set.size = ~0ull;
   auto big = DecodeRequest(Op::kSetAttr, EncodeRequest(t));
   ASSERT_TRUE(big.ok());
   EXPECT_EQ(big->reject, EFBIG);
-  t.set.size = fs::kFileSizeMax;
+  t.set.size = kFileSizeMax;
   EXPECT_EQ(DecodeRequest(Op::kSetAttr, EncodeRequest(t))->reject, 0);
-  t.set_mask = kSetMode;  // a size that is not asked for must still be sane
+  t.set.mask = kSetMode;  // a size that is not asked for must still be sane
   t.set.size = ~0ull;
   EXPECT_FALSE(DecodeRequest(Op::kSetAttr, EncodeRequest(t)).ok());
   Request x = Base(Op::kSetXattr);
   x.name = "user.big";
-  x.value = std::string(fs::kXattrValueMax + 1, 'v');
+  x.value = std::string(kXattrValueMax + 1, 'v');
   EXPECT_EQ(DecodeRequest(Op::kSetXattr, EncodeRequest(x))->reject, E2BIG);
 }
 
 TEST(HeadProtocol, RepliesRoundTrip) {
   Reply r;
-  r.entries = {{"a", 5, fs::FileType::kRegular, 1}, {"b", 6, fs::FileType::kDirectory, 2}};
+  r.entries = {{"a", 5, FileType::kRegular, 1}, {"b", 6, FileType::kDirectory, 2}};
   r.attrs.resize(2);
-  r.attrs[0].type = fs::FileType::kRegular;
+  r.attrs[0].type = FileType::kRegular;
   r.attrs[0].size = 77;
-  r.attrs[1].type = fs::FileType::kDirectory;
+  r.attrs[1].type = FileType::kDirectory;
   r.eof = true;
   auto d = DecodeReply(Op::kReadDir, EncodeReply(Op::kReadDir, r));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -302,14 +302,14 @@ TEST(HeadProtocol, RepliesRoundTrip) {
   EXPECT_TRUE(d->eof);
 
   Reply a;
-  a.attr.type = fs::FileType::kRegular;
+  a.attr.type = FileType::kRegular;
   a.attr.mtime = {5, 6};
   a.u32 = 8192;
   auto w = DecodeReply(Op::kWrite, EncodeReply(Op::kWrite, a));
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->u32, 8192u);
-  EXPECT_EQ(w->attr.mtime, (fs::Timespec{5, 6}));
-  a.attr.type = fs::FileType::kNone;  // not a valid type
+  EXPECT_EQ(w->attr.mtime, (Time{5, 6}));
+  a.attr.type = FileType::kNone;  // not a valid type
   EXPECT_FALSE(DecodeReply(Op::kGetAttr, EncodeReply(Op::kGetAttr, a)).ok());
 
   uint8_t p[kReadPrefixBytes];

@@ -89,7 +89,7 @@ class Client;
 // A file this client holds open: one id per open, as nasgwd knows them.
 struct OpenEntry {
   std::vector<uint64_t> ids;
-  fs::Handle handle;  // as nasgwd issued it (MAC included): re-opens send it back
+  proto::Handle handle;  // as nasgwd issued it (MAC included): re-opens send it back
   proto::Creds creds;
 };
 
@@ -101,7 +101,7 @@ struct OwnerLocks {
   bool lost = false;   // they could not be taken again on a nasgwd that lost the session
 };
 struct LockedFile {
-  fs::Handle handle;                      // as nasgwd issued it: re-locks send it back
+  proto::Handle handle;                   // as nasgwd issued it: re-locks send it back
   std::map<uint64_t, OwnerLocks> owners;  // by owner; never empty ranges unless lost
 };
 
@@ -730,7 +730,6 @@ using nasgw::client::Call;
 using nasgw::client::CallPtr;
 using nasgw::proto::Op;
 namespace proto = nasgw::proto;
-namespace fs = nasgw::fs;
 
 struct nasgw_client {
   std::unique_ptr<nasgw::client::Client> c;
@@ -747,13 +746,13 @@ proto::Creds Creds(const nasgw_cred* cr) {
   }
   return c;
 }
-fs::Handle H(const nasgw_handle* h) {
+proto::Handle H(const nasgw_handle* h) {
   if (h == nullptr) return {};
-  fs::Handle out{h->volume, h->ino, h->gen, h->snap, h->scope, {}};
+  proto::Handle out{h->volume, h->ino, h->gen, h->snap, h->scope, {}};
   std::memcpy(out.mac.data(), h->mac, out.mac.size());
   return out;
 }
-nasgw_handle ToC(const fs::Handle& h) {
+nasgw_handle ToC(const proto::Handle& h) {
   nasgw_handle out{};
   out.volume = h.volume;
   out.ino = h.ino;
@@ -763,18 +762,18 @@ nasgw_handle ToC(const fs::Handle& h) {
   std::memcpy(out.mac, h.mac.data(), sizeof(out.mac));
   return out;
 }
-nasgw_time T(const fs::Timespec& t) {
+nasgw_time T(const proto::Time& t) {
   return {t.sec, t.nsec};
 }
-fs::Timespec T(const nasgw_time& t) {
+proto::Time T(const nasgw_time& t) {
   return {t.sec, t.nsec};
 }
 
 // `a` with the handle nasgwd issued for it in `scope` (its MAC `mac`).
-void ToC(uint32_t vol, uint64_t scope, const fs::Attr& a, const fs::HandleMac& mac, nasgw_attr* out) {
+void ToC(uint32_t vol, uint64_t scope, const proto::Attr& a, const proto::Mac& mac, nasgw_attr* out) {
   if (out == nullptr) return;
   *out = {};
-  out->handle = ToC(fs::Handle{vol, a.ino, a.gen, a.snap, scope, mac});
+  out->handle = ToC(proto::Handle{vol, a.ino, a.gen, a.snap, scope, mac});
   out->type = static_cast<uint32_t>(a.type);
   out->mode = a.mode;
   out->uid = a.uid;
@@ -911,7 +910,7 @@ CallPtr WriteCall(const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, 
   if (cr == nullptr) {
     call->invalid = EINVAL;
     call->invalid_why = "no credentials";
-  } else if (call->invalid == 0 && (offset > fs::kFileSizeMax || len > fs::kFileSizeMax - offset)) {
+  } else if (call->invalid == 0 && (offset > proto::kFileSizeMax || len > proto::kFileSizeMax - offset)) {
     call->invalid = EFBIG;
     call->invalid_why = "write beyond the largest file";
   }
@@ -1047,7 +1046,7 @@ int nasgw_setattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, 
   return Simple(
       c, Op::kSetAttr, cr, h,
       [&](proto::Request& r) {
-        r.set_mask = s->mask;
+        r.set.mask = s->mask;
         r.set.mode = s->mode;
         r.set.uid = s->uid;
         r.set.gid = s->gid;
@@ -1075,7 +1074,7 @@ int nasgw_create(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir,
       c, Op::kCreate, cr, dir,
       [&](proto::Request& r) {
         r.name = name;
-        r.type = static_cast<fs::FileType>(type);
+        r.type = static_cast<proto::FileType>(type);
         r.mode = mode & 07777;
         r.offset = rdev;
         r.name2 = symlink != nullptr ? symlink : "";
