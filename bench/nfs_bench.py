@@ -2,29 +2,38 @@
 """NFS benchmark: file against block, the FS7500 paper's setting, in one run.
 
 Targets, all on the same lab array (one tgtd, LUN files on the same disk):
-  nasgw  NFS clients -> ganesha.nfsd with FSAL_NASGW -> nasgwd on LUNs 1-2
-  vfs    NFS clients -> Debian's ganesha.nfsd with FSAL_VFS -> XFS on a loop
-         device whose sparse backing file sits beside the LUN files (the
-         stock path; it does not cross the array link)
-  block  fio's libiscsi engine straight on LUN 3, each client its own LBA
-         region (the SAN a block client would see)
+  nasgw    NFS clients -> ganesha.nfsd with FSAL_NASGW -> nasgwd on LUNs 1-2
+  vfs      NFS clients -> Debian's ganesha.nfsd with FSAL_VFS -> XFS on a loop
+           device whose sparse backing file sits beside the LUN files (the
+           local-disk peer; it does not cross the array link)
+  san-vfs  NFS clients -> the same stock FSAL_VFS -> XFS on a loop device
+           over LUN 4 of the same array, which nasgw-lun-fuse (in the
+           controller namespace, over the project's block layer) exposes as
+           one file: a Linux NAS head on the same SAN, through the same
+           (shaped) array link as nasgw
+  block    fio's libiscsi engine straight on LUN 3, each client its own LBA
+           region (the SAN a block client would see)
 Workloads: the FS7500 file workload scaled to this machine: per client a
 directory tree three wide and two deep with 16 files in each leaf, 8K random
-I/O 70% reads; plus 256K sequential read and 64K sequential write. Clients
-are stepped (1, 2, 4, 8, 16); a client is one fio job with its own file set
-(its own NFS connection) or its own LBA region. Two settings of the array
-link: unlimited, and rate-limited with sanlab's tbf so that the array is
+I/O 70% reads; plus 256K sequential read and 64K sequential write; and a
+metadata workload (meta: per client, create, stat and remove --meta-files
+empty files in its own tree, tests/tools/nasgw-nfs-meta). Clients are
+stepped (1, 2, 4, 8, 16); a client is one fio job with its own file set (its
+own NFS connection) or its own LBA region. Two settings of the array link:
+unlimited, and rate-limited with sanlab's tbf so that the array is
 spindle-bound (see --rate). Targets run interleaved within every step,
---runs times; medians are reported. Output: a table, JSON (--out) and a PNG
-chart (--chart).
+--runs times; medians are reported. Every step reports p50/p99 latency and
+the bytes that crossed the array link per client byte. Output: a table, JSON
+(--out) and a PNG chart (--chart).
 
   python3 bench/nfs_bench.py --build build/release --out nfs.json
-  python3 bench/nfs_bench.py --quick --build build/debug     # smoke: 1 and 2 clients, a few seconds
+  python3 bench/nfs_bench.py --quick --build build/debug     # smoke: 1 and 2 clients, a second each
 
 Needs root, fio with the nfs and libiscsi engines (deploy/build-fio.sh, run
-on demand), and for the nasgw target <build>/fsal/ganesha/libfsalnasgw.so,
-<build>/daemon/nasgwd and <build>/cli/nasgw (skipped, with a SKIP line, if
-absent).
+on demand), for the nasgw target <build>/fsal/ganesha/libfsalnasgw.so,
+<build>/daemon/nasgwd and <build>/cli/nasgw, for san-vfs
+<build>/bench/nasgw-lun-fuse, for meta <build>/tests/tools/nasgw-nfs-meta
+(each skipped, with a SKIP line, if absent; --quick fails instead).
 """
 import argparse
 import json
@@ -32,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,10 +60,24 @@ WORKLOADS = {
     "seqread": ("read", "256k", 100, None, "256K sequential read"),     # through the client's stream file
     "seqwrite": ("write", "64k", 0, None, "64K sequential write"),
 }
-TARGETS = ("nasgw", "vfs", "block")
+META_PHASES = ("create", "stat", "remove")   # the meta workload (nasgw-nfs-meta), in order
+ALL_WORKLOADS = tuple(WORKLOADS) + ("meta",)
+TARGETS = ("nasgw", "vfs", "san-vfs", "block")
 WIDTH, DEPTH, FILES_PER_LEAF = 3, 2, 16   # the FS7500 paper's Vdbench file set, per client
 VOLUME = "bench"
-PSEUDO = {"vfs": "/vfs", "nasgw": "/nasgw"}
+PSEUDO = {"vfs": "/vfs", "nasgw": "/nasgw", "san-vfs": "/sanvfs"}
+EXPORT_ID = {"vfs": 1, "nasgw": 2, "san-vfs": 3}
+LUN_OF = {"block": 3, "san-vfs": 4}   # nasgw: LUNs 1-2
+SAN_LUNS = 4
+SANVFS_STATE = "/run/nasgw-bench/sanvfs.d"   # the same-SAN peer's pieces, for gc after a crash
+# The array link is quiet when it moves less than this; after a step the
+# harness waits for that (bounded by --quiesce-max) so that one target's
+# write-back does not run into the next target's step.
+QUIET_BYTES_PER_S = 1_000_000
+MEDIAN_KEYS = ("iops", "mbps", "p50_us", "p99_us", "read_iops", "write_iops", "san_read_mb", "san_write_mb",
+               "san_peak_read_mbps", "san_peak_write_mbps",
+               "client_mb", "lan_mb", "san_window_read_mb", "san_window_write_mb", "san_per_client",
+               "san_per_client_window", "drain_s", "drain_san_read_mb", "drain_san_write_mb")
 
 
 def log(msg):
@@ -99,6 +123,318 @@ def rate_bytes_per_s(rate):
     raise ValueError("unsupported rate %r (use kbit, mbit or gbit)" % rate)
 
 
+# ---- the array link's byte counters -----------------------------------------------
+
+class LinkCounters:
+    """One side of a link: the bytes an interface sent and received, read
+    from /proc/<pid>/net/dev of a process in its namespace (the array's eth0
+    through tgtd: sent = reads, received = writes; the NFS server's lan0
+    through ganesha), and a sampler that keeps
+    (time, sent, received) every SAMPLE_S while a step runs, so the bytes of
+    any window (fio's measured span, one phase of the meta workload) can be
+    taken out afterwards."""
+    SAMPLE_S = 0.1
+
+    def __init__(self, tgtd_pid, dev="eth0"):
+        self.path = "/proc/%d/net/dev" % tgtd_pid
+        self.dev = dev
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = None
+
+    def read(self):
+        with open(self.path) as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name.strip() == self.dev:
+                    v = rest.split()
+                    return int(v[8]), int(v[0])   # tx (the array sent: reads), rx (writes)
+        raise RuntimeError("no %s in %s" % (self.dev, self.path))
+
+    def start(self):
+        self.samples = [(time.time(),) + self.read()]
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        # A sampling period, not a wait for anything.
+        while not self._stop.wait(self.SAMPLE_S):
+            try:
+                self.samples.append((time.time(),) + self.read())
+            except (OSError, RuntimeError):
+                return
+
+    def stop(self):
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self.samples.append((time.time(),) + self.read())
+
+    def _at(self, t):
+        s = self.samples
+        if t <= s[0][0]:
+            return s[0][1:]
+        for a, b in zip(s, s[1:]):
+            if a[0] <= t <= b[0]:
+                f = (t - a[0]) / (b[0] - a[0]) if b[0] > a[0] else 1.0
+                return tuple(x + f * (y - x) for x, y in zip(a[1:], b[1:]))
+        return s[-1][1:]
+
+    def window(self, t0, t1):
+        """(bytes sent, bytes received) between Unix times t0 and t1,
+        interpolated between samples."""
+        a, b = self._at(t0), self._at(t1)
+        return b[0] - a[0], b[1] - a[1]
+
+    def peak(self, span=1.0):
+        """The highest rate each way (bytes/s) over any `span` seconds of the
+        samples (the whole sampling if shorter): a shaped link caps it."""
+        s = self.samples
+        best = [0.0, 0.0]
+        j = 0
+        for i in range(len(s)):
+            while j < len(s) - 1 and s[j][0] - s[i][0] < span:
+                j += 1
+            dt = s[j][0] - s[i][0]
+            if dt <= 0 or (dt < span and i > 0):
+                break
+            for k in (0, 1):
+                best[k] = max(best[k], (s[j][k + 1] - s[i][k + 1]) / dt)
+        return tuple(best)
+
+    QUIET_INTERVAL_S = 0.25
+
+    def wait_quiet(self, timeout):
+        """Polls the counters until the link has moved less than
+        QUIET_BYTES_PER_S over QUIET_INTERVAL_S (a write-back flush after the
+        last step has ended), or `timeout` s. Returns (seconds waited,
+        bytes sent, bytes received, quiet)."""
+        t0 = time.monotonic()
+        first = prev = self.read()
+        while True:
+            time.sleep(self.QUIET_INTERVAL_S)   # the measuring interval, not a wait for an event
+            cur = self.read()
+            quiet = (cur[0] - prev[0]) + (cur[1] - prev[1]) < QUIET_BYTES_PER_S * self.QUIET_INTERVAL_S
+            if quiet or time.monotonic() - t0 > timeout:
+                return time.monotonic() - t0, cur[0] - first[0], cur[1] - first[1], quiet
+            prev = cur
+
+
+# ---- the same-SAN peer: FSAL_VFS on XFS on a loop device on a FUSE file on a LUN ---
+
+def _mounted(path):
+    return path in nfslab.mounted_paths()
+
+
+def _loop_backing(dev):
+    try:
+        with open("/sys/block/%s/loop/backing_file" % os.path.basename(dev)) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _wait_until(cond, timeout):
+    """Polls `cond` (a kernel state we cannot wait on: a loop device's
+    detach, another process's exit) until true or `timeout` s; returns it."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return cond()
+        time.sleep(0.05)
+    return True
+
+
+def sanvfs_teardown(st, log_fn=None):
+    """Undoes what SanVfs.start made, in order: XFS, the loop device (only
+    if still backed by our file), the FUSE mount, the FUSE process (by pid,
+    checked against its start time). Keeps going past errors; returns them."""
+    errors = []
+    xfs, mnt, loop = st.get("xfs_mnt"), st.get("fuse_mnt"), st.get("loop")
+    if xfs and _mounted(xfs):
+        if nfslab.run(["umount", xfs], check=False).returncode != 0:
+            errors.append("umount %s failed: lazily detached" % xfs)
+            nfslab.run(["umount", "-l", xfs], check=False)
+    lun_file = os.path.join(mnt, "lun") if mnt else None
+    if loop and lun_file and _loop_backing(loop) == lun_file:
+        p = nfslab.run(["losetup", "-d", loop], check=False)
+        if p.returncode != 0:
+            errors.append("losetup -d %s: %s" % (loop, p.stderr.strip()))
+        # Detach completes when the last opener lets go.
+        if not _wait_until(lambda: _loop_backing(loop) != lun_file, 30):
+            errors.append("%s still backed by %s after 30 s" % (loop, lun_file))
+    if mnt and _mounted(mnt):
+        if nfslab.run(["fusermount3", "-u", mnt], check=False).returncode != 0:
+            errors.append("fusermount3 -u %s failed: lazily detached" % mnt)
+            nfslab.run(["umount", "-l", mnt], check=False)
+    pid, start = st.get("fuse_pid"), st.get("fuse_start")
+    if pid:
+        # It ends by itself once its mount is gone; then SIGTERM, SIGKILL.
+        if not _wait_until(lambda: not nfslab.alive(pid, start), 20):
+            try:
+                note = nfslab.stop_pid(pid, start, 10, "nasgw-lun-fuse")
+                errors.append(note or "nasgw-lun-fuse pid %d outlived its mount: stopped" % pid)
+            except nfslab.NfsLabError as e:
+                errors.append(str(e))
+        nfslab.reap(pid)
+    if log_fn and errors:
+        log_fn("san-vfs teardown: " + "; ".join(errors))
+    return errors
+
+
+def sanvfs_gc():
+    """Tears down the same-SAN peers of runs that died (their NFS labs first,
+    so ganesha, whose mount namespace holds the XFS mount, is gone)."""
+    if not os.path.isdir(SANVFS_STATE):
+        return []
+    removed = []
+    nfslab.gc()
+    for n in sorted(os.listdir(SANVFS_STATE)):
+        path = os.path.join(SANVFS_STATE, n)
+        try:
+            with open(path) as f:
+                st = json.load(f)
+        except (OSError, ValueError):
+            os.remove(path)
+            continue
+        if nfslab.alive(st.get("owner_pid"), st.get("owner_start")):
+            continue
+        errs = sanvfs_teardown(st)
+        os.remove(path)
+        removed.append("san-vfs %s%s" % (n, (" (" + "; ".join(errs) + ")") if errs else ""))
+    return removed
+
+
+class SanVfs:
+    """The same-SAN peer's storage, as a Linux NAS head on that SAN would
+    have it: nasgw-lun-fuse in the controller's network namespace exposes
+    one LUN of the lab array as a file (no cache in FUSE: direct_io), a loop
+    device with direct I/O sits on that file (so the only cache is XFS's
+    page cache, as on an iSCSI disk), XFS on the loop device. Its state is
+    kept in SANVFS_STATE (and its mounts and loop device in the NFS lab's
+    state) before each piece is made, so a crashed run's leftovers are
+    cleaned by the next (sanvfs_gc, nfslab.gc)."""
+
+    def __init__(self, lab, host_ns, url, lunfuse, name):
+        self.lab, self.host_ns, self.url, self.lunfuse = lab, host_ns, url, lunfuse
+        self.fuse_mnt = os.path.join(lab.dir, "sanvfs-lun")
+        self.xfs_mnt = os.path.join(lab.dir, "sanvfs")
+        self.lun_file = os.path.join(self.fuse_mnt, "lun")
+        self.err_path = os.path.join(lab.dir, "lunfuse.err")
+        self.state_path = os.path.join(SANVFS_STATE, name + ".json")
+        me = os.getpid()
+        self.st = {"owner_pid": me, "owner_start": nfslab.proc_start_time(me), "fuse_mnt": self.fuse_mnt,
+                   "xfs_mnt": self.xfs_mnt, "fuse_pid": None, "fuse_start": None, "loop": None}
+        self.proc = None
+        self.dio = None
+        self.stats = None
+
+    def _save(self):
+        os.makedirs(SANVFS_STATE, exist_ok=True)
+        tmp = self.state_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.st, f)
+        os.replace(tmp, self.state_path)
+
+    def _lab_record(self, key, value):
+        self.lab.st[key].append(value)
+        self.lab.save()
+
+    def start(self):
+        os.makedirs(self.fuse_mnt, exist_ok=True)
+        os.makedirs(self.xfs_mnt, exist_ok=True)
+        self._save()
+        self._lab_record("mounts", self.fuse_mnt)
+        err = open(self.err_path, "wb")
+        # nsenter --net only: the FUSE mount stays in our mount namespace
+        # (ip netns exec would make a new one and hide it); nsenter execs, so
+        # the pid is the program's.
+        self.proc = subprocess.Popen(
+            ["nsenter", "--net=/run/netns/" + self.host_ns, "--", self.lunfuse, "--url", self.url,
+             "--initiator", "iqn.2026-11.org.nasgw:nfsbench-sanvfs", self.fuse_mnt],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        err.close()
+        self.st["fuse_pid"], self.st["fuse_start"] = self.proc.pid, nfslab.proc_start_time(self.proc.pid)
+        self._save()
+        # It prints "ready ..." once mounted (or exits): a blocking read with a
+        # deadline enforced by killing it.
+        timer = threading.Timer(60, lambda: self.proc.poll() is None and self.proc.kill())
+        timer.start()
+        try:
+            line = self.proc.stdout.readline().decode(errors="replace")
+        finally:
+            timer.cancel()
+        if not line.startswith("ready "):
+            rc = self.proc.poll()
+            raise RuntimeError("nasgw-lun-fuse did not mount %s (%s): %s" % (
+                self.url, "exit %s" % rc if rc is not None else "no answer", self.err_tail()))
+        # A loop device with direct I/O (the file is FUSE direct_io, so the
+        # loop device's page cache would be the only cache otherwise).
+        p = nfslab.run(["losetup", "--find", "--show", "--direct-io=on", self.lun_file], check=False)
+        if p.returncode != 0:
+            raise RuntimeError("losetup --direct-io=on over FUSE: %s" % p.stderr.strip())
+        self.st["loop"] = p.stdout.strip()
+        self._save()
+        self._lab_record("loops", self.st["loop"])
+        try:
+            with open("/sys/block/%s/loop/dio" % os.path.basename(self.st["loop"])) as f:
+                self.dio = f.read().strip() == "1"
+        except OSError:
+            self.dio = None
+        nfslab.run(["mkfs.xfs", "-q", "-f", self.st["loop"]], timeout=600)
+        self._lab_record("mounts", self.xfs_mnt)
+        nfslab.run(["mount", self.st["loop"], self.xfs_mnt])
+        return self.xfs_mnt
+
+    def sync(self):
+        """syncfs: every dirty page and the log out to the LUN."""
+        nfslab.run(["sync", "-f", self.xfs_mnt], timeout=1800)
+
+    def err_tail(self, n=1500):
+        try:
+            with open(self.err_path, "rb") as f:
+                return f.read()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self):
+        """After ganesha and rpcbind are gone (their mount namespace holds
+        the XFS mount). Returns the teardown's errors; self.stats gets the
+        program's own I/O counts."""
+        errors = sanvfs_teardown(self.st)
+        if self.proc:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            if self.proc.stdout:
+                self.proc.stdout.close()
+        for line in reversed(self.err_tail(4000).splitlines()):
+            if line.startswith("{"):
+                try:
+                    self.stats = json.loads(line)
+                    self.stats["exit"] = self.proc.returncode if self.proc else None
+                except ValueError:
+                    pass
+                break
+        # What is gone leaves the NFS lab's list (a loop device number may be
+        # someone else's by the time the lab closes); what is not stays for it.
+        loop = self.st.get("loop")
+        for key, v, gone in (("mounts", self.xfs_mnt, not _mounted(self.xfs_mnt)),
+                             ("mounts", self.fuse_mnt, not _mounted(self.fuse_mnt)),
+                             ("loops", loop, loop and _loop_backing(loop) != self.lun_file)):
+            if gone and v in self.lab.st.get(key, []):
+                self.lab.st[key].remove(v)
+        self.lab.save()
+        if not errors:
+            try:
+                os.remove(self.state_path)
+            except FileNotFoundError:
+                pass
+        return errors
+
+
 # ---- fio ------------------------------------------------------------------------
 
 def fio_jobfile(path, glob, jobs):
@@ -140,7 +476,8 @@ def concurrent_iops(prefix, njobs):
     starts = [j[0][0] - LOG_MS for j in jobs]
     ends = [j[-1][0] for j in jobs]
     ios = sum(v * LOG_MS / 1000.0 for j in jobs for _, v in j)
-    return {"iops": ios / ((max(ends) - min(starts)) / 1000.0),
+    return {"iops": ios / ((max(ends) - min(starts)) / 1000.0), "ios": ios,
+            "t0": min(starts) / 1000.0, "t1": max(ends) / 1000.0,   # Unix times (log_unix_epoch)
             "start_skew_s": (max(starts) - min(starts)) / 1000.0,
             "overlap_s": max(0, min(ends) - max(starts)) / 1000.0}
 
@@ -177,23 +514,48 @@ class Bench:
         out = {"name": name, "rate": rate, "targets": {}, "runs": [], "medians": {}}
         self.res["settings"].append(out)
         lab_name = "nfsb%d%s" % (pid, "r" if rate else "u")
-        start = [SANLAB, "start", lab_name, "--mode", "netns", "--luns", "3", "--size", a.lun_size,
+        self.rate = rate
+        # LUNs 1-2: nasgw's reserve, 3: block, 4: san-vfs (thin: made whatever is measured).
+        start = [SANLAB, "start", lab_name, "--mode", "netns", "--luns", str(SAN_LUNS), "--size", a.lun_size,
                  "--owner-pid", str(pid)]
         if rate:
             start += ["--rate", rate]
         san = json.loads(sh(start).stdout)
         node = lab = None
+        self.sanvfs = None
+        self.peer_dirs = {}
         try:
             host = san["ns_host"]
             lab = nfslab.Lab(name=lab_name, clients=1, server_ns=host)
             self.lab, self.host, self.san = lab, host, san
+            self.counters = LinkCounters(san["tgtd_pid"])
             targets = [t for t in a.targets if t != "block"]
             exports, plugins, socket = [], {}, None
             if "vfs" in targets:
                 xfs = lab.make_xfs(a.xfs_size)
                 os.makedirs(os.path.join(xfs, "export"))
-                exports.append(nfslab.vfs_export(1, os.path.join(xfs, "export"), PSEUDO["vfs"]))
+                exports.append(nfslab.vfs_export(EXPORT_ID["vfs"], os.path.join(xfs, "export"), PSEUDO["vfs"]))
+                self.peer_dirs["vfs"] = os.path.join(xfs, "export")
                 out["targets"]["vfs"] = {"path": "FSAL_VFS on XFS on loop (%s)" % xfs}
+            if "san-vfs" in targets:
+                # Before ganesha starts: its mount namespace is a copy of ours
+                # taken then (mounts do not propagate into it later).
+                url = san["luns"][LUN_OF["san-vfs"] - 1]["url"]
+                out["targets"]["san-vfs"] = {"path": "FSAL_VFS on XFS on loop on nasgw-lun-fuse on %s" % url}
+                try:
+                    self.sanvfs = SanVfs(lab, host, url, self.bins["lunfuse"], lab_name)
+                    xfs = self.sanvfs.start()
+                    os.makedirs(os.path.join(xfs, "export"))
+                    self.peer_dirs["san-vfs"] = os.path.join(xfs, "export")
+                    exports.append(nfslab.vfs_export(EXPORT_ID["san-vfs"], os.path.join(xfs, "export"),
+                                                     PSEUDO["san-vfs"]))
+                    out["targets"]["san-vfs"]["path"] = "FSAL_VFS on XFS on loop (direct I/O %s) on nasgw-lun-fuse " \
+                        "on %s" % ({True: "on", False: "OFF"}.get(self.sanvfs.dio, "?"), url)
+                    out["targets"]["san-vfs"]["loop_dio"] = self.sanvfs.dio
+                except Exception as e:
+                    log("FAILED: [%s] target san-vfs: %s" % (name, str(e)[-1500:]))
+                    out["targets"]["san-vfs"]["error"] = "setup: %s" % str(e)[-3000:]
+                    targets.remove("san-vfs")
             if "nasgw" in targets:
                 # nasgwd in the controller namespace, where the array is.
                 node = Node({"nasgwd": self.bins["nasgwd"], "cli": self.bins["cli"]},
@@ -204,7 +566,7 @@ class Bench:
                 if a.record_kib:
                     create += ["--record-size", "%dK" % a.record_kib]
                 node.cli(*create)
-                exports.append(nfslab.nasgw_export(2, VOLUME, PSEUDO["nasgw"]))
+                exports.append(nfslab.nasgw_export(EXPORT_ID["nasgw"], VOLUME, PSEUDO["nasgw"]))
                 plugins["nasgw"], socket = self.bins["fsal"], node.head_socket
                 out["targets"]["nasgw"] = {"path": "FSAL_NASGW -> nasgwd (volume %s)" % VOLUME}
             if targets:
@@ -221,16 +583,32 @@ class Bench:
                     lab.server.stop() if lab.server else None
                     cfg = nfslab.GaneshaConfig(exports=[x for x in exports if "NASGW" not in x])
                     lab.start_server(cfg)
+            # The NFS server's side of the LAN (ganesha lives in the controller
+            # namespace): what the clients moved, headers included.
+            self.lan = LinkCounters(lab.server.pid, dev="lan0") if lab.server and lab.server.pid else None
             if "block" in a.targets:
-                out["targets"]["block"] = {"path": "fio libiscsi on %s" % san["luns"][2]["url"]}
+                out["targets"]["block"] = {"path": "fio libiscsi on %s" % san["luns"][LUN_OF["block"] - 1]["url"]}
                 targets.append("block")
             for t in list(targets):
                 t0 = time.monotonic()
                 try:
-                    self.layout(t)
-                    out["targets"][t]["layout_s"] = round(time.monotonic() - t0, 1)
-                    log("[%s] %s: laid out %d clients x %d files x %s MiB in %.1f s" % (
-                        name, t, max(a.clients), files_per_client(), a.file_mib, time.monotonic() - t0))
+                    san0 = self.san_bytes()
+                    laid = self.layout(t)
+                    layout_s = time.monotonic() - t0
+                    drain = self.drain(t)
+                    san1 = self.san_bytes()
+                    info = out["targets"][t]
+                    info["layout_s"] = round(layout_s, 1)
+                    # What laying out cost on the array link, write-back flushed.
+                    info["layout_client_mb"] = laid / 1e6
+                    info["layout_san_read_mb"] = (san1[0] - san0[0]) / 1e6
+                    info["layout_san_write_mb"] = (san1[1] - san0[1]) / 1e6
+                    info["layout_drain_s"] = round(drain["drain_s"], 1)
+                    if laid:
+                        log("[%s] %s: laid out %d clients x %d files x %s MiB in %.1f s (then %.1f s until the array "
+                            "link was quiet); client %.0f MB, array link %.0f/%.0f MB r/w" % (
+                                name, t, max(a.clients), files_per_client(), a.file_mib, layout_s, drain["drain_s"],
+                                laid / 1e6, info["layout_san_read_mb"], info["layout_san_write_mb"]))
                 except Exception as e:
                     log("FAILED: [%s] target %s: layout: %s" % (name, t, str(e)[-1500:]))
                     out["targets"][t]["error"] = "layout: %s" % str(e)[-3000:]
@@ -239,7 +617,23 @@ class Bench:
             self.matrix(out, targets)
         finally:
             errors = []
+            sanvfs = self.sanvfs
+
+            def stop_sanvfs():
+                if sanvfs:
+                    errs = sanvfs.stop()
+                    if sanvfs.stats is not None and "san-vfs" in out["targets"]:
+                        out["targets"]["san-vfs"]["lun_fuse"] = sanvfs.stats
+                        if sanvfs.stats.get("errors"):
+                            out["targets"]["san-vfs"]["error"] = "nasgw-lun-fuse: %d I/O errors" % \
+                                sanvfs.stats["errors"]
+                    if errs:
+                        raise RuntimeError("; ".join(errs))
+
+            # ganesha and rpcbind first: their mount namespace holds the XFS
+            # mounts; then the same-SAN peer's stack, top down.
             for what, fn in (("ganesha", lambda: lab and lab.server and lab.server.stop()),
+                             ("san-vfs", stop_sanvfs),
                              ("nasgwd", lambda: node and node.close()),
                              ("nfslab", lambda: lab and lab.close()),
                              ("sanlab", lambda: sh([SANLAB, "stop", lab_name], check=False))):
@@ -247,14 +641,43 @@ class Bench:
                     fn()
                 except Exception as e:  # keep tearing down
                     errors.append("%s: %s" % (what, e))
+            self.sanvfs = None
             if errors:
                 log("teardown: " + "; ".join(errors))
+                out["teardown_errors"] = errors
+
+    def drop_cache(self, t):
+        """--cold-peers: the peer's file data out of the page cache (synced
+        first), so its reads go to its disk, as for a working set larger
+        than the head's memory. Only its own files: POSIX_FADV_DONTNEED on
+        each, no global drop_caches."""
+        root = self.peer_dirs[t]
+        nfslab.run(["sync", "-f", root], timeout=1800)
+        for d, _, names in os.walk(root):
+            for nm in names:
+                fd = os.open(os.path.join(d, nm), os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+
+    def drain(self, t):
+        """After a step or a layout: the same-SAN peer writes its dirty pages
+        and log out (syncfs), then the array link must go quiet (any
+        target's write-back), so the next step starts on an idle link.
+        Returns what that took: seconds, MB each way."""
+        t0 = time.monotonic()
+        san0 = self.counters.read()
+        if t == "san-vfs" and self.sanvfs:
+            self.sanvfs.sync()
+        waited, _, _, quiet = self.counters.wait_quiet(self.a.quiesce_max)
+        san1 = self.counters.read()
+        return {"drain_s": time.monotonic() - t0, "drain_san_read_mb": (san1[0] - san0[0]) / 1e6,
+                "drain_san_write_mb": (san1[1] - san0[1]) / 1e6, "drain_quiet": quiet}
 
     def san_bytes(self):
         """Bytes the array has sent and received on its link so far."""
-        p = sh(["ip", "-n", self.san["ns_array"], "-j", "-s", "link", "show", "dev", "eth0"])
-        st = json.loads(p.stdout)[0]["stats64"]
-        return st["tx"]["bytes"], st["rx"]["bytes"]
+        return self.counters.read()
 
     # ---- targets
     def nfs_global(self, t):
@@ -262,7 +685,7 @@ class Bench:
                 "filesize": "%dk" % int(self.a.file_mib * 1024)}
 
     def block_global(self):
-        url = self.san["luns"][2]["url"].replace(":", "\\:")   # fio splits file names on ':'
+        url = self.san["luns"][LUN_OF["block"] - 1]["url"].replace(":", "\\:")   # fio splits file names on ':'
         return {"ioengine": "libiscsi", "filename": url}
 
     def region(self):
@@ -301,6 +724,9 @@ class Bench:
             bs = nfslab.parse_size(glob["bs"])
             res["iops_fio"], res["mbps_fio"] = res["iops"], res["mbps"]
             res["iops"], res["mbps"] = w["iops"], w["iops"] * bs / 1e6
+            res["window"] = (w["t0"], w["t1"])
+            res["window_s"] = w["t1"] - w["t0"]
+            res["client_mb"] = w["ios"] * bs / 1e6
             res["start_skew_s"], res["overlap_s"] = w["start_skew_s"], w["overlap_s"]
             # Less than half the run with every client going: the step did not
             # measure N concurrent clients; said so in the output.
@@ -310,23 +736,28 @@ class Bench:
     def layout(self, t):
         """Every client's file set (or LBA region) written once, sequentially:
         the nfs engine creates files only on pure-write jobs and drops queued
-        writes at close, hence iodepth 1 there."""
+        writes at close, hence iodepth 1 there. Returns the bytes written.
+        (The meta workload makes its own trees.)"""
         n = max(self.a.clients)
+        fio_wls = [w for w in self.a.workloads if w in WORKLOADS]
+        if not fio_wls:
+            return 0
         if t == "block":
             glob = dict(self.block_global(), rw="write", bs="1m", iodepth=8, group_reporting=1)
             self.run_fio(t, glob, [("c%d" % i, self.block_job(i)) for i in range(1, n + 1)], "layout-block", 3600)
-            return
+            return n * self.region()
         dirs = [d for i in range(1, n + 1) for d in leaf_dirs(i)]
         self.lab.client(1).nfsrs("for d in ARGS['dirs']:\n    client.mkdir(d, parents=True, exist_ok=True)",
                                  PSEUDO[t].lstrip("/"), version="3", args={"dirs": dirs}, timeout=600)
         glob = dict(self.nfs_global(t), rw="write", bs="256k", iodepth=1, file_service_type="sequential",
                     group_reporting=1)
         jobs = []
-        if "randrw" in self.a.workloads:
+        if "randrw" in fio_wls:
             jobs += [("c%d" % i, {"filename": ":".join(client_files(i))}) for i in range(1, n + 1)]
-        if set(self.a.workloads) & {"seqread", "seqwrite"}:
+        if set(fio_wls) & {"seqread", "seqwrite"}:
             jobs += [("s%d" % i, {"filename": client_stream(i), "filesize": self.region()}) for i in range(1, n + 1)]
         self.run_fio(t, glob, jobs, "layout-" + t, 3600)
+        return len(jobs) * self.region()
 
     def measure(self, t, wl, n):
         rw, bs, mix, service, _ = WORKLOADS[wl]
@@ -346,7 +777,36 @@ class Bench:
             glob = dict(self.nfs_global(t), **common)
             jobs = [("c%d" % i, {"filename": client_stream(i), "filesize": self.region()}) for i in range(1, n + 1)]
         # A run that outlives its time by two minutes is hung: killed, reported.
-        return self.run_fio(t, glob, jobs, "%s-%s-%d" % (t, wl, n), a.seconds + a.ramp + 120, window=True)
+        # Plus, behind a shaped link, the time to flush the clients' whole data
+        # set through it: a write-back peer's dirty pages go out when fio
+        # closes the files (COMMIT), after the measured time.
+        limit = a.seconds + a.ramp + 120
+        if self.rate and t != "block" and rw != "read":
+            limit += n * self.region() / rate_bytes_per_s(self.rate)
+        return self.run_fio(t, glob, jobs, "%s-%s-%d" % (t, wl, n), limit, window=True)
+
+    def measure_meta(self, t, n, tag):
+        """The metadata workload: n clients (threads with their own
+        connections, in client 1's namespace like fio's jobs), each in its
+        own tree under a directory of this step, --iodepth requests in
+        flight. Per phase: ops/s over all clients, latency, and the array
+        link's bytes during the phase."""
+        a = self.a
+        url = "nfs://%s%s" % (self.lab.server_addr, PSEUDO[t])
+        cmd = [self.bins["meta"], "--url", url, "--dir", tag, "--clients", str(n), "--files", str(a.meta_files),
+               "--depth", str(a.iodepth), "--timeout-s", "60"]
+        # Bounded: 30 ms an operation per client at worst, plus start-up.
+        p = self.lab.client(1).run(cmd, check=False, timeout=120 + 3 * a.meta_files * 0.03)
+        try:
+            res = json.loads(p.stdout)
+        except ValueError:
+            res = None
+        if p.returncode != 0 or res is None:
+            raise RuntimeError("nasgw-nfs-meta exit %d: %s%s" % (p.returncode, p.stdout[-1000:], p.stderr[-1500:]))
+        phases = {ph: dict(res["phases"][ph]) for ph in META_PHASES}
+        return {"phases": phases, "files_per_client": a.meta_files,
+                # The row's headline: the slowest phase's p99 (for the checks and the log).
+                "p99_us": max(phases[ph]["p99_us"] for ph in META_PHASES)}
 
     def matrix(self, out, targets):
         a = self.a
@@ -359,23 +819,50 @@ class Bench:
                     order = targets[k % len(targets):] + targets[:k % len(targets)] if targets else []
                     k += 1
                     for t in order:
+                        if wl == "meta" and t == "block":
+                            continue   # no files on a raw LUN
                         row = {"target": t, "workload": wl, "clients": n, "run": r + 1}
                         try:
+                            if a.cold_peers and t in ("vfs", "san-vfs"):
+                                self.drop_cache(t)
                             san0, t0 = self.san_bytes(), time.monotonic()
-                            row.update(self.measure(t, wl, n))
+                            lan0 = self.lan.read() if t != "block" else None
+                            self.counters.start()
+                            try:
+                                if wl == "meta":
+                                    row.update(self.measure_meta(t, n, "meta-%s-r%d-n%d" % (t.replace("-", ""),
+                                                                                            r + 1, n)))
+                                else:
+                                    row.update(self.measure(t, wl, n))
+                            finally:
+                                self.counters.stop()
+                            peak = self.counters.peak()
+                            row["san_peak_read_mbps"], row["san_peak_write_mbps"] = peak[0] / 1e6, peak[1] / 1e6
                             san1, wall = self.san_bytes(), time.monotonic() - t0
-                            # What crossed the array link during the whole fio run (ramp and
+                            lan1 = self.lan.read() if t != "block" else None
+                            # What crossed the array link during the whole run (ramp and
                             # setup included): MB the array sent (reads) and received (writes).
                             row["wall_s"] = round(wall, 2)
                             row["san_read_mb"] = (san1[0] - san0[0]) / 1e6
                             row["san_write_mb"] = (san1[1] - san0[1]) / 1e6
-                            log("[%s] run %d %-8s %-5s %2d clients: %8.0f IOPS %8.1f MB/s p50 %8.0f us p99 %8.0f us"
-                                "  SAN %.0f/%.0f MB r/w%s"
-                                % (out["name"], r + 1, wl, t, n, row["iops"], row["mbps"], row["p50_us"],
-                                   row["p99_us"], row["san_read_mb"], row["san_write_mb"],
-                                   ("  clients started %.1f s apart, ran together %.1f s (fio alone: %.0f IOPS)"
-                                    % (row["start_skew_s"], row["overlap_s"], row["iops_fio"]))
-                                   if row.get("overlap_short") else ""))
+                            if wl == "meta":
+                                # ... and during each phase: SAN KB per operation.
+                                for x in row["phases"].values():
+                                    rd, wr = self.counters.window(x["start_unix"], x["end_unix"])
+                                    x["san_read_mb"], x["san_write_mb"] = rd / 1e6, wr / 1e6
+                                    x["san_kb_per_op"] = (rd + wr) / 1e3 / x["ops"] if x["ops"] else None
+                            else:
+                                # ... and during the measured span only, against the
+                                # clients' bytes in that span: SAN bytes per client byte.
+                                rd, wr = self.counters.window(*row.pop("window"))
+                                row["san_window_read_mb"], row["san_window_write_mb"] = rd / 1e6, wr / 1e6
+                                row["san_per_client_window"] = ((rd + wr) / 1e6 / row["client_mb"]
+                                                                if row["client_mb"] > 0 else None)
+                            # Write-back still going (the peer's dirty pages, later
+                            # nasgw's cache) must not run into the next step.
+                            row.update(self.drain(t))
+                            self.san_per_client(row, lan0, lan1)
+                            self.log_row(out, row)
                         except Exception as e:
                             row["error"] = str(e)[-3000:]
                             if t != "block" and self.lab.server:
@@ -383,6 +870,8 @@ class Bench:
                                 up = srv.pid and nfslab.alive(srv.pid, srv.st.get("ganesha_start"))
                                 row["error"] += "\n--- ganesha %s; log tail:\n%s" % (
                                     "running" if up else "NOT RUNNING", srv.log_tail(1500))
+                            if t == "san-vfs" and self.sanvfs:
+                                row["error"] += "\n--- nasgw-lun-fuse:\n%s" % self.sanvfs.err_tail(800)
                             log("FAILED: [%s] run %d %s %s %d clients: %s" % (out["name"], r + 1, wl, t, n,
                                                                              str(e)[-800:]))
                         out["runs"].append(row)
@@ -394,13 +883,63 @@ class Bench:
                 for n in a.clients:
                     rows = [x for x in out["runs"] if x["target"] == t and x["workload"] == wl
                             and x["clients"] == n and "error" not in x]
-                    if rows:
-                        out["medians"][t][wl][str(n)] = {
-                            key: statistics.median(x[key] for x in rows)
-                            for key in ("iops", "mbps", "p50_us", "p99_us", "read_iops", "write_iops")}
-                        out["medians"][t][wl][str(n)]["runs"] = len(rows)
-                        out["medians"][t][wl][str(n)]["overlap_short"] = sum(bool(x.get("overlap_short")) for x in rows)
+                    if not rows:
+                        continue
+                    if wl == "meta":
+                        flat = [dict({"%s_%s" % (ph, key): x["phases"][ph][key] for ph in META_PHASES
+                                      for key in ("ops_per_s", "p50_us", "p99_us", "san_kb_per_op")},
+                                     san_kb_per_op=x.get("san_kb_per_op"), drain_s=x.get("drain_s")) for x in rows]
+                    else:
+                        flat = rows
+                    keys = sorted({key for x in flat for key in x if key in MEDIAN_KEYS or wl == "meta"})
+                    m = {}
+                    for key in keys:
+                        vals = [x[key] for x in flat if isinstance(x.get(key), (int, float))]
+                        m[key] = statistics.median(vals) if vals else None
+                    m["runs"] = len(rows)
+                    if wl != "meta":
+                        m["overlap_short"] = sum(bool(x.get("overlap_short")) for x in rows)
+                    out["medians"][t][wl][str(n)] = m
         self.save()
+
+    @staticmethod
+    def san_per_client(row, lan0, lan1):
+        """SAN bytes per client byte. NFS targets: everything that crossed
+        the array link from the run's start until the link was quiet after
+        it (a write-back flush at the end of the run or after it included)
+        over everything the clients moved on the LAN in the run (NFS payload
+        and headers, counted at the server's interface). block: its clients
+        are on the array link, so the measured span's SAN bytes over fio's
+        bytes (~1 plus iSCSI's headers: a check of the accounting).
+        meta: SAN KB per operation, the same way."""
+        san = row["san_read_mb"] + row["san_write_mb"] + row["drain_san_read_mb"] + row["drain_san_write_mb"]
+        if lan0 is not None:
+            row["lan_mb"] = ((lan1[0] - lan0[0]) + (lan1[1] - lan0[1])) / 1e6
+        if row["workload"] == "meta":
+            ops = sum(x["ops"] for x in row["phases"].values())
+            row["san_kb_per_op"] = san * 1e3 / ops if ops else None
+        elif row["target"] == "block":
+            row["san_per_client"] = row.get("san_per_client_window")
+        else:
+            row["san_per_client"] = san / row["lan_mb"] if row["lan_mb"] > 0 else None
+
+    def log_row(self, out, row):
+        head = "[%s] run %d %-8s %-7s %2d clients:" % (out["name"], row["run"], row["workload"], row["target"],
+                                                      row["clients"])
+        drain = ("  then %.1f s until the link was quiet (%.0f/%.0f MB r/w)%s" % (
+            row["drain_s"], row["drain_san_read_mb"], row["drain_san_write_mb"],
+            "" if row["drain_quiet"] else " NOT QUIET") if row["drain_s"] > 1 or not row["drain_quiet"] else "")
+        if row["workload"] == "meta":
+            log(head + "".join("  %s %6.0f/s p50 %6.0f us p99 %6.0f us SAN %s KB/op" % (
+                ph, x["ops_per_s"], x["p50_us"], x["p99_us"],
+                "%.1f" % x["san_kb_per_op"] if x["san_kb_per_op"] is not None else "-")
+                for ph, x in row["phases"].items()) + drain)
+            return
+        log("%s %8.0f IOPS %8.1f MB/s p50 %8.0f us p99 %8.0f us  SAN %.0f/%.0f MB r/w, %s per client byte%s%s" % (
+            head, row["iops"], row["mbps"], row["p50_us"], row["p99_us"], row["san_read_mb"], row["san_write_mb"],
+            "%.2f" % row["san_per_client"] if row.get("san_per_client") is not None else "-",
+            ("  clients started %.1f s apart, ran together %.1f s (fio alone: %.0f IOPS)"
+             % (row["start_skew_s"], row["overlap_s"], row["iops_fio"])) if row.get("overlap_short") else "", drain))
 
     def save(self):
         if self.a.out:
@@ -414,26 +953,45 @@ class Bench:
 
 def table(res):
     lines = []
+    cw = 42
     for s in res["settings"]:
         lines.append("== array link: %s" % s["name"])
         for t, info in s["targets"].items():
-            lines.append("   %-6s %s%s" % (t, info.get("path", ""), ("  ERROR " + info["error"][:200]) if "error" in info
-                                               else ""))
+            lines.append("   %-7s %s%s" % (t, info.get("path", ""), ("  ERROR " + info["error"][:200]) if "error" in info
+                                                else ""))
         lines.append("%-22s %7s  %s" % ("workload", "clients", "  ".join(
-            "%-33s" % ("%s: IOPS MB/s p50/p99 ms" % t) for t in s["medians"])))
+            "%-*s" % (cw, "%s: IOPS MB/s p50/p99 ms SAN/cl" % t) for t in s["medians"])))
         wls = res["config"]["workloads"]
         for wl in wls:
             for n in res["config"]["clients"]:
+                if wl == "meta":
+                    for ph in META_PHASES:
+                        cells = []
+                        for t in s["medians"]:
+                            m = s["medians"][t].get(wl, {}).get(str(n))
+                            if m and m.get(ph + "_ops_per_s") is not None:
+                                kb = m.get(ph + "_san_kb_per_op")
+                                cells.append("%-*s" % (cw, "%8.0f %7s %6.2f/%-7.2f %6s" % (
+                                    m[ph + "_ops_per_s"], "-", m[ph + "_p50_us"] / 1000, m[ph + "_p99_us"] / 1000,
+                                    "%.1fK" % kb if kb is not None else "-")))
+                            else:
+                                cells.append("%-*s" % (cw, "-"))
+                        lines.append("%-22s %7d  %s" % ("meta %s (ops/s)" % ph, n, "  ".join(cells)))
+                    continue
                 cells = []
                 for t in s["medians"]:
                     m = s["medians"][t].get(wl, {}).get(str(n))
-                    cells.append("%-33s" % ("%8.0f %7.1f %6.2f/%-7.2f%s" % (
+                    spc = m.get("san_per_client") if m else None
+                    cells.append("%-*s" % (cw, "%8.0f %7.1f %6.2f/%-7.2f %6s%s" % (
                         m["iops"], m["mbps"], m["p50_us"] / 1000, m["p99_us"] / 1000,
+                        "%.2f" % spc if spc is not None else "-",
                         "*" if m.get("overlap_short") else "") if m else "-"))
                 lines.append("%-22s %7d  %s" % (WORKLOADS[wl][4], n, "  ".join(cells)))
     lines.append("IOPS and MB/s: all the clients' I/O over the span from the first one's start to the last one's "
-                 "end; p50/p99: fio's, each client over its own run. * = in some run the clients ran together "
-                 "for less than half of it.")
+                 "end; p50/p99: fio's, each client over its own run. SAN/cl: bytes across the array link (both "
+                 "ways) per byte the clients moved, over that span. * = in some run the clients ran together "
+                 "for less than half of it. meta rows: operations/s over all clients, p50/p99 per operation, "
+                 "SAN KB per operation.")
     return "\n".join(lines)
 
 
@@ -463,16 +1021,19 @@ def chart(res, path):
     for wl in ("seqread", "seqwrite"):
         if wl in wls:
             rows.append((wl, "mbps", "%s: MB/s" % WORKLOADS[wl][4]))
+    if "meta" in wls:
+        rows += [("meta", "%s_ops_per_s" % ph, "metadata: %s/s" % ph) for ph in META_PHASES]
     if not rows or not settings:
         return
     fig, axes = plt.subplots(len(rows), len(settings), figsize=(5.5 * len(settings), 3.2 * len(rows)),
                              squeeze=False)
-    styles = {"nasgw": ("tab:blue", "o"), "vfs": ("tab:green", "s"), "block": ("tab:red", "^")}
+    styles = {"nasgw": ("tab:blue", "o"), "vfs": ("tab:green", "s"), "san-vfs": ("tab:orange", "D"),
+              "block": ("tab:red", "^")}
     for col, s in enumerate(settings):
         for row, (wl, key, label) in enumerate(rows):
             ax = axes[row][col]
             for t, med in s["medians"].items():
-                pts = sorted((int(n), m[key]) for n, m in med.get(wl, {}).items())
+                pts = sorted((int(n), m[key]) for n, m in med.get(wl, {}).items() if m.get(key) is not None)
                 if not pts:
                     continue
                 xs = [p[0] for p in pts]
@@ -497,19 +1058,71 @@ def chart(res, path):
 # ---- checks of the smoke run ---------------------------------------------------------
 
 def smoke_problems(res):
+    """Errors and figures that cannot be right. A step that did not run,
+    errors, a link that never went quiet, and bytes on the array link that
+    do not fit the target: block moves its clients' bytes (plus iSCSI's
+    headers), the local-disk peer nothing, the same-SAN peer and nasgw at
+    least what was laid out (once flushed), nothing beyond a shaped link's
+    rate."""
     bad = []
+    cfg = res["config"]
     for s in res["settings"]:
+        rate = rate_bytes_per_s(s["rate"]) / 1e6 if s.get("rate") else None
+        for e in s.get("teardown_errors", []):
+            bad.append("%s: teardown: %s" % (s["name"], e[:300]))
         for t, info in s["targets"].items():
             if "error" in info:
                 bad.append("%s/%s: %s" % (s["name"], t, info["error"][:300]))
+                continue
+            if info.get("layout_client_mb"):
+                moved = info["layout_san_write_mb"] / info["layout_client_mb"]
+                lo, hi = (0, 0.1) if t == "vfs" else (0.9, 100)
+                if not lo <= moved <= hi:
+                    bad.append("%s/%s: laying out %.0f MB wrote %.0f MB across the array link (expected %s-%s x)"
+                               % (s["name"], t, info["layout_client_mb"], info["layout_san_write_mb"], lo, hi))
+            for wl in cfg["workloads"]:
+                if wl == "meta" and t == "block":
+                    continue
+                for n in cfg["clients"]:
+                    if not any(r["target"] == t and r["workload"] == wl and r["clients"] == n for r in s["runs"]):
+                        bad.append("%s/%s/%s/%d: not measured" % (s["name"], t, wl, n))
         for row in s["runs"]:
-            where = "%s/%s/%s/%d" % (s["name"], row["target"], row["workload"], row["clients"])
+            t = row["target"]
+            where = "%s/%s/%s/%d" % (s["name"], t, row["workload"], row["clients"])
             if "error" in row:
                 bad.append("%s: %s" % (where, row["error"][:300]))
-            elif not (row["iops"] > 0 and row["p99_us"] > 0):
+                continue
+            if not row.get("drain_quiet", True):
+                bad.append("%s: the array link was not quiet %.0f s after the step" % (where, row["drain_s"]))
+            if row["workload"] == "meta":
+                want = row["clients"] * row["files_per_client"]
+                for ph, x in row["phases"].items():
+                    if x["ops"] != want or x["errors"] or not (x["ops_per_s"] > 0 and 0 < x["p50_us"] <= x["p99_us"]):
+                        bad.append("%s: %s: implausible %s (expected %d operations)" % (where, ph, x, want))
+                # nasgw's namespace changes are durable when answered.
+                if t == "nasgw" and not row["phases"]["create"]["san_write_mb"] > 0:
+                    bad.append("%s: creates wrote nothing to the array" % where)
+                continue
+            if not (row["iops"] > 0 and 0 < row["p50_us"] <= row["p99_us"]):
                 bad.append("%s: implausible %s" % (where, row))
-            elif row["workload"] == "randrw" and not row["read_ios"] > row["write_ios"] > 0:
+                continue
+            if row["workload"] == "randrw" and not row["read_ios"] > row["write_ios"] > 0:
                 bad.append("%s: a 70/30 mix must do both, mostly reads: %s" % (where, row))
+            spc = row.get("san_per_client")
+            if spc is None:
+                bad.append("%s: no SAN bytes per client byte" % where)
+            elif t == "block" and not 0.8 <= spc <= 1.6:
+                bad.append("%s: block moved %.2f SAN bytes per client byte (expected ~1.05)" % (where, spc))
+            elif t == "vfs" and spc > 0.1:
+                bad.append("%s: the local-disk peer moved %.2f SAN bytes per client byte" % (where, spc))
+            if t in ("san-vfs", "nasgw") and row["workload"] != "seqread" and \
+                    not row["san_write_mb"] + row["drain_san_write_mb"] > 0:
+                bad.append("%s: clients wrote, nothing reached the array" % where)
+            if rate:
+                for way in ("read", "write"):
+                    mbps = row["san_peak_%s_mbps" % way]
+                    if mbps > 1.15 * rate:
+                        bad.append("%s: %.1f MB/s of %ss across a %.1f MB/s link" % (where, mbps, way, rate))
     return bad
 
 
@@ -518,34 +1131,45 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"),
                     help="build dir with daemon/nasgwd, cli/nasgw, fsal/ganesha/libfsalnasgw.so")
     ap.add_argument("--targets", default=",".join(TARGETS))
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
     ap.add_argument("--clients", default="1,2,4,8,16", help="client steps")
     ap.add_argument("--file-mib", type=float, default=1.0,
                     help="size of each file (%d per client)" % files_per_client())
-    ap.add_argument("--iodepth", type=int, default=4, help="I/Os in flight per client")
+    ap.add_argument("--iodepth", type=int, default=4, help="I/Os (meta: requests) in flight per client")
+    ap.add_argument("--meta-files", type=int, default=2000, help="meta: empty files each client creates, "
+                    "stats and removes")
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--ramp", type=float, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rate", default="150mbit",
                     help="tbf rate of the shaped array link ('none': unlimited only)")
     ap.add_argument("--links", default="unlimited,shaped", help="which link settings to run")
-    ap.add_argument("--lun-size", default="4G")
+    ap.add_argument("--lun-size", default="8G", help="each lab LUN (thin); san-vfs holds all the clients' "
+                    "files and streams on one")
     ap.add_argument("--xfs-size", default="8G")
     ap.add_argument("--ag-size", default="64M")
     ap.add_argument("--record-kib", type=int, default=0, help="nasgw volume record size (default: nasgw's)")
+    ap.add_argument("--quiesce-max", type=float, default=600,
+                    help="after each step, wait at most this long for the array link to go quiet")
+    ap.add_argument("--cold-peers", action="store_true",
+                    help="before each step, drop the vfs and san-vfs peers' file data from the page cache "
+                    "(their reads then go to their disks: a working set larger than the head's RAM)")
+    ap.add_argument("--lun-fuse", help="nasgw-lun-fuse (default: <build>/bench/nasgw-lun-fuse)")
+    ap.add_argument("--meta-tool", help="nasgw-nfs-meta (default: <build>/tests/tools/nasgw-nfs-meta)")
     ap.add_argument("--out", help="JSON results")
     ap.add_argument("--chart", help="PNG chart (default: --out with .png)")
     ap.add_argument("--fio", help="fio with the nfs and libiscsi engines (default: deploy/build-fio.sh)")
     ap.add_argument("--chart-from", help=argparse.SUPPRESS)   # draw the chart of a results JSON, nothing else
     ap.add_argument("--quick", action="store_true",
-                    help="smoke: 1 and 2 clients, 2 s per run, 256 KiB files, one run, with sanity checks")
+                    help="smoke: 1 and 2 clients, 1 s per run, 128 KiB files, 100 meta files, one run, "
+                    "with sanity checks; every target and workload must run")
     a = ap.parse_args()
     if a.chart_from:
         with open(a.chart_from) as f:
             chart(json.load(f), a.chart)
         return 0
     if a.quick:
-        a.clients, a.seconds, a.ramp, a.runs, a.file_mib = "1,2", 2, 0.5, 1, 0.25
+        a.clients, a.seconds, a.ramp, a.runs, a.file_mib, a.meta_files = "1,2", 1, 0.25, 1, 0.125, 100
     a.targets = [t for t in a.targets.split(",") if t]
     a.workloads = [w for w in a.workloads.split(",") if w]
     a.clients = [int(c) for c in str(a.clients).split(",")]
@@ -554,11 +1178,16 @@ def main():
         if t not in TARGETS:
             ap.error("unknown target %r" % t)
     for w in a.workloads:
-        if w not in WORKLOADS:
+        if w not in ALL_WORKLOADS:
             ap.error("unknown workload %r" % w)
-    if (files_per_client() * a.file_mib * max(a.clients)) > nfslab.parse_size(a.lun_size) / (1 << 20):
+    data_mib = files_per_client() * a.file_mib * max(a.clients)
+    if data_mib > nfslab.parse_size(a.lun_size) / (1 << 20):
         ap.error("the clients' data (%d x %d files x %s MiB) does not fit a %s LUN" % (
             max(a.clients), files_per_client(), a.file_mib, a.lun_size))
+    # san-vfs keeps the file sets and the streams on one LUN, with XFS's room.
+    if "san-vfs" in a.targets and 2 * data_mib * 1.1 > nfslab.parse_size(a.lun_size) / (1 << 20):
+        ap.error("san-vfs: the clients' files and streams (2 x %.0f MiB) do not fit a %s LUN (--lun-size)" % (
+            data_mib, a.lun_size))
     if os.geteuid() != 0:
         print("nfs_bench: must run as root (namespaces, tgtd, ganesha)", file=sys.stderr)
         return 2
@@ -580,7 +1209,20 @@ def main():
             log("SKIP: target nasgw: not built: %s (FSAL_NASGW is built to <build>/fsal/ganesha/); "
                 "measuring %s" % (", ".join(missing), ", ".join(t for t in a.targets if t != "nasgw")))
             a.targets.remove("nasgw")
-            b.res["skipped"] = {"nasgw": "not built: %s" % ", ".join(missing)}
+            b.res.setdefault("skipped", {})["nasgw"] = "not built: %s" % ", ".join(missing)
+    # The same-SAN peer and the metadata workload need their tools: skipped
+    # without them, except in --quick, which must run everything.
+    b.bins["lunfuse"] = os.path.abspath(a.lun_fuse or os.path.join(build, "bench", "nasgw-lun-fuse"))
+    b.bins["meta"] = os.path.abspath(a.meta_tool or os.path.join(build, "tests", "tools", "nasgw-nfs-meta"))
+    for what, key, sel in (("target san-vfs", "lunfuse", a.targets), ("workload meta", "meta", a.workloads)):
+        item = what.split()[1]
+        if item in sel and not os.path.isfile(b.bins[key]):
+            if a.quick:
+                log("FAILED: %s: %s is not built" % (what, b.bins[key]))
+                return 1
+            log("SKIP: %s: not built: %s" % (what, b.bins[key]))
+            sel.remove(item)
+            b.res.setdefault("skipped", {})[item] = "not built: %s" % b.bins[key]
     if not a.targets:
         log("nothing to measure")
         return 1
@@ -590,6 +1232,8 @@ def main():
     b.res["git"] = g.stdout.strip() if g.returncode == 0 else None   # what the build was made from (roughly)
     b.res["started"] = time.strftime("%Y-%m-%d %H:%M:%S")
 
+    for x in sanvfs_gc():
+        log("gc: %s (a crashed run's)" % x)
     settings = []
     if "unlimited" in a.links:
         settings.append(("unlimited", None))
