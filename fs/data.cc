@@ -161,6 +161,8 @@ Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const vo
   impl_->PutInode(t, vol, *in);
   impl_->PutVolume(t, vol, *v);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return in->a;
 }
 
@@ -213,6 +215,8 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
   impl_->PutInode(t, vol, *in);
   impl_->PutVolume(t, vol, *v);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return in->a;
 }
 

@@ -68,24 +68,82 @@ Result<std::unique_ptr<Domain>> Domain::Create(const std::shared_ptr<Reserve>& r
   return Open(reserve, id, o);
 }
 
+namespace {
+
+// The intent log's size for a domain with `data_bytes` of data space.
+uint64_t LogBytes(const DomainOptions& o, uint64_t data_bytes) {
+  if (o.log_bytes != 0) return o.log_bytes;
+  return std::clamp<uint64_t>(data_bytes / 32, IntentLog::kMinBytes, 256ull << 20);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& reserve, uint32_t id,
                                              const DomainOptions& o) {
   auto impl = std::make_unique<Impl>();
   impl->reserve = reserve;
   impl->id = id;
   impl->unmap_freed = o.unmap_freed;
+  impl->txg_interval_ms = std::max<uint32_t>(o.txg_interval_ms, 10);
   auto fs = MetaFs::Mount(reserve, id, o.metafs);
   if (!fs.ok()) return fs.status();
   impl->metafs = std::move(fs.value());
   MetaStoreOptions store_options = o.store;
   store_options.read_only = o.read_only;
+  store_options.before_flush = [i = impl.get()] { return i->BeforeFlush(); };
   auto store = MetaStore::Open(impl->metafs.get(), store_options);
   if (!store.ok()) return store.status();
   impl->store = std::move(store.value());
-  auto r = impl->store->Get(SuperKey());
-  if (!r.ok()) return r.status().WithContext("domain record");
-  auto rec = DecodeDomain(*r);
+  auto load_rec = [&]() -> Result<DomainRec> {
+    auto r = impl->store->Get(SuperKey());
+    if (!r.ok()) return r.status().WithContext("domain record");
+    return DecodeDomain(*r);
+  };
+  auto rec = load_rec();
   if (!rec.ok()) return rec.status();
+  auto devices = [reserve](uint32_t lun) -> std::shared_ptr<block::BlockDevice> {
+    return lun < reserve->lun_count() ? reserve->lun(lun) : nullptr;
+  };
+  IntentLogOptions log_options = o.log;
+  log_options.want_checkpoint = [i = impl.get()] { i->WantTxg(); };
+  log_options.read_only = o.read_only;
+  if (rec->log_salt != 0) {
+    // Replay what the log holds past the store's last flush (read-only:
+    // count it; the owner replays it).
+    uint64_t barrier = 0;
+    auto b = impl->store->Get(LogBarrierKey());
+    if (b.ok()) {
+      auto lsn = DecodeLsn(*b);
+      if (!lsn.ok()) return lsn.status();
+      barrier = *lsn;
+    } else if (b.status().code() != Code::kNotFound) {
+      return b.status().WithContext("log barrier");
+    }
+    Impl* i = impl.get();
+    auto log = IntentLog::Open(
+        devices, rec->log_extents, rec->log_salt,
+        [&](uint64_t lsn, std::string_view entry) {
+          if (o.read_only) {
+            if (lsn > barrier) i->unreplayed++;
+            return Status();
+          }
+          return i->ReplayEntry(lsn, entry, barrier);
+        },
+        log_options);
+    if (!log.ok()) return log.status().WithContext("intent log of domain " + std::to_string(id));
+    if (!o.read_only) {
+      impl->log = std::move(log.value());
+      impl->log_ready = impl->log.get();
+      if (impl->log->replayed() > 0) {
+        NASGW_LOG(kInfo, "fs") << "intent log replayed" << Kv("domain", id) << Kv("entries", impl->log->replayed());
+        // Make the replayed state a transaction group of its own.
+        NASGW_RETURN_IF_ERROR(impl->store->Flush().WithContext("flush after replay"));
+        NASGW_RETURN_IF_ERROR(impl->log->Checkpoint(impl->log->appended_lsn()));
+        rec = load_rec();
+        if (!rec.ok()) return rec.status();
+      }
+    }
+  }
   WriterLock lock(impl->mu);  // not shared yet: for the analysis
   impl->rec = *rec;
   // The handle secret; a domain made before handles had MACs gets one now
@@ -114,7 +172,10 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
           impl->space->AddGroup({first.lun, first.index + g}, Reserve::AgOffset(reserve->ag_bytes(), first.index + g)));
     }
   }
-  // Space in use is what the extent maps name.
+  // Space in use is what the extent maps name, and the intent log.
+  for (const Extent& e : impl->rec.log_extents) {
+    NASGW_RETURN_IF_ERROR(impl->space->MarkUsed(e).WithContext("intent log extent"));
+  }
   Status bad;
   NASGW_RETURN_IF_ERROR(impl->store->Scan("E", "F", [&](std::string_view, std::string_view v) {
     auto m = DecodeRecordMap(v);
@@ -132,6 +193,37 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
+  if (impl->rec.log_salt == 0 && !o.read_only) {
+    // A new domain, or one made before the intent log: give it one, in up
+    // to four pieces on different LUNs (the allocator rotates over them).
+    const uint64_t bytes = LogBytes(o, impl->space->total_bytes());
+    const uint32_t pieces = std::max<uint32_t>(1, std::min<uint32_t>(4, static_cast<uint32_t>(reserve->lun_count())));
+    const uint64_t piece = (bytes / pieces + kDataBlock - 1) / kDataBlock * kDataBlock;
+    std::vector<Extent> extents;
+    for (uint32_t p = 0; p < pieces; p++) {
+      auto got = impl->space->Allocate(piece + (p == 0 ? kLogSuperBytes : 0));
+      if (!got.ok()) return got.status().WithContext("space for the intent log");
+      extents.insert(extents.end(), got->begin(), got->end());
+    }
+    uint64_t salt = 0;
+    while (salt == 0) salt = NewGeneration();
+    NASGW_RETURN_IF_ERROR(IntentLog::Format(devices, extents, salt).WithContext("format the intent log"));
+    DomainRec next = impl->rec;
+    next.log_salt = salt;
+    next.log_extents = extents;
+    MetaBatch b;
+    b.Put(SuperKey(), EncodeDomain(next));
+    NASGW_RETURN_IF_ERROR(impl->store->Write(b, true).WithContext("record the intent log"));
+    impl->rec = next;
+    auto log = IntentLog::Open(
+        devices, extents, salt, [](uint64_t, std::string_view) { return Status(); }, log_options);
+    if (!log.ok()) return log.status();
+    impl->log = std::move(log.value());
+    impl->log_ready = impl->log.get();
+    NASGW_LOG(kInfo, "fs") << "intent log made" << Kv("domain", id) << Kv("bytes", bytes)
+                           << Kv("pieces", extents.size());
+  }
+  if (impl->log) impl->StartTxgThread();
   // Files that were unlinked while open when the domain last stopped.
   std::vector<std::pair<uint32_t, uint64_t>> orphans;
   NASGW_RETURN_IF_ERROR(impl->store->Scan("O", "P", [&](std::string_view k, std::string_view) {
@@ -168,6 +260,9 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
     }
     t.batch.Delete(OrphanKey(vol, ino));
     NASGW_RETURN_IF_ERROR(impl->Commit(t).WithContext("remove orphan"));
+    lock.Unlock();
+    NASGW_RETURN_IF_ERROR(impl->Durable(t).WithContext("remove orphan"));
+    lock.Lock();
   }
   return std::unique_ptr<Domain>(new Domain(std::move(impl)));
 }
@@ -179,6 +274,18 @@ const HandleKey& Domain::handle_key() const {
 uint64_t Domain::txg() const {
   ReaderLock lock(impl_->mu);
   return impl_->rec.txg;
+}
+
+Status Domain::SyncTxg() {
+  return impl_->SyncTxg();
+}
+
+IntentLogStats Domain::LogStats() const {
+  return impl_->log ? impl_->log->Stats() : IntentLogStats{};
+}
+
+uint64_t Domain::unreplayed_log_entries() const {
+  return impl_->unreplayed;
 }
 
 StatFs Domain::Statfs() {

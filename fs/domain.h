@@ -15,8 +15,11 @@
 // extents (written with FUA), then commits, in one metadata batch, the extent
 // map, size, times and change counter; the replaced extents are freed only
 // once that batch is durable. Each extent records its birth transaction group
-// for the snapshots to come. Every operation is durable when it returns (the
-// write-back cache, a later layer, will relax that to its own promise).
+// for the snapshots to come. Every operation is durable when it returns:
+// its metadata batch is in the domain's intent log on the array (one write
+// shared by every change waiting at that moment: group commit), and the
+// metadata store itself is written back in transaction groups
+// (fs/domain_impl.h, fs/intent_log.h).
 //
 // Permission checks are the caller's (nasgwd does them with the caller's
 // credentials); the domain enforces the file system's own rules (ENOTEMPTY,
@@ -24,7 +27,7 @@
 //
 // Thread-safety: all methods may be called concurrently. Reads (lookups,
 // attributes, directory listings, data reads) run in parallel; changes of one
-// domain are serialised by its lock (a finer scheme comes with the cache).
+// domain are applied under its lock, and wait for the log without it.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +40,7 @@
 #include "fs/allocator.h"
 #include "fs/export.h"
 #include "fs/handle.h"
+#include "fs/intent_log.h"
 #include "fs/meta_store.h"
 #include "fs/metafs.h"
 #include "fs/reserve.h"
@@ -116,6 +120,16 @@ struct DomainOptions {
   bool unmap_freed = true;
   MetaFsOptions metafs;
   MetaStoreOptions store;
+  // The intent log (fs/intent_log.h): its size when the domain gets one
+  // (at create, or the first read-write open of a domain made before it);
+  // 0: 1/32 of the data space, at least IntentLog::kMinBytes, at most
+  // 256 MiB. Spread over up to four LUNs.
+  uint64_t log_bytes = 0;
+  IntentLogOptions log;
+  // A transaction group (the metadata store's memtable flushed, the log's
+  // checkpoint moved) at least this often while changes come in, and
+  // whenever the log is half full.
+  uint32_t txg_interval_ms = 5000;
   // Open for checking only (nasgw-fsck without --repair): the metadata store
   // is opened read-only (its WAL replayed in memory, never written back),
   // orphans are left for the owner to reclaim, and every change fails. The
@@ -203,7 +217,16 @@ class Domain {
   Status Fsync(uint32_t vol, uint64_t ino);
 
   StatFs Statfs();
+  // Transaction groups synced since the domain was made.
   uint64_t txg() const;
+  // Ends the open transaction group now: the metadata store flushed, the
+  // intent log's checkpoint moved past it. (Tests, orderly shutdown.)
+  Status SyncTxg();
+  // The intent log's figures (zero for a read-only open).
+  IntentLogStats LogStats() const;
+  // Entries a read-only open found in the intent log and did not apply
+  // (the owner replays them when it opens the domain).
+  uint64_t unreplayed_log_entries() const;
   // The key of handle MACs: from the domain's secret, made when the domain
   // was created (or, for a domain made before handles had MACs, at its first
   // open), so it is the same on every node and across restarts.

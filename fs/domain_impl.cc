@@ -35,15 +35,51 @@ void Domain::Impl::Txn::Abandon(Allocator& a) {
   allocated.clear();
 }
 
+Domain::Impl::~Impl() {
+  StopTxgThread();
+  if (log && log->health().ok()) {
+    // An orderly close leaves nothing to replay.
+    Status s = SyncTxg();
+    if (!s.ok()) NASGW_LOG(kWarn, "fs") << "last transaction group at close" << Kv("error", s.ToString());
+  }
+  log_ready = nullptr;
+  log.reset();
+  store.reset();
+  metafs.reset();
+}
+
 Status Domain::Impl::Commit(Txn& t) {
-  rec.txg++;
+  if (!log) return Status::NotSupported("domain opened read-only");
   t.batch.Put(SuperKey(), EncodeDomain(rec));
-  Status s = store->Write(t.batch, /*sync=*/true);
-  if (!s.ok()) {
-    // Whether the batch landed is unknown; keeping the new extents
-    // allocated is the safe side (a remount recounts the space).
-    rec.txg--;
-    return s.WithContext("commit metadata");
+  const size_t bytes = 1 + t.batch.Data().size();
+  if (bytes > log->max_entry_bytes()) {
+    // Too large for one log record (a volume or a huge file deleted): it
+    // becomes durable by a flush of its own, with a barrier saying every
+    // entry before it is in the store too.
+    const uint64_t covered = log->appended_lsn();
+    t.batch.Put(LogBarrierKey(), EncodeLsn(covered));
+    NASGW_RETURN_IF_ERROR(store->Apply(t.batch).WithContext("commit metadata"));
+    Status s = store->Flush();
+    if (!s.ok()) {
+      // Applied but maybe not durable: nothing later may be either.
+      metafs->Poison(s.WithContext("a large change could not be flushed; reopen the domain"));
+      return s.WithContext("commit metadata");
+    }
+    Status c = log->Checkpoint(covered);
+    if (!c.ok()) NASGW_LOG(kWarn, "fs") << "log checkpoint after a large change" << Kv("error", c.ToString());
+    t.lsn = 0;
+  } else {
+    NASGW_RETURN_IF_ERROR(log->Reserve(bytes).WithContext("commit metadata"));
+    Status s = store->Apply(t.batch);
+    if (!s.ok()) {
+      log->Unreserve(bytes);
+      return s.WithContext("commit metadata");
+    }
+    std::string entry;
+    entry.reserve(bytes);
+    entry.push_back(kLogEntryMeta);
+    entry.append(t.batch.Data());
+    t.lsn = log->Append(std::move(entry));
   }
   for (const auto& [vol, files] : t.vol_files) {
     if (files) {
@@ -52,6 +88,11 @@ Status Domain::Impl::Commit(Txn& t) {
       vol_files.erase(vol);
     }
   }
+  return Status();
+}
+
+Status Domain::Impl::Durable(Txn& t) {
+  if (t.lsn != 0) NASGW_RETURN_IF_ERROR(log->WaitDurable(t.lsn).WithContext("commit metadata"));
   // The change is durable: its answer is success whatever happens to the
   // replaced extents. Free fails only for an extent already free (the
   // metadata disagreed with the free map); nothing leaks (free space is
@@ -61,7 +102,86 @@ Status Domain::Impl::Commit(Txn& t) {
     Status f = space->Free(e);
     if (!f.ok()) NASGW_LOG(kError, "fs") << "free after commit" << Kv("error", f.ToString());
   }
+  t.to_free.clear();
   return Status();
+}
+
+Status Domain::Impl::BeforeFlush() {
+  IntentLog* l = log_ready.load();
+  if (l == nullptr) return Status();  // opening: what is applied came from the log
+  Status s = l->WaitDurable(l->appended_lsn());
+  if (!s.ok()) metafs->Poison(s.WithContext("the intent log failed; the metadata store may not move past it"));
+  return s;
+}
+
+Status Domain::Impl::SyncTxg() {
+  if (!log) return Status::NotSupported("domain opened read-only");
+  MutexLock sync(sync_mu);
+  Txn t;
+  {
+    WriterLock l(mu);
+    rec.txg++;
+    Status s = Commit(t);
+    if (!s.ok()) {
+      rec.txg--;
+      return s.WithContext("transaction group");
+    }
+  }
+  NASGW_RETURN_IF_ERROR(Durable(t));
+  // Everything appended so far is applied (Commit applies, then appends).
+  const uint64_t covered = log->appended_lsn();
+  NASGW_RETURN_IF_ERROR(store->Flush().WithContext("flush the metadata store"));
+  return log->Checkpoint(covered);
+}
+
+void Domain::Impl::WantTxg() {
+  MutexLock l(txg_mu);
+  txg_wanted = true;
+  txg_cv.NotifyOne();
+}
+
+void Domain::Impl::StartTxgThread() {
+  txg_thread = std::thread([this] {
+    uint64_t synced = log->appended_lsn();
+    MutexLock l(txg_mu);
+    while (!txg_stop) {
+      txg_cv.WaitFor(txg_mu, std::chrono::milliseconds(txg_interval_ms),
+                     [&]() REQUIRES(txg_mu) { return txg_stop || txg_wanted; });
+      if (txg_stop) break;
+      const bool wanted = txg_wanted;
+      txg_wanted = false;
+      l.Unlock();
+      Status s;
+      if (wanted || log->appended_lsn() != synced) {
+        s = SyncTxg();
+        synced = log->appended_lsn();
+      }
+      l.Lock();
+      if (!s.ok()) {
+        NASGW_LOG(kError, "fs") << "transaction group sync failed" << Kv("domain", id) << Kv("error", s.ToString());
+        if (!log->health().ok()) break;  // nothing more can be synced
+      }
+    }
+  });
+}
+
+void Domain::Impl::StopTxgThread() {
+  {
+    MutexLock l(txg_mu);
+    txg_stop = true;
+    txg_cv.NotifyAll();
+  }
+  if (txg_thread.joinable()) txg_thread.join();
+}
+
+Status Domain::Impl::ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier) {
+  if (lsn <= barrier) return Status();  // in the store already (a large change's flush)
+  if (entry.empty() || entry[0] != kLogEntryMeta) {
+    return Status::Corruption("intent log entry " + std::to_string(lsn) + " of unknown type");
+  }
+  auto b = MetaBatch::FromData(std::string(entry.substr(1)));
+  if (!b.ok()) return b.status().WithContext("intent log entry " + std::to_string(lsn));
+  return store->Apply(*b);
 }
 
 void Domain::Impl::Unmap(const Extent& e) {

@@ -5,16 +5,30 @@
 // Commit; nothing else writes to the store.
 //
 // A change builds a Txn (a metadata batch, the extents it allocated and the
-// extents it replaced), then Commit writes the batch with the domain record
-// (transaction group + 1) synchronously, and only then frees the replaced
-// extents. A change that fails before Commit abandons its Txn (its new
-// extents go back); one whose Commit fails keeps them allocated (whether the
-// batch landed is unknown; the next open recounts the space).
+// extents it replaced) under `mu`, held exclusively; Commit applies the batch
+// to the store's memtable and appends it to the intent log (fs/intent_log.h),
+// both under `mu` so that the log's order is the store's. The caller then
+// lets `mu` go and waits in Durable for the log record that holds its batch
+// (group commit: many changes share one array write); only then are the
+// replaced extents freed. A change that fails before Commit abandons its Txn
+// (its new extents go back); one whose Durable fails keeps them allocated
+// (the log has failed; the domain refuses changes until it is reopened).
+//
+// Transaction groups: the store is written back by flushing its memtable
+// (SyncTxg, from the txg thread every txg_interval_ms or when the log asks),
+// after which the log's checkpoint moves past what the flush holds. A flush
+// RocksDB starts itself waits first until the log holds everything in it
+// (BeforeFlush), so the store on the LUNs is always a state the log can
+// replay forward from. A batch too large for one log record is applied and
+// flushed at once, with a barrier key ("L": every entry up to it is in the
+// store), which replay honours.
 //
 // Locking: `mu` is shared by readers and held alone by changes; Commit and
-// what feeds it REQUIRES(mu) held exclusively.
+// what feeds it REQUIRES(mu) held exclusively. sync_mu (one SyncTxg at a
+// time) is taken before mu, txg_mu after everything.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,6 +45,7 @@
 #include "fs/allocator.h"
 #include "fs/domain.h"
 #include "fs/handle.h"
+#include "fs/intent_log.h"
 #include "fs/keys.h"
 #include "fs/meta_store.h"
 #include "fs/metafs.h"
@@ -44,13 +60,19 @@ Timespec Now();
 // InvalidArgument unless `name` can be a directory entry (or a volume's name).
 Status CheckName(const std::string& name);
 
+// Intent log entry types: the first byte of an entry.
+constexpr char kLogEntryMeta = 'M';  // a metadata batch (MetaBatch::Data)
+
 struct Domain::Impl {
+  ~Impl();
   std::shared_ptr<Reserve> reserve;
   uint32_t id = 0;
   std::unique_ptr<MetaFs> metafs;
   std::unique_ptr<MetaStore> store;
   std::unique_ptr<Allocator> space;  // data allocation groups
   bool unmap_freed = true;
+  // One transaction group sync at a time; before mu.
+  Mutex sync_mu ACQUIRED_BEFORE(mu);
   // Readers (lookups, attributes, reads) share it; changes hold it alone.
   mutable SharedMutex mu;
   keys::DomainRec rec GUARDED_BY(mu);
@@ -61,6 +83,29 @@ struct Domain::Impl {
   // memory (no scan that could fail).
   std::map<uint32_t, uint64_t> vol_files GUARDED_BY(mu);
 
+  // ---- the intent log and transaction groups (fs/domain_impl.cc)
+  std::unique_ptr<IntentLog> log;  // null when opened read-only
+  // The log BeforeFlush waits for: set once replay is done.
+  std::atomic<IntentLog*> log_ready{nullptr};
+  uint64_t unreplayed = 0;  // read-only open: entries found, not applied
+  uint32_t txg_interval_ms = 5000;
+  Mutex txg_mu;
+  CondVar txg_cv;
+  bool txg_wanted GUARDED_BY(txg_mu) = false;
+  bool txg_stop GUARDED_BY(txg_mu) = false;
+  std::thread txg_thread;
+
+  // The store's before_flush: waits until the log holds everything applied.
+  Status BeforeFlush();
+  // Ends the open transaction group (see above).
+  Status SyncTxg() EXCLUDES(mu);
+  // Asks the txg thread for a sync soon (the log's want_checkpoint).
+  void WantTxg();
+  void StartTxgThread();
+  void StopTxgThread();
+  // Applies a replayed log entry to the store.
+  Status ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier);
+
   // ---- the commit path (fs/domain_impl.cc)
 
   // One change: a metadata batch plus the extents to free once it is durable.
@@ -69,6 +114,7 @@ struct Domain::Impl {
     std::vector<Extent> to_free;                            // replaced: free once the batch is durable
     std::vector<Extent> allocated;                          // new: free if the change is abandoned
     std::map<uint32_t, std::optional<uint64_t>> vol_files;  // volume records written (nullopt: deleted)
+    uint64_t lsn = 0;                                       // its log entry, set by Commit (0: made durable by a flush)
     // Frees `allocated`: nothing names these extents yet.
     void Abandon(Allocator& a);
   };
@@ -88,9 +134,13 @@ struct Domain::Impl {
     in.a.change++;
   }
 
-  // Makes `t` durable as the next transaction group, then frees (and
-  // unmaps) what it replaced.
+  // Applies `t` and appends it to the log; the caller then releases mu and
+  // calls Durable. Fails (changing nothing) when the log is full past its
+  // timeout or has failed.
   Status Commit(Txn& t) REQUIRES(mu);
+  // Waits until `t` is on the array, then frees (and unmaps) what it
+  // replaced. Call without mu.
+  Status Durable(Txn& t) EXCLUDES(mu);
   // Best effort: a failed UNMAP only means the array keeps the space.
   void Unmap(const Extent& e);
 

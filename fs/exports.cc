@@ -140,6 +140,8 @@ Result<Export> Domain::AddExport(const Export& spec) {
   t.batch.Put(PseudoKey(e.pseudo), idv);
   t.batch.Put(ExportCounterKey(), EncodeExportCounter(e.id + 1));
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return e;
 }
 
@@ -195,6 +197,8 @@ Result<Export> Domain::RemoveExport(uint32_t id) {
   t.batch.Delete(ExportKey(id));
   t.batch.Delete(PseudoKey(e.pseudo));
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return e;
 }
 

@@ -106,7 +106,7 @@ class IntentLog {
   using ReplayFn = std::function<Status(uint64_t lsn, std::string_view entry)>;
 
   // Smallest log: the superblocks and room for a few records.
-  static constexpr uint64_t kMinBytes = kLogSuperBytes + 4 * (1u << 20);
+  static constexpr uint64_t kMinBytes = kLogSuperBytes + (4ull << 20);
 
   // Writes an empty log over `extents` (each a multiple of 4 KiB, the first
   // larger than the superblocks). `salt` tells this log's blocks from any

@@ -82,6 +82,20 @@ std::string ExportCounterKey() {
 std::string HandleSecretKey() {
   return "H";
 }
+std::string LogBarrierKey() {
+  return "L";
+}
+std::string EncodeLsn(uint64_t lsn) {
+  Encoder e;
+  e.U64(lsn);
+  return e.Release();
+}
+Result<uint64_t> DecodeLsn(std::string_view v) {
+  Decoder d(v);
+  const uint64_t lsn = d.U64();
+  if (!d.done()) return Status::Corruption("bad log barrier");
+  return lsn;
+}
 std::string EncodeHandleSecret(const std::string& secret) {
   return std::string(1, static_cast<char>(kHandleSecretVersion)) + secret;
 }
@@ -221,7 +235,7 @@ Result<VolumeRec> DecodeVolume(std::string_view s) {
 
 std::string EncodeDomain(const DomainRec& r) {
   Encoder e;
-  e.U8(kRecordVersion);
+  e.U8(kDomainRecVersion);
   e.U64(r.txg);
   e.U32(r.next_volume);
   e.U32(static_cast<uint32_t>(r.data_groups.size()));
@@ -230,13 +244,23 @@ std::string EncodeDomain(const DomainRec& r) {
     e.U32(ag.index);
     e.U32(n);
   }
+  e.U64(r.log_salt);
+  e.U32(static_cast<uint32_t>(r.log_extents.size()));
+  for (const Extent& x : r.log_extents) {
+    e.U32(x.lun);
+    e.U64(x.offset);
+    e.U64(x.length);
+  }
   return e.Release();
 }
 
 Result<DomainRec> DecodeDomain(std::string_view s) {
   Decoder d(s);
   DomainRec r;
-  if (d.U8() != kRecordVersion) return Status::Corruption("domain record version");
+  const uint8_t version = d.U8();
+  if (version != 1 && version != kDomainRecVersion) {
+    return Status::Corruption("domain record version " + std::to_string(version));
+  }
   r.txg = d.U64();
   r.next_volume = d.U32();
   uint32_t n = d.U32();
@@ -244,7 +268,13 @@ Result<DomainRec> DecodeDomain(std::string_view s) {
     AgId ag{d.U32(), d.U32()};
     r.data_groups.push_back({ag, d.U32()});
   }
-  if (!d.ok()) return Status::Corruption("bad domain record");
+  if (version >= 2) {
+    r.log_salt = d.U64();
+    const uint32_t m = d.U32();
+    for (uint32_t i = 0; i < m && d.ok(); i++) r.log_extents.push_back({d.U32(), d.U64(), d.U64()});
+    if (d.ok() && (r.log_salt == 0) != r.log_extents.empty()) return Status::Corruption("bad domain record: log");
+  }
+  if (!d.done()) return Status::Corruption("bad domain record");
   return r;
 }
 

@@ -59,9 +59,14 @@ std::string ExportKey(uint32_t id);                // P id
 std::string PseudoKey(const std::string& pseudo);  // Q pseudo
 std::string ExportCounterKey();                    // R
 std::string HandleSecretKey();                     // H
+// The intent log's barrier: every log entry up to the LSN it holds (u64) is
+// in the store whenever this key is (fs/domain_impl.h); replay skips them.
+std::string LogBarrierKey();  // L
+std::string EncodeLsn(uint64_t lsn);
+Result<uint64_t> DecodeLsn(std::string_view v);
 
 // ---- values
-constexpr uint8_t kRecordVersion = 1;  // inodes, volumes, the domain record
+constexpr uint8_t kRecordVersion = 1;  // inodes, volumes, the domain record (version 1)
 
 // Times are a u64 of seconds and a u32 of nanoseconds.
 void PutTime(Encoder& e, const Timespec& t);
@@ -109,11 +114,17 @@ std::string EncodeVolume(const VolumeRec& v);
 Result<VolumeRec> DecodeVolume(std::string_view s);
 
 // The domain's own record: counters and which allocation groups hold data.
+// Version 2 adds the intent log (fs/intent_log.h): its salt and extents,
+// taken from the data groups; a version 1 record (no log) gets one at the
+// domain's first read-write open.
 struct DomainRec {
-  uint64_t txg = 0;
+  uint64_t txg = 0;  // transaction groups synced
   uint32_t next_volume = 1;
   std::vector<std::pair<AgId, uint32_t>> data_groups;  // (first group, count) per run
+  uint64_t log_salt = 0;                               // 0: no intent log yet
+  std::vector<Extent> log_extents;                     // the intent log's space
 };
+constexpr uint8_t kDomainRecVersion = 2;
 std::string EncodeDomain(const DomainRec& r);
 Result<DomainRec> DecodeDomain(std::string_view s);
 

@@ -173,9 +173,13 @@ TEST(KeysTest, DomainRoundTrip) {
   r.txg = 123456;
   r.next_volume = 4;
   r.data_groups = {{{0, 1}, 15}, {{1, 1}, 15}, {{2, 0}, 16}};
+  r.log_salt = 0xfeedface12345678ull;
+  r.log_extents = {{0, 4 << 20, 2 << 20}, {1, 4 << 20, 2 << 20}};
   const std::string v = EncodeDomain(r);
   auto out = DecodeDomain(v);
   ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->log_salt, r.log_salt);
+  EXPECT_EQ(out->log_extents, r.log_extents);
   EXPECT_EQ(out->txg, r.txg);
   EXPECT_EQ(out->next_volume, r.next_volume);
   ASSERT_EQ(out->data_groups.size(), 3u);
@@ -186,6 +190,30 @@ TEST(KeysTest, DomainRoundTrip) {
   std::string bad = v;
   bad[0] = 0;
   EXPECT_EQ(DecodeDomain(bad).status().code(), Code::kCorruption);
+  // A salt without extents (or extents without a salt) is no log.
+  DomainRec half = r;
+  half.log_extents.clear();
+  EXPECT_EQ(DecodeDomain(EncodeDomain(half)).status().code(), Code::kCorruption);
+}
+
+// A version 1 record (before the intent log) still reads, with no log.
+TEST(KeysTest, DomainVersion1HasNoLog) {
+  Encoder e;
+  e.U8(1);
+  e.U64(77);
+  e.U32(3);
+  e.U32(1);
+  e.U32(0);
+  e.U32(1);
+  e.U32(9);
+  auto out = DecodeDomain(e.Release());
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->txg, 77u);
+  EXPECT_EQ(out->next_volume, 3u);
+  ASSERT_EQ(out->data_groups.size(), 1u);
+  EXPECT_EQ(out->data_groups[0].second, 9u);
+  EXPECT_EQ(out->log_salt, 0u);
+  EXPECT_TRUE(out->log_extents.empty());
 }
 
 TEST(KeysTest, ExportRoundTrip) {

@@ -12,6 +12,8 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
+#include <rocksdb/listener.h>
+#include <rocksdb/system_clock.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
@@ -344,9 +346,80 @@ void MetaBatch::Delete(std::string_view k) {
 size_t MetaBatch::count() const {
   return static_cast<size_t>(rep_->batch.Count());
 }
+const std::string& MetaBatch::Data() const {
+  return rep_->batch.Data();
+}
+Result<MetaBatch> MetaBatch::FromData(std::string data) {
+  // The smallest valid batch is its 12-byte header (sequence, count).
+  if (data.size() < 12) return Status::Corruption("metadata batch of " + std::to_string(data.size()) + " bytes");
+  MetaBatch b;
+  b.rep_->batch = rocksdb::WriteBatch(std::move(data));
+  // Count() reads the header; walking it checks every record parses.
+  struct Check : rocksdb::WriteBatch::Handler {
+    uint32_t n = 0;
+    rocksdb::Status PutCF(uint32_t, const Slice&, const Slice&) override {
+      n++;
+      return rocksdb::Status::OK();
+    }
+    rocksdb::Status DeleteCF(uint32_t, const Slice&) override {
+      n++;
+      return rocksdb::Status::OK();
+    }
+  } check;
+  rocksdb::Status s = b.rep_->batch.Iterate(&check);
+  if (!s.ok() || check.n != b.rep_->batch.Count()) {
+    return Status::Corruption("metadata batch does not parse: " + s.ToString());
+  }
+  return b;
+}
+
+namespace {
+// Runs MetaStoreOptions::before_flush; a failure there fails the flush by
+// way of the file system (the table file cannot be written), which the
+// caller arranges (MetaFs::Poison).
+class FlushGate : public rocksdb::EventListener {
+ public:
+  explicit FlushGate(std::function<Status()> fn) : fn_(std::move(fn)) {}
+  void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override {
+    Status s = fn_();
+    if (!s.ok()) NASGW_LOG(kError, "fs") << "metadata flush refused" << Kv("error", s.ToString());
+  }
+
+ private:
+  std::function<Status()> fn_;
+};
+}  // namespace
+
+namespace {
+// RocksDB's clock, with its one-second pause after a failed flush capped.
+class PauseCap : public rocksdb::SystemClockWrapper {
+ public:
+  PauseCap(const std::shared_ptr<rocksdb::SystemClock>& t, uint32_t cap_ms)
+      : rocksdb::SystemClockWrapper(t), cap_us_(uint64_t{cap_ms} * 1000) {}
+  static const char* kClassName() { return "NasgwPauseCap"; }
+  const char* Name() const override { return kClassName(); }
+  void SleepForMicroseconds(int micros) override {
+    if (micros >= 1'000'000 && static_cast<uint64_t>(micros) > cap_us_) micros = static_cast<int>(cap_us_);
+    target_->SleepForMicroseconds(micros);
+  }
+
+ private:
+  const uint64_t cap_us_;
+};
+
+class ClockEnv : public rocksdb::EnvWrapper {
+ public:
+  ClockEnv(rocksdb::Env* base, std::shared_ptr<rocksdb::SystemClock> clock) : rocksdb::EnvWrapper(base) {
+    system_clock_ = std::move(clock);  // what GetSystemClock() returns
+  }
+  static const char* kClassName() { return "NasgwClockEnv"; }
+  const char* Name() const override { return kClassName(); }
+};
+}  // namespace
 
 struct MetaStore::Rep {
   std::shared_ptr<rocksdb::FileSystem> fs;
+  std::unique_ptr<rocksdb::Env> base_env;
   std::unique_ptr<rocksdb::Env> env;
   std::unique_ptr<rocksdb::DB> db;
 };
@@ -364,7 +437,9 @@ MetaStore::~MetaStore() {
 Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOptions& o) {
   auto rep = std::make_unique<Rep>();
   rep->fs = std::make_shared<MetaFileSystem>(fs, o.read_only);
-  rep->env = rocksdb::NewCompositeEnv(rep->fs);
+  rep->base_env = rocksdb::NewCompositeEnv(rep->fs);
+  rep->env = std::make_unique<ClockEnv>(rep->base_env.get(),
+                                        std::make_shared<PauseCap>(rep->base_env->GetSystemClock(), o.error_pause_ms));
   rocksdb::Options opts;
   opts.env = rep->env.get();
   opts.create_if_missing = !o.read_only;
@@ -374,7 +449,11 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOp
   opts.max_background_jobs = 2;  // two cores
   opts.max_open_files = -1;
   opts.paranoid_checks = true;
-  opts.avoid_flush_during_shutdown = false;
+  // Closing does not flush: batches applied without the WAL are in the
+  // domain's intent log, and after a log failure they must not reach a
+  // table file. The domain flushes at an orderly close itself.
+  opts.avoid_flush_during_shutdown = true;
+  if (o.before_flush) opts.listeners.push_back(std::make_shared<FlushGate>(o.before_flush));
   rocksdb::BlockBasedTableOptions t;
   if (o.block_cache_bytes == 0) {
     t.no_block_cache = true;
@@ -401,6 +480,12 @@ Result<std::string> MetaStore::Get(std::string_view key) {
 Status MetaStore::Write(MetaBatch& batch, bool sync) {
   rocksdb::WriteOptions w;
   w.sync = sync;
+  return FromRocks(rep_->db->Write(w, &batch.rep_->batch));
+}
+
+Status MetaStore::Apply(MetaBatch& batch) {
+  rocksdb::WriteOptions w;
+  w.disableWAL = true;
   return FromRocks(rep_->db->Write(w, &batch.rep_->batch));
 }
 

@@ -32,6 +32,15 @@ struct MetaStoreOptions {
   // no file is created, written or deleted (nasgw-fsck without --repair).
   // Writes fail with NotSupported.
   bool read_only = false;
+  // Called on RocksDB's flush thread before a memtable is written to a
+  // table file, with what it holds fixed. Batches applied without the WAL
+  // (Apply) must be durable elsewhere before that (the domain waits for its
+  // intent log); an error makes the flush fail (the store then refuses
+  // writes until reopened). Nothing when empty.
+  std::function<Status()> before_flush;
+  // After a failed background flush RocksDB pauses a whole second before
+  // it tries again; this caps that pause (a failed store is closed sooner).
+  uint32_t error_pause_ms = 1000;
 };
 
 class MetaBatch {
@@ -43,6 +52,10 @@ class MetaBatch {
   void Put(std::string_view key, std::string_view value);
   void Delete(std::string_view key);
   size_t count() const;
+  // The batch as bytes (RocksDB's WriteBatch representation), for the
+  // intent log; FromData reads it back (Corruption if it does not parse).
+  const std::string& Data() const;
+  static Result<MetaBatch> FromData(std::string data);
 
  private:
   friend class MetaStore;
@@ -57,12 +70,19 @@ class MetaStore {
   ~MetaStore();
 
   Result<std::string> Get(std::string_view key);
+  // Writes through RocksDB's own WAL; with sync, durable on return.
   Status Write(MetaBatch& batch, bool sync);
+  // Applies the batch to the memtable only (no WAL): visible to reads at
+  // once, durable once a flush has written it to a table file. The caller
+  // keeps it durable until then (the intent log); RocksDB's recovery then
+  // gives the state of the last flush.
+  Status Apply(MetaBatch& batch);
   // Calls fn(key, value) for keys in [begin, end) in order until it returns
   // false. An empty `end` means no upper bound.
   Status Scan(std::string_view begin, std::string_view end,
               const std::function<bool(std::string_view, std::string_view)>& fn);
-  // Flushes memtables to SST files (tests and orderly shutdown).
+  // Flushes memtables to table files and waits: everything applied before
+  // the call is durable when it returns (a transaction group).
   Status Flush();
 
  private:

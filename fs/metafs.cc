@@ -232,6 +232,11 @@ Status MetaFs::EnsureLogSpace(size_t bytes, uint64_t next_seq) {
   return Status();
 }
 
+void MetaFs::Poison(const Status& why) {
+  MutexLock lock(mu_);
+  if (sticky_.ok()) sticky_ = why;
+}
+
 Status MetaFs::AppendLog(const std::vector<std::vector<uint8_t>>& records) {
   if (!sticky_.ok()) return sticky_;
   std::vector<uint8_t> out;

@@ -106,6 +106,11 @@ class MetaFs {
   std::vector<std::string> List(const std::string& prefix);
 
   MetaFsStats Stats();
+  // Refuses every later change (file table, log, new files) with `why`,
+  // as a failed log write does: nothing more can be made durable until the
+  // MetaFs is mounted again. For a caller that knows the store must not
+  // move on (the domain, when its intent log failed).
+  void Poison(const Status& why);
   uint32_t domain() const { return domain_; }
 
  private:

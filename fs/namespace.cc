@@ -103,6 +103,8 @@ Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name,
   v->files++;
   impl_->PutVolume(t, vol, *v);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return in.a;
 }
 
@@ -135,6 +137,8 @@ Result<Attr> Domain::Link(uint32_t vol, uint64_t ino, uint64_t dir, const std::s
   Impl::Touch(*in, false);
   impl_->PutInode(t, vol, *in);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return in->a;
 }
 
@@ -172,7 +176,9 @@ Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
     impl_->PutInode(t, vol, *in);
   }
   impl_->PutVolume(t, vol, *v);
-  return impl_->Commit(t);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  return impl_->Durable(t);
 }
 
 Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
@@ -196,7 +202,9 @@ Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
   impl_->PutInode(t, vol, *d);
   NASGW_RETURN_IF_ERROR(impl_->DropInode(t, vol, *in, *v));
   impl_->PutVolume(t, vol, *v);
-  return impl_->Commit(t);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  return impl_->Durable(t);
 }
 
 Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, uint64_t to_dir,
@@ -274,7 +282,9 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
     impl_->PutInode(t, vol, dst);
   }
   impl_->PutVolume(t, vol, *v);
-  return impl_->Commit(t);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  return impl_->Durable(t);
 }
 
 Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max) {
@@ -325,7 +335,9 @@ Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, con
   t.batch.Put(XattrKey(vol, ino, name), value);
   Impl::Touch(*in, false);
   impl_->PutInode(t, vol, *in);
-  return impl_->Commit(t);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  return impl_->Durable(t);
 }
 
 Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
@@ -351,7 +363,9 @@ Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) 
   t.batch.Delete(XattrKey(vol, ino, name));
   Impl::Touch(*in, false);
   impl_->PutInode(t, vol, *in);
-  return impl_->Commit(t);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  return impl_->Durable(t);
 }
 
 Status Domain::OpenFile(uint32_t vol, uint64_t ino) {
@@ -379,7 +393,9 @@ Status Domain::ReleaseFile(uint32_t vol, uint64_t ino) {
   NASGW_RETURN_IF_ERROR(impl_->DropInode(t, vol, *in, *v).WithContext("release"));
   t.batch.Delete(OrphanKey(vol, ino));
   impl_->PutVolume(t, vol, *v);
-  return impl_->Commit(t);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  return impl_->Durable(t);
 }
 
 }  // namespace nasgw::fs

@@ -48,6 +48,8 @@ Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record
   impl_->PutVolume(t, id, v);
   impl_->PutInode(t, id, root);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return Info(id, v);
 }
 
@@ -103,6 +105,8 @@ Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_
   Impl::Txn t;
   impl_->PutVolume(t, id, *v);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return Info(id, *v);
 }
 
@@ -159,7 +163,9 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
   t.batch.Delete(VolKey(vol));
   t.batch.Delete(VolNameKey(name));
   t.vol_files[vol] = std::nullopt;
-  return impl_->Commit(t);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  return impl_->Durable(t);
 }
 
 Result<uint64_t> Domain::Grow() {
@@ -188,6 +194,8 @@ Result<uint64_t> Domain::Grow() {
     impl_->rec = saved;
     return s;
   }
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   for (const AgId& g : fresh) {
     NASGW_RETURN_IF_ERROR(impl_->space->AddGroup(g, Reserve::AgOffset(impl_->reserve->ag_bytes(), g.index)));
   }
