@@ -136,6 +136,27 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                   static_cast<double>(v.files));
         }
       }
+      if (auto d = node->domain()) {
+        const fs::IntentLogStats ls = d->LogStats();
+        s.Gauge("nasgw_log_capacity_bytes", "Size of the intent log's ring.", {},
+                static_cast<double>(ls.capacity_bytes));
+        s.Gauge("nasgw_log_used_bytes", "Intent log bytes from the checkpoint to the head, plus reserved.", {},
+                static_cast<double>(ls.used_bytes + ls.reserved_bytes));
+        s.Counter("nasgw_log_records_total", "Intent log records written (one array write each: a commit group).", {},
+                  ls.records);
+        s.Counter("nasgw_log_entries_total", "Changes written to the intent log.", {}, ls.entries);
+        s.Counter("nasgw_log_bytes_total", "Bytes written to the intent log.", {}, ls.bytes_written);
+        s.Counter("nasgw_log_checkpoints_total", "Intent log checkpoints (transaction groups synced).", {},
+                  ls.checkpoints);
+        s.Counter("nasgw_log_reserve_waits_total", "Changes that waited for intent log space.", {}, ls.reserve_waits);
+        s.Gauge("nasgw_log_group_entries_mean", "Changes per intent log record (group commit size), since start.", {},
+                ls.group_entries.Mean());
+        for (const auto& [q, v] : {std::pair<const char*, double>{"0.5", 0.5}, {"0.99", 0.99}}) {
+          s.Gauge("nasgw_log_write_latency_seconds", "Intent log record write latency quantiles since start.",
+                  {{"quantile", q}}, static_cast<double>(ls.write_ns.Percentile(v)) / 1e9);
+        }
+        s.Counter("nasgw_txg_total", "Transaction groups synced (the domain record's counter).", {}, d->txg());
+      }
     }
   });
 }

@@ -174,6 +174,12 @@ int main(int argc, char** argv) {
                      name.c_str(), reserve->lun_count(), repair ? "repaired" : "read-only", problems->size(),
                      static_cast<unsigned long long>(s.files), static_cast<unsigned long long>(s.free_bytes),
                      static_cast<unsigned long long>(s.total_bytes));
+        if (const uint64_t n = (*d)->unreplayed_log_entries(); n > 0) {
+          std::fprintf(stderr,
+                       "nasgw-fsck: checked the last transaction group; %llu newer changes wait in the intent log "
+                       "(the owner applies them when it opens the domain)\n",
+                       static_cast<unsigned long long>(n));
+        }
         rc = problems->empty() ? 0 : 1;
       }
     }

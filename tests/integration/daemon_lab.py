@@ -281,6 +281,19 @@ def cmd_admin(a):
         c("per-LUN I/O exported", "nasgw_lun_ops_total{" in text and "nasgw_lun_latency_seconds{" in text, text[:2000])
         c("space and health exported", "nasgw_reserve_capacity_bytes" in text and "nasgw_up{" in text, text[:2000])
         c("latency histograms exported", "nasgw_volume_latency_seconds_bucket{" in text, text[:2000])
+        # The changes above went through the intent log: entries, records
+        # (group commits), no more records than entries.
+        def metric(name):
+            for line in text.splitlines():
+                if line.startswith(name + " ") or line.startswith(name + "{}"):
+                    return float(line.split()[-1])
+            return None
+        entries, records = metric("nasgw_log_entries_total"), metric("nasgw_log_records_total")
+        c("intent log metrics exported, changes logged",
+          entries is not None and records is not None and entries > 0 and 0 < records <= entries,
+          (entries, records))
+        c("transaction groups and log write latency exported",
+          metric("nasgw_txg_total") is not None and "nasgw_log_write_latency_seconds{" in text, text[:2000])
 
         node.unmount()
         p = node.cli("volume", "delete", "alpha", check=False)
