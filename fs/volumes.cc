@@ -111,10 +111,12 @@ Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_
 }
 
 Status Domain::DeleteVolume(const std::string& name, bool force) {
-  auto info = FindVolume(name);
-  if (!info.ok()) return info.status();
+  // The id under the lock held for the delete: a volume deleted and made
+  // again under the same name in between is the one deleted.
   WriterLock lock(impl_->mu);
-  const uint32_t vol = info->id;
+  auto id = impl_->VolumeId(name);
+  if (!id.ok()) return id.status();
+  const uint32_t vol = *id;
   std::string exported;
   size_t exports = 0;
   Status bad;
