@@ -39,6 +39,7 @@ fs::DomainOptions Small() {
 struct Nasgwd {
   std::vector<fs::Reserve::Device> devs;
   std::shared_ptr<fs::Domain> domain;
+  uint64_t write_verifier = 0;  // drawn anew with every Format or Open, as the node does
   std::unique_ptr<HeadService> service;
   std::unique_ptr<HeadServer> server;
 
@@ -52,6 +53,7 @@ struct Nasgwd {
     o.ag_bytes = 4 * kMiB;
     std::shared_ptr<fs::Reserve> reserve = std::move(fs::Reserve::Format(devs, o).value());
     domain = std::move(fs::Domain::Create(reserve, 0, Small()).value());
+    write_verifier = fs::NewGeneration();  // 64 random bits, never 0
     ASSERT_TRUE(domain->CreateVolume("vol1").ok());
     ASSERT_TRUE(domain->CreateVolume("vol2").ok());
   }
@@ -68,9 +70,10 @@ struct Nasgwd {
     auto d = fs::Domain::Open(std::shared_ptr<fs::Reserve>(std::move(reserve.value())), 0, Small());
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     domain = std::move(d.value());
+    write_verifier = fs::NewGeneration();
   }
   void Serve(const std::string& socket) {
-    service = std::make_unique<HeadService>([this] { return domain; });
+    service = std::make_unique<HeadService>([this] { return HeadDomain{domain, write_verifier}; });
     HeadServerOptions o;
     o.socket_path = socket;
     o.socket_mode = 0666;
@@ -213,7 +216,7 @@ TEST_F(HeadHandleTest, ForgedHandlesAreRefused) {
 TEST_F(HeadHandleTest, AnotherReservesHandlesAreRefused) {
   Nasgwd far;
   ASSERT_NO_FATAL_FAILURE(far.Format("naa.far"));
-  HeadService svc([&] { return far.domain; });
+  HeadService svc([&] { return HeadDomain{far.domain, far.write_verifier}; });
   HeadSession s;
   proto::Request m;
   m.op = proto::Op::kMount;

@@ -400,6 +400,7 @@ bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_v
   out.reply.hello.payload_max = proto::kPayloadMax;
   out.reply.hello.inflight_max = opt.max_inflight;
   out.reply.hello.resumed = resumed;
+  out.reply.hello.write_verifier = service->WriteVerifier();
   NASGW_LOG(kDebug, "head") << "hello" << Kv("client", r->name2) << Kv("pid", c.peer_pid);
   Send(c, h, out);
   return true;

@@ -119,8 +119,9 @@ struct Fail {
 // the error, so each op reads as a straight line of checks.
 class Exec {
  public:
-  Exec(fs::Domain& d, LockTable& locks, DirParents& parents, HeadSession& s, const proto::Request& r, HeadOutcome& out)
-      : d_(d), locks_(locks), parents_(parents), s_(s), r_(r), out_(out) {
+  Exec(fs::Domain& d, uint64_t verifier, LockTable& locks, DirParents& parents, HeadSession& s, const proto::Request& r,
+       HeadOutcome& out)
+      : d_(d), verifier_(verifier), locks_(locks), parents_(parents), s_(s), r_(r), out_(out) {
     out_.volume = r.h.volume;
   }
 
@@ -218,6 +219,7 @@ class Exec {
   bool Mount();
 
   fs::Domain& d_;
+  const uint64_t verifier_;  // the write verifier of d_'s opening
   LockTable& locks_;
   DirParents& parents_;
   HeadSession& s_;
@@ -305,7 +307,9 @@ bool Exec::Run() {
     case Op::kWrite:
       return Write();
     case Op::kFsync:
-      return Load(r_.h, a) && Done(d_.Fsync(vol, a.ino));
+      if (!Load(r_.h, a) || !Done(d_.Fsync(vol, a.ino))) return false;
+      out_.reply.verifier = verifier_;
+      return true;
     case Op::kGetXattr:
     case Op::kSetXattr:
     case Op::kListXattr:
@@ -456,18 +460,31 @@ bool Exec::Write() {
   if (!Deny(CheckData(a, r_.creds, proto::kAccessWrite), "write")) return false;
   auto w = d_.Write(r_.h.volume, a.ino, r_.offset, r_.data.data(), r_.data.size());
   if (!w.ok()) return Error(w.status());
-  out_.bytes = r_.data.size();
-  out_.reply.u32 = static_cast<uint32_t>(r_.data.size());
-  out_.reply.attr = ToWire(*w);
-  out_.reply.mac = Mint(*w);
+  fs::Attr post = *w;
   // A write by anyone but root drops setuid (and setgid with group execute).
   const uint32_t kill = 04000 | ((w->mode & 010) ? 02000u : 0u);
   if (r_.creds.uid != 0 && (w->mode & kill)) {
     fs::SetAttr s;
     s.set_mode = true;
     s.mode = w->mode & ~kill;
-    return Set(d_.SetAttrs(r_.h.volume, a.ino, s));
+    auto killed = d_.SetAttrs(r_.h.volume, a.ino, s);
+    if (!killed.ok()) return Error(killed.status());
+    post = *killed;
   }
+  // Either sync level: the file's data and metadata are made durable
+  // (fs::Domain::Fsync has no cheaper data-only form), so the level reached
+  // is file_sync.
+  uint32_t reached = proto::kUnstable;
+  if (r_.stable != proto::kUnstable) {
+    if (Status s = d_.Fsync(r_.h.volume, a.ino); !s.ok()) return Error(s);
+    reached = proto::kFileSync;
+  }
+  out_.bytes = r_.data.size();
+  out_.reply.u32 = static_cast<uint32_t>(r_.data.size());
+  out_.reply.stable = reached;
+  out_.reply.verifier = verifier_;
+  out_.reply.attr = ToWire(post);
+  out_.reply.mac = Mint(post);
   return true;
 }
 
@@ -666,18 +683,22 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
     EndSession(session);
     return out;
   }
-  std::shared_ptr<fs::Domain> d = domain_();
-  if (d == nullptr) {
+  HeadDomain d = domain_();
+  if (d.domain == nullptr) {
     out.err = EHOSTUNREACH;
     out.why = "the reserve is not online";
     return out;
   }
-  Exec(*d, locks_, parents_, session, r, out).Run();
+  Exec(*d.domain, d.write_verifier, locks_, parents_, session, r, out).Run();
   return out;
 }
 
+uint64_t HeadService::WriteVerifier() const {
+  return domain_().write_verifier;
+}
+
 void HeadService::EndSession(HeadSession& session) {
-  std::shared_ptr<fs::Domain> d = domain_();
+  std::shared_ptr<fs::Domain> d = domain_().domain;
   {
     MutexLock l(session.mu);
     session.ended = true;

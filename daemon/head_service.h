@@ -19,6 +19,13 @@
 // handle reached by lookup. Every handle a reply carries is issued in the
 // scope of the request's handle, and LOOKUP of ".." at the scope's directory
 // gives that directory (nothing above it is ever issued).
+//
+// Durability: a WRITE asks for a level (unstable, data_sync, file_sync);
+// for either sync level the file is fsynced (fs::Domain::Fsync) before the
+// reply, which says the level reached. FSYNC (NFS COMMIT) runs
+// fs::Domain::Fsync. Replies to both carry the write verifier of the
+// domain's opening that executed them (HeadDomain): it changes whenever
+// data written unstable may have been lost, so heads write it again.
 #pragma once
 
 #include <array>
@@ -90,9 +97,19 @@ struct HeadOutcome {
   uint64_t bytes = 0;         // bytes read or written
 };
 
+// The domain heads act on, with the write verifier of this opening of it:
+// a random value the node draws every time it opens or creates the domain
+// (never 0), so it changes on a restart, a crash, or the domain moving to
+// another node. Data written unstable under one verifier is durable once an
+// FSYNC reply carries the same one.
+struct HeadDomain {
+  std::shared_ptr<fs::Domain> domain;  // null while the reserve is not online
+  uint64_t write_verifier = 0;         // 0 while the reserve is not online
+};
+
 class HeadService {
  public:
-  using DomainSource = std::function<std::shared_ptr<fs::Domain>()>;
+  using DomainSource = std::function<HeadDomain()>;
   explicit HeadService(DomainSource domain, LockLimits locks = {}) : domain_(std::move(domain)), locks_(locks) {}
 
   // HELLO is the transport's; every other op is executed here (GOODBYE
@@ -101,6 +118,8 @@ class HeadService {
   // Releases every file the session still has open and every lock it
   // holds, and marks it ended. Idempotent.
   void EndSession(HeadSession& session);
+  // The write verifier now (HELLO tells it): 0 while no domain is open.
+  uint64_t WriteVerifier() const;
 
   const LockTable& locks() const { return locks_; }
   const DirParents& dir_parents() const { return parents_; }

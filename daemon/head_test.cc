@@ -68,7 +68,7 @@ class HeadTest : public ::testing::Test {
     ASSERT_TRUE(dom.ok()) << dom.status().ToString();
     domain_ = std::move(dom.value());
     ASSERT_TRUE(domain_->CreateVolume("vol1", 16 << 10).ok());
-    service_ = std::make_unique<HeadService>([this] { return domain_; });
+    service_ = std::make_unique<HeadService>([this] { return HeadDomain{domain_, verifier_.load()}; });
     StartServer();
     nasgw_client_options co{};
     co.socket_path = socket_.c_str();
@@ -143,6 +143,9 @@ class HeadTest : public ::testing::Test {
 
   std::string dir_, socket_;
   std::shared_ptr<fs::Domain> domain_;
+  // The write verifier the service hands out: a test changes it to stand
+  // for the domain being opened again (a restart, a takeover).
+  std::atomic<uint64_t> verifier_{0x5eed0001};
   std::unique_ptr<HeadService> service_;
   std::unique_ptr<HeadServer> server_;
   nasgw_client* client_ = nullptr;
@@ -158,10 +161,11 @@ TEST_F(HeadTest, NamespaceAndDataRoundTrip) {
   nasgw_attr f = Create(d.handle, "a.txt");
   std::string data(100'000, '\0');
   for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<char>(i * 7);
-  nasgw_attr post{};
-  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 5, data.data(), static_cast<uint32_t>(data.size()), 0, &post),
+  nasgw_write_result post{};
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 5, data.data(), static_cast<uint32_t>(data.size()), NASGW_UNSTABLE,
+                        &post),
             static_cast<int64_t>(data.size()));
-  EXPECT_EQ(post.size, data.size() + 5);
+  EXPECT_EQ(post.post.size, data.size() + 5);
   std::string back(data.size() + 100, 'x');
   int eof = 0;
   ASSERT_EQ(nasgw_read(client_, &kRoot, &f.handle, 5, back.data(), static_cast<uint32_t>(back.size()), &eof),
@@ -379,10 +383,23 @@ TEST_F(HeadTest, PipelinedAsyncIo) {
     (*c->done)++;
     c->cv->notify_all();
   };
+  // A write's completion also says what it did: the level reached (as
+  // asked: unstable), the verifier, the attributes after it.
+  auto wcb = [](void* arg, int64_t result, const nasgw_write_result* r) {
+    auto* c = static_cast<Ctx*>(arg);
+    std::lock_guard<std::mutex> l(*c->mu);
+    if (result != c->want || r == nullptr || r->stable != NASGW_UNSTABLE || r->verifier != 0x5eed0001 ||
+        r->post.size < static_cast<uint64_t>(c->want)) {
+      (*c->failed)++;
+    }
+    (*c->done)++;
+    c->cv->notify_all();
+  };
   for (int i = 0; i < kOps; i++) {
     bufs[i] = std::string(kLen, static_cast<char>('a' + i % 26));
     ctx[i] = {&mu, &cv, &done, &failed, kLen};
-    ASSERT_EQ(nasgw_write_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, bufs[i].data(), kLen, 0, cb, &ctx[i]),
+    ASSERT_EQ(nasgw_write_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, bufs[i].data(), kLen, NASGW_UNSTABLE,
+                                wcb, &ctx[i]),
               0);
   }
   {
@@ -417,6 +434,47 @@ int RawConnect(const std::string& path) {
 
 // Garbage, truncated frames and frames with lying lengths close the sending
 // connection only; a client working at the same time never notices.
+// A write says how durable it must be and the reply what it reached; WRITE,
+// FSYNC and HELLO replies carry the write verifier of the domain's opening
+// that served them, so a head can tell unstable data may have been lost.
+TEST_F(HeadTest, WriteStabilityAndVerifier) {
+  nasgw_attr f = Create(root_.handle, "durable");
+  nasgw_write_result r{};
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, "abcd", 4, NASGW_UNSTABLE, &r), 4);
+  EXPECT_EQ(r.stable, NASGW_UNSTABLE);  // what was asked: nasgwd promises no more
+  EXPECT_EQ(r.verifier, 0x5eed0001u);
+  EXPECT_EQ(r.post.size, 4u);
+  EXPECT_EQ(r.post.handle.ino, f.handle.ino);
+  EXPECT_TRUE(std::memcmp(r.post.handle.mac, f.handle.mac, sizeof(f.handle.mac)) == 0);
+  // Either sync level is reached by fsyncing the file: file_sync.
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 4, "efgh", 4, NASGW_DATA_SYNC, &r), 4);
+  EXPECT_EQ(r.stable, NASGW_FILE_SYNC);
+  EXPECT_EQ(r.post.size, 8u);
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 8, "ijkl", 4, NASGW_FILE_SYNC, &r), 4);
+  EXPECT_EQ(r.stable, NASGW_FILE_SYNC);
+  // No such level: refused before it is sent.
+  EXPECT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, "x", 1, NASGW_FILE_SYNC + 1, &r), -EINVAL);
+  uint64_t v = 0;
+  ASSERT_EQ(nasgw_fsync(client_, &kRoot, &f.handle, &v), 0);
+  EXPECT_EQ(v, 0x5eed0001u);  // the same: what was written unstable is durable
+  EXPECT_EQ(nasgw_client_write_verifier(client_), 0x5eed0001u);
+
+  // The domain opened again (a restart, a takeover): a new verifier, so the
+  // unstable write above cannot be taken as committed.
+  verifier_ = 0x5eed0002;
+  ASSERT_EQ(nasgw_fsync(client_, &kRoot, &f.handle, &v), 0);
+  EXPECT_EQ(v, 0x5eed0002u);
+  EXPECT_EQ(nasgw_client_write_verifier(client_), 0x5eed0002u);
+  // A new client learns it from HELLO, before it writes anything.
+  nasgw_client* other = OpenClient("verifier");
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(nasgw_client_write_verifier(other), 0x5eed0002u);
+  nasgw_client_close(other);
+  // An FSYNC of a file that is gone is an error, not a verifier.
+  ASSERT_EQ(nasgw_unlink(client_, &kRoot, &root_.handle, "durable"), 0);
+  EXPECT_EQ(nasgw_fsync(client_, &kRoot, &f.handle, &v), -ESTALE);
+}
+
 TEST_F(HeadTest, GarbageClosesOnlyThatConnection) {
   nasgw_attr f = Create(root_.handle, "steady");
   std::atomic<bool> stop{false};
@@ -1181,7 +1239,11 @@ TEST_F(HeadTest, LockArgumentsAndFiles) {
 TEST_F(HeadTest, LockLimits) {
   server_->Shutdown(std::chrono::milliseconds(0));
   server_.reset();
-  service_ = std::make_unique<HeadService>([this] { return domain_; }, LockLimits{/*total=*/100, /*per_session=*/3});
+  service_ = std::make_unique<HeadService>(
+      [this] {
+        return HeadDomain{domain_, verifier_.load()};
+      },
+      LockLimits{/*total=*/100, /*per_session=*/3});
   StartServer();
   nasgw_attr f = Create(root_.handle, "limited");
   for (uint64_t i = 0; i < 3; i++) {

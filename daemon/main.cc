@@ -99,7 +99,13 @@ int Run(const Config& cfg) {
 
   Metrics metrics;
   HeadMetrics head_metrics(&metrics, n);
-  HeadService service([n] { return n->domain(); }, LockLimits{cfg.head_max_locks, cfg.head_max_locks_per_session});
+  HeadService service(
+      [n] {
+        HeadDomain d;
+        d.domain = n->domain(&d.write_verifier);
+        return d;
+      },
+      LockLimits{cfg.head_max_locks, cfg.head_max_locks_per_session});
   HeadServerOptions ho;
   ho.socket_path = cfg.head_socket;
   ho.socket_mode = cfg.head_socket_mode;

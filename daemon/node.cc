@@ -19,6 +19,7 @@
 #include "daemon/nfs_exports.h"
 
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #ifndef NASGW_VERSION
@@ -235,6 +236,17 @@ LunOpener IscsiOpener(const Config& config) {
   };
 }
 
+// A write verifier: 64 bits from the kernel's CSPRNG, never 0 (0 means "no
+// domain open" to the heads). Random rather than a counter or a clock, so
+// that it differs after a restart on this node and on any other node.
+uint64_t NewWriteVerifier() {
+  uint64_t v = 0;
+  while (v == 0) {
+    if (::getrandom(&v, sizeof(v), 0) != static_cast<ssize_t>(sizeof(v))) v = 0;
+  }
+  return v;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener,
@@ -388,6 +400,7 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   }
   reserve_ = std::move(reserve);
   domain_ = std::move(domain);
+  write_verifier_ = NewWriteVerifier();
   state_ = ReserveState::kOnline;
   reason_.clear();
   owner_text_ = "this node";
@@ -644,6 +657,7 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
     } else {
       reserve_ = std::move(reserve);
       domain_ = std::move(domain);
+      write_verifier_ = NewWriteVerifier();
       owner_ = std::move(owner);
       gate_ = gate;
       gated_ = gated;
@@ -832,6 +846,13 @@ nasgw::Status Node::PublishExportsLocked() {
 std::shared_ptr<fs::Domain> Node::domain() const {
   ReaderLock lock(mu_);
   return state_ == ReserveState::kOnline ? domain_ : nullptr;
+}
+
+std::shared_ptr<fs::Domain> Node::domain(uint64_t* write_verifier) const {
+  ReaderLock lock(mu_);
+  const bool online = state_ == ReserveState::kOnline && domain_ != nullptr;
+  *write_verifier = online ? write_verifier_ : 0;
+  return online ? domain_ : nullptr;
 }
 
 void Node::Shutdown() {

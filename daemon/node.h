@@ -148,6 +148,12 @@ class Node {
   // The domain heads act on; null unless online. Shared so a head request in
   // flight keeps it alive through a concurrent Shutdown.
   std::shared_ptr<fs::Domain> domain() const;
+  // The same, with the write verifier of this opening of the domain: a
+  // random value (never 0) drawn every time the node opens or creates the
+  // domain, so it changes whenever data heads wrote unstable may have been
+  // lost (a restart, a crash, a takeover); 0 unless online. The head
+  // service puts it in WRITE, FSYNC and HELLO replies.
+  std::shared_ptr<fs::Domain> domain(uint64_t* write_verifier) const;
 
   // Flushes and closes the domain and the reserve, and closes the LUNs. The
   // state then reads kFailed, "shut down". Idempotent.
@@ -200,6 +206,7 @@ class Node {
   std::vector<std::shared_ptr<block::BlockDevice>> devices_ GUARDED_BY(mu_);  // same order as urls_
   std::shared_ptr<fs::Reserve> reserve_ GUARDED_BY(mu_);
   std::shared_ptr<fs::Domain> domain_ GUARDED_BY(mu_);
+  uint64_t write_verifier_ GUARDED_BY(mu_) = 0;  // drawn with every domain_ opened or created
   ReserveState state_ GUARDED_BY(mu_) = ReserveState::kUnformatted;
   std::string reason_ GUARDED_BY(mu_);
 

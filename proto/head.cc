@@ -416,7 +416,7 @@ std::string EncodeRequest(const Request& r) {
     case Op::kWrite:
       PutHandle(e, r.h);
       e.U64(r.offset);
-      e.U32(r.flags);
+      e.U32(r.stable);
       e.U32(static_cast<uint32_t>(r.data.size()));
       break;
     case Op::kSetXattr:
@@ -600,13 +600,13 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
     case Op::kWrite: {
       r.h = GetHandle(d);
       r.offset = d.U64();
-      r.flags = d.U32();
+      r.stable = d.U32();
       const uint32_t n = d.U32();
       if (!d.ok()) break;
       if (n > kIoBytesMax) {
         s = Bad("write of more than 1 MiB");
-      } else if (!(s = CheckFlags(r.flags, kWriteStable)).ok()) {
-        break;
+      } else if (r.stable > kFileSync) {
+        s = Bad("write stability beyond file_sync");
       } else if (r.offset > kFileSizeMax || n > kFileSizeMax - r.offset) {
         s = Bad("write beyond the largest file");
       } else {
@@ -668,6 +668,7 @@ std::string EncodeReply(Op op, const Reply& r) {
       e.U32(r.hello.payload_max);
       e.U32(r.hello.inflight_max);
       e.U8(r.hello.resumed ? 1 : 0);
+      e.U64(r.hello.write_verifier);
       break;
     case Op::kMount:
       e.U32(r.volume.volume);
@@ -689,7 +690,12 @@ std::string EncodeReply(Op op, const Reply& r) {
       break;
     case Op::kWrite:
       e.U32(r.u32);
+      e.U8(static_cast<uint8_t>(r.stable));
+      e.U64(r.verifier);
       PutAttr(e, r.attr, r.mac);
+      break;
+    case Op::kFsync:
+      e.U64(r.verifier);
       break;
     case Op::kAccess:
       e.U32(r.u32);
@@ -698,7 +704,6 @@ std::string EncodeReply(Op op, const Reply& r) {
     case Op::kRmdir:
     case Op::kRename:
     case Op::kRelease:
-    case Op::kFsync:
     case Op::kSetXattr:
     case Op::kRemoveXattr:
     case Op::kGoodbye:
@@ -760,6 +765,7 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
         if (resumed > 1) ok = false;
         r.hello.resumed = resumed == 1;
       }
+      r.hello.write_verifier = d.U64();
       break;
     case Op::kMount:
       r.volume.volume = d.U32();
@@ -781,7 +787,14 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
       break;
     case Op::kWrite:
       r.u32 = d.U32();
+      r.stable = d.U8();
+      r.verifier = d.U64();
+      if (r.stable > kFileSync || r.verifier == 0) ok = false;
       r.attr = GetAttr(d, r.mac, ok);
+      break;
+    case Op::kFsync:
+      r.verifier = d.U64();
+      if (d.ok() && r.verifier == 0) ok = false;
       break;
     case Op::kAccess:
       r.u32 = d.U32();
@@ -790,7 +803,6 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
     case Op::kRmdir:
     case Op::kRename:
     case Op::kRelease:
-    case Op::kFsync:
     case Op::kSetXattr:
     case Op::kRemoveXattr:
     case Op::kGoodbye:
@@ -845,7 +857,7 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
       break;
     }
   }
-  if (!ok) return Bad(std::string("bad attributes or lock in ") + OpName(op) + " reply");
+  if (!ok) return Bad(std::string("bad attributes, lock, stability or verifier in ") + OpName(op) + " reply");
   if (!d.done()) return Bad(std::string("malformed ") + OpName(op) + " reply");
   return r;
 }

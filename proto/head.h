@@ -34,6 +34,15 @@
 // closes that connection (and nothing else). Values that are well-formed but
 // not acceptable to the file system (a name too long) get an error reply.
 //
+// A WRITE says how durable its bytes must be when the reply comes (NFS's
+// stable_how: unstable, data_sync, file_sync); the reply says the level
+// reached. FSYNC is NFS's COMMIT: it makes what the file was written
+// durable. WRITE, FSYNC and HELLO replies carry nasgwd's write verifier, a
+// random value drawn each time nasgwd opens the domain: data written
+// unstable is durable once an FSYNC reply carries the verifier its WRITE
+// reply did; a different one means it may have been lost (nasgwd restarted
+// or crashed, or the domain moved), and the head writes it again.
+//
 // Read and write data travel without extra copies: the bytes of a WRITE
 // follow its fixed arguments and are handed to the file system in place;
 // those of a READ reply are written from the buffer the file system filled
@@ -52,8 +61,10 @@ namespace nasgw::proto {
 
 constexpr uint32_t kMagic = 0x3150484E;  // "NHP1"
 // 2: handles carry a snapshot id, their scope and a MAC, attributes carry
-// the MAC of their handle, MOUNT takes a path (docs/head-protocol.md).
-constexpr uint16_t kVersion = 2;
+// the MAC of their handle, MOUNT takes a path. 3: WRITE's stability level
+// and the write verifier (WRITE, FSYNC and HELLO replies)
+// (docs/head-protocol.md).
+constexpr uint16_t kVersion = 3;
 constexpr size_t kHeaderBytes = 24;
 
 // Largest READ or WRITE (the bytes themselves), and the largest payload: a
@@ -164,7 +175,7 @@ enum class Op : uint16_t {
   kRelease = 31,
   kRead = 32,
   kWrite = 33,
-  kFsync = 34,
+  kFsync = 34,  // NFS COMMIT: what the file was written is durable on reply
   kGetXattr = 40,
   kSetXattr = 41,
   kListXattr = 42,
@@ -209,8 +220,11 @@ constexpr uint32_t kCreateUnchecked = 2;  // an existing regular file is not an 
 constexpr uint32_t kRenameNoReplace = 1;
 // ReadDir flags.
 constexpr uint32_t kReadDirPlus = 1;  // attributes with every entry
-// Write flags.
-constexpr uint32_t kWriteStable = 1;  // FILE_SYNC: durable on reply (today every write is)
+// WRITE's stability (NFS's stable_how): how durable the bytes must be when
+// the reply comes; the reply says the level reached (at least that).
+constexpr uint32_t kUnstable = 0;  // may be held in nasgwd's memory: durable after FSYNC
+constexpr uint32_t kDataSync = 1;  // the data, and what reading it back needs (the size), are durable
+constexpr uint32_t kFileSync = 2;  // the data and all of the file's metadata are durable
 // SetXattr flags (as XATTR_CREATE, XATTR_REPLACE).
 constexpr uint32_t kXattrCreate = 1, kXattrReplace = 2;
 // Lock types (LOCK, TESTLOCK, and a lock description's type; 0 there: none).
@@ -234,6 +248,7 @@ struct Request {
   uint64_t offset = 0;  // READ/WRITE offset; READDIR cookie; CREATE rdev
   uint32_t count = 0;   // READ length; READDIR max entries; ACCESS mask; OPEN access
   uint32_t flags = 0;
+  uint32_t stable = kUnstable;      // WRITE: kUnstable, kDataSync or kFileSync
   FileType type = FileType::kNone;  // CREATE
   uint32_t mode = 0;                // CREATE
   SetAttr set;                      // SETATTR
@@ -294,6 +309,7 @@ struct Hello {
   // The session named in the HELLO was still known (its opens held); false
   // for a new session, or one nasgwd forgot (restart, grace time over).
   bool resumed = false;
+  uint64_t write_verifier = 0;  // as in WRITE replies; 0 while no domain is open
 };
 
 // A successful reply, all ops. READ's bytes are not here: see ReadReplyPrefix.
@@ -307,6 +323,8 @@ struct Reply {
   std::string text;                // READLINK, FINDCASELESS, GETXATTR
   std::vector<std::string> names;  // LISTXATTR
   uint32_t u32 = 0;                // ACCESS: granted bits; WRITE: bytes written
+  uint32_t stable = kUnstable;     // WRITE: the level reached (at least the one asked)
+  uint64_t verifier = 0;           // WRITE, FSYNC: the write verifier (never 0)
   StatFs statfs;                   // STATFS
   VolumeRoot volume;               // MOUNT
   Hello hello;                     // HELLO

@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto r2 = DecodeRequest(op, again);
     Check(r2.ok());
     Check(EncodeRequest(*r2) == EncodeRequest(*r));
-    Check(r2->data == r->data && r2->reject == r->reject);
+    Check(r2->data == r->data && r2->reject == r->reject && r2->stable == r->stable);
     // Handles (version 2: snapshot, scope, MAC) and MOUNT's path survive.
     Check(r2->h.mac == r->h.mac && r2->h.scope == r->h.scope && r2->h.snap == r->h.snap && r2->h.gen == r->h.gen);
     Check(r2->h2.mac == r->h2.mac && r2->h2.scope == r->h2.scope && r2->name2 == r->name2);
@@ -50,6 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(rep2.ok());
     Check(EncodeReply(op, *rep2) == EncodeReply(op, *rep));
     Check(rep2->mac == rep->mac && rep2->macs == rep->macs && rep2->attr.snap == rep->attr.snap);
+    Check(rep2->stable == rep->stable && rep2->verifier == rep->verifier &&
+          rep2->hello.write_verifier == rep->hello.write_verifier);
   }
   if (size >= 1 + kReadPrefixBytes) (void)DecodeReadPrefix(data + 1, static_cast<uint32_t>(size), 1u << 20);
   (void)DecodeError(payload);

@@ -55,7 +55,9 @@ TEST(HeadProtocol, HeaderRoundTripAndChecks) {
   auto v = DecodeHeader(b, false);
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.status().message().find("version 1"), std::string::npos);
-  EXPECT_EQ(kVersion, 2);
+  b[4] = 2;  // the version before WRITE's stability and the write verifier
+  EXPECT_FALSE(DecodeHeader(b, false).ok());
+  EXPECT_EQ(kVersion, 3);
 }
 
 TEST(HeadProtocol, EveryRequestRoundTrips) {
@@ -88,10 +90,11 @@ TEST(HeadProtocol, EveryRequestRoundTrips) {
   std::string data(5000, 'z');
   r.data = data;
   r.offset = 1 << 20;
-  r.flags = kWriteStable;
+  r.stable = kDataSync;
   d = RoundTrip(r, &keep);
   EXPECT_EQ(d.data, data);
   EXPECT_EQ(d.offset, 1u << 20);
+  EXPECT_EQ(d.stable, kDataSync);
   // The bytes are viewed in place, not copied.
   EXPECT_GE(d.data.data(), keep.data());
   EXPECT_LE(d.data.data() + d.data.size(), keep.data() + keep.size());
@@ -164,6 +167,7 @@ TEST(HeadProtocol, HandlesCarrySnapshotScopeAndMac) {
     EXPECT_EQ(got->attr.snap, 11u);
     EXPECT_EQ(got->attr.gen, 10u);
   }
+  a.verifier = 1;
   auto w = DecodeReply(Op::kWrite, EncodeReply(Op::kWrite, a));
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->mac, a.mac);
@@ -305,10 +309,15 @@ TEST(HeadProtocol, RepliesRoundTrip) {
   a.attr.type = FileType::kRegular;
   a.attr.mtime = {5, 6};
   a.u32 = 8192;
+  a.stable = kFileSync;
+  a.verifier = 0x0123456789abcdefull;
   auto w = DecodeReply(Op::kWrite, EncodeReply(Op::kWrite, a));
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->u32, 8192u);
+  EXPECT_EQ(w->stable, kFileSync);
+  EXPECT_EQ(w->verifier, 0x0123456789abcdefull);
   EXPECT_EQ(w->attr.mtime, (Time{5, 6}));
+  EXPECT_EQ(EncodeReply(Op::kWrite, a).size(), 4 + 1 + 8 + 133u);
   a.attr.type = FileType::kNone;  // not a valid type
   EXPECT_FALSE(DecodeReply(Op::kGetAttr, EncodeReply(Op::kGetAttr, a)).ok());
 
@@ -323,6 +332,51 @@ TEST(HeadProtocol, RepliesRoundTrip) {
 
   EXPECT_EQ(DecodeError(EncodeError("no such volume")), "no such volume");
   EXPECT_EQ(DecodeError("x"), "(no message)");
+}
+
+// WRITE says how durable it must be; its reply the level reached and the
+// write verifier, which FSYNC (NFS COMMIT) and HELLO replies carry too.
+TEST(HeadProtocol, StabilityAndWriteVerifier) {
+  std::string keep;
+  Request r = Base(Op::kWrite);
+  std::string data(3, 'w');
+  r.data = data;
+  for (uint32_t st : {kUnstable, kDataSync, kFileSync}) {
+    r.stable = st;
+    EXPECT_EQ(RoundTrip(r, &keep).stable, st);
+  }
+  r.stable = kFileSync + 1;  // no such level: a protocol error
+  EXPECT_FALSE(DecodeRequest(Op::kWrite, EncodeRequest(r) + data).ok());
+
+  Reply w;
+  w.attr.type = FileType::kRegular;
+  w.stable = kFileSync + 1;
+  w.verifier = 5;
+  EXPECT_FALSE(DecodeReply(Op::kWrite, EncodeReply(Op::kWrite, w)).ok());  // no such level
+  w.stable = kUnstable;
+  w.verifier = 0;
+  EXPECT_FALSE(DecodeReply(Op::kWrite, EncodeReply(Op::kWrite, w)).ok());  // nasgwd never sends 0
+
+  Reply f;
+  f.verifier = ~0ull;
+  EXPECT_EQ(EncodeReply(Op::kFsync, f).size(), 8u);
+  auto fd = DecodeReply(Op::kFsync, EncodeReply(Op::kFsync, f));
+  ASSERT_TRUE(fd.ok());
+  EXPECT_EQ(fd->verifier, ~0ull);
+  EXPECT_FALSE(DecodeReply(Op::kFsync, "").ok());
+  f.verifier = 0;
+  EXPECT_FALSE(DecodeReply(Op::kFsync, EncodeReply(Op::kFsync, f)).ok());
+
+  Reply h;
+  h.hello.node_name = "gw-a";
+  h.hello.resumed = true;
+  h.hello.write_verifier = 0x1122334455667788ull;
+  auto hd = DecodeReply(Op::kHello, EncodeReply(Op::kHello, h));
+  ASSERT_TRUE(hd.ok());
+  EXPECT_EQ(hd->hello.write_verifier, 0x1122334455667788ull);
+  EXPECT_TRUE(hd->hello.resumed);
+  h.hello.write_verifier = 0;  // no domain open yet: allowed in HELLO
+  EXPECT_TRUE(DecodeReply(Op::kHello, EncodeReply(Op::kHello, h)).ok());
 }
 
 TEST(HeadProtocol, LockRequestsRoundTripAndAreStrict) {

@@ -176,7 +176,8 @@ class Client {
   bool closing GUARDED_BY(mu) = false;
   uint32_t up GUARDED_BY(mu) = 0;
   std::string node_name GUARDED_BY(mu);
-  proto::SessionId instance GUARDED_BY(mu){};  // the last HELLO's server instance
+  // nasgwd's write verifier from the latest HELLO, WRITE or FSYNC reply.
+  std::atomic<uint64_t> write_verifier{0};
   // Why the latest attempt to connect failed (0 and "" after a success): an
   // errno (EACCES: the socket's permissions; EMFILE, ENFILE: nasgwd refused
   // the HELLO at a connection limit; ENOTCONN otherwise) and a message
@@ -442,8 +443,8 @@ bool Conn::Connect() {
   {
     MutexLock l(client_->mu);
     client_->node_name = reply.hello.node_name;
-    client_->instance = reply.hello.instance;
   }
+  client_->write_verifier = reply.hello.write_verifier;
   MutexLock opens_lock(client_->open_mu);
   if (!reply.hello.resumed) client_->reopen_pending = true;
   if (client_->reopen_pending) {
@@ -657,6 +658,7 @@ bool Conn::ReadReplies() {
       return false;
     }
     call->reply = std::move(*r);
+    if (call->op == Op::kWrite || call->op == Op::kFsync) client_->write_verifier = call->reply.verifier;
     call->Complete(0, {});
   }
 }
@@ -891,13 +893,13 @@ constexpr const char* kLocksLost =
 // A WRITE call, checked without its bytes. (Here, not in the extern "C"
 // block: it returns a C++ type.)
 CallPtr WriteCall(const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf, uint32_t len,
-                  uint32_t flags) {
+                  uint32_t stable) {
   proto::Request r;
   r.op = Op::kWrite;
   r.creds = Creds(cr);
   r.h = H(h);
   r.offset = offset;
-  r.flags = flags;
+  r.stable = stable;
   r.data = std::string_view(static_cast<const char*>(buf), len);
   auto call = std::make_shared<Call>();
   call->op = Op::kWrite;
@@ -917,6 +919,14 @@ CallPtr WriteCall(const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, 
   call->wdata = buf;
   call->wlen = len;
   return call;
+}
+
+// What a WRITE reply says, with the file's handle in the request's scope.
+void ToC(const nasgw_handle& h, const proto::Reply& r, nasgw_write_result* out) {
+  if (out == nullptr) return;
+  out->stable = r.stable;
+  out->verifier = r.verifier;
+  ToC(h.volume, h.scope, r.attr, r.mac, &out->post);
 }
 
 }  // namespace
@@ -998,11 +1008,8 @@ int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size) {
   return 0;
 }
 
-int nasgw_client_instance(nasgw_client* c, uint8_t out[16]) {
-  if (c == nullptr || out == nullptr) return -EINVAL;
-  nasgw::MutexLock l(c->c->mu);
-  std::memcpy(out, c->c->instance.data(), 16);
-  return 0;
+uint64_t nasgw_client_write_verifier(nasgw_client* c) {
+  return c == nullptr ? 0 : c->c->write_verifier.load();
 }
 
 int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root) {
@@ -1234,17 +1241,21 @@ int64_t nasgw_read(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h,
 }
 
 int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
-                    uint32_t len, uint32_t flags, nasgw_attr* post) {
+                    uint32_t len, uint32_t stable, nasgw_write_result* out) {
   if (c == nullptr || h == nullptr || (buf == nullptr && len > 0) || len > NASGW_IO_MAX) return -EINVAL;
-  auto call = WriteCall(cr, h, offset, buf, len, flags);
+  auto call = WriteCall(cr, h, offset, buf, len, stable);
   int rc = c->c->Sync(call);
   if (rc != 0) return rc;
-  ToC(h->volume, h->scope, call->reply.attr, call->reply.mac, post);
+  ToC(*h, call->reply, out);
   return call->reply.u32;
 }
 
-int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) {
-  return Simple(c, Op::kFsync, cr, h, {}, nullptr);
+int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t* verifier) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  auto call = Make(Op::kFsync, cr, h, {});
+  int rc = c->c->Sync(call);
+  if (rc == 0 && verifier != nullptr) *verifier = call->reply.verifier;
+  return rc;
 }
 
 int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, void* buf,
@@ -1318,20 +1329,18 @@ int nasgw_read_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* 
 }
 
 int nasgw_write_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
-                      uint32_t len, uint32_t flags, nasgw_io_done done, void* arg) {
+                      uint32_t len, uint32_t stable, nasgw_write_done done, void* arg) {
   if (c == nullptr || h == nullptr || done == nullptr || (buf == nullptr && len > 0) || len > NASGW_IO_MAX) {
     return -EINVAL;
   }
-  auto call = WriteCall(cr, h, offset, buf, len, flags);
-  call->done = [done, arg](Call& k) { done(arg, k.err != 0 ? -k.err : static_cast<int64_t>(k.reply.u32), 0); };
-  c->c->Submit(call);
-  return 0;
-}
-
-int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_io_done done, void* arg) {
-  if (c == nullptr || h == nullptr || done == nullptr) return -EINVAL;
-  auto call = Make(Op::kFsync, cr, h, {});
-  call->done = [done, arg](Call& k) { done(arg, -k.err, 0); };
+  auto call = WriteCall(cr, h, offset, buf, len, stable);
+  const nasgw_handle file = *h;
+  call->done = [done, arg, file](Call& k) {
+    if (k.err != 0) return done(arg, -k.err, nullptr);
+    nasgw_write_result r{};
+    ToC(file, k.reply, &r);
+    done(arg, static_cast<int64_t>(k.reply.u32), &r);
+  };
   c->c->Submit(call);
   return 0;
 }

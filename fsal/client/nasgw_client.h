@@ -119,7 +119,12 @@ typedef struct nasgw_sattr {
 #define NASGW_CREATE_UNCHECKED 2u /* an existing regular file is returned, not -EEXIST */
 #define NASGW_RENAME_NOREPLACE 1u
 #define NASGW_READDIR_PLUS 1u /* attributes with each entry */
-#define NASGW_WRITE_STABLE 1u
+/* How durable a write must be when it completes (NFS's stable_how); the
+ * result says the level reached, at least the one asked. */
+#define NASGW_UNSTABLE 0u                  /* may be held in nasgwd's memory until nasgw_fsync */
+#define NASGW_DATA_SYNC 1u                 /* the data, and what reading it back needs, are durable */
+#define NASGW_FILE_SYNC 2u                 /* the data and all of the file's metadata are durable */
+#define NASGW_WRITE_STABLE NASGW_FILE_SYNC /* the name from before there were levels */
 #define NASGW_XATTR_CREATE 1u
 #define NASGW_XATTR_REPLACE 2u
 
@@ -155,11 +160,13 @@ void nasgw_client_close(nasgw_client* c);
 const char* nasgw_client_last_message(void);
 /* nasgwd's node name, from the latest connection, into buf. */
 int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size);
-/* The instance id of the nasgwd this client last greeted: a new random value
- * every time nasgwd starts, so a head can tell that nasgwd restarted (the
- * NFS head derives its write verifier from it). All zero before the first
- * connection. */
-int nasgw_client_instance(nasgw_client* c, uint8_t out[16]);
+/* nasgwd's write verifier, as the latest HELLO, WRITE or FSYNC reply this
+ * client received carried it: a random value nasgwd draws every time it
+ * opens the domain, so it changes whenever data written NASGW_UNSTABLE may
+ * have been lost (nasgwd restarted or crashed, the domain moved). 0 before
+ * the first one, or while nasgwd has no domain open. A head that needs the
+ * verifier of one write or fsync takes it from that call's result. */
+uint64_t nasgw_client_write_verifier(nasgw_client* c);
 
 /* A volume's root, or a directory in it by path ("a/b": names joined by
  * '/', walked with cr's search permission): the root of an export. The
@@ -197,9 +204,22 @@ int nasgw_release(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h);
 /* Returns bytes read (< len only at the end of the file). */
 int64_t nasgw_read(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, void* buf,
                    uint32_t len, int* eof);
+/* What a write did. Data written NASGW_UNSTABLE is durable once an
+ * nasgw_fsync of the file returns the same verifier; a different one means
+ * it may have been lost, and the caller writes it again (NFS's COMMIT
+ * rule). */
+typedef struct nasgw_write_result {
+  uint32_t stable;   /* the level reached: NASGW_UNSTABLE, NASGW_DATA_SYNC or NASGW_FILE_SYNC */
+  uint64_t verifier; /* nasgwd's write verifier when it executed the write (never 0) */
+  nasgw_attr post;   /* the file's attributes after the write */
+} nasgw_write_result;
+/* stable: NASGW_UNSTABLE, NASGW_DATA_SYNC or NASGW_FILE_SYNC; out may be NULL. */
 int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
-                    uint32_t len, uint32_t flags, nasgw_attr* post);
-int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h);
+                    uint32_t len, uint32_t stable, nasgw_write_result* out);
+/* NFS's COMMIT: returns once everything written to the file is durable;
+ * *verifier (when not NULL) is nasgwd's write verifier then (see
+ * nasgw_write_result). */
+int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t* verifier);
 /* size 0: returns the value's length. */
 int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, void* buf,
                        size_t size);
@@ -215,9 +235,11 @@ int nasgw_removexattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle*
 typedef void (*nasgw_io_done)(void* arg, int64_t result, int eof);
 int nasgw_read_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, void* buf,
                      uint32_t len, nasgw_io_done done, void* arg);
+/* result: bytes written, or -errno; r: what the write did (NULL on failure),
+ * valid during the callback only. */
+typedef void (*nasgw_write_done)(void* arg, int64_t result, const nasgw_write_result* r);
 int nasgw_write_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
-                      uint32_t len, uint32_t flags, nasgw_io_done done, void* arg);
-int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_io_done done, void* arg);
+                      uint32_t len, uint32_t stable, nasgw_write_done done, void* arg);
 typedef void (*nasgw_attr_done)(void* arg, int result, const nasgw_attr* attr);
 int nasgw_getattr_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr_done done, void* arg);
 

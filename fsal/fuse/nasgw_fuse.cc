@@ -15,6 +15,14 @@
 // not know (never given out) is ESTALE. Nothing lets nasgw-fuse, which may
 // run as an unprivileged user, name a file it was not given a handle for.
 //
+// Durability: writes are unstable (nasgwd may hold them in memory), fsync
+// is nasgwd's FSYNC (NFS COMMIT). nasgw-fuse keeps no copy of what it
+// wrote, so it cannot write again what nasgwd lost in a crash, as an NFS
+// client does: it remembers, per file, the write verifier its unstable
+// writes were answered with, and an fsync whose verifier differs (nasgwd
+// restarted, or crashed, in between) fails with EIO, as a local file
+// system's fsync does when write-back failed.
+//
 //   nasgw-fuse [--socket PATH] --volume NAME [-f] MOUNTPOINT
 #define FUSE_USE_VERSION 312
 
@@ -47,9 +55,16 @@ struct Mount {
   uint32_t vol = 0;
   double timeout = 1.0;  // seconds the kernel may cache names and attributes
   // The handle of every node the kernel holds, with the kernel's lookup count.
+  // Writes answered unstable since the last fsync (see Durability above).
+  struct Unstable {
+    uint64_t verifier = 0;  // the latest such write's
+    bool lost = false;      // they carried different verifiers
+    uint64_t writes = 0;    // how many were noted: an fsync clears only what it covered
+  };
   struct Node {
     nasgw_handle handle;
     uint64_t lookups = 0;
+    Unstable unstable;
   };
   Mutex mu;
   std::unordered_map<uint64_t, Node> nodes GUARDED_BY(mu);  // by inode (= node id)
@@ -101,6 +116,38 @@ void Remember(Mount* m, const nasgw_attr& a) {
   auto& n = m->nodes[a.handle.ino];
   n.handle = a.handle;
   n.lookups++;
+}
+
+// A write nasgwd answered: unstable ones wait for an fsync.
+void NoteWrite(Mount* m, fuse_ino_t ino, const nasgw_write_result& r) {
+  if (r.stable != NASGW_UNSTABLE) return;
+  MutexLock l(m->mu);
+  auto it = m->nodes.find(ino);
+  if (it == m->nodes.end()) return;
+  Mount::Unstable& u = it->second.unstable;
+  if (u.verifier != 0 && u.verifier != r.verifier) u.lost = true;
+  u.verifier = r.verifier;
+  u.writes++;
+}
+
+Mount::Unstable UnstableOf(Mount* m, fuse_ino_t ino) {
+  MutexLock l(m->mu);
+  auto it = m->nodes.find(ino);
+  return it == m->nodes.end() ? Mount::Unstable{} : it->second.unstable;
+}
+
+// An fsync covered (and answered for) the unstable writes noted in
+// `covered`; those noted while it ran wait for the next one.
+void Committed(Mount* m, fuse_ino_t ino, const Mount::Unstable& covered) {
+  MutexLock l(m->mu);
+  auto it = m->nodes.find(ino);
+  if (it == m->nodes.end()) return;
+  Mount::Unstable& u = it->second.unstable;
+  if (u.writes == covered.writes) {
+    u = {};
+  } else {
+    u.lost = false;
+  }
 }
 
 void Forget(Mount* m, fuse_ino_t ino, uint64_t nlookup) {
@@ -368,14 +415,20 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
   fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
 }
 
+// Writes are unstable, as a local file system's page cache is: durable at
+// fsync (FUSE_FSYNC, also what the kernel sends after a write to an O_SYNC
+// or O_DSYNC file).
 void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info*) {
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
   size_t done = 0;
   while (done < size) {
     const auto chunk = static_cast<uint32_t>(std::min<size_t>(size - done, NASGW_IO_MAX));
-    int64_t n = nasgw_write(M(req)->client, &c, &h, static_cast<uint64_t>(off) + done, buf + done, chunk, 0, nullptr);
+    nasgw_write_result r{};
+    int64_t n =
+        nasgw_write(M(req)->client, &c, &h, static_cast<uint64_t>(off) + done, buf + done, chunk, NASGW_UNSTABLE, &r);
     if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
+    NoteWrite(M(req), ino, r);
     done += static_cast<size_t>(n);
   }
   fuse_reply_write(req, size);
@@ -391,10 +444,24 @@ void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   ReplyStatus(req, nasgw_release(M(req)->client, &c, &h));
 }
 
+// fsync and fdatasync alike: nasgwd's FSYNC (NFS COMMIT) makes the file's
+// data and metadata durable; EIO when unstable writes since the last fsync
+// may have been lost (their verifier is not the one FSYNC answers with).
 void Fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
-  ReplyStatus(req, nasgw_fsync(M(req)->client, &c, &h));
+  Mount* m = M(req);
+  const Mount::Unstable before = UnstableOf(m, ino);
+  uint64_t verifier = 0;
+  int rc = nasgw_fsync(m->client, &c, &h, &verifier);
+  if (rc != 0) return ReplyStatus(req, rc);
+  Committed(m, ino, before);
+  if (before.lost || (before.verifier != 0 && before.verifier != verifier)) {
+    NASGW_LOG(kWarn, "fuse") << "fsync: writes since the last fsync may have been lost (nasgwd restarted)"
+                             << Kv("ino", ino) << Kv("writes", before.writes);
+    return (void)fuse_reply_err(req, EIO);
+  }
+  fuse_reply_err(req, 0);
 }
 
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {

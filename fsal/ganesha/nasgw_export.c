@@ -5,14 +5,10 @@
 
 #include <errno.h>
 #include <string.h>
-#include <time.h>
 
 #include "fsal_convert.h"
 #include "nfs_exports.h"
 #include "export_mgr.h"
-
-/* Changes every time this module is loaded, i.e. every ganesha start. */
-static uint64_t load_nonce;
 
 static struct nasgw_fsal_export *of(struct fsal_export *e)
 {
@@ -183,23 +179,23 @@ static struct state_t *nasgw_alloc_state(struct fsal_export *exp_hdl,
 	return init_state(st, exp_hdl, state_type, related_state);
 }
 
-/* The write verifier must change whenever data a client wrote UNSTABLE may
- * have been lost, so the client sends it again. Unstable data lives in
- * nasgwd (its cache, later mirrored), so the verifier follows nasgwd's
- * instance id, which is new at every nasgwd start; mixed with this module's
- * load time it also changes when ganesha restarts. */
+/* The write verifier of an NFSv4 WRITE or COMMIT reply (Ganesha's NFSv3
+ * uses its own: see write_stability in nasgw_handle.c). It must change
+ * whenever data a client wrote UNSTABLE may have been lost, so the client
+ * sends it again. Unstable data lives in nasgwd, which draws a new verifier
+ * every time it opens the domain (a restart, a crash, a takeover) and puts
+ * it in every WRITE and FSYNC reply: the reply carries the verifier of the
+ * nasgwd that executed that very WRITE or COMMIT (kept in the request's op
+ * context), else the latest the client library saw. A ganesha restart
+ * loses no unstable data, so it leaves the verifier alone. */
 static void nasgw_write_verifier(struct fsal_export *exp_hdl,
 				 struct gsh_buffdesc *verf_desc)
 {
-	uint8_t inst[16] = { 0 };
-	uint64_t v = load_nonce;
-	nasgw_client *c = nasgw_get_client();
-	size_t i;
+	uint64_t v = op_ctx != NULL ? nasgw_verifier_of_ctx(op_ctx) : 0;
+	nasgw_client *c;
 
-	if (c != NULL)
-		(void)nasgw_client_instance(c, inst);
-	for (i = 0; i < 8; i++)
-		v ^= (uint64_t)(inst[i] ^ inst[i + 8]) << (8 * i);
+	if (v == 0 && (c = nasgw_get_client()) != NULL)
+		v = nasgw_client_write_verifier(c);
 	memset(verf_desc->addr, 0, verf_desc->len);
 	memcpy(verf_desc->addr, &v,
 	       verf_desc->len < sizeof(v) ? verf_desc->len : sizeof(v));
@@ -244,12 +240,6 @@ fsal_status_t nasgw_create_export(struct fsal_module *fsal_hdl,
 	const char *slash;
 	int rc;
 
-	if (load_nonce == 0) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		load_nonce = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec;
-	}
 	if (path == NULL || path[0] != '/' || path[1] == '\0') {
 		LogCrit(COMPONENT_FSAL,
 			"FSAL_NASGW: export path \"%s\" must be /<volume>[/path]",

@@ -714,6 +714,7 @@ struct nasgw_io {
 	fsal_async_cb done_cb;
 	struct fsal_io_arg *arg;
 	void *caller_arg;
+	struct req_op_context *req_ctx;	/* the request's (lives until it completes) */
 	struct gsh_export *ctx_export;
 	struct fsal_export *fsal_export;
 	nasgw_cred cred;
@@ -733,6 +734,7 @@ static struct nasgw_io *io_new(struct fsal_obj_handle *obj_hdl,
 	io->done_cb = done_cb;
 	io->arg = arg;
 	io->caller_arg = caller_arg;
+	io->req_ctx = op_ctx;
 	io->ctx_export = op_ctx->ctx_export;
 	io->fsal_export = op_ctx->fsal_export;
 	get_gsh_export_ref(io->ctx_export);
@@ -741,6 +743,32 @@ static struct nasgw_io *io_new(struct fsal_obj_handle *obj_hdl,
 		memcpy(io->groups, cr.groups, cr.ngroups * sizeof(uint32_t));
 	io->cred.groups = io->groups;
 	return io;
+}
+
+/* How durable a WRITE must be when it is answered. NFSv3 replies carry
+ * Ganesha's own write verifier (NFS3_write_verifier, drawn when
+ * ganesha.nfsd starts: Ganesha's nfs3_write.c and nfs3_commit.c never ask
+ * the FSAL), so a v3 client could never learn that nasgwd lost data it
+ * wrote unstable: v3 writes are made durable before the reply (FILE_SYNC),
+ * whatever the client asked. NFSv4 asks the export for the verifier
+ * (nasgw_write_verifier), which is nasgwd's, so UNSTABLE stays unstable. */
+static uint32_t write_stability(const struct fsal_io_arg *arg)
+{
+	if (arg->fsal_stable || op_ctx->nfs_vers == NFS_V3)
+		return NASGW_FILE_SYNC;
+	return NASGW_UNSTABLE;
+}
+
+/* A write nasgwd answered: the level it reached, and its write verifier
+ * kept in the request's op context, where nasgw_write_verifier finds it
+ * when Ganesha builds the reply: the verifier of the nasgwd that executed
+ * this write, even if nasgwd restarted since. */
+static void wrote(struct fsal_obj_handle *obj_hdl, struct fsal_io_arg *arg,
+		  struct req_op_context *req_ctx, const nasgw_write_result *r)
+{
+	(void)obj_hdl;
+	arg->fsal_stable = r->stable != NASGW_UNSTABLE;
+	req_ctx->fsal_private = nasgw_verifier_to_ctx(r->verifier);
 }
 
 /* Runs on a client-library thread: give Ganesha an op context there. */
@@ -765,16 +793,13 @@ static void read_done(void *p, int64_t result, int eof)
 	io_finish(io, nasgw_status(result < 0 ? (int)result : 0));
 }
 
-static void write_done(void *p, int64_t result, int eof)
+static void write_done(void *p, int64_t result, const nasgw_write_result *r)
 {
 	struct nasgw_io *io = p;
 
-	(void)eof;
 	if (result >= 0) {
 		io->arg->io_amount = (size_t)result;
-		/* nasgwd acknowledges a write once it is on the SAN (every
-		 * write today; docs/nfs.md): it is FILE_SYNC. */
-		io->arg->fsal_stable = true;
+		wrote(io->obj_hdl, io->arg, io->req_ctx, r);
 	}
 	io_finish(io, nasgw_status(result < 0 ? (int)result : 0));
 }
@@ -802,24 +827,31 @@ static fsal_status_t io_vector(struct fsal_obj_handle *obj_hdl,
 {
 	nasgw_client *c = nasgw_get_client();
 	uint64_t off = arg->offset;
+	uint32_t stable = NASGW_UNSTABLE;
 	nasgw_cred cr;
 	int i;
 
 	if (c == NULL)
 		return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
 	nasgw_creds(&cr);
+	if (write)
+		stable = write_stability(arg);
 	arg->io_amount = 0;
 	for (i = 0; i < arg->iov_count; i++) {
 		int64_t n;
 		int eof = 0;
-		nasgw_attr post;
+		nasgw_write_result r;
 
-		if (write)
+		if (write) {
 			n = nasgw_write(c, &cr, &obj_of(obj_hdl)->h, off,
 					arg->iov[i].iov_base,
-					(uint32_t)arg->iov[i].iov_len, 0,
-					&post);
-		else
+					(uint32_t)arg->iov[i].iov_len, stable,
+					&r);
+			/* The level and verifier of the last buffer: each
+			 * buffer asked the same level. */
+			if (n >= 0)
+				wrote(obj_hdl, arg, op_ctx, &r);
+		} else
 			n = nasgw_read(c, &cr, &obj_of(obj_hdl)->h, off,
 				       arg->iov[i].iov_base,
 				       (uint32_t)arg->iov[i].iov_len, &eof);
@@ -832,8 +864,6 @@ static fsal_status_t io_vector(struct fsal_obj_handle *obj_hdl,
 			break;
 		}
 	}
-	if (write)
-		arg->fsal_stable = true;
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);
 }
 
@@ -871,8 +901,7 @@ static void io2(struct fsal_obj_handle *obj_hdl, bool bypass,
 		rc = nasgw_write_async(c, &io->cred, &obj_of(obj_hdl)->h,
 				       arg->offset, arg->iov[0].iov_base,
 				       (uint32_t)arg->iov[0].iov_len,
-				       arg->fsal_stable ? NASGW_WRITE_STABLE : 0,
-				       write_done, io);
+				       write_stability(arg), write_done, io);
 	else
 		rc = nasgw_read_async(c, &io->cred, &obj_of(obj_hdl)->h,
 				      arg->offset, arg->iov[0].iov_base,
@@ -899,17 +928,24 @@ static void op_write2(struct fsal_obj_handle *obj_hdl, bool bypass,
 	io2(obj_hdl, bypass, done_cb, arg, caller_arg, true);
 }
 
-/* COMMIT returns once nasgwd holds the file's data stably (brief,
- * decision 5). */
+/* COMMIT: nasgwd's FSYNC, which returns once what the file was written is
+ * durable (brief, decision 5). Its verifier goes in the request's op
+ * context, for the reply (nasgw_write_verifier): a client whose UNSTABLE
+ * WRITEs were answered with another one writes them again. */
 static fsal_status_t op_commit2(struct fsal_obj_handle *obj_hdl,
 				   off_t offset, size_t len)
 {
+	uint64_t verifier = 0;
 	nasgw_client *c;
 	nasgw_cred cr;
+	int rc;
 
 	CLIENT_OR_DELAY(c);
 	nasgw_creds(&cr);
-	return nasgw_status(nasgw_fsync(c, &cr, &obj_of(obj_hdl)->h));
+	rc = nasgw_fsync(c, &cr, &obj_of(obj_hdl)->h, &verifier);
+	if (rc == 0)
+		op_ctx->fsal_private = nasgw_verifier_to_ctx(verifier);
+	return nasgw_status(rc);
 }
 
 /* ---- locks --------------------------------------------------------------- */

@@ -15,6 +15,8 @@
 
 #include "config.h"
 
+#include <stdint.h>
+
 #include "fsal.h"
 #include "fsal_types.h"
 #include "fsal_api.h"
@@ -57,7 +59,6 @@ struct nasgw_fsal_export {
 	char *path;		/* the export's path: /<volume>[/sub/path] */
 	nasgw_handle root;	/* the exported directory (the scope of its handles) */
 	uint16_t export_id;	/* Ganesha's id of the export (in MDCACHE keys) */
-	uint8_t verifier_seed[8];
 };
 
 struct nasgw_fsal_obj {
@@ -76,6 +77,20 @@ struct nasgw_state_fd {
 	struct fsal_fd fd;	/* must be first */
 	bool nasgwd_open;	/* an open is held in nasgwd (released on close) */
 };
+
+/* nasgwd's write verifier of one request's WRITE or COMMIT, kept in its op
+ * context (fsal_private, which is this FSAL's to use: Ganesha zeroes it for
+ * every request) until Ganesha asks for it to build the reply. nasgwd's
+ * verifiers are never 0, so NULL means "none yet". */
+_Static_assert(sizeof(void *) >= sizeof(uint64_t), "a write verifier fits in a pointer");
+static inline void *nasgw_verifier_to_ctx(uint64_t v)
+{
+	return (void *)(uintptr_t)v;
+}
+static inline uint64_t nasgw_verifier_of_ctx(const struct req_op_context *ctx)
+{
+	return (uint64_t)(uintptr_t)ctx->fsal_private;
+}
 
 nasgw_client *nasgw_get_client(void);
 void nasgw_creds(nasgw_cred *cr);

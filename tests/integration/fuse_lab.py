@@ -6,6 +6,7 @@ file-system suites (the model-checking exerciser, crash rounds, stress-ng).
   fuse_lab.py crash  --fuse BIN [--rounds 20]
   fuse_lab.py stress --fuse BIN [--seconds 2]
   fuse_lab.py enospc --fuse BIN
+  fuse_lab.py semantics --fuse BIN
   fuse_lab.py remount STATE      (used by nasgw-fsx --remount-cmd)
 
 Each command starts its own lab (tests/lab/sanlab, owner = this process),
@@ -228,9 +229,12 @@ root, seed = sys.argv[1], int(sys.argv[2])
 rng = random.Random(seed)
 files = {}
 # Until stdin says stop: random 8K..64K writes into 6 files, each fsynced
-# before it counts; the model is what the file must hold.
+# before it counts; the model is what the file must hold. An fsync that
+# fails with EIO says nasgwd restarted after the write and may have lost it
+# (the write verifier changed): the workload writes it again, as an
+# application that wants its data does.
 import select
-n = 0
+n = rewrites = 0
 while not select.select([sys.stdin], [], [], 0)[0]:
     name = "f%d" % rng.randrange(6)
     path = os.path.join(root, name)
@@ -239,8 +243,15 @@ while not select.select([sys.stdin], [], [], 0)[0]:
     off = rng.randrange(0, 4 << 20)
     data = os.urandom(rng.choice([8192, 16384, 65536]))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    os.pwrite(fd, data, off)
-    os.fsync(fd)
+    for attempt in range(4):
+        os.pwrite(fd, data, off)
+        try:
+            os.fsync(fd)
+            break
+        except OSError as e:
+            if e.errno != errno.EIO or attempt == 3:
+                raise
+            rewrites += 1
     os.close(fd)
     m = files[name]
     if len(m) < off + len(data):
@@ -255,7 +266,7 @@ for name, m in files.items():
         got = f.read()
     if got != bytes(m):
         bad.append(name)
-print(json.dumps({"done": n, "bad": bad, "files": len(files)}), flush=True)
+print(json.dumps({"done": n, "bad": bad, "files": len(files), "rewrites": rewrites}), flush=True)
 """
 
 
@@ -293,14 +304,71 @@ def cmd_restart(a):
         result = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
         if p.returncode == 0 and result and not result["bad"]:
             passed = 1
-            print("%d fsynced writes over %d restarts; all %d files read back exact" %
-                  (result["done"], a.restarts, result["files"]))
+            print("%d fsynced writes over %d restarts (%d written again after fsync said EIO); all %d files "
+                  "read back exact" % (result["done"], a.restarts, result["rewrites"], result["files"]))
         else:
             failed = 1
             print("workload failed (rc %s): %s %s" % (p.returncode, result, err[-2000:]))
         v.unmount()
         v.stop()
         v.fsck()
+    except Exception:
+        print(v.log_tail())
+        raise
+    finally:
+        v.close()
+    return passed, failed
+
+
+def cmd_semantics(a):
+    """What a program sees through the mount, one behaviour at a time:
+    durability (an fsync after nasgwd lost unstable writes fails EIO, once);
+    every check is printed."""
+    import errno
+    v = Volume(a)
+    passed = failed = 0
+
+    def check(what, ok, detail=""):
+        nonlocal passed, failed
+        print("%s: %s%s" % ("ok" if ok else "FAILED", what, "" if ok else " (%s)" % (detail,)), flush=True)
+        passed += ok
+        failed += not ok
+
+    def fsync_errno(fd):
+        try:
+            os.fsync(fd)
+            return 0
+        except OSError as e:
+            return e.errno
+
+    try:
+        # Durability: writes are unstable until fsync. nasgwd dies between
+        # a write and the fsync: the write verifier changed, the head cannot
+        # tell whether the write survived, and fsync says EIO (once).
+        path = os.path.join(v.mount_path, "unstable")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.pwrite(fd, b"a" * 8192, 0)
+        check("fsync of unstable writes", fsync_errno(fd) == 0)
+        os.pwrite(fd, b"b" * 8192, 0)
+        v.stop(signal.SIGKILL)
+        v.start()
+        got = fsync_errno(fd)
+        check("fsync after nasgwd was killed under an unstable write: EIO", got == errno.EIO, got)
+        check("the next fsync succeeds (the loss was reported)", fsync_errno(fd) == 0)
+        os.pwrite(fd, b"c" * 8192, 0)
+        check("written again and fsynced", fsync_errno(fd) == 0)
+        check("the file holds what was written last", os.pread(fd, 8192, 0) == b"c" * 8192)
+        os.pwrite(fd, b"d" * 8192, 0)
+        v.stop(signal.SIGTERM)
+        v.start()
+        got = fsync_errno(fd)
+        check("fsync after a clean nasgwd restart under an unstable write: EIO too (a new verifier)",
+              got == errno.EIO, got)
+        os.close(fd)
+        v.unmount()
+        v.stop()
+        v.fsck()
+        check("fsck clean", True)
     except Exception:
         print(v.log_tail())
         raise
@@ -354,13 +422,16 @@ def main():
     e = sub.add_parser("enospc")
     e.add_argument("--fuse", required=True)
     e.add_argument("--fsck")
+    m = sub.add_parser("semantics")
+    m.add_argument("--fuse", required=True)
+    m.add_argument("--fsck")
     t = sub.add_parser("restart")
     t.add_argument("--fuse", required=True)
     t.add_argument("--fsck")
     t.add_argument("--restarts", type=int, default=4)
     r = sub.add_parser("remount")
     r.add_argument("state")
-    for p in (f, c, s, e, t):
+    for p in (f, c, s, e, t, m):
         p.add_argument("--nasgwd", required=True)
         p.add_argument("--cli", required=True)
     a = ap.parse_args()
@@ -368,7 +439,7 @@ def main():
         cmd_remount(a)
         return 0
     passed, failed = {"fsx": cmd_fsx, "crash": cmd_crash, "stress": cmd_stress, "enospc": cmd_enospc,
-                      "restart": cmd_restart}[a.cmd](a)
+                      "restart": cmd_restart, "semantics": cmd_semantics}[a.cmd](a)
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 and passed > 0 else 1
 
