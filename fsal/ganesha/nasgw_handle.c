@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 
 #include "fsal_convert.h"
 #include "export_mgr.h"
@@ -271,26 +272,94 @@ static fsal_status_t op_readlink(struct fsal_obj_handle *obj_hdl,
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);
 }
 
+/* ---- attributes a reply carried ---------------------------------------- */
+
+static int64_t ms_since(const struct timespec *t)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)(now.tv_sec - t->tv_sec) * 1000 +
+	       (now.tv_nsec - t->tv_nsec) / 1000000;
+}
+
+/* A reply carried the object's attributes (`a`): the newest change
+ * counter seen. With `keep`, they may also stand in for the next GETATTR
+ * (a WRITE's). Replies come back in any order (pipelined writes): older
+ * ones are ignored. */
+static void saw_attrs(struct nasgw_fsal_obj *o, const nasgw_attr *a,
+		      bool keep)
+{
+	PTHREAD_RWLOCK_wrlock(&o->obj_handle.obj_lock);
+	if (a->change >= o->change_seen) {
+		o->change_seen = a->change;
+		if (keep && !o->post_blocked) {
+			o->post = *a;
+			o->post_valid = true;
+			clock_gettime(CLOCK_MONOTONIC, &o->post_at);
+		} else {
+			o->post_valid = false;
+		}
+	}
+	PTHREAD_RWLOCK_unlock(&o->obj_handle.obj_lock);
+}
+
+/* The object changed in a way no reply described (a link, an unlink, a
+ * rename): nothing kept stands in for a GETATTR until nasgwd is asked. */
+static void attrs_changed(struct nasgw_fsal_obj *o)
+{
+	PTHREAD_RWLOCK_wrlock(&o->obj_handle.obj_lock);
+	o->post_valid = false;
+	o->post_blocked = true;
+	PTHREAD_RWLOCK_unlock(&o->obj_handle.obj_lock);
+}
+
+/* The attributes the latest WRITE's reply carried, once, while fresh. */
+static bool take_post(struct nasgw_fsal_obj *o, nasgw_attr *a)
+{
+	bool got = false;
+
+	PTHREAD_RWLOCK_wrlock(&o->obj_handle.obj_lock);
+	if (o->post_valid) {
+		got = ms_since(&o->post_at) < NASGW_POST_ATTR_MS;
+		if (got)
+			*a = o->post;
+		o->post_valid = false;
+	}
+	PTHREAD_RWLOCK_unlock(&o->obj_handle.obj_lock);
+	return got;
+}
+
 static fsal_status_t op_getattrs(struct fsal_obj_handle *obj_hdl,
 				    struct fsal_attrlist *attrs_out)
 {
+	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
 	nasgw_client *c;
 	nasgw_cred cr;
 	nasgw_attr a;
 	int rc;
 
+	/* Right after a write: its reply's attributes, not a second call. */
+	if (take_post(o, &a)) {
+		nasgw_to_attrs(&a, attrs_out);
+		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	}
 	c = nasgw_get_client();
 	if (c == NULL) {
 		rc = -ENOTCONN;
 	} else {
 		nasgw_creds(&cr);
-		rc = nasgw_getattr(c, &cr, &obj_of(obj_hdl)->h, &a);
+		rc = nasgw_getattr(c, &cr, &o->h, &a);
 	}
 	if (rc != 0) {
 		if (attrs_out->request_mask & ATTR_RDATTR_ERR)
 			attrs_out->valid_mask = ATTR_RDATTR_ERR;
 		return nasgw_status(rc);
 	}
+	PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
+	o->post_blocked = false;
+	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+	saw_attrs(o, &a, false);
 	nasgw_to_attrs(&a, attrs_out);
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);
 }
@@ -356,6 +425,10 @@ static fsal_status_t op_setattr2(struct fsal_obj_handle *obj_hdl,
 		return fsalstat(ERR_FSAL_NO_ERROR, 0);
 	nasgw_creds(&cr);
 	rc = nasgw_setattr(c, &cr, &o->h, &s, &a);
+	if (rc == 0)
+		saw_attrs(o, &a, false);	/* a write before it is older */
+	else
+		attrs_changed(o);	/* it may have happened */
 	return nasgw_status(rc);
 }
 
@@ -369,6 +442,7 @@ static fsal_status_t op_link(struct fsal_obj_handle *obj_hdl,
 
 	CLIENT_OR_DELAY(c);
 	nasgw_creds(&cr);
+	attrs_changed(obj_of(obj_hdl));
 	return nasgw_status(nasgw_link(c, &cr, &obj_of(obj_hdl)->h,
 				       &obj_of(destdir_hdl)->h, name, &a));
 }
@@ -384,6 +458,7 @@ static fsal_status_t op_rename(struct fsal_obj_handle *obj_hdl,
 
 	CLIENT_OR_DELAY(c);
 	nasgw_creds(&cr);
+	attrs_changed(obj_of(obj_hdl));
 	return nasgw_status(nasgw_rename(c, &cr, &obj_of(olddir_hdl)->h,
 					 old_name, &obj_of(newdir_hdl)->h,
 					 new_name, 0));
@@ -398,6 +473,7 @@ static fsal_status_t op_unlink(struct fsal_obj_handle *dir_hdl,
 
 	CLIENT_OR_DELAY(c);
 	nasgw_creds(&cr);
+	attrs_changed(obj_of(obj_hdl));
 	if (obj_hdl->type == DIRECTORY)
 		return nasgw_status(
 			nasgw_rmdir(c, &cr, &obj_of(dir_hdl)->h, name));
@@ -467,6 +543,8 @@ static fsal_status_t open_existing(struct nasgw_fsal_obj *o,
 		rc = nasgw_getattr(c, &cr, &o->h, &a);
 	if (rc == 0 && (openflags & FSAL_O_TRUNC) && a.size != 0)
 		rc = truncate_zero(c, &cr, &o->h, &a);
+	if (rc == 0)
+		saw_attrs(o, &a, false);
 	if (rc == 0 && createmode >= FSAL_EXCLUSIVE &&
 	    createmode != FSAL_EXCLUSIVE_9P) {
 		struct fsal_attrlist fa;
@@ -652,11 +730,15 @@ static fsal_status_t op_reopen2(struct fsal_obj_handle *obj_hdl,
 		nasgw_client *c = nasgw_get_client();
 		nasgw_cred cr;
 		nasgw_attr a;
+		int rc;
 
 		if (c == NULL)
 			return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
 		nasgw_creds(&cr);
-		return nasgw_status(truncate_zero(c, &cr, &o->h, &a));
+		rc = truncate_zero(c, &cr, &o->h, &a);
+		if (rc == 0)
+			saw_attrs(o, &a, false);
+		return nasgw_status(rc);
 	}
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);
 }
@@ -762,13 +844,14 @@ static uint32_t write_stability(const struct fsal_io_arg *arg)
 /* A write nasgwd answered: the level it reached, and its write verifier
  * kept in the request's op context, where nasgw_write_verifier finds it
  * when Ganesha builds the reply: the verifier of the nasgwd that executed
- * this write, even if nasgwd restarted since. */
+ * this write, even if nasgwd restarted since. The attributes after the
+ * write answer the GETATTR Ganesha makes next (op_getattrs). */
 static void wrote(struct fsal_obj_handle *obj_hdl, struct fsal_io_arg *arg,
 		  struct req_op_context *req_ctx, const nasgw_write_result *r)
 {
-	(void)obj_hdl;
 	arg->fsal_stable = r->stable != NASGW_UNSTABLE;
 	req_ctx->fsal_private = nasgw_verifier_to_ctx(r->verifier);
+	saw_attrs(obj_of(obj_hdl), &r->post, true);
 }
 
 /* Runs on a client-library thread: give Ganesha an op context there. */

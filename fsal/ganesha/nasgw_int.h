@@ -70,7 +70,24 @@ struct nasgw_fsal_obj {
 	 * reservations, both under obj_handle.obj_lock */
 	struct fsal_fd fd;
 	struct fsal_share share;
+	/* The attributes a WRITE's reply carried, for the GETATTR Ganesha
+	 * makes right after the write (MDCACHE drops its cached attributes
+	 * when a write completes, and the NFSv3 WRITE reply, the NFSv4
+	 * compound's GETATTR, want them): used once, within
+	 * NASGW_POST_ATTR_MS of the reply, and only if no reply seen since
+	 * carried a newer change counter. Under obj_handle.obj_lock. */
+	bool post_valid;
+	nasgw_attr post;
+	struct timespec post_at;	/* CLOCK_MONOTONIC */
+	uint64_t change_seen;	/* the newest change counter a reply carried */
+	bool post_blocked;	/* a link, unlink or rename since the last GETATTR:
+				 * take none until nasgwd has been asked again */
 };
+
+/* How long a WRITE reply's attributes stand in for a GETATTR: long enough
+ * for Ganesha to build the reply of the write that brought them, short
+ * next to its own attribute cache (Attr_Expiration_Time, 60 s). */
+#define NASGW_POST_ATTR_MS 1000
 
 /* A state's fd: Ganesha allocates it right behind the state_t. */
 struct nasgw_state_fd {

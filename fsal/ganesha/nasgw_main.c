@@ -249,6 +249,7 @@ struct nasgw_fsal_obj *nasgw_alloc_obj(struct fsal_export *exp,
 	o->obj_handle.fsid.minor = 0;
 	o->obj_handle.fileid = a->handle.ino;
 	o->fd.openflags = FSAL_O_CLOSED;
+	o->change_seen = a->change;
 	return o;
 }
 

@@ -20,6 +20,12 @@ operations, libnfs-utils (nfs-cp, nfs-ls, nfs-cat) for v3 data. Checks:
               refused (BADHANDLE or STALE); real handles work after a nasgwd
               restart; SETATTR of size 2^64-1 is FBIG, a READ past the largest
               file is OK, EOF, 0 bytes
+  verifier    raw WRITE/COMMIT (nasgw-nfs-fh): v4 UNSTABLE stays unstable,
+              DATA_SYNC/FILE_SYNC are FILE_SYNC, one write verifier across
+              requests and in COMMIT, another after nasgwd is SIGKILLed and
+              restarted; v3 WRITEs are all FILE_SYNC (Ganesha's v3 verifier is
+              its own); WRITEs cost nasgwd no GETATTR (the reply's attributes
+              answer Ganesha's)
 
   nfs_lab.py --build BUILD_DIR [--only NAME ...]
 """
@@ -32,6 +38,7 @@ import subprocess
 import sys
 import time
 import traceback
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -575,8 +582,103 @@ def test_handles(ctx):
     check(fh_status(c1, tool, "vol1", "4", fh, "read", 0, 16) == (NFS_OK, 1, 6), "v4: the file is intact")
 
 
+def fh_write(client, tool, export, version, fh, offset, stable, n=1):
+    """n WRITEs of 4 KiB from offset: the last one's status, count,
+    committed level, verifier (hex), and whether all had one verifier."""
+    r = fh_tool(client, tool, client.url(export, version), "write", fh.hex(), offset, stable, n)
+    if r[0] != "status":
+        return {"error": " ".join(r)}
+    return {"status": int(r[1]), "count": int(r[3]), "committed": int(r[5]), "verf": r[7], "same": r[9] == "1"}
+
+
+def fh_commit(client, tool, export, version, fh):
+    r = fh_tool(client, tool, client.url(export, version), "commit", fh.hex())
+    if r[0] != "status":
+        return {"error": " ".join(r)}
+    return {"status": int(r[1]), "verf": r[3]}
+
+
+def metric(node, name, **labels):
+    """The sum of a Prometheus metric's samples whose labels include these."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % node.metrics_port(), timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all('%s="%s"' % kv in line for kv in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+UNSTABLE, DATA_SYNC, FILE_SYNC = 0, 1, 2
+VERIFIER_SETUP = """
+c = connect('/vol1', '3')
+w = c.open('verf', 'wb')
+w.write(b'v')
+w.close()
+out(1)
+"""
+
+
+def test_verifier(ctx):
+    lab, node, tool = ctx["lab"], ctx["node"], ctx["fh_tool"]
+    c1 = lab.client(1)
+    py(c1, lab, VERIFIER_SETUP)
+    fh = {v: fh_get(c1, tool, "vol1/verf", v) for v in ("3", "4")}
+    # NFSv4: the stability asked is honoured; one verifier across requests.
+    w = fh_write(c1, tool, "vol1", "4", fh["4"], 0, UNSTABLE, 20)
+    check(w.get("status") == 0 and w["committed"] == UNSTABLE, "v4: UNSTABLE WRITEs are answered UNSTABLE (%s)" % w)
+    check(w.get("same"), "v4: 20 WRITEs carry one write verifier (%s)" % w)
+    cm = fh_commit(c1, tool, "vol1", "4", fh["4"])
+    check(cm.get("status") == 0 and cm["verf"] == w.get("verf"), "v4: COMMIT carries the WRITEs' verifier (%s)" % cm)
+    for stable in (DATA_SYNC, FILE_SYNC):
+        s = fh_write(c1, tool, "vol1", "4", fh["4"], 0, stable)
+        check(s.get("status") == 0 and s["committed"] == FILE_SYNC and s["verf"] == w.get("verf"),
+              "v4: a stable WRITE (%d) is FILE_SYNC, same verifier (%s)" % (stable, s))
+    # NFSv3: Ganesha answers with its own verifier, so every WRITE is made
+    # durable first.
+    w3 = fh_write(c1, tool, "vol1", "3", fh["3"], 0, UNSTABLE, 20)
+    check(w3.get("status") == 0 and w3["committed"] == FILE_SYNC,
+          "v3: UNSTABLE WRITEs are made durable and answered FILE_SYNC (%s)" % w3)
+    check(w3.get("same"), "v3: 20 WRITEs carry one write verifier (%s)" % w3)
+    c3 = fh_commit(c1, tool, "vol1", "3", fh["3"])
+    check(c3.get("status") == 0 and c3["verf"] == w3.get("verf"), "v3: COMMIT carries it too (%s)" % c3)
+
+    # The reply's attributes stand in for the GETATTR Ganesha makes after
+    # each WRITE: 50 more WRITEs cost nasgwd no more GETATTRs than one.
+    def getattrs_for(n, version):
+        g0 = metric(node, "nasgw_volume_ops_total", op="getattr", volume="vol1")
+        w0 = metric(node, "nasgw_volume_ops_total", op="write", volume="vol1")
+        r = fh_write(c1, tool, "vol1", version, fh[version], 0, UNSTABLE, n)
+        g1 = metric(node, "nasgw_volume_ops_total", op="getattr", volume="vol1")
+        w1 = metric(node, "nasgw_volume_ops_total", op="write", volume="vol1")
+        return r.get("status"), w1 - w0, g1 - g0
+    for version in ("3", "4"):
+        one, many = getattrs_for(1, version), getattrs_for(51, version)
+        check(one[0] == 0 and many[0] == 0 and one[1] == 1 and many[1] == 51,
+              "v%s: the WRITEs reached nasgwd (%s, %s)" % (version, one, many))
+        check(many[2] - one[2] <= 3,
+              "v%s: 50 more WRITEs, %d more GETATTRs in nasgwd (at most 3)" % (version, many[2] - one[2]))
+
+    # nasgwd SIGKILLed and restarted: a new verifier, in WRITE and COMMIT
+    # replies, so a client holding the UNSTABLE writes above writes them again.
+    node.kill()
+    node.start()
+    after = until(lambda: (lambda r: r if r.get("status") == 0 else None)(
+        fh_write(c1, tool, "vol1", "4", fh["4"], 0, UNSTABLE)), timeout=60) or {}
+    check(after.get("committed") == UNSTABLE and after.get("verf") not in (None, w.get("verf")),
+          "v4: another write verifier after nasgwd was SIGKILLed and restarted (%s -> %s)" % (w.get("verf"), after))
+    cm2 = fh_commit(c1, tool, "vol1", "4", fh["4"])
+    check(cm2.get("status") == 0 and cm2["verf"] == after.get("verf") and cm2["verf"] != cm.get("verf"),
+          "v4: COMMIT answers with the new one (%s, before %s)" % (cm2, cm.get("verf")))
+    again = fh_write(c1, tool, "vol1", "4", fh["4"], 0, UNSTABLE, 5)
+    check(again.get("same") and again.get("verf") == after.get("verf"), "v4: and keeps it (%s)" % again)
+    w3b = fh_write(c1, tool, "vol1", "3", fh["3"], 0, UNSTABLE)
+    check(w3b.get("status") == 0 and w3b["committed"] == FILE_SYNC, "v3: still FILE_SYNC after the restart (%s)" % w3b)
+    print("     (v3's verifier, Ganesha's own: %s before, %s after)" % (w3.get("verf"), w3b.get("verf")))
+
+
 TESTS = [("namespace", test_namespace), ("data", test_data), ("exports", test_exports),
-         ("restart", test_restart), ("handles", test_handles)]
+         ("restart", test_restart), ("handles", test_handles), ("verifier", test_verifier)]
 
 
 def main():
@@ -593,7 +695,7 @@ def main():
     node = lab = server = None
     try:
         lab = nfslab.Lab(clients=2)
-        node = nasgwlab.Node(bins=bins, luns=2, size="1G", tag="nfs")
+        node = nasgwlab.Node(bins=bins, luns=2, size="1G", tag="nfs", metrics=True)
         exports_file = os.path.join(node.s["dir"], "ganesha-exports.conf")
         pid_file = os.path.join(lab.dir, "ganesha.pid")
         node.s["extra_config"] = "[nfs]\nexports_file = %s\nganesha_pid_file = %s\n" % (

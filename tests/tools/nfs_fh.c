@@ -13,6 +13,16 @@
  *                            "status N eof E count C"
  *   setsize HEX SIZE         SETATTR of the size (v3 SETATTR3, v4 SETATTR
  *                            with the anonymous stateid): prints "status N"
+ *   write HEX OFFSET STABLE [N]
+ *                            N WRITEs (default 1) of 4096 bytes (v4: 512,
+ *                            libnfs 4.0 cannot encode a v4 WRITE of about
+ *                            4 KiB), one after another from OFFSET (v4: the
+ *                            anonymous stateid), STABLE 0 unstable, 1 data_sync, 2
+ *                            file_sync: prints "status N count C committed S
+ *                            verf HEX same B" for the last, B 1 when every
+ *                            WRITE's verifier was the same
+ *   commit HEX               COMMIT of the whole file: prints "status N verf
+ *                            HEX"
  *
  * N is the protocol's status number (nfsstat3 / nfsstat4: 0 OK, 70 STALE,
  * 10001 BADHANDLE, 27 FBIG, 22 INVAL). The export is mounted first (MOUNT
@@ -50,6 +60,8 @@ struct call {
 	int status;
 	int eof;
 	uint32_t count;
+	int committed;		/* WRITE: the stability the server reached */
+	unsigned char verf[8];	/* WRITE, COMMIT: the write verifier */
 	char err[256];
 };
 
@@ -128,6 +140,31 @@ static void v3_setattr_cb(struct rpc_context *rpc, int status, void *data, void 
 		c->status = ((SETATTR3res *)data)->status;
 }
 
+static void v3_write_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (!transport_ok(c, status, data))
+		return;
+	WRITE3res *r = data;
+	c->status = r->status;
+	if (r->status == NFS3_OK) {
+		c->count = r->WRITE3res_u.resok.count;
+		c->committed = r->WRITE3res_u.resok.committed;
+		memcpy(c->verf, r->WRITE3res_u.resok.verf, sizeof(c->verf));
+	}
+}
+
+static void v3_commit_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (!transport_ok(c, status, data))
+		return;
+	COMMIT3res *r = data;
+	c->status = r->status;
+	if (r->status == NFS3_OK)
+		memcpy(c->verf, r->COMMIT3res_u.resok.verf, sizeof(c->verf));
+}
+
 static char got_fh[NFS4_FHSIZE];
 static int got_fh_len = -1;
 
@@ -149,6 +186,14 @@ static void v4_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 			c->eof = op->nfs_resop4_u.opread.READ4res_u.resok4.eof;
 			c->count = op->nfs_resop4_u.opread.READ4res_u.resok4.data.data_len;
 		}
+		if (op->resop == OP_WRITE && op->nfs_resop4_u.opwrite.status == NFS4_OK) {
+			WRITE4resok *w = &op->nfs_resop4_u.opwrite.WRITE4res_u.resok4;
+			c->count = w->count;
+			c->committed = w->committed;
+			memcpy(c->verf, w->writeverf, sizeof(c->verf));
+		}
+		if (op->resop == OP_COMMIT && op->nfs_resop4_u.opcommit.status == NFS4_OK)
+			memcpy(c->verf, op->nfs_resop4_u.opcommit.COMMIT4res_u.resok4.writeverf, sizeof(c->verf));
 	}
 }
 
@@ -179,6 +224,12 @@ static bool parse_hex(const char *s, struct nfs_fh *fh)
 	return true;
 }
 
+static void print_verf(const unsigned char *v)
+{
+	for (int k = 0; k < 8; k++)
+		printf("%02x", v[k]);
+}
+
 static bool compound(struct rpc_context *rpc, nfs_argop4 *ops, u_int n, struct call *c)
 {
 	COMPOUND4args args;
@@ -206,7 +257,8 @@ int main(int argc, char **argv)
 	}
 	if (url == NULL || i >= argc) {
 		fprintf(stderr, "usage: nasgw-nfs-fh --url nfs://SERVER/EXPORT[/FILE]?version=3|4 "
-				"get | getattr HEX | read HEX OFF COUNT | setsize HEX SIZE\n");
+				"get | getattr HEX | read HEX OFF COUNT | setsize HEX SIZE | "
+				"write HEX OFF STABLE [N] | commit HEX\n");
 		return 2;
 	}
 	const char *cmd = argv[i++];
@@ -335,6 +387,74 @@ int main(int argc, char **argv)
 				return fail("COMPOUND SETATTR: %s%s", c.err, "");
 		}
 		printf("status %d\n", c.status);
+		return 0;
+	}
+	if (strcmp(cmd, "write") == 0 && i + 1 < argc) {
+		uint64_t off = strtoull(argv[i], NULL, 0);
+		int stable = atoi(argv[i + 1]);
+		long n = i + 2 < argc ? strtol(argv[i + 2], NULL, 0) : 1;
+		static char buf[4096];
+		const u_int len = version == 3 ? sizeof(buf) : 512;
+		unsigned char first[8];
+		bool same = true;
+		for (long k = 0; k < n; k++) {
+			memset(buf, 'a' + (int)(k % 26), sizeof(buf));
+			memset(&c, 0, sizeof(c));
+			if (version == 3) {
+				WRITE3args a;
+				memset(&a, 0, sizeof(a));
+				a.file.data.data_len = (u_int)fh.len;
+				a.file.data.data_val = fh.val;
+				a.offset = off + (uint64_t)k * len;
+				a.count = len;
+				a.stable = (stable_how)stable;
+				a.data.data_len = len;
+				a.data.data_val = buf;
+				if (rpc_nfs3_write_async(rpc, v3_write_cb, &a, &c) != 0 || !wait_call(rpc, &c))
+					return fail("WRITE: %s%s", c.err, "");
+			} else {
+				nfs_argop4 ops[2];
+				memset(ops, 0, sizeof(ops));
+				putfh(&ops[0], &fh);
+				ops[1].argop = OP_WRITE;  /* anonymous stateid: all zero */
+				ops[1].nfs_argop4_u.opwrite.offset = off + (uint64_t)k * len;
+				ops[1].nfs_argop4_u.opwrite.stable = (stable_how4)stable;
+				ops[1].nfs_argop4_u.opwrite.data.data_len = len;
+				ops[1].nfs_argop4_u.opwrite.data.data_val = buf;
+				if (!compound(rpc, ops, 2, &c))
+					return fail("COMPOUND WRITE: %s %s", c.err, rpc_get_error(rpc));
+			}
+			if (c.status != 0)
+				break;
+			if (k == 0)
+				memcpy(first, c.verf, sizeof(first));
+			else if (memcmp(first, c.verf, sizeof(first)) != 0)
+				same = false;
+		}
+		printf("status %d count %u committed %d verf ", c.status, c.count, c.committed);
+		print_verf(c.verf);
+		printf(" same %d\n", same ? 1 : 0);
+		return 0;
+	}
+	if (strcmp(cmd, "commit") == 0) {
+		if (version == 3) {
+			COMMIT3args a;
+			memset(&a, 0, sizeof(a));
+			a.file.data.data_len = (u_int)fh.len;
+			a.file.data.data_val = fh.val;
+			if (rpc_nfs3_commit_async(rpc, v3_commit_cb, &a, &c) != 0 || !wait_call(rpc, &c))
+				return fail("COMMIT: %s%s", c.err, "");
+		} else {
+			nfs_argop4 ops[2];
+			memset(ops, 0, sizeof(ops));
+			putfh(&ops[0], &fh);
+			ops[1].argop = OP_COMMIT;  /* offset 0, count 0: the whole file */
+			if (!compound(rpc, ops, 2, &c))
+				return fail("COMPOUND COMMIT: %s%s", c.err, "");
+		}
+		printf("status %d verf ", c.status);
+		print_verf(c.verf);
+		printf("\n");
 		return 0;
 	}
 	return fail("unknown command %s%s", cmd, "");
