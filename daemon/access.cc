@@ -48,12 +48,24 @@ int CheckRemove(const fs::Attr& dir, const fs::Attr& victim, const proto::Creds&
   return 0;
 }
 
+uint32_t KillPrivBits(const fs::Attr& a, const proto::Creds& c) {
+  if (c.uid == 0 || a.type != fs::FileType::kRegular) return 0;
+  uint32_t kill = a.mode & kSuid;
+  if ((a.mode & kSgid) && (a.mode & kGroupExec)) kill |= kSgid;
+  return kill;
+}
+
 int CheckSetAttr(const fs::Attr& a, const proto::Creds& c, uint32_t mask, fs::SetAttr& s) {
   const bool root = c.uid == 0;
   const bool owner = c.uid == a.uid;
   if ((mask & proto::kSetUid) && s.uid != a.uid && !root) return EPERM;
   if ((mask & proto::kSetGid) && s.gid != a.gid && !root && !(owner && InGroup(c, s.gid))) return EPERM;
-  if ((mask & proto::kSetMode) && !root && !owner) return EPERM;
+  if ((mask & proto::kSetMode) && !root && !owner) {
+    const uint32_t privs = kSuid | kSgid;
+    const bool clears_privs_only =
+        s.mode != a.mode && (s.mode & ~privs) == (a.mode & ~privs) && (s.mode & ~a.mode) == 0;
+    if (!clears_privs_only || CheckData(a, c, proto::kAccessWrite) != 0) return EPERM;
+  }
   if ((mask & (proto::kSetAtime | proto::kSetMtime)) && !root && !owner) return EPERM;
   if ((mask & (proto::kSetAtimeNow | proto::kSetMtimeNow)) && !root && !owner &&
       CheckAccess(a, c, proto::kAccessWrite) != 0) {
@@ -70,6 +82,15 @@ int CheckSetAttr(const fs::Attr& a, const proto::Creds& c, uint32_t mask, fs::Se
     uint32_t kill = kSuid;
     if (mode & kGroupExec) kill |= kSgid;
     if (mode & kill) {
+      s.set_mode = true;
+      s.mode = mode & ~kill;
+    }
+  }
+  // A truncation (even to the same size, as truncate(2) and O_TRUNC) by a
+  // caller without CAP_FSETID; a mode given with it is the caller's word.
+  if ((mask & proto::kSetSize) && !(mask & proto::kSetMode)) {
+    if (const uint32_t kill = KillPrivBits(a, c)) {
+      const uint32_t mode = s.set_mode ? s.mode : a.mode;
       s.set_mode = true;
       s.mode = mode & ~kill;
     }

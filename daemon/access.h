@@ -30,11 +30,23 @@ int CheckData(const fs::Attr& a, const proto::Creds& c, uint32_t want);
 // directory, or root (EPERM).
 int CheckRemove(const fs::Attr& dir, const fs::Attr& victim, const proto::Creds& c);
 
+// The setuid and setgid bits a write or a truncation by `c` clears from `a`
+// (Linux's should_remove_suid): setuid always, setgid when the file is
+// group-executable (without group execute, setgid marks mandatory locking
+// and stays), on regular files only; nothing for root, who holds
+// CAP_FSETID. 0: nothing to clear.
+uint32_t KillPrivBits(const fs::Attr& a, const proto::Creds& c);
+
 // SETATTR: owner rules (chmod, chown, chgrp, times: EPERM), truncation
 // (write access, owner override), "now" times (owner or write access).
-// Adjusts `s` as Linux does: chmod by a caller outside the file's group
-// drops setgid; a change of owner or group drops setuid (and setgid when
-// group-executable) on non-directories.
+// A mode change by someone else than the owner is allowed when it only
+// clears setuid and/or setgid and the caller may write the file (writing
+// or truncating would clear them anyway: it is what Linux's FUSE client
+// sends, as the writer, before a write or truncation). Adjusts `s` as
+// Linux does: chmod by a caller outside the file's group drops setgid; a
+// change of owner or group drops setuid (and setgid when group-executable)
+// on non-directories; a truncation (size set, mode not) drops
+// KillPrivBits.
 int CheckSetAttr(const fs::Attr& a, const proto::Creds& c, uint32_t mask, fs::SetAttr& s);
 
 // Owner and mode for a new object in `dir`: the caller's uid; the

@@ -78,6 +78,53 @@ TEST(Access, SetAttrOwnerRules) {
   EXPECT_EQ(CheckSetAttr(File(0444), User(1000), proto::kSetSize, t), 0);
 }
 
+// A write or truncation by a caller without CAP_FSETID clears setuid, and
+// setgid when group-executable (Linux's should_remove_suid); anyone who may
+// write the file may clear them with a mode change (the FUSE kernel client
+// does, as the writer).
+TEST(Access, SetuidAndSetgidGoWithWritesAndTruncation) {
+  EXPECT_EQ(KillPrivBits(File(06777), User(1001)), 06000u);
+  EXPECT_EQ(KillPrivBits(File(06777), User(1000)), 06000u);  // the owner too
+  EXPECT_EQ(KillPrivBits(File(06777), User(0)), 0u);         // root holds CAP_FSETID
+  EXPECT_EQ(KillPrivBits(File(06767), User(1001)), 04000u);  // setgid without group execute stays
+  EXPECT_EQ(KillPrivBits(File(02767), User(1001)), 0u);
+  EXPECT_EQ(KillPrivBits(File(0777), User(1001)), 0u);
+  EXPECT_EQ(KillPrivBits(File(06777, 1000, 100, fs::FileType::kDirectory), User(1001)), 0u);
+
+  // Truncation: the same bits go, in the same change; a mode set with it wins.
+  fs::SetAttr t;
+  t.set_size = true;
+  ASSERT_EQ(CheckSetAttr(File(06777), User(1001), proto::kSetSize, t), 0);
+  EXPECT_TRUE(t.set_mode);
+  EXPECT_EQ(t.mode, 0777u);
+  fs::SetAttr r;
+  ASSERT_EQ(CheckSetAttr(File(06777), User(0), proto::kSetSize, r), 0);
+  EXPECT_FALSE(r.set_mode);  // root keeps them
+  fs::SetAttr m;
+  m.set_mode = true;
+  m.mode = 06700;
+  ASSERT_EQ(CheckSetAttr(File(06777), User(1000, 100), proto::kSetSize | proto::kSetMode, m), 0);
+  EXPECT_EQ(m.mode, 06700u);
+
+  // A mode change by someone else: only clearing setuid/setgid, only with
+  // write access.
+  auto chmod = [](const fs::Attr& f, uint32_t uid, uint32_t mode) {
+    fs::SetAttr s;
+    s.set_mode = true;
+    s.mode = mode;
+    return CheckSetAttr(f, User(uid), proto::kSetMode, s);
+  };
+  EXPECT_EQ(chmod(File(06777), 1001, 0777), 0);
+  EXPECT_EQ(chmod(File(06777), 1001, 02777), 0);      // setuid only (setgid then goes as in any chmod from outside
+                                                      // the group)
+  EXPECT_EQ(chmod(File(06777), 1001, 06777), EPERM);  // no change is no clearing
+  EXPECT_EQ(chmod(File(06777), 1001, 0776), EPERM);   // more than the bits
+  EXPECT_EQ(chmod(File(04777), 1001, 06777), EPERM);  // setting one
+  EXPECT_EQ(chmod(File(06755), 1001, 0755), EPERM);   // may not write the file
+  EXPECT_EQ(chmod(File(06775), 1001, 0775), EPERM);
+  EXPECT_EQ(chmod(File(06775, 1000, 500), 1001, 0775), 0);  // writes through its group
+}
+
 TEST(Access, NewObjectsInSetgidDirectories) {
   uint32_t mode = 0755, uid = 0, gid = 0;
   NewOwner(File(02775, 0, 300, fs::FileType::kDirectory), User(1000, 100), fs::FileType::kDirectory, mode, uid, gid);

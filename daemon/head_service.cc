@@ -458,19 +458,19 @@ bool Exec::Write() {
   if (!Load(r_.h, a)) return false;
   if (a.type == fs::FileType::kDirectory) return Error(EISDIR, "is a directory");
   if (!Deny(CheckData(a, r_.creds, proto::kAccessWrite), "write")) return false;
-  auto w = d_.Write(r_.h.volume, a.ino, r_.offset, r_.data.data(), r_.data.size());
-  if (!w.ok()) return Error(w.status());
-  fs::Attr post = *w;
-  // A write by anyone but root drops setuid (and setgid with group execute).
-  const uint32_t kill = 04000 | ((w->mode & 010) ? 02000u : 0u);
-  if (r_.creds.uid != 0 && (w->mode & kill)) {
+  // A write by a caller without CAP_FSETID (anyone but root) clears setuid,
+  // and setgid with group execute, before the data changes, as Linux's
+  // file_remove_privs does (and the change time moves).
+  if (const uint32_t kill = KillPrivBits(a, r_.creds)) {
     fs::SetAttr s;
     s.set_mode = true;
-    s.mode = w->mode & ~kill;
+    s.mode = a.mode & ~kill;
     auto killed = d_.SetAttrs(r_.h.volume, a.ino, s);
     if (!killed.ok()) return Error(killed.status());
-    post = *killed;
   }
+  auto w = d_.Write(r_.h.volume, a.ino, r_.offset, r_.data.data(), r_.data.size());
+  if (!w.ok()) return Error(w.status());
+  const fs::Attr& post = *w;
   // Either sync level: the file's data and metadata are made durable
   // (fs::Domain::Fsync has no cheaper data-only form), so the level reached
   // is file_sync.

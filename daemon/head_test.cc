@@ -358,6 +358,68 @@ TEST_F(HeadTest, PermissionsUseTheCallersCredentials) {
   EXPECT_EQ(nasgw_unlink(client_, &alice, &pub.handle, "mine"), 0);
 }
 
+// A write or truncation by anyone but root clears setuid, and setgid with
+// group execute, and moves the change time; root's do not. A non-owner may
+// clear the bits with a mode change if it may write the file (what Linux's
+// FUSE client sends), and nothing more.
+TEST_F(HeadTest, WritesAndTruncationsClearSetuidAndSetgid) {
+  const nasgw_cred bob{1001, 100, 0, nullptr};
+  nasgw_attr f = Create(root_.handle, "suid", NASGW_TYPE_REG, 0777);
+  auto chmod = [&](const nasgw_cred* cr, uint32_t mode) {
+    nasgw_sattr s{};
+    s.mask = NASGW_SET_MODE;
+    s.mode = mode;
+    return nasgw_setattr(client_, cr, &f.handle, &s, nullptr);
+  };
+  auto mode = [&] {
+    nasgw_attr a{};
+    EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f.handle, &a), 0);
+    return a.mode;
+  };
+  auto ctime = [&] {
+    nasgw_attr a{};
+    EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f.handle, &a), 0);
+    return std::make_pair(a.ctime.sec, a.ctime.nsec);
+  };
+  ASSERT_EQ(chmod(&kRoot, 06777), 0);
+  auto before = ctime();
+  nasgw_write_result w{};
+  ASSERT_EQ(nasgw_write(client_, &bob, &f.handle, 0, "x", 1, NASGW_UNSTABLE, &w), 1);
+  EXPECT_EQ(w.post.mode, 0777u);  // the reply shows it
+  EXPECT_EQ(mode(), 0777u);
+  EXPECT_GE(ctime(), before);
+  // Root writes: CAP_FSETID, the bits stay.
+  ASSERT_EQ(chmod(&kRoot, 06777), 0);
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, "x", 1, NASGW_UNSTABLE, nullptr), 1);
+  EXPECT_EQ(mode(), 06777u);
+  // setgid without group execute is not an execution privilege: it stays.
+  ASSERT_EQ(chmod(&kRoot, 06767), 0);
+  ASSERT_EQ(nasgw_write(client_, &bob, &f.handle, 0, "x", 1, NASGW_UNSTABLE, nullptr), 1);
+  EXPECT_EQ(mode(), 02767u);
+  // A truncation, even to the same size.
+  ASSERT_EQ(chmod(&kRoot, 06777), 0);
+  nasgw_sattr t{};
+  t.mask = NASGW_SET_SIZE;
+  t.size = 1;
+  nasgw_attr after{};
+  ASSERT_EQ(nasgw_setattr(client_, &bob, &f.handle, &t, &after), 0);
+  EXPECT_EQ(after.mode, 0777u);
+  // A non-owner's mode change: clearing the bits, yes; anything else, no.
+  // (In the file's group, bob may keep setgid; outside it, any chmod of
+  // his drops it.)
+  nasgw_sattr g{};
+  g.mask = NASGW_SET_GID;
+  g.gid = 100;
+  ASSERT_EQ(nasgw_setattr(client_, &kRoot, &f.handle, &g, nullptr), 0);
+  ASSERT_EQ(chmod(&kRoot, 06777), 0);
+  EXPECT_EQ(chmod(&bob, 0776), -EPERM);
+  EXPECT_EQ(chmod(&bob, 02777), 0);
+  EXPECT_EQ(mode(), 02777u);
+  ASSERT_EQ(chmod(&kRoot, 06755), 0);  // bob may not write it now
+  EXPECT_EQ(chmod(&bob, 0755), -EPERM);
+  EXPECT_EQ(mode(), 06755u);
+}
+
 // Many requests outstanding on few connections; replies come back in any
 // order and each lands in its own buffer.
 TEST_F(HeadTest, PipelinedAsyncIo) {

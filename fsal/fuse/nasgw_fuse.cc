@@ -23,7 +23,7 @@
 // restarted, or crashed, in between) fails with EIO, as a local file
 // system's fsync does when write-back failed.
 //
-//   nasgw-fuse [--socket PATH] --volume NAME [-f] MOUNTPOINT
+//   nasgw-fuse [--socket PATH] --volume NAME [--allow-other] [-f] MOUNTPOINT
 #define FUSE_USE_VERSION 312
 
 #include <fcntl.h>
@@ -397,11 +397,27 @@ uint32_t AccessOf(int flags) {
   }
 }
 
+// The kernel sends O_TRUNC with the open (atomic_o_trunc, Init): the file
+// is cut to 0 and, as open(2) does for O_TRUNC, its modification and change
+// times set to now, even when it was empty already; by the opener, so that
+// nasgwd's rules apply (write permission; setuid/setgid dropped for a
+// caller other than root).
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
-  int rc = nasgw_open(M(req)->client, &c, &h, AccessOf(fi->flags), nullptr);
+  nasgw_client* client = M(req)->client;
+  int rc = nasgw_open(client, &c, &h, AccessOf(fi->flags), nullptr);
   if (rc != 0) return (void)fuse_reply_err(req, -rc);
+  if (fi->flags & O_TRUNC) {
+    nasgw_sattr s{};
+    s.mask = NASGW_SET_SIZE | NASGW_SET_MTIME_NOW;
+    nasgw_attr a{};
+    rc = nasgw_setattr(client, &c, &h, &s, &a);
+    if (rc != 0) {
+      nasgw_release(client, &c, &h);
+      return (void)fuse_reply_err(req, -rc);
+    }
+  }
   fuse_reply_open(req, fi);
 }
 
@@ -570,18 +586,36 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   ReplyStatus(req, nasgw_removexattr(M(req)->client, &c, &h, name));
 }
 
+// What nasgw-fuse asks of the kernel, whatever libfuse's defaults:
+// atomic_o_trunc, so that O_TRUNC comes with the open (Open truncates, and
+// sets the times as open(2) does; without it the kernel sends a size change
+// without the times).
+//
+// setuid and setgid: before a write or a truncation by a caller without
+// CAP_FSETID, the kernel clears them itself, with a SETATTR of the mode
+// sent as that caller (seen on Linux 6.18 with libfuse 3.14 even when
+// handle_killpriv is negotiated); nasgwd accepts such a change from anyone
+// who may write the file, and clears them on WRITE and truncation too (for
+// NFS, and whatever the kernel does).
+void Init(void*, fuse_conn_info* conn) {
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+}
+
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "nasgw-fuse: %s\n"
-               "usage: nasgw-fuse [--socket PATH] --volume NAME [-f] MOUNTPOINT\n"
-               "  --socket PATH  nasgwd's head socket (default /run/nasgw/head.sock)\n",
+               "usage: nasgw-fuse [--socket PATH] --volume NAME [--allow-other] [-f] MOUNTPOINT\n"
+               "  --socket PATH  nasgwd's head socket (default /run/nasgw/head.sock)\n"
+               "  --allow-other  other users may use the mount too (FUSE's allow_other; nasgwd checks\n"
+               "                 each caller's credentials); a mount by another user than root needs\n"
+               "                 user_allow_other in /etc/fuse.conf\n",
                why.c_str());
   std::exit(2);
 }
 
 int Main(int argc, char** argv) {
   std::string socket = "/run/nasgw/head.sock", volume, mountpoint;
-  bool foreground = false;
+  bool foreground = false, allow_other = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -594,6 +628,8 @@ int Main(int argc, char** argv) {
       volume = next();
     } else if (a == "-f") {
       foreground = true;
+    } else if (a == "--allow-other") {
+      allow_other = true;
     } else if (!a.empty() && a[0] != '-' && mountpoint.empty()) {
       mountpoint = a;
     } else {
@@ -647,6 +683,7 @@ int Main(int argc, char** argv) {
   }
 
   fuse_lowlevel_ops ops{};
+  ops.init = Init;
   ops.lookup = Lookup;
   ops.forget = ForgetOne;
   ops.forget_multi = ForgetMany;
@@ -676,7 +713,8 @@ int Main(int argc, char** argv) {
   ops.removexattr = RemoveXattr;
 
   std::vector<std::string> fargs_s = {"nasgw-fuse", "-o",
-                                      "default_permissions,fsname=nasgw:" + volume + ",subtype=nasgw"};
+                                      std::string("default_permissions,") + (allow_other ? "allow_other," : "") +
+                                          "fsname=nasgw:" + volume + ",subtype=nasgw"};
   std::vector<char*> fargv;
   fargv.reserve(fargs_s.size());
   for (auto& s : fargs_s) fargv.push_back(s.data());

@@ -20,6 +20,7 @@ import os
 import random
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -320,12 +321,49 @@ def cmd_restart(a):
     return passed, failed
 
 
+# Run by another user than root (uid/gid 65534) in the mount: one step of
+# the setuid tests, by name, on a path. Prints "ok" or the errno.
+AS_USER = r"""
+import os, sys
+step, path = sys.argv[1], sys.argv[2]
+try:
+    if step == "write":
+        fd = os.open(path, os.O_WRONLY)
+        os.pwrite(fd, b"u", 0)
+        os.close(fd)
+    elif step == "truncate":
+        os.truncate(path, 1)
+    elif step == "open-trunc":
+        os.close(os.open(path, os.O_WRONLY | os.O_TRUNC))
+    print("ok")
+except OSError as e:
+    print(e.errno)
+"""
+
+
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
 def cmd_semantics(a):
     """What a program sees through the mount, one behaviour at a time:
-    durability (an fsync after nasgwd lost unstable writes fails EIO, once);
-    every check is printed."""
+    durability (an fsync after nasgwd lost unstable writes fails EIO, once),
+    O_TRUNC (size 0, times now, also for an empty file), setuid and setgid
+    (cleared by another user's write or truncation, as Linux does; root's
+    keep them); every check is printed. The mount is shared
+    (--allow-other), and the other user is uid 65534."""
     import errno
-    v = Volume(a)
+    v = Node(bins(a), luns=3, size="512M", tag="fuse")
+    try:
+        v.start()
+        v.format()
+        v.mount(options=["--allow-other"])
+    except Exception:
+        print(v.log_tail())
+        v.close()
+        raise
     passed = failed = 0
 
     def check(what, ok, detail=""):
@@ -365,6 +403,67 @@ def cmd_semantics(a):
         check("fsync after a clean nasgwd restart under an unstable write: EIO too (a new verifier)",
               got == errno.EIO, got)
         os.close(fd)
+
+        # O_TRUNC: the size goes to 0 and the modification and change times
+        # to now, in nasgwd (seen after a remount, past the kernel's cache),
+        # also for a file that was empty already.
+        full, empty = os.path.join(v.mount_path, "full"), os.path.join(v.mount_path, "empty")
+        with open(full, "wb") as f:
+            f.write(b"z" * 100000)
+        open(empty, "wb").close()
+        for p in (full, empty):
+            os.utime(p, (1000, 1000))
+        before = {p: os.stat(p).st_ctime_ns for p in (full, empty)}
+        for p in (full, empty):
+            os.close(os.open(p, os.O_WRONLY | os.O_TRUNC))
+        v.unmount()
+        v.mount()
+        for p, what in ((full, "a file of 100000 bytes"), (empty, "an empty file")):
+            st = os.stat(p)
+            check("open(O_TRUNC) of %s: size 0 (%d)" % (what, st.st_size), st.st_size == 0)
+            check("open(O_TRUNC) of %s: mtime now (%d)" % (what, st.st_mtime), st.st_mtime > 1000)
+            check("open(O_TRUNC) of %s: ctime moved" % what, st.st_ctime_ns > before[p])
+
+        # setuid/setgid: a write or truncation by another user clears them
+        # (setgid as it is group-executable) and moves ctime; root's do not.
+        shared = os.path.join(v.mount_path, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o777)
+        target = os.path.join(shared, "suid")
+        with open(target, "wb") as f:
+            f.write(b"root")
+
+        def other(step):
+            # (Debian's python: another user may not run the one under /root)
+            return subprocess.run(["/usr/bin/python3", "-c", AS_USER, step, target], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=60,
+                                  preexec_fn=as_nobody).stdout.strip()
+
+        def fresh_mode():
+            # The kernel's attribute cache is bypassed by a remount: nasgwd's
+            # word, not the kernel's.
+            v.unmount()
+            v.mount()
+            return stat.S_IMODE(os.stat(target).st_mode)
+
+        for step in ("write", "truncate", "open-trunc"):
+            os.chmod(target, 0o6777)
+            ctime = os.stat(target).st_ctime_ns
+            got = other(step)
+            check("uid 65534's %s of a root-owned 06777 file succeeds (%s)" % (step, got), got == "ok")
+            mode = fresh_mode()
+            check("...and clears setuid and setgid (%o)" % mode, mode == 0o777)
+            check("...and moves ctime", os.stat(target).st_ctime_ns > ctime)
+        os.chmod(target, 0o6777)
+        with open(target, "r+b") as f:
+            f.write(b"R")
+        mode = fresh_mode()
+        check("root's write keeps them (CAP_FSETID) (%o)" % mode, mode == 0o6777)
+        os.chmod(target, 0o6755)
+        got = other("write")
+        check("uid 65534 may not write a 06755 file (%s)" % got, got == str(errno.EACCES))
+        mode = fresh_mode()
+        check("...and the bits stay (%o)" % mode, mode == 0o6755)
         v.unmount()
         v.stop()
         v.fsck()

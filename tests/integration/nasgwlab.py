@@ -238,11 +238,17 @@ class Node:
             self.cli("volume", "create", volume, "--record-size", record)
 
     # ---- FUSE
-    def mount(self, volume="vol1"):
+    def mount(self, volume="vol1", options=None):
+        """options: more nasgw-fuse arguments (e.g. --allow-other); None: what
+        the last mount used (so a remount keeps them)."""
+        if options is None:
+            options = self.s.get("mount_options", [])
+        self.s["mount_options"] = list(options)
         os.makedirs(self.mount_path, exist_ok=True)
         log = open(self.mount_path + ".log", "a")
-        p = subprocess.Popen([self.s["bins"]["fuse"], "--socket", self.head_socket, "--volume", volume, "-f",
-                              self.mount_path], stdout=log, stderr=log, start_new_session=True)
+        p = subprocess.Popen([self.s["bins"]["fuse"], "--socket", self.head_socket, "--volume", volume] +
+                             list(options) + ["-f", self.mount_path], stdout=log, stderr=log,
+                             start_new_session=True)
         self.s["fuse_pid"] = p.pid
         deadline = time.monotonic() + MOUNT_TIMEOUT_S
         while not is_mounted(self.mount_path):

@@ -26,6 +26,9 @@ operations, libnfs-utils (nfs-cp, nfs-ls, nfs-cat) for v3 data. Checks:
               restarted; v3 WRITEs are all FILE_SYNC (Ganesha's v3 verifier is
               its own); WRITEs cost nasgwd no GETATTR (the reply's attributes
               answer Ganesha's)
+  setuid      a WRITE or a truncation by another user (uid 1000) of a
+              root-owned 06777 file clears setuid and setgid and moves ctime
+              (v3, v4.1); root's WRITE keeps them
 
   nfs_lab.py --build BUILD_DIR [--only NAME ...]
 """
@@ -677,8 +680,52 @@ def test_verifier(ctx):
     print("     (v3's verifier, Ganesha's own: %s before, %s after)" % (w3.get("verf"), w3b.get("verf")))
 
 
+SETUID = """
+c = connect('/vol1', ARGS['version'])
+u = connect('/vol1', ARGS['version'], uid=1000, gid=1000)
+d = ARGS['dir']
+c.mkdir(d, exist_ok=True)
+c.chmod(d, 0o777)
+p = d + '/f'
+with c.open(p, 'wb') as f:
+    f.write(b'root')
+r = {}
+for step in ('write', 'truncate'):
+    c.chmod(p, 0o6777)
+    before = c.stat(p).ctime
+    if step == 'write':
+        with u.open(p, 'r+b') as f:
+            f.write_at(b'u', 0)
+    else:
+        u.truncate(p, 1)
+    st = c.stat(p)
+    r[step] = [st.mode & 0o7777, st.ctime > before]
+c.chmod(p, 0o6777)
+with c.open(p, 'r+b') as f:
+    f.write_at(b'R', 0)
+r['root'] = c.stat(p).mode & 0o7777
+c.remove(p)
+c.rmdir(d)
+out(r)
+"""
+
+
+def test_setuid(ctx):
+    lab = ctx["lab"]
+    c1 = lab.client(1)
+    for version in ("3", "4.1"):
+        r = py(c1, lab, SETUID, {"version": version, "dir": "suid-v" + version})[0]
+        for step in ("write", "truncate"):
+            mode, moved = r[step]
+            check(mode == 0o777, "v%s: uid 1000's %s of a root-owned 06777 file clears setuid and setgid (%o)" %
+                  (version, step, mode))
+            check(moved, "v%s: ...and moves ctime" % version)
+        check(r["root"] == 0o6777, "v%s: root's WRITE keeps them (%o)" % (version, r["root"]))
+
+
 TESTS = [("namespace", test_namespace), ("data", test_data), ("exports", test_exports),
-         ("restart", test_restart), ("handles", test_handles), ("verifier", test_verifier)]
+         ("restart", test_restart), ("handles", test_handles), ("verifier", test_verifier),
+         ("setuid", test_setuid)]
 
 
 def main():
