@@ -148,7 +148,7 @@ TEST_F(DomainCrashTest, ThousandPowerCutsLoseNothingAnswered) {
       const int d = static_cast<int>(rng() % 2);
       const std::string name = "f" + std::to_string(rng() % 12);
       auto& m = model[d];
-      const bool exists = m.count(name) > 0;
+      const bool exists = m.contains(name);
       Status s;
       std::map<std::string, std::string> next = m;
       int other_dir = d;
@@ -233,19 +233,19 @@ TEST_F(DomainCrashTest, ThousandPowerCutsLoseNothingAnswered) {
         if (ud == d) skip.insert(n);
       }
       for (const auto& [name, content] : model[d]) {
-        if (skip.count(name)) continue;
+        if (skip.contains(name)) continue;
         auto it = actual.find(name);
         ASSERT_TRUE(it != actual.end()) << "cut " << cuts << ": answered file " << name << " lost";
         ASSERT_EQ(it->second.size(), content.size()) << "cut " << cuts << ": " << name;
         ASSERT_TRUE(it->second == content) << "cut " << cuts << ": " << name << " differs";
       }
       for (const auto& [name, content] : actual) {
-        if (skip.count(name)) continue;
+        if (skip.contains(name)) continue;
         ASSERT_TRUE(model[d].count(name)) << "cut " << cuts << ": " << name << " was never answered";
       }
       // The uncertain names: take what the domain says.
       for (const auto& n : skip) {
-        if (actual.count(n)) {
+        if (actual.contains(n)) {
           model[d][n] = actual[n];
         } else {
           model[d].erase(n);

@@ -42,7 +42,8 @@ class IntentLogTest : public ::testing::Test {
   }
 
   // Opens the log, collecting the replayed entries.
-  std::unique_ptr<IntentLog> Open(std::vector<std::pair<uint64_t, std::string>>* replayed, IntentLogOptions o = {}) {
+  std::unique_ptr<IntentLog> Open(std::vector<std::pair<uint64_t, std::string>>* replayed,
+                                  const IntentLogOptions& o = {}) {
     replayed->clear();
     auto log = IntentLog::Open(
         Devices(), extents_, salt_,
@@ -129,6 +130,7 @@ TEST_F(IntentLogTest, GroupCommitSharesOneWrite) {
   constexpr int kThreads = 16, kEach = 20;
   std::atomic<int> failures{0};
   std::vector<std::thread> ts;
+  ts.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) {
     ts.emplace_back([&, t] {
       for (int i = 0; i < kEach; i++) {
@@ -141,7 +143,7 @@ TEST_F(IntentLogTest, GroupCommitSharesOneWrite) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(failures.load(), 0);
   const auto st = log->Stats();
-  EXPECT_EQ(st.entries, uint64_t{kThreads * kEach});
+  EXPECT_EQ(st.entries, static_cast<uint64_t>(kThreads) * kEach);
   EXPECT_LT(st.records * 3, st.entries) << "records " << st.records;  // several entries per write
   EXPECT_GT(st.group_entries.max, 1u);
 }
@@ -210,7 +212,7 @@ TEST_F(IntentLogTest, TornTailIsIgnoredAndOverwritten) {
     ASSERT_EQ(r.size(), 12u);
   }
   // Find record 12's place: 12 records of 8 KiB after the superblocks.
-  const uint64_t rec12 = extents_[0].offset + kLogSuperBytes + 11 * 8192;
+  const uint64_t rec12 = extents_[0].offset + kLogSuperBytes + 11 * uint64_t{8192};
   ASSERT_TRUE(block::WriteSync(*devs_[0], (rec12 + 4096) / 512, zeros.data(), zeros.size(), true).ok());
   Attach();
   auto log = Open(&r);
@@ -256,6 +258,7 @@ TEST_F(IntentLogTest, PowerCutsKeepEveryAcknowledgedEntry) {
       auto log = Open(&r, o);
       ASSERT_TRUE(log);
       std::vector<std::thread> ts;
+      ts.reserve(4);
       for (int t = 0; t < 4; t++) {
         ts.emplace_back([&, t] {
           for (int i = 0; i < 30; i++) {
