@@ -52,7 +52,7 @@ $(TSAN_DIR)/CMakeCache.txt:
 # internal synchronisation is invisible to it.)
 tsan: deps $(TSAN_DIR)/CMakeCache.txt lab-gc
 	cmake --build $(TSAN_DIR) -j$(JOBS)
-	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1 ctest -L tsan -j1 --output-on-failure --timeout 600
+	cd $(TSAN_DIR) && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest -L tsan -j1 --output-on-failure --timeout 600
 
 # clang's thread-safety analysis (base/mutex.h: GUARDED_BY, REQUIRES, the
 # lock order as ACQUIRED_BEFORE) over everything, as errors. Debug without
