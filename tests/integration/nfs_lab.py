@@ -79,22 +79,6 @@ import errno, nfs_rs
 def connect(path, version, uid=0, gid=0):
     url = 'nfs://%s/%s?version=%s' % (ARGS['server'], path.lstrip('/'), version)
     return nfs_rs.Client.connect(url, uid=uid, gid=gid)
-def resume(fn):
-    # nfs-rs (0.8.7) now and then sends an NFSv4.1 request on a slot with
-    # the sequence id of the previous request on that slot; ganesha answers
-    # RETRY_UNCACHED_REP ("Not a replay request, maybe caused by
-    # nfs-client's bug") and nfs-rs reports an uncertain outcome, leaving
-    # recovery to the application: verify, then resume. Seen against
-    # FSAL_NASGW only so far, in about one run of four. Used only for
-    # operations that are harmless to repeat.
-    for attempt in range(5):
-        try:
-            return fn()
-        except Exception as e:
-            if not any(k in type(e).__name__ + str(e) for k in ('Uncertain', 'Retryable')):
-                raise
-            last = e
-    raise last
 def err(fn):
     try:
         fn()
@@ -249,7 +233,7 @@ out({'same': bytes(got) == bytes(model), 'len': len(got)})
 # a large directory, read in several READDIR round trips
 c.mkdir(ARGS['file'] + '.d')
 for i in range(300):
-    resume(lambda: c.touch('%s.d/file-%03d' % (ARGS['file'], i)))
+    c.touch('%s.d/file-%03d' % (ARGS['file'], i))
 names = c.listdir(ARGS['file'] + '.d')
 out({'entries': len(names), 'unique': len(set(names))})
 """
