@@ -58,6 +58,39 @@ constexpr uint32_t kReconnectBackoffMsMax = 2'000;
 // NOT READY becoming ready) before its error is returned.
 constexpr uint32_t kCommandRetriesMax = 16;
 
+// ---- cache/ (the write-back data cache) ----------------------------------
+
+// Dirty data held in memory before writers wait for the flusher. 256 MiB
+// absorbs several seconds of a 10GbE client burst and stays a small part of
+// a controller's memory; the minimum still holds a few largest writes.
+constexpr uint64_t kCacheDirtyBytesDefault = 256ull << 20;
+constexpr uint64_t kCacheDirtyBytesMin = 4ull << 20;
+constexpr uint64_t kCacheDirtyBytesMax = 64ull << 30;
+
+// Age of the oldest dirty byte of a file before the flusher writes it: the
+// window in which overwrites and neighbouring writes coalesce, and the most
+// an unstable writer that never commits has in memory only.
+constexpr uint32_t kCacheFlushAfterMsDefault = 1'000;
+constexpr uint32_t kCacheFlushAfterMsMin = 10;
+constexpr uint32_t kCacheFlushAfterMsMax = 60'000;
+
+// A writer waiting for dirty space this long fails with Busy (NFS clients
+// retry) rather than hang.
+constexpr uint32_t kCacheStallTimeoutMsDefault = 30'000;
+constexpr uint32_t kCacheStallTimeoutMsMin = 100;
+constexpr uint32_t kCacheStallTimeoutMsMax = 600'000;
+
+// Most data one flush transaction carries: bounds the memory and the time
+// the domain lock is held for one file.
+constexpr uint64_t kCacheFlushBytesMax = 16ull << 20;
+
+// Largest one cached write (the head protocol's largest WRITE).
+constexpr uint64_t kCacheWriteBytesMax = 16ull << 20;
+
+// Adjacent dirty ranges of a file are joined up to this size (so a sequential
+// stream is one piece per MiB, and joining never copies more than this).
+constexpr uint64_t kCacheRangeBytesMax = 1ull << 20;
+
 static_assert(kPathTimeoutMsDefault < kIoTimeoutMsDefault, "paths must fail over before I/O times out");
 static_assert(kReconnectBackoffMsMax < kIoTimeoutMsDefault);
 static_assert(kQueueDepthDefault <= kQueueDepthMax);

@@ -104,12 +104,6 @@ int ErrnoOf(const Status& s) {
 
 namespace {
 
-fs::Timespec Now() {
-  struct timespec t;
-  clock_gettime(CLOCK_REALTIME, &t);
-  return {t.tv_sec, static_cast<uint32_t>(t.tv_nsec)};
-}
-
 struct Fail {
   int err;
   std::string why;
@@ -402,7 +396,7 @@ bool Exec::Mount() {
 bool Exec::SetAttr() {
   fs::Attr a;
   if (!Load(r_.h, a)) return false;
-  fs::SetAttr s = FromWire(r_.set, Now());
+  fs::SetAttr s = FromWire(r_.set, fs::Now());
   if (!Deny(CheckSetAttr(a, r_.creds, r_.set.mask, s), "change attributes")) return false;
   return Set(d_.SetAttrs(r_.h.volume, a.ino, s));
 }

@@ -44,7 +44,36 @@ Status Domain::Impl::WriteExtents(const std::vector<Extent>& extents, const uint
 
 Status Domain::Impl::RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
                                     uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) {
+  // The records from first to last, with the one piece (if any) in them.
   const uint64_t rs = v.record_bytes;
+  std::vector<WritePiece> pieces;
+  if (n > 0) pieces.push_back({off, data, n});
+  return RewriteRun(t, vol, in, v, first, last, new_size, pieces, rs);
+}
+
+Status Domain::Impl::RewritePieces(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t new_size,
+                                   const std::vector<WritePiece>& pieces) {
+  // Runs of consecutive records, each loaded with one scan.
+  const uint64_t rs = v.record_bytes;
+  size_t i = 0;
+  while (i < pieces.size()) {
+    const uint64_t first = pieces[i].off / rs;
+    uint64_t last = (pieces[i].off + pieces[i].n - 1) / rs;
+    size_t j = i + 1;
+    while (j < pieces.size() && pieces[j].off / rs <= last + 1) {
+      last = std::max(last, (pieces[j].off + pieces[j].n - 1) / rs);
+      j++;
+    }
+    std::vector<WritePiece> run(pieces.begin() + static_cast<std::ptrdiff_t>(i),
+                                pieces.begin() + static_cast<std::ptrdiff_t>(j));
+    NASGW_RETURN_IF_ERROR(RewriteRun(t, vol, in, v, first, last, new_size, run, rs));
+    i = j;
+  }
+  return Status();
+}
+
+Status Domain::Impl::RewriteRun(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
+                                uint64_t new_size, const std::vector<WritePiece>& pieces, uint64_t rs) {
   auto loaded = LoadRecords(vol, in.a.ino, first, last);
   if (!loaded.ok()) return loaded.status();
   const auto& old = *loaded;
@@ -67,6 +96,7 @@ Status Domain::Impl::RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& 
     }
   } release{*space, need, taken};
   std::vector<uint8_t> buf(rs);
+  size_t p = 0;  // the first piece that may reach record r
   for (uint64_t r = first; r <= last; r++) {
     const uint64_t start = r * rs;
     if (start >= new_size) break;
@@ -84,9 +114,11 @@ Status Domain::Impl::RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& 
     }
     if (valid < rs) std::memset(buf.data() + valid, 0, rs - valid);
     // The new bytes that fall into this record.
-    if (n > 0 && off < start + rs && off + n > start) {
-      const uint64_t from = std::max(off, start), to = std::min(off + n, start + rs);
-      std::memcpy(buf.data() + (from - start), data + (from - off), to - from);
+    while (p < pieces.size() && pieces[p].off + pieces[p].n <= start) p++;
+    for (size_t q = p; q < pieces.size() && pieces[q].off < start + rs; q++) {
+      const WritePiece& w = pieces[q];
+      const uint64_t from = std::max(w.off, start), to = std::min(w.off + w.n, start + rs);
+      if (from < to) std::memcpy(buf.data() + (from - start), w.data + (from - w.off), to - from);
     }
     auto got = space->AllocateReserved(len);
     if (!got.ok()) return got.status();
@@ -158,6 +190,48 @@ Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const vo
   }
   in->a.size = new_size;
   Impl::Touch(*in, true);
+  impl_->PutInode(t, vol, *in);
+  impl_->PutVolume(t, vol, *v);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
+  return in->a;
+}
+
+Result<Attr> Domain::WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
+                            const Timespec& mtime) {
+  uint64_t end = 0;
+  for (size_t i = 0; i < pieces.size(); i++) {
+    const WritePiece& w = pieces[i];
+    if (w.n == 0 || w.data == nullptr) return Status::InvalidArgument("empty write piece");
+    if (w.off > kFileSizeMax || w.n > kFileSizeMax - w.off) return Status::OutOfRange("file would exceed 2^63 bytes");
+    if (i > 0 && w.off < pieces[i - 1].off + pieces[i - 1].n) {
+      return Status::InvalidArgument("write pieces overlap or are out of order");
+    }
+    end = std::max(end, w.off + w.n);
+  }
+  WriterLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status().code() == Code::kNotFound ? Status(Code::kStale, "volume is gone") : v.status();
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) {
+    return in.status().code() == Code::kNotFound ? Status(Code::kStale, "inode " + std::to_string(ino) + " is gone")
+                                                 : in.status();
+  }
+  if (in->a.gen != gen) return Status(Code::kStale, "inode " + std::to_string(ino) + " was reused");
+  if (in->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
+  if (pieces.empty()) return in->a;
+  const uint64_t new_size = std::max(in->a.size, end);
+  Impl::Txn t;
+  Status s = impl_->RewritePieces(t, vol, *in, *v, new_size, pieces);
+  if (!s.ok()) {
+    t.Abandon(*impl_->space);
+    return s;
+  }
+  in->a.size = new_size;
+  in->a.mtime = mtime;
+  in->a.ctime = std::max(in->a.ctime, mtime);
+  in->a.change++;
   impl_->PutInode(t, vol, *in);
   impl_->PutVolume(t, vol, *v);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));

@@ -30,6 +30,7 @@
 // domain are applied under its lock, and wait for the log without it.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -67,7 +68,11 @@ struct Timespec {
   int64_t sec = 0;
   uint32_t nsec = 0;
   bool operator==(const Timespec&) const = default;
+  auto operator<=>(const Timespec&) const = default;
 };
+
+// The wall clock as a file time.
+Timespec Now();
 
 struct Attr {
   uint64_t ino = 0;
@@ -83,6 +88,13 @@ struct Attr {
   uint64_t rdev = 0;
   Timespec atime, mtime, ctime, btime;
   uint64_t change = 0;  // bumps on every change (NFSv4 change attribute)
+};
+
+// A piece of file data to write: `n` bytes at file offset `off`.
+struct WritePiece {
+  uint64_t off = 0;
+  const uint8_t* data = nullptr;
+  size_t n = 0;
 };
 
 struct SetAttr {
@@ -214,6 +226,14 @@ class Domain {
   // ---- data
   Result<size_t> Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out);
   Result<Attr> Write(uint32_t vol, uint64_t ino, uint64_t offset, const void* data, size_t n);
+  // Several pieces of one file (sorted by offset, not overlapping) in one
+  // transaction, each record they touch rewritten once: the write-back
+  // cache's flush (cache/). `gen` must be the file's generation (Stale
+  // otherwise: the file went and its number is not this one's), and `mtime`
+  // becomes its modification and change time (when the data was written, not
+  // when it was flushed).
+  Result<Attr> WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
+                      const Timespec& mtime);
   Status Fsync(uint32_t vol, uint64_t ino);
 
   StatFs Statfs();

@@ -55,8 +55,6 @@ namespace nasgw::fs {
 
 constexpr uint64_t kDataBlock = 4096;  // data extents are whole 4 KiB blocks
 
-// The wall clock as a file time.
-Timespec Now();
 // InvalidArgument unless `name` can be a directory entry (or a volume's name).
 Status CheckName(const std::string& name);
 
@@ -189,6 +187,12 @@ struct Domain::Impl {
   // writes anything, so NoSpace changes nothing.
   Status RewriteRecords(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t first, uint64_t last,
                         uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) REQUIRES(mu);
+  // The same for several pieces (sorted by offset, not overlapping): each
+  // record they touch is rewritten once, with every piece that falls in it.
+  Status RewritePieces(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t new_size,
+                       const std::vector<WritePiece>& pieces) REQUIRES(mu);
+  Status RewriteRun(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t first, uint64_t last,
+                    uint64_t new_size, const std::vector<WritePiece>& pieces, uint64_t rs) REQUIRES(mu);
 
   // ---- exports (fs/exports.cc): mu held (shared for reads, exclusively
   // for changes).

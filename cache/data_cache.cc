@@ -1,0 +1,458 @@
+#include "cache/data_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/log_limit.h"
+
+namespace nasgw::cache {
+
+namespace {
+
+// Dirty ranges of one file: offset -> bytes, sorted, never overlapping.
+using Ranges = std::map<uint64_t, std::vector<uint8_t>>;
+
+uint64_t EndOf(const Ranges& r) {
+  if (r.empty()) return 0;
+  const auto& last = *r.rbegin();
+  return last.first + last.second.size();
+}
+
+// Puts [off, off+n) over whatever `r` holds there; returns how many bytes
+// `r` grew by (the new bytes minus those they replaced).
+int64_t Put(Ranges& r, uint64_t off, const uint8_t* data, size_t n) {
+  const uint64_t end = off + n;
+  int64_t grew = static_cast<int64_t>(n);
+  // The ranges that overlap [off, end): cut or remove them.
+  auto it = r.upper_bound(off);
+  if (it != r.begin()) {
+    auto prev = std::prev(it);
+    const uint64_t pend = prev->first + prev->second.size();
+    if (pend > off) {
+      if (pend > end) {
+        // `prev` holds all of [off, end): overwrite in place.
+        std::memcpy(prev->second.data() + (off - prev->first), data, n);
+        return 0;
+      }
+      grew -= static_cast<int64_t>(pend - off);
+      prev->second.resize(off - prev->first);  // keeps [prev, off)
+      if (prev->second.empty()) r.erase(prev);
+    }
+  }
+  it = r.lower_bound(off);
+  while (it != r.end() && it->first < end) {
+    const uint64_t iend = it->first + it->second.size();
+    if (iend <= end) {
+      grew -= static_cast<int64_t>(it->second.size());
+      it = r.erase(it);
+      continue;
+    }
+    // Keeps [end, iend) of it.
+    grew -= static_cast<int64_t>(end - it->first);
+    std::vector<uint8_t> tail(it->second.begin() + static_cast<std::ptrdiff_t>(end - it->first), it->second.end());
+    r.erase(it);
+    r.emplace(end, std::move(tail));
+    break;
+  }
+  // Joins the range that ends at off (appending is amortised, so a
+  // sequential stream costs one copy), up to the join limit.
+  auto at = r.end();
+  it = r.lower_bound(off);
+  if (it != r.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second.size() == off && prev->second.size() + n <= limits::kCacheRangeBytesMax) {
+      prev->second.insert(prev->second.end(), data, data + n);
+      at = prev;
+    }
+  }
+  if (at == r.end()) at = r.emplace(off, std::vector<uint8_t>(data, data + n)).first;
+  auto next = std::next(at);
+  if (next != r.end() && next->first == end && at->second.size() + next->second.size() <= limits::kCacheRangeBytesMax) {
+    at->second.insert(at->second.end(), next->second.begin(), next->second.end());
+    r.erase(next);
+  }
+  return grew;
+}
+
+uint64_t BytesOf(const Ranges& r) {
+  uint64_t b = 0;
+  for (const auto& [o, v] : r) b += v.size();
+  return b;
+}
+
+// Copies what `r` holds of [off, off+n) into out (out[0] is file offset off).
+uint64_t CopyOut(const Ranges& r, uint64_t off, size_t n, uint8_t* out) {
+  uint64_t copied = 0;
+  const uint64_t end = off + n;
+  auto it = r.upper_bound(off);
+  if (it != r.begin()) it = std::prev(it);
+  for (; it != r.end() && it->first < end; ++it) {
+    const uint64_t from = std::max(off, it->first), to = std::min(end, it->first + it->second.size());
+    if (from >= to) continue;
+    std::memcpy(out + (from - off), it->second.data() + (from - it->first), to - from);
+    copied += to - from;
+  }
+  return copied;
+}
+
+}  // namespace
+
+struct DataCache::File {
+  explicit File(Key k) : key(k) {}
+  const Key key;
+  Mutex flush_mu;  // one flush (or flush-then-change) of this file at a time
+  Mutex mu;
+  uint64_t gen GUARDED_BY(mu) = 0;
+  Ranges dirty GUARDED_BY(mu);     // newest; written by no flush yet
+  Ranges flushing GUARDED_BY(mu);  // being written by the flush in progress
+  fs::Timespec mtime GUARDED_BY(mu);
+  uint64_t since_ns GUARDED_BY(mu) = 0;   // monotonic time dirty became non-empty
+  uint64_t flush_seq GUARDED_BY(mu) = 0;  // flushes completed (reads retry across one)
+  bool retired GUARDED_BY(mu) = false;    // out of files_: make a new File
+};
+
+Status DataCacheOptions::Validate() const {
+  if (dirty_bytes < limits::kCacheDirtyBytesMin || dirty_bytes > limits::kCacheDirtyBytesMax) {
+    return Status::InvalidArgument("cache dirty_bytes must be " + std::to_string(limits::kCacheDirtyBytesMin) + ".." +
+                                   std::to_string(limits::kCacheDirtyBytesMax));
+  }
+  if (flush_after_ms < limits::kCacheFlushAfterMsMin || flush_after_ms > limits::kCacheFlushAfterMsMax) {
+    return Status::InvalidArgument("cache flush_after_ms must be " + std::to_string(limits::kCacheFlushAfterMsMin) +
+                                   ".." + std::to_string(limits::kCacheFlushAfterMsMax));
+  }
+  if (stall_timeout_ms < limits::kCacheStallTimeoutMsMin || stall_timeout_ms > limits::kCacheStallTimeoutMsMax) {
+    return Status::InvalidArgument("cache stall_timeout_ms must be " + std::to_string(limits::kCacheStallTimeoutMsMin) +
+                                   ".." + std::to_string(limits::kCacheStallTimeoutMsMax));
+  }
+  if (flush_bytes_max == 0 || flush_bytes_max > limits::kCacheFlushBytesMax) {
+    return Status::InvalidArgument("cache flush_bytes_max must be 1.." + std::to_string(limits::kCacheFlushBytesMax));
+  }
+  return Status();
+}
+
+DataCache::DataCache(std::weak_ptr<fs::Domain> domain, const DataCacheOptions& o) : domain_(std::move(domain)), o_(o) {
+  flusher_ = std::thread([this] { FlusherLoop(); });
+}
+
+DataCache::~DataCache() {
+  Close().IgnoreError();  // logged by FlushAll
+}
+
+std::shared_ptr<DataCache::File> DataCache::Find(Key k) const {
+  MutexLock l(mu_);
+  auto it = files_.find(k);
+  return it == files_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<DataCache::File> DataCache::FindOrMake(Key k, uint64_t gen) {
+  MutexLock l(mu_);
+  auto& f = files_[k];
+  if (f == nullptr) {
+    f = std::make_shared<File>(k);
+    MutexLock fl(f->mu);
+    f->gen = gen;
+  }
+  return f;
+}
+
+Status DataCache::Admit() {
+  MutexLock l(mu_);
+  if (dirty_.load() < o_.dirty_bytes) return Status();
+  c_.stalls++;
+  flusher_cv_.NotifyAll();
+  const bool room = space_cv_.WaitFor(mu_, std::chrono::milliseconds(o_.stall_timeout_ms),
+                                      [&]() REQUIRES(mu_) { return dirty_.load() < o_.dirty_bytes || stop_; });
+  if (room) return Status();
+  c_.stall_timeouts++;
+  return Status::Busy("the write-back cache is full (" + std::to_string(dirty_.load()) +
+                      " dirty bytes) and flushes did not make room within " + std::to_string(o_.stall_timeout_ms) +
+                      " ms");
+}
+
+void DataCache::Release(uint64_t bytes) {
+  if (bytes == 0) return;
+  dirty_.fetch_sub(bytes);
+  MutexLock l(mu_);
+  space_cv_.NotifyAll();
+}
+
+Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off, const void* data, size_t n,
+                                  bool stable, bool* stable_out) {
+  *stable_out = false;
+  if (n > limits::kCacheWriteBytesMax) return Status::InvalidArgument("write larger than the cache takes at once");
+  if (off > fs::kFileSizeMax || n > fs::kFileSizeMax - off) return Status::OutOfRange("file would exceed 2^63 bytes");
+  if (a.type == fs::FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
+  if (a.type != fs::FileType::kRegular) return Status::InvalidArgument("not a regular file");
+  bool through = stable || o_.write_through;
+  {
+    MutexLock l(mu_);
+    through = through || closed_;
+  }
+  if (n == 0) return Overlay(vol, a);
+  if (!through) NASGW_RETURN_IF_ERROR(Admit());
+  const Key k{vol, a.ino};
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  std::shared_ptr<File> f;
+  uint64_t freed = 0;
+  for (;;) {
+    f = FindOrMake(k, a.gen);
+    MutexLock l(f->mu);
+    if (f->retired) continue;  // emptied and dropped as we found it
+    if (f->gen != a.gen) {
+      // A file of this number that is gone (its flush would be Stale).
+      freed += BytesOf(f->dirty);
+      c_.flush_dropped += BytesOf(f->dirty);
+      f->dirty.clear();
+      f->gen = a.gen;
+    }
+    if (f->dirty.empty()) f->since_ns = MonotonicNanos();
+    const int64_t grew = Put(f->dirty, off, bytes, n);
+    if (grew > 0) dirty_.fetch_add(static_cast<uint64_t>(grew));
+    if (grew < 0) freed += static_cast<uint64_t>(-grew);
+    f->mtime = std::max(f->mtime, fs::Now());
+    break;
+  }
+  Release(freed);
+  c_.bytes_written += n;
+  if (!through) {
+    c_.writes_cached++;
+    return Overlay(vol, a);
+  }
+  c_.writes_stable++;
+  NASGW_RETURN_IF_ERROR(FlushFile(f));
+  *stable_out = true;
+  auto d = domain_.lock();
+  if (d == nullptr) return Status::Unavailable("the domain is closed");
+  auto now = d->GetAttr(vol, a.ino);
+  if (!now.ok()) return now.status();
+  return Overlay(vol, *now);
+}
+
+Result<size_t> DataCache::Read(uint32_t vol, const fs::Attr& a, uint64_t off, size_t n, void* out, uint64_t* size_out) {
+  auto d = domain_.lock();
+  if (d == nullptr) return Status::Unavailable("the domain is closed");
+  auto* dst = static_cast<uint8_t*>(out);
+  std::shared_ptr<File> f = Find({vol, a.ino});
+  if (f == nullptr) {
+    *size_out = a.size;
+    return d->Read(vol, a.ino, off, n, out);
+  }
+  // The domain's bytes, then the dirty ones over them. A flush that
+  // completes between the two moves bytes from `flushing` into the domain
+  // after the domain was read: then read again (a flush is rare next to a
+  // read); the third time, hold flushes off.
+  for (int attempt = 0;; attempt++) {
+    std::unique_ptr<MutexLock> hold;
+    if (attempt >= 2) hold = std::make_unique<MutexLock>(f->flush_mu);
+    uint64_t seq = 0, dirty_end = 0;
+    {
+      MutexLock l(f->mu);
+      seq = f->flush_seq;
+      if (f->gen == a.gen) dirty_end = std::max(EndOf(f->dirty), EndOf(f->flushing));
+    }
+    // The file's size as the client sees it decides how much there is.
+    const uint64_t size = std::max(a.size, dirty_end);
+    *size_out = size;
+    if (off >= size) return size_t{0};
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, size - off));
+    auto got = d->Read(vol, a.ino, off, want, out);
+    if (!got.ok()) return got.status();
+    if (*got < want) std::memset(dst + *got, 0, want - *got);  // past the committed end: zeros until dirty
+    MutexLock l(f->mu);
+    if (f->flush_seq != seq) continue;
+    if (f->gen == a.gen) {
+      c_.read_bytes_dirty += CopyOut(f->flushing, off, want, dst);
+      c_.read_bytes_dirty += CopyOut(f->dirty, off, want, dst);
+    }
+    return want;
+  }
+}
+
+fs::Attr DataCache::Overlay(uint32_t vol, fs::Attr a) const {
+  std::shared_ptr<File> f = Find({vol, a.ino});
+  if (f == nullptr) return a;
+  MutexLock l(f->mu);
+  if (f->gen != a.gen || (f->dirty.empty() && f->flushing.empty())) return a;
+  a.size = std::max({a.size, EndOf(f->dirty), EndOf(f->flushing)});
+  a.mtime = std::max(a.mtime, f->mtime);
+  a.ctime = std::max(a.ctime, f->mtime);
+  return a;
+}
+
+Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
+  MutexLock fl(f->flush_mu);
+  const auto [vol, ino] = f->key;
+  uint64_t gen = 0;
+  fs::Timespec mtime;
+  std::vector<fs::WritePiece> pieces;
+  {
+    MutexLock l(f->mu);
+    if (f->dirty.empty()) return Status();
+    f->flushing = std::move(f->dirty);
+    f->dirty.clear();
+    gen = f->gen;
+    mtime = f->mtime;
+    // Only this flush changes `flushing` (under flush_mu): the pieces stay
+    // valid while it writes them, and readers only read them.
+    for (const auto& [o, v] : f->flushing) {
+      for (uint64_t at = 0; at < v.size(); at += o_.flush_bytes_max) {
+        const auto k = static_cast<size_t>(std::min<uint64_t>(o_.flush_bytes_max, v.size() - at));
+        pieces.push_back({o + at, v.data() + at, k});
+      }
+    }
+  }
+  // In transactions of at most flush_bytes_max.
+  Status s;
+  auto d = domain_.lock();
+  if (d == nullptr) s = Status::Unavailable("the domain is closed");
+  size_t i = 0;
+  while (s.ok() && i < pieces.size()) {
+    size_t j = i;
+    uint64_t bytes = 0;
+    while (j < pieces.size() && (j == i || bytes + pieces[j].n <= o_.flush_bytes_max)) bytes += pieces[j++].n;
+    std::vector<fs::WritePiece> batch(pieces.begin() + static_cast<std::ptrdiff_t>(i),
+                                      pieces.begin() + static_cast<std::ptrdiff_t>(j));
+    const uint64_t t0 = MonotonicNanos();
+    auto r = d->WriteV(vol, ino, gen, batch, mtime);
+    c_.flush_nanos += MonotonicNanos() - t0;
+    if (!r.ok()) {
+      s = r.status();
+      break;
+    }
+    c_.flushes++;
+    c_.flush_bytes += bytes;
+    i = j;
+  }
+  // A file that is gone (or a domain that is) takes its dirty data with it.
+  const bool gone = !s.ok() && (s.code() == Code::kStale || s.code() == Code::kNotFound || d == nullptr);
+  uint64_t freed = 0;
+  bool empty = false;
+  {
+    MutexLock l(f->mu);
+    const uint64_t before = BytesOf(f->flushing) + BytesOf(f->dirty);
+    if (s.ok() || gone) {
+      if (gone) c_.flush_dropped += BytesOf(f->flushing);
+      f->flushing.clear();
+    } else {
+      // Back under what was written since: it is tried again later.
+      Ranges back = std::move(f->flushing);
+      f->flushing.clear();
+      for (const auto& [o, v] : f->dirty) Put(back, o, v.data(), v.size());
+      f->dirty = std::move(back);
+    }
+    freed = before - BytesOf(f->flushing) - BytesOf(f->dirty);
+    f->flush_seq++;
+    empty = f->dirty.empty() && f->flushing.empty();
+  }
+  Release(freed);
+  if (empty) Retire(f);
+  if (!s.ok() && !gone) {
+    c_.flush_errors++;
+    if (auto rep = flush_log_.Add("flush", MonotonicNanos(), s.ToString())) {
+      NASGW_LOG(kWarn, "cache") << "flush failed; the data stays dirty" << Kv("volume", vol) << Kv("ino", ino)
+                                << Kv("failures", rep->count) << Kv("error", rep->note);
+    }
+    return s;
+  }
+  return gone && d == nullptr ? s : Status();
+}
+
+Status DataCache::Flush(uint32_t vol, uint64_t ino) {
+  std::shared_ptr<File> f = Find({vol, ino});
+  if (f == nullptr) return Status();
+  return FlushFile(f);
+}
+
+Status DataCache::FlushAll() {
+  std::vector<std::shared_ptr<File>> all;
+  {
+    MutexLock l(mu_);
+    for (const auto& [k, f] : files_) all.push_back(f);
+  }
+  Status first;
+  for (const auto& f : all) {
+    Status s = FlushFile(f);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status DataCache::Close() {
+  {
+    MutexLock l(mu_);
+    if (closed_) return Status();
+    closed_ = true;
+  }
+  Status s = FlushAll();
+  {
+    MutexLock l(mu_);
+    stop_ = true;
+    flusher_cv_.NotifyAll();
+    space_cv_.NotifyAll();
+  }
+  if (flusher_.joinable()) flusher_.join();
+  return s;
+}
+
+void DataCache::Retire(const std::shared_ptr<File>& f) {
+  MutexLock l(mu_);
+  auto it = files_.find(f->key);
+  if (it == files_.end() || it->second != f) return;
+  MutexLock fl(f->mu);
+  if (!f->dirty.empty() || !f->flushing.empty()) return;
+  f->retired = true;
+  files_.erase(it);
+}
+
+void DataCache::FlusherLoop() {
+  const uint64_t after_ns = uint64_t{o_.flush_after_ms} * 1'000'000;
+  const auto tick = std::chrono::milliseconds(std::max<uint32_t>(o_.flush_after_ms / 4, 5));
+  MutexLock l(mu_);
+  while (!stop_) {
+    flusher_cv_.WaitFor(mu_, tick);
+    if (stop_) break;
+    // Files whose oldest dirty byte is due, or (over half the budget) the
+    // oldest files whatever their age.
+    const bool pressed = dirty_.load() >= o_.dirty_bytes / 2;
+    const uint64_t now = MonotonicNanos();
+    std::vector<std::pair<uint64_t, std::shared_ptr<File>>> due;
+    for (const auto& [k, f] : files_) {
+      MutexLock fl(f->mu);
+      if (f->dirty.empty()) continue;
+      if (pressed || now - f->since_ns >= after_ns) due.emplace_back(f->since_ns, f);
+    }
+    if (due.empty()) continue;
+    std::sort(due.begin(), due.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    l.Unlock();
+    for (const auto& [since, f] : due) {
+      FlushFile(f).IgnoreError();  // counted and logged; the data stays dirty
+      if (pressed && dirty_.load() < o_.dirty_bytes / 4) break;
+    }
+    l.Lock();
+  }
+}
+
+DataCacheStats DataCache::stats() const {
+  DataCacheStats s;
+  s.dirty_bytes = dirty_.load();
+  {
+    MutexLock l(mu_);
+    s.dirty_files = files_.size();
+  }
+  s.writes_cached = c_.writes_cached;
+  s.writes_stable = c_.writes_stable;
+  s.bytes_written = c_.bytes_written;
+  s.read_bytes_dirty = c_.read_bytes_dirty;
+  s.flushes = c_.flushes;
+  s.flush_bytes = c_.flush_bytes;
+  s.flush_errors = c_.flush_errors;
+  s.flush_dropped = c_.flush_dropped;
+  s.stalls = c_.stalls;
+  s.stall_timeouts = c_.stall_timeouts;
+  s.flush_nanos_total = c_.flush_nanos;
+  return s;
+}
+
+}  // namespace nasgw::cache

@@ -1,0 +1,136 @@
+// The write-back data cache: the acknowledgement point of unstable writes
+// (docs/architecture.md, "The write path"; the brief's decision 5).
+//
+// A write the head marks unstable (an NFS UNSTABLE WRITE, a FUSE write) is
+// copied once into the file's dirty ranges and answered: nothing touches the
+// SAN. A flusher writes a file's dirty ranges later, all of them in one
+// transaction of the domain (fs::Domain::WriteV), when they are older than
+// flush_after_ms or when the cache holds more than half its dirty budget. A
+// stable write, a COMMIT, an fsync and a SETATTR flush the file first, so
+// everything a client was told is durable is on the SAN when it is answered.
+// Until then what a client reads and the attributes it is shown (size, mtime,
+// ctime) include the dirty data.
+//
+// Answered-but-unflushed data is lost when nasgwd dies; the write verifier
+// changes with every opening of the domain (daemon/node.cc), so NFS clients
+// resend what they had not committed. The controller-pair issue adds "and in
+// the partner's memory" as a second acknowledgement point: the seam is Write
+// (after the copy, before the answer) and Flush (the release).
+//
+// Bounded: dirty bytes never pass dirty_bytes by more than one write (at most
+// limits::kCacheWriteBytesMax); a writer that finds the cache full waits for
+// the flusher (backpressure) and fails with Busy after stall_timeout_ms.
+//
+// Thread-safety: every method may be called concurrently. Lock order:
+// File::flush_mu > DataCache::mu_ > File::mu.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "base/limits.h"
+#include "base/log_limit.h"
+#include "base/mutex.h"
+#include "base/status.h"
+#include "fs/domain.h"
+
+namespace nasgw::cache {
+
+struct DataCacheOptions {
+  uint64_t dirty_bytes = limits::kCacheDirtyBytesDefault;
+  uint32_t flush_after_ms = limits::kCacheFlushAfterMsDefault;
+  uint32_t stall_timeout_ms = limits::kCacheStallTimeoutMsDefault;
+  // Most bytes one flush transaction carries; a file with more is flushed in
+  // several transactions.
+  uint64_t flush_bytes_max = limits::kCacheFlushBytesMax;
+  // Strict mode: every write is flushed before it is answered (today's
+  // write-through behaviour; answered FILE_SYNC).
+  bool write_through = false;
+
+  Status Validate() const;
+};
+
+struct DataCacheStats {
+  uint64_t dirty_bytes = 0;        // dirty and being flushed, now
+  uint64_t dirty_files = 0;        // files with dirty data, now
+  uint64_t writes_cached = 0;      // answered from memory
+  uint64_t writes_stable = 0;      // flushed before the answer (stable, strict)
+  uint64_t bytes_written = 0;      // by clients, through the cache
+  uint64_t read_bytes_dirty = 0;   // bytes reads took from dirty data
+  uint64_t flushes = 0;            // flush transactions committed
+  uint64_t flush_bytes = 0;        // bytes they carried
+  uint64_t flush_errors = 0;       // flushes that failed (the data stays dirty)
+  uint64_t flush_dropped = 0;      // bytes of files deleted before their flush
+  uint64_t stalls = 0;             // writers that waited for the flusher
+  uint64_t stall_timeouts = 0;     // ... and gave up (Busy)
+  uint64_t flush_nanos_total = 0;  // time spent in flush transactions
+};
+
+class DataCache {
+ public:
+  // `domain` is held weakly: when its opening ends (the node closed or lost
+  // it) the cache has nothing to flush to, and its dirty data is dropped,
+  // as the new write verifier tells clients.
+  DataCache(std::weak_ptr<fs::Domain> domain, const DataCacheOptions& o);
+  ~DataCache();  // Close()
+  DataCache(const DataCache&) = delete;
+  DataCache& operator=(const DataCache&) = delete;
+
+  // Writes n bytes at off of the file `a` (attributes as loaded, committed).
+  // Unstable: copied and answered; `*stable_out` false. Stable (or strict):
+  // flushed with the file's other dirty data before the answer; true.
+  // Returns the attributes the client is shown (with the dirty data).
+  Result<fs::Attr> Write(uint32_t vol, const fs::Attr& a, uint64_t off, const void* data, size_t n, bool stable,
+                         bool* stable_out);
+  // Reads up to n bytes at off, dirty data included; *size_out is the size
+  // the file has with it (for EOF).
+  Result<size_t> Read(uint32_t vol, const fs::Attr& a, uint64_t off, size_t n, void* out, uint64_t* size_out);
+  // `a` as a client sees it: size and times with the dirty data.
+  fs::Attr Overlay(uint32_t vol, fs::Attr a) const;
+  // The file's dirty data on the SAN (COMMIT, fsync, before a SETATTR).
+  Status Flush(uint32_t vol, uint64_t ino);
+  // Every file's (orderly shutdown). The first error.
+  Status FlushAll();
+  // FlushAll, then stops the flusher; later writes are written through.
+  Status Close();
+
+  DataCacheStats stats() const;
+
+ private:
+  struct File;
+  using Key = std::pair<uint32_t, uint64_t>;  // volume, inode
+
+  std::shared_ptr<File> Find(Key k) const;
+  std::shared_ptr<File> FindOrMake(Key k, uint64_t gen);
+  Status FlushFile(const std::shared_ptr<File>& f);
+  Status Admit();
+  void Release(uint64_t bytes);
+  void FlusherLoop();
+  void Retire(const std::shared_ptr<File>& f);
+
+  const std::weak_ptr<fs::Domain> domain_;
+  const DataCacheOptions o_;
+
+  mutable Mutex mu_;
+  CondVar space_cv_;    // dirty bytes went down
+  CondVar flusher_cv_;  // work for the flusher, or stop
+  std::map<Key, std::shared_ptr<File>> files_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool closed_ GUARDED_BY(mu_) = false;
+  std::atomic<uint64_t> dirty_{0};
+  std::thread flusher_;
+
+  struct Counters {
+    std::atomic<uint64_t> writes_cached{0}, writes_stable{0}, bytes_written{0}, read_bytes_dirty{0}, flushes{0},
+        flush_bytes{0}, flush_errors{0}, flush_dropped{0}, stalls{0}, stall_timeouts{0}, flush_nanos{0};
+  };
+  mutable Counters c_;
+  LogLimiter flush_log_{1'000'000'000};  // a failing array: one line a second
+};
+
+}  // namespace nasgw::cache

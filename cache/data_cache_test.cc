@@ -1,0 +1,359 @@
+#include "cache/data_cache.h"
+
+#include <atomic>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "base/clock.h"
+#include "block/mem_device.h"
+
+namespace nasgw::cache {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+class DataCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<fs::Reserve::Device> devs;
+    for (int i = 0; i < 2; i++) {
+      media_.push_back(std::make_shared<block::MemLun>(512, 96 * kMiB / 512, "naa.cache" + std::to_string(i)));
+      devs_.push_back(std::make_shared<block::MemDevice>(media_.back()));
+      devs.push_back(devs_.back());
+    }
+    fs::ReserveOptions o;
+    o.name = "cache";
+    o.ag_bytes = 4 * kMiB;
+    reserve_ = std::move(fs::Reserve::Format(devs, o).value());
+    auto d = fs::Domain::Create(reserve_, 0, DomainOptions());
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    dom_ = std::move(d.value());
+    auto v = dom_->CreateVolume("vol1", 16 << 10);  // small records: flushes span several
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    vol_ = v->id;
+  }
+  void TearDown() override {
+    cache_.reset();
+    dom_.reset();
+  }
+  static fs::DomainOptions DomainOptions() {
+    fs::DomainOptions o;
+    o.store.write_buffer_bytes = 256 << 10;
+    o.store.block_cache_bytes = 1 << 20;
+    o.metafs.log_compact_bytes = 512 << 10;
+    return o;
+  }
+  void StartCache(DataCacheOptions o = {}) {
+    ASSERT_TRUE(o.Validate().ok()) << o.Validate().ToString();
+    cache_ = std::make_unique<DataCache>(dom_, o);
+  }
+  // Drops the cache without flushing what it holds (as a crash does), then
+  // cuts the power and opens the domain again.
+  void Crash() {
+    for (auto& d : devs_) d->SetFault([](const block::IoRequest&) { return Status::IoError("crashed"); });
+    cache_.reset();
+    dom_.reset();
+    for (auto& m : media_) m->PowerCut();
+    devs_.clear();
+    std::vector<fs::Reserve::Device> devs;
+    for (auto& m : media_) {
+      devs_.push_back(std::make_shared<block::MemDevice>(m));
+      devs.push_back(devs_.back());
+    }
+    auto r = fs::Reserve::Open(devs);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    reserve_ = std::move(r.value());
+    auto d = fs::Domain::Open(reserve_, 0, DomainOptions());
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    dom_ = std::move(d.value());
+  }
+  fs::Attr Mk(const std::string& name) {
+    auto a = dom_->Create(vol_, fs::kRootIno, name, fs::FileType::kRegular, 0644, 0, 0);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    return a.ok() ? *a : fs::Attr{};
+  }
+  fs::Attr Committed(uint64_t ino) {
+    auto a = dom_->GetAttr(vol_, ino);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    return a.ok() ? *a : fs::Attr{};
+  }
+  // What the domain holds (no cache).
+  std::string OnSan(uint64_t ino) {
+    const fs::Attr a = Committed(ino);
+    std::string s(a.size, 0);
+    auto n = dom_->Read(vol_, ino, 0, s.size(), s.data());
+    EXPECT_TRUE(n.ok());
+    s.resize(n.ok() ? *n : 0);
+    return s;
+  }
+  // What a client reads (through the cache).
+  std::string Seen(uint64_t ino) {
+    const fs::Attr a = cache_->Overlay(vol_, Committed(ino));
+    std::string s(a.size + 100, 'x');
+    uint64_t size = 0;
+    auto n = cache_->Read(vol_, Committed(ino), 0, s.size(), s.data(), &size);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(size, a.size);
+    s.resize(n.ok() ? *n : 0);
+    return s;
+  }
+  fs::Attr Write(const fs::Attr& f, uint64_t off, const std::string& data, bool stable = false) {
+    bool st = false;
+    auto w = cache_->Write(vol_, Committed(f.ino), off, data.data(), data.size(), stable, &st);
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    EXPECT_EQ(st, stable || opts_.write_through);
+    return w.ok() ? *w : fs::Attr{};
+  }
+  static void Put(std::string& model, uint64_t off, const std::string& data) {
+    if (model.size() < off + data.size()) model.resize(off + data.size(), '\0');
+    model.replace(off, data.size(), data);
+  }
+
+  // Counts the writes that reach the array, and fails them while failing_.
+  void InjectFaults() {
+    for (auto& d : devs_) {
+      d->SetFault([this](const block::IoRequest& r) {
+        if (r.op != block::Op::kWrite) return Status();
+        writes_++;
+        return failing_ ? Status::IoError("injected") : Status();
+      });
+    }
+  }
+
+  std::atomic<int> writes_{0};
+  std::atomic<bool> failing_{false};
+  std::vector<std::shared_ptr<block::MemLun>> media_;
+  std::vector<std::shared_ptr<block::MemDevice>> devs_;
+  std::shared_ptr<fs::Reserve> reserve_;
+  std::shared_ptr<fs::Domain> dom_;
+  std::unique_ptr<DataCache> cache_;
+  DataCacheOptions opts_;
+  uint32_t vol_ = 0;
+};
+
+DataCacheOptions NoFlusher() {
+  DataCacheOptions o;
+  o.flush_after_ms = limits::kCacheFlushAfterMsMax;  // nothing is due during a test
+  return o;
+}
+
+TEST_F(DataCacheTest, UnstableWritesAreAnsweredFromMemoryUntilFlushed) {
+  StartCache(NoFlusher());
+  const fs::Attr f = Mk("f");
+  InjectFaults();
+  const fs::Attr shown = Write(f, 100, "hello cache");
+  EXPECT_EQ(shown.size, 111u);
+  EXPECT_EQ(writes_.load(), 0) << "an unstable write reached the SAN";
+  EXPECT_EQ(Committed(f.ino).size, 0u);
+  EXPECT_EQ(Seen(f.ino), std::string(100, '\0') + "hello cache");
+  EXPECT_EQ(cache_->stats().dirty_bytes, 11u);
+  EXPECT_EQ(cache_->stats().writes_cached, 1u);
+
+  ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
+  EXPECT_EQ(OnSan(f.ino), std::string(100, '\0') + "hello cache");
+  const fs::Attr after = Committed(f.ino);
+  EXPECT_EQ(after.size, 111u);
+  EXPECT_EQ(after.mtime, shown.mtime) << "the flush keeps the time of the write";
+  EXPECT_EQ(cache_->stats().dirty_bytes, 0u);
+  EXPECT_EQ(cache_->stats().dirty_files, 0u);
+  EXPECT_EQ(cache_->stats().flushes, 1u);
+}
+
+TEST_F(DataCacheTest, OverwritesAndNeighboursCoalesceIntoOneFlush) {
+  StartCache(NoFlusher());
+  const fs::Attr f = Mk("f");
+  std::string model;
+  // 64 sequential 4 KiB writes, then overwrites inside and across them.
+  for (int i = 0; i < 64; i++) {
+    const std::string d(4096, static_cast<char>('a' + i % 26));
+    Write(f, uint64_t(i) * 4096, d);
+    Put(model, uint64_t(i) * 4096, d);
+  }
+  for (uint64_t off : {100ull, 4000ull, 65536ull, 200000ull}) {
+    const std::string d(9000, 'Z');
+    Write(f, off, d);
+    Put(model, off, d);
+  }
+  EXPECT_EQ(cache_->stats().dirty_bytes, model.size()) << "overwritten bytes are held once";
+  EXPECT_EQ(Seen(f.ino), model);
+  ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
+  EXPECT_EQ(cache_->stats().flushes, 1u);
+  EXPECT_EQ(OnSan(f.ino), model);
+}
+
+TEST_F(DataCacheTest, StableWritesAndFlushSurviveACrashAndUnstableOnesMayNot) {
+  StartCache(NoFlusher());
+  const fs::Attr f = Mk("f"), g = Mk("g"), h = Mk("h");
+  Write(f, 0, "unstable then committed");
+  ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
+  Write(g, 0, std::string(5000, 'g'), /*stable=*/true);
+  Write(h, 0, "never committed");
+  Crash();
+  EXPECT_EQ(OnSan(f.ino), "unstable then committed");
+  EXPECT_EQ(OnSan(g.ino), std::string(5000, 'g'));
+  EXPECT_EQ(Committed(h.ino).size, 0u) << "an unstable write was on the SAN without a flush";
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << problems->front();
+}
+
+TEST_F(DataCacheTest, TheFlusherWritesDueFilesInTheBackground) {
+  DataCacheOptions o;
+  o.flush_after_ms = 20;
+  StartCache(o);
+  const fs::Attr f = Mk("f");
+  Write(f, 0, "background");
+  // Waits for the event (the flush), bounded.
+  const uint64_t deadline = MonotonicNanos() + 10'000'000'000ull;
+  while (cache_->stats().flushes == 0 && MonotonicNanos() < deadline) std::this_thread::yield();
+  EXPECT_EQ(cache_->stats().flushes, 1u);
+  EXPECT_EQ(OnSan(f.ino), "background");
+}
+
+TEST_F(DataCacheTest, AFailingArrayKeepsTheDataDirtyAndStallsWritersThenRecovers) {
+  DataCacheOptions o;
+  o.dirty_bytes = limits::kCacheDirtyBytesMin;
+  o.stall_timeout_ms = 200;
+  o.flush_after_ms = 10;
+  StartCache(o);
+  const fs::Attr f = Mk("f");
+  failing_ = true;
+  InjectFaults();
+  std::string model;
+  const std::string chunk(256 << 10, 'q');
+  Status last;
+  uint64_t off = 0;
+  for (int i = 0; i < 40 && last.ok(); i++, off += chunk.size()) {
+    bool st = false;
+    auto w = cache_->Write(vol_, Committed(f.ino), off, chunk.data(), chunk.size(), false, &st);
+    last = w.status();
+    if (w.ok()) Put(model, off, chunk);
+  }
+  EXPECT_EQ(last.code(), Code::kBusy) << last.ToString();
+  EXPECT_GE(cache_->stats().stall_timeouts, 1u);
+  EXPECT_GE(cache_->stats().flush_errors, 1u);
+  EXPECT_LE(cache_->stats().dirty_bytes, o.dirty_bytes + chunk.size());
+  EXPECT_FALSE(cache_->Flush(vol_, f.ino).ok()) << "a COMMIT must not succeed while the array fails";
+  EXPECT_EQ(Seen(f.ino), model) << "the data stays readable from the cache";
+  failing_ = false;
+  ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
+  EXPECT_EQ(OnSan(f.ino), model);
+  EXPECT_EQ(cache_->stats().dirty_bytes, 0u);
+}
+
+TEST_F(DataCacheTest, AFileDeletedBeforeItsFlushTakesItsDirtyDataWithIt) {
+  StartCache(NoFlusher());
+  const fs::Attr f = Mk("f");
+  Write(f, 0, std::string(10000, 'd'));
+  ASSERT_TRUE(dom_->Unlink(vol_, fs::kRootIno, "f").ok());
+  EXPECT_TRUE(cache_->FlushAll().ok());
+  EXPECT_EQ(cache_->stats().dirty_bytes, 0u);
+  EXPECT_EQ(cache_->stats().flush_dropped, 10000u);
+}
+
+// Random unstable and stable writes, reads, flushes and truncations (flush
+// first, as the head does) on several files from several threads, with the
+// flusher running: what a client reads is always the model, and after the
+// last flush so is the SAN.
+TEST_F(DataCacheTest, RandomLoadMatchesTheModel) {
+  DataCacheOptions o;
+  o.flush_after_ms = 10;
+  o.dirty_bytes = limits::kCacheDirtyBytesMin;
+  o.flush_bytes_max = 64 << 10;  // several transactions per flush
+  StartCache(o);
+  constexpr int kThreads = 4;
+  std::vector<fs::Attr> files;
+  for (int t = 0; t < kThreads; t++) files.push_back(Mk("f" + std::to_string(t)));
+  std::vector<std::string> models(kThreads);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(1234 + t);
+      std::string& model = models[t];
+      const uint64_t ino = files[t].ino;
+      for (int op = 0; op < 300 && failures == 0; op++) {
+        const int kind = static_cast<int>(rng() % 10);
+        auto committed = dom_->GetAttr(vol_, ino);
+        if (!committed.ok()) {
+          failures++;
+          break;
+        }
+        if (kind < 6) {
+          const uint64_t off = rng() % (400 << 10);
+          std::string d(1 + rng() % (40 << 10), static_cast<char>('A' + rng() % 26));
+          bool st = false;
+          auto w = cache_->Write(vol_, *committed, off, d.data(), d.size(), kind == 0, &st);
+          if (!w.ok()) {
+            ADD_FAILURE() << w.status().ToString();
+            failures++;
+            break;
+          }
+          Put(model, off, d);
+          if (w->size != model.size()) {
+            ADD_FAILURE() << "size shown " << w->size << " model " << model.size();
+            failures++;
+          }
+        } else if (kind < 8) {
+          const uint64_t off = rng() % (model.size() + 1);
+          const size_t len = 1 + rng() % (64 << 10);
+          std::string got(len, 'x');
+          uint64_t size = 0;
+          auto n = cache_->Read(vol_, *committed, off, got.size(), got.data(), &size);
+          if (!n.ok()) {
+            ADD_FAILURE() << n.status().ToString();
+            failures++;
+            break;
+          }
+          got.resize(*n);
+          const size_t expect_n = off >= model.size() ? 0 : std::min<size_t>(len, model.size() - off);
+          if (size != model.size() || *n != expect_n || got != model.substr(off, expect_n)) {
+            ADD_FAILURE() << "thread " << t << " op " << op << ": read at " << off << " differs (size " << size
+                          << " model " << model.size() << ", n " << *n << " want " << expect_n << ")";
+            failures++;
+          }
+        } else if (kind == 8) {
+          if (!cache_->Flush(vol_, ino).ok()) failures++;
+        } else {
+          // Truncation: the head flushes the file first.
+          if (!cache_->Flush(vol_, ino).ok()) failures++;
+          fs::SetAttr s;
+          s.set_size = true;
+          s.size = rng() % (model.size() + 1);
+          if (!dom_->SetAttrs(vol_, ino, s).ok()) failures++;
+          model.resize(s.size);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failures, 0);
+  ASSERT_TRUE(cache_->FlushAll().ok());
+  for (int t = 0; t < kThreads; t++) EXPECT_EQ(OnSan(files[t].ino), models[t]) << "file " << t;
+  EXPECT_EQ(cache_->stats().dirty_bytes, 0u);
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << problems->front();
+}
+
+TEST_F(DataCacheTest, OptionsOutsideTheirRangesAreRefused) {
+  DataCacheOptions o;
+  o.dirty_bytes = 1;
+  EXPECT_FALSE(o.Validate().ok());
+  o = {};
+  o.flush_after_ms = 0;
+  EXPECT_FALSE(o.Validate().ok());
+  o = {};
+  o.stall_timeout_ms = 1;
+  EXPECT_FALSE(o.Validate().ok());
+  o = {};
+  o.flush_bytes_max = 0;
+  EXPECT_FALSE(o.Validate().ok());
+  EXPECT_TRUE(DataCacheOptions{}.Validate().ok());
+}
+
+}  // namespace
+}  // namespace nasgw::cache
