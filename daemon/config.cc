@@ -72,7 +72,7 @@ constexpr size_t kSecretFileBytesMax = 4096;
 constexpr size_t kErrorsShownMax = 10;
 
 constexpr std::string_view kDefaultInitiatorPrefix = "iqn.2026-11.org.nasgw:";
-constexpr std::string_view kSections[] = {"node", "reserve", "head", "admin", "metrics", "shutdown", "nfs"};
+constexpr std::string_view kSections[] = {"node", "reserve", "head", "cache", "admin", "metrics", "shutdown", "nfs"};
 
 // Text from the file as it may appear in a message: control characters as '?'.
 std::string Printable(std::string_view s) {
@@ -758,7 +758,8 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
     if (known && !value.is_table()) {
       errors.Add(name, "expected a table ([" + name + "]), got " + std::string(Describe(value)));
     } else if (!known && value.is_table()) {
-      errors.Add(name, "unknown section [" + name + "] (known: node, reserve, head, admin, metrics, shutdown, nfs)");
+      errors.Add(name,
+                 "unknown section [" + name + "] (known: node, reserve, head, cache, admin, metrics, shutdown, nfs)");
     } else if (!known) {
       errors.Add(name, "unknown key at the top level (every key belongs in a section: [node], [reserve], ...)");
     }
@@ -780,6 +781,13 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
                      "max_inflight", "idle_timeout_ms", "max_locks", "max_locks_per_session"},
                     &errors),
             &c, &errors);
+  Section cache("cache", table("cache"), {"dirty_mib", "flush_after_ms", "stall_timeout_ms", "write_through"}, &errors);
+  cache.Integer("dirty_mib", limits::kCacheDirtyBytesMin >> 20, limits::kCacheDirtyBytesMax >> 20, &c.cache_dirty_mib);
+  cache.Integer("flush_after_ms", limits::kCacheFlushAfterMsMin, limits::kCacheFlushAfterMsMax,
+                &c.cache_flush_after_ms);
+  cache.Integer("stall_timeout_ms", limits::kCacheStallTimeoutMsMin, limits::kCacheStallTimeoutMsMax,
+                &c.cache_stall_timeout_ms);
+  cache.Bool("write_through", &c.cache_write_through);
   ParseAdmin(Section("admin", table("admin"),
                      {"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca", "insecure_no_client_auth"}, &errors),
              &c, &errors);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/limits.h"
 #include "base/status.h"
 
 namespace nasgw::daemon {
@@ -84,6 +85,12 @@ struct Config {
   std::string tls_client_ca;  // PEM CA bundle: clients must present a certificate it signed
   // admin.tcp without tls_client_ca is refused unless this is true.
   bool admin_insecure_no_client_auth = false;
+
+  // [cache] (cache/data_cache.h; bounds in base/limits.h)
+  uint32_t cache_dirty_mib = limits::kCacheDirtyBytesDefault >> 20;       // kCacheDirtyBytes{Min,Max} in MiB
+  uint32_t cache_flush_after_ms = limits::kCacheFlushAfterMsDefault;      // kCacheFlushAfterMs{Min,Max}
+  uint32_t cache_stall_timeout_ms = limits::kCacheStallTimeoutMsDefault;  // kCacheStallTimeoutMs{Min,Max}
+  bool cache_write_through = false;  // strict: every write flushed before its answer
 
   // [metrics]
   std::string metrics_listen;  // optional "host:port" for the Prometheus text endpoint

@@ -296,9 +296,27 @@ TEST_F(ConfigTest, SyntaxErrorHasLineAndColumn) {
 // ---- unknown and mistyped keys ---------------------------------------------------
 
 TEST_F(ConfigTest, UnknownSectionRefused) {
-  ExpectInvalid(Cfg("", "", "[cache]\nsize = 1"), {"cache: unknown section [cache]"});
+  ExpectInvalid(Cfg("", "", "[cahce]\nsize = 1"), {"cahce: unknown section [cahce]"});
   ExpectInvalid(Cfg("", "", "[[head]]\nworkers = 1"), {"head: expected a table ([head]), got an array"});
   ExpectInvalid("metrics = \"x\"\n" + Cfg(), {"metrics: expected a table ([metrics]), got a string"});
+}
+
+TEST_F(ConfigTest, CacheKeysAreReadAndBounded) {
+  auto c = Parse(
+      Cfg("", "", "[cache]\ndirty_mib = 64\nflush_after_ms = 250\nstall_timeout_ms = 5000\nwrite_through = true"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cache_dirty_mib, 64u);
+  EXPECT_EQ(c->cache_flush_after_ms, 250u);
+  EXPECT_EQ(c->cache_stall_timeout_ms, 5000u);
+  EXPECT_TRUE(c->cache_write_through);
+  auto d = Parse(Cfg());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(uint64_t{d->cache_dirty_mib} << 20, limits::kCacheDirtyBytesDefault);
+  EXPECT_FALSE(d->cache_write_through);
+  ExpectInvalid(Cfg("", "", "[cache]\ndirty_mib = 1"), {"cache.dirty_mib: 1 is out of range"});
+  ExpectInvalid(Cfg("", "", "[cache]\nflush_after_ms = 0"), {"cache.flush_after_ms: 0 is out of range"});
+  ExpectInvalid(Cfg("", "", "[cache]\nwrite_through = 1"), {"cache.write_through"});
+  ExpectInvalid(Cfg("", "", "[cache]\nsize = 1"), {"cache.size: unknown key"});
 }
 
 TEST_F(ConfigTest, UnknownKeyRefused) {

@@ -113,9 +113,9 @@ struct Fail {
 // the error, so each op reads as a straight line of checks.
 class Exec {
  public:
-  Exec(fs::Domain& d, uint64_t verifier, LockTable& locks, DirParents& parents, HeadSession& s, const proto::Request& r,
-       HeadOutcome& out)
-      : d_(d), verifier_(verifier), locks_(locks), parents_(parents), s_(s), r_(r), out_(out) {
+  Exec(fs::Domain& d, cache::DataCache& c, uint64_t verifier, LockTable& locks, DirParents& parents, HeadSession& s,
+       const proto::Request& r, HeadOutcome& out)
+      : d_(d), c_(c), verifier_(verifier), locks_(locks), parents_(parents), s_(s), r_(r), out_(out) {
     out_.volume = r.h.volume;
   }
 
@@ -167,7 +167,7 @@ class Exec {
       if (got.status().code() == Code::kNotFound) return Error(ESTALE, got.status().ToString());
       return Error(got.status());
     }
-    a = *got;
+    a = c_.Overlay(h.volume, *got);
     if (h.scope != fs::kRootIno && a.type == fs::FileType::kDirectory && a.ino != h.scope) {
       auto in = parents_.Within(d_, h.volume, a.ino, h.scope);
       if (!in.ok())
@@ -189,8 +189,9 @@ class Exec {
   }
   bool Set(const Result<fs::Attr>& a) {
     if (!a.ok()) return Error(a.status());
-    out_.reply.attr = ToWire(*a);
-    out_.reply.mac = Mint(*a);
+    const fs::Attr shown = c_.Overlay(r_.h.volume, *a);
+    out_.reply.attr = ToWire(shown);
+    out_.reply.mac = Mint(shown);
     return true;
   }
   bool Done(const Status& s) { return s.ok() || Error(s); }
@@ -213,6 +214,7 @@ class Exec {
   bool Mount();
 
   fs::Domain& d_;
+  cache::DataCache& c_;      // the write-back cache of d_'s opening
   const uint64_t verifier_;  // the write verifier of d_'s opening
   LockTable& locks_;
   DirParents& parents_;
@@ -301,7 +303,8 @@ bool Exec::Run() {
     case Op::kWrite:
       return Write();
     case Op::kFsync:
-      if (!Load(r_.h, a) || !Done(d_.Fsync(vol, a.ino))) return false;
+      // The file's dirty data (and the metadata of its flush) on the SAN.
+      if (!Load(r_.h, a) || !Done(c_.Flush(vol, a.ino)) || !Done(d_.Fsync(vol, a.ino))) return false;
       out_.reply.verifier = verifier_;
       return true;
     case Op::kGetXattr:
@@ -398,6 +401,9 @@ bool Exec::SetAttr() {
   if (!Load(r_.h, a)) return false;
   fs::SetAttr s = FromWire(r_.set, fs::Now());
   if (!Deny(CheckSetAttr(a, r_.creds, r_.set.mask, s), "change attributes")) return false;
+  // Dirty data first: a truncation cuts it, and times set now must not be
+  // overtaken by a later flush of earlier writes.
+  if (!Done(c_.Flush(r_.h.volume, a.ino))) return false;
   return Set(d_.SetAttrs(r_.h.volume, a.ino, s));
 }
 
@@ -439,11 +445,12 @@ bool Exec::Read() {
   if (a.type == fs::FileType::kDirectory) return Error(EISDIR, "is a directory");
   if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "read")) return false;
   out_.data.resize(r_.count);
-  auto n = d_.Read(r_.h.volume, a.ino, r_.offset, r_.count, out_.data.data());
+  uint64_t size = 0;
+  auto n = c_.Read(r_.h.volume, a, r_.offset, r_.count, out_.data.data(), &size);
   if (!n.ok()) return Error(n.status());
   out_.data.resize(*n);
   out_.bytes = *n;
-  out_.reply.eof = r_.offset + *n >= a.size;
+  out_.reply.eof = r_.offset + *n >= size;
   return true;
 }
 
@@ -461,18 +468,16 @@ bool Exec::Write() {
     s.mode = a.mode & ~kill;
     auto killed = d_.SetAttrs(r_.h.volume, a.ino, s);
     if (!killed.ok()) return Error(killed.status());
+    a = c_.Overlay(r_.h.volume, *killed);
   }
-  auto w = d_.Write(r_.h.volume, a.ino, r_.offset, r_.data.data(), r_.data.size());
+  // Unstable: into the cache, answered from memory. Either sync level (or
+  // the cache's strict mode): flushed with the file's other dirty data, its
+  // metadata committed, before the answer, so the level reached is file_sync.
+  bool durable = false;
+  auto w = c_.Write(r_.h.volume, a, r_.offset, r_.data.data(), r_.data.size(), r_.stable != proto::kUnstable, &durable);
   if (!w.ok()) return Error(w.status());
   const fs::Attr& post = *w;
-  // Either sync level: the file's data and metadata are made durable
-  // (fs::Domain::Fsync has no cheaper data-only form), so the level reached
-  // is file_sync.
-  uint32_t reached = proto::kUnstable;
-  if (r_.stable != proto::kUnstable) {
-    if (Status s = d_.Fsync(r_.h.volume, a.ino); !s.ok()) return Error(s);
-    reached = proto::kFileSync;
-  }
+  const uint32_t reached = durable ? proto::kFileSync : proto::kUnstable;
   out_.bytes = r_.data.size();
   out_.reply.u32 = static_cast<uint32_t>(r_.data.size());
   out_.reply.stable = reached;
@@ -545,7 +550,7 @@ bool Exec::ReadDir() {
     if (plus) {
       auto a = d_.GetAttr(r_.h.volume, e.ino);
       if (!a.ok()) continue;  // removed since the listing: skip it
-      out_.reply.attrs.push_back(ToWire(*a));
+      out_.reply.attrs.push_back(ToWire(c_.Overlay(r_.h.volume, *a)));
       out_.reply.macs.push_back(Mint(*a));
     }
     out_.reply.entries.push_back(ToWire(e));
@@ -683,8 +688,45 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
     out.why = "the reserve is not online";
     return out;
   }
-  Exec(*d.domain, d.write_verifier, locks_, parents_, session, r, out).Run();
+  std::shared_ptr<cache::DataCache> c = CacheFor(d);
+  Exec(*d.domain, *c, d.write_verifier, locks_, parents_, session, r, out).Run();
   return out;
+}
+
+std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d) {
+  std::shared_ptr<cache::DataCache> old;
+  MutexLock l(cache_mu_);
+  if (cache_ == nullptr || cache_verifier_ != d.write_verifier) {
+    // A new opening: what the old cache held went with the old one (its
+    // flushes find the domain closed, or fail at its closed gate).
+    old = std::move(cache_);
+    cache_ = std::make_shared<cache::DataCache>(d.domain, cache_options_);
+    cache_verifier_ = d.write_verifier;
+    if (closed_) cache_->Close().IgnoreError();  // nothing in it yet
+  }
+  std::shared_ptr<cache::DataCache> c = cache_;
+  l.Unlock();
+  old.reset();  // outside cache_mu_: closing flushes what it can
+  return c;
+}
+
+cache::DataCacheStats HeadService::CacheStats() const {
+  MutexLock l(cache_mu_);
+  return cache_ == nullptr ? cache::DataCacheStats{} : cache_->stats();
+}
+
+Status HeadService::Close() {
+  std::shared_ptr<cache::DataCache> c;
+  {
+    MutexLock l(cache_mu_);
+    closed_ = true;
+    c = cache_;
+  }
+  return c == nullptr ? Status() : c->Close();
+}
+
+HeadService::~HeadService() {
+  Close().IgnoreError();  // logged by the cache
 }
 
 uint64_t HeadService::WriteVerifier() const {

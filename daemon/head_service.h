@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "base/mutex.h"
+#include "cache/data_cache.h"
 #include "daemon/locks.h"
 #include "fs/domain.h"
 #include "proto/head.h"
@@ -107,10 +108,15 @@ struct HeadDomain {
   uint64_t write_verifier = 0;         // 0 while the reserve is not online
 };
 
+// Every opening of the domain gets its own write-back data cache (cache/):
+// unstable writes are answered from it, and what it holds is dropped with
+// the opening (the verifier changes with it, so clients resend).
 class HeadService {
  public:
   using DomainSource = std::function<HeadDomain()>;
-  explicit HeadService(DomainSource domain, LockLimits locks = {}) : domain_(std::move(domain)), locks_(locks) {}
+  explicit HeadService(DomainSource domain, LockLimits locks = {}, cache::DataCacheOptions cache = {})
+      : domain_(std::move(domain)), locks_(locks), cache_options_(cache) {}
+  ~HeadService();
 
   // HELLO is the transport's; every other op is executed here (GOODBYE
   // ends the session: EndSession).
@@ -123,11 +129,24 @@ class HeadService {
 
   const LockTable& locks() const { return locks_; }
   const DirParents& dir_parents() const { return parents_; }
+  // The cache's figures (zero while no domain is open).
+  cache::DataCacheStats CacheStats() const;
+  // Flushes the cache and stops it (orderly shutdown, before the node closes
+  // the domain); later requests are written through. The first error.
+  Status Close();
 
  private:
+  // The cache of the opening `d` is; a new one when the opening changed.
+  std::shared_ptr<cache::DataCache> CacheFor(const HeadDomain& d);
+
   DomainSource domain_;
   LockTable locks_;
   DirParents parents_;
+  const cache::DataCacheOptions cache_options_;
+  mutable Mutex cache_mu_;
+  uint64_t cache_verifier_ GUARDED_BY(cache_mu_) = 0;
+  std::shared_ptr<cache::DataCache> cache_ GUARDED_BY(cache_mu_);
+  bool closed_ GUARDED_BY(cache_mu_) = false;
 };
 
 // The errno a head sees for a file-system status.

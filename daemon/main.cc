@@ -57,6 +57,15 @@ Status MakeDir(const std::string& path, mode_t mode) {
   return Status::IoError("cannot create " + path + ": " + std::strerror(errno));
 }
 
+cache::DataCacheOptions CacheOptions(const Config& cfg) {
+  cache::DataCacheOptions o;
+  o.dirty_bytes = uint64_t{cfg.cache_dirty_mib} << 20;
+  o.flush_after_ms = cfg.cache_flush_after_ms;
+  o.stall_timeout_ms = cfg.cache_stall_timeout_ms;
+  o.write_through = cfg.cache_write_through;
+  return o;
+}
+
 int Run(const Config& cfg) {
   if (Status s = MakeDir(cfg.run_dir, 0750); !s.ok()) {
     NASGW_LOG(kError, "nasgwd") << "cannot start" << Kv("why", s.ToString());
@@ -105,7 +114,7 @@ int Run(const Config& cfg) {
         d.domain = n->domain(&d.write_verifier);
         return d;
       },
-      LockLimits{cfg.head_max_locks, cfg.head_max_locks_per_session});
+      LockLimits{cfg.head_max_locks, cfg.head_max_locks_per_session}, CacheOptions(cfg));
   HeadServerOptions ho;
   ho.socket_path = cfg.head_socket;
   ho.socket_mode = cfg.head_socket_mode;
@@ -166,6 +175,12 @@ int Run(const Config& cfg) {
   }
   (*admin)->Shutdown();
   (*head)->Shutdown(std::chrono::milliseconds(cfg.drain_ms));
+  // What the cache holds goes to the SAN before the domain closes.
+  if (Status s = service.Close(); !s.ok()) {
+    NASGW_LOG(kError, "nasgwd") << "the write-back cache could not be flushed at shutdown; clients resend what "
+                                   "they had not committed"
+                                << Kv("error", s.ToString());
+  }
   if (http != nullptr) http->Stop();
   (*node)->Shutdown();
   NASGW_LOG(kInfo, "nasgwd") << "stopped" << Kv("node", cfg.node_name);
