@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -110,7 +111,12 @@ struct DataCache::File {
   fs::Timespec mtime GUARDED_BY(mu);
   uint64_t since_ns GUARDED_BY(mu) = 0;   // monotonic time dirty became non-empty
   uint64_t flush_seq GUARDED_BY(mu) = 0;  // flushes completed (reads retry across one)
-  bool retired GUARDED_BY(mu) = false;    // out of files_: make a new File
+  // Space set aside in the domain for the flush of the dirty data: a whole
+  // record for each record it touches (a flush rewrites whole records).
+  uint32_t record_bytes GUARDED_BY(mu) = 0;
+  std::set<uint64_t> records GUARDED_BY(mu);
+  uint64_t reserved GUARDED_BY(mu) = 0;
+  bool retired GUARDED_BY(mu) = false;  // out of files_: make a new File
 };
 
 Status DataCacheOptions::Validate() const {
@@ -194,6 +200,8 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
   if (!through) NASGW_RETURN_IF_ERROR(Admit());
   const Key k{vol, a.ino};
   const auto* bytes = static_cast<const uint8_t*>(data);
+  auto d = domain_.lock();
+  if (d == nullptr) return Status::Unavailable("the domain is closed");
   std::shared_ptr<File> f;
   uint64_t freed = 0;
   for (;;) {
@@ -205,7 +213,36 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
       freed += BytesOf(f->dirty);
       c_.flush_dropped += BytesOf(f->dirty);
       f->dirty.clear();
+      d->ReleaseSpace(f->reserved);
+      f->reserved = 0;
+      f->records.clear();
       f->gen = a.gen;
+    }
+    if (f->record_bytes == 0) {
+      auto rs = d->RecordBytes(vol);
+      if (!rs.ok()) {
+        l.Unlock();
+        Release(freed);
+        return rs.status();
+      }
+      f->record_bytes = *rs;
+    }
+    // Space for the records this write touches first: a write the volume
+    // has no room for is refused now (ENOSPC), never lost at its flush.
+    std::vector<uint64_t> fresh;
+    for (uint64_t r = off / f->record_bytes; r <= (off + n - 1) / f->record_bytes; r++) {
+      if (!f->records.contains(r)) fresh.push_back(r);
+    }
+    if (!fresh.empty()) {
+      const uint64_t need = fresh.size() * uint64_t{f->record_bytes};
+      if (Status s = d->ReserveSpace(need); !s.ok()) {
+        c_.no_space++;
+        l.Unlock();
+        Release(freed);
+        return s;
+      }
+      f->reserved += need;
+      f->records.insert(fresh.begin(), fresh.end());
     }
     if (f->dirty.empty()) f->since_ns = MonotonicNanos();
     const int64_t grew = Put(f->dirty, off, bytes, n);
@@ -223,8 +260,6 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
   c_.writes_stable++;
   NASGW_RETURN_IF_ERROR(FlushFile(f));
   *stable_out = true;
-  auto d = domain_.lock();
-  if (d == nullptr) return Status::Unavailable("the domain is closed");
   auto now = d->GetAttr(vol, a.ino);
   if (!now.ok()) return now.status();
   return Overlay(vol, *now);
@@ -284,7 +319,8 @@ fs::Attr DataCache::Overlay(uint32_t vol, fs::Attr a) const {
 Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
   MutexLock fl(f->flush_mu);
   const auto [vol, ino] = f->key;
-  uint64_t gen = 0;
+  uint64_t gen = 0, held = 0;
+  std::set<uint64_t> held_records;
   fs::Timespec mtime;
   std::vector<fs::WritePiece> pieces;
   {
@@ -294,6 +330,11 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     f->dirty.clear();
     gen = f->gen;
     mtime = f->mtime;
+    // The reservation goes with the data; writes from now on reserve anew.
+    held = f->reserved;
+    held_records = std::move(f->records);
+    f->records.clear();
+    f->reserved = 0;
     // Only this flush changes `flushing` (under flush_mu): the pieces stay
     // valid while it writes them, and readers only read them.
     for (const auto& [o, v] : f->flushing) {
@@ -315,7 +356,7 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     std::vector<fs::WritePiece> batch(pieces.begin() + static_cast<std::ptrdiff_t>(i),
                                       pieces.begin() + static_cast<std::ptrdiff_t>(j));
     const uint64_t t0 = MonotonicNanos();
-    auto r = d->WriteV(vol, ino, gen, batch, mtime);
+    auto r = d->WriteV(vol, ino, gen, batch, mtime, &held);
     c_.flush_nanos += MonotonicNanos() - t0;
     if (!r.ok()) {
       s = r.status();
@@ -336,17 +377,22 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
       if (gone) c_.flush_dropped += BytesOf(f->flushing);
       f->flushing.clear();
     } else {
-      // Back under what was written since: it is tried again later.
+      // Back under what was written since, with what is left of its
+      // reservation: it is tried again later.
       Ranges back = std::move(f->flushing);
       f->flushing.clear();
       for (const auto& [o, v] : f->dirty) Put(back, o, v.data(), v.size());
       f->dirty = std::move(back);
+      f->records.insert(held_records.begin(), held_records.end());
+      f->reserved += held;
+      held = 0;
     }
     freed = before - BytesOf(f->flushing) - BytesOf(f->dirty);
     f->flush_seq++;
-    empty = f->dirty.empty() && f->flushing.empty();
+    empty = f->dirty.empty() && f->flushing.empty() && f->reserved == 0;
   }
   Release(freed);
+  if (held > 0 && d != nullptr) d->ReleaseSpace(held);
   if (empty) Retire(f);
   if (!s.ok() && !gone) {
     c_.flush_errors++;
@@ -401,7 +447,7 @@ void DataCache::Retire(const std::shared_ptr<File>& f) {
   auto it = files_.find(f->key);
   if (it == files_.end() || it->second != f) return;
   MutexLock fl(f->mu);
-  if (!f->dirty.empty() || !f->flushing.empty()) return;
+  if (!f->dirty.empty() || !f->flushing.empty() || f->reserved != 0) return;
   f->retired = true;
   files_.erase(it);
 }
@@ -451,6 +497,7 @@ DataCacheStats DataCache::stats() const {
   s.flush_dropped = c_.flush_dropped;
   s.stalls = c_.stalls;
   s.stall_timeouts = c_.stall_timeouts;
+  s.no_space = c_.no_space;
   s.flush_nanos_total = c_.flush_nanos;
   return s;
 }

@@ -68,6 +68,7 @@ struct DataCacheStats {
   uint64_t flush_dropped = 0;      // bytes of files deleted before their flush
   uint64_t stalls = 0;             // writers that waited for the flusher
   uint64_t stall_timeouts = 0;     // ... and gave up (Busy)
+  uint64_t no_space = 0;           // writes refused: no space to reserve for their flush
   uint64_t flush_nanos_total = 0;  // time spent in flush transactions
 };
 
@@ -127,7 +128,7 @@ class DataCache {
 
   struct Counters {
     std::atomic<uint64_t> writes_cached{0}, writes_stable{0}, bytes_written{0}, read_bytes_dirty{0}, flushes{0},
-        flush_bytes{0}, flush_errors{0}, flush_dropped{0}, stalls{0}, stall_timeouts{0}, flush_nanos{0};
+        flush_bytes{0}, flush_errors{0}, flush_dropped{0}, stalls{0}, stall_timeouts{0}, flush_nanos{0}, no_space{0};
   };
   mutable Counters c_;
   LogLimiter flush_log_{1'000'000'000};  // a failing array: one line a second

@@ -254,6 +254,31 @@ TEST_F(DataCacheTest, AFileDeletedBeforeItsFlushTakesItsDirtyDataWithIt) {
   EXPECT_EQ(cache_->stats().flush_dropped, 10000u);
 }
 
+TEST_F(DataCacheTest, AFullVolumeRefusesWritesWhenAcceptedNeverAtTheirFlush) {
+  StartCache(NoFlusher());
+  const fs::Attr f = Mk("fill");
+  const std::string chunk(1 << 20, 'n');
+  std::string model;
+  Status last;
+  for (uint64_t off = 0; off < 1024 * kMiB && last.ok(); off += chunk.size()) {
+    bool st = false;
+    auto w = cache_->Write(vol_, Committed(f.ino), off, chunk.data(), chunk.size(), false, &st);
+    last = w.status();
+    if (w.ok()) Put(model, off, chunk);
+  }
+  EXPECT_EQ(last.code(), Code::kNoSpace) << last.ToString();
+  EXPECT_GT(model.size(), 32 * kMiB) << "refused long before the volume was full";
+  EXPECT_EQ(cache_->stats().no_space, 1u);
+  EXPECT_LT(dom_->Statfs().free_bytes, 2 * kMiB) << "the reservation is not available to others";
+  ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok()) << "an accepted write failed at its flush";
+  EXPECT_EQ(OnSan(f.ino), model);
+  ASSERT_TRUE(dom_->Unlink(vol_, fs::kRootIno, "fill").ok());
+  EXPECT_GT(dom_->Statfs().free_bytes, model.size());
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << problems->front();
+}
+
 // Random unstable and stable writes, reads, flushes and truncations (flush
 // first, as the head does) on several files from several threads, with the
 // flusher running: what a client reads is always the model, and after the

@@ -195,6 +195,12 @@ class Exec {
     return true;
   }
   bool Done(const Status& s) { return s.ok() || Error(s); }
+  // A file lost a name: if that was its last and it is not open, the cache's
+  // flush finds it gone and gives its dirty data and reserved space up now;
+  // otherwise its data is flushed (it lives on).
+  void Forget(const fs::Attr& a) {
+    if (a.type == fs::FileType::kRegular) c_.Flush(r_.h.volume, a.ino).IgnoreError();
+  }
 
   bool Run();
 
@@ -273,7 +279,11 @@ bool Exec::Run() {
           !Child(dir, r_.name, a) || !Deny(CheckRemove(dir, a, r_.creds), "remove from directory")) {
         return false;
       }
-      return Done(r_.op == Op::kUnlink ? d_.Unlink(vol, dir.ino, r_.name) : d_.Rmdir(vol, dir.ino, r_.name));
+      if (!Done(r_.op == Op::kUnlink ? d_.Unlink(vol, dir.ino, r_.name) : d_.Rmdir(vol, dir.ino, r_.name))) {
+        return false;
+      }
+      Forget(a);
+      return true;
     case Op::kRename:
       return Rename();
     case Op::kReadLink: {
@@ -367,7 +377,9 @@ bool Exec::Rename() {
   const bool dir_moves = victim.type == fs::FileType::kDirectory && from_dir.ino != to_dir.ino;
   Status s = d_.Rename(vol, from_dir.ino, r_.name, to_dir.ino, r_.name2);
   if (dir_moves) parents_.Moved();  // also on failure: the outcome may be unknown
-  return Done(s);
+  if (!Done(s)) return false;
+  if (existing.ok() && existing->ino != victim.ino) Forget(*existing);
+  return true;
 }
 
 // MOUNT: a volume, and a directory in it by path (empty: the root), walked

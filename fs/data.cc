@@ -48,11 +48,11 @@ Status Domain::Impl::RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& 
   const uint64_t rs = v.record_bytes;
   std::vector<WritePiece> pieces;
   if (n > 0) pieces.push_back({off, data, n});
-  return RewriteRun(t, vol, in, v, first, last, new_size, pieces, rs);
+  return RewriteRun(t, vol, in, v, first, last, new_size, pieces, rs, nullptr);
 }
 
 Status Domain::Impl::RewritePieces(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t new_size,
-                                   const std::vector<WritePiece>& pieces) {
+                                   const std::vector<WritePiece>& pieces, uint64_t* held) {
   // Runs of consecutive records, each loaded with one scan.
   const uint64_t rs = v.record_bytes;
   size_t i = 0;
@@ -66,14 +66,14 @@ Status Domain::Impl::RewritePieces(Txn& t, uint32_t vol, Inode& in, VolumeRec& v
     }
     std::vector<WritePiece> run(pieces.begin() + static_cast<std::ptrdiff_t>(i),
                                 pieces.begin() + static_cast<std::ptrdiff_t>(j));
-    NASGW_RETURN_IF_ERROR(RewriteRun(t, vol, in, v, first, last, new_size, run, rs));
+    NASGW_RETURN_IF_ERROR(RewriteRun(t, vol, in, v, first, last, new_size, run, rs, held));
     i = j;
   }
   return Status();
 }
 
 Status Domain::Impl::RewriteRun(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
-                                uint64_t new_size, const std::vector<WritePiece>& pieces, uint64_t rs) {
+                                uint64_t new_size, const std::vector<WritePiece>& pieces, uint64_t rs, uint64_t* held) {
   auto loaded = LoadRecords(vol, in.a.ino, first, last);
   if (!loaded.ok()) return loaded.status();
   const auto& old = *loaded;
@@ -83,7 +83,10 @@ Status Domain::Impl::RewriteRun(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, u
     if (start >= new_size) break;
     need += (std::min(rs, new_size - start) + kDataBlock - 1) / kDataBlock * kDataBlock;
   }
-  NASGW_RETURN_IF_ERROR(data_reserve(need));
+  // The caller's reservation first; the rest reserved now.
+  const uint64_t from_held = held != nullptr ? std::min(*held, need) : 0;
+  if (need > from_held) NASGW_RETURN_IF_ERROR(data_reserve(need - from_held));
+  if (held != nullptr) *held -= from_held;
   // Whatever the reservation does not turn into extents goes back, on
   // every way out of here.
   uint64_t taken = 0;
@@ -199,7 +202,7 @@ Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const vo
 }
 
 Result<Attr> Domain::WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                            const Timespec& mtime) {
+                            const Timespec& mtime, uint64_t* held) {
   uint64_t end = 0;
   for (size_t i = 0; i < pieces.size(); i++) {
     const WritePiece& w = pieces[i];
@@ -223,7 +226,7 @@ Result<Attr> Domain::WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std:
   if (pieces.empty()) return in->a;
   const uint64_t new_size = std::max(in->a.size, end);
   Impl::Txn t;
-  Status s = impl_->RewritePieces(t, vol, *in, *v, new_size, pieces);
+  Status s = impl_->RewritePieces(t, vol, *in, *v, new_size, pieces, held);
   if (!s.ok()) {
     t.Abandon(*impl_->space);
     return s;
@@ -238,6 +241,21 @@ Result<Attr> Domain::WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std:
   lock.Unlock();
   NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return in->a;
+}
+
+Status Domain::ReserveSpace(uint64_t bytes) {
+  return impl_->data_reserve(bytes);
+}
+
+Result<uint32_t> Domain::RecordBytes(uint32_t vol) {
+  ReaderLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status().code() == Code::kNotFound ? Status(Code::kStale, "volume is gone") : v.status();
+  return v->record_bytes;
+}
+
+void Domain::ReleaseSpace(uint64_t bytes) {
+  if (bytes > 0) impl_->space->Unreserve(bytes);
 }
 
 Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {

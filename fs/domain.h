@@ -232,8 +232,20 @@ class Domain {
   // otherwise: the file went and its number is not this one's), and `mtime`
   // becomes its modification and change time (when the data was written, not
   // when it was flushed).
+  //
+  // `*held` is space the caller reserved for it (ReserveSpace): used before
+  // anything is reserved anew, and lowered by what was used; the caller
+  // releases what is left.
   Result<Attr> WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                      const Timespec& mtime);
+                      const Timespec& mtime, uint64_t* held = nullptr);
+  // Sets data space aside for writes accepted now and flushed later (the
+  // write-back cache), so that their flush cannot fail for want of space:
+  // NoSpace ("volume full") when that much is not available. Reserved space
+  // is not available to anyone else (statfs leaves it out).
+  Status ReserveSpace(uint64_t bytes);
+  // The record size of volume `vol` (what one record's rewrite can take).
+  Result<uint32_t> RecordBytes(uint32_t vol);
+  void ReleaseSpace(uint64_t bytes);
   Status Fsync(uint32_t vol, uint64_t ino);
 
   StatFs Statfs();

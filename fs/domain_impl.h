@@ -189,10 +189,11 @@ struct Domain::Impl {
                         uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) REQUIRES(mu);
   // The same for several pieces (sorted by offset, not overlapping): each
   // record they touch is rewritten once, with every piece that falls in it.
+  // `held`: space reserved by the caller, used first (see Domain::WriteV).
   Status RewritePieces(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t new_size,
-                       const std::vector<WritePiece>& pieces) REQUIRES(mu);
+                       const std::vector<WritePiece>& pieces, uint64_t* held) REQUIRES(mu);
   Status RewriteRun(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t first, uint64_t last,
-                    uint64_t new_size, const std::vector<WritePiece>& pieces, uint64_t rs) REQUIRES(mu);
+                    uint64_t new_size, const std::vector<WritePiece>& pieces, uint64_t rs, uint64_t* held) REQUIRES(mu);
 
   // ---- exports (fs/exports.cc): mu held (shared for reads, exclusively
   // for changes).
