@@ -84,6 +84,31 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
     if (service != nullptr) {
       s.Gauge("nasgw_head_locks", "Byte-range lock ranges held by the heads' sessions.", {},
               static_cast<double>(service->locks().size()));
+      // The write-back cache of the domain's opening (counters start again
+      // with each opening).
+      const cache::DataCacheStats c = service->CacheStats();
+      s.Gauge("nasgw_cache_dirty_bytes", "Data answered to clients and not yet on the SAN (dirty and being flushed).",
+              {}, static_cast<double>(c.dirty_bytes));
+      s.Gauge("nasgw_cache_dirty_files", "Files with dirty data in the write-back cache.", {},
+              static_cast<double>(c.dirty_files));
+      s.Counter("nasgw_cache_writes_total", "Writes through the cache, by how they were answered.",
+                {{"answer", "cached"}}, c.writes_cached);
+      s.Counter("nasgw_cache_writes_total", "Writes through the cache, by how they were answered.",
+                {{"answer", "stable"}}, c.writes_stable);
+      s.Counter("nasgw_cache_write_bytes_total", "Bytes clients wrote through the cache.", {}, c.bytes_written);
+      s.Counter("nasgw_cache_read_dirty_bytes_total", "Bytes reads took from dirty data.", {}, c.read_bytes_dirty);
+      s.Counter("nasgw_cache_flushes_total", "Flush transactions committed.", {}, c.flushes);
+      s.Counter("nasgw_cache_flush_bytes_total", "Bytes the flushes carried.", {}, c.flush_bytes);
+      s.Counter("nasgw_cache_flush_microseconds_total", "Time spent in flush transactions.", {},
+                c.flush_nanos_total / 1000);
+      s.Counter("nasgw_cache_flush_errors_total", "Flushes that failed (their data stays dirty).", {}, c.flush_errors);
+      s.Counter("nasgw_cache_dropped_bytes_total", "Dirty bytes of files deleted before their flush.", {},
+                c.flush_dropped);
+      s.Counter("nasgw_cache_stalls_total", "Writers that waited for the flusher (the cache was full).", {}, c.stalls);
+      s.Counter("nasgw_cache_stall_timeouts_total", "Writers refused after waiting cache.stall_timeout_ms.", {},
+                c.stall_timeouts);
+      s.Counter("nasgw_cache_no_space_total", "Writes refused with ENOSPC: no space to reserve for their flush.", {},
+                c.no_space);
     }
     ReserveStatus r = node->GetReserve();
     for (const char* st : {"unformatted", "online", "failed", "standby", "fenced"}) {

@@ -294,6 +294,13 @@ def cmd_admin(a):
           (entries, records))
         c("transaction groups and log write latency exported",
           metric("nasgw_txg_total") is not None and "nasgw_log_write_latency_seconds{" in text, text[:2000])
+        # FUSE writes are unstable: they went through the write-back cache.
+        cached = [float(l.split()[-1]) for l in text.splitlines()
+                  if l.startswith('nasgw_cache_writes_total{answer="cached"}')]
+        c("write-back cache metrics exported, FUSE writes answered from it",
+          cached and cached[0] > 0 and metric("nasgw_cache_write_bytes_total") and
+          metric("nasgw_cache_dirty_bytes") is not None and metric("nasgw_cache_flushes_total") is not None,
+          [l for l in text.splitlines() if l.startswith("nasgw_cache")])
 
         node.unmount()
         p = node.cli("volume", "delete", "alpha", check=False)
