@@ -47,9 +47,10 @@ $(TSAN_DIR)/CMakeCache.txt:
 # the block layer's I/O loop and its submitters (unit and tgtd tests),
 # MemDevice, the write gate, the allocator, MetaFs, ownership and its
 # renewal thread, the head server and client library (HeadTest), the byte-
-# range locks, the metrics endpoint, the log. (Suites that drive RocksDB's
-# own threads are left out: RocksDB is not built with TSan here, so its
-# internal synchronisation is invisible to it.)
+# range locks, the metrics endpoint, the log, the write-back cache. RocksDB
+# is not built with TSan here, so its internal synchronisation is invisible
+# to it: suites that mostly drive RocksDB's own threads are left out, and
+# tests/tsan.supp drops reports with one side inside librocksdb.
 tsan: deps $(TSAN_DIR)/CMakeCache.txt lab-gc
 	cmake --build $(TSAN_DIR) -j$(JOBS)
 	cd $(TSAN_DIR) && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest -L tsan -j1 --output-on-failure --timeout 600
