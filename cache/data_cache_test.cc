@@ -291,10 +291,12 @@ TEST_F(DataCacheTest, RandomLoadMatchesTheModel) {
   StartCache(o);
   constexpr int kThreads = 4;
   std::vector<fs::Attr> files;
+  files.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) files.push_back(Mk("f" + std::to_string(t)));
   std::vector<std::string> models(kThreads);
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(1234 + t);

@@ -30,7 +30,6 @@
 // domain are applied under its lock, and wait for the log without it.
 #pragma once
 
-#include <compare>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -68,7 +67,7 @@ struct Timespec {
   int64_t sec = 0;
   uint32_t nsec = 0;
   bool operator==(const Timespec&) const = default;
-  auto operator<=>(const Timespec&) const = default;
+  bool operator<(const Timespec& o) const { return sec != o.sec ? sec < o.sec : nsec < o.nsec; }
 };
 
 // The wall clock as a file time.
