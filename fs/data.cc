@@ -174,35 +174,17 @@ Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t 
 
 Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const void* data, size_t n) {
   if (n == 0) return GetAttr(vol, ino);
-  if (offset > kFileSizeMax || n > kFileSizeMax - offset) return Status::OutOfRange("file would exceed 2^63 bytes");
-  WriterLock lock(impl_->mu);
-  auto v = impl_->LoadVolume(vol);
-  if (!v.ok()) return v.status();
-  auto in = impl_->LoadInode(vol, ino);
-  if (!in.ok()) return in.status();
-  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
-  if (in->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
-  const uint64_t rs = v->record_bytes;
-  const uint64_t new_size = std::max(in->a.size, offset + n);
-  Impl::Txn t;
-  Status s = impl_->RewriteRecords(t, vol, *in, *v, offset / rs, (offset + n - 1) / rs, new_size, offset,
-                                   static_cast<const uint8_t*>(data), n);
-  if (!s.ok()) {
-    t.Abandon(*impl_->space);  // nothing was committed: the new extents go back
-    return s;
-  }
-  in->a.size = new_size;
-  Impl::Touch(*in, true);
-  impl_->PutInode(t, vol, *in);
-  impl_->PutVolume(t, vol, *v);
-  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
-  lock.Unlock();
-  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
-  return in->a;
+  return impl_->WritePieces(vol, ino, 0, {{offset, static_cast<const uint8_t*>(data), n}}, nullptr, nullptr);
 }
 
 Result<Attr> Domain::WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
                             const Timespec& mtime, uint64_t* held) {
+  if (gen == 0) return Status::InvalidArgument("a generation is never 0");
+  return impl_->WritePieces(vol, ino, gen, pieces, &mtime, held);
+}
+
+Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
+                                       const Timespec* mtime, uint64_t* held) {
   uint64_t end = 0;
   for (size_t i = 0; i < pieces.size(); i++) {
     const WritePiece& w = pieces[i];
@@ -213,33 +195,40 @@ Result<Attr> Domain::WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std:
     }
     end = std::max(end, w.off + w.n);
   }
-  WriterLock lock(impl_->mu);
-  auto v = impl_->LoadVolume(vol);
-  if (!v.ok()) return v.status().code() == Code::kNotFound ? Status(Code::kStale, "volume is gone") : v.status();
-  auto in = impl_->LoadInode(vol, ino);
-  if (!in.ok()) {
-    return in.status().code() == Code::kNotFound ? Status(Code::kStale, "inode " + std::to_string(ino) + " is gone")
-                                                 : in.status();
-  }
-  if (in->a.gen != gen) return Status(Code::kStale, "inode " + std::to_string(ino) + " was reused");
+  // A caller that names the generation (the cache) learns that a file that
+  // went is Stale; one that does not, NotFound.
+  auto gone = [&](const Status& s, const std::string& what) {
+    return gen != 0 && s.code() == Code::kNotFound ? Status(Code::kStale, what + " is gone") : s;
+  };
+  WriterLock lock(mu);
+  auto v = LoadVolume(vol);
+  if (!v.ok()) return gone(v.status(), "volume " + std::to_string(vol));
+  auto in = LoadInode(vol, ino);
+  if (!in.ok()) return gone(in.status(), "inode " + std::to_string(ino));
+  if (gen != 0 && in->a.gen != gen) return Status(Code::kStale, "inode " + std::to_string(ino) + " was reused");
+  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
   if (in->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
   if (pieces.empty()) return in->a;
   const uint64_t new_size = std::max(in->a.size, end);
-  Impl::Txn t;
-  Status s = impl_->RewritePieces(t, vol, *in, *v, new_size, pieces, held);
+  Txn t;
+  Status s = RewritePieces(t, vol, *in, *v, new_size, pieces, held);
   if (!s.ok()) {
-    t.Abandon(*impl_->space);
+    t.Abandon(*space);  // nothing was committed: the new extents go back
     return s;
   }
   in->a.size = new_size;
-  in->a.mtime = mtime;
-  in->a.ctime = std::max(in->a.ctime, mtime);
-  in->a.change++;
-  impl_->PutInode(t, vol, *in);
-  impl_->PutVolume(t, vol, *v);
-  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  if (mtime == nullptr) {
+    Touch(*in, true);
+  } else {
+    in->a.mtime = *mtime;
+    in->a.ctime = std::max(in->a.ctime, *mtime);
+    in->a.change++;
+  }
+  PutInode(t, vol, *in);
+  PutVolume(t, vol, *v);
+  NASGW_RETURN_IF_ERROR(Commit(t));
   lock.Unlock();
-  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
+  NASGW_RETURN_IF_ERROR(Durable(t));
   return in->a;
 }
 

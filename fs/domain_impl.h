@@ -189,6 +189,9 @@ struct Domain::Impl {
                         uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) REQUIRES(mu);
   // The same for several pieces (sorted by offset, not overlapping): each
   // record they touch is rewritten once, with every piece that falls in it.
+  // Domain::Write (gen 0: any generation; mtime null: now) and WriteV.
+  Result<Attr> WritePieces(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
+                           const Timespec* mtime, uint64_t* held) EXCLUDES(mu);
   // `held`: space reserved by the caller, used first (see Domain::WriteV).
   Status RewritePieces(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t new_size,
                        const std::vector<WritePiece>& pieces, uint64_t* held) REQUIRES(mu);
