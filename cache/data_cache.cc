@@ -116,6 +116,11 @@ struct DataCache::File {
   uint32_t record_bytes GUARDED_BY(mu) = 0;
   std::set<uint64_t> records GUARDED_BY(mu);
   uint64_t reserved GUARDED_BY(mu) = 0;
+  // Writes held in dirty and in flushing: the change attribute a client is
+  // shown counts them (NFSv4 clients and FSAL_NASGW's reply ordering go by
+  // it), and a flush adds them to the committed one.
+  uint64_t writes_dirty GUARDED_BY(mu) = 0;
+  uint64_t writes_flushing GUARDED_BY(mu) = 0;
   bool retired GUARDED_BY(mu) = false;  // out of files_: make a new File
 };
 
@@ -152,13 +157,14 @@ std::shared_ptr<DataCache::File> DataCache::Find(Key k) const {
   return it == files_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<DataCache::File> DataCache::FindOrMake(Key k, uint64_t gen) {
+std::shared_ptr<DataCache::File> DataCache::FindOrMake(Key k, uint64_t gen, uint32_t record_bytes) {
   MutexLock l(mu_);
   auto& f = files_[k];
   if (f == nullptr) {
     f = std::make_shared<File>(k);
     MutexLock fl(f->mu);
     f->gen = gen;
+    f->record_bytes = record_bytes;
   }
   return f;
 }
@@ -197,15 +203,31 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
     through = through || closed_;
   }
   if (n == 0) return Overlay(vol, a);
-  if (!through) NASGW_RETURN_IF_ERROR(Admit());
+  if (!through) {
+    NASGW_RETURN_IF_ERROR(Admit());
+    MutexLock l(mu_);
+    through = closed_;  // closed while this writer waited: nothing flushes later
+  }
   const Key k{vol, a.ino};
   const auto* bytes = static_cast<const uint8_t*>(data);
   auto d = domain_.lock();
   if (d == nullptr) return Status::Unavailable("the domain is closed");
+  // The record size before any of the cache's locks (the domain's lock may
+  // be held across a flush's I/O); once per File.
+  uint32_t record_bytes = 0;
+  if (std::shared_ptr<File> known = Find(k); known != nullptr) {
+    MutexLock l(known->mu);
+    record_bytes = known->record_bytes;
+  }
+  if (record_bytes == 0) {
+    auto rs = d->RecordBytes(vol);
+    if (!rs.ok()) return rs.status();
+    record_bytes = *rs;
+  }
   std::shared_ptr<File> f;
   uint64_t freed = 0;
   for (;;) {
-    f = FindOrMake(k, a.gen);
+    f = FindOrMake(k, a.gen, record_bytes);
     MutexLock l(f->mu);
     if (f->retired) continue;  // emptied and dropped as we found it
     if (f->gen != a.gen) {
@@ -217,15 +239,6 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
       f->reserved = 0;
       f->records.clear();
       f->gen = a.gen;
-    }
-    if (f->record_bytes == 0) {
-      auto rs = d->RecordBytes(vol);
-      if (!rs.ok()) {
-        l.Unlock();
-        Release(freed);
-        return rs.status();
-      }
-      f->record_bytes = *rs;
     }
     // Space for the records this write touches first: a write the volume
     // has no room for is refused now (ENOSPC), never lost at its flush.
@@ -239,6 +252,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
         c_.no_space++;
         l.Unlock();
         Release(freed);
+        Retire(f);  // made for this write, perhaps: not kept empty
         return s;
       }
       f->reserved += need;
@@ -249,6 +263,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
     if (grew > 0) dirty_.fetch_add(static_cast<uint64_t>(grew));
     if (grew < 0) freed += static_cast<uint64_t>(-grew);
     f->mtime = std::max(f->mtime, fs::Now());
+    f->writes_dirty++;
     break;
   }
   Release(freed);
@@ -313,26 +328,34 @@ fs::Attr DataCache::Overlay(uint32_t vol, fs::Attr a) const {
   a.size = std::max({a.size, EndOf(f->dirty), EndOf(f->flushing)});
   a.mtime = std::max(a.mtime, f->mtime);
   a.ctime = std::max(a.ctime, f->mtime);
+  a.change += f->writes_dirty + f->writes_flushing;
   return a;
 }
 
 Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
   MutexLock fl(f->flush_mu);
   const auto [vol, ino] = f->key;
-  uint64_t gen = 0, held = 0;
-  std::set<uint64_t> held_records;
+  uint64_t gen = 0, held = 0, writes = 0, rs = 0;
   fs::Timespec mtime;
   std::vector<fs::WritePiece> pieces;
   {
     MutexLock l(f->mu);
-    if (f->dirty.empty()) return Status();
+    if (f->dirty.empty()) {
+      const bool idle = f->flushing.empty() && f->reserved == 0;
+      l.Unlock();
+      if (idle) Retire(f);
+      return Status();
+    }
     f->flushing = std::move(f->dirty);
     f->dirty.clear();
+    writes = f->writes_dirty;
+    f->writes_flushing = writes;
+    f->writes_dirty = 0;
     gen = f->gen;
     mtime = f->mtime;
+    rs = f->record_bytes;
     // The reservation goes with the data; writes from now on reserve anew.
     held = f->reserved;
-    held_records = std::move(f->records);
     f->records.clear();
     f->reserved = 0;
     // Only this flush changes `flushing` (under flush_mu): the pieces stay
@@ -344,24 +367,36 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
       }
     }
   }
-  // In transactions of at most flush_bytes_max.
+  // In transactions of about flush_bytes_max, cut only between records (a
+  // record rewritten by two transactions would need its space twice). Each
+  // transaction bumps the change attribute by one, the last by what is left
+  // of the writes, so it ends where the overlay showed it.
+  const auto record_of = [rs](uint64_t off) { return off / rs; };
   Status s;
   auto d = domain_.lock();
   if (d == nullptr) s = Status::Unavailable("the domain is closed");
   size_t i = 0;
+  uint64_t batches = 0;
   while (s.ok() && i < pieces.size()) {
     size_t j = i;
     uint64_t bytes = 0;
-    while (j < pieces.size() && (j == i || bytes + pieces[j].n <= o_.flush_bytes_max)) bytes += pieces[j++].n;
+    while (j < pieces.size()) {
+      const bool same_record = j > i && record_of(pieces[j].off) == record_of(pieces[j - 1].off + pieces[j - 1].n - 1);
+      if (j > i && !same_record && bytes + pieces[j].n > o_.flush_bytes_max) break;
+      bytes += pieces[j++].n;
+    }
     std::vector<fs::WritePiece> batch(pieces.begin() + static_cast<std::ptrdiff_t>(i),
                                       pieces.begin() + static_cast<std::ptrdiff_t>(j));
+    const bool last = j == pieces.size();
+    const uint64_t changes = last ? std::max<uint64_t>(1, writes > batches ? writes - batches : 1) : 1;
     const uint64_t t0 = MonotonicNanos();
-    auto r = d->WriteV(vol, ino, gen, batch, mtime, &held);
+    auto r = d->WriteV(vol, ino, gen, batch, mtime, &held, changes);
     c_.flush_nanos += MonotonicNanos() - t0;
     if (!r.ok()) {
       s = r.status();
       break;
     }
+    batches++;
     c_.flushes++;
     c_.flush_bytes += bytes;
     i = j;
@@ -375,21 +410,35 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     const uint64_t before = BytesOf(f->flushing) + BytesOf(f->dirty);
     if (s.ok() || gone) {
       if (gone) c_.flush_dropped += BytesOf(f->flushing);
-      f->flushing.clear();
     } else {
-      // Back under what was written since, with what is left of its
-      // reservation: it is tried again later.
-      Ranges back = std::move(f->flushing);
-      f->flushing.clear();
+      // What no transaction committed goes back under what was written
+      // since, with its records' reservation topped up again (a failed
+      // transaction's extents went back to free space): tried again later.
+      Ranges back;
+      std::set<uint64_t> records;
+      for (size_t k = i; k < pieces.size(); k++) {
+        Put(back, pieces[k].off, pieces[k].data, pieces[k].n);
+        for (uint64_t r = record_of(pieces[k].off); r <= record_of(pieces[k].off + pieces[k].n - 1); r++) {
+          if (!f->records.contains(r)) records.insert(r);
+        }
+      }
       for (const auto& [o, v] : f->dirty) Put(back, o, v.data(), v.size());
       f->dirty = std::move(back);
-      f->records.insert(held_records.begin(), held_records.end());
+      const uint64_t want = records.size() * rs;
+      if (want > held) {
+        // Best effort: if the space went meanwhile, the retry reserves it.
+        if (d->ReserveSpace(want - held).ok()) held = want;
+      }
+      f->records.insert(records.begin(), records.end());
       f->reserved += held;
       held = 0;
+      f->writes_dirty += writes > batches ? writes - batches : 1;
     }
-    freed = before - BytesOf(f->flushing) - BytesOf(f->dirty);
+    f->flushing.clear();
+    f->writes_flushing = 0;
+    freed = before - BytesOf(f->dirty);
     f->flush_seq++;
-    empty = f->dirty.empty() && f->flushing.empty() && f->reserved == 0;
+    empty = f->dirty.empty() && f->reserved == 0;
   }
   Release(freed);
   if (held > 0 && d != nullptr) d->ReleaseSpace(held);
@@ -439,7 +488,9 @@ Status DataCache::Close() {
     space_cv_.NotifyAll();
   }
   if (flusher_.joinable()) flusher_.join();
-  return s;
+  // Writes that were past the closed check when FlushAll took its list.
+  Status again = FlushAll();
+  return s.ok() ? again : s;
 }
 
 void DataCache::Retire(const std::shared_ptr<File>& f) {

@@ -162,6 +162,23 @@ TEST_F(DataCacheTest, UnstableWritesAreAnsweredFromMemoryUntilFlushed) {
   EXPECT_EQ(cache_->stats().flushes, 1u);
 }
 
+TEST_F(DataCacheTest, TheChangeAttributeCountsCachedWritesAndNeverGoesBack) {
+  DataCacheOptions o = NoFlusher();
+  o.flush_bytes_max = 64 << 10;  // the flush below takes several transactions
+  StartCache(o);
+  const fs::Attr f = Mk("f");
+  uint64_t last = Committed(f.ino).change;
+  for (int i = 0; i < 20; i++) {
+    const fs::Attr shown = Write(f, uint64_t(i) * 50'000, std::string(50'000, 'c'));
+    EXPECT_GT(shown.change, last) << "write " << i;
+    last = shown.change;
+  }
+  ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
+  EXPECT_GT(cache_->stats().flushes, 1u);
+  EXPECT_GE(Committed(f.ino).change, last) << "the flush took the change attribute back";
+  EXPECT_EQ(cache_->Overlay(vol_, Committed(f.ino)).change, Committed(f.ino).change);
+}
+
 TEST_F(DataCacheTest, OverwritesAndNeighboursCoalesceIntoOneFlush) {
   StartCache(NoFlusher());
   const fs::Attr f = Mk("f");
@@ -270,6 +287,12 @@ TEST_F(DataCacheTest, AFullVolumeRefusesWritesWhenAcceptedNeverAtTheirFlush) {
   EXPECT_GT(model.size(), 32 * kMiB) << "refused long before the volume was full";
   EXPECT_EQ(cache_->stats().no_space, 1u);
   EXPECT_LT(dom_->Statfs().free_bytes, 2 * kMiB) << "the reservation is not available to others";
+  // A flush that fails part-way (the array refuses writes for a while)
+  // keeps its reservation: once the array is back, it fits.
+  failing_ = true;
+  InjectFaults();
+  EXPECT_FALSE(cache_->Flush(vol_, f.ino).ok());
+  failing_ = false;
   ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok()) << "an accepted write failed at its flush";
   EXPECT_EQ(OnSan(f.ino), model);
   ASSERT_TRUE(dom_->Unlink(vol_, fs::kRootIno, "fill").ok());

@@ -708,6 +708,16 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
 std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d) {
   std::shared_ptr<cache::DataCache> old;
   MutexLock l(cache_mu_);
+  if (cache_ != nullptr && cache_verifier_ != d.write_verifier && domain_().write_verifier != d.write_verifier) {
+    // A request that took its opening before the domain was opened again:
+    // not the current opening, so it must not replace the current cache.
+    // Written through, by a cache of its own for this request.
+    cache::DataCacheOptions through = cache_options_;
+    through.write_through = true;
+    auto once = std::make_shared<cache::DataCache>(d.domain, through);
+    once->Close().IgnoreError();  // empty: stops its flusher; writes go through
+    return once;
+  }
   if (cache_ == nullptr || cache_verifier_ != d.write_verifier) {
     // A new opening: what the old cache held went with the old one (its
     // flushes find the domain closed, or fail at its closed gate).

@@ -174,17 +174,17 @@ Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t 
 
 Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const void* data, size_t n) {
   if (n == 0) return GetAttr(vol, ino);
-  return impl_->WritePieces(vol, ino, 0, {{offset, static_cast<const uint8_t*>(data), n}}, nullptr, nullptr);
+  return impl_->WritePieces(vol, ino, 0, {{offset, static_cast<const uint8_t*>(data), n}}, nullptr, nullptr, 1);
 }
 
 Result<Attr> Domain::WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                            const Timespec& mtime, uint64_t* held) {
+                            const Timespec& mtime, uint64_t* held, uint64_t changes) {
   if (gen == 0) return Status::InvalidArgument("a generation is never 0");
-  return impl_->WritePieces(vol, ino, gen, pieces, &mtime, held);
+  return impl_->WritePieces(vol, ino, gen, pieces, &mtime, held, std::max<uint64_t>(changes, 1));
 }
 
 Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                                       const Timespec* mtime, uint64_t* held) {
+                                       const Timespec* mtime, uint64_t* held, uint64_t changes) {
   uint64_t end = 0;
   for (size_t i = 0; i < pieces.size(); i++) {
     const WritePiece& w = pieces[i];
@@ -222,11 +222,14 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
   } else {
     in->a.mtime = *mtime;
     in->a.ctime = std::max(in->a.ctime, *mtime);
-    in->a.change++;
+    in->a.change += changes;
   }
   PutInode(t, vol, *in);
   PutVolume(t, vol, *v);
-  NASGW_RETURN_IF_ERROR(Commit(t));
+  if (Status c = Commit(t); !c.ok()) {
+    t.Abandon(*space);  // Commit changed nothing: the new extents go back
+    return c;
+  }
   lock.Unlock();
   NASGW_RETURN_IF_ERROR(Durable(t));
   return in->a;

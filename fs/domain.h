@@ -234,9 +234,10 @@ class Domain {
   //
   // `*held` is space the caller reserved for it (ReserveSpace): used before
   // anything is reserved anew, and lowered by what was used; the caller
-  // releases what is left.
+  // releases what is left. The change attribute goes up by `changes` (the
+  // writes this flush carries, each of which a client was shown).
   Result<Attr> WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                      const Timespec& mtime, uint64_t* held = nullptr);
+                      const Timespec& mtime, uint64_t* held = nullptr, uint64_t changes = 1);
   // Sets data space aside for writes accepted now and flushed later (the
   // write-back cache), so that their flush cannot fail for want of space:
   // NoSpace ("volume full") when that much is not available. Reserved space

@@ -191,7 +191,7 @@ struct Domain::Impl {
   // record they touch is rewritten once, with every piece that falls in it.
   // Domain::Write (gen 0: any generation; mtime null: now) and WriteV.
   Result<Attr> WritePieces(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                           const Timespec* mtime, uint64_t* held) EXCLUDES(mu);
+                           const Timespec* mtime, uint64_t* held, uint64_t changes) EXCLUDES(mu);
   // `held`: space reserved by the caller, used first (see Domain::WriteV).
   Status RewritePieces(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t new_size,
                        const std::vector<WritePiece>& pieces, uint64_t* held) REQUIRES(mu);
