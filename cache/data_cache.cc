@@ -388,7 +388,7 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     std::vector<fs::WritePiece> batch(pieces.begin() + static_cast<std::ptrdiff_t>(i),
                                       pieces.begin() + static_cast<std::ptrdiff_t>(j));
     const bool last = j == pieces.size();
-    const uint64_t changes = last ? std::max<uint64_t>(1, writes > batches ? writes - batches : 1) : 1;
+    const uint64_t changes = last && writes > batches ? writes - batches : 1;
     const uint64_t t0 = MonotonicNanos();
     auto r = d->WriteV(vol, ino, gen, batch, mtime, &held, changes);
     c_.flush_nanos += MonotonicNanos() - t0;

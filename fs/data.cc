@@ -226,10 +226,7 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
   }
   PutInode(t, vol, *in);
   PutVolume(t, vol, *v);
-  if (Status c = Commit(t); !c.ok()) {
-    t.Abandon(*space);  // Commit changed nothing: the new extents go back
-    return c;
-  }
+  NASGW_RETURN_IF_ERROR(Commit(t));
   lock.Unlock();
   NASGW_RETURN_IF_ERROR(Durable(t));
   return in->a;

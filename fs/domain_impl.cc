@@ -49,7 +49,12 @@ Domain::Impl::~Impl() {
 }
 
 Status Domain::Impl::Commit(Txn& t) {
-  if (!log) return Status::NotSupported("domain opened read-only");
+  // Where nothing was applied, the extents the change allocated go back.
+  auto nothing = [&](const Status& s) {
+    t.Abandon(*space);
+    return s.WithContext("commit metadata");
+  };
+  if (!log) return nothing(Status::NotSupported("domain opened read-only"));
   t.batch.Put(SuperKey(), EncodeDomain(rec));
   const size_t bytes = 1 + t.batch.Data().size();
   if (bytes > log->max_entry_bytes()) {
@@ -58,7 +63,7 @@ Status Domain::Impl::Commit(Txn& t) {
     // entry before it is in the store too.
     const uint64_t covered = log->appended_lsn();
     t.batch.Put(LogBarrierKey(), EncodeLsn(covered));
-    NASGW_RETURN_IF_ERROR(store->Apply(t.batch).WithContext("commit metadata"));
+    if (Status a = store->Apply(t.batch); !a.ok()) return nothing(a);
     Status s = store->Flush();
     if (!s.ok()) {
       // Applied but maybe not durable: nothing later may be either.
@@ -69,11 +74,11 @@ Status Domain::Impl::Commit(Txn& t) {
     if (!c.ok()) NASGW_LOG(kWarn, "fs") << "log checkpoint after a large change" << Kv("error", c.ToString());
     t.lsn = 0;
   } else {
-    NASGW_RETURN_IF_ERROR(log->Reserve(bytes).WithContext("commit metadata"));
+    if (Status r = log->Reserve(bytes); !r.ok()) return nothing(r);
     Status s = store->Apply(t.batch);
     if (!s.ok()) {
       log->Unreserve(bytes);
-      return s.WithContext("commit metadata");
+      return nothing(s);
     }
     std::string entry;
     entry.reserve(bytes);

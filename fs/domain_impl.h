@@ -133,8 +133,8 @@ struct Domain::Impl {
   }
 
   // Applies `t` and appends it to the log; the caller then releases mu and
-  // calls Durable. Fails (changing nothing) when the log is full past its
-  // timeout or has failed.
+  // calls Durable. Fails (changing nothing, and giving the extents `t`
+  // allocated back) when the log is full past its timeout or has failed.
   Status Commit(Txn& t) REQUIRES(mu);
   // Waits until `t` is on the array, then frees (and unmaps) what it
   // replaced. Call without mu.
