@@ -77,6 +77,39 @@ int64_t Put(Ranges& r, uint64_t off, const uint8_t* data, size_t n) {
   return grew;
 }
 
+// Blocks (fs::kDataBlockBytes) that have space reserved: first -> end,
+// sorted, never overlapping or touching.
+using Blocks = std::map<uint64_t, uint64_t>;
+
+// How many of blocks [first, end) `b` does not cover yet.
+uint64_t Uncovered(const Blocks& b, uint64_t first, uint64_t end) {
+  uint64_t n = end - first;
+  auto it = b.upper_bound(first);
+  if (it != b.begin()) it = std::prev(it);
+  for (; it != b.end() && it->first < end; ++it) {
+    const uint64_t lo = std::max(first, it->first), hi = std::min(end, it->second);
+    if (lo < hi) n -= hi - lo;
+  }
+  return n;
+}
+
+// Adds blocks [first, end) to `b`.
+void Cover(Blocks& b, uint64_t first, uint64_t end) {
+  auto it = b.upper_bound(first);
+  if (it != b.begin() && std::prev(it)->second >= first) it = std::prev(it);
+  while (it != b.end() && it->first <= end) {
+    first = std::min(first, it->first);
+    end = std::max(end, it->second);
+    it = b.erase(it);
+  }
+  b.emplace(first, end);
+}
+
+// The blocks a range of bytes touches.
+std::pair<uint64_t, uint64_t> BlocksOf(uint64_t off, uint64_t n) {
+  return {off / fs::kDataBlockBytes, (off + n + fs::kDataBlockBytes - 1) / fs::kDataBlockBytes};
+}
+
 uint64_t BytesOf(const Ranges& r) {
   uint64_t b = 0;
   for (const auto& [o, v] : r) b += v.size();
@@ -111,10 +144,9 @@ struct DataCache::File {
   fs::Timespec mtime GUARDED_BY(mu);
   uint64_t since_ns GUARDED_BY(mu) = 0;   // monotonic time dirty became non-empty
   uint64_t flush_seq GUARDED_BY(mu) = 0;  // flushes completed (reads retry across one)
-  // Space set aside in the domain for the flush of the dirty data: a whole
-  // record for each record it touches (a flush rewrites whole records).
-  uint32_t record_bytes GUARDED_BY(mu) = 0;
-  std::set<uint64_t> records GUARDED_BY(mu);
+  // Space set aside in the domain for the flush of the dirty data: a block
+  // for each block it touches (a flush writes whole blocks).
+  Blocks blocks GUARDED_BY(mu);
   uint64_t reserved GUARDED_BY(mu) = 0;
   // Writes held in dirty and in flushing: the change attribute a client is
   // shown counts them (NFSv4 clients and FSAL_NASGW's reply ordering go by
@@ -157,14 +189,13 @@ std::shared_ptr<DataCache::File> DataCache::Find(Key k) const {
   return it == files_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<DataCache::File> DataCache::FindOrMake(Key k, uint64_t gen, uint32_t record_bytes) {
+std::shared_ptr<DataCache::File> DataCache::FindOrMake(Key k, uint64_t gen) {
   MutexLock l(mu_);
   auto& f = files_[k];
   if (f == nullptr) {
     f = std::make_shared<File>(k);
     MutexLock fl(f->mu);
     f->gen = gen;
-    f->record_bytes = record_bytes;
   }
   return f;
 }
@@ -212,22 +243,10 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
   const auto* bytes = static_cast<const uint8_t*>(data);
   auto d = domain_.lock();
   if (d == nullptr) return Status::Unavailable("the domain is closed");
-  // The record size before any of the cache's locks (the domain's lock may
-  // be held across a flush's I/O); once per File.
-  uint32_t record_bytes = 0;
-  if (std::shared_ptr<File> known = Find(k); known != nullptr) {
-    MutexLock l(known->mu);
-    record_bytes = known->record_bytes;
-  }
-  if (record_bytes == 0) {
-    auto rs = d->RecordBytes(vol);
-    if (!rs.ok()) return rs.status();
-    record_bytes = *rs;
-  }
   std::shared_ptr<File> f;
   uint64_t freed = 0;
   for (;;) {
-    f = FindOrMake(k, a.gen, record_bytes);
+    f = FindOrMake(k, a.gen);
     MutexLock l(f->mu);
     if (f->retired) continue;  // emptied and dropped as we found it
     if (f->gen != a.gen) {
@@ -237,17 +256,14 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
       f->dirty.clear();
       d->ReleaseSpace(f->reserved);
       f->reserved = 0;
-      f->records.clear();
+      f->blocks.clear();
       f->gen = a.gen;
     }
-    // Space for the records this write touches first: a write the volume
+    // Space for the blocks this write touches first: a write the volume
     // has no room for is refused now (ENOSPC), never lost at its flush.
-    std::vector<uint64_t> fresh;
-    for (uint64_t r = off / f->record_bytes; r <= (off + n - 1) / f->record_bytes; r++) {
-      if (!f->records.contains(r)) fresh.push_back(r);
-    }
-    if (!fresh.empty()) {
-      const uint64_t need = fresh.size() * uint64_t{f->record_bytes};
+    const auto [first, end] = BlocksOf(off, n);
+    if (const uint64_t fresh = Uncovered(f->blocks, first, end); fresh > 0) {
+      const uint64_t need = fresh * fs::kDataBlockBytes;
       if (Status s = d->ReserveSpace(need); !s.ok()) {
         c_.no_space++;
         l.Unlock();
@@ -256,7 +272,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
         return s;
       }
       f->reserved += need;
-      f->records.insert(fresh.begin(), fresh.end());
+      Cover(f->blocks, first, end);
     }
     if (f->dirty.empty()) f->since_ns = MonotonicNanos();
     const int64_t grew = Put(f->dirty, off, bytes, n);
@@ -335,7 +351,7 @@ fs::Attr DataCache::Overlay(uint32_t vol, fs::Attr a) const {
 Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
   MutexLock fl(f->flush_mu);
   const auto [vol, ino] = f->key;
-  uint64_t gen = 0, held = 0, writes = 0, rs = 0;
+  uint64_t gen = 0, held = 0, writes = 0;
   fs::Timespec mtime;
   std::vector<fs::WritePiece> pieces;
   {
@@ -353,10 +369,9 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     f->writes_dirty = 0;
     gen = f->gen;
     mtime = f->mtime;
-    rs = f->record_bytes;
     // The reservation goes with the data; writes from now on reserve anew.
     held = f->reserved;
-    f->records.clear();
+    f->blocks.clear();
     f->reserved = 0;
     // Only this flush changes `flushing` (under flush_mu): the pieces stay
     // valid while it writes them, and readers only read them.
@@ -367,11 +382,11 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
       }
     }
   }
-  // In transactions of about flush_bytes_max, cut only between records (a
-  // record rewritten by two transactions would need its space twice). Each
+  // In transactions of about flush_bytes_max, cut only between blocks (a
+  // block written by two transactions would need its space twice). Each
   // transaction bumps the change attribute by one, the last by what is left
   // of the writes, so it ends where the overlay showed it.
-  const auto record_of = [rs](uint64_t off) { return off / rs; };
+  const auto block_of = [](uint64_t off) { return off / fs::kDataBlockBytes; };
   Status s;
   auto d = domain_.lock();
   if (d == nullptr) s = Status::Unavailable("the domain is closed");
@@ -381,8 +396,8 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     size_t j = i;
     uint64_t bytes = 0;
     while (j < pieces.size()) {
-      const bool same_record = j > i && record_of(pieces[j].off) == record_of(pieces[j - 1].off + pieces[j - 1].n - 1);
-      if (j > i && !same_record && bytes + pieces[j].n > o_.flush_bytes_max) break;
+      const bool same_block = j > i && block_of(pieces[j].off) == block_of(pieces[j - 1].off + pieces[j - 1].n - 1);
+      if (j > i && !same_block && bytes + pieces[j].n > o_.flush_bytes_max) break;
       bytes += pieces[j++].n;
     }
     std::vector<fs::WritePiece> batch(pieces.begin() + static_cast<std::ptrdiff_t>(i),
@@ -412,24 +427,24 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
       if (gone) c_.flush_dropped += BytesOf(f->flushing);
     } else {
       // What no transaction committed goes back under what was written
-      // since, with its records' reservation topped up again (a failed
+      // since, with its blocks' reservation topped up again (a failed
       // transaction's extents went back to free space): tried again later.
       Ranges back;
-      std::set<uint64_t> records;
+      Blocks blocks = f->blocks;
+      uint64_t want = 0;
       for (size_t k = i; k < pieces.size(); k++) {
         Put(back, pieces[k].off, pieces[k].data, pieces[k].n);
-        for (uint64_t r = record_of(pieces[k].off); r <= record_of(pieces[k].off + pieces[k].n - 1); r++) {
-          if (!f->records.contains(r)) records.insert(r);
-        }
+        const auto [first, end] = BlocksOf(pieces[k].off, pieces[k].n);
+        want += Uncovered(blocks, first, end) * fs::kDataBlockBytes;
+        Cover(blocks, first, end);
       }
       for (const auto& [o, v] : f->dirty) Put(back, o, v.data(), v.size());
       f->dirty = std::move(back);
-      const uint64_t want = records.size() * rs;
       if (want > held) {
         // Best effort: if the space went meanwhile, the retry reserves it.
         if (d->ReserveSpace(want - held).ok()) held = want;
       }
-      f->records.insert(records.begin(), records.end());
+      f->blocks = std::move(blocks);
       f->reserved += held;
       held = 0;
       f->writes_dirty += writes > batches ? writes - batches : 1;

@@ -107,7 +107,7 @@ class DataCache {
   using Key = std::pair<uint32_t, uint64_t>;  // volume, inode
 
   std::shared_ptr<File> Find(Key k) const;
-  std::shared_ptr<File> FindOrMake(Key k, uint64_t gen, uint32_t record_bytes);
+  std::shared_ptr<File> FindOrMake(Key k, uint64_t gen);
   Status FlushFile(const std::shared_ptr<File>& f);
   Status Admit();
   void Release(uint64_t bytes);

@@ -35,7 +35,8 @@ Result<std::vector<std::string>> Domain::Check() {
       add("extent record " + std::to_string(GetBE64(k, 5)) + ": " + m.status().ToString());
       return true;
     }
-    for (const Extent& e : m->extents) {
+    for (const RecordPiece& p : m->pieces) {
+      const Extent& e = p.ext;
       Status s = fresh.MarkUsed(e);
       if (!s.ok()) add("inode " + std::to_string(GetBE64(k, 5)) + ": " + s.ToString());
       used += e.length;
@@ -154,10 +155,23 @@ Result<std::vector<std::string>> Domain::Check() {
           if (recs.status().code() != Code::kCorruption) return recs.status();
           continue;  // the extent scan above reported the record
         }
+        uint64_t held = 0;
+        const std::string file = where + "inode " + std::to_string(ino);
         for (const auto& [r, m] : *recs) {
-          if (r * v->record_bytes >= in.a.size) {
-            add(where + "inode " + std::to_string(ino) + " has data past its end (record " + std::to_string(r) + ")");
+          const uint64_t start = r * v->record_bytes;
+          // What the record may hold: up to the end's block in the last one.
+          const uint64_t room =
+              start >= in.a.size
+                  ? 0
+                  : std::min<uint64_t>(v->record_bytes, (in.a.size - start + kDataBlock - 1) / kDataBlock * kDataBlock);
+          if (m.pieces.back().end() > room) {
+            add(file + " has data past its end (record " + std::to_string(r) + ")");
           }
+          held += m.bytes();
+        }
+        if (in.a.blocks != held / 512) {
+          add(file + " counts " + std::to_string(in.a.blocks) + " blocks, its records hold " +
+              std::to_string(held / 512));
         }
       }
     }

@@ -9,25 +9,15 @@ namespace nasgw::fs {
 
 using namespace keys;  // fs/keys.h: the keys and values of the metadata
 
-Status Domain::Impl::ReadExtents(const std::vector<Extent>& extents, uint64_t at, uint8_t* out, size_t n) {
-  // Reads [at, at+n) of the concatenation of extents; at, n block aligned.
-  uint64_t base = 0;
-  size_t done = 0;
-  for (const Extent& e : extents) {
-    if (done == n) break;
-    const uint64_t pos = at + done;
-    if (pos >= base + e.length) {
-      base += e.length;
-      continue;
-    }
-    const uint64_t in = pos - base;
-    const size_t k = static_cast<size_t>(std::min<uint64_t>(n - done, e.length - in));
-    auto dev = reserve->lun(e.lun);
-    NASGW_RETURN_IF_ERROR(block::ReadSync(*dev, (e.offset + in) / dev->info().block_size, out + done, k));
-    done += k;
-    base += e.length;
+Status Domain::Impl::ReadRecord(const RecordMap& m, uint64_t from, uint64_t to, uint8_t* out) {
+  std::memset(out, 0, to - from);  // holes read as zeros
+  for (const RecordPiece& p : m.pieces) {
+    const uint64_t lo = std::max<uint64_t>(p.at, from), hi = std::min(p.end(), to);
+    if (lo >= hi) continue;
+    auto dev = reserve->lun(p.ext.lun);
+    NASGW_RETURN_IF_ERROR(
+        block::ReadSync(*dev, (p.ext.offset + (lo - p.at)) / dev->info().block_size, out + (lo - from), hi - lo));
   }
-  if (done < n) std::memset(out + done, 0, n - done);
   return Status();
 }
 
@@ -42,17 +32,116 @@ Status Domain::Impl::WriteExtents(const std::vector<Extent>& extents, const uint
   return Status();
 }
 
-Status Domain::Impl::RewriteRecords(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
-                                    uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) {
-  // The records from first to last, with the one piece (if any) in them.
-  const uint64_t rs = v.record_bytes;
-  std::vector<WritePiece> pieces;
-  if (n > 0) pieces.push_back({off, data, n});
-  return RewriteRun(t, vol, in, v, first, last, new_size, pieces, rs, nullptr);
+Status Domain::Impl::PlaceBlocks(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, uint64_t at, const uint8_t* data,
+                                 size_t n, uint64_t& taken) {
+  auto got = space->AllocateReserved(n);
+  if (!got.ok()) return got.status();
+  taken += n;
+  t.allocated.insert(t.allocated.end(), got->begin(), got->end());
+  NASGW_RETURN_IF_ERROR(WriteExtents(*got, data));
+  // What the new blocks cover of older pieces is freed once this commits.
+  const uint64_t end = at + n;
+  std::vector<RecordPiece> out;
+  out.reserve(m.pieces.size() + got->size() + 1);
+  for (const RecordPiece& p : m.pieces) {
+    if (p.end() <= at || p.at >= end) {
+      out.push_back(p);
+      continue;
+    }
+    if (p.at < at) out.push_back({p.at, {p.ext.lun, p.ext.offset, at - p.at}, p.birth});
+    const uint64_t lo = std::max<uint64_t>(p.at, at), hi = std::min(p.end(), end);
+    t.to_free.push_back({p.ext.lun, p.ext.offset + (lo - p.at), hi - lo});
+    in.a.blocks -= std::min<uint64_t>(in.a.blocks, (hi - lo) / 512);
+    v.bytes -= std::min(v.bytes, hi - lo);
+    if (p.end() > end)
+      out.push_back({static_cast<uint32_t>(end), {p.ext.lun, p.ext.offset + (end - p.at), p.end() - end}, p.birth});
+  }
+  uint64_t pos = at;
+  for (const Extent& e : *got) {
+    out.push_back({static_cast<uint32_t>(pos), e, rec.txg + 1});
+    pos += e.length;
+  }
+  in.a.blocks += n / 512;
+  v.bytes += n;
+  std::sort(out.begin(), out.end(), [](const RecordPiece& x, const RecordPiece& y) { return x.at < y.at; });
+  // Neighbours that are one run on one LUN, written together, become one.
+  m.pieces.clear();
+  for (const RecordPiece& p : out) {
+    if (!m.pieces.empty()) {
+      RecordPiece& q = m.pieces.back();
+      if (q.end() == p.at && q.ext.lun == p.ext.lun && q.ext.end() == p.ext.offset && q.birth == p.birth) {
+        q.ext.length += p.ext.length;
+        continue;
+      }
+    }
+    m.pieces.push_back(p);
+  }
+  return Status();
 }
 
-Status Domain::Impl::RewritePieces(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t new_size,
-                                   const std::vector<WritePiece>& pieces, uint64_t* held) {
+namespace {
+uint64_t BlockDown(uint64_t x) {
+  return x / kDataBlock * kDataBlock;
+}
+uint64_t BlockUp(uint64_t x) {
+  return (x + kDataBlock - 1) / kDataBlock * kDataBlock;
+}
+
+// Gives back the part of a reservation that did not become extents, on
+// every way out of a change.
+struct Unused {
+  Allocator& a;
+  uint64_t need;
+  uint64_t taken = 0;
+  ~Unused() {
+    if (need > taken) a.Unreserve(need - taken);
+  }
+};
+}  // namespace
+
+Status Domain::Impl::CutRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t r, RecordMap m,
+                               uint64_t new_size) {
+  const uint64_t start = r * v.record_bytes;
+  const uint64_t valid = new_size - start;  // 0 < valid < record size
+  const uint64_t keep = BlockUp(valid);
+  std::vector<RecordPiece> kept;
+  bool tail = false;  // a piece holds the block the end falls in
+  for (const RecordPiece& p : m.pieces) {
+    if (p.at >= keep) {
+      t.to_free.push_back(p.ext);
+    } else if (p.end() > keep) {
+      kept.push_back({p.at, {p.ext.lun, p.ext.offset, keep - p.at}, p.birth});
+      t.to_free.push_back({p.ext.lun, p.ext.offset + (keep - p.at), p.end() - keep});
+    } else {
+      kept.push_back(p);
+    }
+    if (p.at < keep && p.end() > keep - kDataBlock) tail = true;
+    const uint64_t gone = p.end() > keep ? p.end() - std::max<uint64_t>(p.at, keep) : 0;
+    in.a.blocks -= std::min<uint64_t>(in.a.blocks, gone / 512);
+    v.bytes -= std::min(v.bytes, gone);
+  }
+  m.pieces = std::move(kept);
+  if (tail && valid % kDataBlock != 0) {
+    // The bytes past the end in its block become zeros on the array, so a
+    // file grown again reads zeros there.
+    NASGW_RETURN_IF_ERROR(data_reserve(kDataBlock));
+    Unused unused{*space, kDataBlock};
+    std::vector<uint8_t> buf(kDataBlock);
+    const uint64_t b = keep - kDataBlock;
+    NASGW_RETURN_IF_ERROR(ReadRecord(m, b, keep, buf.data()));
+    std::memset(buf.data() + (valid - b), 0, keep - valid);
+    NASGW_RETURN_IF_ERROR(PlaceBlocks(t, in, v, m, b, buf.data(), buf.size(), unused.taken));
+  }
+  if (m.pieces.empty()) {
+    t.batch.Delete(ExtentKey(vol, in.a.ino, r));
+  } else {
+    t.batch.Put(ExtentKey(vol, in.a.ino, r), EncodeRecordMap(m));
+  }
+  return Status();
+}
+
+Status Domain::Impl::RewritePieces(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, const std::vector<WritePiece>& pieces,
+                                   uint64_t* held) {
   // Runs of consecutive records, each loaded with one scan.
   const uint64_t rs = v.record_bytes;
   size_t i = 0;
@@ -66,77 +155,76 @@ Status Domain::Impl::RewritePieces(Txn& t, uint32_t vol, Inode& in, VolumeRec& v
     }
     std::vector<WritePiece> run(pieces.begin() + static_cast<std::ptrdiff_t>(i),
                                 pieces.begin() + static_cast<std::ptrdiff_t>(j));
-    NASGW_RETURN_IF_ERROR(RewriteRun(t, vol, in, v, first, last, new_size, run, rs, held));
+    NASGW_RETURN_IF_ERROR(RewriteRun(t, vol, in, v, first, last, run, rs, held));
     i = j;
   }
   return Status();
 }
 
 Status Domain::Impl::RewriteRun(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
-                                uint64_t new_size, const std::vector<WritePiece>& pieces, uint64_t rs, uint64_t* held) {
+                                const std::vector<WritePiece>& pieces, uint64_t rs, uint64_t* held) {
   auto loaded = LoadRecords(vol, in.a.ino, first, last);
   if (!loaded.ok()) return loaded.status();
-  const auto& old = *loaded;
+  auto& old = *loaded;
+  // The blocks the pieces touch, as spans in their records (a span is one
+  // run of blocks; pieces sharing a block share a span).
+  struct Span {
+    uint64_t r, from, to;  // block aligned, from the record's start
+  };
+  std::vector<Span> spans;
   uint64_t need = 0;
-  for (uint64_t r = first; r <= last; r++) {
-    const uint64_t start = r * rs;
-    if (start >= new_size) break;
-    need += (std::min(rs, new_size - start) + kDataBlock - 1) / kDataBlock * kDataBlock;
+  for (const WritePiece& w : pieces) {
+    for (uint64_t r = w.off / rs; r <= (w.off + w.n - 1) / rs; r++) {
+      const uint64_t start = r * rs;
+      const uint64_t from = BlockDown(std::max(w.off, start) - start);
+      const uint64_t to = BlockUp(std::min(w.off + w.n, start + rs) - start);
+      if (!spans.empty() && spans.back().r == r && from <= spans.back().to) {
+        need += to > spans.back().to ? to - spans.back().to : 0;
+        spans.back().to = std::max(spans.back().to, to);
+      } else {
+        spans.push_back({r, from, to});
+        need += to - from;
+      }
+    }
   }
   // The caller's reservation first; the rest reserved now.
   const uint64_t from_held = held != nullptr ? std::min(*held, need) : 0;
   if (need > from_held) NASGW_RETURN_IF_ERROR(data_reserve(need - from_held));
   if (held != nullptr) *held -= from_held;
-  // Whatever the reservation does not turn into extents goes back, on
-  // every way out of here.
-  uint64_t taken = 0;
-  struct Release {
-    Allocator& a;
-    uint64_t need;
-    uint64_t& taken;
-    ~Release() {
-      if (need > taken) a.Unreserve(need - taken);
+  Unused unused{*space, need};
+  std::vector<uint8_t> buf;
+  size_t p = 0;  // the first piece that may reach the span
+  for (size_t i = 0; i < spans.size();) {
+    const uint64_t r = spans[i].r, start = r * rs;
+    RecordMap& m = old[r];  // a record never written: an empty map
+    const uint64_t old_valid = in.a.size > start ? std::min(rs, in.a.size - start) : 0;
+    for (; i < spans.size() && spans[i].r == r; i++) {
+      const Span& sp = spans[i];
+      buf.assign(sp.to - sp.from, 0);
+      const uint64_t lo = start + sp.from, hi = start + sp.to;
+      while (p < pieces.size() && pieces[p].off + pieces[p].n <= lo) p++;
+      // A block a piece covers only in part keeps the rest of its old bytes
+      // (zeros past the old end, whatever the array holds there).
+      std::vector<uint64_t> partial;
+      for (size_t q = p; q < pieces.size() && pieces[q].off < hi; q++) {
+        const uint64_t a = std::max(pieces[q].off, lo) - start, b = std::min(pieces[q].off + pieces[q].n, hi) - start;
+        if (a % kDataBlock != 0) partial.push_back(BlockDown(a));
+        if (b % kDataBlock != 0 && (partial.empty() || partial.back() != BlockDown(b))) partial.push_back(BlockDown(b));
+      }
+      for (uint64_t blk : partial) {
+        if (m.pieces.empty() || blk >= old_valid) continue;
+        uint8_t* at = buf.data() + (blk - sp.from);
+        NASGW_RETURN_IF_ERROR(ReadRecord(m, blk, blk + kDataBlock, at));
+        if (blk + kDataBlock > old_valid) std::memset(at + (old_valid - blk), 0, blk + kDataBlock - old_valid);
+      }
+      for (size_t q = p; q < pieces.size() && pieces[q].off < hi; q++) {
+        const WritePiece& w = pieces[q];
+        const uint64_t a = std::max(w.off, lo), b = std::min(w.off + w.n, hi);
+        std::memcpy(buf.data() + (a - lo), w.data + (a - w.off), b - a);
+      }
+      NASGW_RETURN_IF_ERROR(PlaceBlocks(t, in, v, m, sp.from, buf.data(), buf.size(), unused.taken));
     }
-  } release{*space, need, taken};
-  std::vector<uint8_t> buf(rs);
-  size_t p = 0;  // the first piece that may reach record r
-  for (uint64_t r = first; r <= last; r++) {
-    const uint64_t start = r * rs;
-    if (start >= new_size) break;
-    const uint64_t valid = std::min(rs, new_size - start);
-    const uint64_t len = (valid + kDataBlock - 1) / kDataBlock * kDataBlock;
-    std::fill(buf.begin(), buf.end(), 0);
-    auto it = old.find(r);
-    if (it != old.end()) {
-      // Old content, up to the old size (a hole or past-EOF reads as zeros).
-      const uint64_t old_valid = in.a.size > start ? std::min(rs, in.a.size - start) : 0;
-      const uint64_t have =
-          std::min<uint64_t>(it->second.bytes(), (old_valid + kDataBlock - 1) / kDataBlock * kDataBlock);
-      NASGW_RETURN_IF_ERROR(ReadExtents(it->second.extents, 0, buf.data(), static_cast<size_t>(have)));
-      if (old_valid < rs) std::memset(buf.data() + old_valid, 0, rs - old_valid);
-    }
-    if (valid < rs) std::memset(buf.data() + valid, 0, rs - valid);
-    // The new bytes that fall into this record.
-    while (p < pieces.size() && pieces[p].off + pieces[p].n <= start) p++;
-    for (size_t q = p; q < pieces.size() && pieces[q].off < start + rs; q++) {
-      const WritePiece& w = pieces[q];
-      const uint64_t from = std::max(w.off, start), to = std::min(w.off + w.n, start + rs);
-      if (from < to) std::memcpy(buf.data() + (from - start), w.data + (from - w.off), to - from);
-    }
-    auto got = space->AllocateReserved(len);
-    if (!got.ok()) return got.status();
-    taken += len;
-    RecordMap m{rec.txg + 1, *got};
-    t.allocated.insert(t.allocated.end(), m.extents.begin(), m.extents.end());
-    NASGW_RETURN_IF_ERROR(WriteExtents(m.extents, buf.data()));
     t.batch.Put(ExtentKey(vol, in.a.ino, r), EncodeRecordMap(m));
-    in.a.blocks += len / 512;
-    v.bytes += len;
-    if (it != old.end()) {
-      for (const Extent& e : it->second.extents) t.to_free.push_back(e);
-      in.a.blocks -= std::min<uint64_t>(in.a.blocks, it->second.bytes() / 512);
-      v.bytes -= std::min(v.bytes, it->second.bytes());
-    }
   }
   return Status();
 }
@@ -161,13 +249,10 @@ Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t 
     if (start >= offset + n) break;
     const uint64_t from = std::max(offset, start), to = std::min<uint64_t>(offset + n, start + rs);
     if (from >= to) continue;
-    const uint64_t first = (from - start) / kDataBlock * kDataBlock;
-    const uint64_t last = std::min<uint64_t>(m.bytes(), (to - start + kDataBlock - 1) / kDataBlock * kDataBlock);
-    if (last <= first) continue;  // beyond what the record holds: zeros
+    const uint64_t first = BlockDown(from - start), last = BlockUp(to - start);
     buf.resize(static_cast<size_t>(last - first));
-    NASGW_RETURN_IF_ERROR(impl_->ReadExtents(m.extents, first, buf.data(), buf.size()));
-    const uint64_t copy_to = std::min(to, start + last);
-    if (copy_to > from) std::memcpy(dst + (from - offset), buf.data() + (from - start - first), copy_to - from);
+    NASGW_RETURN_IF_ERROR(impl_->ReadRecord(m, first, last, buf.data()));
+    std::memcpy(dst + (from - offset), buf.data() + (from - start - first), to - from);
   }
   return n;
 }
@@ -211,7 +296,7 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
   if (pieces.empty()) return in->a;
   const uint64_t new_size = std::max(in->a.size, end);
   Txn t;
-  Status s = RewritePieces(t, vol, *in, *v, new_size, pieces, held);
+  Status s = RewritePieces(t, vol, *in, *v, pieces, held);
   if (!s.ok()) {
     t.Abandon(*space);  // nothing was committed: the new extents go back
     return s;
@@ -234,13 +319,6 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
 
 Status Domain::ReserveSpace(uint64_t bytes) {
   return impl_->data_reserve(bytes);
-}
-
-Result<uint32_t> Domain::RecordBytes(uint32_t vol) {
-  ReaderLock lock(impl_->mu);
-  auto v = impl_->LoadVolume(vol);
-  if (!v.ok()) return v.status().code() == Code::kNotFound ? Status(Code::kStale, "volume is gone") : v.status();
-  return v->record_bytes;
 }
 
 void Domain::ReleaseSpace(uint64_t bytes) {
@@ -268,22 +346,18 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
       // Records wholly past the end go; the one the end falls in is cut.
       auto recs = impl_->LoadRecords(vol, ino, s.size / rs);
       if (!recs.ok()) return recs.status();
-      bool cut = false;  // a record the new end falls inside
       for (auto& [r, m] : *recs) {
         if (r * rs < s.size) {
-          cut = true;
+          Status w = impl_->CutRecord(t, vol, *in, *v, r, std::move(m), s.size);
+          if (!w.ok()) {
+            t.Abandon(*impl_->space);
+            return w;
+          }
         } else {
           t.batch.Delete(ExtentKey(vol, ino, r));
-          t.to_free.insert(t.to_free.end(), m.extents.begin(), m.extents.end());
+          t.Free(m);
           in->a.blocks -= std::min<uint64_t>(in->a.blocks, m.bytes() / 512);
           v->bytes -= std::min(v->bytes, m.bytes());
-        }
-      }
-      if (s.size % rs != 0 && cut) {
-        Status w = impl_->RewriteRecords(t, vol, *in, *v, s.size / rs, s.size / rs, s.size, 0, nullptr, 0);
-        if (!w.ok()) {
-          t.Abandon(*impl_->space);
-          return w;
         }
       }
     }

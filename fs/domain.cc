@@ -183,7 +183,8 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
       bad = m.status();
       return false;
     }
-    for (const Extent& e : m->extents) {
+    for (const RecordPiece& p : m->pieces) {
+      const Extent& e = p.ext;
       Status s = impl->space->MarkUsed(e);
       if (!s.ok()) {
         bad = s;

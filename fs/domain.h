@@ -52,6 +52,9 @@ constexpr size_t kSymlinkMax = 4095;
 constexpr size_t kXattrNameMax = 255;
 constexpr size_t kXattrValueMax = 64 << 10;  // as Linux
 constexpr uint64_t kFileSizeMax = (1ull << 63) - 1;
+// Data is written in whole blocks of this size: a write that covers a block
+// in part costs the block (a flush's space is reserved per block).
+constexpr uint64_t kDataBlockBytes = 4096;
 constexpr uint32_t kRecordBytesMin = 4 << 10;
 constexpr uint32_t kRecordBytesMax = 1 << 20;
 // Default record size: large enough that an 8K random workload touches one
@@ -243,8 +246,6 @@ class Domain {
   // NoSpace ("volume full") when that much is not available. Reserved space
   // is not available to anyone else (statfs leaves it out).
   Status ReserveSpace(uint64_t bytes);
-  // The record size of volume `vol` (what one record's rewrite can take).
-  Result<uint32_t> RecordBytes(uint32_t vol);
   void ReleaseSpace(uint64_t bytes);
   Status Fsync(uint32_t vol, uint64_t ino);
 

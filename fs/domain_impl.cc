@@ -236,7 +236,7 @@ Status Domain::Impl::DropInode(Txn& t, uint32_t vol, const Inode& in, VolumeRec&
   for (const auto& k : xattrs) t.batch.Delete(k);
   for (auto& [r, m] : *recs) {
     t.batch.Delete(ExtentKey(vol, in.a.ino, r));
-    for (const Extent& e : m.extents) t.to_free.push_back(e);
+    t.Free(m);
     v.bytes -= std::min(v.bytes, m.bytes());
   }
   v.files -= std::min<uint64_t>(v.files, 1);

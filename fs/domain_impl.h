@@ -53,7 +53,7 @@
 
 namespace nasgw::fs {
 
-constexpr uint64_t kDataBlock = 4096;  // data extents are whole 4 KiB blocks
+constexpr uint64_t kDataBlock = kDataBlockBytes;  // data extents are whole blocks
 
 // InvalidArgument unless `name` can be a directory entry (or a volume's name).
 Status CheckName(const std::string& name);
@@ -115,6 +115,10 @@ struct Domain::Impl {
     uint64_t lsn = 0;                                       // its log entry, set by Commit (0: made durable by a flush)
     // Frees `allocated`: nothing names these extents yet.
     void Abandon(Allocator& a);
+    // A record's space, freed once the batch is durable.
+    void Free(const keys::RecordMap& m) {
+      for (const keys::RecordPiece& p : m.pieces) to_free.push_back(p.ext);
+    }
   };
 
   void PutVolume(Txn& t, uint32_t vol, const keys::VolumeRec& v) {
@@ -177,26 +181,33 @@ struct Domain::Impl {
 
   // ---- data (fs/data.cc)
 
-  // Reads [at, at+n) of the concatenation of extents; at, n block aligned.
-  Status ReadExtents(const std::vector<Extent>& extents, uint64_t at, uint8_t* out, size_t n);
+  // Reads [from, to) of a record (bytes from its start, block aligned) into
+  // `out`: its pieces' bytes, zeros where no piece is.
+  Status ReadRecord(const keys::RecordMap& m, uint64_t from, uint64_t to, uint8_t* out);
   // Writes `data` over the extents, in order, with FUA.
   Status WriteExtents(const std::vector<Extent>& extents, const uint8_t* data);
-  // Rewrites records [first, last] of a file so that they hold `size` bytes
-  // of content: new data `data` at file offset `off` (n bytes), old content
-  // elsewhere, zeros past the old size. Allocates all new space before it
-  // writes anything, so NoSpace changes nothing.
-  Status RewriteRecords(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t first, uint64_t last,
-                        uint64_t new_size, uint64_t off, const uint8_t* data, size_t n) REQUIRES(mu);
-  // The same for several pieces (sorted by offset, not overlapping): each
-  // record they touch is rewritten once, with every piece that falls in it.
+  // Writes `n` bytes (whole blocks) to fresh space taken from a reservation
+  // made before (adding what it takes to `taken`), and puts them in map `m`
+  // at `at` (block aligned): the parts of older pieces they replace go to
+  // t.to_free. Counts blocks and bytes.
+  Status PlaceBlocks(Txn& t, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t at, const uint8_t* data,
+                     size_t n, uint64_t& taken) REQUIRES(mu);
+  // Truncation: cuts record r (map m; the new end falls inside it) at the
+  // new size; the block the end falls in is rewritten with zeros past it.
+  Status CutRecord(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t r, keys::RecordMap m,
+                   uint64_t new_size) REQUIRES(mu);
+  // Writes several pieces (sorted by offset, not overlapping) into a file:
+  // only the blocks they touch are written, each once, the bytes of a block
+  // a piece covers in part kept from before. Allocates all new space before
+  // it writes anything, so NoSpace changes nothing.
   // Domain::Write (gen 0: any generation; mtime null: now) and WriteV.
   Result<Attr> WritePieces(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
                            const Timespec* mtime, uint64_t* held, uint64_t changes) EXCLUDES(mu);
   // `held`: space reserved by the caller, used first (see Domain::WriteV).
-  Status RewritePieces(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t new_size,
-                       const std::vector<WritePiece>& pieces, uint64_t* held) REQUIRES(mu);
+  Status RewritePieces(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, const std::vector<WritePiece>& pieces,
+                       uint64_t* held) REQUIRES(mu);
   Status RewriteRun(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t first, uint64_t last,
-                    uint64_t new_size, const std::vector<WritePiece>& pieces, uint64_t rs, uint64_t* held) REQUIRES(mu);
+                    const std::vector<WritePiece>& pieces, uint64_t rs, uint64_t* held) REQUIRES(mu);
 
   // ---- exports (fs/exports.cc): mu held (shared for reads, exclusively
   // for changes).

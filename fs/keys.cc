@@ -187,14 +187,25 @@ Result<Dirent> DecodeDirent(std::string_view v) {
   return r;
 }
 
+namespace {
+// A version 2 map starts with a u64 no version 1 map can start with (its
+// birth transaction group), then its version byte.
+constexpr uint64_t kRecordMapMark = UINT64_MAX;
+constexpr uint8_t kRecordMapVersion = 2;
+constexpr uint64_t kPieceUnit = kDataBlockBytes;
+}  // namespace
+
 std::string EncodeRecordMap(const RecordMap& r) {
   Encoder e;
-  e.U64(r.birth);
-  e.U32(static_cast<uint32_t>(r.extents.size()));
-  for (const auto& x : r.extents) {
-    e.U32(x.lun);
-    e.U64(x.offset);
-    e.U64(x.length);
+  e.U64(kRecordMapMark);
+  e.U8(kRecordMapVersion);
+  e.U32(static_cast<uint32_t>(r.pieces.size()));
+  for (const auto& p : r.pieces) {
+    e.U32(p.at);
+    e.U32(p.ext.lun);
+    e.U64(p.ext.offset);
+    e.U64(p.ext.length);
+    e.U64(p.birth);
   }
   return e.Release();
 }
@@ -202,10 +213,37 @@ std::string EncodeRecordMap(const RecordMap& r) {
 Result<RecordMap> DecodeRecordMap(std::string_view v) {
   Decoder d(v);
   RecordMap r;
-  r.birth = d.U64();
-  uint32_t n = d.U32();
-  for (uint32_t i = 0; i < n && d.ok(); i++) r.extents.push_back({d.U32(), d.U64(), d.U64()});
-  if (!d.ok() || n == 0) return Status::Corruption("bad extent record");
+  const uint64_t first = d.U64();
+  if (first == kRecordMapMark) {
+    if (d.U8() != kRecordMapVersion) return Status::Corruption("extent record version");
+    const uint32_t n = d.U32();
+    for (uint32_t i = 0; i < n && d.ok(); i++) {
+      RecordPiece p;
+      p.at = d.U32();
+      p.ext = {d.U32(), d.U64(), d.U64()};
+      p.birth = d.U64();
+      r.pieces.push_back(p);
+    }
+  } else {
+    // Version 1: `first` is the birth; the extents follow one another.
+    const uint32_t n = d.U32();
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < n && d.ok(); i++) {
+      Extent x{d.U32(), d.U64(), d.U64()};
+      if (at > kRecordBytesMax) break;
+      r.pieces.push_back({static_cast<uint32_t>(at), x, first});
+      at += x.length;
+    }
+  }
+  if (!d.ok() || !d.done() || r.pieces.empty()) return Status::Corruption("bad extent record");
+  uint64_t end = 0;
+  for (const auto& p : r.pieces) {
+    if (p.at < end || p.ext.length == 0 || p.at % kPieceUnit != 0 || p.ext.length % kPieceUnit != 0 ||
+        p.ext.length > kRecordBytesMax || p.end() > kRecordBytesMax) {
+      return Status::Corruption("extent record: a piece out of order, overlapping, unaligned or past the record");
+    }
+    end = p.end();
+  }
   return r;
 }
 

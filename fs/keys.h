@@ -89,19 +89,33 @@ struct Dirent {
 std::string EncodeDirent(const Dirent& d);
 Result<Dirent> DecodeDirent(std::string_view v);
 
-// One record of a file: its extents, in order, and the transaction group
-// that wrote it.
-struct RecordMap {
+// One record of a file (version 2): the pieces that hold its data, sorted
+// by their place in the record and not overlapping; what no piece covers is
+// a hole and reads as zeros. A piece is whole 4 KiB blocks at a block-aligned
+// place, so a write rewrites only the blocks it touches, never the record.
+// Every piece keeps the transaction group that wrote it (what snapshots'
+// dead lists will go by).
+struct RecordPiece {
+  uint32_t at = 0;  // bytes from the start of the record
+  Extent ext;
   uint64_t birth = 0;  // transaction group that wrote it
-  std::vector<Extent> extents;
+  uint64_t end() const { return at + ext.length; }
+  bool operator==(const RecordPiece&) const = default;
+};
+struct RecordMap {
+  std::vector<RecordPiece> pieces;
   uint64_t bytes() const {
     uint64_t n = 0;
-    for (const auto& e : extents) n += e.length;
+    for (const auto& p : pieces) n += p.ext.length;
     return n;
   }
 };
+// Version 1 (a birth, then extents that hold the record's bytes from its
+// start, in order) is still read: as pieces one after the other.
+// Corruption for no pieces, pieces out of order, overlapping, empty,
+// unaligned to 4 KiB, or reaching past kRecordBytesMax.
 std::string EncodeRecordMap(const RecordMap& r);
-Result<RecordMap> DecodeRecordMap(std::string_view v);  // Corruption for no extents
+Result<RecordMap> DecodeRecordMap(std::string_view v);
 
 struct VolumeRec {
   std::string name;

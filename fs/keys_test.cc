@@ -128,23 +128,54 @@ TEST(KeysTest, DirentRoundTrip) {
 }
 
 TEST(KeysTest, RecordMapRoundTrip) {
-  const RecordMap m{5, {{0, 4096, 8192}, {2, 1 << 20, 4096}}};
+  const RecordMap m{{{0, {0, 4096, 8192}, 5}, {16384, {2, 1 << 20, 4096}, 7}}};
   EXPECT_EQ(m.bytes(), 12288u);
   const std::string v = EncodeRecordMap(m);
   auto out = DecodeRecordMap(v);
-  ASSERT_TRUE(out.ok());
-  EXPECT_EQ(out->birth, 5u);
-  ASSERT_EQ(out->extents.size(), 2u);
-  EXPECT_EQ(out->extents[1].lun, 2u);
-  EXPECT_EQ(out->extents[1].offset, uint64_t{1} << 20);
-  EXPECT_EQ(out->extents[1].length, 4096u);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->pieces, m.pieces);
   EveryTruncationIsCorruption(v, [](std::string_view s) { return DecodeRecordMap(s); });
-  // A record with no extents is not one.
-  EXPECT_EQ(DecodeRecordMap(EncodeRecordMap(RecordMap{5, {}})).status().code(), Code::kCorruption);
+  // A record with no pieces is not one.
+  EXPECT_EQ(DecodeRecordMap(EncodeRecordMap(RecordMap{})).status().code(), Code::kCorruption);
   // A count larger than what follows.
   std::string lying = v;
-  lying[8] = 3;  // the count (little-endian): 3 extents, 2 present
+  lying[9] = 3;  // the count (little-endian, after the mark and version): 3 pieces, 2 present
   EXPECT_EQ(DecodeRecordMap(lying).status().code(), Code::kCorruption);
+  // An unknown version.
+  std::string v3 = v;
+  v3[8] = 3;
+  EXPECT_EQ(DecodeRecordMap(v3).status().code(), Code::kCorruption);
+}
+
+TEST(KeysTest, RecordMapRefusesPiecesThatCannotBe) {
+  auto bad = [](std::vector<RecordPiece> p) {
+    return DecodeRecordMap(EncodeRecordMap(RecordMap{std::move(p)})).status().code();
+  };
+  EXPECT_EQ(bad({{8192, {0, 0, 8192}, 1}, {4096, {0, 65536, 4096}, 1}}), Code::kCorruption);  // out of order
+  EXPECT_EQ(bad({{0, {0, 0, 8192}, 1}, {4096, {0, 65536, 4096}, 1}}), Code::kCorruption);     // overlapping
+  EXPECT_EQ(bad({{512, {0, 0, 4096}, 1}}), Code::kCorruption);                                // unaligned place
+  EXPECT_EQ(bad({{0, {0, 0, 1000}, 1}}), Code::kCorruption);                                  // partial block
+  EXPECT_EQ(bad({{0, {0, 0, 0}, 1}}), Code::kCorruption);                                     // empty
+  EXPECT_EQ(bad({{kRecordBytesMax, {0, 0, 4096}, 1}}), Code::kCorruption);                    // past any record
+  EXPECT_EQ(bad({{0, {0, 0, 8192}, 1}, {8192, {1, 0, 4096}, 2}}), Code::kOk);                 // abutting
+}
+
+TEST(KeysTest, RecordMapReadsVersionOne) {
+  // Version 1: birth, count, then extents holding the record from its start.
+  Encoder e;
+  e.U64(9);
+  e.U32(2);
+  for (const Extent& x : {Extent{1, 40960, 8192}, Extent{0, 4096, 4096}}) {
+    e.U32(x.lun);
+    e.U64(x.offset);
+    e.U64(x.length);
+  }
+  const std::string v = e.Release();
+  auto out = DecodeRecordMap(v);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const std::vector<RecordPiece> want{{0, {1, 40960, 8192}, 9}, {8192, {0, 4096, 4096}, 9}};
+  EXPECT_EQ(out->pieces, want);
+  EveryTruncationIsCorruption(v, [](std::string_view s) { return DecodeRecordMap(s); });
 }
 
 TEST(KeysTest, VolumeRoundTrip) {

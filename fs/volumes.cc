@@ -156,7 +156,7 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
           undecodable = m.status().WithContext("inode " + std::to_string(GetBE64(k, 5)));
           return false;
         }
-        t.to_free.insert(t.to_free.end(), m->extents.begin(), m->extents.end());
+        t.Free(*m);
       }
       return true;
     }));
