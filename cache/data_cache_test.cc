@@ -1,6 +1,9 @@
 #include "cache/data_cache.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -397,6 +400,64 @@ TEST_F(DataCacheTest, PartialBlocksAndTruncationKeepTheBytesAround) {
   EXPECT_TRUE(problems->empty()) << (*problems)[0];
   Crash();
   EXPECT_EQ(OnSan(f.ino), model);
+}
+
+// A flush moves its data with no domain-wide lock held: while its array
+// write hangs, other files are created, written through, read and looked
+// up, and the flushing file's own data reads right.
+TEST_F(DataCacheTest, AFlushStuckInTheArrayHoldsUpNoOtherOperation) {
+  auto v = dom_->CreateVolume("defaults");  // 128 KiB records: the flush writes 128 KiB at a time
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  vol_ = v->id;
+  StartCache(NoFlusher());
+  const fs::Attr a = Mk("a");
+  const fs::Attr b = Mk("b");
+  Write(b, 0, "bee", /*stable=*/true);
+  const std::string data(512 << 10, 'a');
+  Write(a, 0, data);
+  // The array holds the flush's 512 KiB writes until released.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stuck = false, release = false;
+  for (auto& d : devs_) {
+    d->SetFault([&](const block::IoRequest& r) {
+      if (r.op != block::Op::kWrite || r.blocks * 512 < (64u << 10)) return Status();
+      std::unique_lock<std::mutex> l(mu);
+      stuck = true;
+      cv.notify_all();
+      cv.wait(l, [&] { return release; });
+      return Status();
+    });
+  }
+  auto let_go = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+    cv.notify_all();
+  };
+  struct Guard {
+    std::function<void()> fn;
+    ~Guard() { fn(); }
+  } guard{let_go};  // whatever fails below, the array lets go
+  auto flush = std::async(std::launch::async, [&] { return cache_->Flush(vol_, a.ino); });
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return stuck; })) << "the flush never wrote";
+  }
+  auto others = std::async(std::launch::async, [&] {
+    const fs::Attr c = Mk("c");
+    Write(c, 0, "sea", /*stable=*/true);  // a flush of another file, through the intent log
+    EXPECT_EQ(OnSan(c.ino), "sea");
+    EXPECT_EQ(OnSan(b.ino), "bee");
+    EXPECT_TRUE(dom_->Lookup(vol_, fs::kRootIno, "b").ok());
+    EXPECT_EQ(Seen(a.ino), data);
+  });
+  const bool done = others.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  let_go();
+  EXPECT_TRUE(done) << "other files waited for the stuck flush";
+  others.get();
+  ASSERT_TRUE(flush.get().ok());
+  for (auto& d : devs_) d->SetFault(nullptr);
+  EXPECT_EQ(OnSan(a.ino), data);
 }
 
 TEST_F(DataCacheTest, RandomLoadMatchesTheModel) {

@@ -32,53 +32,6 @@ Status Domain::Impl::WriteExtents(const std::vector<Extent>& extents, const uint
   return Status();
 }
 
-Status Domain::Impl::PlaceBlocks(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, uint64_t at, const uint8_t* data,
-                                 size_t n, uint64_t& taken) {
-  auto got = space->AllocateReserved(n);
-  if (!got.ok()) return got.status();
-  taken += n;
-  t.allocated.insert(t.allocated.end(), got->begin(), got->end());
-  NASGW_RETURN_IF_ERROR(WriteExtents(*got, data));
-  // What the new blocks cover of older pieces is freed once this commits.
-  const uint64_t end = at + n;
-  std::vector<RecordPiece> out;
-  out.reserve(m.pieces.size() + got->size() + 1);
-  for (const RecordPiece& p : m.pieces) {
-    if (p.end() <= at || p.at >= end) {
-      out.push_back(p);
-      continue;
-    }
-    if (p.at < at) out.push_back({p.at, {p.ext.lun, p.ext.offset, at - p.at}, p.birth});
-    const uint64_t lo = std::max<uint64_t>(p.at, at), hi = std::min(p.end(), end);
-    t.to_free.push_back({p.ext.lun, p.ext.offset + (lo - p.at), hi - lo});
-    in.a.blocks -= std::min<uint64_t>(in.a.blocks, (hi - lo) / 512);
-    v.bytes -= std::min(v.bytes, hi - lo);
-    if (p.end() > end)
-      out.push_back({static_cast<uint32_t>(end), {p.ext.lun, p.ext.offset + (end - p.at), p.end() - end}, p.birth});
-  }
-  uint64_t pos = at;
-  for (const Extent& e : *got) {
-    out.push_back({static_cast<uint32_t>(pos), e, rec.txg + 1});
-    pos += e.length;
-  }
-  in.a.blocks += n / 512;
-  v.bytes += n;
-  std::sort(out.begin(), out.end(), [](const RecordPiece& x, const RecordPiece& y) { return x.at < y.at; });
-  // Neighbours that are one run on one LUN, written together, become one.
-  m.pieces.clear();
-  for (const RecordPiece& p : out) {
-    if (!m.pieces.empty()) {
-      RecordPiece& q = m.pieces.back();
-      if (q.end() == p.at && q.ext.lun == p.ext.lun && q.ext.end() == p.ext.offset && q.birth == p.birth) {
-        q.ext.length += p.ext.length;
-        continue;
-      }
-    }
-    m.pieces.push_back(p);
-  }
-  return Status();
-}
-
 namespace {
 uint64_t BlockDown(uint64_t x) {
   return x / kDataBlock * kDataBlock;
@@ -98,6 +51,50 @@ struct Unused {
   }
 };
 }  // namespace
+
+void Domain::Impl::PlaceBlocks(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, uint64_t at,
+                               const std::vector<Extent>& got) {
+  uint64_t n = 0;
+  for (const Extent& e : got) n += e.length;
+  // What the new blocks cover of older pieces is freed once this commits.
+  const uint64_t end = at + n;
+  std::vector<RecordPiece> out;
+  out.reserve(m.pieces.size() + got.size() + 1);
+  for (const RecordPiece& p : m.pieces) {
+    if (p.end() <= at || p.at >= end) {
+      out.push_back(p);
+      continue;
+    }
+    if (p.at < at) out.push_back({p.at, {p.ext.lun, p.ext.offset, at - p.at}, p.birth});
+    const uint64_t lo = std::max<uint64_t>(p.at, at), hi = std::min(p.end(), end);
+    t.to_free.push_back({p.ext.lun, p.ext.offset + (lo - p.at), hi - lo});
+    in.a.blocks -= std::min<uint64_t>(in.a.blocks, (hi - lo) / 512);
+    v.bytes -= std::min(v.bytes, hi - lo);
+    if (p.end() > end) {
+      out.push_back({static_cast<uint32_t>(end), {p.ext.lun, p.ext.offset + (end - p.at), p.end() - end}, p.birth});
+    }
+  }
+  uint64_t pos = at;
+  for (const Extent& e : got) {
+    out.push_back({static_cast<uint32_t>(pos), e, rec.txg + 1});
+    pos += e.length;
+  }
+  in.a.blocks += n / 512;
+  v.bytes += n;
+  std::sort(out.begin(), out.end(), [](const RecordPiece& x, const RecordPiece& y) { return x.at < y.at; });
+  // Neighbours that are one run on one LUN, written together, become one.
+  m.pieces.clear();
+  for (const RecordPiece& p : out) {
+    if (!m.pieces.empty()) {
+      RecordPiece& q = m.pieces.back();
+      if (q.end() == p.at && q.ext.lun == p.ext.lun && q.ext.end() == p.ext.offset && q.birth == p.birth) {
+        q.ext.length += p.ext.length;
+        continue;
+      }
+    }
+    m.pieces.push_back(p);
+  }
+}
 
 Status Domain::Impl::CutRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t r, RecordMap m,
                                uint64_t new_size) {
@@ -130,7 +127,12 @@ Status Domain::Impl::CutRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, ui
     const uint64_t b = keep - kDataBlock;
     NASGW_RETURN_IF_ERROR(ReadRecord(m, b, keep, buf.data()));
     std::memset(buf.data() + (valid - b), 0, keep - valid);
-    NASGW_RETURN_IF_ERROR(PlaceBlocks(t, in, v, m, b, buf.data(), buf.size(), unused.taken));
+    auto got = space->AllocateReserved(kDataBlock);
+    if (!got.ok()) return got.status();
+    unused.taken = kDataBlock;
+    t.allocated.insert(t.allocated.end(), got->begin(), got->end());
+    NASGW_RETURN_IF_ERROR(WriteExtents(*got, buf.data()));
+    PlaceBlocks(t, in, v, m, b, *got);
   }
   if (m.pieces.empty()) {
     t.batch.Delete(ExtentKey(vol, in.a.ino, r));
@@ -140,111 +142,93 @@ Status Domain::Impl::CutRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, ui
   return Status();
 }
 
-Status Domain::Impl::RewritePieces(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, const std::vector<WritePiece>& pieces,
-                                   uint64_t* held) {
-  // Runs of consecutive records, each loaded with one scan.
-  const uint64_t rs = v.record_bytes;
-  size_t i = 0;
-  while (i < pieces.size()) {
-    const uint64_t first = pieces[i].off / rs;
-    uint64_t last = (pieces[i].off + pieces[i].n - 1) / rs;
-    size_t j = i + 1;
-    while (j < pieces.size() && pieces[j].off / rs <= last + 1) {
-      last = std::max(last, (pieces[j].off + pieces[j].n - 1) / rs);
-      j++;
-    }
-    std::vector<WritePiece> run(pieces.begin() + static_cast<std::ptrdiff_t>(i),
-                                pieces.begin() + static_cast<std::ptrdiff_t>(j));
-    NASGW_RETURN_IF_ERROR(RewriteRun(t, vol, in, v, first, last, run, rs, held));
-    i = j;
-  }
-  return Status();
-}
-
-Status Domain::Impl::RewriteRun(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t first, uint64_t last,
-                                const std::vector<WritePiece>& pieces, uint64_t rs, uint64_t* held) {
-  auto loaded = LoadRecords(vol, in.a.ino, first, last);
-  if (!loaded.ok()) return loaded.status();
-  auto& old = *loaded;
-  // The blocks the pieces touch, as spans in their records (a span is one
-  // run of blocks; pieces sharing a block share a span).
-  struct Span {
-    uint64_t r, from, to;  // block aligned, from the record's start
-  };
-  std::vector<Span> spans;
-  uint64_t need = 0;
+Status Domain::Impl::PlanSpans(uint32_t vol, uint64_t ino, uint64_t rs, const std::vector<WritePiece>& pieces,
+                               std::map<uint64_t, RecordMap>* maps, std::vector<Span>* spans) {
   for (const WritePiece& w : pieces) {
     for (uint64_t r = w.off / rs; r <= (w.off + w.n - 1) / rs; r++) {
       const uint64_t start = r * rs;
       const uint64_t from = BlockDown(std::max(w.off, start) - start);
       const uint64_t to = BlockUp(std::min(w.off + w.n, start + rs) - start);
-      if (!spans.empty() && spans.back().r == r && from <= spans.back().to) {
-        need += to > spans.back().to ? to - spans.back().to : 0;
-        spans.back().to = std::max(spans.back().to, to);
+      if (!spans->empty() && spans->back().r == r && from <= spans->back().to) {
+        spans->back().to = std::max(spans->back().to, to);
       } else {
-        spans.push_back({r, from, to});
-        need += to - from;
+        spans->push_back({r, from, to, {}});
       }
     }
   }
-  // The caller's reservation first; the rest reserved now.
-  const uint64_t from_held = held != nullptr ? std::min(*held, need) : 0;
-  if (need > from_held) NASGW_RETURN_IF_ERROR(data_reserve(need - from_held));
-  if (held != nullptr) *held -= from_held;
-  Unused unused{*space, need};
+  // The maps of the records touched: one scan per run of consecutive ones.
+  for (size_t i = 0; i < spans->size();) {
+    const uint64_t first = (*spans)[i].r;
+    uint64_t last = first;
+    while (i < spans->size() && (*spans)[i].r <= last + 1) last = (*spans)[i++].r;
+    auto loaded = LoadRecords(vol, ino, first, last);
+    if (!loaded.ok()) return loaded.status();
+    maps->merge(*loaded);
+  }
+  return Status();
+}
+
+Status Domain::Impl::FillSpans(const std::map<uint64_t, RecordMap>& maps, uint64_t rs, uint64_t old_size,
+                               const std::vector<WritePiece>& pieces, const std::vector<Span>& spans) {
+  static const RecordMap kHole;
   std::vector<uint8_t> buf;
   size_t p = 0;  // the first piece that may reach the span
-  for (size_t i = 0; i < spans.size();) {
-    const uint64_t r = spans[i].r, start = r * rs;
-    RecordMap& m = old[r];  // a record never written: an empty map
-    const uint64_t old_valid = in.a.size > start ? std::min(rs, in.a.size - start) : 0;
-    for (; i < spans.size() && spans[i].r == r; i++) {
-      const Span& sp = spans[i];
-      buf.assign(sp.to - sp.from, 0);
-      const uint64_t lo = start + sp.from, hi = start + sp.to;
-      while (p < pieces.size() && pieces[p].off + pieces[p].n <= lo) p++;
-      // A block a piece covers only in part keeps the rest of its old bytes
-      // (zeros past the old end, whatever the array holds there).
-      std::vector<uint64_t> partial;
-      for (size_t q = p; q < pieces.size() && pieces[q].off < hi; q++) {
-        const uint64_t a = std::max(pieces[q].off, lo) - start, b = std::min(pieces[q].off + pieces[q].n, hi) - start;
-        if (a % kDataBlock != 0) partial.push_back(BlockDown(a));
-        if (b % kDataBlock != 0 && (partial.empty() || partial.back() != BlockDown(b))) partial.push_back(BlockDown(b));
-      }
-      for (uint64_t blk : partial) {
-        if (m.pieces.empty() || blk >= old_valid) continue;
-        uint8_t* at = buf.data() + (blk - sp.from);
-        NASGW_RETURN_IF_ERROR(ReadRecord(m, blk, blk + kDataBlock, at));
-        if (blk + kDataBlock > old_valid) std::memset(at + (old_valid - blk), 0, blk + kDataBlock - old_valid);
-      }
-      for (size_t q = p; q < pieces.size() && pieces[q].off < hi; q++) {
-        const WritePiece& w = pieces[q];
-        const uint64_t a = std::max(w.off, lo), b = std::min(w.off + w.n, hi);
-        std::memcpy(buf.data() + (a - lo), w.data + (a - w.off), b - a);
-      }
-      NASGW_RETURN_IF_ERROR(PlaceBlocks(t, in, v, m, sp.from, buf.data(), buf.size(), unused.taken));
+  for (const Span& sp : spans) {
+    const uint64_t start = sp.r * rs;
+    auto it = maps.find(sp.r);
+    const RecordMap& m = it == maps.end() ? kHole : it->second;
+    const uint64_t old_valid = old_size > start ? std::min(rs, old_size - start) : 0;
+    buf.assign(sp.to - sp.from, 0);
+    const uint64_t lo = start + sp.from, hi = start + sp.to;
+    while (p < pieces.size() && pieces[p].off + pieces[p].n <= lo) p++;
+    // A block a piece covers only in part keeps the rest of its old bytes
+    // (zeros past the old end, whatever the array holds there).
+    std::vector<uint64_t> partial;
+    for (size_t q = p; q < pieces.size() && pieces[q].off < hi; q++) {
+      const uint64_t a = std::max(pieces[q].off, lo) - start, b = std::min(pieces[q].off + pieces[q].n, hi) - start;
+      if (a % kDataBlock != 0) partial.push_back(BlockDown(a));
+      if (b % kDataBlock != 0 && (partial.empty() || partial.back() != BlockDown(b))) partial.push_back(BlockDown(b));
     }
-    t.batch.Put(ExtentKey(vol, in.a.ino, r), EncodeRecordMap(m));
+    for (uint64_t blk : partial) {
+      if (m.pieces.empty() || blk >= old_valid) continue;
+      uint8_t* at = buf.data() + (blk - sp.from);
+      NASGW_RETURN_IF_ERROR(ReadRecord(m, blk, blk + kDataBlock, at));
+      if (blk + kDataBlock > old_valid) std::memset(at + (old_valid - blk), 0, blk + kDataBlock - old_valid);
+    }
+    for (size_t q = p; q < pieces.size() && pieces[q].off < hi; q++) {
+      const WritePiece& w = pieces[q];
+      const uint64_t a = std::max(w.off, lo), b = std::min(w.off + w.n, hi);
+      std::memcpy(buf.data() + (a - lo), w.data + (a - w.off), b - a);
+    }
+    NASGW_RETURN_IF_ERROR(WriteExtents(sp.got, buf.data()));
   }
   return Status();
 }
 
 Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out) {
-  ReaderLock lock(impl_->mu);
-  auto v = impl_->LoadVolume(vol);
-  if (!v.ok()) return v.status();
-  auto in = impl_->LoadInode(vol, ino);
-  if (!in.ok()) return in.status();
-  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
-  if (offset >= in->a.size) return size_t{0};
-  n = static_cast<size_t>(std::min<uint64_t>(n, in->a.size - offset));
-  const uint64_t rs = v->record_bytes;
+  // Inside the fence from before the maps are read until the last device
+  // read: what they name is not reused meanwhile.
+  ReadFence::Reader fenced(impl_->fence);
+  std::map<uint64_t, RecordMap> recs;
+  uint64_t rs = 0;
+  {
+    ReaderLock lock(impl_->mu);
+    auto v = impl_->LoadVolume(vol);
+    if (!v.ok()) return v.status();
+    auto in = impl_->LoadInode(vol, ino);
+    if (!in.ok()) return in.status();
+    if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
+    if (offset >= in->a.size) return size_t{0};
+    n = static_cast<size_t>(std::min<uint64_t>(n, in->a.size - offset));
+    rs = v->record_bytes;
+    auto loaded = impl_->LoadRecords(vol, ino, offset / rs, (offset + n - 1) / rs);
+    if (!loaded.ok()) return loaded.status();
+    recs = std::move(*loaded);
+  }
   auto* dst = static_cast<uint8_t*>(out);
   std::memset(dst, 0, n);  // holes read as zeros
-  auto recs = impl_->LoadRecords(vol, ino, offset / rs, (offset + n - 1) / rs);
-  if (!recs.ok()) return recs.status();
   std::vector<uint8_t> buf;
-  for (const auto& [r, m] : *recs) {
+  for (const auto& [r, m] : recs) {
     const uint64_t start = r * rs;
     if (start >= offset + n) break;
     const uint64_t from = std::max(offset, start), to = std::min<uint64_t>(offset + n, start + rs);
@@ -285,36 +269,90 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
   auto gone = [&](const Status& s, const std::string& what) {
     return gen != 0 && s.code() == Code::kNotFound ? Status(Code::kStale, what + " is gone") : s;
   };
-  WriterLock lock(mu);
-  auto v = LoadVolume(vol);
-  if (!v.ok()) return gone(v.status(), "volume " + std::to_string(vol));
-  auto in = LoadInode(vol, ino);
-  if (!in.ok()) return gone(in.status(), "inode " + std::to_string(ino));
-  if (gen != 0 && in->a.gen != gen) return Status(Code::kStale, "inode " + std::to_string(ino) + " was reused");
-  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
-  if (in->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
-  if (pieces.empty()) return in->a;
-  const uint64_t new_size = std::max(in->a.size, end);
+  // The file's current state, checked again before the commit.
+  auto load = [&](VolumeRec& v, Inode& in) REQUIRES_SHARED(mu) -> Status {
+    auto vr = LoadVolume(vol);
+    if (!vr.ok()) return gone(vr.status(), "volume " + std::to_string(vol));
+    auto ir = LoadInode(vol, ino);
+    if (!ir.ok()) return gone(ir.status(), "inode " + std::to_string(ino));
+    if (gen != 0 && ir->a.gen != gen) return Status(Code::kStale, "inode " + std::to_string(ino) + " was reused");
+    if (ir->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
+    if (ir->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
+    v = std::move(*vr);
+    in = std::move(*ir);
+    return Status();
+  };
+  MutexLock file(FileLock(vol, ino));
+  std::map<uint64_t, RecordMap> maps;
+  std::vector<Span> spans;
+  uint64_t rs = 0, old_size = 0, file_gen = 0;
+  {
+    ReaderLock lock(mu);
+    VolumeRec v;
+    Inode in;
+    NASGW_RETURN_IF_ERROR(load(v, in));
+    if (pieces.empty()) return in.a;
+    rs = v.record_bytes;
+    old_size = in.a.size;
+    file_gen = in.a.gen;
+    NASGW_RETURN_IF_ERROR(PlanSpans(vol, ino, rs, pieces, &maps, &spans));
+  }
+  // Space: the caller's reservation first, the rest reserved now; then every
+  // extent allocated before anything is written.
+  uint64_t need = 0;
+  for (const Span& sp : spans) need += sp.to - sp.from;
+  const uint64_t from_held = held != nullptr ? std::min(*held, need) : 0;
+  if (need > from_held) NASGW_RETURN_IF_ERROR(data_reserve(need - from_held));
+  if (held != nullptr) *held -= from_held;
+  Unused unused{*space, need};
   Txn t;
-  Status s = RewritePieces(t, vol, *in, *v, pieces, held);
-  if (!s.ok()) {
+  auto abandon = [&](const Status& s) {
     t.Abandon(*space);  // nothing was committed: the new extents go back
     return s;
+  };
+  for (Span& sp : spans) {
+    auto got = space->AllocateReserved(sp.to - sp.from);
+    if (!got.ok()) return abandon(got.status());
+    unused.taken += sp.to - sp.from;
+    t.allocated.insert(t.allocated.end(), got->begin(), got->end());
+    sp.got = std::move(*got);
   }
-  in->a.size = new_size;
+  // The data moves with no lock but the file's: other files' changes and
+  // every reader go on meanwhile.
+  {
+    ReadFence::Reader fenced(fence);
+    Status s = FillSpans(maps, rs, old_size, pieces, spans);
+    if (!s.ok()) return abandon(s);
+  }
+  WriterLock lock(mu);
+  VolumeRec v;
+  Inode in;
+  if (Status s = load(v, in); !s.ok()) return abandon(s);
+  if (in.a.gen != file_gen) {
+    return abandon(Status(gen != 0 ? Code::kStale : Code::kNotFound, "inode " + std::to_string(ino) + " was removed"));
+  }
+  // The maps are as planned: only a holder of the file's lock changes them
+  // (a removal of the file would have failed the load above).
+  for (size_t i = 0; i < spans.size(); i++) {
+    RecordMap& m = maps[spans[i].r];
+    PlaceBlocks(t, in, v, m, spans[i].from, spans[i].got);
+    if (i + 1 == spans.size() || spans[i + 1].r != spans[i].r)
+      t.batch.Put(ExtentKey(vol, ino, spans[i].r), EncodeRecordMap(m));
+  }
+  in.a.size = std::max(in.a.size, end);
   if (mtime == nullptr) {
-    Touch(*in, true);
+    Touch(in, true);
   } else {
-    in->a.mtime = *mtime;
-    in->a.ctime = std::max(in->a.ctime, *mtime);
-    in->a.change += changes;
+    in.a.mtime = *mtime;
+    in.a.ctime = std::max(in.a.ctime, *mtime);
+    in.a.change += changes;
   }
-  PutInode(t, vol, *in);
-  PutVolume(t, vol, *v);
-  NASGW_RETURN_IF_ERROR(Commit(t));
+  PutInode(t, vol, in);
+  PutVolume(t, vol, v);
+  if (Status s = Commit(t); !s.ok()) return s;  // Commit gives the extents back itself
   lock.Unlock();
   NASGW_RETURN_IF_ERROR(Durable(t));
-  return in->a;
+  return in.a;
 }
 
 Status Domain::ReserveSpace(uint64_t bytes) {
@@ -326,6 +364,7 @@ void Domain::ReleaseSpace(uint64_t bytes) {
 }
 
 Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
+  MutexLock file(impl_->FileLock(vol, ino));  // a truncation changes the extent maps
   WriterLock lock(impl_->mu);
   auto v = impl_->LoadVolume(vol);
   if (!v.ok()) return v.status();

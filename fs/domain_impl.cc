@@ -102,13 +102,19 @@ Status Domain::Impl::Durable(Txn& t) {
   // replaced extents. Free fails only for an extent already free (the
   // metadata disagreed with the free map); nothing leaks (free space is
   // recounted from the extent maps at the next open), but it is logged.
-  for (const Extent& e : t.to_free) {
+  // Reads that began before may still read the replaced extents: the
+  // fence frees them once those are done.
+  fence.Retire(std::move(t.to_free));
+  t.to_free.clear();
+  return Status();
+}
+
+void Domain::Impl::FreeNow(const std::vector<Extent>& extents) {
+  for (const Extent& e : extents) {
     if (unmap_freed) Unmap(e);  // before Free: nobody can have reused it yet
     Status f = space->Free(e);
     if (!f.ok()) NASGW_LOG(kError, "fs") << "free after commit" << Kv("error", f.ToString());
   }
-  t.to_free.clear();
-  return Status();
 }
 
 Status Domain::Impl::BeforeFlush() {

@@ -49,6 +49,7 @@
 #include "fs/keys.h"
 #include "fs/meta_store.h"
 #include "fs/metafs.h"
+#include "fs/read_fence.h"
 #include "fs/reserve.h"
 
 namespace nasgw::fs {
@@ -71,8 +72,24 @@ struct Domain::Impl {
   bool unmap_freed = true;
   // One transaction group sync at a time; before mu.
   Mutex sync_mu ACQUIRED_BEFORE(mu);
+  // A write or truncation of a file holds the file's lock (one of these, by
+  // hash) from before it reads the file's extent maps until it has
+  // committed, so the maps it planned from are still the file's when it
+  // applies its change although it let `mu` go while the data moved. Taken
+  // before mu; one at a time.
+  static constexpr size_t kFileLocks = 64;
+  Mutex file_locks[kFileLocks];
+  Mutex& FileLock(uint32_t vol, uint64_t ino) {
+    return file_locks[((ino ^ (uint64_t{vol} << 40)) * 0x9E3779B97F4A7C15ull) >> 58];
+  }
   // Readers (lookups, attributes, reads) share it; changes hold it alone.
+  // No data moves under it: reads and writes do their device I/O without it
+  // (writes under their file lock; reads inside the fence).
   mutable SharedMutex mu;
+  // Replaced extents are freed when the reads that may still read them are
+  // done (fs/read_fence.h).
+  ReadFence fence{[this](const std::vector<Extent>& e) { FreeNow(e); }};
+  void FreeNow(const std::vector<Extent>& extents);
   keys::DomainRec rec GUARDED_BY(mu);
   HandleKey handle_key;  // set at open, immutable after
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count GUARDED_BY(mu);
@@ -186,28 +203,39 @@ struct Domain::Impl {
   Status ReadRecord(const keys::RecordMap& m, uint64_t from, uint64_t to, uint8_t* out);
   // Writes `data` over the extents, in order, with FUA.
   Status WriteExtents(const std::vector<Extent>& extents, const uint8_t* data);
-  // Writes `n` bytes (whole blocks) to fresh space taken from a reservation
-  // made before (adding what it takes to `taken`), and puts them in map `m`
-  // at `at` (block aligned): the parts of older pieces they replace go to
-  // t.to_free. Counts blocks and bytes.
-  Status PlaceBlocks(Txn& t, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t at, const uint8_t* data,
-                     size_t n, uint64_t& taken) REQUIRES(mu);
+  // A run of blocks a write touches in record r (block aligned, from the
+  // record's start), and the fresh extents it goes to.
+  struct Span {
+    uint64_t r = 0, from = 0, to = 0;
+    std::vector<Extent> got;
+  };
+  // Puts the fresh extents `got` (whole blocks, already written) in map `m`
+  // at `at`: the parts of older pieces they replace go to t.to_free. Counts
+  // blocks and bytes.
+  void PlaceBlocks(Txn& t, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t at,
+                   const std::vector<Extent>& got) REQUIRES(mu);
   // Truncation: cuts record r (map m; the new end falls inside it) at the
   // new size; the block the end falls in is rewritten with zeros past it.
   Status CutRecord(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t r, keys::RecordMap m,
                    uint64_t new_size) REQUIRES(mu);
   // Writes several pieces (sorted by offset, not overlapping) into a file:
   // only the blocks they touch are written, each once, the bytes of a block
-  // a piece covers in part kept from before. Allocates all new space before
-  // it writes anything, so NoSpace changes nothing.
+  // a piece covers in part kept from before. Three steps: under mu shared,
+  // load the maps and allocate; with no lock but the file's, read the
+  // partial blocks and write the data; under mu, commit the maps. NoSpace
+  // comes before anything is written and changes nothing.
   // Domain::Write (gen 0: any generation; mtime null: now) and WriteV.
+  // `held`: space reserved by the caller, used first (see Domain::WriteV).
   Result<Attr> WritePieces(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
                            const Timespec* mtime, uint64_t* held, uint64_t changes) EXCLUDES(mu);
-  // `held`: space reserved by the caller, used first (see Domain::WriteV).
-  Status RewritePieces(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, const std::vector<WritePiece>& pieces,
-                       uint64_t* held) REQUIRES(mu);
-  Status RewriteRun(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t first, uint64_t last,
-                    const std::vector<WritePiece>& pieces, uint64_t rs, uint64_t* held) REQUIRES(mu);
+  // The spans the pieces touch, with the maps of their records (one scan
+  // per run of consecutive records).
+  Status PlanSpans(uint32_t vol, uint64_t ino, uint64_t rs, const std::vector<WritePiece>& pieces,
+                   std::map<uint64_t, keys::RecordMap>* maps, std::vector<Span>* spans) REQUIRES_SHARED(mu);
+  // Builds each span's blocks (new bytes over the old ones of blocks covered
+  // in part, zeros past `old_size`) and writes them to its extents.
+  Status FillSpans(const std::map<uint64_t, keys::RecordMap>& maps, uint64_t rs, uint64_t old_size,
+                   const std::vector<WritePiece>& pieces, const std::vector<Span>& spans);
 
   // ---- exports (fs/exports.cc): mu held (shared for reads, exclusively
   // for changes).
