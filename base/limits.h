@@ -80,8 +80,8 @@ constexpr uint32_t kCacheStallTimeoutMsDefault = 30'000;
 constexpr uint32_t kCacheStallTimeoutMsMin = 100;
 constexpr uint32_t kCacheStallTimeoutMsMax = 600'000;
 
-// Most data one flush transaction carries: bounds the memory and the time
-// the domain lock is held for one file.
+// Most data one flush transaction carries: bounds the memory it holds and
+// the time one file's lock is held.
 constexpr uint64_t kCacheFlushBytesMax = 16ull << 20;
 
 // Largest one cached write (the head protocol's largest WRITE).
@@ -90,6 +90,10 @@ constexpr uint64_t kCacheWriteBytesMax = 16ull << 20;
 // Adjacent dirty ranges of a file are joined up to this size (so a sequential
 // stream is one piece per MiB, and joining never copies more than this).
 constexpr uint64_t kCacheRangeBytesMax = 1ull << 20;
+
+// Device reads and writes one file operation keeps in flight at once, over
+// all the LUNs its blocks are on (a flush's writes, a read's pieces).
+constexpr uint32_t kDataIoDepth = 32;
 
 static_assert(kPathTimeoutMsDefault < kIoTimeoutMsDefault, "paths must fail over before I/O times out");
 static_assert(kReconnectBackoffMsMax < kIoTimeoutMsDefault);

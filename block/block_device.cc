@@ -208,6 +208,39 @@ class Waiter {
 
 }  // namespace
 
+void IoBatch::Admit() {
+  MutexLock l(mu_);
+  cv_.Wait(mu_, [this]() REQUIRES(mu_) { return in_flight_ < depth_; });
+  in_flight_++;
+}
+
+void IoBatch::Done(Status s) {
+  MutexLock l(mu_);
+  if (!s.ok() && first_.ok()) first_ = std::move(s);
+  in_flight_--;
+  cv_.NotifyAll();
+}
+
+void IoBatch::Read(BlockDevice& dev, uint64_t lba, void* buf, size_t len) {
+  Admit();
+  IoVec v{buf, len};
+  Status s = dev.Read(lba, {&v, 1}, [this](Status r) { Done(std::move(r)); });
+  if (!s.ok()) Done(std::move(s));  // not submitted: no callback comes
+}
+
+void IoBatch::Write(BlockDevice& dev, uint64_t lba, const void* buf, size_t len, bool fua) {
+  Admit();
+  IoVec v{const_cast<void*>(buf), len};
+  Status s = dev.Write(lba, {&v, 1}, fua, [this](Status r) { Done(std::move(r)); });
+  if (!s.ok()) Done(std::move(s));
+}
+
+Status IoBatch::Wait() {
+  MutexLock l(mu_);
+  cv_.Wait(mu_, [this]() REQUIRES(mu_) { return in_flight_ == 0; });
+  return first_;
+}
+
 Status ReadSync(BlockDevice& dev, uint64_t lba, void* buf, size_t len) {
   Waiter w;
   IoVec v{buf, len};

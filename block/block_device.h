@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "base/histogram.h"
+#include "base/mutex.h"
 #include "base/status.h"
 
 namespace nasgw::block {
@@ -181,6 +182,32 @@ class BlockDevice {
   BlockDevice() = default;
   // Called with a validated request. Same contract as Submit.
   virtual Status SubmitValidated(IoRequest req) = 0;
+};
+
+// Many reads and writes in flight at once, over any devices, at most
+// `depth` of them: Read/Write submit (waiting first while `depth` are in
+// flight), Wait waits for all and returns the first error. The buffers must
+// stay valid until Wait returns; the destructor waits too. REQUIRES: not on
+// a device's own completion thread. Thread-compatible: one thread submits.
+class IoBatch {
+ public:
+  explicit IoBatch(uint32_t depth) : depth_(depth == 0 ? 1 : depth) {}
+  ~IoBatch() { Wait().IgnoreError(); }  // the buffers outlive every request
+  IoBatch(const IoBatch&) = delete;
+  IoBatch& operator=(const IoBatch&) = delete;
+
+  void Read(BlockDevice& dev, uint64_t lba, void* buf, size_t len);
+  void Write(BlockDevice& dev, uint64_t lba, const void* buf, size_t len, bool fua);
+  Status Wait();
+
+ private:
+  void Admit();
+  void Done(Status s);
+  const uint32_t depth_;
+  Mutex mu_;
+  CondVar cv_;
+  uint32_t in_flight_ GUARDED_BY(mu_) = 0;
+  Status first_ GUARDED_BY(mu_);
 };
 
 // Blocking helpers over the async calls. REQUIRES: not on the device's own

@@ -150,3 +150,39 @@ TEST(MemDevice, ConcurrentCompareAndWriteRace) {
 
 }  // namespace
 }  // namespace nasgw::block
+
+namespace nasgw::block {
+namespace {
+
+TEST(IoBatchTest, ManyInFlightReadBackAndTheFirstErrorIsKept) {
+  auto lun = std::make_shared<MemLun>(512, 4096);
+  MemDevice dev(lun);
+  std::vector<std::vector<uint8_t>> data(200, std::vector<uint8_t>(4096));
+  for (size_t i = 0; i < data.size(); i++) std::fill(data[i].begin(), data[i].end(), static_cast<uint8_t>(i + 1));
+  {
+    IoBatch b(4);
+    for (size_t i = 0; i < data.size(); i++) b.Write(dev, i * 8, data[i].data(), 4096, /*fua=*/true);
+    ASSERT_TRUE(b.Wait().ok());
+  }
+  std::vector<std::vector<uint8_t>> back(data.size(), std::vector<uint8_t>(4096));
+  IoBatch r(16);
+  for (size_t i = 0; i < back.size(); i++) r.Read(dev, i * 8, back[i].data(), 4096);
+  ASSERT_TRUE(r.Wait().ok());
+  EXPECT_EQ(back, data);
+  // A failed write is reported; the others still happen.
+  dev.SetFault([](const IoRequest& q) { return q.lba == 8 * 7 ? Status::IoError("bad block") : Status(); });
+  std::vector<uint8_t> zeros(4096, 0);
+  IoBatch w(3);
+  for (size_t i = 0; i < 10; i++) w.Write(dev, i * 8, zeros.data(), 4096, false);
+  w.Write(dev, 1u << 30, zeros.data(), 4096, false);  // past the end: refused at submission
+  const Status s = w.Wait();
+  EXPECT_FALSE(s.ok());
+  dev.SetFault(nullptr);
+  EXPECT_TRUE(ReadSync(dev, 0, back[0].data(), 4096).ok());
+  EXPECT_EQ(back[0], zeros);
+  EXPECT_TRUE(ReadSync(dev, 8 * 7, back[7].data(), 4096).ok());
+  EXPECT_EQ(back[7], data[7]) << "the failed write changed nothing";
+}
+
+}  // namespace
+}  // namespace nasgw::block

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/limits.h"
 #include "block/block_device.h"
 #include "fs/domain_impl.h"
 
@@ -9,27 +10,23 @@ namespace nasgw::fs {
 
 using namespace keys;  // fs/keys.h: the keys and values of the metadata
 
-Status Domain::Impl::ReadRecord(const RecordMap& m, uint64_t from, uint64_t to, uint8_t* out) {
+void Domain::Impl::ReadRecord(block::IoBatch& io, const RecordMap& m, uint64_t from, uint64_t to, uint8_t* out) {
   std::memset(out, 0, to - from);  // holes read as zeros
   for (const RecordPiece& p : m.pieces) {
     const uint64_t lo = std::max<uint64_t>(p.at, from), hi = std::min(p.end(), to);
     if (lo >= hi) continue;
     auto dev = reserve->lun(p.ext.lun);
-    NASGW_RETURN_IF_ERROR(
-        block::ReadSync(*dev, (p.ext.offset + (lo - p.at)) / dev->info().block_size, out + (lo - from), hi - lo));
+    io.Read(*dev, (p.ext.offset + (lo - p.at)) / dev->info().block_size, out + (lo - from), hi - lo);
   }
-  return Status();
 }
 
-Status Domain::Impl::WriteExtents(const std::vector<Extent>& extents, const uint8_t* data) {
+void Domain::Impl::WriteExtents(block::IoBatch& io, const std::vector<Extent>& extents, const uint8_t* data) {
   size_t done = 0;
   for (const Extent& e : extents) {
     auto dev = reserve->lun(e.lun);
-    NASGW_RETURN_IF_ERROR(
-        block::WriteSync(*dev, e.offset / dev->info().block_size, data + done, e.length, /*fua=*/true));
+    io.Write(*dev, e.offset / dev->info().block_size, data + done, e.length, /*fua=*/true);
     done += e.length;
   }
-  return Status();
 }
 
 namespace {
@@ -125,13 +122,21 @@ Status Domain::Impl::CutRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, ui
     Unused unused{*space, kDataBlock};
     std::vector<uint8_t> buf(kDataBlock);
     const uint64_t b = keep - kDataBlock;
-    NASGW_RETURN_IF_ERROR(ReadRecord(m, b, keep, buf.data()));
+    {
+      block::IoBatch io(1);
+      ReadRecord(io, m, b, keep, buf.data());
+      NASGW_RETURN_IF_ERROR(io.Wait());
+    }
     std::memset(buf.data() + (valid - b), 0, keep - valid);
     auto got = space->AllocateReserved(kDataBlock);
     if (!got.ok()) return got.status();
     unused.taken = kDataBlock;
     t.allocated.insert(t.allocated.end(), got->begin(), got->end());
-    NASGW_RETURN_IF_ERROR(WriteExtents(*got, buf.data()));
+    {
+      block::IoBatch io(limits::kDataIoDepth);
+      WriteExtents(io, *got, buf.data());
+      NASGW_RETURN_IF_ERROR(io.Wait());
+    }
     PlaceBlocks(t, in, v, m, b, *got);
   }
   if (m.pieces.empty()) {
@@ -171,38 +176,58 @@ Status Domain::Impl::PlanSpans(uint32_t vol, uint64_t ino, uint64_t rs, const st
 Status Domain::Impl::FillSpans(const std::map<uint64_t, RecordMap>& maps, uint64_t rs, uint64_t old_size,
                                const std::vector<WritePiece>& pieces, const std::vector<Span>& spans) {
   static const RecordMap kHole;
-  std::vector<uint8_t> buf;
-  size_t p = 0;  // the first piece that may reach the span
-  for (const Span& sp : spans) {
-    const uint64_t start = sp.r * rs;
-    auto it = maps.find(sp.r);
-    const RecordMap& m = it == maps.end() ? kHole : it->second;
+  // Every span's blocks in memory (bounded by what the pieces hold, plus a
+  // block at each end): first the old bytes of blocks a piece covers only
+  // in part, all read at once; then the new bytes over them; then every
+  // span written at once, over all the LUNs.
+  std::vector<std::vector<uint8_t>> bufs(spans.size());
+  std::vector<std::pair<size_t, size_t>> firsts(spans.size());  // pieces reaching each span: [from, to)
+  {
+    block::IoBatch io(limits::kDataIoDepth);
+    size_t p = 0;  // the first piece that may reach the span
+    for (size_t i = 0; i < spans.size(); i++) {
+      const Span& sp = spans[i];
+      const uint64_t start = sp.r * rs;
+      auto it = maps.find(sp.r);
+      const RecordMap& m = it == maps.end() ? kHole : it->second;
+      const uint64_t old_valid = old_size > start ? std::min(rs, old_size - start) : 0;
+      bufs[i].assign(sp.to - sp.from, 0);
+      const uint64_t lo = start + sp.from, hi = start + sp.to;
+      while (p < pieces.size() && pieces[p].off + pieces[p].n <= lo) p++;
+      size_t q = p;
+      std::vector<uint64_t> partial;
+      for (; q < pieces.size() && pieces[q].off < hi; q++) {
+        const uint64_t a = std::max(pieces[q].off, lo) - start, b = std::min(pieces[q].off + pieces[q].n, hi) - start;
+        if (a % kDataBlock != 0) partial.push_back(BlockDown(a));
+        if (b % kDataBlock != 0 && (partial.empty() || partial.back() != BlockDown(b))) partial.push_back(BlockDown(b));
+      }
+      firsts[i] = {p, q};
+      // Old bytes only below the old end (zeros past it, whatever the
+      // array holds there).
+      for (uint64_t blk : partial) {
+        if (m.pieces.empty() || blk >= old_valid) continue;
+        ReadRecord(io, m, blk, std::min(blk + kDataBlock, BlockUp(old_valid)), bufs[i].data() + (blk - sp.from));
+      }
+    }
+    NASGW_RETURN_IF_ERROR(io.Wait());
+  }
+  block::IoBatch io(limits::kDataIoDepth);
+  for (size_t i = 0; i < spans.size(); i++) {
+    const Span& sp = spans[i];
+    const uint64_t start = sp.r * rs, lo = start + sp.from, hi = start + sp.to;
     const uint64_t old_valid = old_size > start ? std::min(rs, old_size - start) : 0;
-    buf.assign(sp.to - sp.from, 0);
-    const uint64_t lo = start + sp.from, hi = start + sp.to;
-    while (p < pieces.size() && pieces[p].off + pieces[p].n <= lo) p++;
-    // A block a piece covers only in part keeps the rest of its old bytes
-    // (zeros past the old end, whatever the array holds there).
-    std::vector<uint64_t> partial;
-    for (size_t q = p; q < pieces.size() && pieces[q].off < hi; q++) {
-      const uint64_t a = std::max(pieces[q].off, lo) - start, b = std::min(pieces[q].off + pieces[q].n, hi) - start;
-      if (a % kDataBlock != 0) partial.push_back(BlockDown(a));
-      if (b % kDataBlock != 0 && (partial.empty() || partial.back() != BlockDown(b))) partial.push_back(BlockDown(b));
+    // A partly read block: zeros from the old end.
+    if (old_valid > sp.from && old_valid < sp.to && old_valid % kDataBlock != 0) {
+      std::memset(bufs[i].data() + (old_valid - sp.from), 0, BlockUp(old_valid) - old_valid);
     }
-    for (uint64_t blk : partial) {
-      if (m.pieces.empty() || blk >= old_valid) continue;
-      uint8_t* at = buf.data() + (blk - sp.from);
-      NASGW_RETURN_IF_ERROR(ReadRecord(m, blk, blk + kDataBlock, at));
-      if (blk + kDataBlock > old_valid) std::memset(at + (old_valid - blk), 0, blk + kDataBlock - old_valid);
-    }
-    for (size_t q = p; q < pieces.size() && pieces[q].off < hi; q++) {
+    for (size_t q = firsts[i].first; q < firsts[i].second; q++) {
       const WritePiece& w = pieces[q];
       const uint64_t a = std::max(w.off, lo), b = std::min(w.off + w.n, hi);
-      std::memcpy(buf.data() + (a - lo), w.data + (a - w.off), b - a);
+      std::memcpy(bufs[i].data() + (a - lo), w.data + (a - w.off), b - a);
     }
-    NASGW_RETURN_IF_ERROR(WriteExtents(sp.got, buf.data()));
+    WriteExtents(io, sp.got, bufs[i].data());
   }
-  return Status();
+  return io.Wait();
 }
 
 Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out) {
@@ -227,16 +252,31 @@ Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t 
   }
   auto* dst = static_cast<uint8_t*>(out);
   std::memset(dst, 0, n);  // holes read as zeros
-  std::vector<uint8_t> buf;
+  // Every record's pieces read at once, over all the LUNs, each record into
+  // a block-aligned buffer; then copied out.
+  std::vector<std::vector<uint8_t>> bufs(recs.size());
+  {
+    block::IoBatch io(limits::kDataIoDepth);
+    size_t i = 0;
+    for (const auto& [r, m] : recs) {
+      const uint64_t start = r * rs;
+      const uint64_t from = std::max(offset, start), to = std::min<uint64_t>(offset + n, start + rs);
+      if (from < to) {
+        const uint64_t first = BlockDown(from - start), last = BlockUp(to - start);
+        bufs[i].resize(static_cast<size_t>(last - first));
+        impl_->ReadRecord(io, m, first, last, bufs[i].data());
+      }
+      i++;
+    }
+    NASGW_RETURN_IF_ERROR(io.Wait());
+  }
+  size_t i = 0;
   for (const auto& [r, m] : recs) {
     const uint64_t start = r * rs;
-    if (start >= offset + n) break;
     const uint64_t from = std::max(offset, start), to = std::min<uint64_t>(offset + n, start + rs);
-    if (from >= to) continue;
-    const uint64_t first = BlockDown(from - start), last = BlockUp(to - start);
-    buf.resize(static_cast<size_t>(last - first));
-    NASGW_RETURN_IF_ERROR(impl_->ReadRecord(m, first, last, buf.data()));
-    std::memcpy(dst + (from - offset), buf.data() + (from - start - first), to - from);
+    if (from < to)
+      std::memcpy(dst + (from - offset), bufs[i].data() + (from - start - BlockDown(from - start)), to - from);
+    i++;
   }
   return n;
 }

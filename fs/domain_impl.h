@@ -199,10 +199,11 @@ struct Domain::Impl {
   // ---- data (fs/data.cc)
 
   // Reads [from, to) of a record (bytes from its start, block aligned) into
-  // `out`: its pieces' bytes, zeros where no piece is.
-  Status ReadRecord(const keys::RecordMap& m, uint64_t from, uint64_t to, uint8_t* out);
-  // Writes `data` over the extents, in order, with FUA.
-  Status WriteExtents(const std::vector<Extent>& extents, const uint8_t* data);
+  // `out`: its pieces' bytes, zeros where no piece is. The reads are
+  // submitted to `io`; `out` is filled once it is waited for.
+  void ReadRecord(block::IoBatch& io, const keys::RecordMap& m, uint64_t from, uint64_t to, uint8_t* out);
+  // Writes `data` over the extents, in order, with FUA (submitted to `io`).
+  void WriteExtents(block::IoBatch& io, const std::vector<Extent>& extents, const uint8_t* data);
   // A run of blocks a write touches in record r (block aligned, from the
   // record's start), and the fresh extents it goes to.
   struct Span {
