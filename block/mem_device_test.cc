@@ -170,7 +170,7 @@ TEST(IoBatchTest, ManyInFlightReadBackAndTheFirstErrorIsKept) {
   ASSERT_TRUE(r.Wait().ok());
   EXPECT_EQ(back, data);
   // A failed write is reported; the others still happen.
-  dev.SetFault([](const IoRequest& q) { return q.lba == 8 * 7 ? Status::IoError("bad block") : Status(); });
+  dev.SetFault([](const IoRequest& q) { return q.lba == uint64_t{8} * 7 ? Status::IoError("bad block") : Status(); });
   std::vector<uint8_t> zeros(4096, 0);
   IoBatch w(3);
   for (size_t i = 0; i < 10; i++) w.Write(dev, i * 8, zeros.data(), 4096, false);
@@ -180,7 +180,7 @@ TEST(IoBatchTest, ManyInFlightReadBackAndTheFirstErrorIsKept) {
   dev.SetFault(nullptr);
   EXPECT_TRUE(ReadSync(dev, 0, back[0].data(), 4096).ok());
   EXPECT_EQ(back[0], zeros);
-  EXPECT_TRUE(ReadSync(dev, 8 * 7, back[7].data(), 4096).ok());
+  EXPECT_TRUE(ReadSync(dev, uint64_t{8} * 7, back[7].data(), 4096).ok());
   EXPECT_EQ(back[7], data[7]) << "the failed write changed nothing";
 }
 

@@ -118,6 +118,21 @@ class DataCacheTest : public ::testing::Test {
     model.replace(off, data.size(), data);
   }
 
+  // A volume with the default record size (128 KiB), used from then on.
+  void UseDefaultVolume() {
+    auto v = dom_->CreateVolume("defaults");
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_EQ(v->record_bytes, fs::kRecordBytesDefault);
+    vol_ = v->id;
+  }
+  // fsck finds nothing; after a crash the file holds `model`.
+  void CleanAndKeptAcrossACrash(uint64_t ino, const std::string& model) {
+    auto problems = dom_->Check();
+    ASSERT_TRUE(problems.ok()) << problems.status().ToString();
+    EXPECT_TRUE(problems->empty()) << (*problems)[0];
+    Crash();
+    EXPECT_EQ(OnSan(ino), model);
+  }
   // Counts the writes that reach the array, and fails them while failing_.
   void InjectFaults() {
     for (auto& d : devs_) {
@@ -312,10 +327,7 @@ TEST_F(DataCacheTest, AFullVolumeRefusesWritesWhenAcceptedNeverAtTheirFlush) {
 // for 8K random overwrites on a volume with default settings, at most 1.5
 // (everything counted: data, intent log, metadata store).
 TEST_F(DataCacheTest, EightKRandomOverwritesWriteAtMostOneAndAHalfTimesTheirBytes) {
-  auto v = dom_->CreateVolume("defaults");
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
-  ASSERT_EQ(v->record_bytes, fs::kRecordBytesDefault);
-  vol_ = v->id;
+  UseDefaultVolume();
   StartCache(NoFlusher());
   const fs::Attr f = Mk("big");
   constexpr uint64_t kFile = 32 * kMiB, kIo = 8 << 10;
@@ -354,19 +366,13 @@ TEST_F(DataCacheTest, EightKRandomOverwritesWriteAtMostOneAndAHalfTimesTheirByte
   // Overwrites replace blocks: the file holds what it held.
   EXPECT_EQ(Committed(f.ino).blocks, blocks);
   EXPECT_EQ(OnSan(f.ino), model);
-  auto problems = dom_->Check();
-  ASSERT_TRUE(problems.ok()) << problems.status().ToString();
-  EXPECT_TRUE(problems->empty()) << (*problems)[0];
-  Crash();
-  EXPECT_EQ(OnSan(f.ino), model);
+  CleanAndKeptAcrossACrash(f.ino, model);
 }
 
 // Writes that cover blocks in part keep the rest of each block; truncation
 // zeroes what lies past the end, so a file grown again reads zeros there.
 TEST_F(DataCacheTest, PartialBlocksAndTruncationKeepTheBytesAround) {
-  auto v = dom_->CreateVolume("defaults");
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
-  vol_ = v->id;
+  UseDefaultVolume();
   StartCache(NoFlusher());
   const fs::Attr f = Mk("f");
   std::string model(300 << 10, 'a');
@@ -395,20 +401,14 @@ TEST_F(DataCacheTest, PartialBlocksAndTruncationKeepTheBytesAround) {
   put(150000, "tail");  // a write past the old end, in the cut record
   ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
   EXPECT_EQ(OnSan(f.ino), model);
-  auto problems = dom_->Check();
-  ASSERT_TRUE(problems.ok()) << problems.status().ToString();
-  EXPECT_TRUE(problems->empty()) << (*problems)[0];
-  Crash();
-  EXPECT_EQ(OnSan(f.ino), model);
+  CleanAndKeptAcrossACrash(f.ino, model);
 }
 
 // A flush moves its data with no domain-wide lock held: while its array
 // write hangs, other files are created, written through, read and looked
 // up, and the flushing file's own data reads right.
 TEST_F(DataCacheTest, AFlushStuckInTheArrayHoldsUpNoOtherOperation) {
-  auto v = dom_->CreateVolume("defaults");  // 128 KiB records: the flush writes 128 KiB at a time
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
-  vol_ = v->id;
+  UseDefaultVolume();  // 128 KiB records: the flush writes 128 KiB at a time
   StartCache(NoFlusher());
   const fs::Attr a = Mk("a");
   const fs::Attr b = Mk("b");

@@ -54,6 +54,7 @@ TEST(ReadFenceTest, ConcurrentReadersNeverSeeTheirSpaceFreed) {
   });
   std::atomic<bool> stop{false};
   std::vector<std::thread> readers;
+  readers.reserve(3);
   for (int i = 0; i < 3; i++) {
     readers.emplace_back([&] {
       while (!stop) {
