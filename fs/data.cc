@@ -198,8 +198,13 @@ Status Domain::Impl::FillSpans(const std::map<uint64_t, RecordMap>& maps, uint64
       std::vector<uint64_t> partial;
       for (; q < pieces.size() && pieces[q].off < hi; q++) {
         const uint64_t a = std::max(pieces[q].off, lo) - start, b = std::min(pieces[q].off + pieces[q].n, hi) - start;
-        if (a % kDataBlock != 0) partial.push_back(BlockDown(a));
-        if (b % kDataBlock != 0 && (partial.empty() || partial.back() != BlockDown(b))) partial.push_back(BlockDown(b));
+        // Each block once: two pieces may share one (a second read into it
+        // would clear the buffer under the first).
+        for (const uint64_t edge : {a, b}) {
+          if (edge % kDataBlock != 0 && (partial.empty() || partial.back() != BlockDown(edge))) {
+            partial.push_back(BlockDown(edge));
+          }
+        }
       }
       firsts[i] = {p, q};
       // Old bytes only below the old end (zeros past it, whatever the
