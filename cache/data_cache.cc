@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <set>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -212,6 +211,13 @@ Status DataCache::Admit() {
   return Status::Busy("the write-back cache is full (" + std::to_string(dirty_.load()) +
                       " dirty bytes) and flushes did not make room within " + std::to_string(o_.stall_timeout_ms) +
                       " ms");
+}
+
+bool DataCache::WaitClean(uint32_t timeout_ms) {
+  MutexLock l(mu_);
+  // Release() notifies space_cv_ whenever dirty bytes go.
+  return space_cv_.WaitFor(mu_, std::chrono::milliseconds(timeout_ms),
+                           [&]() REQUIRES(mu_) { return dirty_.load() == 0; });
 }
 
 void DataCache::Release(uint64_t bytes) {

@@ -101,6 +101,9 @@ class DataCache {
   Status Close();
 
   DataCacheStats stats() const;
+  // Waits until the cache holds no dirty data (the flusher, or anyone, has
+  // written it all), at most `timeout_ms`; false if it still holds some.
+  bool WaitClean(uint32_t timeout_ms) EXCLUDES(mu_);
 
  private:
   struct File;

@@ -10,7 +10,6 @@
 
 #include <gtest/gtest.h>
 
-#include "base/clock.h"
 #include "block/mem_device.h"
 
 namespace nasgw::cache {
@@ -125,11 +124,15 @@ class DataCacheTest : public ::testing::Test {
     ASSERT_EQ(v->record_bytes, fs::kRecordBytesDefault);
     vol_ = v->id;
   }
-  // fsck finds nothing; after a crash the file holds `model`.
-  void CleanAndKeptAcrossACrash(uint64_t ino, const std::string& model) {
+  // fsck finds nothing.
+  void ExpectFsckClean() {
     auto problems = dom_->Check();
     ASSERT_TRUE(problems.ok()) << problems.status().ToString();
-    EXPECT_TRUE(problems->empty()) << (*problems)[0];
+    EXPECT_TRUE(problems->empty()) << problems->front();
+  }
+  // fsck finds nothing; after a crash the file holds `model`.
+  void CleanAndKeptAcrossACrash(uint64_t ino, const std::string& model) {
+    ExpectFsckClean();
     Crash();
     EXPECT_EQ(OnSan(ino), model);
   }
@@ -235,9 +238,7 @@ TEST_F(DataCacheTest, StableWritesAndFlushSurviveACrashAndUnstableOnesMayNot) {
   EXPECT_EQ(OnSan(f.ino), "unstable then committed");
   EXPECT_EQ(OnSan(g.ino), std::string(5000, 'g'));
   EXPECT_EQ(Committed(h.ino).size, 0u) << "an unstable write was on the SAN without a flush";
-  auto problems = dom_->Check();
-  ASSERT_TRUE(problems.ok());
-  EXPECT_TRUE(problems->empty()) << problems->front();
+  ExpectFsckClean();
 }
 
 TEST_F(DataCacheTest, TheFlusherWritesDueFilesInTheBackground) {
@@ -246,9 +247,8 @@ TEST_F(DataCacheTest, TheFlusherWritesDueFilesInTheBackground) {
   StartCache(o);
   const fs::Attr f = Mk("f");
   Write(f, 0, "background");
-  // Waits for the event (the flush), bounded.
-  const uint64_t deadline = MonotonicNanos() + 10'000'000'000ull;
-  while (cache_->stats().flushes == 0 && MonotonicNanos() < deadline) std::this_thread::yield();
+  // Nobody but the flusher writes it; wait for that (bounded).
+  ASSERT_TRUE(cache_->WaitClean(10'000)) << "the flusher never wrote the file";
   EXPECT_EQ(cache_->stats().flushes, 1u);
   EXPECT_EQ(OnSan(f.ino), "background");
 }
@@ -314,9 +314,7 @@ TEST_F(DataCacheTest, AFullVolumeRefusesWritesWhenAcceptedNeverAtTheirFlush) {
   EXPECT_EQ(OnSan(f.ino), model);
   ASSERT_TRUE(dom_->Unlink(vol_, fs::kRootIno, "fill").ok());
   EXPECT_GT(dom_->Statfs().free_bytes, model.size());
-  auto problems = dom_->Check();
-  ASSERT_TRUE(problems.ok());
-  EXPECT_TRUE(problems->empty()) << problems->front();
+  ExpectFsckClean();
 }
 
 // Random unstable and stable writes, reads, flushes and truncations (flush
@@ -538,9 +536,7 @@ TEST_F(DataCacheTest, RandomLoadMatchesTheModel) {
   ASSERT_TRUE(cache_->FlushAll().ok());
   for (int t = 0; t < kThreads; t++) EXPECT_EQ(OnSan(files[t].ino), models[t]) << "file " << t;
   EXPECT_EQ(cache_->stats().dirty_bytes, 0u);
-  auto problems = dom_->Check();
-  ASSERT_TRUE(problems.ok());
-  EXPECT_TRUE(problems->empty()) << problems->front();
+  ExpectFsckClean();
 }
 
 TEST_F(DataCacheTest, OptionsOutsideTheirRangesAreRefused) {
