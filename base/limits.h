@@ -91,6 +91,18 @@ constexpr uint64_t kCacheWriteBytesMax = 16ull << 20;
 // stream is one piece per MiB, and joining never copies more than this).
 constexpr uint64_t kCacheRangeBytesMax = 1ull << 20;
 
+// Stable writes up to this size go to the intent log (one shared array
+// write) and are flushed to their place later; larger ones are written to
+// their place before the answer (the log would carry them twice for no
+// gain in latency). ZFS's zfs_immediate_write_sz plays this part.
+constexpr uint64_t kLogWriteBytesMax = 64ull << 10;
+// Logged writes pin the intent log until flushed: past this fill (per cent)
+// stable writes go to their place instead, so the log never fills with them.
+constexpr uint32_t kLogWriteFillPctMax = 60;
+// The flusher writes files with logged writes first once the log is this
+// full (per cent), so the next checkpoint can move past them.
+constexpr uint32_t kLogWriteFlushPct = 30;
+
 // Device reads and writes one file operation keeps in flight at once, over
 // all the LUNs its blocks are on (a flush's writes, a read's pieces).
 constexpr uint32_t kDataIoDepth = 32;

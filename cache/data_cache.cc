@@ -153,6 +153,11 @@ struct DataCache::File {
   uint64_t writes_dirty GUARDED_BY(mu) = 0;
   uint64_t writes_flushing GUARDED_BY(mu) = 0;
   bool retired GUARDED_BY(mu) = false;  // out of files_: make a new File
+  // Stable writes held in dirty and flushing that are in the intent log
+  // (fs::Domain::AppendLogWrite): the newest one's LSN, which the flush that
+  // takes them names, and (roughly) the oldest, for the flusher's order.
+  uint64_t log_last GUARDED_BY(mu) = 0;
+  uint64_t log_first GUARDED_BY(mu) = 0;
 };
 
 Status DataCacheOptions::Validate() const {
@@ -239,18 +244,54 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
     MutexLock l(mu_);
     through = through || closed_;
   }
-  if (n == 0) return Overlay(vol, a);
-  if (!through) {
-    NASGW_RETURN_IF_ERROR(Admit());
+  // `a` is as loaded before this write: if a flush ends before the answer,
+  // the answer is loaded again.
+  const uint64_t epoch = epoch_.load();
+  auto shown = [&]() -> Result<fs::Attr> {
+    if (epoch_.load() == epoch) {
+      fs::Attr s = Overlay(vol, a);
+      if (epoch_.load() == epoch) return s;
+    }
+    auto d = domain_.lock();
+    if (d == nullptr) return Status::Unavailable("the domain is closed");
+    return Shown(vol, [&]() -> Result<fs::Attr> {
+      auto now = d->GetAttr(vol, a.ino);
+      if (now.ok() && now->gen != a.gen) return Status(Code::kStale, "inode " + std::to_string(a.ino) + " was reused");
+      return now;
+    });
+  };
+  if (n == 0) return shown();
+  auto d = domain_.lock();
+  if (d == nullptr) return Status::Unavailable("the domain is closed");
+  // A small stable write goes to the intent log (one array write shared by
+  // everyone waiting then) and stays dirty here until the flusher puts it
+  // in place; a large one, or one the log has no room for now, is flushed
+  // with the file before the answer.
+  size_t logged = 0;
+  if (stable && !o_.write_through && o_.log_stable_writes && n <= limits::kLogWriteBytesMax &&
+      d->ReserveLogWrite(n).ok()) {
+    logged = n;
+  }
+  auto unlog = [&] {
+    if (logged != 0) d->UnreserveLogWrite(logged);
+  };
+  if (!through || logged != 0) {
+    if (Status s = Admit(); !s.ok()) {
+      unlog();
+      return s;
+    }
     MutexLock l(mu_);
-    through = closed_;  // closed while this writer waited: nothing flushes later
+    if (closed_) {
+      // Closed while this writer waited: nothing flushes later.
+      through = true;
+      unlog();
+      logged = 0;
+    }
   }
   const Key k{vol, a.ino};
   const auto* bytes = static_cast<const uint8_t*>(data);
-  auto d = domain_.lock();
-  if (d == nullptr) return Status::Unavailable("the domain is closed");
   std::shared_ptr<File> f;
-  uint64_t freed = 0;
+  uint64_t freed = 0, lsn = 0;
   for (;;) {
     f = FindOrMake(k, a.gen);
     MutexLock l(f->mu);
@@ -263,6 +304,8 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
       d->ReleaseSpace(f->reserved);
       f->reserved = 0;
       f->blocks.clear();
+      if (f->log_last != 0) d->ForgetLogWrites(vol, a.ino, f->gen);
+      f->log_last = f->log_first = 0;
       f->gen = a.gen;
     }
     // Space for the blocks this write touches first: a write the volume
@@ -273,6 +316,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
       if (Status s = d->ReserveSpace(need); !s.ok()) {
         c_.no_space++;
         l.Unlock();
+        unlog();
         Release(freed);
         Retire(f);  // made for this write, perhaps: not kept empty
         return s;
@@ -286,20 +330,39 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
     if (grew < 0) freed += static_cast<uint64_t>(-grew);
     f->mtime = std::max(f->mtime, fs::Now());
     f->writes_dirty++;
+    if (logged != 0) {
+      // In the log in the order of the dirty data (under the file's lock),
+      // so the flush that takes the dirty data takes exactly the logged
+      // writes up to log_last.
+      lsn = d->AppendLogWrite(vol, a.ino, a.gen, off, bytes, n, f->mtime);
+      f->log_last = lsn;
+      if (f->log_first == 0) f->log_first = lsn;
+    }
     break;
   }
   Release(freed);
   c_.bytes_written += n;
+  if (logged != 0) {
+    if (d->log_fill_pct() >= limits::kLogWriteFlushPct) {
+      // Logged writes hold the log's checkpoint back: put them in place now.
+      MutexLock l(mu_);
+      flusher_cv_.NotifyAll();
+    }
+    // Answered once the log record holding it is on the array. A failed
+    // log fails the domain; the data stays dirty for whoever can flush it.
+    NASGW_RETURN_IF_ERROR(d->WaitLogged(lsn));
+    c_.writes_logged++;
+    *stable_out = true;
+    return shown();
+  }
   if (!through) {
     c_.writes_cached++;
-    return Overlay(vol, a);
+    return shown();
   }
   c_.writes_stable++;
   NASGW_RETURN_IF_ERROR(FlushFile(f));
   *stable_out = true;
-  auto now = d->GetAttr(vol, a.ino);
-  if (!now.ok()) return now.status();
-  return Overlay(vol, *now);
+  return Shown(vol, [&] { return d->GetAttr(vol, a.ino); });
 }
 
 Result<size_t> DataCache::Read(uint32_t vol, const fs::Attr& a, uint64_t off, size_t n, void* out, uint64_t* size_out) {
@@ -342,6 +405,16 @@ Result<size_t> DataCache::Read(uint32_t vol, const fs::Attr& a, uint64_t off, si
   }
 }
 
+Result<fs::Attr> DataCache::Shown(uint32_t vol, const std::function<Result<fs::Attr>()>& load) const {
+  for (;;) {
+    const uint64_t e = epoch_.load();
+    auto a = load();
+    if (!a.ok()) return a;
+    fs::Attr shown = Overlay(vol, *a);
+    if (epoch_.load() == e) return shown;
+  }
+}
+
 fs::Attr DataCache::Overlay(uint32_t vol, fs::Attr a) const {
   std::shared_ptr<File> f = Find({vol, a.ino});
   if (f == nullptr) return a;
@@ -357,7 +430,7 @@ fs::Attr DataCache::Overlay(uint32_t vol, fs::Attr a) const {
 Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
   MutexLock fl(f->flush_mu);
   const auto [vol, ino] = f->key;
-  uint64_t gen = 0, held = 0, writes = 0;
+  uint64_t gen = 0, held = 0, writes = 0, log_last = 0;
   fs::Timespec mtime;
   std::vector<fs::WritePiece> pieces;
   {
@@ -375,6 +448,7 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     f->writes_dirty = 0;
     gen = f->gen;
     mtime = f->mtime;
+    log_last = f->log_last;  // every logged write now in flushing
     // The reservation goes with the data; writes from now on reserve anew.
     held = f->reserved;
     f->blocks.clear();
@@ -411,7 +485,8 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     const bool last = j == pieces.size();
     const uint64_t changes = last && writes > batches ? writes - batches : 1;
     const uint64_t t0 = MonotonicNanos();
-    auto r = d->WriteV(vol, ino, gen, batch, mtime, &held, changes);
+    // The last transaction tells the log the file's logged writes are in place.
+    auto r = d->WriteV(vol, ino, gen, batch, mtime, &held, changes, last ? log_last : 0);
     c_.flush_nanos += MonotonicNanos() - t0;
     if (!r.ok()) {
       s = r.status();
@@ -430,7 +505,15 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     MutexLock l(f->mu);
     const uint64_t before = BytesOf(f->flushing) + BytesOf(f->dirty);
     if (s.ok() || gone) {
-      if (gone) c_.flush_dropped += BytesOf(f->flushing);
+      if (gone) {
+        c_.flush_dropped += BytesOf(f->flushing);
+        if (d != nullptr) d->ForgetLogWrites(vol, ino, gen);
+      }
+      if (f->log_last == log_last || gone) {
+        f->log_last = f->log_first = 0;
+      } else {
+        f->log_first = log_last + 1;  // the older ones are in place
+      }
     } else {
       // What no transaction committed goes back under what was written
       // since, with its blocks' reservation topped up again (a failed
@@ -457,6 +540,7 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     }
     f->flushing.clear();
     f->writes_flushing = 0;
+    epoch_.fetch_add(1);
     freed = before - BytesOf(f->dirty);
     f->flush_seq++;
     empty = f->dirty.empty() && f->reserved == 0;
@@ -533,20 +617,39 @@ void DataCache::FlusherLoop() {
     if (stop_) break;
     // Files whose oldest dirty byte is due, or (over half the budget) the
     // oldest files whatever their age.
+    // Files with logged writes first, oldest first, once the intent log
+    // fills (they hold its checkpoint back).
     const bool pressed = dirty_.load() >= o_.dirty_bytes / 2;
+    bool log_pressed = false;
+    if (auto d = domain_.lock()) log_pressed = d->log_fill_pct() >= limits::kLogWriteFlushPct;
     const uint64_t now = MonotonicNanos();
-    std::vector<std::pair<uint64_t, std::shared_ptr<File>>> due;
+    // (rank, when): logged files by LSN, then the others by age.
+    std::vector<std::pair<std::pair<int, uint64_t>, std::shared_ptr<File>>> due;
     for (const auto& [k, f] : files_) {
       MutexLock fl(f->mu);
       if (f->dirty.empty()) continue;
-      if (pressed || now - f->since_ns >= after_ns) due.emplace_back(f->since_ns, f);
+      if (log_pressed && f->log_first != 0) {
+        due.push_back({{0, f->log_first}, f});
+      } else if (pressed || now - f->since_ns >= after_ns) {
+        due.push_back({{1, f->since_ns}, f});
+      }
     }
     if (due.empty()) continue;
     std::sort(due.begin(), due.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     l.Unlock();
     for (const auto& [since, f] : due) {
       FlushFile(f).IgnoreError();  // counted and logged; the data stays dirty
-      if (pressed && dirty_.load() < o_.dirty_bytes / 4) break;
+      if (pressed && !log_pressed && dirty_.load() < o_.dirty_bytes / 4) break;
+    }
+    if (log_pressed) {
+      // The logged writes are in place: a transaction group lets the log's
+      // checkpoint move past them (the log's own ask may have found them
+      // still pinned).
+      if (auto d = domain_.lock()) {
+        if (Status s = d->SyncTxg(); !s.ok()) {
+          NASGW_LOG(kWarn, "cache") << "transaction group after flushing logged writes" << Kv("error", s.ToString());
+        }
+      }
     }
     l.Lock();
   }
@@ -561,6 +664,7 @@ DataCacheStats DataCache::stats() const {
   }
   s.writes_cached = c_.writes_cached;
   s.writes_stable = c_.writes_stable;
+  s.writes_logged = c_.writes_logged;
   s.bytes_written = c_.bytes_written;
   s.read_bytes_dirty = c_.read_bytes_dirty;
   s.flushes = c_.flushes;

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <thread>
@@ -51,6 +52,10 @@ struct DataCacheOptions {
   // Strict mode: every write is flushed before it is answered (today's
   // write-through behaviour; answered FILE_SYNC).
   bool write_through = false;
+  // Stable writes up to limits::kLogWriteBytesMax go to the domain's intent
+  // log and are answered once logged (one shared array write), then flushed
+  // like cached ones. Off: flushed to their place before the answer.
+  bool log_stable_writes = true;
 
   Status Validate() const;
 };
@@ -60,6 +65,7 @@ struct DataCacheStats {
   uint64_t dirty_files = 0;        // files with dirty data, now
   uint64_t writes_cached = 0;      // answered from memory
   uint64_t writes_stable = 0;      // flushed before the answer (stable, strict)
+  uint64_t writes_logged = 0;      // stable, answered once in the intent log
   uint64_t bytes_written = 0;      // by clients, through the cache
   uint64_t read_bytes_dirty = 0;   // bytes reads took from dirty data
   uint64_t flushes = 0;            // flush transactions committed
@@ -89,10 +95,17 @@ class DataCache {
   Result<fs::Attr> Write(uint32_t vol, const fs::Attr& a, uint64_t off, const void* data, size_t n, bool stable,
                          bool* stable_out);
   // Reads up to n bytes at off, dirty data included; *size_out is the size
-  // the file has with it (for EOF).
+  // the file has with it (for EOF). `a` as Shown gave it.
   Result<size_t> Read(uint32_t vol, const fs::Attr& a, uint64_t off, size_t n, void* out, uint64_t* size_out);
-  // `a` as a client sees it: size and times with the dirty data.
+  // `a` as a client sees it: size and times with the dirty data. `a` must
+  // not predate a flush of the file that completed since (the dirty data it
+  // carried would be in neither): attributes loaded before are shown with
+  // Shown instead.
   fs::Attr Overlay(uint32_t vol, fs::Attr a) const;
+  // Loads a file's committed attributes with `load` and shows them with the
+  // dirty data, loading again if a flush completed in between, so that a
+  // client is never shown a size or change attribute that went back.
+  Result<fs::Attr> Shown(uint32_t vol, const std::function<Result<fs::Attr>()>& load) const;
   // The file's dirty data on the SAN (COMMIT, fsync, before a SETATTR).
   Status Flush(uint32_t vol, uint64_t ino);
   // Every file's (orderly shutdown). The first error.
@@ -127,11 +140,15 @@ class DataCache {
   bool stop_ GUARDED_BY(mu_) = false;
   bool closed_ GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> dirty_{0};
+  // Flushes that ended (their flushing data left the cache): attributes
+  // loaded before one ended are loaded again (Shown).
+  std::atomic<uint64_t> epoch_{0};
   std::thread flusher_;
 
   struct Counters {
-    std::atomic<uint64_t> writes_cached{0}, writes_stable{0}, bytes_written{0}, read_bytes_dirty{0}, flushes{0},
-        flush_bytes{0}, flush_errors{0}, flush_dropped{0}, stalls{0}, stall_timeouts{0}, flush_nanos{0}, no_space{0};
+    std::atomic<uint64_t> writes_cached{0}, writes_stable{0}, writes_logged{0}, bytes_written{0}, read_bytes_dirty{0},
+        flushes{0}, flush_bytes{0}, flush_errors{0}, flush_dropped{0}, stalls{0}, stall_timeouts{0}, flush_nanos{0},
+        no_space{0};
   };
   mutable Counters c_;
   LogLimiter flush_log_{1'000'000'000};  // a failing array: one line a second

@@ -241,6 +241,63 @@ TEST_F(DataCacheTest, StableWritesAndFlushSurviveACrashAndUnstableOnesMayNot) {
   ExpectFsckClean();
 }
 
+// A stable write small enough for the intent log costs one log write,
+// shared by every stable write waiting at that moment (group commit); its
+// data reaches its place later, with the file's other dirty data.
+TEST_F(DataCacheTest, StableWritesShareLogWritesAndReachTheirPlaceLater) {
+  StartCache(NoFlusher());
+  InjectFaults();
+  constexpr int kThreads = 16, kEach = 6;  // well inside the small test log
+  std::vector<fs::Attr> files;
+  files.reserve(kThreads);
+  for (int t = 0; t < kThreads; t++) files.push_back(Mk("s" + std::to_string(t)));
+  const fs::IntentLogStats before = dom_->LogStats();
+  write_bytes_ = 0;
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; i++) Write(files[t], i * 8192ull, std::string(8192, static_cast<char>('a' + t)), true);
+    });
+  }
+  for (auto& th : threads) th.join();
+  const fs::IntentLogStats after = dom_->LogStats();
+  const uint64_t records = after.records - before.records;
+  EXPECT_EQ(cache_->stats().writes_logged, uint64_t{kThreads} * kEach);
+  // The log's records and at most a few superblock writes: no data (768 KiB).
+  EXPECT_LE(write_bytes_.load(), after.bytes_written - before.bytes_written + (32u << 10))
+      << "a logged write wrote more than the log";
+  EXPECT_LT(records, uint64_t{kThreads} * kEach) << "no two stable writes shared a log write";
+  RecordProperty("log_records", static_cast<int>(records));
+  for (int t = 0; t < kThreads; t++) EXPECT_EQ(Committed(files[t].ino).size, 0u) << "data reached its place early";
+  // After a crash before any flush, every stable write is there.
+  Crash();
+  for (int t = 0; t < kThreads; t++) {
+    EXPECT_EQ(OnSan(files[t].ino), std::string(8192ull * kEach, static_cast<char>('a' + t))) << "file " << t;
+  }
+  ExpectFsckClean();
+}
+
+// A flush that carries newer (unstable) bytes over a logged write tells the
+// log so: after a crash the newer bytes stay, the logged ones do not come
+// back over them; a file removed after its logged write stays removed.
+TEST_F(DataCacheTest, AReplayNeverWritesALoggedWriteOverNewerData) {
+  StartCache(NoFlusher());
+  const fs::Attr f = Mk("f"), g = Mk("g");
+  Write(f, 0, std::string(8192, 'L'), /*stable=*/true);
+  Write(f, 0, std::string(8192, 'N'));
+  ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
+  Write(g, 0, std::string(4096, 'G'), /*stable=*/true);
+  ASSERT_TRUE(dom_->Unlink(vol_, fs::kRootIno, "g").ok());
+  const fs::Attr g2 = Mk("g");
+  Crash();
+  EXPECT_EQ(OnSan(f.ino), std::string(8192, 'N'));
+  EXPECT_FALSE(dom_->GetAttr(vol_, g.ino).ok()) << "a removed file came back";
+  EXPECT_EQ(Committed(g2.ino).size, 0u);
+  ExpectFsckClean();
+  EXPECT_EQ(dom_->oldest_logged_write(), 0u) << "the replay left logged writes pinned";
+}
+
 TEST_F(DataCacheTest, TheFlusherWritesDueFilesInTheBackground) {
   DataCacheOptions o;
   o.flush_after_ms = 20;
@@ -443,8 +500,10 @@ TEST_F(DataCacheTest, AFlushStuckInTheArrayHoldsUpNoOtherOperation) {
   }
   auto others = std::async(std::launch::async, [&] {
     const fs::Attr c = Mk("c");
-    Write(c, 0, "sea", /*stable=*/true);  // a flush of another file, through the intent log
-    EXPECT_EQ(OnSan(c.ino), "sea");
+    Write(c, 0, "sea", /*stable=*/true);  // a logged write: through the intent log
+    EXPECT_EQ(Seen(c.ino), "sea");
+    EXPECT_EQ(Seen(b.ino), "bee");
+    EXPECT_TRUE(cache_->Flush(vol_, b.ino).ok());  // a flush of another file, to its place
     EXPECT_EQ(OnSan(b.ino), "bee");
     EXPECT_TRUE(dom_->Lookup(vol_, fs::kRootIno, "b").ok());
     EXPECT_EQ(Seen(a.ino), data);

@@ -781,13 +781,15 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
                      "max_inflight", "idle_timeout_ms", "max_locks", "max_locks_per_session"},
                     &errors),
             &c, &errors);
-  Section cache("cache", table("cache"), {"dirty_mib", "flush_after_ms", "stall_timeout_ms", "write_through"}, &errors);
+  Section cache("cache", table("cache"),
+                {"dirty_mib", "flush_after_ms", "stall_timeout_ms", "write_through", "log_stable_writes"}, &errors);
   cache.Integer("dirty_mib", limits::kCacheDirtyBytesMin >> 20, limits::kCacheDirtyBytesMax >> 20, &c.cache_dirty_mib);
   cache.Integer("flush_after_ms", limits::kCacheFlushAfterMsMin, limits::kCacheFlushAfterMsMax,
                 &c.cache_flush_after_ms);
   cache.Integer("stall_timeout_ms", limits::kCacheStallTimeoutMsMin, limits::kCacheStallTimeoutMsMax,
                 &c.cache_stall_timeout_ms);
   cache.Bool("write_through", &c.cache_write_through);
+  cache.Bool("log_stable_writes", &c.cache_log_stable_writes);
   ParseAdmin(Section("admin", table("admin"),
                      {"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca", "insecure_no_client_auth"}, &errors),
              &c, &errors);

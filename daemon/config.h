@@ -90,7 +90,8 @@ struct Config {
   uint32_t cache_dirty_mib = limits::kCacheDirtyBytesDefault >> 20;       // kCacheDirtyBytes{Min,Max} in MiB
   uint32_t cache_flush_after_ms = limits::kCacheFlushAfterMsDefault;      // kCacheFlushAfterMs{Min,Max}
   uint32_t cache_stall_timeout_ms = limits::kCacheStallTimeoutMsDefault;  // kCacheStallTimeoutMs{Min,Max}
-  bool cache_write_through = false;  // strict: every write flushed before its answer
+  bool cache_write_through = false;     // strict: every write flushed before its answer
+  bool cache_log_stable_writes = true;  // small stable writes answered once in the intent log
 
   // [metrics]
   std::string metrics_listen;  // optional "host:port" for the Prometheus text endpoint

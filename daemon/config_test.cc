@@ -302,17 +302,20 @@ TEST_F(ConfigTest, UnknownSectionRefused) {
 }
 
 TEST_F(ConfigTest, CacheKeysAreReadAndBounded) {
-  auto c = Parse(
-      Cfg("", "", "[cache]\ndirty_mib = 64\nflush_after_ms = 250\nstall_timeout_ms = 5000\nwrite_through = true"));
+  auto c = Parse(Cfg("", "",
+                     "[cache]\ndirty_mib = 64\nflush_after_ms = 250\nstall_timeout_ms = 5000\nwrite_through = true\n"
+                     "log_stable_writes = false"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->cache_dirty_mib, 64u);
   EXPECT_EQ(c->cache_flush_after_ms, 250u);
   EXPECT_EQ(c->cache_stall_timeout_ms, 5000u);
   EXPECT_TRUE(c->cache_write_through);
+  EXPECT_FALSE(c->cache_log_stable_writes);
   auto d = Parse(Cfg());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(uint64_t{d->cache_dirty_mib} << 20, limits::kCacheDirtyBytesDefault);
   EXPECT_FALSE(d->cache_write_through);
+  EXPECT_TRUE(d->cache_log_stable_writes);
   ExpectInvalid(Cfg("", "", "[cache]\ndirty_mib = 1"), {"cache.dirty_mib: 1 is out of range"});
   ExpectInvalid(Cfg("", "", "[cache]\nflush_after_ms = 0"), {"cache.flush_after_ms: 0 is out of range"});
   ExpectInvalid(Cfg("", "", "[cache]\nwrite_through = 1"), {"cache.write_through"});

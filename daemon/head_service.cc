@@ -162,12 +162,12 @@ class Exec {
   // snapshot that does not exist, or a directory outside the scope.
   bool Load(const proto::Handle& h, fs::Attr& a) {
     if (h.snap != 0) return Error(ESTALE, "no snapshot " + std::to_string(h.snap));
-    Result<fs::Attr> got = d_.GetAttr(FromWire(h));
+    Result<fs::Attr> got = c_.Shown(h.volume, [&] { return d_.GetAttr(FromWire(h)); });
     if (!got.ok()) {
       if (got.status().code() == Code::kNotFound) return Error(ESTALE, got.status().ToString());
       return Error(got.status());
     }
-    a = c_.Overlay(h.volume, *got);
+    a = *got;
     if (h.scope != fs::kRootIno && a.type == fs::FileType::kDirectory && a.ino != h.scope) {
       auto in = parents_.Within(d_, h.volume, a.ino, h.scope);
       if (!in.ok())
@@ -560,9 +560,9 @@ bool Exec::ReadDir() {
   const bool plus = (r_.flags & proto::kReadDirPlus) != 0;
   for (auto& e : *page) {
     if (plus) {
-      auto a = d_.GetAttr(r_.h.volume, e.ino);
+      auto a = c_.Shown(r_.h.volume, [&] { return d_.GetAttr(r_.h.volume, e.ino); });
       if (!a.ok()) continue;  // removed since the listing: skip it
-      out_.reply.attrs.push_back(ToWire(c_.Overlay(r_.h.volume, *a)));
+      out_.reply.attrs.push_back(ToWire(*a));
       out_.reply.macs.push_back(Mint(*a));
     }
     out_.reply.entries.push_back(ToWire(e));

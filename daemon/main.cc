@@ -63,6 +63,7 @@ cache::DataCacheOptions CacheOptions(const Config& cfg) {
   o.flush_after_ms = cfg.cache_flush_after_ms;
   o.stall_timeout_ms = cfg.cache_stall_timeout_ms;
   o.write_through = cfg.cache_write_through;
+  o.log_stable_writes = cfg.cache_log_stable_writes;
   return o;
 }
 

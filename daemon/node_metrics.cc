@@ -95,6 +95,8 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                 {{"answer", "cached"}}, c.writes_cached);
       s.Counter("nasgw_cache_writes_total", "Writes through the cache, by how they were answered.",
                 {{"answer", "stable"}}, c.writes_stable);
+      s.Counter("nasgw_cache_writes_total", "Writes through the cache, by how they were answered.",
+                {{"answer", "logged"}}, c.writes_logged);
       s.Counter("nasgw_cache_write_bytes_total", "Bytes clients wrote through the cache.", {}, c.bytes_written);
       s.Counter("nasgw_cache_read_dirty_bytes_total", "Bytes reads took from dirty data.", {}, c.read_bytes_dirty);
       s.Counter("nasgw_cache_flushes_total", "Flush transactions committed.", {}, c.flushes);

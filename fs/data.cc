@@ -292,13 +292,61 @@ Result<Attr> Domain::Write(uint32_t vol, uint64_t ino, uint64_t offset, const vo
 }
 
 Result<Attr> Domain::WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                            const Timespec& mtime, uint64_t* held, uint64_t changes) {
+                            const Timespec& mtime, uint64_t* held, uint64_t changes, uint64_t logged_through) {
   if (gen == 0) return Status::InvalidArgument("a generation is never 0");
-  return impl_->WritePieces(vol, ino, gen, pieces, &mtime, held, std::max<uint64_t>(changes, 1));
+  return impl_->WritePieces(vol, ino, gen, pieces, &mtime, held, std::max<uint64_t>(changes, 1), logged_through);
+}
+
+Status Domain::ReserveLogWrite(size_t n) {
+  if (!impl_->log) return Status::NotSupported("domain opened read-only");
+  if (n == 0 || n > limits::kLogWriteBytesMax) {
+    return Status::InvalidArgument("logged writes are 1.." + std::to_string(limits::kLogWriteBytesMax) + " bytes");
+  }
+  const size_t bytes = kLoggedWriteHeaderBytes + n;
+  if (impl_->log->fill_pct(IntentLog::Cost(bytes)) > limits::kLogWriteFillPctMax) {
+    return Status::Busy("the intent log is " + std::to_string(impl_->log->fill_pct()) + "% full");
+  }
+  return impl_->log->Reserve(bytes);
+}
+
+void Domain::UnreserveLogWrite(size_t n) {
+  if (impl_->log) impl_->log->Unreserve(kLoggedWriteHeaderBytes + n);
+}
+
+uint64_t Domain::AppendLogWrite(uint32_t vol, uint64_t ino, uint64_t gen, uint64_t off, const void* data, size_t n,
+                                const Timespec& mtime) {
+  const LoggedFile f{vol, ino, gen};
+  std::string entry = EncodeLoggedWrite(f, off, mtime, data, n);
+  // Pinned as it gets its LSN: a checkpoint (which reads the last LSN under
+  // the same lock) never moves past a logged write that is not pinned.
+  MutexLock l(impl_->pin_mu);
+  const uint64_t lsn = impl_->log->Append(std::move(entry));
+  impl_->pins.emplace(lsn, f);
+  impl_->pins_by_file[f].insert(lsn);
+  return lsn;
+}
+
+Status Domain::WaitLogged(uint64_t lsn) {
+  if (!impl_->log) return Status::NotSupported("domain opened read-only");
+  return impl_->log->WaitDurable(lsn).WithContext("logged write");
+}
+
+void Domain::ForgetLogWrites(uint32_t vol, uint64_t ino, uint64_t gen) {
+  impl_->Unpin({vol, ino, gen}, UINT64_MAX);
+}
+
+uint32_t Domain::log_fill_pct() const {
+  return impl_->log ? impl_->log->fill_pct() : 0;
+}
+
+uint64_t Domain::oldest_logged_write() const {
+  MutexLock l(impl_->pin_mu);
+  return impl_->pins.empty() ? 0 : impl_->pins.begin()->first;
 }
 
 Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                                       const Timespec* mtime, uint64_t* held, uint64_t changes) {
+                                       const Timespec* mtime, uint64_t* held, uint64_t changes,
+                                       uint64_t logged_through) {
   uint64_t end = 0;
   for (size_t i = 0; i < pieces.size(); i++) {
     const WritePiece& w = pieces[i];
@@ -394,6 +442,10 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
   }
   PutInode(t, vol, in);
   PutVolume(t, vol, v);
+  if (logged_through != 0) {
+    t.covers = {vol, ino, in.a.gen};
+    t.through = logged_through;
+  }
   if (Status s = Commit(t); !s.ok()) return s;  // Commit gives the extents back itself
   lock.Unlock();
   NASGW_RETURN_IF_ERROR(Durable(t));

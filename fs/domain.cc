@@ -107,6 +107,7 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
   IntentLogOptions log_options = o.log;
   log_options.want_checkpoint = [i = impl.get()] { i->WantTxg(); };
   log_options.read_only = o.read_only;
+  std::map<uint64_t, std::string> held;  // logged writes to write once open (by LSN)
   if (rec->log_salt != 0) {
     // Replay what the log holds past the store's last flush (read-only:
     // count it; the owner replays it).
@@ -124,21 +125,28 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
         devices, rec->log_extents, rec->log_salt,
         [&](uint64_t lsn, std::string_view entry) {
           if (o.read_only) {
-            if (lsn > barrier) i->unreplayed++;
+            if (lsn > barrier || (!entry.empty() && entry[0] == kLogEntryData)) i->unreplayed++;
             return Status();
           }
-          return i->ReplayEntry(lsn, entry, barrier);
+          return i->ReplayEntry(lsn, entry, barrier, &held);
         },
         log_options);
     if (!log.ok()) return log.status().WithContext("intent log of domain " + std::to_string(id));
     if (!o.read_only) {
       impl->log = std::move(log.value());
       impl->log_ready = impl->log.get();
+      // Logged writes no flush put in place stay in the log until the end
+      // of the open writes them.
+      for (const auto& [lsn, entry] : held) {
+        auto w = DecodeLoggedWrite(entry);
+        if (w.ok()) impl->Pin(lsn, w->f);
+      }
       if (impl->log->replayed() > 0) {
-        NASGW_LOG(kInfo, "fs") << "intent log replayed" << Kv("domain", id) << Kv("entries", impl->log->replayed());
+        NASGW_LOG(kInfo, "fs") << "intent log replayed" << Kv("domain", id) << Kv("entries", impl->log->replayed())
+                               << Kv("logged_writes", held.size());
         // Make the replayed state a transaction group of its own.
         NASGW_RETURN_IF_ERROR(impl->store->Flush().WithContext("flush after replay"));
-        NASGW_RETURN_IF_ERROR(impl->log->Checkpoint(impl->log->appended_lsn()));
+        NASGW_RETURN_IF_ERROR(impl->log->Checkpoint(impl->CheckpointLimit(impl->log->appended_lsn())));
         rec = load_rec();
         if (!rec.ok()) return rec.status();
       }
@@ -265,6 +273,10 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
     NASGW_RETURN_IF_ERROR(impl->Durable(t).WithContext("remove orphan"));
     lock.Lock();
   }
+  lock.Unlock();
+  // Logged writes last, over the namespace as the log left it: those of a
+  // file removed later find no file.
+  NASGW_RETURN_IF_ERROR(impl->ApplyHeld(held));
   return std::unique_ptr<Domain>(new Domain(std::move(impl)));
 }
 

@@ -239,8 +239,13 @@ class Domain {
   // anything is reserved anew, and lowered by what was used; the caller
   // releases what is left. The change attribute goes up by `changes` (the
   // writes this flush carries, each of which a client was shown).
+  //
+  // `logged_through`: every logged write of this file (LogWrite) up to this
+  // LSN is in these pieces; once the batch commits, the log need not keep
+  // them (0: none). The flush that carries the file's last pieces says so.
   Result<Attr> WriteV(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                      const Timespec& mtime, uint64_t* held = nullptr, uint64_t changes = 1);
+                      const Timespec& mtime, uint64_t* held = nullptr, uint64_t changes = 1,
+                      uint64_t logged_through = 0);
   // Sets data space aside for writes accepted now and flushed later (the
   // write-back cache), so that their flush cannot fail for want of space:
   // NoSpace ("volume full") when that much is not available. Reserved space
@@ -248,6 +253,33 @@ class Domain {
   Status ReserveSpace(uint64_t bytes);
   void ReleaseSpace(uint64_t bytes);
   Status Fsync(uint32_t vol, uint64_t ino);
+
+  // ---- logged writes: stable writes through the intent log
+  // A stable write's bytes can go to the intent log, in one array write
+  // shared by every write and change waiting then (group commit), instead
+  // of to their place: the write-back cache keeps them dirty, answers once
+  // they are logged, and flushes them later with a WriteV that names them
+  // (logged_through). An open writes to their files the logged writes no
+  // such flush committed, in log order, before anything else runs.
+  //
+  // Sets log space aside for a write of n bytes, without waiting: Busy when
+  // the log is fuller than limits::kLogWriteFillPctMax (the caller writes the
+  // data to its place instead; logged writes pin the log until flushed),
+  // InvalidArgument past limits::kLogWriteBytesMax, NotSupported read-only.
+  Status ReserveLogWrite(size_t n);
+  void UnreserveLogWrite(size_t n);
+  // Appends a write whose space was set aside; returns its LSN. Never fails:
+  // a log that failed says so to WaitLogged.
+  uint64_t AppendLogWrite(uint32_t vol, uint64_t ino, uint64_t gen, uint64_t off, const void* data, size_t n,
+                          const Timespec& mtime);
+  // Waits until the log entry `lsn` is on the array.
+  Status WaitLogged(uint64_t lsn);
+  // The file (this generation) is gone: its logged writes need not be kept.
+  void ForgetLogWrites(uint32_t vol, uint64_t ino, uint64_t gen);
+  // Per cent of the intent log in use or set aside.
+  uint32_t log_fill_pct() const;
+  // The oldest logged write not yet in its file's maps (0: none).
+  uint64_t oldest_logged_write() const;
 
   StatFs Statfs();
   // Transaction groups synced since the domain was made.

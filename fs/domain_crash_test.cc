@@ -5,7 +5,6 @@
 // must replay to a state where fsck (Domain::Check) finds nothing and every
 // change that was answered is there, exactly; the one change in flight at the
 // cut may have happened or not.
-#include <atomic>
 #include <map>
 #include <optional>
 #include <random>
@@ -13,35 +12,18 @@
 
 #include <gtest/gtest.h>
 
-#include "block/mem_device.h"
 #include "fs/domain.h"
+#include "fs/testing/power_cut_rig.h"
 
 namespace nasgw::fs {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-struct Cut {
-  std::atomic<int64_t> left{INT64_MAX};  // writes the array still takes
-  std::atomic<bool> dead{false};
-};
-
 class DomainCrashTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int i = 0; i < 2; i++) {
-      media_.push_back(std::make_shared<block::MemLun>(512, 48 * kMiB / 512, "naa.crash" + std::to_string(i)));
-    }
-    Attach();
-    ReserveOptions o;
-    o.name = "crash";
-    o.ag_bytes = 4 * kMiB;
-    auto r = Reserve::Format(devs_, o);
-    ASSERT_TRUE(r.ok());
-    reserve_ = std::move(r.value());
-    auto d = Domain::Create(reserve_, 0, Options());
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    dom_ = std::move(d.value());
+    rig_.Create();
     auto v = dom_->CreateVolume("v", 16 << 10);
     ASSERT_TRUE(v.ok());
     vol_ = v->id;
@@ -61,41 +43,7 @@ class DomainCrashTest : public ::testing::Test {
     return o;
   }
 
-  // Fresh initiators over the media, each asking cut_ before every write.
-  void Attach() {
-    devs_.clear();
-    for (auto& m : media_) {
-      auto d = std::make_shared<block::MemDevice>(m);
-      d->SetFault([c = &cut_](const block::IoRequest& req) {
-        if (req.op != block::Op::kWrite && req.op != block::Op::kFlush && req.op != block::Op::kUnmap) {
-          return Status();
-        }
-        if (c->dead || c->left.fetch_sub(1) <= 0) {
-          c->dead = true;
-          return Status::IoError("power cut");
-        }
-        return Status();
-      });
-      devs_.push_back(d);
-    }
-  }
-
-  // The power goes: writes stop, the domain is dropped, what was not
-  // durable is lost; then the node comes back and opens the domain.
-  void CutAndReopen() {
-    cut_.dead = true;
-    dom_.reset();
-    for (auto& m : media_) m->PowerCut();
-    cut_.dead = false;
-    cut_.left = INT64_MAX;
-    Attach();
-    auto r = Reserve::Open(devs_);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    reserve_ = std::move(r.value());
-    auto d = Domain::Open(reserve_, 0, Options());
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
-    dom_ = std::move(d.value());
-  }
+  void CutAndReopen() { rig_.CutAndReopen(); }
 
   // What the directory `dir` holds: name -> content (files only).
   std::map<std::string, std::string> Actual(uint64_t dir) {
@@ -117,11 +65,8 @@ class DomainCrashTest : public ::testing::Test {
     return out;
   }
 
-  std::vector<std::shared_ptr<block::MemLun>> media_;
-  std::vector<Reserve::Device> devs_;
-  Cut cut_;
-  std::shared_ptr<Reserve> reserve_;
-  std::unique_ptr<Domain> dom_;
+  testing::PowerCutRig rig_{2, 48 * kMiB, Options()};
+  std::shared_ptr<Domain>& dom_ = rig_.domain();
   uint32_t vol_ = 0;
   uint64_t sub_ = 0;
 };
@@ -140,11 +85,11 @@ TEST_F(DomainCrashTest, ThousandPowerCutsLoseNothingAnswered) {
   const int kCuts = 1000;
   while (cuts < kCuts) {
     // The array takes 1..80 more writes, then the power goes.
-    cut_.left = 1 + static_cast<int64_t>(rng() % 80);
+    rig_.CutAfter(1 + static_cast<int64_t>(rng() % 80));
     // The change in flight when the array stopped, if any: its directory
     // and names may show it or not.
     std::set<std::pair<int, std::string>> uncertain;  // (directory, name)
-    for (int op = 0; op < 200 && !cut_.dead; op++) {
+    for (int op = 0; op < 200 && !rig_.dead(); op++) {
       const int d = static_cast<int>(rng() % 2);
       const std::string name = "f" + std::to_string(rng() % 12);
       auto& m = model[d];
@@ -201,7 +146,7 @@ TEST_F(DomainCrashTest, ThousandPowerCutsLoseNothingAnswered) {
           answered++;
           continue;
         }
-        if (!cut_.dead) FAIL() << "rename failed: " << s.ToString();
+        if (!rig_.dead()) FAIL() << "rename failed: " << s.ToString();
         uncertain = {{d, name}, {other_dir, to}};
         // Either side of the rename may show it: both directories.
         break;
@@ -214,13 +159,13 @@ TEST_F(DomainCrashTest, ThousandPowerCutsLoseNothingAnswered) {
         m = next;
         answered++;
       } else {
-        ASSERT_TRUE(cut_.dead) << "a change failed with the array up: " << s.ToString();
+        ASSERT_TRUE(rig_.dead()) << "a change failed with the array up: " << s.ToString();
         failed++;
         uncertain = {{d, name}};
         break;
       }
     }
-    if (!cut_.dead) continue;  // the ops ran out before the cut: go on
+    if (!rig_.dead()) continue;  // the ops ran out before the cut: go on
     CutAndReopen();
     cuts++;
     auto problems = dom_->Check();

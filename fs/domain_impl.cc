@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "base/clock.h"
+#include "base/coding.h"
 #include "base/log.h"
 #include "block/block_device.h"
 
@@ -56,7 +57,8 @@ Status Domain::Impl::Commit(Txn& t) {
   };
   if (!log) return nothing(Status::NotSupported("domain opened read-only"));
   t.batch.Put(SuperKey(), EncodeDomain(rec));
-  const size_t bytes = 1 + t.batch.Data().size();
+  const size_t head = t.through != 0 ? kCoverHeaderBytes : 1;  // the entry's type (and cover)
+  const size_t bytes = head + t.batch.Data().size();
   if (bytes > log->max_entry_bytes()) {
     // Too large for one log record (a volume or a huge file deleted): it
     // becomes durable by a flush of its own, with a barrier saying every
@@ -70,9 +72,19 @@ Status Domain::Impl::Commit(Txn& t) {
       metafs->Poison(s.WithContext("a large change could not be flushed; reopen the domain"));
       return s.WithContext("commit metadata");
     }
-    Status c = log->Checkpoint(covered);
+    Status c = log->Checkpoint(CheckpointLimit(covered));
     if (!c.ok()) NASGW_LOG(kWarn, "fs") << "log checkpoint after a large change" << Kv("error", c.ToString());
     t.lsn = 0;
+    if (t.through != 0) {
+      // The maps are in the store; a cover of its own (no batch) tells a
+      // replay that the file's logged writes up to `through` are in them.
+      std::string cover = EncodeCover(t.covers, t.through);
+      if (Status r = log->Reserve(cover.size()); r.ok()) {
+        t.lsn = log->Append(std::move(cover));
+      } else {
+        t.through = 0;  // they stay pinned (and would be written again by a replay: harmless)
+      }
+    }
   } else {
     if (Status r = log->Reserve(bytes); !r.ok()) return nothing(r);
     Status s = store->Apply(t.batch);
@@ -82,15 +94,25 @@ Status Domain::Impl::Commit(Txn& t) {
     }
     std::string entry;
     entry.reserve(bytes);
-    entry.push_back(kLogEntryMeta);
+    if (t.through != 0) {
+      entry.append(EncodeCover(t.covers, t.through));
+    } else {
+      entry.push_back(kLogEntryMeta);
+    }
     entry.append(t.batch.Data());
     t.lsn = log->Append(std::move(entry));
   }
+  // Logged writes this change put in place, or whose file it removed: the
+  // log need not keep them past this entry (a replay skips them: covered,
+  // or no such file).
+  if (t.through != 0) Unpin(t.covers, t.through);
+  for (const LoggedFile& f : t.dropped) Unpin(f, UINT64_MAX);
   for (const auto& [vol, files] : t.vol_files) {
     if (files) {
       vol_files[vol] = *files;
     } else {
       vol_files.erase(vol);
+      UnpinVolume(vol);
     }
   }
   return Status();
@@ -139,8 +161,9 @@ Status Domain::Impl::SyncTxg() {
     }
   }
   NASGW_RETURN_IF_ERROR(Durable(t));
-  // Everything appended so far is applied (Commit applies, then appends).
-  const uint64_t covered = log->appended_lsn();
+  // Everything appended so far is applied (Commit applies, then appends);
+  // the checkpoint stays before the oldest logged write not yet in place.
+  const uint64_t covered = CheckpointLimit(log->appended_lsn());
   NASGW_RETURN_IF_ERROR(store->Flush().WithContext("flush the metadata store"));
   return log->Checkpoint(covered);
 }
@@ -154,6 +177,9 @@ void Domain::Impl::WantTxg() {
 void Domain::Impl::StartTxgThread() {
   txg_thread = std::thread([this] {
     uint64_t synced = log->appended_lsn();
+    uint64_t limit = CheckpointLimit(synced);  // where the last sync could move the checkpoint
+    uint64_t last_ns = MonotonicNanos();
+    const uint64_t interval_ns = uint64_t{txg_interval_ms} * 1'000'000;
     MutexLock l(txg_mu);
     while (!txg_stop) {
       txg_cv.WaitFor(txg_mu, std::chrono::milliseconds(txg_interval_ms),
@@ -163,9 +189,17 @@ void Domain::Impl::StartTxgThread() {
       txg_wanted = false;
       l.Unlock();
       Status s;
-      if (wanted || log->appended_lsn() != synced) {
-        s = SyncTxg();
+      // The log asks when it fills; a sync that cannot move its checkpoint
+      // (logged writes not yet in place pin it where the last one left it)
+      // would only flush the store again: the cache's flusher syncs once
+      // they are in place, and the interval still does.
+      const bool due = MonotonicNanos() - last_ns >= interval_ns;
+      const bool futile = wanted && !due && CheckpointLimit(log->appended_lsn()) <= limit;
+      if (!futile && (wanted || log->appended_lsn() != synced)) {
         synced = log->appended_lsn();
+        limit = CheckpointLimit(synced);
+        s = SyncTxg();
+        last_ns = MonotonicNanos();
       }
       l.Lock();
       if (!s.ok()) {
@@ -185,14 +219,168 @@ void Domain::Impl::StopTxgThread() {
   if (txg_thread.joinable()) txg_thread.join();
 }
 
-Status Domain::Impl::ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier) {
-  if (lsn <= barrier) return Status();  // in the store already (a large change's flush)
-  if (entry.empty() || entry[0] != kLogEntryMeta) {
-    return Status::Corruption("intent log entry " + std::to_string(lsn) + " of unknown type");
+Status Domain::Impl::ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier,
+                                 std::map<uint64_t, std::string>* held) {
+  const std::string where = "intent log entry " + std::to_string(lsn);
+  std::string_view batch;
+  if (entry.empty()) return Status::Corruption(where + " is empty");
+  switch (entry[0]) {
+    case kLogEntryMeta:
+      batch = entry.substr(1);
+      break;
+    case kLogEntryData: {
+      // Kept whatever the barrier: its bytes are in no map until a cover says so.
+      auto w = DecodeLoggedWrite(entry);
+      if (!w.ok()) return w.status().WithContext(where);
+      held->emplace(lsn, std::string(entry));
+      return Status();
+    }
+    case kLogEntryCover: {
+      LoggedFile f;
+      uint64_t through = 0;
+      NASGW_RETURN_IF_ERROR(DecodeCover(entry, &f, &through, &batch).WithContext(where));
+      for (auto it = held->begin(); it != held->end() && it->first <= through;) {
+        auto w = DecodeLoggedWrite(it->second);
+        it = w.ok() && w->f == f ? held->erase(it) : std::next(it);
+      }
+      break;
+    }
+    default:
+      return Status::Corruption(where + " of unknown type");
   }
-  auto b = MetaBatch::FromData(std::string(entry.substr(1)));
-  if (!b.ok()) return b.status().WithContext("intent log entry " + std::to_string(lsn));
+  if (lsn <= barrier || batch.empty()) return Status();  // in the store already (a large change's flush)
+  auto b = MetaBatch::FromData(std::string(batch));
+  if (!b.ok()) return b.status().WithContext(where);
   return store->Apply(*b);
+}
+
+Status Domain::Impl::ApplyHeld(std::map<uint64_t, std::string>& held) {
+  uint64_t applied = 0, skipped = 0;
+  for (const auto& [lsn, entry] : held) {
+    auto w = DecodeLoggedWrite(entry);
+    if (!w.ok()) return w.status();  // decoded once already
+    const WritePiece piece{w->off, reinterpret_cast<const uint8_t*>(w->data.data()), w->data.size()};
+    auto r = WritePieces(w->f.vol, w->f.ino, w->f.gen, {piece}, &w->mtime, nullptr, 1, lsn);
+    if (r.ok()) {
+      applied++;
+      continue;
+    }
+    switch (r.status().code()) {
+      case Code::kStale:
+      case Code::kNotFound:
+        skipped++;  // the file went after the write (its removal is in the log)
+        Unpin(w->f, lsn);
+        continue;
+      case Code::kNoSpace:
+        // The space its flush had reserved is free again after a restart,
+        // so this is not expected: say so loudly, and go on opening.
+        NASGW_LOG(kError, "fs") << "a logged write could not be replayed: no space" << Kv("domain", id)
+                                << Kv("volume", w->f.vol) << Kv("ino", w->f.ino) << Kv("offset", w->off)
+                                << Kv("bytes", w->data.size());
+        Unpin(w->f, lsn);
+        continue;
+      default:
+        return r.status().WithContext("replay a logged write to inode " + std::to_string(w->f.ino));
+    }
+  }
+  if (!held.empty()) {
+    NASGW_LOG(kInfo, "fs") << "logged writes replayed" << Kv("domain", id) << Kv("applied", applied)
+                           << Kv("skipped", skipped);
+  }
+  held.clear();
+  return Status();
+}
+
+void Domain::Impl::Pin(uint64_t lsn, const LoggedFile& f) {
+  MutexLock l(pin_mu);
+  pins.emplace(lsn, f);
+  pins_by_file[f].insert(lsn);
+}
+
+void Domain::Impl::Unpin(const LoggedFile& f, uint64_t through) {
+  MutexLock l(pin_mu);
+  auto it = pins_by_file.find(f);
+  if (it == pins_by_file.end()) return;
+  auto& lsns = it->second;
+  while (!lsns.empty() && *lsns.begin() <= through) {
+    pins.erase(*lsns.begin());
+    lsns.erase(lsns.begin());
+  }
+  if (lsns.empty()) pins_by_file.erase(it);
+}
+
+void Domain::Impl::UnpinVolume(uint32_t vol) {
+  MutexLock l(pin_mu);
+  auto it = pins_by_file.lower_bound(LoggedFile{vol, 0, 0});
+  while (it != pins_by_file.end() && it->first.vol == vol) {
+    for (uint64_t lsn : it->second) pins.erase(lsn);
+    it = pins_by_file.erase(it);
+  }
+}
+
+uint64_t Domain::Impl::CheckpointLimit(uint64_t lsn) {
+  MutexLock l(pin_mu);
+  if (pins.empty()) return lsn;
+  return std::min(lsn, pins.begin()->first - 1);
+}
+
+std::string EncodeLoggedWrite(const LoggedFile& f, uint64_t off, const Timespec& mtime, const void* data, size_t n) {
+  Encoder e;
+  e.U8(static_cast<uint8_t>(kLogEntryData));
+  e.U8(kLogEntryVersion);
+  e.U32(f.vol);
+  e.U64(f.ino);
+  e.U64(f.gen);
+  e.U64(off);
+  e.U64(static_cast<uint64_t>(mtime.sec));
+  e.U32(mtime.nsec);
+  std::string s = e.Release();
+  s.append(static_cast<const char*>(data), n);
+  return s;
+}
+
+Result<LoggedWrite> DecodeLoggedWrite(std::string_view entry) {
+  Decoder d(entry);
+  LoggedWrite w;
+  const uint8_t type = d.U8(), version = d.U8();
+  w.f.vol = d.U32();
+  w.f.ino = d.U64();
+  w.f.gen = d.U64();
+  w.off = d.U64();
+  w.mtime.sec = static_cast<int64_t>(d.U64());
+  w.mtime.nsec = d.U32();
+  if (!d.ok() || type != kLogEntryData) return Status::Corruption("logged write: short or not one");
+  if (version != kLogEntryVersion) return Status::Corruption("logged write of version " + std::to_string(version));
+  w.data = d.View(d.remaining());
+  if (w.data.empty() || w.off > kFileSizeMax || w.data.size() > kFileSizeMax - w.off || w.f.gen == 0 ||
+      w.mtime.nsec >= 1'000'000'000u) {
+    return Status::Corruption("logged write of inode " + std::to_string(w.f.ino) + " out of range");
+  }
+  return w;
+}
+
+std::string EncodeCover(const LoggedFile& f, uint64_t through) {
+  Encoder e;
+  e.U8(static_cast<uint8_t>(kLogEntryCover));
+  e.U8(kLogEntryVersion);
+  e.U32(f.vol);
+  e.U64(f.ino);
+  e.U64(f.gen);
+  e.U64(through);
+  return e.Release();
+}
+
+Status DecodeCover(std::string_view entry, LoggedFile* f, uint64_t* through, std::string_view* batch) {
+  Decoder d(entry);
+  const uint8_t type = d.U8(), version = d.U8();
+  f->vol = d.U32();
+  f->ino = d.U64();
+  f->gen = d.U64();
+  *through = d.U64();
+  if (!d.ok() || type != kLogEntryCover) return Status::Corruption("cover entry: short or not one");
+  if (version != kLogEntryVersion) return Status::Corruption("cover entry of version " + std::to_string(version));
+  *batch = d.View(d.remaining());
+  return Status();
 }
 
 void Domain::Impl::Unmap(const Extent& e) {
@@ -239,6 +427,7 @@ Status Domain::Impl::DropInode(Txn& t, uint32_t vol, const Inode& in, VolumeRec&
   auto recs = LoadRecords(vol, in.a.ino);
   if (!recs.ok()) return recs.status();
   t.batch.Delete(InodeKey(vol, in.a.ino));
+  t.dropped.push_back({vol, in.a.ino, in.a.gen});
   for (const auto& k : xattrs) t.batch.Delete(k);
   for (auto& [r, m] : *recs) {
     t.batch.Delete(ExtentKey(vol, in.a.ino, r));

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -59,8 +60,37 @@ constexpr uint64_t kDataBlock = kDataBlockBytes;  // data extents are whole bloc
 // InvalidArgument unless `name` can be a directory entry (or a volume's name).
 Status CheckName(const std::string& name);
 
-// Intent log entry types: the first byte of an entry.
+// Intent log entry types: the first byte of an entry (docs/on-disk-format.md,
+// "Intent log").
 constexpr char kLogEntryMeta = 'M';  // a metadata batch (MetaBatch::Data)
+// A metadata batch that also puts every logged write of one file up to an
+// LSN in the file's extent maps (a flush of the write-back cache).
+constexpr char kLogEntryCover = 'C';
+constexpr char kLogEntryData = 'D';  // a stable write's bytes (LogData)
+constexpr uint8_t kLogEntryVersion = 1;
+
+// A file with logged writes: volume, inode, generation.
+struct LoggedFile {
+  uint32_t vol = 0;
+  uint64_t ino = 0;
+  uint64_t gen = 0;
+  auto operator<=>(const LoggedFile&) const = default;
+};
+
+// A logged write as the log holds it (entry type 'D').
+struct LoggedWrite {
+  LoggedFile f;
+  uint64_t off = 0;
+  Timespec mtime;
+  std::string_view data;  // into the entry
+};
+std::string EncodeLoggedWrite(const LoggedFile& f, uint64_t off, const Timespec& mtime, const void* data, size_t n);
+Result<LoggedWrite> DecodeLoggedWrite(std::string_view entry);
+constexpr size_t kLoggedWriteHeaderBytes = 2 + 4 + 8 + 8 + 8 + 8 + 4;
+// The header of a cover entry (the batch follows it).
+std::string EncodeCover(const LoggedFile& f, uint64_t through);
+Status DecodeCover(std::string_view entry, LoggedFile* f, uint64_t* through, std::string_view* batch);
+constexpr size_t kCoverHeaderBytes = 2 + 4 + 8 + 8 + 8;
 
 struct Domain::Impl {
   ~Impl();
@@ -118,8 +148,28 @@ struct Domain::Impl {
   void WantTxg();
   void StartTxgThread();
   void StopTxgThread();
-  // Applies a replayed log entry to the store.
-  Status ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier);
+  // Applies a replayed log entry to the store; a logged write goes to
+  // `held` (applied once the domain is open, unless a later cover entry of
+  // its file names it) whatever the barrier, as a cover does.
+  Status ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier, std::map<uint64_t, std::string>* held);
+  // Writes the logged writes replay left in `held` to their files.
+  Status ApplyHeld(std::map<uint64_t, std::string>& held) EXCLUDES(mu);
+
+  // ---- logged writes (fs/domain_impl.cc): a stable write's bytes in the
+  // intent log pin the log (the checkpoint stays before them) until the
+  // file's extent maps hold them (a WriteV with logged_through at or past
+  // them commits) or the file is gone.
+  Mutex pin_mu;                                            // a leaf
+  std::map<uint64_t, LoggedFile> pins GUARDED_BY(pin_mu);  // lsn -> file
+  std::map<LoggedFile, std::set<uint64_t>> pins_by_file GUARDED_BY(pin_mu);
+  void Pin(uint64_t lsn, const LoggedFile& f) EXCLUDES(pin_mu);
+  // Unpins the file's logged writes up to `through`.
+  void Unpin(const LoggedFile& f, uint64_t through) EXCLUDES(pin_mu);
+  // Unpins every file of a volume (deleted).
+  void UnpinVolume(uint32_t vol) EXCLUDES(pin_mu);
+  // The highest LSN a checkpoint may move to now: `lsn`, or just before the
+  // oldest pinned write.
+  uint64_t CheckpointLimit(uint64_t lsn) EXCLUDES(pin_mu);
 
   // ---- the commit path (fs/domain_impl.cc)
 
@@ -130,6 +180,11 @@ struct Domain::Impl {
     std::vector<Extent> allocated;                          // new: free if the change is abandoned
     std::map<uint32_t, std::optional<uint64_t>> vol_files;  // volume records written (nullopt: deleted)
     uint64_t lsn = 0;                                       // its log entry, set by Commit (0: made durable by a flush)
+    // A flush of logged writes: the file's writes up to `through` are in
+    // the maps this batch commits (0: none).
+    LoggedFile covers;
+    uint64_t through = 0;
+    std::vector<LoggedFile> dropped;  // files removed: their logged writes go
     // Frees `allocated`: nothing names these extents yet.
     void Abandon(Allocator& a);
     // A record's space, freed once the batch is durable.
@@ -227,8 +282,10 @@ struct Domain::Impl {
   // comes before anything is written and changes nothing.
   // Domain::Write (gen 0: any generation; mtime null: now) and WriteV.
   // `held`: space reserved by the caller, used first (see Domain::WriteV).
+  // `logged_through`: see Domain::WriteV.
   Result<Attr> WritePieces(uint32_t vol, uint64_t ino, uint64_t gen, const std::vector<WritePiece>& pieces,
-                           const Timespec* mtime, uint64_t* held, uint64_t changes) EXCLUDES(mu);
+                           const Timespec* mtime, uint64_t* held, uint64_t changes, uint64_t logged_through = 0)
+      EXCLUDES(mu);
   // The spans the pieces touch, with the maps of their records (one scan
   // per run of consecutive records).
   Status PlanSpans(uint32_t vol, uint64_t ino, uint64_t rs, const std::vector<WritePiece>& pieces,

@@ -491,9 +491,12 @@ uint64_t IntentLog::durable_lsn() const {
   return durable_lsn_;
 }
 
-uint32_t IntentLog::fill_pct() const {
+uint32_t IntentLog::fill_pct(uint64_t extra) const {
   MutexLock l(mu_);
-  return static_cast<uint32_t>((UsedLocked() + reserved_) * 100 / capacity_);
+  // Of what entries can use: the slack kept for records skipping to the
+  // next extent is never theirs.
+  return static_cast<uint32_t>(
+      std::min<uint64_t>((UsedLocked() + reserved_ + extra) * 100 / (capacity_ - slack_), 100));
 }
 
 Status IntentLog::health() const {

@@ -146,8 +146,10 @@ class IntentLog {
 
   uint64_t appended_lsn() const;
   uint64_t durable_lsn() const;
-  // Percentage of the capacity in use or reserved.
-  uint32_t fill_pct() const;
+  // Percentage of the space entries can use (the capacity less the slack
+  // kept for records that skip to the next extent) in use or reserved, with
+  // `extra` more bytes.
+  uint32_t fill_pct(uint64_t extra = 0) const;
   // Ok, or why the log failed.
   Status health() const;
   // Entries Open replayed.
