@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -74,7 +75,8 @@ struct LoggedFile {
   uint32_t vol = 0;
   uint64_t ino = 0;
   uint64_t gen = 0;
-  auto operator<=>(const LoggedFile&) const = default;
+  bool operator==(const LoggedFile&) const = default;
+  bool operator<(const LoggedFile& o) const { return std::tie(vol, ino, gen) < std::tie(o.vol, o.ino, o.gen); }
 };
 
 // A logged write as the log holds it (entry type 'D').
