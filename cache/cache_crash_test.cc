@@ -58,10 +58,8 @@ struct FileModel {
 class CacheCrashTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    rig_.Create();
-    auto v = dom_->CreateVolume("v", 16 << 10);
-    ASSERT_TRUE(v.ok());
-    vol_ = v->id;
+    vol_ = rig_.Create();
+    ASSERT_NE(vol_, 0u);
   }
   static fs::DomainOptions Options() {
     fs::DomainOptions o;

@@ -23,10 +23,8 @@ constexpr uint64_t kMiB = 1 << 20;
 class DomainCrashTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    rig_.Create();
-    auto v = dom_->CreateVolume("v", 16 << 10);
-    ASSERT_TRUE(v.ok());
-    vol_ = v->id;
+    vol_ = rig_.Create();
+    ASSERT_NE(vol_, 0u);
     auto sub = dom_->Create(vol_, kRootIno, "sub", FileType::kDirectory, 0755, 0, 0);
     ASSERT_TRUE(sub.ok());
     sub_ = sub->ino;

@@ -324,13 +324,35 @@ uint64_t Domain::Impl::CheckpointLimit(uint64_t lsn) {
   return std::min(lsn, pins.begin()->first - 1);
 }
 
-std::string EncodeLoggedWrite(const LoggedFile& f, uint64_t off, const Timespec& mtime, const void* data, size_t n) {
+namespace {
+
+// The head of a 'D' or 'C' entry: type, version, the file.
+Encoder EntryHead(char type, const LoggedFile& f) {
   Encoder e;
-  e.U8(static_cast<uint8_t>(kLogEntryData));
+  e.U8(static_cast<uint8_t>(type));
   e.U8(kLogEntryVersion);
   e.U32(f.vol);
   e.U64(f.ino);
   e.U64(f.gen);
+  return e;
+}
+
+Status ReadEntryHead(Decoder& d, char type, LoggedFile* f) {
+  const uint8_t t = d.U8(), version = d.U8();
+  f->vol = d.U32();
+  f->ino = d.U64();
+  f->gen = d.U64();
+  if (!d.ok() || t != static_cast<uint8_t>(type))
+    return Status::Corruption(std::string("log entry '") + type + "': short or of another type");
+  if (version != kLogEntryVersion)
+    return Status::Corruption(std::string("log entry '") + type + "' of version " + std::to_string(version));
+  return Status();
+}
+
+}  // namespace
+
+std::string EncodeLoggedWrite(const LoggedFile& f, uint64_t off, const Timespec& mtime, const void* data, size_t n) {
+  Encoder e = EntryHead(kLogEntryData, f);
   e.U64(off);
   e.U64(static_cast<uint64_t>(mtime.sec));
   e.U32(mtime.nsec);
@@ -342,15 +364,11 @@ std::string EncodeLoggedWrite(const LoggedFile& f, uint64_t off, const Timespec&
 Result<LoggedWrite> DecodeLoggedWrite(std::string_view entry) {
   Decoder d(entry);
   LoggedWrite w;
-  const uint8_t type = d.U8(), version = d.U8();
-  w.f.vol = d.U32();
-  w.f.ino = d.U64();
-  w.f.gen = d.U64();
+  NASGW_RETURN_IF_ERROR(ReadEntryHead(d, kLogEntryData, &w.f));
   w.off = d.U64();
   w.mtime.sec = static_cast<int64_t>(d.U64());
   w.mtime.nsec = d.U32();
-  if (!d.ok() || type != kLogEntryData) return Status::Corruption("logged write: short or not one");
-  if (version != kLogEntryVersion) return Status::Corruption("logged write of version " + std::to_string(version));
+  if (!d.ok()) return Status::Corruption("logged write: short");
   w.data = d.View(d.remaining());
   if (w.data.empty() || w.off > kFileSizeMax || w.data.size() > kFileSizeMax - w.off || w.f.gen == 0 ||
       w.mtime.nsec >= 1'000'000'000u) {
@@ -360,25 +378,16 @@ Result<LoggedWrite> DecodeLoggedWrite(std::string_view entry) {
 }
 
 std::string EncodeCover(const LoggedFile& f, uint64_t through) {
-  Encoder e;
-  e.U8(static_cast<uint8_t>(kLogEntryCover));
-  e.U8(kLogEntryVersion);
-  e.U32(f.vol);
-  e.U64(f.ino);
-  e.U64(f.gen);
+  Encoder e = EntryHead(kLogEntryCover, f);
   e.U64(through);
   return e.Release();
 }
 
 Status DecodeCover(std::string_view entry, LoggedFile* f, uint64_t* through, std::string_view* batch) {
   Decoder d(entry);
-  const uint8_t type = d.U8(), version = d.U8();
-  f->vol = d.U32();
-  f->ino = d.U64();
-  f->gen = d.U64();
+  NASGW_RETURN_IF_ERROR(ReadEntryHead(d, kLogEntryCover, f));
   *through = d.U64();
-  if (!d.ok() || type != kLogEntryCover) return Status::Corruption("cover entry: short or not one");
-  if (version != kLogEntryVersion) return Status::Corruption("cover entry of version " + std::to_string(version));
+  if (!d.ok()) return Status::Corruption("cover entry: short");
   *batch = d.View(d.remaining());
   return Status();
 }

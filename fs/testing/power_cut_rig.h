@@ -29,17 +29,23 @@ class PowerCutRig {
     }
     Attach();
   }
-  // Formats the reserve and creates the domain (call once, in SetUp).
-  void Create() {
+  // Formats the reserve and creates the domain with a volume "v" of 16 KiB
+  // records (call once, in SetUp); returns the volume's id.
+  uint32_t Create() {
     ReserveOptions o;
     o.name = "crash";
     o.ag_bytes = 4ull << 20;
     auto r = Reserve::Format(devs_, o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return 0;
     reserve_ = std::move(r.value());
     auto d = Domain::Create(reserve_, 0, options_);
-    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    if (!d.ok()) return 0;
     dom_ = std::move(d.value());
+    auto v = dom_->CreateVolume("v", 16 << 10);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    return v.ok() ? v->id : 0;
   }
   // The array takes `writes` more writes, then none.
   void CutAfter(int64_t writes) { left_ = writes; }
