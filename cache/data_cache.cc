@@ -244,14 +244,11 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
     MutexLock l(mu_);
     through = through || closed_;
   }
-  // `a` is as loaded before this write: if a flush ends before the answer,
-  // the answer is loaded again.
-  const uint64_t epoch = epoch_.load();
+  // The answer's attributes are loaded again after the write: `a` may
+  // predate a flush that ended since, and a head passes them with the dirty
+  // data already laid over (overlaying them again would count the cached
+  // writes twice in the change attribute, which must never go back).
   auto shown = [&]() -> Result<fs::Attr> {
-    if (epoch_.load() == epoch) {
-      fs::Attr s = Overlay(vol, a);
-      if (epoch_.load() == epoch) return s;
-    }
     auto d = domain_.lock();
     if (d == nullptr) return Status::Unavailable("the domain is closed");
     return Shown(vol, [&]() -> Result<fs::Attr> {

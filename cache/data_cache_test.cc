@@ -203,6 +203,23 @@ TEST_F(DataCacheTest, TheChangeAttributeCountsCachedWritesAndNeverGoesBack) {
   EXPECT_GT(cache_->stats().flushes, 1u);
   EXPECT_GE(Committed(f.ino).change, last) << "the flush took the change attribute back";
   EXPECT_EQ(cache_->Overlay(vol_, Committed(f.ino)).change, Committed(f.ino).change);
+  // As the head writes: with the attributes it showed (dirty data laid
+  // over), logged and unstable writes mixed, a flush between. The change
+  // attribute goes up by one per write, also across the flush.
+  last = Committed(f.ino).change;
+  for (int i = 0; i < 20; i++) {
+    auto seen = cache_->Shown(vol_, [&] { return dom_->GetAttr(vol_, f.ino); });
+    ASSERT_TRUE(seen.ok());
+    EXPECT_EQ(seen->change, last) << "before write " << i;
+    bool st = false;
+    auto w = cache_->Write(vol_, *seen, uint64_t(i) * 8192, std::string(8192, 'h').data(), 8192, i % 2 == 0, &st);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    EXPECT_EQ(w->change, last + 1) << "write " << i;
+    last = w->change;
+    if (i == 10) {
+      ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
+    }
+  }
 }
 
 TEST_F(DataCacheTest, OverwritesAndNeighboursCoalesceIntoOneFlush) {
