@@ -403,12 +403,22 @@ Result<size_t> DataCache::Read(uint32_t vol, const fs::Attr& a, uint64_t off, si
 }
 
 Result<fs::Attr> DataCache::Shown(uint32_t vol, const std::function<Result<fs::Attr>()>& load) const {
-  for (;;) {
+  for (int attempt = 0;; attempt++) {
     const uint64_t e = epoch_.load();
     auto a = load();
     if (!a.ok()) return a;
     fs::Attr shown = Overlay(vol, *a);
     if (epoch_.load() == e) return shown;
+    // Flushes of other files end all the time under load: from the third
+    // try, hold this file's flushes off while loading (as Read does), so
+    // the loop ends. A file with no cache state has nothing to hold.
+    if (attempt < 2) continue;
+    if (std::shared_ptr<File> f = Find({vol, a->ino})) {
+      MutexLock hold(f->flush_mu);
+      a = load();
+      if (!a.ok()) return a;
+      return Overlay(vol, *a);
+    }
   }
 }
 

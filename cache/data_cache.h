@@ -104,7 +104,8 @@ class DataCache {
   fs::Attr Overlay(uint32_t vol, fs::Attr a) const;
   // Loads a file's committed attributes with `load` and shows them with the
   // dirty data, loading again if a flush completed in between, so that a
-  // client is never shown a size or change attribute that went back.
+  // client is never shown a size or change attribute that went back. Waits
+  // for a flush of the file in progress when flushes keep ending under it.
   Result<fs::Attr> Shown(uint32_t vol, const std::function<Result<fs::Attr>()>& load) const;
   // The file's dirty data on the SAN (COMMIT, fsync, before a SETATTR).
   Status Flush(uint32_t vol, uint64_t ino);

@@ -263,21 +263,44 @@ TEST_F(DataCacheTest, StableWritesAndFlushSurviveACrashAndUnstableOnesMayNot) {
 // data reaches its place later, with the file's other dirty data.
 TEST_F(DataCacheTest, StableWritesShareLogWritesAndReachTheirPlaceLater) {
   StartCache(NoFlusher());
-  InjectFaults();
   constexpr int kThreads = 16, kEach = 6;  // well inside the small test log
   std::vector<fs::Attr> files;
   files.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) files.push_back(Mk("s" + std::to_string(t)));
+  // The array holds the first write until every writer has begun, so the
+  // others' entries wait behind it (as they do behind a slow array).
+  std::mutex mu;
+  std::condition_variable cv;
+  int started = 0;
+  bool held = false;
+  for (auto& d : devs_) {
+    d->SetFault([&](const block::IoRequest& r) {
+      if (r.op != block::Op::kWrite) return Status();
+      write_bytes_ += r.blocks * 512;
+      std::unique_lock<std::mutex> l(mu);
+      if (!held) {
+        held = true;
+        cv.wait_for(l, std::chrono::seconds(10), [&] { return started == kThreads; });
+      }
+      return Status();
+    });
+  }
   const fs::IntentLogStats before = dom_->LogStats();
   write_bytes_ = 0;
   std::vector<std::thread> threads;
   threads.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&, t] {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        started++;
+        cv.notify_all();
+      }
       for (int i = 0; i < kEach; i++) Write(files[t], i * 8192ull, std::string(8192, static_cast<char>('a' + t)), true);
     });
   }
   for (auto& th : threads) th.join();
+  for (auto& d : devs_) d->SetFault(nullptr);
   const fs::IntentLogStats after = dom_->LogStats();
   const uint64_t records = after.records - before.records;
   EXPECT_EQ(cache_->stats().writes_logged, uint64_t{kThreads} * kEach);

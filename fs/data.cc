@@ -321,8 +321,7 @@ uint64_t Domain::AppendLogWrite(uint32_t vol, uint64_t ino, uint64_t gen, uint64
   // the same lock) never moves past a logged write that is not pinned.
   MutexLock l(impl_->pin_mu);
   const uint64_t lsn = impl_->log->Append(std::move(entry));
-  impl_->pins.emplace(lsn, f);
-  impl_->pins_by_file[f].insert(lsn);
+  impl_->Pin(lsn, f);
   return lsn;
 }
 

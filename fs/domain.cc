@@ -107,7 +107,7 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
   IntentLogOptions log_options = o.log;
   log_options.want_checkpoint = [i = impl.get()] { i->WantTxg(); };
   log_options.read_only = o.read_only;
-  std::map<uint64_t, std::string> held;  // logged writes to write once open (by LSN)
+  HeldWrites held;  // logged writes to write once open
   if (rec->log_salt != 0) {
     // Replay what the log holds past the store's last flush (read-only:
     // count it; the owner replays it).
@@ -137,13 +137,17 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
       impl->log_ready = impl->log.get();
       // Logged writes no flush put in place stay in the log until the end
       // of the open writes them.
-      for (const auto& [lsn, entry] : held) {
-        auto w = DecodeLoggedWrite(entry);
-        if (w.ok()) impl->Pin(lsn, w->f);
+      size_t logged_writes = 0;
+      {
+        MutexLock pinned(impl->pin_mu);
+        for (const auto& [f, writes] : held) {
+          for (const auto& [lsn, entry] : writes) impl->Pin(lsn, f);
+          logged_writes += writes.size();
+        }
       }
       if (impl->log->replayed() > 0) {
         NASGW_LOG(kInfo, "fs") << "intent log replayed" << Kv("domain", id) << Kv("entries", impl->log->replayed())
-                               << Kv("logged_writes", held.size());
+                               << Kv("logged_writes", logged_writes);
         // Make the replayed state a transaction group of its own.
         NASGW_RETURN_IF_ERROR(impl->store->Flush().WithContext("flush after replay"));
         NASGW_RETURN_IF_ERROR(impl->log->Checkpoint(impl->CheckpointLimit(impl->log->appended_lsn())));

@@ -219,8 +219,7 @@ void Domain::Impl::StopTxgThread() {
   if (txg_thread.joinable()) txg_thread.join();
 }
 
-Status Domain::Impl::ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier,
-                                 std::map<uint64_t, std::string>* held) {
+Status Domain::Impl::ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier, HeldWrites* held) {
   const std::string where = "intent log entry " + std::to_string(lsn);
   std::string_view batch;
   if (entry.empty()) return Status::Corruption(where + " is empty");
@@ -232,16 +231,17 @@ Status Domain::Impl::ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t 
       // Kept whatever the barrier: its bytes are in no map until a cover says so.
       auto w = DecodeLoggedWrite(entry);
       if (!w.ok()) return w.status().WithContext(where);
-      held->emplace(lsn, std::string(entry));
+      (*held)[w->f].emplace(lsn, std::string(entry));
       return Status();
     }
     case kLogEntryCover: {
       LoggedFile f;
       uint64_t through = 0;
       NASGW_RETURN_IF_ERROR(DecodeCover(entry, &f, &through, &batch).WithContext(where));
-      for (auto it = held->begin(); it != held->end() && it->first <= through;) {
-        auto w = DecodeLoggedWrite(it->second);
-        it = w.ok() && w->f == f ? held->erase(it) : std::next(it);
+      if (auto it = held->find(f); it != held->end()) {
+        auto& writes = it->second;
+        writes.erase(writes.begin(), writes.upper_bound(through));
+        if (writes.empty()) held->erase(it);
       }
       break;
     }
@@ -254,10 +254,14 @@ Status Domain::Impl::ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t 
   return store->Apply(*b);
 }
 
-Status Domain::Impl::ApplyHeld(std::map<uint64_t, std::string>& held) {
+Status Domain::Impl::ApplyHeld(HeldWrites& held) {
+  std::map<uint64_t, const std::string*> order;  // every file's, by LSN
+  for (const auto& [f, writes] : held) {
+    for (const auto& [lsn, entry] : writes) order.emplace(lsn, &entry);
+  }
   uint64_t applied = 0, skipped = 0;
-  for (const auto& [lsn, entry] : held) {
-    auto w = DecodeLoggedWrite(entry);
+  for (const auto& [lsn, entry] : order) {
+    auto w = DecodeLoggedWrite(*entry);
     if (!w.ok()) return w.status();  // decoded once already
     const WritePiece piece{w->off, reinterpret_cast<const uint8_t*>(w->data.data()), w->data.size()};
     auto r = WritePieces(w->f.vol, w->f.ino, w->f.gen, {piece}, &w->mtime, nullptr, 1, lsn);
@@ -283,7 +287,7 @@ Status Domain::Impl::ApplyHeld(std::map<uint64_t, std::string>& held) {
         return r.status().WithContext("replay a logged write to inode " + std::to_string(w->f.ino));
     }
   }
-  if (!held.empty()) {
+  if (!order.empty()) {
     NASGW_LOG(kInfo, "fs") << "logged writes replayed" << Kv("domain", id) << Kv("applied", applied)
                            << Kv("skipped", skipped);
   }
@@ -292,7 +296,6 @@ Status Domain::Impl::ApplyHeld(std::map<uint64_t, std::string>& held) {
 }
 
 void Domain::Impl::Pin(uint64_t lsn, const LoggedFile& f) {
-  MutexLock l(pin_mu);
   pins.emplace(lsn, f);
   pins_by_file[f].insert(lsn);
 }

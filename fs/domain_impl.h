@@ -79,6 +79,9 @@ struct LoggedFile {
   bool operator<(const LoggedFile& o) const { return std::tie(vol, ino, gen) < std::tie(o.vol, o.ino, o.gen); }
 };
 
+// Logged writes a replay found and no cover named (yet): per file, by LSN.
+using HeldWrites = std::map<LoggedFile, std::map<uint64_t, std::string>>;
+
 // A logged write as the log holds it (entry type 'D').
 struct LoggedWrite {
   LoggedFile f;
@@ -153,9 +156,9 @@ struct Domain::Impl {
   // Applies a replayed log entry to the store; a logged write goes to
   // `held` (applied once the domain is open, unless a later cover entry of
   // its file names it) whatever the barrier, as a cover does.
-  Status ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier, std::map<uint64_t, std::string>* held);
-  // Writes the logged writes replay left in `held` to their files.
-  Status ApplyHeld(std::map<uint64_t, std::string>& held) EXCLUDES(mu);
+  Status ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t barrier, HeldWrites* held);
+  // Writes the logged writes replay left in `held` to their files, in LSN order.
+  Status ApplyHeld(HeldWrites& held) EXCLUDES(mu);
 
   // ---- logged writes (fs/domain_impl.cc): a stable write's bytes in the
   // intent log pin the log (the checkpoint stays before them) until the
@@ -164,7 +167,7 @@ struct Domain::Impl {
   Mutex pin_mu;                                            // a leaf
   std::map<uint64_t, LoggedFile> pins GUARDED_BY(pin_mu);  // lsn -> file
   std::map<LoggedFile, std::set<uint64_t>> pins_by_file GUARDED_BY(pin_mu);
-  void Pin(uint64_t lsn, const LoggedFile& f) EXCLUDES(pin_mu);
+  void Pin(uint64_t lsn, const LoggedFile& f) REQUIRES(pin_mu);
   // Unpins the file's logged writes up to `through`.
   void Unpin(const LoggedFile& f, uint64_t through) EXCLUDES(pin_mu);
   // Unpins every file of a volume (deleted).
