@@ -67,6 +67,28 @@ constexpr uint64_t kCacheDirtyBytesDefault = 256ull << 20;
 constexpr uint64_t kCacheDirtyBytesMin = 4ull << 20;
 constexpr uint64_t kCacheDirtyBytesMax = 64ull << 30;
 
+// The cache's memory budget: dirty data and clean (read-cache) blocks share
+// it; the clean blocks get what the dirty data leaves. 2 GiB holds a few
+// clients' working sets on a small controller; a real head gives it most of
+// its memory (ZFS's ARC takes half by default). Per 4 KiB block held, about
+// 150 bytes of bookkeeping come on top (under 4%).
+constexpr uint64_t kCacheMemoryBytesDefault = 2ull << 30;
+constexpr uint64_t kCacheMemoryBytesMin = 16ull << 20;
+constexpr uint64_t kCacheMemoryBytesMax = 1ull << 40;
+
+// Largest read-ahead window of one sequential stream (it doubles from
+// 128 KiB up to this); 0 turns read-ahead off. 4 MiB keeps a 10GbE stream
+// busy over 4 LUNs and bounds what a stream that stops wastes.
+constexpr uint64_t kReadAheadBytesDefault = 4ull << 20;
+constexpr uint64_t kReadAheadBytesMax = 64ull << 20;
+// Threads that read ahead, and read-aheads waiting for one (past that a
+// read-ahead is skipped: the stream's own reads fetch it).
+constexpr uint32_t kReadAheadThreads = 2;
+constexpr uint32_t kReadAheadQueueMax = 64;
+// A read that needs blocks a read-ahead is fetching waits for it this long
+// at most, then fetches them itself.
+constexpr uint32_t kReadAheadWaitMs = 5'000;
+
 // Age of the oldest dirty byte of a file before the flusher writes it: the
 // window in which overwrites and neighbouring writes coalesce, and the most
 // an unstable writer that never commits has in memory only.

@@ -152,7 +152,7 @@ TEST_F(CacheCrashTest, ThousandPowerCutsLoseNoLoggedWriteAndResurrectNothing) {
           fs::SetAttr sa;
           sa.set_size = true;
           sa.size = rng() % (m.latest.size() + 1);
-          s = dom_->SetAttrs(vol_, m.ino, sa).status();
+          s = cache_->SetAttrs(vol_, m.ino, sa).status();
           m.history += " truncate" + std::to_string(sa.size);
           m.latest.resize(sa.size);
           if (s.ok()) {

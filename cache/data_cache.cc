@@ -161,6 +161,17 @@ struct DataCache::File {
 };
 
 Status DataCacheOptions::Validate() const {
+  if (memory_bytes < limits::kCacheMemoryBytesMin || memory_bytes > limits::kCacheMemoryBytesMax) {
+    return Status::InvalidArgument("cache memory_bytes must be " + std::to_string(limits::kCacheMemoryBytesMin) + ".." +
+                                   std::to_string(limits::kCacheMemoryBytesMax));
+  }
+  if (dirty_bytes > memory_bytes / 2) {
+    return Status::InvalidArgument("cache dirty_bytes (" + std::to_string(dirty_bytes) +
+                                   ") must be at most half of memory_bytes (" + std::to_string(memory_bytes) + ")");
+  }
+  if (read_ahead_bytes > limits::kReadAheadBytesMax) {
+    return Status::InvalidArgument("cache read_ahead_bytes must be 0.." + std::to_string(limits::kReadAheadBytesMax));
+  }
   if (dirty_bytes < limits::kCacheDirtyBytesMin || dirty_bytes > limits::kCacheDirtyBytesMax) {
     return Status::InvalidArgument("cache dirty_bytes must be " + std::to_string(limits::kCacheDirtyBytesMin) + ".." +
                                    std::to_string(limits::kCacheDirtyBytesMax));
@@ -179,8 +190,12 @@ Status DataCacheOptions::Validate() const {
   return Status();
 }
 
-DataCache::DataCache(std::weak_ptr<fs::Domain> domain, const DataCacheOptions& o) : domain_(std::move(domain)), o_(o) {
+DataCache::DataCache(std::weak_ptr<fs::Domain> domain, const DataCacheOptions& o)
+    : domain_(std::move(domain)), o_(o), rc_(o.memory_bytes, o.read_ahead_bytes, [this] { return dirty_.load(); }) {
   flusher_ = std::thread([this] { FlusherLoop(); });
+  if (o_.read_ahead_bytes > 0) {
+    for (uint32_t i = 0; i < limits::kReadAheadThreads; i++) ahead_threads_.emplace_back([this] { AheadLoop(); });
+  }
 }
 
 DataCache::~DataCache() {
@@ -289,6 +304,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
   const auto* bytes = static_cast<const uint8_t*>(data);
   std::shared_ptr<File> f;
   uint64_t freed = 0, lsn = 0;
+  bool trim = false;
   for (;;) {
     f = FindOrMake(k, a.gen);
     MutexLock l(f->mu);
@@ -324,6 +340,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
     if (f->dirty.empty()) f->since_ns = MonotonicNanos();
     const int64_t grew = Put(f->dirty, off, bytes, n);
     if (grew > 0) dirty_.fetch_add(static_cast<uint64_t>(grew));
+    trim = grew > 0;
     if (grew < 0) freed += static_cast<uint64_t>(-grew);
     f->mtime = std::max(f->mtime, fs::Now());
     f->writes_dirty++;
@@ -338,6 +355,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
     break;
   }
   Release(freed);
+  if (trim) rc_.Trim();  // the clean blocks get what the dirty data leaves
   c_.bytes_written += n;
   if (logged != 0) {
     if (d->log_fill_pct() >= limits::kLogWriteFlushPct) {
@@ -365,13 +383,30 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
 Result<size_t> DataCache::Read(uint32_t vol, const fs::Attr& a, uint64_t off, size_t n, void* out, uint64_t* size_out) {
   auto d = domain_.lock();
   if (d == nullptr) return Status::Unavailable("the domain is closed");
+  if (a.type == fs::FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
   auto* dst = static_cast<uint8_t*>(out);
+  // A read that reaches the end `a` shows: the committed size now decides
+  // (a flush may have ended since `a` was loaded, moving dirty bytes into
+  // it). Cheap next to a read, and only at the end of a file.
+  auto committed = [&](uint64_t shown_end) -> Result<uint64_t> {
+    if (off + n <= shown_end) return a.size;
+    auto now = d->GetAttr(vol, a.ino);
+    if (!now.ok()) return now.status();
+    if (now->gen != a.gen) return Status(Code::kStale, "inode " + std::to_string(a.ino) + " was reused");
+    return now->size;
+  };
   std::shared_ptr<File> f = Find({vol, a.ino});
   if (f == nullptr) {
-    *size_out = a.size;
-    return d->Read(vol, a.ino, off, n, out);
+    auto size = committed(a.size);
+    if (!size.ok()) return size.status();
+    *size_out = *size;
+    if (off >= *size) return size_t{0};
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, *size - off));
+    NASGW_RETURN_IF_ERROR(ReadClean(*d, vol, a, off, want, dst));
+    ReadAhead(vol, a, off, want, *size);
+    return want;
   }
-  // The domain's bytes, then the dirty ones over them. A flush that
+  // The committed bytes, then the dirty ones over them. A flush that
   // completes between the two moves bytes from `flushing` into the domain
   // after the domain was read: then read again (a flush is rare next to a
   // read); the third time, hold flushes off.
@@ -385,20 +420,85 @@ Result<size_t> DataCache::Read(uint32_t vol, const fs::Attr& a, uint64_t off, si
       if (f->gen == a.gen) dirty_end = std::max(EndOf(f->dirty), EndOf(f->flushing));
     }
     // The file's size as the client sees it decides how much there is.
-    const uint64_t size = std::max(a.size, dirty_end);
+    auto base = committed(std::max(a.size, dirty_end));
+    if (!base.ok()) return base.status();
+    const uint64_t size = std::max(*base, dirty_end);
     *size_out = size;
     if (off >= size) return size_t{0};
     const size_t want = static_cast<size_t>(std::min<uint64_t>(n, size - off));
-    auto got = d->Read(vol, a.ino, off, want, out);
-    if (!got.ok()) return got.status();
-    if (*got < want) std::memset(dst + *got, 0, want - *got);  // past the committed end: zeros until dirty
+    NASGW_RETURN_IF_ERROR(ReadClean(*d, vol, a, off, want, dst));
     MutexLock l(f->mu);
     if (f->flush_seq != seq) continue;
     if (f->gen == a.gen) {
       c_.read_bytes_dirty += CopyOut(f->flushing, off, want, dst);
       c_.read_bytes_dirty += CopyOut(f->dirty, off, want, dst);
     }
+    l.Unlock();
+    hold.reset();
+    ReadAhead(vol, a, off, want, size);
     return want;
+  }
+}
+
+Status DataCache::ReadClean(fs::Domain& d, uint32_t vol, const fs::Attr& a, uint64_t off, uint64_t n, uint8_t* out) {
+  const FileKey k{vol, a.snap, a.ino};
+  for (int attempt = 0;; attempt++) {
+    ReadCache::Fill fill;
+    const auto [first, end] = rc_.Get(k, a.gen, off, n, out, &fill);
+    if (first == end) return Status();
+    // Blocks a read-ahead is fetching now: wait for them rather than fetch
+    // them twice over the array link.
+    if (attempt == 0 && rc_.WaitAhead(k, first, end, limits::kReadAheadWaitMs)) continue;
+    std::vector<uint8_t> buf(static_cast<size_t>(end - first));
+    auto got = d.Read(vol, a.ino, first, buf.size(), buf.data());
+    if (!got.ok()) return got.status();
+    // Past the committed end: zeros (dirty data, if any, lies over them).
+    if (*got < buf.size()) std::memset(buf.data() + *got, 0, buf.size() - *got);
+    const uint64_t from = std::max(off, first), to = std::min(off + n, end);
+    std::memcpy(out + (from - off), buf.data() + (from - first), to - from);
+    rc_.Insert(fill, a.gen, first, buf.data(), *got, false);
+    return Status();
+  }
+}
+
+void DataCache::ReadAhead(uint32_t vol, const fs::Attr& a, uint64_t off, uint64_t n, uint64_t size) {
+  if (o_.read_ahead_bytes == 0) return;
+  ReadCache::Ahead span = rc_.Sequential({vol, a.snap, a.ino}, a.gen, off, n, size);
+  if (span.first == span.end) return;
+  AheadTask dropped;
+  {
+    MutexLock l(mu_);
+    if (!stop_ && ahead_q_.size() < limits::kReadAheadQueueMax) {
+      ahead_q_.push_back({vol, a, std::move(span)});
+      ahead_cv_.NotifyOne();
+      return;
+    }
+    dropped.span = std::move(span);  // its reads fetch it themselves
+  }
+  rc_.AheadDone({vol, a.snap, a.ino}, dropped.span.first, dropped.span.end);
+}
+
+void DataCache::AheadLoop() {
+  MutexLock l(mu_);
+  for (;;) {
+    while (ahead_q_.empty() && !stop_) ahead_cv_.Wait(mu_);
+    if (ahead_q_.empty()) return;  // stopped, and nothing queued is left
+    {
+      AheadTask t = std::move(ahead_q_.front());
+      ahead_q_.pop_front();
+      const bool stopping = stop_;
+      l.Unlock();
+      const FileKey k{t.vol, t.a.snap, t.a.ino};
+      if (auto d = domain_.lock(); d != nullptr && !stopping) {
+        std::vector<uint8_t> buf(static_cast<size_t>(t.span.end - t.span.first));
+        auto got = d->Read(t.vol, t.a.ino, t.span.first, buf.size(), buf.data());
+        // A failed read-ahead is nobody's error: the reads themselves retry.
+        if (got.ok()) rc_.Insert(t.span.fill, t.a.gen, t.span.first, buf.data(), *got, true);
+      }
+      rc_.AheadDone(k, t.span.first, t.span.end);
+      t.span.fill = ReadCache::Fill();  // before mu_ (ReadCache's lock is the leaf)
+      l.Lock();
+    }
   }
 }
 
@@ -499,6 +599,9 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
       s = r.status();
       break;
     }
+    // On the SAN now: the read cache holds the new bytes (before they leave
+    // `flushing`, so no read finds neither).
+    for (const auto& p : batch) rc_.Update({vol, 0, ino}, gen, p.off, p.data, p.n);
     batches++;
     c_.flushes++;
     c_.flush_bytes += bytes;
@@ -572,6 +675,17 @@ Status DataCache::Flush(uint32_t vol, uint64_t ino) {
   return FlushFile(f);
 }
 
+Result<fs::Attr> DataCache::SetAttrs(uint32_t vol, uint64_t ino, const fs::SetAttr& s) {
+  auto d = domain_.lock();
+  if (d == nullptr) return Status::Unavailable("the domain is closed");
+  NASGW_RETURN_IF_ERROR(Flush(vol, ino));
+  auto r = d->SetAttrs(vol, ino, s);
+  // Cut blocks leave the read cache, and reads begun before cache nothing
+  // (also when the change failed: it may have reached the SAN).
+  if (s.set_size) rc_.Drop({vol, 0, ino});
+  return r;
+}
+
 Status DataCache::FlushAll() {
   std::vector<std::shared_ptr<File>> all;
   {
@@ -598,8 +712,11 @@ Status DataCache::Close() {
     stop_ = true;
     flusher_cv_.NotifyAll();
     space_cv_.NotifyAll();
+    ahead_cv_.NotifyAll();
   }
   if (flusher_.joinable()) flusher_.join();
+  for (auto& t : ahead_threads_) t.join();  // each ends what it took (queued ones are skipped)
+  ahead_threads_.clear();
   // Writes that were past the closed check when FlushAll took its list.
   Status again = FlushAll();
   return s.ok() ? again : s;
@@ -682,6 +799,7 @@ DataCacheStats DataCache::stats() const {
   s.stall_timeouts = c_.stall_timeouts;
   s.no_space = c_.no_space;
   s.flush_nanos_total = c_.flush_nanos;
+  s.read = rc_.stats();
   return s;
 }
 

@@ -22,12 +22,14 @@
 // the flusher (backpressure) and fails with Busy after stall_timeout_ms.
 //
 // Thread-safety: every method may be called concurrently. Lock order:
-// File::flush_mu > DataCache::mu_ > File::mu.
+// File::flush_mu > DataCache::mu_ > File::mu, and ReadCache's mutex last
+// (a leaf: it calls nothing back but a load of the dirty byte count).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -38,12 +40,18 @@
 #include "base/log_limit.h"
 #include "base/mutex.h"
 #include "base/status.h"
+#include "cache/read_cache.h"
 #include "fs/domain.h"
 
 namespace nasgw::cache {
 
 struct DataCacheOptions {
+  // Dirty data and clean blocks (the read cache) share this; dirty_bytes
+  // is at most half of it.
+  uint64_t memory_bytes = limits::kCacheMemoryBytesDefault;
   uint64_t dirty_bytes = limits::kCacheDirtyBytesDefault;
+  // Largest read-ahead window of a sequential stream; 0: no read-ahead.
+  uint64_t read_ahead_bytes = limits::kReadAheadBytesDefault;
   uint32_t flush_after_ms = limits::kCacheFlushAfterMsDefault;
   uint32_t stall_timeout_ms = limits::kCacheStallTimeoutMsDefault;
   // Most bytes one flush transaction carries; a file with more is flushed in
@@ -76,6 +84,7 @@ struct DataCacheStats {
   uint64_t stall_timeouts = 0;     // ... and gave up (Busy)
   uint64_t no_space = 0;           // writes refused: no space to reserve for their flush
   uint64_t flush_nanos_total = 0;  // time spent in flush transactions
+  ReadCacheStats read;             // the clean blocks
 };
 
 class DataCache {
@@ -109,6 +118,11 @@ class DataCache {
   Result<fs::Attr> Shown(uint32_t vol, const std::function<Result<fs::Attr>()>& load) const;
   // The file's dirty data on the SAN (COMMIT, fsync, before a SETATTR).
   Status Flush(uint32_t vol, uint64_t ino);
+  // A SETATTR: the file's dirty data flushed first (a truncation cuts it,
+  // and times set now must not be overtaken by a later flush of earlier
+  // writes), then the change, and a truncation's cut blocks leave the read
+  // cache. Every change of a file's size goes through here.
+  Result<fs::Attr> SetAttrs(uint32_t vol, uint64_t ino, const fs::SetAttr& s);
   // Every file's (orderly shutdown). The first error.
   Status FlushAll();
   // FlushAll, then stops the flusher; later writes are written through.
@@ -130,6 +144,11 @@ class DataCache {
   void Release(uint64_t bytes);
   void FlusherLoop();
   void Retire(const std::shared_ptr<File>& f);
+  // The committed bytes of [off, off+n) into out, through the read cache.
+  Status ReadClean(fs::Domain& d, uint32_t vol, const fs::Attr& a, uint64_t off, uint64_t n, uint8_t* out);
+  // A read of [off, off+n) done: read ahead if it follows a stream.
+  void ReadAhead(uint32_t vol, const fs::Attr& a, uint64_t off, uint64_t n, uint64_t size) EXCLUDES(mu_);
+  void AheadLoop() EXCLUDES(mu_);
 
   const std::weak_ptr<fs::Domain> domain_;
   const DataCacheOptions o_;
@@ -145,6 +164,15 @@ class DataCache {
   // loaded before one ended are loaded again (Shown).
   std::atomic<uint64_t> epoch_{0};
   std::thread flusher_;
+  ReadCache rc_;
+  struct AheadTask {
+    uint32_t vol = 0;
+    fs::Attr a;
+    ReadCache::Ahead span;
+  };
+  CondVar ahead_cv_;  // a read-ahead queued, or stop
+  std::deque<AheadTask> ahead_q_ GUARDED_BY(mu_);
+  std::vector<std::thread> ahead_threads_;
 
   struct Counters {
     std::atomic<uint64_t> writes_cached{0}, writes_stable{0}, writes_logged{0}, bytes_written{0}, read_bytes_dirty{0},

@@ -53,6 +53,7 @@ class DataCacheTest : public ::testing::Test {
   }
   void StartCache(DataCacheOptions o = {}) {
     ASSERT_TRUE(o.Validate().ok()) << o.Validate().ToString();
+    cache_.reset();
     cache_ = std::make_unique<DataCache>(dom_, o);
   }
   // Drops the cache without flushing what it holds (as a crash does), then
@@ -93,6 +94,25 @@ class DataCacheTest : public ::testing::Test {
     EXPECT_TRUE(n.ok());
     s.resize(n.ok() ? *n : 0);
     return s;
+  }
+  // n bytes at off as a client reads them (through the cache).
+  std::string SeenAt(uint64_t ino, uint64_t off, size_t n) {
+    std::string s(n, 'x');
+    uint64_t size = 0;
+    auto got = cache_->Read(vol_, Committed(ino), off, n, s.data(), &size);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    s.resize(got.ok() ? *got : 0);
+    return s;
+  }
+  // Counts the bytes read from the array from now on (read_bytes_).
+  void CountReads() {
+    read_bytes_ = 0;
+    for (auto& d : devs_) {
+      d->SetFault([this](const block::IoRequest& r) {
+        if (r.op == block::Op::kRead) read_bytes_ += r.blocks * 512;
+        return Status();
+      });
+    }
   }
   // What a client reads (through the cache).
   std::string Seen(uint64_t ino) {
@@ -150,6 +170,7 @@ class DataCacheTest : public ::testing::Test {
 
   std::atomic<int> writes_{0};
   std::atomic<uint64_t> write_bytes_{0};  // everything written: data, intent log, metadata
+  std::atomic<uint64_t> read_bytes_{0};
   std::atomic<bool> failing_{false};
   std::vector<std::shared_ptr<block::MemLun>> media_;
   std::vector<std::shared_ptr<block::MemDevice>> devs_;
@@ -487,15 +508,17 @@ TEST_F(DataCacheTest, PartialBlocksAndTruncationKeepTheBytesAround) {
   fs::SetAttr s;
   s.set_size = true;
   s.size = 131072 + 1000;
-  ASSERT_TRUE(dom_->SetAttrs(vol_, f.ino, s).ok());
+  ASSERT_TRUE(cache_->SetAttrs(vol_, f.ino, s).ok());
   model.resize(s.size);
   s.size = 200 << 10;
-  ASSERT_TRUE(dom_->SetAttrs(vol_, f.ino, s).ok());
+  ASSERT_TRUE(cache_->SetAttrs(vol_, f.ino, s).ok());
   model.resize(s.size, '\0');
   EXPECT_EQ(OnSan(f.ino), model);
+  EXPECT_TRUE(Seen(f.ino) == model) << "the read cache kept bytes a truncation cut";
   put(150000, "tail");  // a write past the old end, in the cut record
   ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
   EXPECT_EQ(OnSan(f.ino), model);
+  EXPECT_TRUE(Seen(f.ino) == model);
   CleanAndKeptAcrossACrash(f.ino, model);
 }
 
@@ -624,7 +647,7 @@ TEST_F(DataCacheTest, RandomLoadMatchesTheModel) {
           fs::SetAttr s;
           s.set_size = true;
           s.size = rng() % (model.size() + 1);
-          if (!dom_->SetAttrs(vol_, ino, s).ok()) failures++;
+          if (!cache_->SetAttrs(vol_, ino, s).ok()) failures++;
           model.resize(s.size);
         }
       }
@@ -636,6 +659,88 @@ TEST_F(DataCacheTest, RandomLoadMatchesTheModel) {
   for (int t = 0; t < kThreads; t++) EXPECT_EQ(OnSan(files[t].ino), models[t]) << "file " << t;
   EXPECT_EQ(cache_->stats().dirty_bytes, 0u);
   ExpectFsckClean();
+}
+
+// Reads of the clean data: the first from the SAN, the next from memory;
+// data just flushed is read from memory too.
+TEST_F(DataCacheTest, ReadsAfterTheFirstComeFromMemory) {
+  StartCache(NoFlusher());
+  const fs::Attr f = Mk("f");
+  std::string model(1 << 20, 0);
+  for (size_t i = 0; i < model.size(); i++) model[i] = static_cast<char>(i * 13 / 4096 + i);
+  Write(f, 0, model);
+  ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
+  CountReads();
+  EXPECT_EQ(Seen(f.ino), model);
+  EXPECT_EQ(read_bytes_, 0u) << "flushed data was read back from the SAN";
+  StartCache(NoFlusher());  // cold
+  EXPECT_EQ(Seen(f.ino), model);
+  EXPECT_GE(read_bytes_, model.size());
+  const uint64_t first = read_bytes_;
+  for (uint64_t off = 0; off < model.size(); off += 8192) EXPECT_EQ(SeenAt(f.ino, off, 8192), model.substr(off, 8192));
+  EXPECT_EQ(read_bytes_, first);
+  const auto st = cache_->stats().read;
+  EXPECT_EQ(st.hit_bytes, model.size());
+  EXPECT_EQ(st.bytes, model.size());
+}
+
+// A sequential scan many times the read cache's share of the budget does
+// not push out a working set that was read twice.
+TEST_F(DataCacheTest, AScanDoesNotEvictTheHotSet) {
+  DataCacheOptions o = NoFlusher();
+  o.memory_bytes = 16 * kMiB;
+  o.dirty_bytes = 4 * kMiB;
+  o.read_ahead_bytes = 0;
+  StartCache(o);
+  const fs::Attr hot = Mk("hot"), scan = Mk("scan");
+  const std::string hot_data(4 * kMiB, 'h');
+  for (uint64_t off = 0; off < hot_data.size(); off += kMiB) Write(hot, off, hot_data.substr(off, kMiB));
+  ASSERT_TRUE(cache_->Flush(vol_, hot.ino).ok());
+  for (uint64_t off = 0; off < 64 * kMiB; off += kMiB) {
+    Write(scan, off, std::string(kMiB, static_cast<char>('a' + off / kMiB % 26)));
+    if (off % (4 * kMiB) == 0) {
+      ASSERT_TRUE(cache_->Flush(vol_, scan.ino).ok());
+    }
+  }
+  ASSERT_TRUE(cache_->Flush(vol_, scan.ino).ok());
+  StartCache(o);  // cold: what follows decides what is held
+  std::mt19937_64 rng(5);
+  for (int pass = 0; pass < 2; pass++) {
+    for (uint64_t b = 0; b < hot_data.size() / 8192; b++) SeenAt(hot.ino, (rng() % 512) * 8192, 8192);
+    for (uint64_t off = 0; off < hot_data.size(); off += 8192) SeenAt(hot.ino, off, 8192);
+  }
+  CountReads();
+  for (uint64_t off = 0; off < 64 * kMiB; off += 128 << 10) SeenAt(scan.ino, off, 128 << 10);
+  const uint64_t scanned = read_bytes_;
+  EXPECT_GE(scanned, 64 * kMiB);
+  for (uint64_t off = 0; off < hot_data.size(); off += 8192)
+    ASSERT_EQ(SeenAt(hot.ino, off, 8192), hot_data.substr(off, 8192));
+  EXPECT_LE(read_bytes_ - scanned, hot_data.size() / 10) << "the scan evicted the hot set";
+  // Dirty data takes its share of the budget back from the clean blocks.
+  for (uint64_t off = 0; off < 3 * kMiB; off += kMiB) Write(hot, off, std::string(kMiB, 'd'));
+  const auto st = cache_->stats();
+  EXPECT_LE(st.read.bytes + st.dirty_bytes, o.memory_bytes);
+  EXPECT_GE(st.dirty_bytes, 3 * kMiB);
+}
+
+// A cold sequential read is read ahead: the stream's reads find their
+// blocks in memory, and each block crosses the array link once.
+TEST_F(DataCacheTest, ASequentialReadIsReadAheadOnce) {
+  StartCache(NoFlusher());
+  const fs::Attr f = Mk("stream");
+  std::string model(8 * kMiB, 0);
+  for (size_t i = 0; i < model.size(); i++) model[i] = static_cast<char>(i / 4096 * 31 + i % 251);
+  for (uint64_t off = 0; off < model.size(); off += kMiB) Write(f, off, model.substr(off, kMiB));
+  ASSERT_TRUE(cache_->Flush(vol_, f.ino).ok());
+  StartCache(NoFlusher());  // cold
+  CountReads();
+  for (uint64_t off = 0; off < model.size(); off += 128 << 10) {
+    ASSERT_EQ(SeenAt(f.ino, off, 128 << 10), model.substr(off, 128 << 10)) << off;
+  }
+  const auto st = cache_->stats().read;
+  EXPECT_GE(st.prefetch_hit_bytes, model.size() * 3 / 4);
+  // Metadata reads come on top of the data; each data block once.
+  EXPECT_LE(read_bytes_, model.size() + model.size() / 8);
 }
 
 TEST_F(DataCacheTest, OptionsOutsideTheirRangesAreRefused) {
@@ -650,6 +755,15 @@ TEST_F(DataCacheTest, OptionsOutsideTheirRangesAreRefused) {
   EXPECT_FALSE(o.Validate().ok());
   o = {};
   o.flush_bytes_max = 0;
+  EXPECT_FALSE(o.Validate().ok());
+  o = {};
+  o.memory_bytes = limits::kCacheMemoryBytesMin - 1;
+  EXPECT_FALSE(o.Validate().ok());
+  o = {};
+  o.memory_bytes = 2 * o.dirty_bytes - 1;  // dirty data may take at most half
+  EXPECT_FALSE(o.Validate().ok());
+  o = {};
+  o.read_ahead_bytes = limits::kReadAheadBytesMax + 1;
   EXPECT_FALSE(o.Validate().ok());
   EXPECT_TRUE(DataCacheOptions{}.Validate().ok());
 }

@@ -303,10 +303,12 @@ TEST_F(ConfigTest, UnknownSectionRefused) {
 
 TEST_F(ConfigTest, CacheKeysAreReadAndBounded) {
   auto c = Parse(Cfg("", "",
-                     "[cache]\ndirty_mib = 64\nflush_after_ms = 250\nstall_timeout_ms = 5000\nwrite_through = true\n"
-                     "log_stable_writes = false"));
+                     "[cache]\nmemory_mib = 512\ndirty_mib = 64\nread_ahead_kib = 0\nflush_after_ms = 250\n"
+                     "stall_timeout_ms = 5000\nwrite_through = true\nlog_stable_writes = false"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cache_memory_mib, 512u);
   EXPECT_EQ(c->cache_dirty_mib, 64u);
+  EXPECT_EQ(c->cache_read_ahead_kib, 0u);
   EXPECT_EQ(c->cache_flush_after_ms, 250u);
   EXPECT_EQ(c->cache_stall_timeout_ms, 5000u);
   EXPECT_TRUE(c->cache_write_through);
@@ -314,10 +316,16 @@ TEST_F(ConfigTest, CacheKeysAreReadAndBounded) {
   auto d = Parse(Cfg());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(uint64_t{d->cache_dirty_mib} << 20, limits::kCacheDirtyBytesDefault);
+  EXPECT_EQ(uint64_t{d->cache_memory_mib} << 20, limits::kCacheMemoryBytesDefault);
+  EXPECT_EQ(uint64_t{d->cache_read_ahead_kib} << 10, limits::kReadAheadBytesDefault);
   EXPECT_FALSE(d->cache_write_through);
   EXPECT_TRUE(d->cache_log_stable_writes);
   ExpectInvalid(Cfg("", "", "[cache]\ndirty_mib = 1"), {"cache.dirty_mib: 1 is out of range"});
   ExpectInvalid(Cfg("", "", "[cache]\nflush_after_ms = 0"), {"cache.flush_after_ms: 0 is out of range"});
+  ExpectInvalid(Cfg("", "", "[cache]\nmemory_mib = 8"), {"cache.memory_mib: 8 is out of range"});
+  ExpectInvalid(Cfg("", "", "[cache]\nmemory_mib = 256\ndirty_mib = 200"),
+                {"cache.dirty_mib: 200 is more than half of cache.memory_mib (256)"});
+  ExpectInvalid(Cfg("", "", "[cache]\nread_ahead_kib = 70000"), {"cache.read_ahead_kib: 70000 is out of range"});
   ExpectInvalid(Cfg("", "", "[cache]\nwrite_through = 1"), {"cache.write_through"});
   ExpectInvalid(Cfg("", "", "[cache]\nsize = 1"), {"cache.size: unknown key"});
 }

@@ -413,10 +413,9 @@ bool Exec::SetAttr() {
   if (!Load(r_.h, a)) return false;
   fs::SetAttr s = FromWire(r_.set, fs::Now());
   if (!Deny(CheckSetAttr(a, r_.creds, r_.set.mask, s), "change attributes")) return false;
-  // Dirty data first: a truncation cuts it, and times set now must not be
-  // overtaken by a later flush of earlier writes.
-  if (!Done(c_.Flush(r_.h.volume, a.ino))) return false;
-  return Set(d_.SetAttrs(r_.h.volume, a.ino, s));
+  // Through the cache: its dirty data first, and a truncation's cut blocks
+  // out of its read cache.
+  return Set(c_.SetAttrs(r_.h.volume, a.ino, s));
 }
 
 bool Exec::Open() {

@@ -59,7 +59,9 @@ Status MakeDir(const std::string& path, mode_t mode) {
 
 cache::DataCacheOptions CacheOptions(const Config& cfg) {
   cache::DataCacheOptions o;
+  o.memory_bytes = uint64_t{cfg.cache_memory_mib} << 20;
   o.dirty_bytes = uint64_t{cfg.cache_dirty_mib} << 20;
+  o.read_ahead_bytes = uint64_t{cfg.cache_read_ahead_kib} << 10;
   o.flush_after_ms = cfg.cache_flush_after_ms;
   o.stall_timeout_ms = cfg.cache_stall_timeout_ms;
   o.write_through = cfg.cache_write_through;

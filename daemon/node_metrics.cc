@@ -109,6 +109,21 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
       s.Counter("nasgw_cache_stalls_total", "Writers that waited for the flusher (the cache was full).", {}, c.stalls);
       s.Counter("nasgw_cache_stall_timeouts_total", "Writers refused after waiting cache.stall_timeout_ms.", {},
                 c.stall_timeouts);
+      s.Gauge("nasgw_cache_clean_bytes", "Clean file blocks held (the read cache).", {},
+              static_cast<double>(c.read.bytes));
+      s.Gauge("nasgw_cache_clean_capacity_bytes", "What the clean blocks may hold now: the budget less the dirty data.",
+              {}, static_cast<double>(c.read.capacity));
+      s.Counter("nasgw_cache_read_bytes_total",
+                "Bytes reads found in the read cache (hit) or fetched from the SAN (miss).", {{"result", "hit"}},
+                c.read.hit_bytes);
+      s.Counter("nasgw_cache_read_bytes_total",
+                "Bytes reads found in the read cache (hit) or fetched from the SAN (miss).", {{"result", "miss"}},
+                c.read.miss_bytes);
+      s.Counter("nasgw_cache_read_ahead_bytes_total", "Bytes read ahead into the cache.", {}, c.read.prefetched_bytes);
+      s.Counter("nasgw_cache_read_ahead_used_bytes_total", "Read-ahead bytes a read then found.", {},
+                c.read.prefetch_hit_bytes);
+      s.Counter("nasgw_cache_evicted_bytes_total", "Clean bytes evicted from the read cache.", {},
+                c.read.evicted_bytes);
       s.Counter("nasgw_cache_no_space_total", "Writes refused with ENOSPC: no space to reserve for their flush.", {},
                 c.no_space);
     }
