@@ -94,6 +94,15 @@ bool Inline(Op op) {
   return op == Op::kGetAttr || op == Op::kAccess || op == Op::kLookup;
 }
 
+// Two lanes of workers, so that data operations, which wait on the array
+// (a read that misses the cache, a COMMIT's flush), never hold up namespace
+// operations behind them: a saturated array link must not stall another
+// client's MOUNT, READDIR or CREATE.
+constexpr int kDataLane = 0, kNamespaceLane = 1, kLanes = 2;
+int LaneOf(Op op) {
+  return op == Op::kRead || op == Op::kWrite || op == Op::kFsync ? kDataLane : kNamespaceLane;
+}
+
 }  // namespace
 
 struct SessionEntry {
@@ -155,9 +164,9 @@ struct HeadServer::Impl {
   // slot because the server is stopping); no server lock is held while a
   // request executes.
   Mutex mu ACQUIRED_BEFORE(Conn::mu);
-  CondVar queue_cv;  // workers wait for tasks
-  CondVar space_cv;  // readers wait for queue space
-  std::deque<Task> queue GUARDED_BY(mu);
+  CondVar queue_cv[kLanes];  // each lane's workers wait for its tasks
+  CondVar space_cv;          // readers wait for queue space
+  std::deque<Task> queue[kLanes] GUARDED_BY(mu);
   bool stopping GUARDED_BY(mu) = false;
   std::list<std::shared_ptr<Conn>> conns GUARDED_BY(mu);
   std::map<proto::SessionId, SessionEntry> sessions GUARDED_BY(mu);
@@ -176,11 +185,12 @@ struct HeadServer::Impl {
   std::atomic<bool> accepting{true};
   std::atomic<bool> reading_stopped{false};  // Shutdown() stopped the readers: a drain, not a dead head
 
-  size_t QueueMax() const { return static_cast<size_t>(opt.workers) * 4 + 64; }
+  size_t QueueMax() const { return static_cast<size_t>(opt.workers) * 4 + 64; }  // per lane
+  uint32_t Workers(int lane) const { return lane == kDataLane ? opt.workers : std::max<uint32_t>(2, opt.workers / 2); }
 
   void AcceptLoop();
   void ReaderLoop(const std::shared_ptr<Conn>& c);
-  void WorkerLoop();
+  void WorkerLoop(int lane);
   // Counts a connection of peer `uid` in, unless that would pass a limit:
   // then 0 is returned and *err, *why say which (ENFILE: max_connections,
   // EMFILE: max_connections_per_uid). Tells the observer, in order.
@@ -489,13 +499,14 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
       c->inflight++;
     }
     MutexLock l(mu);
-    while (!stopping && queue.size() >= QueueMax()) space_cv.Wait(mu);
+    const int lane = LaneOf(t.request.op);
+    while (!stopping && queue[lane].size() >= QueueMax()) space_cv.Wait(mu);
     if (stopping) {
       Finish(*c);
       break;
     }
-    queue.push_back(std::move(t));
-    queue_cv.NotifyOne();
+    queue[lane].push_back(std::move(t));
+    queue_cv[lane].NotifyOne();
   }
   if (idle) {
     // Nothing was in flight and nothing was read since: whatever the head
@@ -607,16 +618,16 @@ void HeadServer::Impl::Execute(Task& t) {
   Finish(*t.conn);
 }
 
-void HeadServer::Impl::WorkerLoop() {
+void HeadServer::Impl::WorkerLoop(int lane) {
   for (;;) {
     Task t;
     {
       MutexLock l(mu);
-      while (!stopping && queue.empty()) queue_cv.Wait(mu);
-      if (queue.empty()) return;  // stopping, and drained
-      t = std::move(queue.front());
-      queue.pop_front();
-      space_cv.NotifyOne();
+      while (!stopping && queue[lane].empty()) queue_cv[lane].Wait(mu);
+      if (queue[lane].empty()) return;  // stopping, and drained
+      t = std::move(queue[lane].front());
+      queue[lane].pop_front();
+      space_cv.NotifyAll();  // readers wait for either lane
     }
     Execute(t);
   }
@@ -694,7 +705,9 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadService* service, cons
   impl->listen_fd = fd;
   impl->stop_fd = ::eventfd(0, EFD_CLOEXEC);
   Impl* p = impl.get();
-  for (uint32_t i = 0; i < options.workers; i++) impl->workers.emplace_back([p] { p->WorkerLoop(); });
+  for (int lane = 0; lane < kLanes; lane++) {
+    for (uint32_t i = 0; i < impl->Workers(lane); i++) impl->workers.emplace_back([p, lane] { p->WorkerLoop(lane); });
+  }
   impl->acceptor = std::thread([p] { p->AcceptLoop(); });
   NASGW_LOG(kInfo, "head") << "listening" << Kv("socket", options.socket_path) << Kv("workers", options.workers);
   return std::unique_ptr<HeadServer>(new HeadServer(std::move(impl)));
@@ -751,7 +764,7 @@ void HeadServer::Shutdown(std::chrono::milliseconds drain) {
   {
     MutexLock l(m.mu);
     m.stopping = true;
-    m.queue_cv.NotifyAll();
+    for (auto& cv : m.queue_cv) cv.NotifyAll();
     m.space_cv.NotifyAll();
   }
   for (auto& w : m.workers) w.join();
@@ -784,7 +797,7 @@ uint64_t HeadServer::idle_closed() const {
 }
 uint32_t HeadServer::queued() const {
   MutexLock l(impl_->mu);
-  return static_cast<uint32_t>(impl_->queue.size());
+  return static_cast<uint32_t>(impl_->queue[kDataLane].size() + impl_->queue[kNamespaceLane].size());
 }
 
 }  // namespace nasgw::daemon

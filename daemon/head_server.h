@@ -1,9 +1,12 @@
 // HeadServer: the head protocol's transport. A Unix-domain socket (mode and
 // group from the config) accepts heads; each connection has a reader thread
-// that decodes frames and hands requests to a fixed pool of workers, which
-// execute them (HeadService) and write the replies, in any order. Attribute
-// reads (GETATTR, ACCESS, LOOKUP) are executed on the reader itself: the
-// hand-off would cost more than the work.
+// that decodes frames and hands requests to fixed pools of workers, which
+// execute them (HeadService) and write the replies, in any order. Two lanes:
+// data operations (READ, WRITE, COMMIT: they may wait on the array) have
+// `workers` threads, namespace operations half as many (at least 2) of their
+// own, so a saturated array never queues another client's MOUNT, READDIR or
+// CREATE behind reads. Attribute reads (GETATTR, ACCESS, LOOKUP) are
+// executed on the reader itself: the hand-off would cost more than the work.
 //
 // Limits: at most max_connections connections, and max_connections_per_uid
 // of one peer uid (SO_PEERCRED); a connection past either is answered with a
@@ -42,8 +45,8 @@ constexpr uint32_t kSessionGraceMs = 30'000;
 struct HeadServerOptions {
   std::string socket_path;
   uint32_t socket_mode = 0660;
-  int socket_gid = -1;  // -1: leave the group
-  uint32_t workers = 16;
+  int socket_gid = -1;    // -1: leave the group
+  uint32_t workers = 16;  // the data lane's; the namespace lane has max(2, workers / 2)
   uint32_t max_connections = 256;
   uint32_t max_connections_per_uid = 128;
   uint32_t max_inflight = 64;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <random>
 #include <set>
@@ -55,7 +56,8 @@ class HeadTest : public ::testing::Test {
     std::vector<fs::Reserve::Device> devs;
     for (int i = 0; i < 2; i++) {
       auto lun = std::make_shared<block::MemLun>(512, LunMib() * kMiB / 512, "naa.head" + std::to_string(i));
-      devs.push_back(std::make_shared<block::MemDevice>(lun));
+      devs_.push_back(std::make_shared<block::MemDevice>(lun));
+      devs.push_back(devs_.back());
     }
     fs::ReserveOptions o;
     o.name = "head";
@@ -142,6 +144,7 @@ class HeadTest : public ::testing::Test {
   }
 
   std::string dir_, socket_;
+  std::vector<std::shared_ptr<block::MemDevice>> devs_;
   std::shared_ptr<fs::Domain> domain_;
   // The write verifier the service hands out: a test changes it to stand
   // for the domain being opened again (a restart, a takeover).
@@ -1119,6 +1122,82 @@ TEST(HeadClientTest, AnIdleNoticeMakesTheClientSendAgainWhatItLeftUnexecuted) {
   std::filesystem::remove_all(dir);
 }
 
+// Reads stuck in the array hold every data worker; namespace operations
+// (their own lane of workers) and attribute reads are answered meanwhile,
+// from this session and from another.
+TEST_F(HeadTest, ReadsStuckInTheArrayHoldUpNoNamespaceOperation) {
+  nasgw_attr f = Create(root_.handle, "big");
+  const std::string data(1 << 20, 'r');
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, data.data(), static_cast<uint32_t>(data.size()), NASGW_FILE_SYNC,
+                        nullptr),
+            static_cast<int64_t>(data.size()));
+  verifier_ = 0x5eed0003;  // a new opening: a cold read cache, so reads go to the array
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = true;
+  int stuck = 0;
+  for (auto& d : devs_) {
+    d->SetFault([&](const block::IoRequest& r) {
+      if (r.op != block::Op::kRead) return Status();
+      std::unique_lock<std::mutex> l(mu);
+      stuck++;
+      cv.notify_all();
+      cv.wait(l, [&] { return !hold; });
+      return Status();
+    });
+  }
+  auto release = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    hold = false;
+    cv.notify_all();
+  };
+  // More reads than data workers (4), each of another 64 KiB.
+  std::vector<std::thread> readers;
+  std::atomic<int> read_ok{0};
+  for (int i = 0; i < 8; i++) {
+    readers.emplace_back([&, i] {
+      std::string buf(64 << 10, 0);
+      int eof = 0;
+      if (nasgw_read(client_, &kRoot, &f.handle, uint64_t(i) << 16, buf.data(), static_cast<uint32_t>(buf.size()),
+                     &eof) == static_cast<int64_t>(buf.size()) &&
+          buf == data.substr(0, buf.size())) {
+        read_ok++;
+      }
+    });
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return stuck >= 4; })) << stuck;
+  }
+  // Namespace operations and attribute reads, from another session, while
+  // every data worker waits on the array.
+  auto ns_ops = std::async(std::launch::async, [&] {
+    nasgw_client* other = OpenClient("other");
+    if (other == nullptr) return false;
+    bool ok = true;
+    nasgw_attr d{}, a{};
+    ok = ok && nasgw_create(other, &kRoot, &root_.handle, "dir", NASGW_TYPE_DIR, 0755, 0, nullptr, 0, &d) == 0;
+    for (int i = 0; ok && i < 20; i++) {
+      ok = nasgw_create(other, &kRoot, &d.handle, ("f" + std::to_string(i)).c_str(), NASGW_TYPE_REG, 0644, 0, nullptr,
+                        0, &a) == 0;
+    }
+    nasgw_dirent ents[32];
+    uint32_t count = 0;
+    int eof = 0;
+    ok = ok && nasgw_readdir(other, &kRoot, &d.handle, 0, 32, 0, ents, nullptr, &count, &eof) == 0 && count == 20;
+    ok = ok && nasgw_getattr(other, &kRoot, &f.handle, &a) == 0 && a.size == data.size();
+    nasgw_client_close(other);
+    return ok;
+  });
+  const bool answered = ns_ops.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  release();
+  for (auto& t : readers) t.join();
+  EXPECT_TRUE(answered) << "namespace operations waited behind reads stuck in the array";
+  EXPECT_TRUE(ns_ops.get());
+  EXPECT_EQ(read_ok, 8);
+  for (auto& d : devs_) d->SetFault(nullptr);
+}
+
 // Past head.max_inflight requests of one connection nasgwd stops reading
 // it: a head that sends without reading the replies has exactly
 // max_inflight requests in nasgwd (the workers' and the queued), not the
@@ -1142,20 +1221,20 @@ TEST_F(HeadTest, InflightCapStopsReadingTheConnection) {
   std::string out;
   for (int i = 1; i <= kRequests; i++) out += Frame(proto::Op::kStatfs, static_cast<uint64_t>(i), st);
   std::thread flood([&] { SendAll(g.fd, out); });
-  // 4 workers hold a request each (one writing, three waiting to write);
-  // the other 12 of the 16 wait in the queue, and nothing more is read.
-  // Settled: 12 queued and no request answered for a while (the queue can
-  // read 12 for a moment while replies still drain into the socket
-  // buffers, on a loaded machine).
+  // The namespace lane's 2 workers (half of 4) hold a request each (one
+  // writing, one waiting to write); the other 14 of the 16 wait in the
+  // queue, and nothing more is read. Settled: 14 queued and no request
+  // answered for a while (the queue can read 14 for a moment while replies
+  // still drain into the socket buffers, on a loaded machine).
   ASSERT_TRUE(WaitFor([&] {
-    if (server_->queued() != 12) return false;
+    if (server_->queued() != 14) return false;
     const uint64_t before = server_->requests();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    return server_->queued() == 12 && server_->requests() == before;
+    return server_->queued() == 14 && server_->requests() == before;
   })) << server_->queued();
   const uint64_t answered = server_->requests();
   std::this_thread::sleep_for(std::chrono::milliseconds(600));  // twice the idle timeout
-  EXPECT_EQ(server_->queued(), 12u);
+  EXPECT_EQ(server_->queued(), 14u);
   EXPECT_EQ(server_->requests(), answered);
   // The connection was not closed as idle meanwhile (it has requests in
   // flight): every reply arrives.
