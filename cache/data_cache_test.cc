@@ -325,8 +325,9 @@ TEST_F(DataCacheTest, StableWritesShareLogWritesAndReachTheirPlaceLater) {
   const fs::IntentLogStats after = dom_->LogStats();
   const uint64_t records = after.records - before.records;
   EXPECT_EQ(cache_->stats().writes_logged, uint64_t{kThreads} * kEach);
-  // The log's records and at most a few superblock writes: no data (768 KiB).
-  EXPECT_LE(write_bytes_.load(), after.bytes_written - before.bytes_written + (32u << 10))
+  // The log's records and a few superblock and store writes (36 KiB seen
+  // under TSan): no data (768 KiB).
+  EXPECT_LE(write_bytes_.load(), after.bytes_written - before.bytes_written + (128u << 10))
       << "a logged write wrote more than the log";
   EXPECT_LT(records, uint64_t{kThreads} * kEach) << "no two stable writes shared a log write";
   RecordProperty("log_records", static_cast<int>(records));

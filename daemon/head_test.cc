@@ -1153,6 +1153,7 @@ TEST_F(HeadTest, ReadsStuckInTheArrayHoldUpNoNamespaceOperation) {
   };
   // More reads than data workers (4), each of another 64 KiB.
   std::vector<std::thread> readers;
+  readers.reserve(8);
   std::atomic<int> read_ok{0};
   for (int i = 0; i < 8; i++) {
     readers.emplace_back([&, i] {
