@@ -129,6 +129,20 @@ constexpr uint32_t kLogWriteFlushPct = 30;
 // all the LUNs its blocks are on (a flush's writes, a read's pieces).
 constexpr uint32_t kDataIoDepth = 32;
 
+// Metadata headroom. A change that adds metadata is refused (NoSpace) once
+// the domain's metadata groups have less than min(half of them, this) free;
+// deletes, transaction groups and flushes of accepted writes never are (each
+// is bounded by what was accepted before). The headroom is for those and for
+// RocksDB's memtable flushes and compactions and the MetaFs log, which must
+// never meet ENOSPC (a store that did stopped taking writes, and a domain
+// whose MetaFs log could not grow did not reopen). Half: a compaction's output is at most its input, and the store
+// holds at most the other half; 4 GiB covers two compactions of RocksDB's
+// max_compaction_bytes (25 x 64 MiB) on a large reserve.
+constexpr uint64_t kMetaHeadroomMaxBytes = 4ull << 30;
+// The store's write buffer is at most 1/16 of the metadata space (two of them
+// fill an eighth, well inside the headroom's lower half), and at least this.
+constexpr uint64_t kMetaWriteBufferMinBytes = 256ull << 10;
+
 static_assert(kPathTimeoutMsDefault < kIoTimeoutMsDefault, "paths must fail over before I/O times out");
 static_assert(kReconnectBackoffMsMax < kIoTimeoutMsDefault);
 static_assert(kQueueDepthDefault <= kQueueDepthMax);

@@ -398,6 +398,7 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
   if (held != nullptr) *held -= from_held;
   Unused unused{*space, need};
   Txn t;
+  t.essential = held != nullptr;  // a flush of writes the cache accepted (it checked the room then)
   auto abandon = [&](const Status& s) {
     t.Abandon(*space);  // nothing was committed: the new extents go back
     return s;
@@ -452,6 +453,9 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
 }
 
 Status Domain::ReserveSpace(uint64_t bytes) {
+  // The flush of what is accepted now may use the lower half of the
+  // metadata headroom: refused here while the upper half is gone.
+  NASGW_RETURN_IF_ERROR(impl_->MetaRoom(false));
   return impl_->data_reserve(bytes);
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 
+#include "base/limits.h"
 #include "base/log.h"
 #include "fs/domain_impl.h"
 
@@ -88,7 +89,14 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
   auto fs = MetaFs::Mount(reserve, id, o.metafs);
   if (!fs.ok()) return fs.status();
   impl->metafs = std::move(fs.value());
+  // The metadata headroom (limits::kMetaHeadroomMaxBytes): half the
+  // metadata space, so a compaction (whose output is at most its input, at
+  // most the other half) always finds room; memtables a small part of it.
+  const uint64_t meta_total = impl->metafs->total_bytes();
+  impl->meta_floor = std::min(meta_total / 2, limits::kMetaHeadroomMaxBytes);
   MetaStoreOptions store_options = o.store;
+  store_options.write_buffer_bytes =
+      std::min(store_options.write_buffer_bytes, std::max(limits::kMetaWriteBufferMinBytes, meta_total / 16));
   store_options.read_only = o.read_only;
   store_options.before_flush = [i = impl.get()] { return i->BeforeFlush(); };
   auto store = MetaStore::Open(impl->metafs.get(), store_options);
@@ -281,6 +289,7 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
   // Logged writes last, over the namespace as the log left it: those of a
   // file removed later find no file.
   NASGW_RETURN_IF_ERROR(impl->ApplyHeld(held));
+  impl->meta_room_checks.store(true, std::memory_order_release);
   return std::unique_ptr<Domain>(new Domain(std::move(impl)));
 }
 

@@ -56,6 +56,7 @@ Status Domain::Impl::Commit(Txn& t) {
     return s.WithContext("commit metadata");
   };
   if (!log) return nothing(Status::NotSupported("domain opened read-only"));
+  if (Status r = MetaRoom(t.essential); !r.ok()) return nothing(r);
   t.batch.Put(SuperKey(), EncodeDomain(rec));
   const size_t head = t.through != 0 ? kCoverHeaderBytes : 1;  // the entry's type (and cover)
   const size_t bytes = head + t.batch.Data().size();
@@ -86,7 +87,7 @@ Status Domain::Impl::Commit(Txn& t) {
       }
     }
   } else {
-    if (Status r = log->Reserve(bytes); !r.ok()) return nothing(r);
+    if (Status r = log->Reserve(bytes, t.txg); !r.ok()) return nothing(r);
     Status s = store->Apply(t.batch);
     if (!s.ok()) {
       log->Unreserve(bytes);
@@ -150,22 +151,27 @@ Status Domain::Impl::BeforeFlush() {
 Status Domain::Impl::SyncTxg() {
   if (!log) return Status::NotSupported("domain opened read-only");
   MutexLock sync(sync_mu);
+  // The store first, without the domain's lock: a change that waits for log
+  // space waits holding it, and only this frees log space. Every entry
+  // appended so far is applied (Commit applies, then appends); the
+  // checkpoint stays before the oldest logged write not yet in place.
+  const uint64_t covered = CheckpointLimit(log->appended_lsn());
+  NASGW_RETURN_IF_ERROR(store->Flush().WithContext("flush the metadata store"));
+  NASGW_RETURN_IF_ERROR(log->Checkpoint(covered));
+  // Then the group's number, which new extents take as their birth.
   Txn t;
   {
     WriterLock l(mu);
     rec.txg++;
+    t.essential = true;
+    t.txg = true;
     Status s = Commit(t);
     if (!s.ok()) {
       rec.txg--;
       return s.WithContext("transaction group");
     }
   }
-  NASGW_RETURN_IF_ERROR(Durable(t));
-  // Everything appended so far is applied (Commit applies, then appends);
-  // the checkpoint stays before the oldest logged write not yet in place.
-  const uint64_t covered = CheckpointLimit(log->appended_lsn());
-  NASGW_RETURN_IF_ERROR(store->Flush().WithContext("flush the metadata store"));
-  return log->Checkpoint(covered);
+  return Durable(t);
 }
 
 void Domain::Impl::WantTxg() {
@@ -454,6 +460,16 @@ Status Domain::Impl::data_reserve(uint64_t bytes) {
   Status s = space->Reserve(bytes);
   if (!s.ok()) return Status::NoSpace("volume full: " + std::string(s.message()));
   return Status();
+}
+
+Status Domain::Impl::MetaRoom(bool essential) const {
+  if (essential || !meta_room_checks.load(std::memory_order_acquire)) return Status();
+  const uint64_t free = metafs->free_bytes();
+  if (free >= meta_floor) return Status();
+  return Status::NoSpace("metadata space full: " + std::to_string(free >> 10) + " KiB of " +
+                         std::to_string(metafs->total_bytes() >> 10) + " KiB free, " +
+                         std::to_string(meta_floor >> 10) +
+                         " KiB kept for the metadata store's own flushes and compactions; deletes are still accepted");
 }
 
 Result<VolumeRec> Domain::Impl::LoadVolume(uint32_t vol) {

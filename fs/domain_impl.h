@@ -190,6 +190,11 @@ struct Domain::Impl {
     LoggedFile covers;
     uint64_t through = 0;
     std::vector<LoggedFile> dropped;  // files removed: their logged writes go
+    // Deletes, a flush of writes already accepted, a transaction group:
+    // never refused for metadata room (MetaRoom); each is bounded by what was
+    // accepted before it.
+    bool essential = false;
+    bool txg = false;  // a transaction group's: may use the log's urgent space
     // Frees `allocated`: nothing names these extents yet.
     void Abandon(Allocator& a);
     // A record's space, freed once the batch is durable.
@@ -233,6 +238,13 @@ struct Domain::Impl {
 
   // Reserves data space (NoSpace, "volume full", when there is none).
   Status data_reserve(uint64_t bytes);
+  // NoSpace when a change that adds metadata (not `essential`) finds less
+  // than meta_floor free in the metadata groups: the headroom left for the
+  // store's flushes and compactions, the MetaFs log and the essential
+  // changes. Checked from the end of Open on (replay is never refused).
+  Status MetaRoom(bool essential) const;
+  uint64_t meta_floor = 0;
+  std::atomic<bool> meta_room_checks{false};
 
   // ---- reads (fs/domain_impl.cc): NotFound names what is missing; any
   // other error is returned as is.

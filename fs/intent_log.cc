@@ -303,7 +303,7 @@ void IntentLog::Fail(const Status& s) {
   space_cv_.NotifyAll();
 }
 
-Status IntentLog::Reserve(size_t bytes) {
+Status IntentLog::Reserve(size_t bytes, bool urgent) {
   if (options_.read_only) return Status::NotSupported("intent log opened read-only");
   if (bytes > max_entry_bytes()) {
     return Status::InvalidArgument("log entry of " + std::to_string(bytes) + " bytes; at most " +
@@ -316,7 +316,7 @@ Status IntentLog::Reserve(size_t bytes) {
   for (;;) {
     if (!failed_.ok()) return failed_;
     if (stop_) return Status::Unavailable("intent log closing");
-    const uint64_t want = UsedLocked() + reserved_ + cost + slack_;
+    const uint64_t want = UsedLocked() + reserved_ + cost + slack_ + (urgent ? 0 : kUrgentBytes);
     const bool fits = want <= capacity_;
     const bool ask = !asked_checkpoint_ && (!fits || want * 100 >= capacity_ * options_.checkpoint_fill_pct);
     if (fits) {

@@ -131,7 +131,11 @@ class IntentLog {
 
   // Reserves log space for an entry of `bytes`; waits while the log is full.
   // InvalidArgument past max_entry_bytes(); TimedOut; the log's failure.
-  Status Reserve(size_t bytes);
+  // The last kUrgentBytes of the usable space are only for an `urgent`
+  // entry: the transaction group's, which empties the log (were it to wait
+  // for space like the changes filling it, neither would ever go on).
+  Status Reserve(size_t bytes, bool urgent = false);
+  static constexpr uint64_t kUrgentBytes = 64ull << 10;
   void Unreserve(size_t bytes);
   // Appends an entry whose space was reserved (with its own size), and
   // returns its LSN. Never fails: a log that has failed reports it to

@@ -15,6 +15,7 @@
 #include <rocksdb/listener.h>
 #include <rocksdb/system_clock.h>
 #include <rocksdb/table.h>
+#include <rocksdb/utilities/table_properties_collectors.h>
 #include <rocksdb/write_batch.h>
 
 namespace nasgw::fs {
@@ -453,6 +454,11 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOp
   // domain's intent log, and after a log failure they must not reach a
   // table file. The domain flushes at an orderly close itself.
   opts.avoid_flush_during_shutdown = true;
+  // Tables made mostly of deletions are compacted soon, so the space of
+  // what was deleted comes back (the metadata headroom refuses new metadata
+  // until it does): a file is marked when 32 of any 128 entries in a row
+  // are deletions.
+  opts.table_properties_collector_factories.push_back(rocksdb::NewCompactOnDeletionCollectorFactory(128, 32));
   if (o.before_flush) opts.listeners.push_back(std::make_shared<FlushGate>(o.before_flush));
   rocksdb::BlockBasedTableOptions t;
   if (o.block_cache_bytes == 0) {

@@ -629,7 +629,11 @@ Status MetaFs::WriteBuffered(File& f, bool tail) REQUIRES(f.mu) {
   if (len == 0) return Status();
   // Make room: chunks grow with the file, from chunk_min to chunk_max.
   while (f.allocated < f.buf_start + len) {
-    uint64_t chunk = std::clamp<uint64_t>(f.allocated, options_.chunk_min_bytes, options_.chunk_max_bytes);
+    // (at most 1/32 of the metadata space: a small one is not taken in a
+    // few large chunks half of which are never written)
+    const uint64_t chunk_max =
+        std::max(options_.chunk_min_bytes, std::min(options_.chunk_max_bytes, alloc_->total_bytes() / 32));
+    uint64_t chunk = std::clamp<uint64_t>(f.allocated, options_.chunk_min_bytes, chunk_max);
     chunk = std::max<uint64_t>(chunk, f.buf_start + len - f.allocated);
     auto got = alloc_->Allocate(chunk);
     if (!got.ok()) return got.status().WithContext("metadata file " + NameOf(f));

@@ -106,6 +106,10 @@ class MetaFs {
   std::vector<std::string> List(const std::string& prefix);
 
   MetaFsStats Stats();
+  // The metadata groups' space, and what is not allocated (the allocator's
+  // own lock; no MetaFs lock).
+  uint64_t total_bytes() const { return alloc_->total_bytes(); }
+  uint64_t free_bytes() const { return alloc_->free_bytes(); }
   // Refuses every later change (file table, log, new files) with `why`,
   // as a failed log write does: nothing more can be made durable until the
   // MetaFs is mounted again. For a caller that knows the store must not

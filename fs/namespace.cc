@@ -176,6 +176,7 @@ Status Domain::Unlink(uint32_t vol, uint64_t dir, const std::string& name) {
     impl_->PutInode(t, vol, *in);
   }
   impl_->PutVolume(t, vol, *v);
+  t.essential = true;  // a delete: allowed into the metadata headroom
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   lock.Unlock();
   return impl_->Durable(t);
@@ -202,6 +203,7 @@ Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
   impl_->PutInode(t, vol, *d);
   NASGW_RETURN_IF_ERROR(impl_->DropInode(t, vol, *in, *v));
   impl_->PutVolume(t, vol, *v);
+  t.essential = true;  // a delete: allowed into the metadata headroom
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   lock.Unlock();
   return impl_->Durable(t);
@@ -363,6 +365,7 @@ Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) 
   t.batch.Delete(XattrKey(vol, ino, name));
   Impl::Touch(*in, false);
   impl_->PutInode(t, vol, *in);
+  t.essential = true;  // a delete: allowed into the metadata headroom
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   lock.Unlock();
   return impl_->Durable(t);
@@ -393,6 +396,7 @@ Status Domain::ReleaseFile(uint32_t vol, uint64_t ino) {
   NASGW_RETURN_IF_ERROR(impl_->DropInode(t, vol, *in, *v).WithContext("release"));
   t.batch.Delete(OrphanKey(vol, ino));
   impl_->PutVolume(t, vol, *v);
+  t.essential = true;  // a delete: allowed into the metadata headroom
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   lock.Unlock();
   return impl_->Durable(t);

@@ -165,6 +165,7 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
   t.batch.Delete(VolKey(vol));
   t.batch.Delete(VolNameKey(name));
   t.vol_files[vol] = std::nullopt;
+  t.essential = true;  // a delete: allowed into the metadata headroom
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   lock.Unlock();
   return impl_->Durable(t);
@@ -191,6 +192,7 @@ Result<uint64_t> Domain::Grow() {
   DomainRec saved = impl_->rec;
   impl_->rec = next;
   Impl::Txn t;
+  t.essential = true;  // more room, not less
   Status s = impl_->Commit(t);
   if (!s.ok()) {
     impl_->rec = saved;
