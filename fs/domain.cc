@@ -303,7 +303,7 @@ uint64_t Domain::txg() const {
 }
 
 Status Domain::SyncTxg() {
-  return impl_->SyncTxg();
+  return impl_->SyncTxg(/*settle=*/true);
 }
 
 IntentLogStats Domain::LogStats() const {

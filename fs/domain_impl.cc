@@ -40,7 +40,7 @@ Domain::Impl::~Impl() {
   StopTxgThread();
   if (log && log->health().ok()) {
     // An orderly close leaves nothing to replay.
-    Status s = SyncTxg();
+    Status s = SyncTxg(/*settle=*/true);
     if (!s.ok()) NASGW_LOG(kWarn, "fs") << "last transaction group at close" << Kv("error", s.ToString());
   }
   log_ready = nullptr;
@@ -148,7 +148,7 @@ Status Domain::Impl::BeforeFlush() {
   return s;
 }
 
-Status Domain::Impl::SyncTxg() {
+Status Domain::Impl::SyncTxg(bool settle) {
   if (!log) return Status::NotSupported("domain opened read-only");
   MutexLock sync(sync_mu);
   // The store first, without the domain's lock: a change that waits for log
@@ -171,7 +171,11 @@ Status Domain::Impl::SyncTxg() {
       return s.WithContext("transaction group");
     }
   }
-  return Durable(t);
+  NASGW_RETURN_IF_ERROR(Durable(t));
+  if (!settle) return Status();
+  const uint64_t numbered = CheckpointLimit(log->appended_lsn());
+  NASGW_RETURN_IF_ERROR(store->Flush().WithContext("flush the metadata store"));
+  return log->Checkpoint(numbered);
 }
 
 void Domain::Impl::WantTxg() {

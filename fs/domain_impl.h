@@ -148,7 +148,9 @@ struct Domain::Impl {
   // The store's before_flush: waits until the log holds everything applied.
   Status BeforeFlush();
   // Ends the open transaction group (see above).
-  Status SyncTxg() EXCLUDES(mu);
+  // `settle`: the group's own numbering entry is flushed too, so the log
+  // holds nothing past the checkpoint (an orderly close, Domain::SyncTxg).
+  Status SyncTxg(bool settle = false) EXCLUDES(mu);
   // Asks the txg thread for a sync soon (the log's want_checkpoint).
   void WantTxg();
   void StartTxgThread();
