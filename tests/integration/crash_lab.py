@@ -278,10 +278,7 @@ def metric(node, name):
 def fsck(node):
     """nasgw-fsck read-only as the crash left the reserve: (clean, changes
     waiting in the intent log, output)."""
-    cmd = [node.s["bins"]["fsck"], "--initiator", "iqn.2026-11.org.nasgw:fsck-%d" % os.getpid()]
-    for u in node.s["urls"]:
-        cmd += ["--lun", u]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    p = node.fsck(check=False)
     m = re.search(r"(\d+) newer changes wait in the intent log", p.stderr)
     return p.returncode == 0, int(m.group(1)) if m else 0, p.stdout[-2000:] + p.stderr[-2000:]
 
@@ -416,14 +413,8 @@ def main():
     finally:
         for ld in loaders:
             ld.kill()
-        if failures and node is not None:
-            print("--- nasgwd log tail\n" + node.log_tail(3000))
-        if lab is not None:
-            lab.close()
-        if node is not None:
-            node.close()
-    print("%d failure(s)" % len(failures) if failures else "all passed")
-    return 1 if failures else 0
+        rc = nasgwlab.finish(failures, node=node, lab=lab)
+    return rc
 
 
 if __name__ == "__main__":

@@ -284,17 +284,19 @@ class Node:
         sh(["fusermount3", "-u", "-z", self.mount_path], check=False)
         self.save()
 
-    def fsck(self):
-        """Checks the reserve while nasgwd is stopped; raises with findings."""
+    def fsck(self, check=True):
+        """Checks the reserve while nasgwd is stopped (read-only); raises
+        with findings, or with check=False returns the CompletedProcess."""
         fsck = self.s["bins"].get("fsck")
         if not fsck:
-            return
+            return None
         cmd = [fsck, "--initiator", "iqn.2026-11.org.nasgw:fsck-%d" % os.getpid()]
         for u in self.s["urls"]:
             cmd += ["--lun", u]
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if p.returncode != 0:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        if check and p.returncode != 0:
             raise RuntimeError("nasgw-fsck exit %d:\n%s%s" % (p.returncode, p.stdout[-3000:], p.stderr[-2000:]))
+        return p
 
     def remount(self):
         """Clean stop of head and daemon, fsck, start again (new initiator)."""
@@ -325,3 +327,22 @@ class Node:
             shutil.rmtree(self.s["dir"], ignore_errors=True)
         if self.state_file and os.path.exists(self.state_file):
             os.remove(self.state_file)
+
+
+def finish(failures, node=None, lab=None, server=None, after=None):
+    """The end of a suite with a node and an NFS lab, also after an
+    exception: on failure ganesha's and nasgwd's log tails, then the NFS lab,
+    the node and `after` (e.g. a lab SAN the node used) stopped, and the
+    summary line. Returns the exit code."""
+    if failures and server is not None:
+        print("--- ganesha log tail\n" + server.log_tail(3000))
+    if failures and node is not None:
+        print("--- nasgwd log tail\n" + node.log_tail(3000))
+    if lab is not None:
+        lab.close()
+    if node is not None:
+        node.close()
+    if after is not None:
+        after()
+    print("%d failure(s)" % len(failures) if failures else "all passed")
+    return 1 if failures else 0

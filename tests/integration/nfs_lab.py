@@ -749,16 +749,8 @@ def main():
                 traceback.print_exc()
                 failures.append(name + ": exception")
     finally:
-        if failures and server is not None:
-            print("--- ganesha log tail\n" + server.log_tail(3000))
-        if failures and node is not None:
-            print("--- nasgwd log tail\n" + node.log_tail(2000))
-        if lab is not None:
-            lab.close()
-        if node is not None:
-            node.close()
-    print("%d failure(s)" % len(failures) if failures else "all passed")
-    return 1 if failures else 0
+        rc = nasgwlab.finish(failures, node=node, lab=lab, server=server)
+    return rc
 
 
 if __name__ == "__main__":

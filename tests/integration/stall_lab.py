@@ -172,16 +172,9 @@ def main():
                 except ProcessLookupError:
                     pass
                 p.wait()
-        if failures and node is not None:
-            print("--- nasgwd log tail\n" + node.log_tail(2000))
-        if lab is not None:
-            lab.close()
-        if node is not None:
-            node.close()
-        if san is not None:
-            nasgwlab.sh([SANLAB, "stop", san["name"]], check=False)
-    print("%d failure(s)" % len(failures) if failures else "all passed")
-    return 1 if failures else 0
+        rc = nasgwlab.finish(failures, node=node, lab=lab,
+                             after=san and (lambda: nasgwlab.sh([SANLAB, "stop", san["name"]], check=False)))
+    return rc
 
 
 if __name__ == "__main__":
