@@ -60,21 +60,64 @@ constexpr uint32_t kCommandRetriesMax = 16;
 
 // ---- cache/ (the write-back data cache) ----------------------------------
 
-// Dirty data held in memory before writers wait for the flusher. 256 MiB
+// Dirty data held in memory before writers wait for the flusher (at most
+// half of the data cache's share of the memory budget, below). 256 MiB
 // absorbs several seconds of a 10GbE client burst and stays a small part of
 // a controller's memory; the minimum still holds a few largest writes.
 constexpr uint64_t kCacheDirtyBytesDefault = 256ull << 20;
 constexpr uint64_t kCacheDirtyBytesMin = 4ull << 20;
 constexpr uint64_t kCacheDirtyBytesMax = 64ull << 30;
 
-// The cache's memory budget: dirty data and clean (read-cache) blocks share
-// it; the clean blocks get what the dirty data leaves. 2 GiB holds a few
-// clients' working sets on a small controller; a real head gives it most of
-// its memory (ZFS's ARC takes half by default). Per 4 KiB block held, about
-// 150 bytes of bookkeeping come on top (under 4%).
-constexpr uint64_t kCacheMemoryBytesDefault = 2ull << 30;
+// The node's memory budget ([cache] memory_mib): one bound for what nasgwd
+// holds in memory that grows with load. It is cut in three (MemoryShares
+// below): the metadata cache (RocksDB's block cache and every domain's
+// memtables, fs::MetaCache), the head's request buffers (payloads read and
+// replies owed, daemon/head_server.h), and the data cache (dirty data and
+// clean blocks; the clean blocks get what the dirty data leaves). 2 GiB
+// holds a few clients' working sets on a small controller; a real head gives
+// it most of its memory (ZFS's ARC takes half by default). What comes on
+// top is fixed (code, threads, connections) or bookkeeping: about 150 bytes
+// per 4 KiB block held (under 4%). docs/cache.md "Memory" states it.
+constexpr uint64_t kMemoryBytesDefault = 2ull << 30;
+constexpr uint64_t kMemoryBytesMin = 32ull << 20;
+constexpr uint64_t kMemoryBytesMax = 1ull << 40;
+// The metadata cache: an eighth, at least 4 MiB (a few memtables of a small
+// domain), at most 4 GiB (RocksDB's index and hot blocks of a large one).
+constexpr uint64_t kMetaCacheBytesMin = 4ull << 20;
+constexpr uint64_t kMetaCacheBytesMax = 4ull << 30;
+// Request buffers: an eighth, at least 4 MiB (a few of the largest WRITE or
+// READ at once: the head protocol's 1 MiB plus its header), at most 1 GiB
+// (a thousand of them in flight is more than any array's queues hold).
+constexpr uint64_t kRequestBytesMin = 4ull << 20;
+constexpr uint64_t kRequestBytesMax = 1ull << 30;
+// The data cache's least (its dirty data at most half of it).
 constexpr uint64_t kCacheMemoryBytesMin = 16ull << 20;
-constexpr uint64_t kCacheMemoryBytesMax = 1ull << 40;
+constexpr uint64_t kCacheMemoryBytesMax = kMemoryBytesMax;
+
+// malloc arenas of nasgwd (glibc's M_ARENA_MAX; its default is 8 per
+// core): each arena keeps memory freed into it that it cannot return, so
+// fewer arenas bound what comes on top of the budget.
+constexpr int kMallocArenas = 2;
+
+struct MemoryShares {
+  uint64_t meta = 0;      // fs::MetaCache
+  uint64_t requests = 0;  // the head server's request buffers
+  uint64_t data = 0;      // cache::DataCache: dirty and clean
+};
+
+constexpr uint64_t Clamp(uint64_t v, uint64_t lo, uint64_t hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+// How a budget of `bytes` (kMemoryBytes{Min,Max}) is cut.
+constexpr MemoryShares SharesOf(uint64_t bytes) {
+  MemoryShares s;
+  s.meta = Clamp(bytes / 8, kMetaCacheBytesMin, kMetaCacheBytesMax);
+  s.requests = Clamp(bytes / 8, kRequestBytesMin, kRequestBytesMax);
+  s.data = bytes - s.meta - s.requests;
+  return s;
+}
+static_assert(SharesOf(kMemoryBytesMin).data >= kCacheMemoryBytesMin, "the least budget must leave a data cache");
 
 // Largest read-ahead window of one sequential stream (it doubles from
 // 128 KiB up to this); 0 turns read-ahead off. 4 MiB keeps a 10GbE stream

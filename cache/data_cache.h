@@ -46,9 +46,10 @@
 namespace nasgw::cache {
 
 struct DataCacheOptions {
-  // Dirty data and clean blocks (the read cache) share this; dirty_bytes
-  // is at most half of it.
-  uint64_t memory_bytes = limits::kCacheMemoryBytesDefault;
+  // Dirty data and clean blocks (the read cache) share this (the data
+  // cache's share of the node's memory budget); dirty_bytes is at most half
+  // of it.
+  uint64_t memory_bytes = limits::SharesOf(limits::kMemoryBytesDefault).data;
   uint64_t dirty_bytes = limits::kCacheDirtyBytesDefault;
   // Largest read-ahead window of a sequential stream; 0: no read-ahead.
   uint64_t read_ahead_bytes = limits::kReadAheadBytesDefault;

@@ -785,12 +785,14 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
                 {"memory_mib", "dirty_mib", "read_ahead_kib", "flush_after_ms", "stall_timeout_ms", "write_through",
                  "log_stable_writes"},
                 &errors);
-  cache.Integer("memory_mib", limits::kCacheMemoryBytesMin >> 20, limits::kCacheMemoryBytesMax >> 20,
-                &c.cache_memory_mib);
+  cache.Integer("memory_mib", limits::kMemoryBytesMin >> 20, limits::kMemoryBytesMax >> 20, &c.cache_memory_mib);
   cache.Integer("dirty_mib", limits::kCacheDirtyBytesMin >> 20, limits::kCacheDirtyBytesMax >> 20, &c.cache_dirty_mib);
-  if (c.cache_dirty_mib > c.cache_memory_mib / 2) {
-    errors.Add("cache.dirty_mib", std::to_string(c.cache_dirty_mib) + " is more than half of cache.memory_mib (" +
-                                      std::to_string(c.cache_memory_mib) + ")");
+  const uint64_t data_share = limits::SharesOf(uint64_t{c.cache_memory_mib} << 20).data;
+  if ((uint64_t{c.cache_dirty_mib} << 20) > data_share / 2) {
+    errors.Add("cache.dirty_mib", std::to_string(c.cache_dirty_mib) + " is more than half of the data cache's share (" +
+                                      std::to_string(data_share >> 20) + " MiB) of cache.memory_mib (" +
+                                      std::to_string(c.cache_memory_mib) +
+                                      "; the rest is the metadata cache and request buffers)");
   }
   cache.Integer("read_ahead_kib", 0, static_cast<uint32_t>(limits::kReadAheadBytesMax >> 10), &c.cache_read_ahead_kib);
   cache.Integer("flush_after_ms", limits::kCacheFlushAfterMsMin, limits::kCacheFlushAfterMsMax,

@@ -87,10 +87,12 @@ struct Config {
   bool admin_insecure_no_client_auth = false;
 
   // [cache] (cache/data_cache.h; bounds in base/limits.h)
-  uint32_t cache_memory_mib = limits::kCacheMemoryBytesDefault >> 20;     // kCacheMemoryBytes{Min,Max} in MiB
-  uint32_t cache_dirty_mib = limits::kCacheDirtyBytesDefault >> 20;       // kCacheDirtyBytes{Min,Max}; <= memory/2
-  uint32_t cache_read_ahead_kib = limits::kReadAheadBytesDefault >> 10;   // 0..kReadAheadBytesMax in KiB
-  uint32_t cache_flush_after_ms = limits::kCacheFlushAfterMsDefault;      // kCacheFlushAfterMs{Min,Max}
+  // The node's memory budget (limits::SharesOf cuts it: metadata cache,
+  // request buffers, data cache).
+  uint32_t cache_memory_mib = limits::kMemoryBytesDefault >> 20;         // kMemoryBytes{Min,Max} in MiB
+  uint32_t cache_dirty_mib = limits::kCacheDirtyBytesDefault >> 20;      // kCacheDirtyBytes{Min,Max}; <= data share / 2
+  uint32_t cache_read_ahead_kib = limits::kReadAheadBytesDefault >> 10;  // 0..kReadAheadBytesMax in KiB
+  uint32_t cache_flush_after_ms = limits::kCacheFlushAfterMsDefault;     // kCacheFlushAfterMs{Min,Max}
   uint32_t cache_stall_timeout_ms = limits::kCacheStallTimeoutMsDefault;  // kCacheStallTimeoutMs{Min,Max}
   bool cache_write_through = false;     // strict: every write flushed before its answer
   bool cache_log_stable_writes = true;  // small stable writes answered once in the intent log

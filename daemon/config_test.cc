@@ -316,18 +316,43 @@ TEST_F(ConfigTest, CacheKeysAreReadAndBounded) {
   auto d = Parse(Cfg());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(uint64_t{d->cache_dirty_mib} << 20, limits::kCacheDirtyBytesDefault);
-  EXPECT_EQ(uint64_t{d->cache_memory_mib} << 20, limits::kCacheMemoryBytesDefault);
+  EXPECT_EQ(uint64_t{d->cache_memory_mib} << 20, limits::kMemoryBytesDefault);
   EXPECT_EQ(uint64_t{d->cache_read_ahead_kib} << 10, limits::kReadAheadBytesDefault);
   EXPECT_FALSE(d->cache_write_through);
   EXPECT_TRUE(d->cache_log_stable_writes);
   ExpectInvalid(Cfg("", "", "[cache]\ndirty_mib = 1"), {"cache.dirty_mib: 1 is out of range"});
   ExpectInvalid(Cfg("", "", "[cache]\nflush_after_ms = 0"), {"cache.flush_after_ms: 0 is out of range"});
-  ExpectInvalid(Cfg("", "", "[cache]\nmemory_mib = 8"), {"cache.memory_mib: 8 is out of range"});
-  ExpectInvalid(Cfg("", "", "[cache]\nmemory_mib = 256\ndirty_mib = 200"),
-                {"cache.dirty_mib: 200 is more than half of cache.memory_mib (256)"});
+  ExpectInvalid(Cfg("", "", "[cache]\nmemory_mib = 16"), {"cache.memory_mib: 16 is out of range"});
+  // 256 MiB: 32 for metadata, 32 for requests, 192 for data; dirty at most 96.
+  ExpectInvalid(Cfg("", "", "[cache]\nmemory_mib = 256\ndirty_mib = 97"),
+                {"cache.dirty_mib: 97 is more than half of the data cache's share (192 MiB) of cache.memory_mib (256"});
+  EXPECT_TRUE(ParseConfig(Cfg("", "", "[cache]\nmemory_mib = 256\ndirty_mib = 96")).ok());
   ExpectInvalid(Cfg("", "", "[cache]\nread_ahead_kib = 70000"), {"cache.read_ahead_kib: 70000 is out of range"});
   ExpectInvalid(Cfg("", "", "[cache]\nwrite_through = 1"), {"cache.write_through"});
   ExpectInvalid(Cfg("", "", "[cache]\nsize = 1"), {"cache.size: unknown key"});
+}
+
+// One budget, cut in three that add up to it, each share within its bounds.
+TEST(MemorySharesTest, TheBudgetIsCutInThreeThatAddUpToIt) {
+  for (uint64_t mib : {32ull, 33ull, 256ull, 2048ull, 65536ull, 1ull << 20}) {
+    const uint64_t bytes = mib << 20;
+    const limits::MemoryShares s = limits::SharesOf(bytes);
+    SCOPED_TRACE(mib);
+    EXPECT_EQ(s.meta + s.requests + s.data, bytes);
+    EXPECT_GE(s.meta, limits::kMetaCacheBytesMin);
+    EXPECT_LE(s.meta, limits::kMetaCacheBytesMax);
+    EXPECT_GE(s.requests, limits::kRequestBytesMin);
+    EXPECT_LE(s.requests, limits::kRequestBytesMax);
+    EXPECT_GE(s.data, limits::kCacheMemoryBytesMin);
+    EXPECT_GE(s.data, bytes / 2);  // the data cache always gets most of it
+  }
+  const limits::MemoryShares def = limits::SharesOf(limits::kMemoryBytesDefault);
+  EXPECT_EQ(def.meta, 256ull << 20);
+  EXPECT_EQ(def.requests, 256ull << 20);
+  EXPECT_EQ(def.data, 1536ull << 20);
+  const limits::MemoryShares big = limits::SharesOf(1ull << 40);
+  EXPECT_EQ(big.meta, limits::kMetaCacheBytesMax);
+  EXPECT_EQ(big.requests, limits::kRequestBytesMax);
 }
 
 TEST_F(ConfigTest, UnknownKeyRefused) {

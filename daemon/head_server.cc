@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/byte_budget.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/log_limit.h"
@@ -146,6 +147,7 @@ struct Task {
   std::shared_ptr<Conn> conn;
   proto::FrameHeader header;
   std::string payload;  // owns the bytes the request views
+  BudgetHold charge;    // its payload's and its reply's request-buffer bytes
   proto::Request request;
   uint64_t start_ns = 0;
 };
@@ -183,7 +185,8 @@ struct HeadServer::Impl {
   // One log line per peer uid per interval (created in Start()).
   std::unique_ptr<LogLimiter> protocol_log, refused_log, refused_uid_log;
   std::atomic<bool> accepting{true};
-  std::atomic<bool> reading_stopped{false};  // Shutdown() stopped the readers: a drain, not a dead head
+  std::unique_ptr<ByteBudget> request_budget;  // opt.request_bytes
+  std::atomic<bool> reading_stopped{false};    // Shutdown() stopped the readers: a drain, not a dead head
 
   size_t QueueMax() const { return static_cast<size_t>(opt.workers) * 4 + 64; }  // per lane
   uint32_t Workers(int lane) const { return lane == kDataLane ? opt.workers : std::max<uint32_t>(2, opt.workers / 2); }
@@ -440,6 +443,14 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
       why = h.status().ToString();
       break;
     }
+    // Request buffers are a share of the memory budget: a frame's bytes are
+    // taken before its payload is read (a reader that finds none free stops
+    // reading its socket: backpressure), and a READ's reply bytes once it is
+    // decoded. Readers are the only ones that wait for them, and what they
+    // wait for is held by requests that finish without taking more.
+    const uint64_t taken = request_budget->Acquire(h->length);
+    if (taken == ByteBudget::kStopped) break;  // nasgwd's drain
+    BudgetHold charge(request_budget.get(), taken);
     // Grown as the bytes arrive: a header alone must not make us allocate
     // a megabyte.
     std::string payload;
@@ -476,6 +487,12 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
       break;
     }
     t.request = std::move(*r);
+    t.charge = std::move(charge);
+    if (t.request.op == Op::kRead) {
+      const uint64_t reply = request_budget->Acquire(std::min<uint64_t>(t.request.count, proto::kIoBytesMax));
+      if (reply == ByteBudget::kStopped) break;
+      t.charge.Add(reply);
+    }
     if (!c->trusted && t.request.reject == 0 && !ActsAsItself(*c, t.request.creds)) {
       t.request.reject = EPERM;
       t.request.reject_why = "an unprivileged head may only act as itself (its uid and groups)";
@@ -660,6 +677,12 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadService* service, cons
   impl->service = service;
   impl->observer = observer;
   impl->opt = options;
+  if (options.request_bytes < proto::kPayloadMax) {
+    return Status::InvalidArgument("head request_bytes (" + std::to_string(options.request_bytes) +
+                                   ") must hold at least one largest frame (" + std::to_string(proto::kPayloadMax) +
+                                   ")");
+  }
+  impl->request_budget = std::make_unique<ByteBudget>(options.request_bytes);
   const uint64_t log_interval_ns = uint64_t{options.log_interval_ms} * 1'000'000;
   impl->protocol_log = std::make_unique<LogLimiter>(log_interval_ns);
   impl->refused_log = std::make_unique<LogLimiter>(log_interval_ns);
@@ -743,6 +766,7 @@ void HeadServer::Shutdown(std::chrono::milliseconds drain) {
   // c->mu, not write_mu: a worker may be blocked writing to a head that
   // does not read (for up to send_timeout_ms).
   m.reading_stopped = true;
+  m.request_budget->Stop();  // a reader waiting for request buffers stops too
   for (auto& c : conns) {
     MutexLock l(c->mu);
     if (c->fd >= 0) ::shutdown(c->fd, SHUT_RD);
@@ -794,6 +818,15 @@ uint64_t HeadServer::refused_connections_uid() const {
 }
 uint64_t HeadServer::idle_closed() const {
   return impl_->n_idle_closed.load();
+}
+uint64_t HeadServer::request_bytes() const {
+  return impl_->request_budget->used();
+}
+uint64_t HeadServer::request_bytes_capacity() const {
+  return impl_->request_budget->capacity();
+}
+uint64_t HeadServer::request_waits() const {
+  return impl_->request_budget->waits();
 }
 uint32_t HeadServer::queued() const {
   MutexLock l(impl_->mu);

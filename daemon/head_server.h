@@ -35,6 +35,7 @@
 #include <memory>
 #include <string>
 
+#include "base/limits.h"
 #include "base/status.h"
 #include "daemon/head_service.h"
 
@@ -50,6 +51,11 @@ struct HeadServerOptions {
   uint32_t max_connections = 256;
   uint32_t max_connections_per_uid = 128;
   uint32_t max_inflight = 64;
+  // Request buffers of every connection together (the payloads read and
+  // the replies of READs in flight): the head's share of the node's memory
+  // budget. A reader that finds it used up stops reading its socket until
+  // requests finish (backpressure). At least one largest frame.
+  uint64_t request_bytes = limits::SharesOf(limits::kMemoryBytesDefault).requests;
   // A connection with no request in flight and nothing received for this
   // long is closed (its client reconnects when it needs to).
   uint32_t idle_timeout_ms = 300'000;
@@ -87,6 +93,9 @@ class HeadServer {
   uint32_t connections() const;
   uint64_t requests() const;
   uint32_t queued() const;                   // requests waiting for a worker
+  uint64_t request_bytes() const;            // request buffers held now
+  uint64_t request_bytes_capacity() const;   // HeadServerOptions::request_bytes
+  uint64_t request_waits() const;            // frames whose reader waited for request buffers
   uint64_t protocol_errors() const;          // malformed frames (each closed its connection)
   uint64_t refused_connections() const;      // refused at max_connections
   uint64_t refused_connections_uid() const;  // refused at max_connections_per_uid

@@ -684,6 +684,77 @@ class HeadBigTest : public HeadTest {
   uint64_t LunMib() const override { return 512; }  // room for megabytes of metadata
 };
 
+// Request buffers are one bound for every connection (the head's share of
+// the memory budget): with room for two largest frames, 32 pipelined 1 MiB
+// writes and then 32 reads of them all complete, correct, readers having
+// waited for room, and every byte is given back. A bound smaller than one
+// frame is refused at start.
+TEST_F(HeadBigTest, RequestBuffersAreBoundedAndGivenBack) {
+  server_->Shutdown(std::chrono::milliseconds(1000));
+  HeadServerOptions bad;
+  bad.socket_path = socket_;
+  bad.request_bytes = proto::kPayloadMax - 1;
+  EXPECT_EQ(HeadServer::Start(service_.get(), bad).status().code(), Code::kInvalidArgument);
+  StartServerWith([](HeadServerOptions& o) { o.request_bytes = 2 * uint64_t{proto::kPayloadMax}; });
+  nasgw_attr f = Create(root_.handle, "big");
+  constexpr int kOps = 32;
+  constexpr uint32_t kLen = 1u << 20;
+  std::vector<std::string> bufs(kOps), back(kOps, std::string(kLen, '\0'));
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, failed = 0;
+  struct Ctx {
+    std::mutex* mu;
+    std::condition_variable* cv;
+    int* done;
+    int* failed;
+  };
+  Ctx ctx{&mu, &cv, &done, &failed};
+  auto wcb = [](void* arg, int64_t result, const nasgw_write_result*) {
+    auto* c = static_cast<Ctx*>(arg);
+    std::lock_guard<std::mutex> l(*c->mu);
+    if (result != kLen) (*c->failed)++;
+    (*c->done)++;
+    c->cv->notify_all();
+  };
+  auto rcb = [](void* arg, int64_t result, int) {
+    auto* c = static_cast<Ctx*>(arg);
+    std::lock_guard<std::mutex> l(*c->mu);
+    if (result != kLen) (*c->failed)++;
+    (*c->done)++;
+    c->cv->notify_all();
+  };
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < kOps; i++) {
+    bufs[i].resize(kLen);
+    for (auto& ch : bufs[i]) ch = static_cast<char>(rng());
+    ASSERT_EQ(nasgw_write_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, bufs[i].data(), kLen, NASGW_UNSTABLE,
+                                wcb, &ctx),
+              0);
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(120), [&] { return done == kOps; }));
+    done = 0;
+  }
+  for (int i = 0; i < kOps; i++) {
+    ASSERT_EQ(nasgw_read_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, back[i].data(), kLen, rcb, &ctx), 0);
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(120), [&] { return done == kOps; }));
+  }
+  EXPECT_EQ(failed, 0);
+  for (int i = 0; i < kOps; i++) EXPECT_TRUE(back[i] == bufs[i]) << i;
+  EXPECT_GT(server_->request_waits(), 0u);  // the bound was met
+  EXPECT_EQ(server_->request_bytes_capacity(), 2 * uint64_t{proto::kPayloadMax});
+  // Every reply has been received, so every request has given its bytes
+  // back (they are released once the reply is sent).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server_->request_bytes() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(server_->request_bytes(), 0u);
+}
+
 TEST_F(HeadBigTest, OversizedReplyIsAnError) {
   nasgw_attr f = Create(root_.handle, "xattrs");
   const std::string pad(240, 'p');

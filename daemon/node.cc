@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/limits.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "block/iscsi_device.h"
@@ -255,6 +256,10 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   node->config_ = config;
   node->opener_ = opener ? std::move(opener) : IscsiOpener(config);
   node->domain_options_ = domain_options;
+  if (node->domain_options_.store.cache == nullptr) {
+    node->domain_options_.store.cache =
+        fs::MetaCache::New(limits::SharesOf(uint64_t{config.cache_memory_mib} << 20).meta);
+  }
   node->started_unix_ = NowUnix();
   node->ownership_options_.renew_interval_ms = config.renew_interval_ms;
   node->ownership_options_.lease_ms = config.lease_ms;

@@ -105,6 +105,9 @@ class Node {
   ~Node();
 
   const Config& config() const { return config_; }
+  // The metadata memory every domain this node opens shares (its share of
+  // [cache] memory_mib, unless the caller's domain options gave one).
+  const fs::MetaCache& meta_cache() const { return *domain_options_.store.cache; }
   NodeStatus Status() const;
 
   // ---- reserve

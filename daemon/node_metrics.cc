@@ -80,6 +80,13 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                 {{"limit", "max_connections_per_uid"}}, head->refused_connections_uid());
       s.Counter("nasgw_head_idle_closed_total", "Head connections closed for idleness (head.idle_timeout_ms).", {},
                 head->idle_closed());
+      s.Gauge("nasgw_head_request_buffer_bytes", "Request buffers held: payloads read and READ replies owed.", {},
+              static_cast<double>(head->request_bytes()));
+      s.Gauge("nasgw_head_request_buffer_capacity_bytes", "The request buffers' share of the memory budget.", {},
+              static_cast<double>(head->request_bytes_capacity()));
+      s.Counter("nasgw_head_request_buffer_waits_total",
+                "Frames whose reader waited for request buffers (the budget's share was in use).", {},
+                head->request_waits());
     }
     if (service != nullptr) {
       s.Gauge("nasgw_head_locks", "Byte-range lock ranges held by the heads' sessions.", {},
@@ -127,6 +134,19 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
       s.Counter("nasgw_cache_no_space_total", "Writes refused with ENOSPC: no space to reserve for their flush.", {},
                 c.no_space);
     }
+    const fs::MetaCache& mc = node->meta_cache();
+    s.Gauge("nasgw_meta_cache_bytes", "Metadata held in memory: RocksDB's blocks and memtables, every domain.", {},
+            static_cast<double>(mc.usage()));
+    s.Gauge("nasgw_meta_cache_capacity_bytes", "The metadata cache's share of the memory budget.", {},
+            static_cast<double>(mc.capacity()));
+    s.Gauge("nasgw_meta_memtable_bytes", "The memtables' part of the metadata cache.", {},
+            static_cast<double>(mc.memtable_bytes()));
+    s.Counter("nasgw_meta_cache_reads_total", "Metadata block reads, by whether the cache answered them.",
+              {{"result", "hit"}}, mc.hits());
+    s.Counter("nasgw_meta_cache_reads_total", "Metadata block reads, by whether the cache answered them.",
+              {{"result", "miss"}}, mc.misses());
+    s.Gauge("nasgw_memory_budget_bytes", "The node's memory budget (cache.memory_mib).", {},
+            static_cast<double>(uint64_t{node->config().cache_memory_mib} << 20));
     ReserveStatus r = node->GetReserve();
     for (const char* st : {"unformatted", "online", "failed", "standby", "fenced"}) {
       s.Gauge("nasgw_reserve_state", "1 for the reserve's current state.", {{"state", st}},

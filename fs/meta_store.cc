@@ -13,10 +13,12 @@
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/listener.h>
+#include <rocksdb/statistics.h>
 #include <rocksdb/system_clock.h>
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/table_properties_collectors.h>
 #include <rocksdb/write_batch.h>
+#include <rocksdb/write_buffer_manager.h>
 
 namespace nasgw::fs {
 
@@ -418,6 +420,43 @@ class ClockEnv : public rocksdb::EnvWrapper {
 };
 }  // namespace
 
+struct MetaCache::Rep {
+  std::shared_ptr<rocksdb::Cache> cache;
+  std::shared_ptr<rocksdb::WriteBufferManager> memtables;
+  std::shared_ptr<rocksdb::Statistics> stats;
+};
+
+MetaCache::MetaCache(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+MetaCache::~MetaCache() = default;
+
+std::shared_ptr<MetaCache> MetaCache::New(uint64_t bytes) {
+  auto rep = std::make_unique<Rep>();
+  rep->cache = rocksdb::NewLRUCache(bytes);
+  // Memtables are charged to the cache (dummy entries), so that blocks
+  // make room for them; past half of the cache RocksDB flushes the largest.
+  // No stall: a write waiting here could hold the domain's lock.
+  rep->memtables = std::make_shared<rocksdb::WriteBufferManager>(bytes / 2, rep->cache, /*allow_stall=*/false);
+  rep->stats = rocksdb::CreateDBStatistics();
+  rep->stats->set_stats_level(rocksdb::StatsLevel::kExceptHistogramOrTimers);  // counters only: cheap
+  return std::shared_ptr<MetaCache>(new MetaCache(std::move(rep)));
+}
+
+uint64_t MetaCache::capacity() const {
+  return rep_->cache->GetCapacity();
+}
+uint64_t MetaCache::usage() const {
+  return rep_->cache->GetUsage();
+}
+uint64_t MetaCache::memtable_bytes() const {
+  return rep_->memtables->memory_usage();
+}
+uint64_t MetaCache::hits() const {
+  return rep_->stats->getTickerCount(rocksdb::BLOCK_CACHE_HIT);
+}
+uint64_t MetaCache::misses() const {
+  return rep_->stats->getTickerCount(rocksdb::BLOCK_CACHE_MISS);
+}
+
 struct MetaStore::Rep {
   std::shared_ptr<rocksdb::FileSystem> fs;
   std::unique_ptr<rocksdb::Env> base_env;
@@ -449,6 +488,14 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOp
   opts.max_write_buffer_number = 2;
   opts.max_background_jobs = 2;  // two cores
   opts.max_open_files = -1;
+  // No periodic statistics dump: it collects the block cache's entry
+  // statistics through a collector kept in the cache with the clock of the
+  // store that first made it, and the cache is shared by every store of the
+  // node (MetaCache) and outlives a closed one: a dump then called through
+  // a freed clock (nasgwd died under memory_lab's flood after a domain was
+  // opened twice). The metrics endpoint reads what is needed instead.
+  opts.stats_dump_period_sec = 0;
+  opts.stats_persist_period_sec = 0;
   opts.paranoid_checks = true;
   // Closing does not flush: batches applied without the WAL are in the
   // domain's intent log, and after a log failure they must not reach a
@@ -461,7 +508,16 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOp
   opts.table_properties_collector_factories.push_back(rocksdb::NewCompactOnDeletionCollectorFactory(128, 32));
   if (o.before_flush) opts.listeners.push_back(std::make_shared<FlushGate>(o.before_flush));
   rocksdb::BlockBasedTableOptions t;
-  if (o.block_cache_bytes == 0) {
+  if (o.cache != nullptr) {
+    t.block_cache = o.cache->rep_->cache;
+    opts.write_buffer_manager = o.cache->rep_->memtables;
+    opts.statistics = o.cache->rep_->stats;
+    // Index and filter blocks inside the bound too (else every open table
+    // holds its own outside any budget); level 0's stay pinned, as they are
+    // read by every lookup.
+    t.cache_index_and_filter_blocks = true;
+    t.pin_l0_filter_and_index_blocks_in_cache = true;
+  } else if (o.block_cache_bytes == 0) {
     t.no_block_cache = true;
   } else {
     t.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);

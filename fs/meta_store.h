@@ -22,11 +22,39 @@
 
 namespace nasgw::fs {
 
+// The metadata memory several stores share, one bound for all of a node's
+// domains (part of the node's memory budget, docs/cache.md "Memory"):
+// RocksDB's block cache, with every store's memtables charged to it (a
+// WriteBufferManager: past half of it the largest memtable is flushed) and
+// one set of hit and miss counters.
+class MetaCache {
+ public:
+  static std::shared_ptr<MetaCache> New(uint64_t bytes);
+  ~MetaCache();
+  MetaCache(const MetaCache&) = delete;
+  MetaCache& operator=(const MetaCache&) = delete;
+
+  uint64_t capacity() const;
+  uint64_t usage() const;           // table blocks and memtables held
+  uint64_t memtable_bytes() const;  // the memtables' part of it
+  uint64_t hits() const;            // block reads the cache answered
+  uint64_t misses() const;          // ... and those that went to the LUNs
+
+ private:
+  friend class MetaStore;
+  struct Rep;
+  explicit MetaCache(std::unique_ptr<Rep> rep);
+  std::unique_ptr<Rep> rep_;
+};
+
 struct MetaStoreOptions {
   // Memtable size; also bounds what a crash replays from the WAL.
   uint64_t write_buffer_bytes = 32ull << 20;
-  // RocksDB block cache, part of the node's memory budget. 0: none, so every
-  // read of a table block reaches the LUNs (fault tests).
+  // The shared metadata memory (above); when set, block_cache_bytes is
+  // not used.
+  std::shared_ptr<MetaCache> cache;
+  // The store's own RocksDB block cache, when no shared one is given. 0:
+  // none, so every read of a table block reaches the LUNs (fault tests).
   uint64_t block_cache_bytes = 64ull << 20;
   // Open with RocksDB's read-only mode: the WAL is replayed into memory only,
   // no file is created, written or deleted (nasgw-fsck without --repair).

@@ -58,7 +58,6 @@ import sys
 import threading
 import time
 import traceback
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -265,16 +264,6 @@ def verify(node, loaders):
     return problems
 
 
-def metric(node, name):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % node.metrics_port(), timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return None
-    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
-               if l.startswith(name + " ") or l.startswith(name + "{"))
-
-
 def fsck(node):
     """nasgw-fsck read-only as the crash left the reserve: (clean, changes
     waiting in the intent log, output)."""
@@ -342,7 +331,10 @@ def main():
                 if not ld.acked.wait(FIRST_ACK_TIMEOUT_S):
                     raise RuntimeError("loader %s answered nothing in %ds" % (ld.tag, FIRST_ACK_TIMEOUT_S))
             time.sleep(rng.uniform(*LOAD_S))  # the moment of the crash, chosen at random
-            dirty = metric(node, "nasgw_cache_dirty_bytes")
+            try:
+                dirty = node.metric("nasgw_cache_dirty_bytes")
+            except OSError:
+                dirty = None
             t_kill = time.monotonic()
             node.kill()  # SIGKILL nasgwd, then nasgw-fuse (the mount goes, lazily)
             for ld in loaders:

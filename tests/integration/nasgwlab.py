@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SANLAB = os.path.join(HERE, "..", "lab", "sanlab")
@@ -170,6 +171,18 @@ class Node:
                 so.bind(("127.0.0.1", 0))
                 self.s["metrics_port"] = so.getsockname()[1]
         return self.s["metrics_port"]
+
+    def metric(self, name, **labels):
+        """The sum of a Prometheus metric's samples (of nasgwd's endpoint:
+        metrics=True) whose labels include these; 0 when there are none."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port(), timeout=10) as r:
+            text = r.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if ((line.startswith(name + "{") or line.startswith(name + " "))
+                    and all('%s="%s"' % kv in line for kv in labels.items())):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
 
     def start(self, extra_config=None):
         """extra_config: TOML appended to the config; None: what the last

@@ -41,7 +41,6 @@ import subprocess
 import sys
 import time
 import traceback
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -585,17 +584,6 @@ def fh_commit(client, tool, export, version, fh):
     return {"status": int(r[1]), "verf": r[3]}
 
 
-def metric(node, name, **labels):
-    """The sum of a Prometheus metric's samples whose labels include these."""
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % node.metrics_port(), timeout=10) as r:
-        text = r.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all('%s="%s"' % kv in line for kv in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 UNSTABLE, DATA_SYNC, FILE_SYNC = 0, 1, 2
 VERIFIER_SETUP = """
 c = connect('/vol1', '3')
@@ -633,11 +621,11 @@ def test_verifier(ctx):
     # The reply's attributes stand in for the GETATTR Ganesha makes after
     # each WRITE: 50 more WRITEs cost nasgwd no more GETATTRs than one.
     def getattrs_for(n, version):
-        g0 = metric(node, "nasgw_volume_ops_total", op="getattr", volume="vol1")
-        w0 = metric(node, "nasgw_volume_ops_total", op="write", volume="vol1")
+        g0 = node.metric("nasgw_volume_ops_total", op="getattr", volume="vol1")
+        w0 = node.metric("nasgw_volume_ops_total", op="write", volume="vol1")
         r = fh_write(c1, tool, "vol1", version, fh[version], 0, UNSTABLE, n)
-        g1 = metric(node, "nasgw_volume_ops_total", op="getattr", volume="vol1")
-        w1 = metric(node, "nasgw_volume_ops_total", op="write", volume="vol1")
+        g1 = node.metric("nasgw_volume_ops_total", op="getattr", volume="vol1")
+        w1 = node.metric("nasgw_volume_ops_total", op="write", volume="vol1")
         return r.get("status"), w1 - w0, g1 - g0
     for version in ("3", "4"):
         one, many = getattrs_for(1, version), getattrs_for(51, version)

@@ -99,7 +99,7 @@ def main():
                              urls=[l["url"] for l in san["luns"]], tag="stall", netns=host)
         # A small cache, so the readers' 64 MiB cannot be held: their reads
         # go to the array.
-        node.start("[cache]\nmemory_mib = 16\ndirty_mib = 8\n")
+        node.start("[cache]\nmemory_mib = 32\ndirty_mib = 8\n")
         node.format()
         lab = nfslab.Lab(name=name, clients=2, server_ns=host)
         cfg = nfslab.GaneshaConfig(exports=[nfslab.nasgw_export(1, "vol1", "/vol1")], plugins={"nasgw": fsal},
