@@ -102,8 +102,6 @@ class BudgetHold {
   BudgetHold& operator=(const BudgetHold&) = delete;
   ~BudgetHold() { Release(); }
 
-  // More bytes taken from the same budget (what Acquire returned).
-  void Add(uint64_t bytes) { bytes_ += bytes; }
   uint64_t bytes() const { return bytes_; }
   void Release() {
     if (budget_ != nullptr && bytes_ != 0) budget_->Release(bytes_);

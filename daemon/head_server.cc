@@ -100,6 +100,8 @@ bool Inline(Op op) {
 // operations behind them: a saturated array link must not stall another
 // client's MOUNT, READDIR or CREATE.
 constexpr int kDataLane = 0, kNamespaceLane = 1, kLanes = 2;
+// Frames up to this size are not charged to the request buffers' budget.
+constexpr uint64_t kChargedFrameBytesMin = 64u << 10;
 int LaneOf(Op op) {
   return op == Op::kRead || op == Op::kWrite || op == Op::kFsync ? kDataLane : kNamespaceLane;
 }
@@ -147,7 +149,7 @@ struct Task {
   std::shared_ptr<Conn> conn;
   proto::FrameHeader header;
   std::string payload;  // owns the bytes the request views
-  BudgetHold charge;    // its payload's and its reply's request-buffer bytes
+  BudgetHold charge;    // its payload's request-buffer bytes (a large frame's)
   proto::Request request;
   uint64_t start_ns = 0;
 };
@@ -443,13 +445,20 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
       why = h.status().ToString();
       break;
     }
-    // Request buffers are a share of the memory budget: a frame's bytes are
-    // taken before its payload is read (a reader that finds none free stops
-    // reading its socket: backpressure), and a READ's reply bytes once it is
-    // decoded. Readers are the only ones that wait for them, and what they
-    // wait for is held by requests that finish without taking more.
-    const uint64_t taken = request_budget->Acquire(h->length);
-    if (taken == ByteBudget::kStopped) break;  // nasgwd's drain
+    // Request buffers are a share of the memory budget: a large frame's
+    // bytes (a WRITE's data) are taken before its payload is read, and a
+    // reader that finds none free stops reading its socket (backpressure)
+    // until requests finish. Readers are the only ones that wait for them,
+    // and what they wait for is held by requests that finish without taking
+    // more. Small frames are not charged (bounded by max_inflight per
+    // connection), so that a GETATTR never queues for bytes behind writes;
+    // nor are READ replies, which workers make one at a time each (bounded
+    // by the workers).
+    uint64_t taken = 0;
+    if (h->length > kChargedFrameBytesMin) {
+      taken = request_budget->Acquire(h->length);
+      if (taken == ByteBudget::kStopped) break;  // nasgwd's drain
+    }
     BudgetHold charge(request_budget.get(), taken);
     // Grown as the bytes arrive: a header alone must not make us allocate
     // a megabyte.
@@ -488,11 +497,6 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
     }
     t.request = std::move(*r);
     t.charge = std::move(charge);
-    if (t.request.op == Op::kRead) {
-      const uint64_t reply = request_budget->Acquire(std::min<uint64_t>(t.request.count, proto::kIoBytesMax));
-      if (reply == ByteBudget::kStopped) break;
-      t.charge.Add(reply);
-    }
     if (!c->trusted && t.request.reject == 0 && !ActsAsItself(*c, t.request.creds)) {
       t.request.reject = EPERM;
       t.request.reject_why = "an unprivileged head may only act as itself (its uid and groups)";

@@ -51,10 +51,11 @@ struct HeadServerOptions {
   uint32_t max_connections = 256;
   uint32_t max_connections_per_uid = 128;
   uint32_t max_inflight = 64;
-  // Request buffers of every connection together (the payloads read and
-  // the replies of READs in flight): the head's share of the node's memory
-  // budget. A reader that finds it used up stops reading its socket until
-  // requests finish (backpressure). At least one largest frame.
+  // Request buffers of every connection together (the payloads of frames
+  // over 64 KiB: WRITE data): the head's share of the node's memory budget.
+  // A reader that finds it used up stops reading its socket until requests
+  // finish (backpressure). At least one largest frame. (Smaller frames are
+  // bounded by max_inflight, READ replies by the workers.)
   uint64_t request_bytes = limits::SharesOf(limits::kMemoryBytesDefault).requests;
   // A connection with no request in flight and nothing received for this
   // long is closed (its client reconnects when it needs to).
