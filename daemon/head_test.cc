@@ -729,6 +729,7 @@ TEST_F(HeadBigTest, RequestBuffersAreBoundedAndGivenBack) {
   // Four sessions (connections) write at once; stable writes, each flushed
   // before its reply, so one holds the bytes while another's frame comes.
   std::vector<nasgw_client*> writers;
+  writers.reserve(4);
   for (int c = 0; c < 4; c++) writers.push_back(OpenClient(("writer" + std::to_string(c)).c_str()));
   std::mt19937_64 rng(7);
   for (int i = 0; i < kOps; i++) {
