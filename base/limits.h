@@ -90,6 +90,10 @@ constexpr uint64_t kMetaCacheBytesMax = 4ull << 30;
 // (a thousand of them in flight is more than any array's queues hold).
 constexpr uint64_t kRequestBytesMin = 4ull << 20;
 constexpr uint64_t kRequestBytesMax = 1ull << 30;
+// Frames up to this size are not charged to the request buffers: they are
+// bounded by each connection's in-flight cap, and a small request (a
+// GETATTR) must never queue for bytes behind another's writes.
+constexpr uint64_t kRequestChargedFrameBytesMin = 64ull << 10;
 // The data cache's least (its dirty data at most half of it).
 constexpr uint64_t kCacheMemoryBytesMin = 16ull << 20;
 constexpr uint64_t kCacheMemoryBytesMax = kMemoryBytesMax;

@@ -100,8 +100,6 @@ bool Inline(Op op) {
 // operations behind them: a saturated array link must not stall another
 // client's MOUNT, READDIR or CREATE.
 constexpr int kDataLane = 0, kNamespaceLane = 1, kLanes = 2;
-// Frames up to this size are not charged to the request buffers' budget.
-constexpr uint64_t kChargedFrameBytesMin = 64u << 10;
 int LaneOf(Op op) {
   return op == Op::kRead || op == Op::kWrite || op == Op::kFsync ? kDataLane : kNamespaceLane;
 }
@@ -455,7 +453,7 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
     // nor are READ replies, which workers make one at a time each (bounded
     // by the workers).
     uint64_t taken = 0;
-    if (h->length > kChargedFrameBytesMin) {
+    if (h->length > limits::kRequestChargedFrameBytesMin) {
       taken = request_budget->Acquire(h->length);
       if (taken == ByteBudget::kStopped) break;  // nasgwd's drain
     }

@@ -425,6 +425,34 @@ TEST_F(HeadTest, WritesAndTruncationsClearSetuidAndSetgid) {
   EXPECT_EQ(mode(), 06755u);
 }
 
+// Completions of async calls: how many ended, and how many of them not as
+// their call wanted. AsyncCall is a callback's argument.
+struct AsyncTally {
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, failed = 0;
+  void End(bool ok) {
+    std::lock_guard<std::mutex> l(mu);
+    if (!ok) failed++;
+    done++;
+    cv.notify_all();
+  }
+  // Until `n` calls in all have ended (at most 120 s).
+  bool WaitFor(int n) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, std::chrono::seconds(120), [&] { return done >= n; });
+  }
+};
+struct AsyncCall {
+  AsyncTally* tally;
+  int64_t want;  // the result that is right
+};
+// nasgw_read_async's callback: right when it read `want` bytes.
+void ReadEnded(void* arg, int64_t result, int) {
+  auto* c = static_cast<AsyncCall*>(arg);
+  c->tally->End(result == c->want);
+}
+
 // Many requests outstanding on few connections; replies come back in any
 // order and each lands in its own buffer.
 TEST_F(HeadTest, PipelinedAsyncIo) {
@@ -432,58 +460,30 @@ TEST_F(HeadTest, PipelinedAsyncIo) {
   constexpr int kOps = 256;
   constexpr uint32_t kLen = 8192;
   std::vector<std::string> bufs(kOps);
-  std::mutex mu;
-  std::condition_variable cv;
-  int done = 0, failed = 0;
-  struct Ctx {
-    std::mutex* mu;
-    std::condition_variable* cv;
-    int* done;
-    int* failed;
-    int64_t want;
-  };
-  std::vector<Ctx> ctx(kOps);
-  auto cb = [](void* arg, int64_t result, int) {
-    auto* c = static_cast<Ctx*>(arg);
-    std::lock_guard<std::mutex> l(*c->mu);
-    if (result != c->want) (*c->failed)++;
-    (*c->done)++;
-    c->cv->notify_all();
-  };
+  AsyncTally tally;
+  std::vector<AsyncCall> ctx(kOps, AsyncCall{&tally, kLen});
   // A write's completion also says what it did: the level reached (as
   // asked: unstable), the verifier, the attributes after it.
   auto wcb = [](void* arg, int64_t result, const nasgw_write_result* r) {
-    auto* c = static_cast<Ctx*>(arg);
-    std::lock_guard<std::mutex> l(*c->mu);
-    if (result != c->want || r == nullptr || r->stable != NASGW_UNSTABLE || r->verifier != 0x5eed0001 ||
-        r->post.size < static_cast<uint64_t>(c->want)) {
-      (*c->failed)++;
-    }
-    (*c->done)++;
-    c->cv->notify_all();
+    auto* c = static_cast<AsyncCall*>(arg);
+    c->tally->End(result == c->want && r != nullptr && r->stable == NASGW_UNSTABLE && r->verifier == 0x5eed0001 &&
+                  r->post.size >= static_cast<uint64_t>(c->want));
   };
   for (int i = 0; i < kOps; i++) {
     bufs[i] = std::string(kLen, static_cast<char>('a' + i % 26));
-    ctx[i] = {&mu, &cv, &done, &failed, kLen};
     ASSERT_EQ(nasgw_write_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, bufs[i].data(), kLen, NASGW_UNSTABLE,
                                 wcb, &ctx[i]),
               0);
   }
-  {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return done == kOps; }));
-  }
-  EXPECT_EQ(failed, 0);
+  ASSERT_TRUE(tally.WaitFor(kOps));
+  EXPECT_EQ(tally.failed, 0);
   std::vector<std::string> back(kOps, std::string(kLen, '\0'));
-  done = 0;
   for (int i = 0; i < kOps; i++) {
-    ASSERT_EQ(nasgw_read_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, back[i].data(), kLen, cb, &ctx[i]), 0);
+    ASSERT_EQ(
+        nasgw_read_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, back[i].data(), kLen, ReadEnded, &ctx[i]), 0);
   }
-  {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return done == kOps; }));
-  }
-  EXPECT_EQ(failed, 0);
+  ASSERT_TRUE(tally.WaitFor(2 * kOps));
+  EXPECT_EQ(tally.failed, 0);
   for (int i = 0; i < kOps; i++) EXPECT_EQ(back[i], bufs[i]) << i;
 }
 
@@ -702,29 +702,11 @@ TEST_F(HeadBigTest, RequestBuffersAreBoundedAndGivenBack) {
   constexpr int kOps = 32;
   constexpr uint32_t kLen = 1u << 20;
   std::vector<std::string> bufs(kOps), back(kOps, std::string(kLen, '\0'));
-  std::mutex mu;
-  std::condition_variable cv;
-  int done = 0, failed = 0;
-  struct Ctx {
-    std::mutex* mu;
-    std::condition_variable* cv;
-    int* done;
-    int* failed;
-  };
-  Ctx ctx{&mu, &cv, &done, &failed};
+  AsyncTally tally;
+  AsyncCall call{&tally, kLen};
   auto wcb = [](void* arg, int64_t result, const nasgw_write_result*) {
-    auto* c = static_cast<Ctx*>(arg);
-    std::lock_guard<std::mutex> l(*c->mu);
-    if (result != kLen) (*c->failed)++;
-    (*c->done)++;
-    c->cv->notify_all();
-  };
-  auto rcb = [](void* arg, int64_t result, int) {
-    auto* c = static_cast<Ctx*>(arg);
-    std::lock_guard<std::mutex> l(*c->mu);
-    if (result != kLen) (*c->failed)++;
-    (*c->done)++;
-    c->cv->notify_all();
+    auto* c = static_cast<AsyncCall*>(arg);
+    c->tally->End(result == c->want);
   };
   // Four sessions (connections) write at once; stable writes, each flushed
   // before its reply, so one holds the bytes while another's frame comes.
@@ -736,23 +718,17 @@ TEST_F(HeadBigTest, RequestBuffersAreBoundedAndGivenBack) {
     bufs[i].resize(kLen);
     for (auto& ch : bufs[i]) ch = static_cast<char>(rng());
     ASSERT_EQ(nasgw_write_async(writers[i % 4], &kRoot, &f.handle, uint64_t{kLen} * i, bufs[i].data(), kLen,
-                                NASGW_FILE_SYNC, wcb, &ctx),
+                                NASGW_FILE_SYNC, wcb, &call),
               0);
   }
-  {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(120), [&] { return done == kOps; }));
-    done = 0;
-  }
+  ASSERT_TRUE(tally.WaitFor(kOps));
   for (int i = 0; i < kOps; i++) {
-    ASSERT_EQ(nasgw_read_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, back[i].data(), kLen, rcb, &ctx), 0);
+    ASSERT_EQ(nasgw_read_async(client_, &kRoot, &f.handle, uint64_t{kLen} * i, back[i].data(), kLen, ReadEnded, &call),
+              0);
   }
-  {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(120), [&] { return done == kOps; }));
-  }
+  ASSERT_TRUE(tally.WaitFor(2 * kOps));
   for (nasgw_client* w : writers) nasgw_client_close(w);
-  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(tally.failed, 0);
   for (int i = 0; i < kOps; i++) EXPECT_TRUE(back[i] == bufs[i]) << i;
   // (Whether a reader had to wait depends on timing: ByteBudgetTest shows
   // the bound itself; here, that the server's use of it neither loses bytes

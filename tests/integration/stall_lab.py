@@ -4,7 +4,8 @@ the real path: tgtd behind a 150 Mbit/s array link (tc tbf) -> nasgwd ->
 ganesha + FSAL_NASGW -> NFS clients in lab namespaces.
 
 16 readers (nfs-cat, one NFS client each) read 16 files over and over, 64 MiB
-in all, through a cache of 16 MiB, so the array link is saturated by reads
+in all, through a 32 MiB memory budget (24 MiB of data cache: the least
+there is), so the array link is saturated by reads
 that miss. Meanwhile a new client (nfs-rs, NFSv3) MOUNTs and sends 100
 GETATTRs, one after another, then a MKDIR, a READDIR and an RMDIR (which
 only nasgwd can answer), three times. Checks:
