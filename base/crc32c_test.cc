@@ -1,7 +1,9 @@
 #include "base/crc32c.h"
 
 #include <cstring>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -26,6 +28,22 @@ TEST(Crc32c, ExtendsIncrementally) {
   uint32_t whole = Crc32c(s.data(), s.size());
   uint32_t part = Crc32c(Crc32c(s.data(), 10), s.data() + 10, s.size() - 10);
   EXPECT_EQ(whole, part);
+}
+
+// The instruction and the table agree at every length and alignment.
+TEST(Crc32c, FastAndPortableAgree) {
+  std::mt19937_64 rng(7);
+  std::vector<uint8_t> buf(70000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (size_t off = 0; off < 9; off++) {
+    for (size_t len : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{4096},
+                       size_t{65536} + 13}) {
+      for (uint32_t seed : {0u, 0xdeadbeefu}) {
+        ASSERT_EQ(Crc32c(seed, buf.data() + off, len), Crc32cPortable(seed, buf.data() + off, len))
+            << "offset " << off << " length " << len;
+      }
+    }
+  }
 }
 
 }  // namespace
