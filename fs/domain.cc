@@ -143,6 +143,13 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
     if (!o.read_only) {
       impl->log = std::move(log.value());
       impl->log_ready = impl->log.get();
+      if (impl->log->max_entry_bytes() < kLoggedWriteHeaderBytes + limits::kLogWriteBytesMax) {
+        // A log made before its small fragments were left out: stable
+        // writes past its record size go to their place (slower, as safe).
+        NASGW_LOG(kWarn, "fs") << "intent log records are small: larger stable writes are written in place"
+                               << Kv("domain", id) << Kv("largest_logged_write", impl->log->max_entry_bytes() -
+                                                                                  kLoggedWriteHeaderBytes);
+      }
       // Logged writes no flush put in place stay in the log until the end
       // of the open writes them.
       size_t logged_writes = 0;
@@ -220,12 +227,35 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
     const uint64_t bytes = LogBytes(o, impl->space->total_bytes());
     const uint32_t pieces = std::max<uint32_t>(1, std::min<uint32_t>(4, static_cast<uint32_t>(reserve->lun_count())));
     const uint64_t piece = (bytes / pieces + kDataBlock - 1) / kDataBlock * kDataBlock;
-    std::vector<Extent> extents;
-    for (uint32_t p = 0; p < pieces; p++) {
-      auto got = impl->space->Allocate(piece + (p == 0 ? kLogSuperBytes : 0));
+    // A log record never spans two extents, so the smallest extent bounds
+    // the largest record (and with it the largest logged write): a piece
+    // the allocator split at a group's end leaves its small fragments out,
+    // and more is taken until the log has its size. Only space too
+    // fragmented for that makes the log use them.
+    const uint64_t min_extent = IntentLogOptions{}.max_record_bytes;
+    const uint64_t want = bytes + kLogSuperBytes;
+    std::vector<Extent> extents, small;
+    uint64_t kept = 0;
+    for (uint32_t p = 0; p < pieces || (kept < want && p < pieces + 16); p++) {
+      const uint64_t sb = extents.empty() ? kLogSuperBytes : 0;  // the superblocks open the first extent
+      const uint64_t ask = p < pieces ? piece + sb : std::max(want - kept, min_extent + sb);
+      auto got = impl->space->Allocate((ask + kDataBlock - 1) / kDataBlock * kDataBlock);
       if (!got.ok()) return got.status().WithContext("space for the intent log");
-      extents.insert(extents.end(), got->begin(), got->end());
+      for (const Extent& e : *got) {
+        if (e.length >= min_extent + (extents.empty() ? sb : 0)) {
+          extents.push_back(e);
+          kept += e.length;
+        } else {
+          small.push_back(e);
+        }
+      }
     }
+    if (kept < want) {
+      extents.insert(extents.end(), small.begin(), small.end());
+      small.clear();
+      NASGW_LOG(kWarn, "fs") << "intent log made of small extents too: its records are small" << Kv("domain", id);
+    }
+    for (const Extent& e : small) NASGW_RETURN_IF_ERROR(impl->space->Free(e));
     uint64_t salt = 0;
     while (salt == 0) salt = NewGeneration();
     NASGW_RETURN_IF_ERROR(IntentLog::Format(devices, extents, salt).WithContext("format the intent log"));
