@@ -172,6 +172,13 @@ constexpr uint32_t kLogWriteFillPctMax = 60;
 // full (per cent), so the next checkpoint can move past them.
 constexpr uint32_t kLogWriteFlushPct = 30;
 
+// Intent log record writes in flight at once (each up to 1 MiB, with FUA):
+// while one is on its way the next group forms and goes, so the log keeps
+// the array as busy as several writers would, not one round trip at a time.
+// A replay stops at the first record missing; what the records after it
+// held was never acknowledged (docs/on-disk-format.md, "Intent log").
+constexpr uint32_t kLogWritesInFlight = 8;
+
 // Device reads and writes one file operation keeps in flight at once, over
 // all the LUNs its blocks are on (a flush's writes, a read's pieces).
 constexpr uint32_t kDataIoDepth = 32;

@@ -559,7 +559,7 @@ class Bench:
             if "nasgw" in targets:
                 # nasgwd in the controller namespace, where the array is.
                 node = Node({"nasgwd": self.bins["nasgwd"], "cli": self.bins["cli"]},
-                            urls=[l["url"] for l in san["luns"][:2]], tag="nfsbench", netns=host)
+                            urls=[l["url"] for l in san["luns"][:2]], tag="nfsbench", netns=host, metrics=True)
                 node.start()
                 node.cli("reserve", "format", "--name", "bench", "--ag-size", a.ag_size, "--force")
                 create = ["volume", "create", VOLUME]

@@ -14,7 +14,8 @@ namespace {
 
 constexpr uint32_t kSuperMagic = 0x534c474e;   // "NGLS"
 constexpr uint32_t kRecordMagic = 0x4c49474e;  // "NGIL"
-constexpr uint16_t kLogVersion = 1;
+constexpr uint16_t kLogVersion = 1;     // the superblock's
+constexpr uint16_t kRecordVersion = 2;  // 2: bytes 56-63 hold the session (1: zeros, one record in flight)
 constexpr size_t kSuperExtentsMax = (kLogBlockBytes - 64) / 20;
 
 uint64_t RoundUp(uint64_t n, uint64_t unit) {
@@ -139,14 +140,6 @@ uint64_t IntentLog::Fit(uint64_t vpos, uint64_t bytes) const {
   return bytes <= p.room ? vpos : vpos + p.room;
 }
 
-Status IntentLog::WriteAt(uint64_t vpos, const uint8_t* data, size_t n, bool fua) {
-  const Place p = Locate(vpos);
-  const Extent& e = extents_[p.extent];
-  auto dev = devices_(e.lun);
-  if (!dev) return Status::NotFound("intent log LUN " + std::to_string(e.lun));
-  return block::WriteSync(*dev, (e.offset + p.offset) / dev->info().block_size, data, n, fua);
-}
-
 Status IntentLog::ReadAt(uint64_t vpos, uint8_t* data, size_t n) {
   const Place p = Locate(vpos);
   const Extent& e = extents_[p.extent];
@@ -182,12 +175,17 @@ Status IntentLog::WriteSuper(uint64_t seq, uint64_t tail_vpos, uint64_t tail_lsn
   return block::WriteSync(*dev, (extents_[0].offset + (seq % 2) * kLogBlockBytes) / bs, b.data(), b.size(), true);
 }
 
-bool IntentLog::ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t* bytes, std::vector<std::string>* entries) {
+bool IntentLog::ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t session_min, uint64_t* bytes,
+                           std::vector<std::string>* entries, uint64_t* session) {
   const Place p = Locate(vpos);
   std::vector<uint8_t> buf(kLogBlockBytes);
   if (!ReadAt(vpos, buf.data(), buf.size()).ok()) return false;
   const uint8_t* h = buf.data();
-  if (GetFixed32(h) != kRecordMagic || (h[4] | (h[5] << 8)) != kLogVersion) return false;
+  const uint16_t version = static_cast<uint16_t>(h[4] | (h[5] << 8));
+  if (GetFixed32(h) != kRecordMagic || version < 1 || version > kRecordVersion) return false;
+  // A record of an earlier session after one of a later: written before a
+  // crash past a record that never was, so never acknowledged.
+  if (GetFixed64(h + 56) < session_min) return false;
   if (GetFixed64(h + 16) != salt_ || GetFixed64(h + 24) != vpos || GetFixed64(h + 32) != lsn) return false;
   const uint32_t count = GetFixed32(h + 40);
   const uint32_t payload = GetFixed32(h + 44);
@@ -215,6 +213,7 @@ bool IntentLog::ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t* bytes, std::ve
   if (out.size() != count) return false;
   *bytes = record;
   *entries = std::move(out);
+  *session = GetFixed64(buf.data() + 56);
   return true;
 }
 
@@ -237,22 +236,19 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
   if (!va && !vb) return Status::Corruption("no intent log superblock copy verifies");
   const Super s = !vb || (va && a.seq > b.seq) ? a : b;
   // Replay from the checkpoint.
-  uint64_t vpos = s.tail_vpos, lsn = s.tail_lsn;
+  uint64_t vpos = s.tail_vpos, lsn = s.tail_lsn, session = 0;
   std::deque<Written> written;
   for (;;) {
     uint64_t bytes = 0;
     std::vector<std::string> entries;
     uint64_t at = vpos;
-    bool found = log->ReadRecord(at, lsn, &bytes, &entries);
+    bool found = log->ReadRecord(at, lsn, session, &bytes, &entries, &session);
     const Place here = log->Locate(vpos);
     if (!found && here.room < RingBytes(extents, here.extent)) {
       // A record that did not fit where the previous one ended starts at
       // the next extent.
-      const uint64_t next = vpos + here.room;
-      {
-        at = next;
-        found = log->ReadRecord(at, lsn, &bytes, &entries);
-      }
+      at = vpos + here.room;
+      found = log->ReadRecord(at, lsn, session, &bytes, &entries, &session);
     }
     if (!found) break;
     for (const std::string& e : entries) {
@@ -264,9 +260,19 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
     vpos = at + bytes;
     if (vpos - s.tail_vpos > log->capacity_) return Status::Corruption("intent log longer than its space");
   }
+  uint64_t seq = s.seq;
+  if (!options.read_only) {
+    // This opening's session: a superblock of its own (the same checkpoint)
+    // before any record, so every record it writes carries a session newer
+    // than any record already on the array.
+    NASGW_RETURN_IF_ERROR(
+        log->WriteSuper(seq + 1, s.tail_vpos, s.tail_lsn).WithContext("write the intent log's superblock"));
+    seq++;
+    log->session_ = seq;
+  }
   {
     MutexLock c(log->checkpoint_mu_);
-    log->super_seq_ = s.seq;
+    log->super_seq_ = seq;
   }
   {
     MutexLock l(log->mu_);
@@ -367,13 +373,20 @@ Status IntentLog::WaitDurable(uint64_t lsn) {
 }
 
 void IntentLog::WriterLoop() {
+  const size_t in_flight_max = std::clamp<uint32_t>(options_.max_writes_in_flight, 1, 64);
   MutexLock l(mu_);
   for (;;) {
-    while ((pending_.empty() || !failed_.ok()) && !stop_) {
-      pending_.clear();  // failed: never written; their waiters know
+    // Until there is a group to write and room on the way for it; when
+    // stopping, until everything appended is written.
+    for (;;) {
+      if (!failed_.ok()) pending_.clear();  // never written; their waiters know
+      if (!pending_.empty() && flight_.size() < in_flight_max) break;
+      if (stop_ && pending_.empty()) {
+        while (!flight_.empty()) work_cv_.Wait(mu_);  // their buffers are ours
+        return;
+      }
       work_cv_.Wait(mu_);
     }
-    if (pending_.empty() || !failed_.ok()) return;  // stopping, everything written
     // A group: as many entries as fit in one record.
     size_t n = 0;
     uint64_t payload = 0, costs = 0;
@@ -394,18 +407,24 @@ void IntentLog::WriterLoop() {
       vpos = Fit(head_vpos_, bytes);
     }
     if (!failed_.ok()) continue;
-    const uint64_t first = pending_.front().lsn;
-    std::vector<uint8_t> rec(bytes, 0);
+    auto f = std::make_unique<Flight>();
+    f->vpos = vpos;
+    f->first_lsn = pending_.front().lsn;
+    f->last_lsn = f->first_lsn + n - 1;
+    f->bytes = bytes;
+    std::vector<uint8_t>& rec = f->rec;
+    rec.assign(bytes, 0);
     PutFixed32(&rec[0], kRecordMagic);
-    rec[4] = static_cast<uint8_t>(kLogVersion);
-    rec[5] = static_cast<uint8_t>(kLogVersion >> 8);
+    rec[4] = static_cast<uint8_t>(kRecordVersion);
+    rec[5] = static_cast<uint8_t>(kRecordVersion >> 8);
     rec[6] = static_cast<uint8_t>(kLogRecordHeaderBytes);
     PutFixed64(&rec[16], salt_);
     PutFixed64(&rec[24], vpos);
-    PutFixed64(&rec[32], first);
+    PutFixed64(&rec[32], f->first_lsn);
     PutFixed32(&rec[40], static_cast<uint32_t>(n));
     PutFixed32(&rec[44], static_cast<uint32_t>(payload));
     PutFixed32(&rec[48], static_cast<uint32_t>(bytes));
+    PutFixed64(&rec[56], session_);
     size_t at = kLogRecordHeaderBytes;
     for (size_t i = 0; i < n; i++) {
       const std::string& e = pending_[i].entry;
@@ -415,27 +434,27 @@ void IntentLog::WriterLoop() {
     }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
     PutFixed32(&rec[8], Checksum(rec.data(), rec.size()));
-    writing_ = true;
-    l.Unlock();
-    const uint64_t t0 = MonotonicNanos();
-    Status s = WriteAt(vpos, rec.data(), rec.size(), /*fua=*/true);
-    write_ns_.Record(MonotonicNanos() - t0);
-    group_entries_.Record(n);
-    l.Lock();
-    writing_ = false;
-    if (!s.ok()) {
-      Fail(s);
-      continue;
-    }
+    // The next record goes after this one; its reservation became these
+    // bytes (the head counts them now).
     head_vpos_ = vpos + bytes;
-    durable_lsn_ = first + n - 1;
-    written_.push_back({vpos, first, first + n - 1, bytes});
     reserved_ -= std::min(reserved_, costs);
-    records_++;
-    entries_ += n;
-    bytes_written_ += bytes;
-    durable_cv_.NotifyAll();
-    space_cv_.NotifyAll();
+    group_entries_.Record(n);
+    Flight* fp = f.get();
+    flight_.push_back(std::move(f));
+    fp->start_ns = MonotonicNanos();
+    l.Unlock();
+    const Place p = Locate(vpos);
+    const Extent& e = extents_[p.extent];
+    Status s;
+    if (auto dev = devices_(e.lun)) {
+      block::IoVec v{fp->rec.data(), fp->rec.size()};
+      s = dev->Write((e.offset + p.offset) / dev->info().block_size, {&v, 1}, /*fua=*/true,
+                     [this, fp](Status r) { RecordWritten(fp, std::move(r)); });
+    } else {
+      s = Status::NotFound("intent log LUN " + std::to_string(e.lun));
+    }
+    if (!s.ok()) RecordWritten(fp, std::move(s));
+    l.Lock();
     if (!asked_checkpoint_ && (UsedLocked() + reserved_) * 100 >= capacity_ * options_.checkpoint_fill_pct &&
         options_.want_checkpoint) {
       asked_checkpoint_ = true;
@@ -444,6 +463,29 @@ void IntentLog::WriterLoop() {
       l.Lock();
     }
   }
+}
+
+void IntentLog::RecordWritten(Flight* f, Status s) {
+  MutexLock l(mu_);
+  write_ns_.Record(MonotonicNanos() - f->start_ns);
+  f->done = true;
+  if (!s.ok()) Fail(s);
+  // Durable: the records written with every one before them written too.
+  // After a failure nothing more is (the waiters get the failure).
+  while (!flight_.empty() && flight_.front()->done) {
+    const Flight& w = *flight_.front();
+    if (failed_.ok()) {
+      durable_lsn_ = w.last_lsn;
+      written_.push_back({w.vpos, w.first_lsn, w.last_lsn, w.bytes});
+      records_++;
+      entries_ += w.last_lsn - w.first_lsn + 1;
+      bytes_written_ += w.bytes;
+    }
+    flight_.pop_front();
+  }
+  durable_cv_.NotifyAll();
+  space_cv_.NotifyAll();
+  work_cv_.NotifyAll();
 }
 
 Status IntentLog::Checkpoint(uint64_t lsn) {
@@ -459,6 +501,9 @@ Status IntentLog::Checkpoint(uint64_t lsn) {
     if (drop < written_.size()) {
       tail_vpos = written_[drop].vpos;
       tail_lsn = written_[drop].first_lsn;
+    } else if (!flight_.empty()) {
+      tail_vpos = flight_.front()->vpos;  // the oldest record on its way
+      tail_lsn = flight_.front()->first_lsn;
     } else {
       tail_vpos = head_vpos_;
       tail_lsn = durable_lsn_ + 1;

@@ -14,16 +14,28 @@
 // Group commit: one writer thread takes every entry appended since its last
 // write, packs them into one record (at most max_record_bytes) and writes it
 // in one WRITE with FUA; every operation waiting on an entry of that record
-// is answered by that one round trip. One record write is in flight at a
-// time, so what is on the array is always the appended sequence up to some
-// LSN plus at most one torn record after it.
+// is answered by that one round trip. Up to max_writes_in_flight records are
+// on their way at once, each at the position after the one before; an entry
+// is durable once its record and every record before it are written. So
+// what is on the array is the appended sequence up to some LSN, then records
+// that may be written or not (torn, missing), none of them acknowledged.
 //
 // Replay (Open) is exact: the entries after the last checkpoint, in LSN
 // order, up to the first record that does not verify (bad checksum, wrong
 // salt, wrong position, not the next LSN: a torn or never-written tail, or an
-// older lap's record). Applying a metadata batch is idempotent over any state
-// at least as new as the checkpoint, so replaying an entry the store already
-// holds is harmless.
+// older lap's record; or a record of an earlier session after one of a later
+// session). Applying a metadata batch is idempotent over any state at least
+// as new as the checkpoint, so replaying an entry the store already holds is
+// harmless.
+//
+// Sessions: records written after a gap (an earlier record of theirs never
+// reached the array before a crash) stay on the array past where the replay
+// stopped, with the LSNs that come next. The next opening writes its records
+// from there, and one of them could end just where such a stale record
+// begins, its last LSN just before that record's first. So each writable
+// opening writes the superblock once (a new sequence number, the same
+// checkpoint) and stamps its records with that number, its session; a replay
+// takes a record only if its session is at least that of the record before.
 //
 // On disk (docs/on-disk-format.md, "Intent log"): the log's space is a list
 // of extents, each a multiple of 4 KiB. The first 8 KiB of the first extent
@@ -57,6 +69,7 @@
 #include <vector>
 
 #include "base/histogram.h"
+#include "base/limits.h"
 #include "base/mutex.h"
 #include "base/status.h"
 #include "block/block_device.h"
@@ -81,6 +94,8 @@ struct IntentLogOptions {
   std::function<void()> want_checkpoint;
   // Open without a writer: replay only (nasgw-fsck). Reserve/Append fail.
   bool read_only = false;
+  // Record writes on their way at once (1..64).
+  uint32_t max_writes_in_flight = limits::kLogWritesInFlight;
 };
 
 struct IntentLogStats {
@@ -171,6 +186,15 @@ class IntentLog {
     uint64_t last_lsn;  // first_lsn - 1 for a record of no entries (never written)
     uint64_t bytes;
   };
+  struct Flight {  // a record on its way to the array
+    uint64_t vpos;
+    uint64_t first_lsn;
+    uint64_t last_lsn;
+    uint64_t bytes;
+    uint64_t start_ns;
+    std::vector<uint8_t> rec;
+    bool done = false;
+  };
   struct Place {
     uint32_t extent;
     uint64_t offset;  // within the extent
@@ -182,12 +206,17 @@ class IntentLog {
   // The virtual position where a record of `bytes` written at or after
   // `vpos` starts (the next extent's start if it does not fit).
   uint64_t Fit(uint64_t vpos, uint64_t bytes) const;
-  Status WriteAt(uint64_t vpos, const uint8_t* data, size_t n, bool fua);
   Status ReadAt(uint64_t vpos, uint8_t* data, size_t n);
   Status WriteSuper(uint64_t seq, uint64_t tail_vpos, uint64_t tail_lsn);
   // Reads and verifies the record at vpos expecting `lsn`; its entries.
-  bool ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t* bytes, std::vector<std::string>* entries);
+  // A record of a session before session_min does not verify; `session`
+  // is the record's.
+  bool ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t session_min, uint64_t* bytes,
+                  std::vector<std::string>* entries, uint64_t* session);
   void WriterLoop();
+  // A record write ended (on the device's thread): entries become durable
+  // up to the last record with every record before it written.
+  void RecordWritten(Flight* f, Status s);
   void Fail(const Status& s) REQUIRES(mu_);
   uint64_t UsedLocked() const REQUIRES(mu_);
 
@@ -216,7 +245,8 @@ class IntentLog {
   uint64_t tail_lsn_ GUARDED_BY(mu_) = 1;
   uint64_t head_vpos_ GUARDED_BY(mu_) = 0;  // where the next record goes (before Fit)
   uint64_t reserved_ GUARDED_BY(mu_) = 0;
-  bool writing_ GUARDED_BY(mu_) = false;
+  std::deque<std::unique_ptr<Flight>> flight_ GUARDED_BY(mu_);  // oldest first
+  uint64_t session_ = 0;  // this opening's, stamped on its records (set before the writer starts)
   bool stop_ GUARDED_BY(mu_) = false;
   Status failed_ GUARDED_BY(mu_);
   bool asked_checkpoint_ GUARDED_BY(mu_) = false;

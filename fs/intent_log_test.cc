@@ -180,6 +180,153 @@ TEST_F(IntentLogTest, WrapsAroundWithCheckpoints) {
   for (size_t i = 1; i < r.size(); i++) ASSERT_EQ(r[i].first, r[i - 1].first + 1);
 }
 
+// A device that, once told to, holds every write until the test lets it
+// go, in any order (an array completing commands out of order).
+class HoldingDevice final : public block::BlockDevice {
+ public:
+  explicit HoldingDevice(std::shared_ptr<block::BlockDevice> inner) : inner_(std::move(inner)) {}
+  const block::DeviceInfo& info() const override { return inner_->info(); }
+  block::BlockStats Stats() const override { return inner_->Stats(); }
+  void Hold() {
+    MutexLock l(mu_);
+    hold_ = true;
+  }
+  // Waits (at most 10 s) until `n` writes are held.
+  bool WaitHeld(size_t n) {
+    MutexLock l(mu_);
+    return cv_.WaitFor(mu_, std::chrono::seconds(10), [&]() REQUIRES(mu_) { return held_.size() >= n; });
+  }
+  // Lets held write i (in arrival order) go on to the medium.
+  void Release(size_t i) {
+    block::IoRequest r;
+    {
+      MutexLock l(mu_);
+      if (released_.count(i) != 0) return;
+      released_.insert(i);
+      r = std::move(held_.at(i));
+    }
+    r.done = [this, done = std::move(r.done)](Status s) {
+      done(std::move(s));  // the log has seen it when the test is told
+      MutexLock l(mu_);
+      completed_++;
+      cv_.NotifyAll();
+    };
+    ASSERT_TRUE(inner_->Submit(std::move(r)).ok());
+  }
+  // Lets every write still held go (a test that failed half way).
+  void ReleaseAll() {
+    size_t n = 0;
+    {
+      MutexLock l(mu_);
+      hold_ = false;
+      n = held_.size();
+    }
+    for (size_t i = 0; i < n; i++) Release(i);
+  }
+  // Waits (at most 10 s) until `n` released writes have completed.
+  bool WaitCompleted(size_t n) {
+    MutexLock l(mu_);
+    return cv_.WaitFor(mu_, std::chrono::seconds(10), [&]() REQUIRES(mu_) { return completed_ >= n; });
+  }
+
+ protected:
+  Status SubmitValidated(block::IoRequest req) override {
+    MutexLock l(mu_);
+    if (!hold_ || req.op != block::Op::kWrite) {
+      l.Unlock();
+      return inner_->Submit(std::move(req));
+    }
+    held_.push_back(std::move(req));
+    cv_.NotifyAll();
+    return Status();
+  }
+
+ private:
+  std::shared_ptr<block::BlockDevice> inner_;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<block::IoRequest> held_ GUARDED_BY(mu_);
+  std::set<size_t> released_ GUARDED_BY(mu_);
+  size_t completed_ GUARDED_BY(mu_) = 0;
+  bool hold_ GUARDED_BY(mu_) = false;
+};
+
+// Several records are on their way at once, and an entry is durable only
+// once its record and every record before it are written, whatever order
+// the array completes them in.
+TEST_F(IntentLogTest, RecordsGoTogetherAndAreDurableInOrder) {
+  std::vector<std::pair<uint64_t, std::string>> r;
+  std::vector<std::shared_ptr<HoldingDevice>> held;
+  for (auto& d : devs_) held.push_back(std::make_shared<HoldingDevice>(d));
+  auto opened = IntentLog::Open(
+      [&](uint32_t lun) -> std::shared_ptr<block::BlockDevice> { return lun < held.size() ? held[lun] : nullptr; },
+      extents_, salt_, [](uint64_t, std::string_view) { return Status(); });
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto log = std::move(opened.value());
+  struct LetGo {  // before the log closes (it waits for its writes), even if the test fails
+    std::vector<std::shared_ptr<HoldingDevice>>& held;
+    ~LetGo() {
+      for (auto& h : held) h->ReleaseAll();
+    }
+  } let_go{held};
+  for (auto& h : held) h->Hold();
+  // Each entry waits for its record to be on its way before the next is
+  // appended: three records, all held at once.
+  for (uint64_t i = 1; i <= 3; i++) {
+    ASSERT_TRUE(log->Reserve(100).ok());
+    ASSERT_EQ(log->Append(Entry(i)), i);
+    ASSERT_TRUE(held[0]->WaitHeld(i)) << "record " << i << " is not on its way while " << i - 1 << " are";
+  }
+  EXPECT_EQ(log->durable_lsn(), 0u);
+  held[0]->Release(2);
+  held[0]->Release(1);
+  ASSERT_TRUE(held[0]->WaitCompleted(2));
+  // Records 2 and 3 are written, record 1 is not: nothing is durable.
+  EXPECT_EQ(log->durable_lsn(), 0u);
+  held[0]->Release(0);
+  ASSERT_TRUE(log->WaitDurable(3).ok());
+  EXPECT_EQ(log->durable_lsn(), 3u);
+  EXPECT_EQ(log->Stats().records, 3u);
+  log.reset();
+  Attach();
+  log = Open(&r);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r.back().second, Entry(3));
+}
+
+// A record written before a crash after one that never was stays on the
+// array past where the replay stops. The next opening writes its own
+// records from there; when one ends just where the stale record begins,
+// with the LSN before it, the stale record still is not replayed: it is of
+// an earlier session.
+TEST_F(IntentLogTest, AStaleRecordAfterAGapIsNeverReplayed) {
+  std::vector<std::pair<uint64_t, std::string>> r;
+  {
+    auto log = Open(&r);
+    for (uint64_t i = 1; i <= 3; i++) AppendDurable(*log, Entry(i));  // a 4 KiB record each
+  }
+  // Record 2 never reached the array; record 3 did.
+  const uint64_t rec2 = extents_[0].offset + kLogSuperBytes + 4096;
+  std::vector<uint8_t> zeros(4096, 0);
+  ASSERT_TRUE(block::WriteSync(*devs_[0], rec2 / 512, zeros.data(), zeros.size(), true).ok());
+  {
+    Attach();
+    auto log = Open(&r);
+    ASSERT_EQ(r.size(), 1u);
+    // Entry 2 again, otherwise: a record of the same size in record 2's
+    // place, ending where the stale record 3 begins.
+    std::string other = Entry(2);
+    other[0] = 'E';
+    EXPECT_EQ(AppendDurable(*log, other), 2u);
+  }
+  Attach();
+  IntentLogOptions ro;
+  ro.read_only = true;
+  auto log = Open(&r, ro);
+  ASSERT_EQ(r.size(), 2u) << "the stale record of the earlier session was replayed";
+  EXPECT_EQ(r.back().second[0], 'E');
+}
+
 TEST_F(IntentLogTest, TornTailIsIgnoredAndOverwritten) {
   std::vector<std::pair<uint64_t, std::string>> r;
   {
@@ -339,23 +486,26 @@ TEST_F(IntentLogTest, SuperblockCopiesAndSalt) {
     ASSERT_TRUE(log->Checkpoint(2).ok());  // copy A or B, the other older
     ASSERT_TRUE(log->Checkpoint(4).ok());
   }
+  IntentLogOptions ro;
+  ro.read_only = true;  // writes no superblock of its own
   {
     Attach();
-    auto log = Open(&r);
+    auto log = Open(&r, ro);
     ASSERT_EQ(r.front().first, 5u);
   }
-  // Format wrote seq 1 in copy A; Checkpoint(2) seq 2 in A again (seq % 2),
-  // Checkpoint(4) seq 3 in B. Wreck B, the newer: A (checkpoint at 2) is used.
+  // Format wrote seq 1 in copy A; the opening seq 2 in A again (seq % 2),
+  // Checkpoint(2) seq 3 in B, Checkpoint(4) seq 4 in A. Wreck A, the
+  // newer: B (checkpoint at 2) is used.
   std::vector<uint8_t> junk(4096, 0x5a);
-  ASSERT_TRUE(block::WriteSync(*devs_[0], (extents_[0].offset + 4096) / 512, junk.data(), junk.size(), true).ok());
+  ASSERT_TRUE(block::WriteSync(*devs_[0], extents_[0].offset / 512, junk.data(), junk.size(), true).ok());
   Attach();
   {
-    auto log = Open(&r);
+    auto log = Open(&r, ro);
     ASSERT_FALSE(r.empty());
     EXPECT_EQ(r.front().first, 3u);
     EXPECT_EQ(r.back().first, 6u);
   }
-  ASSERT_TRUE(block::WriteSync(*devs_[0], extents_[0].offset / 512, junk.data(), junk.size(), true).ok());
+  ASSERT_TRUE(block::WriteSync(*devs_[0], (extents_[0].offset + 4096) / 512, junk.data(), junk.size(), true).ok());
   Attach();
   auto bad = IntentLog::Open(Devices(), extents_, salt_, [](uint64_t, std::string_view) { return Status(); });
   EXPECT_EQ(bad.status().code(), Code::kCorruption);
