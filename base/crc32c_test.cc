@@ -36,8 +36,8 @@ TEST(Crc32c, FastAndPortableAgree) {
   std::vector<uint8_t> buf(70000);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
   for (size_t off = 0; off < 9; off++) {
-    for (size_t len : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{4096},
-                       size_t{65536} + 13}) {
+    for (size_t len :
+         {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{4096}, size_t{65536} + 13}) {
       for (uint32_t seed : {0u, 0xdeadbeefu}) {
         ASSERT_EQ(Crc32c(seed, buf.data() + off, len), Crc32cPortable(seed, buf.data() + off, len))
             << "offset " << off << " length " << len;

@@ -85,7 +85,7 @@ commands:
              [--no-root-squash] [--sec sys[,krb5...]] [--protocols 3,4]
                                      export a volume (or a directory in it) over NFS
   export remove ID                   stop exporting
-  stats                              per-LUN I/O: operations, bytes, latency p50/p99
+  stats                              per-LUN I/O (operations, bytes, latency p50/p99) and the cache
 
 global options:
   --socket PATH      nasgwd's admin socket (default $NASGW_ADMIN_SOCKET or /run/nasgw/admin.sock)
@@ -243,7 +243,9 @@ const std::vector<CommandSpec>& Commands() {
        0,
        {},
        {},
-       "usage: nasgw stats\n\nPer-LUN I/O: operations, bytes, latency p50/p99, retries, timeouts.\n"},
+       "usage: nasgw stats\n\nPer-LUN I/O: operations, bytes, latency p50/p99, retries, timeouts; then the cache: "
+       "dirty data and its limit, how writes were answered, bytes written to the array per byte clients wrote, "
+       "flushes, and the data and metadata caches' hit ratios.\n"},
   };
   return specs;
 }
@@ -472,6 +474,46 @@ json ToJson(const pb::LunIo& io) {
   return {{"read", ToJson(io.read())},   {"write", ToJson(io.write())}, {"other", ToJson(io.other())},
           {"in_flight", io.in_flight()}, {"queued", io.queued()},       {"retries", io.retries()},
           {"timeouts", io.timeouts()}};
+}
+
+// Bytes written to the array per byte clients wrote (0: none written yet).
+double WriteAmplification(const pb::CacheStats& c) {
+  return c.client_write_bytes() == 0
+             ? 0.0
+             : static_cast<double>(c.array_write_bytes()) / static_cast<double>(c.client_write_bytes());
+}
+
+// Hits per read, in per cent (-1: no reads yet).
+double HitPct(uint64_t hits, uint64_t misses) {
+  return hits + misses == 0 ? -1.0 : 100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses);
+}
+
+json ToJson(const pb::CacheStats& c) {
+  return {{"memory_budget_bytes", c.memory_budget_bytes()},
+          {"dirty_bytes", c.dirty_bytes()},
+          {"dirty_limit_bytes", c.dirty_limit_bytes()},
+          {"dirty_files", c.dirty_files()},
+          {"clean_bytes", c.clean_bytes()},
+          {"clean_capacity_bytes", c.clean_capacity_bytes()},
+          {"read_hit_bytes", c.read_hit_bytes()},
+          {"read_miss_bytes", c.read_miss_bytes()},
+          {"read_ahead_bytes", c.read_ahead_bytes()},
+          {"meta_bytes", c.meta_bytes()},
+          {"meta_capacity_bytes", c.meta_capacity_bytes()},
+          {"meta_hits", c.meta_hits()},
+          {"meta_misses", c.meta_misses()},
+          {"client_write_bytes", c.client_write_bytes()},
+          {"writes_cached", c.writes_cached()},
+          {"writes_logged", c.writes_logged()},
+          {"writes_stable", c.writes_stable()},
+          {"flushes", c.flushes()},
+          {"flush_bytes", c.flush_bytes()},
+          {"flush_microseconds", c.flush_microseconds()},
+          {"stalls", c.stalls()},
+          {"stall_timeouts", c.stall_timeouts()},
+          {"no_space", c.no_space()},
+          {"array_write_bytes", c.array_write_bytes()},
+          {"write_amplification", WriteAmplification(c)}};
 }
 
 json ToJson(const pb::Lun& l) {
@@ -1220,7 +1262,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     if (g_json) {
       json luns = json::array();
       for (const auto& l : r.luns()) luns.push_back({{"index", l.index()}, {"url", l.url()}, {"io", ToJson(l.io())}});
-      PrintJson({{"node", ToJson(r.node())}, {"luns", luns}});
+      PrintJson({{"node", ToJson(r.node())}, {"luns", luns}, {"cache", ToJson(r.cache())}});
     } else {
       std::cout << "node " << Esc(r.node().name()) << ", up " << HumanDuration(r.node().uptime_seconds())
                 << ", reserve " << StateName(r.node().reserve_state()) << "\n\n";
@@ -1236,6 +1278,27 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
                std::to_string(io.retries()), std::to_string(io.timeouts())});
       }
       t.Print({0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+      const pb::CacheStats& cs = r.cache();
+      auto pct = [](double v) { return v < 0 ? std::string("-") : std::to_string(static_cast<int>(v + 0.5)) + "%"; };
+      char amp[32];
+      std::snprintf(amp, sizeof amp, "%.2f", WriteAmplification(cs));
+      std::cout << "\ncache: budget " << HumanBytes(cs.memory_budget_bytes()) << "\n"
+                << "  dirty   " << HumanBytes(cs.dirty_bytes()) << " of " << HumanBytes(cs.dirty_limit_bytes())
+                << " in " << cs.dirty_files() << " files; stalls " << cs.stalls() << ", timed out "
+                << cs.stall_timeouts() << ", ENOSPC " << cs.no_space() << "\n"
+                << "  writes  " << HumanBytes(cs.client_write_bytes())
+                << " by clients: " << HumanCount(cs.writes_cached()) << " cached, " << HumanCount(cs.writes_logged())
+                << " logged, " << HumanCount(cs.writes_stable()) << " in place; array writes "
+                << HumanBytes(cs.array_write_bytes()) << " (" << amp << " per client byte)\n"
+                << "  flushes " << HumanCount(cs.flushes()) << ", " << HumanBytes(cs.flush_bytes()) << ", mean "
+                << HumanUs(cs.flushes() == 0 ? 0 : cs.flush_microseconds() / cs.flushes()) << "\n"
+                << "  data    " << HumanBytes(cs.clean_bytes()) << " clean of " << HumanBytes(cs.clean_capacity_bytes())
+                << "; hits " << pct(HitPct(cs.read_hit_bytes(), cs.read_miss_bytes())) << " of "
+                << HumanBytes(cs.read_hit_bytes() + cs.read_miss_bytes()) << " read; read ahead "
+                << HumanBytes(cs.read_ahead_bytes()) << "\n"
+                << "  meta    " << HumanBytes(cs.meta_bytes()) << " of " << HumanBytes(cs.meta_capacity_bytes())
+                << "; hits " << pct(HitPct(cs.meta_hits(), cs.meta_misses())) << " of "
+                << HumanCount(cs.meta_hits() + cs.meta_misses()) << " block reads\n";
     }
     return kExitOk;
   }

@@ -236,7 +236,7 @@ void Fill(const fs::Export& e, pb::Export* out) {
 
 class AdminService final : public pb::Admin::Service {
  public:
-  explicit AdminService(Node* node) : node_(node) {}
+  AdminService(Node* node, AdminServer::CacheStatsFn cache_stats) : node_(node), cache_stats_(std::move(cache_stats)) {}
 
   grpc::Status GetNode(grpc::ServerContext*, const pb::GetNodeRequest*, pb::GetNodeResponse* out) override {
     Fill(node_->Status(), out->mutable_node());
@@ -415,11 +415,46 @@ class AdminService final : public pb::Admin::Service {
       s->set_url(l.url);
       Fill(l.stats, s->mutable_io());
     }
+    FillCache(out->mutable_cache());
     return grpc::Status::OK;
   }
 
  private:
+  void FillCache(pb::CacheStats* c) {
+    const Config& cfg = node_->config();
+    c->set_memory_budget_bytes(uint64_t{cfg.cache_memory_mib} << 20);
+    c->set_dirty_limit_bytes(uint64_t{cfg.cache_dirty_mib} << 20);
+    const fs::MetaCache& mc = node_->meta_cache();
+    c->set_meta_bytes(mc.usage());
+    c->set_meta_capacity_bytes(mc.capacity());
+    c->set_meta_hits(mc.hits());
+    c->set_meta_misses(mc.misses());
+    uint64_t array = 0;
+    for (const auto& l : node_->GetReserve().luns) array += l.stats.write.bytes;
+    c->set_array_write_bytes(array);
+    if (!cache_stats_) return;
+    const cache::DataCacheStats d = cache_stats_();
+    c->set_dirty_bytes(d.dirty_bytes);
+    c->set_dirty_files(d.dirty_files);
+    c->set_clean_bytes(d.read.bytes);
+    c->set_clean_capacity_bytes(d.read.capacity);
+    c->set_read_hit_bytes(d.read.hit_bytes);
+    c->set_read_miss_bytes(d.read.miss_bytes);
+    c->set_read_ahead_bytes(d.read.prefetched_bytes);
+    c->set_client_write_bytes(d.bytes_written);
+    c->set_writes_cached(d.writes_cached);
+    c->set_writes_logged(d.writes_logged);
+    c->set_writes_stable(d.writes_stable);
+    c->set_flushes(d.flushes);
+    c->set_flush_bytes(d.flush_bytes);
+    c->set_flush_microseconds(d.flush_nanos_total / 1000);
+    c->set_stalls(d.stalls);
+    c->set_stall_timeouts(d.stall_timeouts);
+    c->set_no_space(d.no_space);
+  }
+
   Node* const node_;
+  const AdminServer::CacheStatsFn cache_stats_;
 };
 
 Result<std::string> ReadFile(const std::string& path, const char* what) {
@@ -496,7 +531,7 @@ int AdminServer::tcp_port() const {
   return impl_->tcp_port;
 }
 
-Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config& config) {
+Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config& config, CacheStatsFn cache_stats) {
   auto impl = std::make_unique<Impl>();
   impl->node = node;
   impl->socket_path = !config.admin_socket.empty() ? config.admin_socket : config.run_dir + "/admin.sock";
@@ -519,7 +554,7 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config
     ::rmdir(tmpl.c_str());
   };
 
-  impl->service = std::make_unique<AdminService>(node);
+  impl->service = std::make_unique<AdminService>(node, std::move(cache_stats));
   grpc::ServerBuilder builder;
   builder.RegisterService(impl->service.get());
   builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());

@@ -16,10 +16,12 @@
 // threads and only call the Node, which is thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "base/status.h"
+#include "cache/data_cache.h"
 #include "daemon/config.h"
 #include "daemon/node.h"
 
@@ -27,8 +29,12 @@ namespace nasgw::daemon {
 
 class AdminServer {
  public:
-  // REQUIRES: `node` outlives the server (or Shutdown()).
-  static Result<std::unique_ptr<AdminServer>> Start(Node* node, const Config& config);
+  // The write-back cache's counters (the head service holds the cache).
+  using CacheStatsFn = std::function<cache::DataCacheStats()>;
+  // REQUIRES: `node` outlives the server (or Shutdown()), and so does what
+  // `cache_stats` reads (null: the cache section stays empty).
+  static Result<std::unique_ptr<AdminServer>> Start(Node* node, const Config& config,
+                                                    CacheStatsFn cache_stats = nullptr);
   // Stops admitting, waits for RPCs in flight, removes the socket. Idempotent.
   void Shutdown();
   ~AdminServer();

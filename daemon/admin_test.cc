@@ -101,7 +101,7 @@ class AdminTest : public ::testing::Test {
     auto n = Node::Start(config_, Opener(), SmallDomain());
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     node_ = std::move(n.value());
-    auto s = AdminServer::Start(node_.get(), config_);
+    auto s = AdminServer::Start(node_.get(), config_, cache_stats_);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s.value());
     auto channel = grpc::CreateChannel("unix:" + config_.admin_socket, grpc::InsecureChannelCredentials());
@@ -235,6 +235,7 @@ class AdminTest : public ::testing::Test {
 
   std::string dir_;
   Config config_;
+  AdminServer::CacheStatsFn cache_stats_;  // the head service's cache, where a test has one
   std::map<std::string, std::shared_ptr<block::MemLun>> media_;
   std::vector<std::string> opened_;
   std::unique_ptr<Node> node_;
@@ -624,6 +625,50 @@ TEST_F(AdminTest, StatsCountLunIo) {
   EXPECT_GT(write_ops, 0u);
   EXPECT_GE(write_bytes, 1u << 20) << "the file's data at least";
   EXPECT_GT(read_ops, 0u) << "labels and metadata were read";
+  // The metadata cache is the node's; without a head service there are no
+  // cache counters.
+  EXPECT_EQ(stats.cache().memory_budget_bytes(), uint64_t{config_.cache_memory_mib} << 20);
+  EXPECT_GT(stats.cache().meta_hits() + stats.cache().meta_misses(), 0u);
+  EXPECT_GE(stats.cache().array_write_bytes(), write_bytes);
+  EXPECT_EQ(stats.cache().client_write_bytes(), 0u);
+}
+
+// `nasgw stats` shows the write-back cache's counters as the head service
+// gives them, and the array bytes written per client byte.
+TEST_F(AdminTest, StatsShowTheCache) {
+  cache::DataCacheStats given;
+  given.dirty_bytes = 3 << 20;
+  given.dirty_files = 2;
+  given.bytes_written = 1 << 20;
+  given.writes_cached = 5;
+  given.writes_logged = 7;
+  given.writes_stable = 11;
+  given.flushes = 4;
+  given.flush_nanos_total = 8'000'000;
+  given.read.hit_bytes = 3 << 20;
+  given.read.miss_bytes = 1 << 20;
+  cache_stats_ = [&given] { return given; };
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  WriteFile("v", "f", 1 << 20);
+  CliResult r = Cli({"stats", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  auto j = nlohmann::json::parse(r.out);
+  const auto& c = j.at("cache");
+  EXPECT_EQ(c.at("dirty_bytes").get<uint64_t>(), 3u << 20);
+  EXPECT_EQ(c.at("dirty_limit_bytes").get<uint64_t>(), uint64_t{config_.cache_dirty_mib} << 20);
+  EXPECT_EQ(c.at("writes_logged").get<uint64_t>(), 7u);
+  EXPECT_EQ(c.at("writes_stable").get<uint64_t>(), 11u);
+  EXPECT_EQ(c.at("flush_microseconds").get<uint64_t>(), 8000u);
+  const uint64_t array = c.at("array_write_bytes").get<uint64_t>();
+  EXPECT_GE(array, 1u << 20) << "the file's data at least";
+  EXPECT_DOUBLE_EQ(c.at("write_amplification").get<double>(), static_cast<double>(array) / (1 << 20));
+  r = Cli({"stats"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("2 files"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("7 logged"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hits 75% of 4 MiB read"), std::string::npos) << r.out;
 }
 
 TEST_F(AdminTest, CliDrivesTheNode) {

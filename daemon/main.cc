@@ -137,7 +137,7 @@ int Run(const Config& cfg) {
     (*node)->Shutdown();
     return 1;
   }
-  auto admin = AdminServer::Start(n, cfg);
+  auto admin = AdminServer::Start(n, cfg, [&service] { return service.CacheStats(); });
   if (!admin.ok()) {
     std::fprintf(stderr, "nasgwd: cannot start: %s\n", admin.status().ToString().c_str());
     (*head)->Shutdown(std::chrono::milliseconds(0));

@@ -133,6 +133,13 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                 c.read.evicted_bytes);
       s.Counter("nasgw_cache_no_space_total", "Writes refused with ENOSPC: no space to reserve for their flush.", {},
                 c.no_space);
+      // What the issue calls write amplification: every byte written to
+      // the array (data, intent log, metadata) per byte clients wrote.
+      uint64_t array = 0;
+      for (const auto& l : node->GetReserve().luns) array += l.stats.write.bytes;
+      s.Gauge("nasgw_write_amplification",
+              "Bytes written to the array (data, intent log, metadata) per byte clients wrote; 0 before any write.", {},
+              c.bytes_written == 0 ? 0.0 : static_cast<double>(array) / static_cast<double>(c.bytes_written));
     }
     const fs::MetaCache& mc = node->meta_cache();
     s.Gauge("nasgw_meta_cache_bytes", "Metadata held in memory: RocksDB's blocks and memtables, every domain.", {},

@@ -147,8 +147,8 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
         // A log made before its small fragments were left out: stable
         // writes past its record size go to their place (slower, as safe).
         NASGW_LOG(kWarn, "fs") << "intent log records are small: larger stable writes are written in place"
-                               << Kv("domain", id) << Kv("largest_logged_write", impl->log->max_entry_bytes() -
-                                                                                  kLoggedWriteHeaderBytes);
+                               << Kv("domain", id)
+                               << Kv("largest_logged_write", impl->log->max_entry_bytes() - kLoggedWriteHeaderBytes);
       }
       // Logged writes no flush put in place stay in the log until the end
       // of the open writes them.

@@ -14,8 +14,8 @@ namespace {
 
 constexpr uint32_t kSuperMagic = 0x534c474e;   // "NGLS"
 constexpr uint32_t kRecordMagic = 0x4c49474e;  // "NGIL"
-constexpr uint16_t kLogVersion = 1;     // the superblock's
-constexpr uint16_t kRecordVersion = 2;  // 2: bytes 56-63 hold the session (1: zeros, one record in flight)
+constexpr uint16_t kLogVersion = 1;            // the superblock's
+constexpr uint16_t kRecordVersion = 2;         // 2: bytes 56-63 hold the session (1: zeros, one record in flight)
 constexpr size_t kSuperExtentsMax = (kLogBlockBytes - 64) / 20;
 
 uint64_t RoundUp(uint64_t n, uint64_t unit) {

@@ -211,8 +211,8 @@ class IntentLog {
   // Reads and verifies the record at vpos expecting `lsn`; its entries.
   // A record of a session before session_min does not verify; `session`
   // is the record's.
-  bool ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t session_min, uint64_t* bytes,
-                  std::vector<std::string>* entries, uint64_t* session);
+  bool ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t session_min, uint64_t* bytes, std::vector<std::string>* entries,
+                  uint64_t* session);
   void WriterLoop();
   // A record write ended (on the device's thread): entries become durable
   // up to the last record with every record before it written.

@@ -201,6 +201,19 @@ def main():
                node.metric("nasgw_cache_read_bytes_total", result="hit") / 2**20), flush=True)
         check(peak_kib <= bound_kib, "nasgwd's peak RSS within its RSS before the load + the budget + the stated "
               "overhead (%.1f <= %.1f MiB)" % (peak_kib / 1024, bound_kib / 1024))
+        # `nasgw stats` tells the same story: every byte written went through
+        # the cache, and (UNSTABLE 1 MiB writes, flushed once) the array got
+        # each about once: the data, its metadata and the log, no rewrite.
+        st = node.cli("stats", json_out=True)["cache"]
+        print("nasgw stats: %.0f MiB written by clients, %.0f MiB to the array (%.2f per client byte), "
+              "%d flushes" % (st["client_write_bytes"] / 2**20, st["array_write_bytes"] / 2**20,
+                              st["write_amplification"], st["flushes"]), flush=True)
+        check(st["client_write_bytes"] >= written << 20,
+              "nasgw stats counts every byte the clients wrote (%d MiB)" % (st["client_write_bytes"] >> 20))
+        check(1.0 <= st["write_amplification"] <= 1.2 and
+              abs(st["write_amplification"] - node.metric("nasgw_write_amplification")) < 0.05,
+              "bytes to the array per client byte near 1 for large UNSTABLE writes, and the metric agrees (%.3f, %.3f)"
+              % (st["write_amplification"], node.metric("nasgw_write_amplification")))
     except Exception:
         traceback.print_exc()
         failures.append("exception")
