@@ -254,7 +254,12 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
   if (off > fs::kFileSizeMax || n > fs::kFileSizeMax - off) return Status::OutOfRange("file would exceed 2^63 bytes");
   if (a.type == fs::FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
   if (a.type != fs::FileType::kRegular) return Status::InvalidArgument("not a regular file");
-  bool through = stable || o_.write_through;
+  auto d = domain_.lock();
+  if (d == nullptr) return Status::Unavailable("the domain is closed");
+  // Strict mode, node-wide or for this volume: every write to its place
+  // before the answer, nothing to the log.
+  const bool strict = o_.write_through || d->VolumeWriteThrough(vol);
+  bool through = stable || strict;
   {
     MutexLock l(mu_);
     through = through || closed_;
@@ -264,8 +269,6 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
   // data already laid over (overlaying them again would count the cached
   // writes twice in the change attribute, which must never go back).
   auto shown = [&]() -> Result<fs::Attr> {
-    auto d = domain_.lock();
-    if (d == nullptr) return Status::Unavailable("the domain is closed");
     return Shown(vol, [&]() -> Result<fs::Attr> {
       auto now = d->GetAttr(vol, a.ino);
       if (now.ok() && now->gen != a.gen) return Status(Code::kStale, "inode " + std::to_string(a.ino) + " was reused");
@@ -273,15 +276,12 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
     });
   };
   if (n == 0) return shown();
-  auto d = domain_.lock();
-  if (d == nullptr) return Status::Unavailable("the domain is closed");
   // A small stable write goes to the intent log (one array write shared by
   // everyone waiting then) and stays dirty here until the flusher puts it
   // in place; a large one, or one the log has no room for now, is flushed
   // with the file before the answer.
   size_t logged = 0;
-  if (stable && !o_.write_through && o_.log_stable_writes && n <= limits::kLogWriteBytesMax &&
-      d->ReserveLogWrite(n).ok()) {
+  if (stable && !strict && o_.log_stable_writes && n <= limits::kLogWriteBytesMax && d->ReserveLogWrite(n).ok()) {
     logged = n;
   }
   auto unlog = [&] {

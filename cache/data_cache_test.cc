@@ -209,6 +209,41 @@ TEST_F(DataCacheTest, UnstableWritesAreAnsweredFromMemoryUntilFlushed) {
   EXPECT_EQ(cache_->stats().flushes, 1u);
 }
 
+// Strict mode for one volume (`nasgw volume set --write-through on`): an
+// UNSTABLE write to it is answered once in its place, never from memory or
+// the log; the setting is in the volume record, so it holds after a crash,
+// and turned off the volume's writes are cached again.
+TEST_F(DataCacheTest, AVolumeInStrictModeHasEveryWriteInPlaceBeforeItsAnswer) {
+  StartCache(NoFlusher());
+  auto on = dom_->SetVolumeWriteThrough("vol1", true);
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->write_through);
+  const fs::Attr f = Mk("f");
+  auto write = [&](const std::string& data, bool* stable) {
+    auto w = cache_->Write(vol_, Committed(f.ino), 0, data.data(), data.size(), false, stable);
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+  };
+  bool stable = false;
+  write("strict", &stable);
+  EXPECT_TRUE(stable) << "an UNSTABLE write to a strict volume is answered FILE_SYNC";
+  EXPECT_EQ(cache_->stats().dirty_bytes, 0u);
+  EXPECT_EQ(cache_->stats().writes_stable, 1u);
+  EXPECT_EQ(cache_->stats().writes_logged + cache_->stats().writes_cached, 0u);
+  Crash();
+  EXPECT_EQ(OnSan(f.ino), "strict");
+  EXPECT_TRUE(dom_->VolumeWriteThrough(vol_)) << "strict mode is kept in the volume record";
+  StartCache(NoFlusher());
+  write("STRICT", &stable);
+  EXPECT_TRUE(stable);
+  auto off = dom_->SetVolumeWriteThrough("vol1", false);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->write_through);
+  write("cached", &stable);
+  EXPECT_FALSE(stable) << "back to write-back";
+  EXPECT_EQ(cache_->stats().dirty_bytes, 6u);
+  EXPECT_EQ(dom_->SetVolumeWriteThrough("nope", true).status().code(), Code::kNotFound);
+}
+
 TEST_F(DataCacheTest, TheChangeAttributeCountsCachedWritesAndNeverGoesBack) {
   DataCacheOptions o = NoFlusher();
   o.flush_bytes_max = 64 << 10;  // the flush below takes several transactions

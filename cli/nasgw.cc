@@ -77,7 +77,7 @@ commands:
   volume list                        the NAS volumes
   volume show NAME                   one volume
   volume create NAME [--record-size SIZE]
-  volume set NAME --record-size SIZE (only while the volume holds no data)
+  volume set NAME [--record-size SIZE] [--write-through on|off]
   volume delete NAME [--force]       --force deletes a volume that holds files
   export list                        the NFS exports
   export show ID|PSEUDO              one export, by id or pseudo path
@@ -190,10 +190,12 @@ const std::vector<CommandSpec>& Commands() {
        "set",
        1,
        {},
-       {"--record-size"},
-       "usage: nasgw volume set NAME --record-size SIZE\n\n"
+       {"--record-size", "--write-through"},
+       "usage: nasgw volume set NAME [--record-size SIZE] [--write-through on|off]\n\n"
        "Changes a volume's settings.\n"
-       "  --record-size SIZE  a power of two from 4K to 1M; only while the volume holds no data\n"},
+       "  --record-size SIZE      a power of two from 4K to 1M; only while the volume holds no data\n"
+       "  --write-through on|off  strict mode: every write is on the SAN in place before it is\n"
+       "                          answered (no write-back caching, no intent log); off: the default\n"},
       {"volume",
        "delete",
        1,
@@ -559,11 +561,8 @@ json ToJson(const pb::Reserve& r) {
 }
 
 json ToJson(const pb::Volume& v) {
-  return {{"id", v.id()},
-          {"name", v.name()},
-          {"record_bytes", v.record_bytes()},
-          {"files", v.files()},
-          {"bytes", v.bytes()}};
+  return {{"id", v.id()},       {"name", v.name()},   {"record_bytes", v.record_bytes()},
+          {"files", v.files()}, {"bytes", v.bytes()}, {"write_through", v.write_through()}};
 }
 
 json ToJson(const pb::Export& e) {
@@ -635,7 +634,8 @@ void PrintVolume(const pb::Volume& v) {
               {"id", std::to_string(v.id())},
               {"record size", HumanBytes(v.record_bytes())},
               {"files", std::to_string(v.files())},
-              {"used", HumanBytes(v.bytes())}});
+              {"used", HumanBytes(v.bytes())},
+              {"write-through", v.write_through() ? "on (strict)" : "off"}});
 }
 
 template <typename List>
@@ -827,7 +827,7 @@ struct Parsed {
 const std::set<std::string> kGlobalValued = {"--socket",   "--server",  "--tls-ca",
                                              "--tls-cert", "--tls-key", "--timeout"};
 const std::set<std::string> kCommandValued = {"--name",    "--ag-size", "--record-size", "--pseudo",
-                                              "--clients", "--sec",     "--protocols"};
+                                              "--clients", "--sec",     "--protocols",   "--write-through"};
 const std::set<std::string> kCommandFlags = {"--force", "--ro", "--no-root-squash"};
 
 // Returns a usage message, or "" when the arguments parse.
@@ -975,7 +975,15 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     return Usage("--ag-size must be a power of two from 1M to 64G, not '" + Esc(p.values.at("--ag-size")) + "'", hint);
   }
   if (c.verb == "format" && !p.values.contains("--name")) return Usage("reserve format needs --name NAME", hint);
-  if (c.verb == "set" && !rs) return Usage("volume set needs a setting to change (--record-size SIZE)", hint);
+  std::optional<bool> write_through;
+  if (p.values.contains("--write-through")) {
+    const std::string& w = p.values.at("--write-through");
+    if (w != "on" && w != "off") return Usage("--write-through is on or off, not '" + Esc(w) + "'", hint);
+    write_through = w == "on";
+  }
+  if (c.verb == "set" && !rs && !write_through) {
+    return Usage("volume set needs a setting to change (--record-size SIZE, --write-through on|off)", hint);
+  }
 
   // Export arguments, checked before connecting.
   pb::AddExportRequest add_export;
@@ -1204,12 +1212,12 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       for (const auto& v : r.volumes()) vols.push_back(ToJson(v));
       PrintJson({{"volumes", vols}});
     } else {
-      Table t({"NAME", "ID", "RECORD", "FILES", "USED"});
+      Table t({"NAME", "ID", "RECORD", "FILES", "USED", "WRITE-THROUGH"});
       for (const auto& v : r.volumes()) {
         t.Add({v.name(), std::to_string(v.id()), HumanBytes(v.record_bytes()), std::to_string(v.files()),
-               HumanBytes(v.bytes())});
+               HumanBytes(v.bytes()), v.write_through() ? "on" : "off"});
       }
-      t.Print({1, 2, 3, 4});
+      t.Print({1, 2, 3, 4, 5});
     }
     return kExitOk;
   }
@@ -1231,7 +1239,8 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     } else {
       pb::UpdateVolumeRequest req;
       req.set_name(args[0]);
-      req.set_record_bytes(static_cast<uint32_t>(*rs));
+      if (rs) req.set_record_bytes(static_cast<uint32_t>(*rs));
+      if (write_through) req.set_write_through(*write_through);
       pb::UpdateVolumeResponse r;
       if (auto f = client->Call(&pb::Admin::Stub::UpdateVolume, req, &r)) return fail(*f);
       v = r.volume();

@@ -220,6 +220,7 @@ void Fill(const fs::VolumeInfo& v, pb::Volume* out) {
   out->set_record_bytes(v.record_bytes);
   out->set_files(v.files);
   out->set_bytes(v.bytes);
+  out->set_write_through(v.write_through);
 }
 
 void Fill(const fs::Export& e, pb::Export* out) {
@@ -317,13 +318,22 @@ class AdminService final : public pb::Admin::Service {
     if (auto s = CheckVolumeName(req->name()); !s.ok()) return s;
     if (req->has_record_bytes()) {
       if (auto s = CheckRecordBytes(req->record_bytes()); !s.ok()) return s;
+    }
+    if (req->has_record_bytes()) {
       NASGW_LOG(kInfo, "admin") << "set volume record size" << Kv("name", req->name())
                                 << Kv("record_bytes", req->record_bytes());
       auto v = node_->SetVolumeRecordBytes(req->name(), req->record_bytes());
       if (!v.ok()) return ToGrpc(v.status());
       Fill(*v, out->mutable_volume());
-      return grpc::Status::OK;
     }
+    if (req->has_write_through()) {
+      NASGW_LOG(kInfo, "admin") << "set volume write-through" << Kv("name", req->name())
+                                << Kv("on", req->write_through());
+      auto v = node_->SetVolumeWriteThrough(req->name(), req->write_through());
+      if (!v.ok()) return ToGrpc(v.status());
+      Fill(*v, out->mutable_volume());
+    }
+    if (req->has_record_bytes() || req->has_write_through()) return grpc::Status::OK;
     // Nothing to change: answer with the volume as it is.
     auto v = node_->GetVolume(req->name());
     if (!v.ok()) return ToGrpc(v.status());

@@ -775,6 +775,12 @@ Result<fs::VolumeInfo> Node::SetVolumeRecordBytes(const std::string& name, uint3
   return (*d)->SetVolumeRecordBytes(name, record_bytes);
 }
 
+Result<fs::VolumeInfo> Node::SetVolumeWriteThrough(const std::string& name, bool on) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->SetVolumeWriteThrough(name, on);
+}
+
 nasgw::Status Node::DeleteVolume(const std::string& name, bool force) {
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();

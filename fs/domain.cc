@@ -291,6 +291,10 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
       return false;
     }
     vol_files[GetBE32(k, 1)] = v->files;
+    if (v->write_through) {
+      MutexLock strict(impl->strict_mu);
+      impl->strict_vols.insert(GetBE32(k, 1));
+    }
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);

@@ -119,6 +119,7 @@ struct VolumeInfo {
   uint32_t record_bytes = kRecordBytesDefault;
   uint64_t files = 0;
   uint64_t bytes = 0;
+  bool write_through = false;  // strict mode (SetVolumeWriteThrough)
 };
 
 struct StatFs {
@@ -170,6 +171,13 @@ class Domain {
   // size can change only while the volume holds no data: NotEmpty otherwise
   // (files without data, and directories, may exist).
   Result<VolumeInfo> SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes);
+  // Strict mode for one volume: the write-back cache writes every write to
+  // its place before answering it, as if each were FILE_SYNC and nothing
+  // went to the intent log (today's write-through; [cache] write_through
+  // does it for every volume). Durable when it returns.
+  Result<VolumeInfo> SetVolumeWriteThrough(const std::string& name, bool on);
+  // Whether `vol` is in strict mode; from memory (every cached write asks).
+  bool VolumeWriteThrough(uint32_t vol) const;
   // Refused with FailedPrecondition, even with force, while the volume has
   // NFS exports (the message names them): no export may name nothing.
   Status DeleteVolume(const std::string& name, bool force);

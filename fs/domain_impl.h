@@ -132,6 +132,11 @@ struct Domain::Impl {
   // Each volume's file count as committed, so that Statfs answers from
   // memory (no scan that could fail).
   std::map<uint32_t, uint64_t> vol_files GUARDED_BY(mu);
+  // Volumes in strict mode (keys::VolumeRec::write_through), for the
+  // write-back cache's every write; a leaf lock. Volume ids are never
+  // reused, so a deleted volume's entry is harmless.
+  mutable Mutex strict_mu;
+  std::set<uint32_t> strict_vols GUARDED_BY(strict_mu);
 
   // ---- the intent log and transaction groups (fs/domain_impl.cc)
   std::unique_ptr<IntentLog> log;  // null when opened read-only

@@ -255,6 +255,7 @@ std::string EncodeVolume(const VolumeRec& v) {
   e.U64(v.next_ino);
   e.U64(v.files);
   e.U64(v.bytes);
+  e.U8(v.write_through ? 1 : 0);
   return e.Release();
 }
 
@@ -267,6 +268,7 @@ Result<VolumeRec> DecodeVolume(std::string_view s) {
   v.next_ino = d.U64();
   v.files = d.U64();
   v.bytes = d.U64();
+  if (d.remaining() > 0) v.write_through = (d.U8() & 1) != 0;
   if (!d.ok()) return Status::Corruption("bad volume record");
   return v;
 }

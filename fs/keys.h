@@ -123,6 +123,10 @@ struct VolumeRec {
   uint64_t next_ino = kRootIno + 1;
   uint64_t files = 0;
   uint64_t bytes = 0;
+  // Strict mode: every write to the volume is on the SAN in place before
+  // its answer (a trailing flags byte, bit 0; records made before it have
+  // none and read as false).
+  bool write_through = false;
 };
 std::string EncodeVolume(const VolumeRec& v);
 Result<VolumeRec> DecodeVolume(std::string_view s);

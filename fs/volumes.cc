@@ -10,7 +10,7 @@ using namespace keys;  // fs/keys.h: the keys and values of the metadata
 
 namespace {
 VolumeInfo Info(uint32_t id, const VolumeRec& v) {
-  return {id, v.name, v.record_bytes, v.files, v.bytes};
+  return {id, v.name, v.record_bytes, v.files, v.bytes, v.write_through};
 }
 
 Status CheckRecordBytes(uint32_t record_bytes) {
@@ -108,6 +108,37 @@ Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_
   lock.Unlock();
   NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return Info(id, *v);
+}
+
+Result<VolumeInfo> Domain::SetVolumeWriteThrough(const std::string& name, bool on) {
+  WriterLock lock(impl_->mu);
+  auto vid = impl_->VolumeId(name);
+  if (!vid.ok()) return vid.status();
+  const uint32_t id = *vid;
+  auto v = impl_->LoadVolume(id);
+  if (!v.ok()) return v.status();
+  if (v->write_through != on) {
+    v->write_through = on;
+    Impl::Txn t;
+    impl_->PutVolume(t, id, *v);
+    NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+    lock.Unlock();
+    NASGW_RETURN_IF_ERROR(impl_->Durable(t));
+  }
+  {
+    MutexLock s(impl_->strict_mu);
+    if (on) {
+      impl_->strict_vols.insert(id);
+    } else {
+      impl_->strict_vols.erase(id);
+    }
+  }
+  return Info(id, *v);
+}
+
+bool Domain::VolumeWriteThrough(uint32_t vol) const {
+  MutexLock s(impl_->strict_mu);
+  return impl_->strict_vols.count(vol) != 0;
 }
 
 Status Domain::DeleteVolume(const std::string& name, bool force) {

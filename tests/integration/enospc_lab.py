@@ -21,7 +21,6 @@ close), two over NFSv3 (every write stable). Then:
   enospc_lab.py --build BUILD_DIR
 """
 
-import argparse
 import os
 import sys
 import threading
@@ -108,14 +107,10 @@ def nospc(err):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    a = ap.parse_args()
-    b = os.path.abspath(a.build)
-    fsal = b + "/fsal/ganesha/libfsalnasgw.so"
-    if not os.path.exists(fsal):
-        print("FAIL: %s is not built" % fsal)
+    parsed = nasgwlab.nfs_lab_args()
+    if parsed is None:
         return 1
+    _, b, fsal = parsed
     node = lab = None
     try:
         node = nasgwlab.Node({"nasgwd": b + "/daemon/nasgwd", "cli": b + "/cli/nasgw", "fsck": b + "/fs/nasgw-fsck"},

@@ -27,7 +27,6 @@ quarantine come on top of everything), so nasgwd is a Release build:
   memory_lab.py --build BUILD_DIR --nasgwd RELEASE_BUILD/daemon/nasgwd
 """
 
-import argparse
 import json
 import os
 import sys
@@ -124,16 +123,10 @@ def run_all(clients, code, args_of):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True, help="the build with the FSAL and the CLI")
-    ap.add_argument("--nasgwd", required=True, help="a Release nasgwd")
-    a = ap.parse_args()
-    b = os.path.abspath(a.build)
-    fsal = b + "/fsal/ganesha/libfsalnasgw.so"
-    for need in (fsal, a.nasgwd):
-        if not os.path.exists(need):
-            print("FAIL: %s is not built (make release builds nasgwd)" % need)
-            return 1
+    parsed = nasgwlab.nfs_lab_args(lambda ap: ap.add_argument("--nasgwd", required=True, help="a Release nasgwd"))
+    if parsed is None:
+        return 1
+    a, b, fsal = parsed
     pid = os.getpid()
     name = "mem%d" % pid
     node = lab = None

@@ -7,6 +7,7 @@ Everything a Node starts is stopped by close(), also after a failure; the
 lab is owned by this process, so `sanlab gc` cleans up after a crash of the
 harness itself.
 """
+import argparse
 import json
 import os
 import random
@@ -340,6 +341,25 @@ class Node:
             shutil.rmtree(self.s["dir"], ignore_errors=True)
         if self.state_file and os.path.exists(self.state_file):
             os.remove(self.state_file)
+
+
+def nfs_lab_args(more=None):
+    """The NFS labs' command line: --build BUILD_DIR (the FSAL and the CLI),
+    and what `more(parser)` adds. Returns (args, the build dir, the FSAL);
+    None when the FSAL (or a file named by an argument ending in "nasgwd")
+    is not built, after saying so."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True, help="the build with the FSAL and the CLI")
+    if more:
+        more(ap)
+    a = ap.parse_args()
+    b = os.path.abspath(a.build)
+    fsal = b + "/fsal/ganesha/libfsalnasgw.so"
+    for need in [fsal] + [v for k, v in vars(a).items() if k.endswith("nasgwd") and v]:
+        if not os.path.exists(need):
+            print("FAIL: %s is not built (make release builds a Release nasgwd)" % need, flush=True)
+            return None
+    return a, b, fsal
 
 
 def finish(failures, node=None, lab=None, server=None, after=None):

@@ -651,6 +651,25 @@ def test_verifier(ctx):
     check(w3b.get("status") == 0 and w3b["committed"] == FILE_SYNC, "v3: still FILE_SYNC after the restart (%s)" % w3b)
     print("     (v3's verifier, Ganesha's own: %s before, %s after)" % (w3.get("verf"), w3b.get("verf")))
 
+    # Strict mode for the volume (nasgw volume set --write-through on): a v4
+    # UNSTABLE WRITE is answered FILE_SYNC, each one in place (no cached, no
+    # logged write); off again, UNSTABLE again.
+    vol = node.cli("volume", "set", "vol1", "--write-through", "on", json_out=True)["volume"]
+    check(vol.get("write_through") is True, "volume set --write-through on: the volume says so (%s)" % vol)
+    in_place = node.metric("nasgw_cache_writes_total", answer="stable")
+    ws = fh_write(c1, tool, "vol1", "4", fh["4"], 0, UNSTABLE, 5)
+    check(ws.get("status") == 0 and ws["committed"] == FILE_SYNC,
+          "v4: on a strict volume UNSTABLE WRITEs are answered FILE_SYNC (%s)" % ws)
+    check(node.metric("nasgw_cache_writes_total", answer="stable") - in_place == 5,
+          "v4: and each was written in place before its answer")
+    vol = node.cli("volume", "set", "vol1", "--write-through", "off", json_out=True)["volume"]
+    wu = fh_write(c1, tool, "vol1", "4", fh["4"], 0, UNSTABLE)
+    check(vol.get("write_through") is False and wu.get("status") == 0 and wu["committed"] == UNSTABLE,
+          "v4: strict mode off, UNSTABLE again (%s, %s)" % (vol, wu))
+    bad = node.cli("volume", "set", "vol1", "--write-through", "maybe", check=False)
+    check(bad.returncode == 2 and "on or off" in bad.stderr, "--write-through maybe is a usage error (%d: %s)" %
+          (bad.returncode, bad.stderr.strip()[-200:]))
+
 
 SETUID = """
 c = connect('/vol1', ARGS['version'])

@@ -20,7 +20,6 @@ only nasgwd can answer), three times. Checks:
   stall_lab.py --build BUILD_DIR
 """
 
-import argparse
 import json
 import os
 import signal
@@ -80,14 +79,10 @@ def check(cond, what):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    a = ap.parse_args()
-    b = os.path.abspath(a.build)
-    fsal = b + "/fsal/ganesha/libfsalnasgw.so"
-    if not os.path.exists(fsal):
-        print("FAIL: %s is not built" % fsal)
+    parsed = nasgwlab.nfs_lab_args()
+    if parsed is None:
         return 1
+    _, b, fsal = parsed
     pid = os.getpid()
     name = "stall%d" % pid
     san = node = lab = None
