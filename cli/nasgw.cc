@@ -1288,7 +1288,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       }
       t.Print({0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
       const pb::CacheStats& cs = r.cache();
-      auto pct = [](double v) { return v < 0 ? std::string("-") : std::to_string(static_cast<int>(v + 0.5)) + "%"; };
+      auto pct = [](double v) { return v < 0 ? std::string("-") : std::to_string(std::lround(v)) + "%"; };
       char amp[32];
       std::snprintf(amp, sizeof amp, "%.2f", WriteAmplification(cs));
       std::cout << "\ncache: budget " << HumanBytes(cs.memory_budget_bytes()) << "\n"

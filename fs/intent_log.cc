@@ -449,11 +449,11 @@ void IntentLog::WriterLoop() {
     if (auto dev = devices_(e.lun)) {
       block::IoVec v{fp->rec.data(), fp->rec.size()};
       s = dev->Write((e.offset + p.offset) / dev->info().block_size, {&v, 1}, /*fua=*/true,
-                     [this, fp](Status r) { RecordWritten(fp, std::move(r)); });
+                     [this, fp](const Status& r) { RecordWritten(fp, r); });
     } else {
       s = Status::NotFound("intent log LUN " + std::to_string(e.lun));
     }
-    if (!s.ok()) RecordWritten(fp, std::move(s));
+    if (!s.ok()) RecordWritten(fp, s);
     l.Lock();
     if (!asked_checkpoint_ && (UsedLocked() + reserved_) * 100 >= capacity_ * options_.checkpoint_fill_pct &&
         options_.want_checkpoint) {
@@ -465,7 +465,7 @@ void IntentLog::WriterLoop() {
   }
 }
 
-void IntentLog::RecordWritten(Flight* f, Status s) {
+void IntentLog::RecordWritten(Flight* f, const Status& s) {
   MutexLock l(mu_);
   write_ns_.Record(MonotonicNanos() - f->start_ns);
   f->done = true;

@@ -216,7 +216,7 @@ class IntentLog {
   void WriterLoop();
   // A record write ended (on the device's thread): entries become durable
   // up to the last record with every record before it written.
-  void RecordWritten(Flight* f, Status s);
+  void RecordWritten(Flight* f, const Status& s);
   void Fail(const Status& s) REQUIRES(mu_);
   uint64_t UsedLocked() const REQUIRES(mu_);
 

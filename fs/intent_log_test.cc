@@ -201,7 +201,7 @@ class HoldingDevice final : public block::BlockDevice {
     block::IoRequest r;
     {
       MutexLock l(mu_);
-      if (released_.count(i) != 0) return;
+      if (released_.contains(i)) return;
       released_.insert(i);
       r = std::move(held_.at(i));
     }

@@ -138,7 +138,7 @@ Result<VolumeInfo> Domain::SetVolumeWriteThrough(const std::string& name, bool o
 
 bool Domain::VolumeWriteThrough(uint32_t vol) const {
   MutexLock s(impl_->strict_mu);
-  return impl_->strict_vols.count(vol) != 0;
+  return impl_->strict_vols.contains(vol);
 }
 
 Status Domain::DeleteVolume(const std::string& name, bool force) {
