@@ -79,61 +79,67 @@ Result<std::vector<VolumeInfo>> Domain::ListVolumes() {
   return out;
 }
 
-Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes) {
-  NASGW_RETURN_IF_ERROR(CheckRecordBytes(record_bytes));
-  WriterLock lock(impl_->mu);
-  auto vid = impl_->VolumeId(name);
+namespace {
+// Volume `name`'s record, changed by `change(id, record)` under the domain's
+// writer lock (it returns false when there is nothing to change), then
+// committed; durable when this returns.
+template <typename Change>
+Result<VolumeInfo> ChangeVolume(Domain::Impl& impl, const std::string& name, Change change) {
+  WriterLock lock(impl.mu);
+  auto vid = impl.VolumeId(name);
   if (!vid.ok()) return vid.status();
   const uint32_t id = *vid;
-  auto v = impl_->LoadVolume(id);
+  auto v = impl.LoadVolume(id);
   if (!v.ok()) return v.status();
-  if (v->record_bytes == record_bytes) return Info(id, *v);
-  // Record r of a file covers [r*rs, (r+1)*rs): a new size would reinterpret
-  // every extent map. The byte counter is the extent maps' sum; the scan
-  // makes sure even if a counter were off.
-  bool has_extents = false;
-  const std::string p = Prefix('E', id);
-  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view, std::string_view) {
-    has_extents = true;
-    return false;
-  }));
-  if (v->bytes > 0 || has_extents) {
-    return Status(Code::kFailedPrecondition,
-                  "volume '" + name + "' holds data; the record size can only change while it is empty");
+  Result<bool> changed = change(id, *v);
+  if (!changed.ok()) return changed.status();
+  if (*changed) {
+    Domain::Impl::Txn t;
+    impl.PutVolume(t, id, *v);
+    NASGW_RETURN_IF_ERROR(impl.Commit(t));
+    lock.Unlock();
+    NASGW_RETURN_IF_ERROR(impl.Durable(t));
   }
-  v->record_bytes = record_bytes;
-  Impl::Txn t;
-  impl_->PutVolume(t, id, *v);
-  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
-  lock.Unlock();
-  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return Info(id, *v);
+}
+}  // namespace
+
+Result<VolumeInfo> Domain::SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes) {
+  NASGW_RETURN_IF_ERROR(CheckRecordBytes(record_bytes));
+  return ChangeVolume(*impl_, name, [&](uint32_t id, VolumeRec& v) -> Result<bool> {
+    if (v.record_bytes == record_bytes) return false;
+    // Record r of a file covers [r*rs, (r+1)*rs): a new size would
+    // reinterpret every extent map. The byte counter is the extent maps'
+    // sum; the scan makes sure even if a counter were off.
+    bool has_extents = false;
+    const std::string p = Prefix('E', id);
+    NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view, std::string_view) {
+      has_extents = true;
+      return false;
+    }));
+    if (v.bytes > 0 || has_extents) {
+      return Status(Code::kFailedPrecondition,
+                    "volume '" + name + "' holds data; the record size can only change while it is empty");
+    }
+    v.record_bytes = record_bytes;
+    return true;
+  });
 }
 
 Result<VolumeInfo> Domain::SetVolumeWriteThrough(const std::string& name, bool on) {
-  WriterLock lock(impl_->mu);
-  auto vid = impl_->VolumeId(name);
-  if (!vid.ok()) return vid.status();
-  const uint32_t id = *vid;
-  auto v = impl_->LoadVolume(id);
+  auto v = ChangeVolume(*impl_, name, [&](uint32_t, VolumeRec& rec) -> Result<bool> {
+    if (rec.write_through == on) return false;
+    rec.write_through = on;
+    return true;
+  });
   if (!v.ok()) return v.status();
-  if (v->write_through != on) {
-    v->write_through = on;
-    Impl::Txn t;
-    impl_->PutVolume(t, id, *v);
-    NASGW_RETURN_IF_ERROR(impl_->Commit(t));
-    lock.Unlock();
-    NASGW_RETURN_IF_ERROR(impl_->Durable(t));
+  MutexLock s(impl_->strict_mu);
+  if (on) {
+    impl_->strict_vols.insert(v->id);
+  } else {
+    impl_->strict_vols.erase(v->id);
   }
-  {
-    MutexLock s(impl_->strict_mu);
-    if (on) {
-      impl_->strict_vols.insert(id);
-    } else {
-      impl_->strict_vols.erase(id);
-    }
-  }
-  return Info(id, *v);
+  return v;
 }
 
 bool Domain::VolumeWriteThrough(uint32_t vol) const {
