@@ -318,23 +318,18 @@ class AdminService final : public pb::Admin::Service {
     if (auto s = CheckVolumeName(req->name()); !s.ok()) return s;
     if (req->has_record_bytes()) {
       if (auto s = CheckRecordBytes(req->record_bytes()); !s.ok()) return s;
-    }
-    if (req->has_record_bytes()) {
       NASGW_LOG(kInfo, "admin") << "set volume record size" << Kv("name", req->name())
                                 << Kv("record_bytes", req->record_bytes());
-      auto v = node_->SetVolumeRecordBytes(req->name(), req->record_bytes());
-      if (!v.ok()) return ToGrpc(v.status());
-      Fill(*v, out->mutable_volume());
+      auto set = node_->SetVolumeRecordBytes(req->name(), req->record_bytes());
+      if (!set.ok()) return ToGrpc(set.status());
     }
     if (req->has_write_through()) {
       NASGW_LOG(kInfo, "admin") << "set volume write-through" << Kv("name", req->name())
                                 << Kv("on", req->write_through());
-      auto v = node_->SetVolumeWriteThrough(req->name(), req->write_through());
-      if (!v.ok()) return ToGrpc(v.status());
-      Fill(*v, out->mutable_volume());
+      auto set = node_->SetVolumeWriteThrough(req->name(), req->write_through());
+      if (!set.ok()) return ToGrpc(set.status());
     }
-    if (req->has_record_bytes() || req->has_write_through()) return grpc::Status::OK;
-    // Nothing to change: answer with the volume as it is.
+    // The volume as it is now (as it was, when nothing was asked to change).
     auto v = node_->GetVolume(req->name());
     if (!v.ok()) return ToGrpc(v.status());
     Fill(*v, out->mutable_volume());
@@ -419,18 +414,19 @@ class AdminService final : public pb::Admin::Service {
 
   grpc::Status GetStats(grpc::ServerContext*, const pb::GetStatsRequest*, pb::GetStatsResponse* out) override {
     Fill(node_->Status(), out->mutable_node());
-    for (const auto& l : node_->GetReserve().luns) {
+    const ReserveStatus r = node_->GetReserve();
+    for (const auto& l : r.luns) {
       auto* s = out->add_luns();
       s->set_index(l.index);
       s->set_url(l.url);
       Fill(l.stats, s->mutable_io());
     }
-    FillCache(out->mutable_cache());
+    FillCache(r, out->mutable_cache());
     return grpc::Status::OK;
   }
 
  private:
-  void FillCache(pb::CacheStats* c) {
+  void FillCache(const ReserveStatus& r, pb::CacheStats* c) {
     const Config& cfg = node_->config();
     c->set_memory_budget_bytes(uint64_t{cfg.cache_memory_mib} << 20);
     c->set_dirty_limit_bytes(uint64_t{cfg.cache_dirty_mib} << 20);
@@ -439,9 +435,7 @@ class AdminService final : public pb::Admin::Service {
     c->set_meta_capacity_bytes(mc.capacity());
     c->set_meta_hits(mc.hits());
     c->set_meta_misses(mc.misses());
-    uint64_t array = 0;
-    for (const auto& l : node_->GetReserve().luns) array += l.stats.write.bytes;
-    c->set_array_write_bytes(array);
+    c->set_array_write_bytes(ArrayWriteBytes(r));
     if (!cache_stats_) return;
     const cache::DataCacheStats d = cache_stats_();
     c->set_dirty_bytes(d.dirty_bytes);

@@ -80,6 +80,14 @@ struct ReserveStatus {
   uint64_t fenced_total = 0;      // times this node lost the reserve since it started
 };
 
+// Bytes written to every LUN of the reserve (data, intent log, metadata)
+// since it was opened: the numerator of write amplification.
+inline uint64_t ArrayWriteBytes(const ReserveStatus& r) {
+  uint64_t n = 0;
+  for (const LunStatus& l : r.luns) n += l.stats.write.bytes;
+  return n;
+}
+
 struct NodeStatus {
   std::string node_name;
   std::string version;

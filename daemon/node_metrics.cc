@@ -66,6 +66,7 @@ void HeadMetrics::OnRequest(proto::Op op, uint32_t volume, uint64_t bytes, uint6
 void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, const HeadService* service) {
   metrics->AddCollector([node, head, service](Metrics::Sink& s) {
     NodeStatus ns = node->Status();
+    const ReserveStatus r = node->GetReserve();
     s.Gauge("nasgw_up", "1 while nasgwd runs.", {{"node", ns.node_name}}, 1);
     s.Gauge("nasgw_uptime_seconds", "Seconds since nasgwd started.", {}, static_cast<double>(ns.uptime_s));
     if (head != nullptr) {
@@ -133,13 +134,12 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                 c.read.evicted_bytes);
       s.Counter("nasgw_cache_no_space_total", "Writes refused with ENOSPC: no space to reserve for their flush.", {},
                 c.no_space);
-      // What the issue calls write amplification: every byte written to
-      // the array (data, intent log, metadata) per byte clients wrote.
-      uint64_t array = 0;
-      for (const auto& l : node->GetReserve().luns) array += l.stats.write.bytes;
+      // Write amplification: every byte written to the array (data,
+      // intent log, metadata) per byte clients wrote.
+      const double array = static_cast<double>(ArrayWriteBytes(r));
       s.Gauge("nasgw_write_amplification",
               "Bytes written to the array (data, intent log, metadata) per byte clients wrote; 0 before any write.", {},
-              c.bytes_written == 0 ? 0.0 : static_cast<double>(array) / static_cast<double>(c.bytes_written));
+              c.bytes_written == 0 ? 0.0 : array / static_cast<double>(c.bytes_written));
     }
     const fs::MetaCache& mc = node->meta_cache();
     s.Gauge("nasgw_meta_cache_bytes", "Metadata held in memory: RocksDB's blocks and memtables, every domain.", {},
@@ -154,7 +154,6 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
               {{"result", "miss"}}, mc.misses());
     s.Gauge("nasgw_memory_budget_bytes", "The node's memory budget (cache.memory_mib).", {},
             static_cast<double>(uint64_t{node->config().cache_memory_mib} << 20));
-    ReserveStatus r = node->GetReserve();
     for (const char* st : {"unformatted", "online", "failed", "standby", "fenced"}) {
       s.Gauge("nasgw_reserve_state", "1 for the reserve's current state.", {{"state", st}},
               std::string_view(ReserveStateName(r.state)) == st ? 1 : 0);

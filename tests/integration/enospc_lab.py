@@ -157,20 +157,20 @@ def main():
         c = clients[1]
         after = c.python(ERRTEXT + """
 import nfs_rs
-res = {}
+res = {'create': None, 'write': None}
 with nfs_rs.Client.connect(ARGS['url']) as c:
     try:
-        with c.open('/empty', 'wb') as f:
-            res['create'] = 'ok'
-            try:
-                f.write(b'x' * (1 << 20))
-                f.flush() if hasattr(f, 'flush') else None
-                res['write'] = 'ok'
-            except Exception as e:
-                res['write'] = errtext(e)
+        f = c.open('/empty', 'wb')
+        res['create'] = 'ok'
     except Exception as e:
-        res.setdefault('create', errtext(e))
-        res.setdefault('write', res['create'])
+        res['create'] = errtext(e)
+    else:
+        try:  # refused at the WRITE or at the close's COMMIT: either is the write's answer
+            f.write(b'x' * (1 << 20))
+            f.close()
+            res['write'] = 'ok'
+        except Exception as e:
+            res['write'] = errtext(e)
 out(res)
 """, {"url": c.url("/vol1", "4.1")})[0]
         check(after["create"] == "ok", "a new empty file can be made on the full volume (%s)" % after["create"])
