@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <future>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -36,6 +37,82 @@ namespace nasgw::daemon {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
+
+// ---- a client as nobody, in a process of its own
+// A child forked from this multi-threaded test that went on to use the
+// client library could find a lock (malloc's, a logger's) held forever by a
+// thread that does not exist in it, and hang (seen once in CI). So the child
+// only drops to nobody and execs this binary again; in the new image,
+// NobodyChild runs the role's part before any test and exits with its code.
+// Roles: functions of the socket path and a descriptor for a message.
+using NobodyRole = int (*)(const char* socket, int message_fd);
+std::map<std::string, NobodyRole>& NobodyRoles() {
+  static std::map<std::string, NobodyRole> roles;
+  return roles;
+}
+constexpr const char* kNobodyRoleEnv = "NASGW_HEAD_TEST_NOBODY_ROLE";
+constexpr const char* kNobodySocketEnv = "NASGW_HEAD_TEST_NOBODY_SOCKET";
+constexpr int kNobodyMessageFd = 3;
+
+class NobodyChild : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const char* role = std::getenv(kNobodyRoleEnv);
+    if (role == nullptr) return;
+    auto it = NobodyRoles().find(role);
+    std::_Exit(it == NobodyRoles().end() ? 9 : it->second(std::getenv(kNobodySocketEnv), kNobodyMessageFd));
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kNobodyChild = ::testing::AddGlobalTestEnvironment(new NobodyChild);
+
+struct NobodyResult {
+  int exit_code = -1;   // the role's, or -1 if it did not exit
+  std::string message;  // what it wrote to its message descriptor
+};
+
+// Runs `role` as nobody (uid and gid 65534, no groups) against `socket`.
+NobodyResult RunAsNobody(const std::string& role, const std::string& socket) {
+  NobodyResult r;
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return r;
+  // Everything the child needs, made before the fork (it only makes calls
+  // that are safe after one).
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string filter =
+      "--gtest_filter=" + std::string(::testing::UnitTest::GetInstance()->current_test_suite()->name()) + "." +
+      ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::vector<std::string> env_s = {std::string(kNobodyRoleEnv) + "=" + role,
+                                    std::string(kNobodySocketEnv) + "=" + socket};
+  for (const char* keep : {"PATH", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS"}) {
+    if (const char* v = std::getenv(keep)) env_s.push_back(std::string(keep) + "=" + v);
+  }
+  std::vector<char*> envp;
+  envp.reserve(env_s.size() + 1);
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string arg0 = exe;
+  std::string arg1 = filter;
+  char* argv[] = {arg0.data(), arg1.data(), nullptr};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    if (pipefd[1] != kNobodyMessageFd && (dup2(pipefd[1], kNobodyMessageFd) < 0 || ::close(pipefd[1]) != 0)) _exit(8);
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    execve(exe.c_str(), argv, envp.data());
+    _exit(7);
+  }
+  ::close(pipefd[1]);
+  if (pid < 0) {
+    ::close(pipefd[0]);
+    return r;
+  }
+  char buf[512];
+  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof(buf))) > 0;) r.message.append(buf, static_cast<size_t>(n));
+  ::close(pipefd[0]);
+  int status = 0;
+  if (waitpid(pid, &status, 0) == pid && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  return r;
+}
 const nasgw_cred kRoot{0, 0, 0, nullptr};
 
 // The protocol's form of a handle the client library holds.
@@ -287,46 +364,40 @@ TEST_F(HeadTest, MalformedRequestsFailLocally) {
 
 // A head that is neither root nor nasgwd's user may only act as itself:
 // its own uid and only groups it is in (SO_PEERCRED, SO_PEERGROUPS).
+// As nobody: claims to be root, or in root's group, are refused (EPERM);
+// its own credentials are checked (EACCES) and used (the owner of a file).
+int ClaimOthersCredentials(const char* socket, int) {
+  nasgw_client_options co{};
+  co.socket_path = socket;
+  co.reconnect_timeout_ms = 2000;
+  nasgw_client* c = nullptr;
+  if (nasgw_client_open(&co, &c) != 0) return 11;
+  nasgw_attr root{}, dir{}, a{};
+  const nasgw_cred self{65534, 65534, 0, nullptr};
+  const uint32_t zero = 0;
+  const nasgw_cred as_root{0, 0, 0, nullptr};
+  const nasgw_cred root_group{65534, 0, 0, nullptr};
+  const nasgw_cred root_supp{65534, 65534, 1, &zero};
+  if (nasgw_mount(c, &self, "vol1", &root) != 0) return 12;
+  if (nasgw_lookup(c, &self, &root.handle, "rootonly", &dir) != 0) return 13;
+  if (nasgw_create(c, &as_root, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EPERM) return 14;
+  if (nasgw_create(c, &root_group, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EPERM) return 15;
+  if (nasgw_create(c, &root_supp, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EPERM) return 16;
+  if (nasgw_create(c, &self, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EACCES) return 17;
+  if (nasgw_lookup(c, &self, &root.handle, "open", &dir) != 0) return 18;
+  if (nasgw_create(c, &self, &dir.handle, "mine", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != 0) return 19;
+  if (a.uid != 65534) return 20;
+  nasgw_client_close(c);
+  return 0;
+}
+[[maybe_unused]] const bool kClaimRole = NobodyRoles().emplace("claim", ClaimOthersCredentials).second;
+
 TEST_F(HeadTest, UnprivilegedPeerCannotClaimOthersCredentials) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "ThreadSanitizer cannot start threads in the child of a multi-threaded fork (exits 66); "
-                  "the ASan build runs this test";
-#endif
   Create(root_.handle, "open", NASGW_TYPE_DIR, 0777);
   Create(root_.handle, "rootonly", NASGW_TYPE_DIR, 0770);  // root:root
   ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);                 // the socket's directory: nobody may enter
-  pid_t pid = fork();
-  if (pid == 0) {
-    // The child: drop to nobody, then try.
-    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
-    nasgw_client_options co{};
-    co.socket_path = socket_.c_str();
-    co.reconnect_timeout_ms = 2000;
-    nasgw_client* c = nullptr;
-    if (nasgw_client_open(&co, &c) != 0) _exit(11);
-    nasgw_attr root{}, dir{}, a{};
-    const nasgw_cred self{65534, 65534, 0, nullptr};
-    const uint32_t zero = 0;
-    const nasgw_cred as_root{0, 0, 0, nullptr};
-    const nasgw_cred root_group{65534, 0, 0, nullptr};
-    const nasgw_cred root_supp{65534, 65534, 1, &zero};
-    if (nasgw_mount(c, &self, "vol1", &root) != 0) _exit(12);
-    if (nasgw_lookup(c, &self, &root.handle, "rootonly", &dir) != 0) _exit(13);
-    if (nasgw_create(c, &as_root, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EPERM) _exit(14);
-    if (nasgw_create(c, &root_group, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EPERM) _exit(15);
-    if (nasgw_create(c, &root_supp, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EPERM) _exit(16);
-    if (nasgw_create(c, &self, &dir.handle, "x", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != -EACCES) _exit(17);
-    if (nasgw_lookup(c, &self, &root.handle, "open", &dir) != 0) _exit(18);
-    if (nasgw_create(c, &self, &dir.handle, "mine", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != 0) _exit(19);
-    if (a.uid != 65534) _exit(20);
-    nasgw_client_close(c);
-    _exit(0);
-  }
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check that failed (see the exit codes in the test)";
+  const NobodyResult r = RunAsNobody("claim", socket_);
+  EXPECT_EQ(r.exit_code, 0) << "the child's check that failed (see the return codes of ClaimOthersCredentials)";
 }
 
 TEST_F(HeadTest, PermissionsUseTheCallersCredentials) {
@@ -902,13 +973,44 @@ bool WaitFor(const std::function<bool()>& ok, std::chrono::milliseconds limit = 
   return true;
 }
 
+// As nobody: opens a session, mounts and reads the root's attributes.
+int MountAndGetattr(const char* socket, int) {
+  nasgw_client_options co{};
+  co.socket_path = socket;
+  co.connect_timeout_ms = 5000;
+  nasgw_client* c = nullptr;
+  if (nasgw_client_open(&co, &c) != 0) return 11;
+  const nasgw_cred self{65534, 65534, 0, nullptr};
+  nasgw_attr root{};
+  if (nasgw_mount(c, &self, "vol1", &root) != 0) return 12;
+  nasgw_attr a{};
+  if (nasgw_getattr(c, &self, &root.handle, &a) != 0) return 13;
+  nasgw_client_close(c);
+  return 0;
+}
+[[maybe_unused]] const bool kMountRole = NobodyRoles().emplace("mount", MountAndGetattr).second;
+
+// As nobody: opening a socket it may not open fails at once with EACCES;
+// the client library's message goes to `message_fd`.
+int OpenForbiddenSocket(const char* socket, int message_fd) {
+  nasgw_client_options co{};
+  co.socket_path = socket;
+  co.connect_timeout_ms = 20'000;
+  nasgw_client* c = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = nasgw_client_open(&co, &c);
+  const std::string m = nasgw_client_last_message();
+  (void)!::write(message_fd, m.data(), m.size());
+  if (rc != -EACCES) return 11;
+  if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) return 12;
+  return 0;
+}
+[[maybe_unused]] const bool kOpenRole = NobodyRoles().emplace("open", OpenForbiddenSocket).second;
+
 // A flood of connections from one uid stops at head.max_connections_per_uid
 // (each refused with EMFILE and the reason, one log line for all of them);
 // a peer of another uid is still served.
 TEST_F(HeadTest, ConnectionsPerUidAreBoundedAndOtherUsersStillServed) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "forks a child that starts threads (see UnprivilegedPeerCannotClaimOthersCredentials)";
-#endif
   server_->Shutdown(std::chrono::milliseconds(0));
   server_.reset();
   StartServerWith([](HeadServerOptions& o) { o.max_connections_per_uid = 6; });
@@ -949,27 +1051,8 @@ TEST_F(HeadTest, ConnectionsPerUidAreBoundedAndOtherUsersStillServed) {
   }
   // Another uid has its own allowance.
   ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
-    nasgw_client_options co{};
-    co.socket_path = socket_.c_str();
-    co.connect_timeout_ms = 5000;
-    nasgw_client* c = nullptr;
-    if (nasgw_client_open(&co, &c) != 0) _exit(11);
-    const nasgw_cred self{65534, 65534, 0, nullptr};
-    nasgw_attr root{};
-    if (nasgw_mount(c, &self, "vol1", &root) != 0) _exit(12);
-    nasgw_attr a{};
-    if (nasgw_getattr(c, &self, &root.handle, &a) != 0) _exit(13);
-    nasgw_client_close(c);
-    _exit(0);
-  }
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check that failed (see the exit codes in the test)";
+  const NobodyResult child = RunAsNobody("mount", socket_);
+  EXPECT_EQ(child.exit_code, 0) << "the child's check that failed (see the return codes of MountAndGetattr)";
   // Root's own connections still work, and a slot freed is taken again.
   nasgw_attr a{};
   EXPECT_EQ(nasgw_getattr(client_, &kRoot, &root_.handle, &a), 0);
@@ -985,41 +1068,13 @@ TEST_F(HeadTest, ConnectionsPerUidAreBoundedAndOtherUsersStillServed) {
 // A head socket the caller may not open is reported as such (EACCES, with
 // the path), at once: not as "cannot reach nasgwd" after the timeout.
 TEST_F(HeadTest, ASocketWeMayNotOpenIsPermissionDenied) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "forks a child that starts threads (see UnprivilegedPeerCannotClaimOthersCredentials)";
-#endif
   server_->Shutdown(std::chrono::milliseconds(0));
   server_.reset();
   StartServerWith([](HeadServerOptions& o) { o.socket_mode = 0600; });
   ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
-  int pipefd[2];
-  ASSERT_EQ(pipe(pipefd), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    ::close(pipefd[0]);
-    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
-    nasgw_client_options co{};
-    co.socket_path = socket_.c_str();
-    co.connect_timeout_ms = 20'000;
-    nasgw_client* c = nullptr;
-    const auto t0 = std::chrono::steady_clock::now();
-    const int rc = nasgw_client_open(&co, &c);
-    const std::string m = nasgw_client_last_message();
-    (void)!::write(pipefd[1], m.data(), m.size());
-    if (rc != -EACCES) _exit(11);
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) _exit(12);
-    _exit(0);
-  }
-  ASSERT_GT(pid, 0);
-  ::close(pipefd[1]);
-  std::string message;
-  char buf[512];
-  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof(buf))) > 0;) message.append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "11: not EACCES, 12: not at once; message: " << message;
+  const NobodyResult child = RunAsNobody("open", socket_);
+  const std::string& message = child.message;
+  EXPECT_EQ(child.exit_code, 0) << "11: not EACCES, 12: not at once; message: " << message;
   EXPECT_NE(message.find("permission denied"), std::string::npos) << message;
   EXPECT_NE(message.find(socket_), std::string::npos) << message;
 }
