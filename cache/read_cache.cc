@@ -263,16 +263,27 @@ ReadCache::Ahead ReadCache::Sequential(const FileKey& k, uint64_t gen, uint64_t 
   MutexLock l(mu_);
   File& f = FileFor(k, gen);
   // A client keeps several reads in flight, so they arrive a little out of
-  // order: one near where the last ended still follows on.
-  const uint64_t slack = 4 * std::max(n, kReadAheadMinBytes);
-  const bool follows = (off == 0 && f.next == 0) || (f.next != 0 && off + slack >= f.next && off <= f.next + slack);
+  // order: one within a few reads of its size of where the last ended
+  // still follows on. (Not a fixed span: random 8 KiB reads of a 1 MiB file
+  // would land within one of 512 KiB half the time.)
+  const uint64_t slack = kReorderReads * n;
+  const bool start = off == 0 && f.next == 0;
+  const bool follows = f.next != 0 && off + slack >= f.next && off <= f.next + slack;
   if (!follows) {
     f.next = off + n;
     f.window = f.ahead_to = 0;
+    // A file read from its start counts as a stream already under way.
+    f.run = start ? kStreamReads - 1 : 1;
     MaybeForget(f);
     return a;
   }
   f.next = std::max(f.next, off + n);
+  // A stream is a run of reads that follow on one another: a random read
+  // that happens to land just after the one before is not one.
+  if (++f.run < kStreamReads) {
+    MaybeForget(f);
+    return a;
+  }
   f.window = f.window == 0 ? kReadAheadMinBytes : std::min(f.window * 2, ahead_max_);
   const uint64_t read_end = Up(off + n);
   f.ahead_to = std::max(f.ahead_to, read_end);

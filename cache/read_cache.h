@@ -22,10 +22,10 @@
 // moved meanwhile. So a block read before a change can never be cached
 // after it.
 //
-// Read-ahead: Sequential() recognises a stream per file (reads that follow
-// on from the last, allowing for the reordering of a client's concurrent
-// reads) and says what to read ahead, with a window that doubles from
-// kReadAheadMinBytes to the configured maximum. The caller reads it
+// Read-ahead: Sequential() recognises a stream per file (three reads in a
+// row that each follow on from the last, allowing for the reordering of a
+// client's concurrent reads) and says what to read ahead, with a window that
+// doubles from kReadAheadMinBytes to the configured maximum. The caller reads it
 // (DataCache's read-ahead threads) and reports it done; a read that needs a
 // block a read-ahead is fetching waits for it instead of fetching it again.
 //
@@ -71,6 +71,12 @@ class ReadCache {
  public:
   static constexpr uint64_t kBlock = 4096;  // fs::kDataBlockBytes
   static constexpr uint64_t kReadAheadMinBytes = 128 << 10;
+  // Reads of a stream arrive at most this many reads out of order.
+  static constexpr uint64_t kReorderReads = 4;
+  // Read-ahead begins at a stream's this-many'th read in a row (a read of a
+  // file at offset 0 counts as the second): two random reads in a row that
+  // land each just after the one before are rare; one is not.
+  static constexpr uint32_t kStreamReads = 3;
 
   // `budget`: the bytes this cache shares with what `others` reports (the
   // dirty data now); the cache holds at most budget - others().
@@ -147,6 +153,7 @@ class ReadCache {
     // The stream: where the last reads ended, the window, how far read-ahead
     // was asked for, and the spans being read ahead now.
     uint64_t next = 0, window = 0, ahead_to = 0;
+    uint32_t run = 0;  // reads in a row that followed on (the stream's length)
     std::vector<std::pair<uint64_t, uint64_t>> inflight;
   };
   using GhostKey = std::tuple<uint32_t, uint64_t, uint64_t, uint64_t>;  // vol, snap, ino, block
