@@ -15,7 +15,9 @@ namespace {
 constexpr uint32_t kSuperMagic = 0x534c474e;   // "NGLS"
 constexpr uint32_t kRecordMagic = 0x4c49474e;  // "NGIL"
 constexpr uint16_t kLogVersion = 1;            // the superblock's
-constexpr uint16_t kRecordVersion = 2;         // 2: bytes 56-63 hold the session (1: zeros, one record in flight)
+// 3: records are whole sectors (2 and 1: whole 4 KiB blocks); 2: bytes
+// 56-63 hold the session (1: zeros, one record in flight).
+constexpr uint16_t kRecordVersion = 3;
 constexpr size_t kSuperExtentsMax = (kLogBlockBytes - 64) / 20;
 
 uint64_t RoundUp(uint64_t n, uint64_t unit) {
@@ -121,6 +123,10 @@ IntentLog::IntentLog(DeviceFn devices, std::vector<Extent> extents, uint64_t sal
   max_record_ = std::max<uint64_t>(
       kLogBlockBytes, std::min<uint64_t>(options_.max_record_bytes, smallest) / kLogBlockBytes * kLogBlockBytes);
   slack_ = std::min<uint64_t>(capacity_ / 2, extents_.size() * max_record_);
+  // Records are whole sectors of every LUN the log is on.
+  for (const Extent& e : extents_) {
+    if (auto dev = devices_(e.lun)) unit_ = std::max<uint64_t>(unit_, dev->info().block_size);
+  }
 }
 
 size_t IntentLog::max_entry_bytes() const {
@@ -178,8 +184,10 @@ Status IntentLog::WriteSuper(uint64_t seq, uint64_t tail_vpos, uint64_t tail_lsn
 bool IntentLog::ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t session_min, uint64_t* bytes,
                            std::vector<std::string>* entries, uint64_t* session) {
   const Place p = Locate(vpos);
-  std::vector<uint8_t> buf(kLogBlockBytes);
-  if (!ReadAt(vpos, buf.data(), buf.size()).ok()) return false;
+  // The first block, or what is left of the extent (a record of a few
+  // sectors at its end).
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(kLogBlockBytes, p.room)));
+  if (buf.size() < kLogRecordHeaderBytes || !ReadAt(vpos, buf.data(), buf.size()).ok()) return false;
   const uint8_t* h = buf.data();
   const uint16_t version = static_cast<uint16_t>(h[4] | (h[5] << 8));
   if (GetFixed32(h) != kRecordMagic || version < 1 || version > kRecordVersion) return false;
@@ -190,13 +198,15 @@ bool IntentLog::ReadRecord(uint64_t vpos, uint64_t lsn, uint64_t session_min, ui
   const uint32_t count = GetFixed32(h + 40);
   const uint32_t payload = GetFixed32(h + 44);
   const uint32_t record = GetFixed32(h + 48);
-  if (record < kLogBlockBytes || record % kLogBlockBytes != 0 || record > p.room || record > max_record_ ||
+  const uint64_t unit = version >= 3 ? kLogSectorBytes : kLogBlockBytes;
+  if (record < unit || record % unit != 0 || record > p.room || record > max_record_ ||
       kLogRecordHeaderBytes + uint64_t{payload} > record || count == 0) {
     return false;
   }
   if (record > buf.size()) {
+    const size_t have = buf.size();
     buf.resize(record);
-    if (!ReadAt(vpos + kLogBlockBytes, buf.data() + kLogBlockBytes, record - kLogBlockBytes).ok()) return false;
+    if (!ReadAt(vpos + have, buf.data() + have, record - have).ok()) return false;
   }
   if (GetFixed32(buf.data() + 8) != Checksum(buf.data(), record)) return false;
   std::vector<std::string> out;
@@ -222,6 +232,10 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
                                                    const IntentLogOptions& options) {
   NASGW_RETURN_IF_ERROR(CheckExtents(extents));
   std::unique_ptr<IntentLog> log(new IntentLog(devices, extents, salt, options));
+  if (kLogBlockBytes % log->unit_ != 0) {
+    return Status::InvalidArgument("intent log on a LUN of " + std::to_string(log->unit_) +
+                                   "-byte blocks; at most 4 KiB, a power of two");
+  }
   // The newer copy of the superblock that verifies.
   std::vector<uint8_t> two(kLogSuperBytes);
   {
@@ -397,7 +411,7 @@ void IntentLog::WriterLoop() {
       costs += Cost(pending_[n].entry.size());
       n++;
     }
-    const uint64_t bytes = RoundUp(kLogRecordHeaderBytes + payload, kLogBlockBytes);
+    const uint64_t bytes = RoundUp(kLogRecordHeaderBytes + payload, unit_);
     uint64_t vpos = Fit(head_vpos_, bytes);
     // Reservations make this hold; if it ever did not, wait for a
     // checkpoint rather than overwrite what a replay still needs.

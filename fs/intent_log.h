@@ -42,8 +42,9 @@
 // hold two copies of the log superblock (salt, the checkpoint: position and
 // LSN of the oldest record still needed); the rest is a ring addressed by a
 // 64-bit "virtual" position that only grows (physical place = virtual mod
-// capacity, mapped over the extents). A record never spans two extents: one
-// that does not fit in what is left of an extent starts at the next.
+// capacity, mapped over the extents). A record is whole sectors (512 bytes,
+// or the LUNs' block if larger) and never spans two extents: one that does
+// not fit in what is left of an extent starts at the next.
 //
 // Space: every entry reserves its worst case before it is appended
 // (Reserve), so the writer never waits for space and an entry appended is
@@ -78,6 +79,9 @@
 namespace nasgw::fs {
 
 constexpr uint64_t kLogBlockBytes = 4096;
+// A record is whole sectors: this, or a LUN's block if that is larger (at
+// most kLogBlockBytes). An 8 KiB logged write takes 8.5 KiB, not 12.
+constexpr uint64_t kLogSectorBytes = 512;
 constexpr uint64_t kLogSuperBytes = 2 * kLogBlockBytes;  // two superblock copies
 constexpr size_t kLogRecordHeaderBytes = 64;
 constexpr size_t kLogEntryHeaderBytes = 4;  // u32 length before each entry
@@ -141,7 +145,8 @@ class IntentLog {
 
   // The largest entry Append takes (a record holding only it).
   size_t max_entry_bytes() const;
-  // The space an entry of `bytes` reserves: its worst case, a record of its own.
+  // The space an entry of `bytes` reserves: its worst case, a record of its
+  // own, in whole 4 KiB blocks (the largest sector a LUN may have).
   static uint64_t Cost(size_t bytes);
 
   // Reserves log space for an entry of `bytes`; waits while the log is full.
@@ -224,10 +229,11 @@ class IntentLog {
   const std::vector<Extent> extents_;
   const uint64_t salt_;
   const IntentLogOptions options_;
-  uint64_t capacity_ = 0;         // ring bytes (extents less the superblocks)
-  uint64_t slack_ = 0;            // kept free for records skipping to the next extent
-  uint64_t max_record_ = 0;       // options_.max_record_bytes, at most the smallest extent
-  std::vector<uint64_t> starts_;  // virtual start (mod capacity) of each extent's ring part
+  uint64_t capacity_ = 0;            // ring bytes (extents less the superblocks)
+  uint64_t slack_ = 0;               // kept free for records skipping to the next extent
+  uint64_t max_record_ = 0;          // options_.max_record_bytes, at most the smallest extent
+  uint64_t unit_ = kLogSectorBytes;  // records are multiples of it: the largest block of the log's LUNs
+  std::vector<uint64_t> starts_;     // virtual start (mod capacity) of each extent's ring part
   uint64_t replayed_ = 0;
 
   Mutex checkpoint_mu_ ACQUIRED_BEFORE(mu_);  // one Checkpoint at a time

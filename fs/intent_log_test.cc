@@ -62,6 +62,12 @@ class IntentLogTest : public ::testing::Test {
     return s;
   }
 
+  // The bytes of a record holding one entry of `n` bytes: whole sectors.
+  static uint64_t RecordOf(size_t n) {
+    const uint64_t b = kLogRecordHeaderBytes + kLogEntryHeaderBytes + n;
+    return (b + kLogSectorBytes - 1) / kLogSectorBytes * kLogSectorBytes;
+  }
+
   uint64_t AppendDurable(IntentLog& log, const std::string& e) {
     EXPECT_TRUE(log.Reserve(e.size()).ok());
     const uint64_t lsn = log.Append(e);
@@ -303,11 +309,11 @@ TEST_F(IntentLogTest, AStaleRecordAfterAGapIsNeverReplayed) {
   std::vector<std::pair<uint64_t, std::string>> r;
   {
     auto log = Open(&r);
-    for (uint64_t i = 1; i <= 3; i++) AppendDurable(*log, Entry(i));  // a 4 KiB record each
+    for (uint64_t i = 1; i <= 3; i++) AppendDurable(*log, Entry(i));  // a record each
   }
   // Record 2 never reached the array; record 3 did.
-  const uint64_t rec2 = extents_[0].offset + kLogSuperBytes + 4096;
-  std::vector<uint8_t> zeros(4096, 0);
+  const uint64_t rec2 = extents_[0].offset + kLogSuperBytes + RecordOf(Entry(1).size());
+  std::vector<uint8_t> zeros(RecordOf(Entry(2).size()), 0);
   ASSERT_TRUE(block::WriteSync(*devs_[0], rec2 / 512, zeros.data(), zeros.size(), true).ok());
   {
     Attach();
@@ -352,15 +358,16 @@ TEST_F(IntentLogTest, TornTailIsIgnoredAndOverwritten) {
     EXPECT_EQ(AppendDurable(*log, Entry(12, 6000)), 12u);
   }
   // Tear record 12: zero its second half.
-  std::vector<uint8_t> zeros(4096, 0);
+  const uint64_t rec = RecordOf(6000);
+  std::vector<uint8_t> zeros(rec / 2, 0);
   {
     Attach();
     auto log = Open(&r);
     ASSERT_EQ(r.size(), 12u);
   }
-  // Find record 12's place: 12 records of 8 KiB after the superblocks.
-  const uint64_t rec12 = extents_[0].offset + kLogSuperBytes + 11 * uint64_t{8192};
-  ASSERT_TRUE(block::WriteSync(*devs_[0], (rec12 + 4096) / 512, zeros.data(), zeros.size(), true).ok());
+  // Find record 12's place: 11 records of 6 KiB after the superblocks.
+  const uint64_t rec12 = extents_[0].offset + kLogSuperBytes + 11 * rec;
+  ASSERT_TRUE(block::WriteSync(*devs_[0], (rec12 + rec / 2) / 512, zeros.data(), zeros.size(), true).ok());
   Attach();
   auto log = Open(&r);
   ASSERT_EQ(r.size(), 11u);
@@ -455,6 +462,38 @@ TEST_F(IntentLogTest, PowerCutsKeepEveryAcknowledgedEntry) {
     cuts++;
   }
   EXPECT_EQ(cuts, 60);
+}
+
+// A record is whole sectors of its LUNs, not whole 4 KiB blocks: a logged
+// 8 KiB write (8,254 bytes with its header) takes 8.5 KiB of the log and of
+// the array link, not 12. On LUNs of 4 KiB blocks, whole blocks.
+TEST_F(IntentLogTest, RecordsAreWholeSectorsOfTheirLuns) {
+  const std::string write = Entry(1, 8192 + 62);
+  for (const uint32_t block : {512u, 4096u}) {
+    SCOPED_TRACE("LUN blocks of " + std::to_string(block) + " bytes");
+    luns_.clear();
+    for (int i = 0; i < 2; i++) {
+      luns_.push_back(std::make_shared<block::MemLun>(block, 64 * kMiB / block, "mem." + std::to_string(i)));
+    }
+    Attach();
+    ASSERT_TRUE(IntentLog::Format(Devices(), extents_, salt_).ok());
+    std::vector<std::pair<uint64_t, std::string>> r;
+    {
+      auto log = Open(&r);
+      ASSERT_TRUE(log);
+      AppendDurable(*log, write);
+      AppendDurable(*log, Entry(2));
+      const uint64_t want = block == 512 ? 8704 + 512 : 12288 + 4096;
+      EXPECT_EQ(log->Stats().bytes_written, want);
+    }
+    Attach();
+    auto log = Open(&r);
+    ASSERT_TRUE(log);
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[0].second, write);
+    EXPECT_EQ(r[1].second, Entry(2));
+    EXPECT_EQ(AppendDurable(*log, Entry(3)), 3u);
+  }
 }
 
 TEST_F(IntentLogTest, RefusesWhatDoesNotFit) {
