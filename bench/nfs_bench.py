@@ -560,7 +560,7 @@ class Bench:
                 # nasgwd in the controller namespace, where the array is.
                 node = Node({"nasgwd": self.bins["nasgwd"], "cli": self.bins["cli"]},
                             urls=[l["url"] for l in san["luns"][:2]], tag="nfsbench", netns=host, metrics=True)
-                node.start()
+                node.start(a.nasgw_config.replace("\\n", "\n") if a.nasgw_config else "")
                 node.cli("reserve", "format", "--name", "bench", "--ag-size", a.ag_size, "--force")
                 create = ["volume", "create", VOLUME]
                 if a.record_kib:
@@ -1149,6 +1149,9 @@ def main():
     ap.add_argument("--xfs-size", default="8G")
     ap.add_argument("--ag-size", default="64M")
     ap.add_argument("--record-kib", type=int, default=0, help="nasgw volume record size (default: nasgw's)")
+    ap.add_argument("--nasgw-config", default="",
+                    help="TOML appended to the bench nasgwd's config (\\n for a new line), e.g. "
+                    "'[cache]\\nmemory_mib = 8192'")
     ap.add_argument("--quiesce-max", type=float, default=600,
                     help="after each step, wait at most this long for the array link to go quiet")
     ap.add_argument("--cold-peers", action="store_true",
