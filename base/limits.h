@@ -175,6 +175,13 @@ constexpr uint32_t kLogWriteFillPctMax = 60;
 // The flusher writes files with logged writes first once the log is this
 // full (per cent), so the next checkpoint can move past them.
 constexpr uint32_t kLogWriteFlushPct = 30;
+// A stable write goes to the intent log while the log's records reach the
+// array quickly: their recent write time (a moving average) at most this.
+// Slower, the records queue behind a saturated array link, where bytes
+// cost more than round trips: the write goes to its place instead and
+// crosses the link once, not twice (log, then flush). 0: always the log.
+constexpr uint32_t kLogSlowMsDefault = 20;
+constexpr uint32_t kLogSlowMsMax = 10'000;
 
 // Intent log record writes in flight at once (each up to 1 MiB, with FUA):
 // while one is on its way the next group forms and goes, so the log keeps

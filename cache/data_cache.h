@@ -65,6 +65,10 @@ struct DataCacheOptions {
   // log and are answered once logged (one shared array write), then flushed
   // like cached ones. Off: flushed to their place before the answer.
   bool log_stable_writes = true;
+  // ... while the log's records reach the array within this (their recent
+  // write time); slower, a stable write goes to its place, its bytes over
+  // the array link once. 0: always the log. (limits::kLogSlowMsDefault)
+  uint32_t log_slow_ms = limits::kLogSlowMsDefault;
 
   Status Validate() const;
 };
@@ -75,6 +79,7 @@ struct DataCacheStats {
   uint64_t writes_cached = 0;      // answered from memory
   uint64_t writes_stable = 0;      // flushed before the answer (stable, strict)
   uint64_t writes_logged = 0;      // stable, answered once in the intent log
+  uint64_t writes_log_slow = 0;    // stable, of writes_stable: to their place since the log was slow
   uint64_t bytes_written = 0;      // by clients, through the cache
   uint64_t read_bytes_dirty = 0;   // bytes reads took from dirty data
   uint64_t flushes = 0;            // flush transactions committed
@@ -176,9 +181,9 @@ class DataCache {
   std::vector<std::thread> ahead_threads_;
 
   struct Counters {
-    std::atomic<uint64_t> writes_cached{0}, writes_stable{0}, writes_logged{0}, bytes_written{0}, read_bytes_dirty{0},
-        flushes{0}, flush_bytes{0}, flush_errors{0}, flush_dropped{0}, stalls{0}, stall_timeouts{0}, flush_nanos{0},
-        no_space{0};
+    std::atomic<uint64_t> writes_cached{0}, writes_stable{0}, writes_logged{0}, writes_log_slow{0}, bytes_written{0},
+        read_bytes_dirty{0}, flushes{0}, flush_bytes{0}, flush_errors{0}, flush_dropped{0}, stalls{0},
+        stall_timeouts{0}, flush_nanos{0}, no_space{0};
   };
   mutable Counters c_;
   LogLimiter flush_log_{1'000'000'000};  // a failing array: one line a second

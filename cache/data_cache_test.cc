@@ -244,6 +244,46 @@ TEST_F(DataCacheTest, AVolumeInStrictModeHasEveryWriteInPlaceBeforeItsAnswer) {
   EXPECT_EQ(dom_->SetVolumeWriteThrough("nope", true).status().code(), Code::kNotFound);
 }
 
+// While the intent log's records are slow to reach the array (they queue
+// behind a saturated array link), a stable write goes to its place instead
+// of the log, so its bytes cross the link once, not twice; once the log is
+// quick again, stable writes are logged again. Every one of them is on the
+// SAN when answered.
+TEST_F(DataCacheTest, StableWritesGoToTheirPlaceWhileTheLogIsSlow) {
+  DataCacheOptions o = NoFlusher();
+  o.log_slow_ms = 5;
+  StartCache(o);
+  const fs::Attr f = Mk("f");
+  std::string model;
+  auto stable_write = [&](int i) {
+    const std::string d(8192, static_cast<char>('a' + i % 26));
+    Write(f, uint64_t(i % 8) * 8192, d, /*stable=*/true);
+    Put(model, uint64_t(i % 8) * 8192, d);
+  };
+  int i = 0;
+  stable_write(i++);
+  EXPECT_EQ(cache_->stats().writes_logged, 1u);
+  // A slow array: every write takes 20 ms (the log's records among them).
+  std::atomic<bool> slow{true};
+  for (auto& d : devs_) {
+    d->SetFault([&slow](const block::IoRequest& r) {
+      if (r.op == block::Op::kWrite && slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return Status();
+    });
+  }
+  while (cache_->stats().writes_log_slow == 0 && i < 30) stable_write(i++);
+  ASSERT_GT(cache_->stats().writes_log_slow, 0u) << "stable writes kept going to a slow log";
+  EXPECT_GE(dom_->log_recent_write_ns(), 5'000'000u);
+  // The one that went to its place is there now, with no flush.
+  EXPECT_EQ(OnSan(f.ino), model);
+  const uint64_t logged = cache_->stats().writes_logged;
+  slow = false;
+  while (cache_->stats().writes_logged == logged && i < 60) stable_write(i++);
+  EXPECT_GT(cache_->stats().writes_logged, logged) << "stable writes never went back to the log";
+  for (auto& d : devs_) d->SetFault(nullptr);
+  CleanAndKeptAcrossACrash(f.ino, model);
+}
+
 TEST_F(DataCacheTest, TheChangeAttributeCountsCachedWritesAndNeverGoesBack) {
   DataCacheOptions o = NoFlusher();
   o.flush_bytes_max = 64 << 10;  // the flush below takes several transactions
@@ -807,6 +847,9 @@ TEST_F(DataCacheTest, OptionsOutsideTheirRangesAreRefused) {
   EXPECT_FALSE(o.Validate().ok());
   o = {};
   o.read_ahead_bytes = limits::kReadAheadBytesMax + 1;
+  EXPECT_FALSE(o.Validate().ok());
+  o = {};
+  o.log_slow_ms = limits::kLogSlowMsMax + 1;
   EXPECT_FALSE(o.Validate().ok());
   EXPECT_TRUE(DataCacheOptions{}.Validate().ok());
 }

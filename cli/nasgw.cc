@@ -508,6 +508,7 @@ json ToJson(const pb::CacheStats& c) {
           {"writes_cached", c.writes_cached()},
           {"writes_logged", c.writes_logged()},
           {"writes_stable", c.writes_stable()},
+          {"writes_log_slow", c.writes_log_slow()},
           {"flushes", c.flushes()},
           {"flush_bytes", c.flush_bytes()},
           {"flush_microseconds", c.flush_microseconds()},
@@ -1297,8 +1298,9 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
                 << cs.stall_timeouts() << ", ENOSPC " << cs.no_space() << "\n"
                 << "  writes  " << HumanBytes(cs.client_write_bytes())
                 << " by clients: " << HumanCount(cs.writes_cached()) << " cached, " << HumanCount(cs.writes_logged())
-                << " logged, " << HumanCount(cs.writes_stable()) << " in place; array writes "
-                << HumanBytes(cs.array_write_bytes()) << " (" << amp << " per client byte)\n"
+                << " logged, " << HumanCount(cs.writes_stable()) << " in place (" << HumanCount(cs.writes_log_slow())
+                << " as the log was slow); array writes " << HumanBytes(cs.array_write_bytes()) << " (" << amp
+                << " per client byte)\n"
                 << "  flushes " << HumanCount(cs.flushes()) << ", " << HumanBytes(cs.flush_bytes()) << ", mean "
                 << HumanUs(cs.flushes() == 0 ? 0 : cs.flush_microseconds() / cs.flushes()) << "\n"
                 << "  data    " << HumanBytes(cs.clean_bytes()) << " clean of " << HumanBytes(cs.clean_capacity_bytes())

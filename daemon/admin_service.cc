@@ -449,6 +449,7 @@ class AdminService final : public pb::Admin::Service {
     c->set_writes_cached(d.writes_cached);
     c->set_writes_logged(d.writes_logged);
     c->set_writes_stable(d.writes_stable);
+    c->set_writes_log_slow(d.writes_log_slow);
     c->set_flushes(d.flushes);
     c->set_flush_bytes(d.flush_bytes);
     c->set_flush_microseconds(d.flush_nanos_total / 1000);

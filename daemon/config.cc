@@ -783,7 +783,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
             &c, &errors);
   Section cache("cache", table("cache"),
                 {"memory_mib", "dirty_mib", "read_ahead_kib", "flush_after_ms", "stall_timeout_ms", "write_through",
-                 "log_stable_writes"},
+                 "log_stable_writes", "log_slow_ms"},
                 &errors);
   cache.Integer("memory_mib", limits::kMemoryBytesMin >> 20, limits::kMemoryBytesMax >> 20, &c.cache_memory_mib);
   cache.Integer("dirty_mib", limits::kCacheDirtyBytesMin >> 20, limits::kCacheDirtyBytesMax >> 20, &c.cache_dirty_mib);
@@ -801,6 +801,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
                 &c.cache_stall_timeout_ms);
   cache.Bool("write_through", &c.cache_write_through);
   cache.Bool("log_stable_writes", &c.cache_log_stable_writes);
+  cache.Integer("log_slow_ms", 0, limits::kLogSlowMsMax, &c.cache_log_slow_ms);
   ParseAdmin(Section("admin", table("admin"),
                      {"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca", "insecure_no_client_auth"}, &errors),
              &c, &errors);

@@ -94,8 +94,9 @@ struct Config {
   uint32_t cache_read_ahead_kib = limits::kReadAheadBytesDefault >> 10;  // 0..kReadAheadBytesMax in KiB
   uint32_t cache_flush_after_ms = limits::kCacheFlushAfterMsDefault;     // kCacheFlushAfterMs{Min,Max}
   uint32_t cache_stall_timeout_ms = limits::kCacheStallTimeoutMsDefault;  // kCacheStallTimeoutMs{Min,Max}
-  bool cache_write_through = false;     // strict: every write flushed before its answer
-  bool cache_log_stable_writes = true;  // small stable writes answered once in the intent log
+  bool cache_write_through = false;                        // strict: every write flushed before its answer
+  bool cache_log_stable_writes = true;                     // small stable writes answered once in the intent log
+  uint32_t cache_log_slow_ms = limits::kLogSlowMsDefault;  // ... while its records take at most this; 0..kLogSlowMsMax
 
   // [metrics]
   std::string metrics_listen;  // optional "host:port" for the Prometheus text endpoint

@@ -68,6 +68,7 @@ cache::DataCacheOptions CacheOptions(const Config& cfg) {
   o.stall_timeout_ms = cfg.cache_stall_timeout_ms;
   o.write_through = cfg.cache_write_through;
   o.log_stable_writes = cfg.cache_log_stable_writes;
+  o.log_slow_ms = cfg.cache_log_slow_ms;
   return o;
 }
 

@@ -105,6 +105,9 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                 {{"answer", "stable"}}, c.writes_stable);
       s.Counter("nasgw_cache_writes_total", "Writes through the cache, by how they were answered.",
                 {{"answer", "logged"}}, c.writes_logged);
+      s.Counter("nasgw_cache_log_slow_writes_total",
+                "Stable writes put in place rather than logged: the intent log's records were slow (array link busy).",
+                {}, c.writes_log_slow);
       s.Counter("nasgw_cache_write_bytes_total", "Bytes clients wrote through the cache.", {}, c.bytes_written);
       s.Counter("nasgw_cache_read_dirty_bytes_total", "Bytes reads took from dirty data.", {}, c.read_bytes_dirty);
       s.Counter("nasgw_cache_flushes_total", "Flush transactions committed.", {}, c.flushes);
@@ -223,6 +226,9 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
           s.Gauge("nasgw_log_write_latency_seconds", "Intent log record write latency quantiles since start.",
                   {{"quantile", q}}, static_cast<double>(ls.write_ns.Percentile(v)) / 1e9);
         }
+        s.Gauge("nasgw_log_write_recent_seconds",
+                "Intent log record write time lately (moving average over about four records).", {},
+                static_cast<double>(ls.recent_write_ns) / 1e9);
         s.Counter("nasgw_txg_total", "Transaction groups synced (the domain record's counter).", {}, d->txg());
       }
     }

@@ -338,6 +338,10 @@ uint32_t Domain::log_fill_pct() const {
   return impl_->log ? impl_->log->fill_pct() : 0;
 }
 
+uint64_t Domain::log_recent_write_ns() const {
+  return impl_->log ? impl_->log->recent_write_ns() : 0;
+}
+
 uint64_t Domain::oldest_logged_write() const {
   MutexLock l(impl_->pin_mu);
   return impl_->pins.empty() ? 0 : impl_->pins.begin()->first;

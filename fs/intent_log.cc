@@ -481,7 +481,10 @@ void IntentLog::WriterLoop() {
 
 void IntentLog::RecordWritten(Flight* f, const Status& s) {
   MutexLock l(mu_);
-  write_ns_.Record(MonotonicNanos() - f->start_ns);
+  const uint64_t took = MonotonicNanos() - f->start_ns;
+  write_ns_.Record(took);
+  const uint64_t was = recent_write_ns_.load(std::memory_order_relaxed);
+  recent_write_ns_.store(was == 0 ? took : was - was / 4 + took / 4, std::memory_order_relaxed);
   f->done = true;
   if (!s.ok()) Fail(s);
   // Durable: the records written with every one before them written too.
@@ -580,6 +583,7 @@ IntentLogStats IntentLog::Stats() const {
     s.reserve_waits = reserve_waits_;
   }
   s.write_ns = write_ns_.Snapshot();
+  s.recent_write_ns = recent_write_ns();
   s.group_entries = group_entries_.Snapshot();
   return s;
 }

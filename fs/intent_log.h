@@ -60,6 +60,7 @@
 // around apply + Append.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -113,9 +114,10 @@ struct IntentLogStats {
   uint64_t entries = 0;         // entries written since open
   uint64_t bytes_written = 0;   // record bytes written since open
   uint64_t checkpoints = 0;
-  uint64_t reserve_waits = 0;   // Reserve calls that had to wait for space
-  HistogramData write_ns;       // latency of one record write
-  HistogramData group_entries;  // entries per record
+  uint64_t reserve_waits = 0;    // Reserve calls that had to wait for space
+  uint64_t recent_write_ns = 0;  // recent_write_ns() now
+  HistogramData write_ns;        // latency of one record write
+  HistogramData group_entries;   // entries per record
 };
 
 class IntentLog {
@@ -170,6 +172,9 @@ class IntentLog {
 
   uint64_t appended_lsn() const;
   uint64_t durable_lsn() const;
+  // How long record writes take lately: a moving average over about the
+  // last four (0 before the first).
+  uint64_t recent_write_ns() const { return recent_write_ns_.load(std::memory_order_relaxed); }
   // Percentage of the space entries can use (the capacity less the slack
   // kept for records that skip to the next extent) in use or reserved, with
   // `extra` more bytes.
@@ -264,6 +269,7 @@ class IntentLog {
   uint64_t reserve_waits_ GUARDED_BY(mu_) = 0;
   Histogram write_ns_;
   Histogram group_entries_;
+  std::atomic<uint64_t> recent_write_ns_{0};  // updated under mu_
 
   std::thread writer_;
 };
