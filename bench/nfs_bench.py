@@ -38,6 +38,7 @@ on demand), for the nasgw target <build>/fsal/ganesha/libfsalnasgw.so,
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -560,7 +561,7 @@ class Bench:
                 # nasgwd in the controller namespace, where the array is.
                 node = Node({"nasgwd": self.bins["nasgwd"], "cli": self.bins["cli"]},
                             urls=[l["url"] for l in san["luns"][:2]], tag="nfsbench", netns=host, metrics=True)
-                node.start(a.nasgw_config.replace("\\n", "\n") if a.nasgw_config else "")
+                node.start(nasgw_config(a))
                 node.cli("reserve", "format", "--name", "bench", "--ag-size", a.ag_size, "--force")
                 create = ["volume", "create", VOLUME]
                 if a.record_kib:
@@ -568,7 +569,8 @@ class Bench:
                 node.cli(*create)
                 exports.append(nfslab.nasgw_export(EXPORT_ID["nasgw"], VOLUME, PSEUDO["nasgw"]))
                 plugins["nasgw"], socket = self.bins["fsal"], node.head_socket
-                out["targets"]["nasgw"] = {"path": "FSAL_NASGW -> nasgwd (volume %s)" % VOLUME}
+                out["targets"]["nasgw"] = {"path": "FSAL_NASGW -> nasgwd (volume %s)" % VOLUME,
+                                           "config": nasgw_config(a)}
             if targets:
                 cfg = nfslab.GaneshaConfig(exports=exports, plugins=plugins, nasgw_socket=socket)
                 try:
@@ -1126,6 +1128,19 @@ def smoke_problems(res):
     return bad
 
 
+def nasgw_config(a):
+    """The bench nasgwd's extra TOML: --nasgw-config, with the memory budget
+    (--nasgw-memory-mib) in its [cache] section unless that sets one."""
+    text = a.nasgw_config.replace("\\n", "\n")
+    if a.nasgw_memory_mib and "memory_mib" not in text:
+        line = "memory_mib = %d" % a.nasgw_memory_mib
+        if re.search(r"^\[cache\]\s*$", text, re.M):
+            text = re.sub(r"^\[cache\]\s*$", "[cache]\n" + line, text, count=1, flags=re.M)
+        else:
+            text = "[cache]\n%s\n%s" % (line, text)
+    return text + ("\n" if text and not text.endswith("\n") else "")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"),
@@ -1149,6 +1164,10 @@ def main():
     ap.add_argument("--xfs-size", default="8G")
     ap.add_argument("--ag-size", default="64M")
     ap.add_argument("--record-kib", type=int, default=0, help="nasgw volume record size (default: nasgw's)")
+    ap.add_argument("--nasgw-memory-mib", type=int, default=6144,
+                    help="nasgwd's memory budget ([cache] memory_mib; 0: nasgwd's default, 2048). The peers' "
+                    "page cache takes what it likes of this machine's memory; a NAS head is given its "
+                    "node's memory the same way")
     ap.add_argument("--nasgw-config", default="",
                     help="TOML appended to the bench nasgwd's config (\\n for a new line), e.g. "
                     "'[cache]\\nmemory_mib = 8192'")
