@@ -1034,14 +1034,21 @@ def chart(res, path):
     for col, s in enumerate(settings):
         for row, (wl, key, label) in enumerate(rows):
             ax = axes[row][col]
+            drawn = 0
             for t, med in s["medians"].items():
                 pts = sorted((int(n), m[key]) for n, m in med.get(wl, {}).items() if m.get(key) is not None)
                 if not pts:
                     continue
+                drawn += 1
                 xs = [p[0] for p in pts]
                 ys = [p[1] / 1000 if key == "p99_us" else p[1] for p in pts]
                 color, marker = styles.get(t, (None, "x"))
                 ax.plot(xs, ys, marker=marker, color=color, label=t)
+            if not drawn:
+                ax.set_title(label, fontsize=9)
+                ax.text(0.5, 0.5, "not measured on this link", ha="center", va="center", transform=ax.transAxes)
+                ax.set_axis_off()
+                continue
             ax.set_xscale("log", base=2)
             ax.set_xticks(res["config"]["clients"])
             ax.set_xticklabels([str(c) for c in res["config"]["clients"]])
