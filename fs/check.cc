@@ -30,6 +30,10 @@ Result<std::vector<std::string>> Domain::Check() {
     used += e.length;
   }
   NASGW_RETURN_IF_ERROR(st.Scan("E", "F", [&](std::string_view k, std::string_view v) {
+    if (k.size() != 21) {  // 'E', volume, inode, record
+      add("extent key of " + std::to_string(k.size()) + " bytes");
+      return true;
+    }
     auto m = DecodeRecordMap(v);
     if (!m.ok()) {
       add("extent record " + std::to_string(GetBE64(k, 5)) + ": " + m.status().ToString());
@@ -51,7 +55,11 @@ Result<std::vector<std::string>> Domain::Check() {
   // Per volume: inodes, names, links.
   std::vector<uint32_t> vols;
   NASGW_RETURN_IF_ERROR(st.Scan("V", "W", [&](std::string_view k, std::string_view) {
-    vols.push_back(static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1, 4)), 0)));
+    if (k.size() != 5) {  // 'V', volume
+      add("volume key of " + std::to_string(k.size()) + " bytes");
+      return true;
+    }
+    vols.push_back(GetBE32(k, 1));
     return true;
   }));
   // A read that fails is the check's error, never a problem it reports (or
@@ -67,6 +75,10 @@ Result<std::vector<std::string>> Domain::Check() {
     std::map<uint64_t, Inode> inodes;
     std::string ip = Prefix('I', vol);
     NASGW_RETURN_IF_ERROR(st.Scan(ip, PrefixEnd(ip), [&](std::string_view k, std::string_view val) {
+      if (k.size() != 13) {  // 'I', volume, inode
+        add(where + "inode key of " + std::to_string(k.size()) + " bytes");
+        return true;
+      }
       const uint64_t ino = GetBE64(k, 5);
       auto in = DecodeInode(ino, val);
       if (!in.ok()) {
@@ -81,6 +93,10 @@ Result<std::vector<std::string>> Domain::Check() {
     std::string dp = Prefix('D', vol);
     Status failed;
     NASGW_RETURN_IF_ERROR(st.Scan(dp, PrefixEnd(dp), [&](std::string_view k, std::string_view val) {
+      if (k.size() < 14) {  // 'D', volume, directory, a name of at least a byte
+        add(where + "entry key of " + std::to_string(k.size()) + " bytes");
+        return true;
+      }
       const uint64_t dir = GetBE64(k, 5);
       const std::string name(k.substr(13));
       auto e = DecodeDirent(val);

@@ -278,10 +278,14 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
   // Files that were unlinked while open when the domain last stopped.
   std::vector<std::pair<uint32_t, uint64_t>> orphans;
   NASGW_RETURN_IF_ERROR(impl->store->Scan("O", "P", [&](std::string_view k, std::string_view) {
-    orphans.push_back(
-        {static_cast<uint32_t>(GetBE64(std::string(4, '\0') + std::string(k.substr(1, 4)), 0)), GetBE64(k, 5)});
+    if (k.size() != 13) {  // 'O', volume, inode
+      bad = Status::Corruption("orphan key of " + std::to_string(k.size()) + " bytes");
+      return false;
+    }
+    orphans.push_back({GetBE32(k, 1), GetBE64(k, 5)});
     return true;
   }));
+  NASGW_RETURN_IF_ERROR(bad);
   // Each volume's file count, for Statfs.
   std::map<uint32_t, uint64_t> vol_files;
   NASGW_RETURN_IF_ERROR(impl->store->Scan("V", "W", [&](std::string_view k, std::string_view val) {

@@ -538,6 +538,10 @@ Result<std::map<uint64_t, RecordMap>> Domain::Impl::LoadRecords(uint32_t vol, ui
   std::string end = to == UINT64_MAX ? PrefixEnd(p) : ExtentKey(vol, ino, to + 1);
   Status bad;
   Status s = store->Scan(ExtentKey(vol, ino, from), end, [&](std::string_view k, std::string_view v) {
+    if (k.size() != p.size() + 8) {
+      bad = Status::Corruption("extent key of " + std::to_string(k.size()) + " bytes");
+      return false;
+    }
     const uint64_t r = GetBE64(k, p.size());
     auto m = DecodeRecordMap(v);
     if (!m.ok()) {

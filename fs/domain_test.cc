@@ -10,6 +10,9 @@
 
 #include "base/limits.h"
 #include "block/mem_device.h"
+#include "fs/keys.h"
+#include "fs/meta_store.h"
+#include "fs/metafs.h"
 
 namespace nasgw::fs {
 namespace {
@@ -509,6 +512,52 @@ TEST_F(DomainTest, RecordSizeChangesOnlyWhileTheVolumeHoldsNoData) {
   auto problems = dom_->Check();
   ASSERT_TRUE(problems.ok());
   EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// Keys too short for what their kind holds (a damaged metadata store: only
+// nasgwd writes it) are corruption, said so, and never read past their end:
+// an orphan key stops the opening with Corruption, an extent key among a
+// file's fails a truncation of it, and the check reports it.
+TEST_F(DomainTest, MalformedKeysAreCorruptionNeverReadPastTheirEnd) {
+  Build();
+  const Attr f = Mk(kRootIno, "f");
+  ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, "data", 4).ok());
+  // Into the store itself, with the domain closed: `key` takes the value
+  // of `from` (a key that goes; none: an empty value).
+  auto put_raw = [&](const std::string& key, const std::string& from) {
+    dom_.reset();
+    auto mfs = MetaFs::Mount(reserve_, 0, Options().metafs);
+    ASSERT_TRUE(mfs.ok()) << mfs.status().ToString();
+    auto st = MetaStore::Open(mfs->get(), Options().store);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    MetaBatch b;
+    std::string value;
+    if (!from.empty()) {
+      auto v = (*st)->Get(from);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      value = *v;
+      b.Delete(from);
+    }
+    b.Put(key, value);
+    ASSERT_TRUE((*st)->Write(b, true).ok());
+  };
+  // The file's extent record under a key whose record index is cut to 3 bytes.
+  put_raw(keys::Prefix('E', vol_, f.ino) + "abc", keys::ExtentKey(vol_, f.ino, 0));
+  Reopen();
+  SetAttr cut;
+  cut.set_size = true;
+  cut.size = 0;  // every record of the file: the short key among them
+  auto t = dom_->SetAttrs(vol_, f.ino, cut);
+  EXPECT_EQ(t.status().code(), Code::kCorruption) << t.status().ToString();
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok()) << problems.status().ToString();
+  bool said = false;
+  for (const std::string& p : *problems) said |= p.find("extent key of 16 bytes") != std::string::npos;
+  EXPECT_TRUE(said) << "the check did not report the short extent key";
+  put_raw("O\x01", "");  // an orphan key of 2 bytes
+  auto d = Domain::Open(reserve_, 0, Options());
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), Code::kCorruption) << d.status().ToString();
 }
 
 }  // namespace

@@ -299,6 +299,10 @@ Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64
   NASGW_RETURN_IF_ERROR(
       impl_->store->Scan(CookieKey(vol, dir, cookie + 1), PrefixEnd(p), [&](std::string_view k, std::string_view name) {
         if (out.size() >= max) return false;
+        if (k.size() != p.size() + 8) {
+          bad = Status::Corruption("directory index key of " + std::to_string(k.size()) + " bytes");
+          return false;
+        }
         auto e = impl_->LoadDirent(vol, dir, std::string(name));
         if (!e.ok()) {
           bad = e.status().WithContext("directory index");

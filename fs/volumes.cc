@@ -190,7 +190,8 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
       if (tag == 'E') {
         auto m = DecodeRecordMap(v);
         if (!m.ok()) {
-          undecodable = m.status().WithContext("inode " + std::to_string(GetBE64(k, 5)));
+          undecodable =
+              m.status().WithContext(k.size() >= 13 ? "inode " + std::to_string(GetBE64(k, 5)) : "extent key");
           return false;
         }
         t.Free(*m);
