@@ -517,7 +517,8 @@ TEST_F(DomainTest, RecordSizeChangesOnlyWhileTheVolumeHoldsNoData) {
 // Keys too short for what their kind holds (a damaged metadata store: only
 // nasgwd writes it) are corruption, said so, and never read past their end:
 // an orphan key stops the opening with Corruption, an extent key among a
-// file's fails a truncation of it, and the check reports it.
+// file's fails a truncation of it, and the check reports it; an index entry
+// of the wrong size is Corruption too.
 TEST_F(DomainTest, MalformedKeysAreCorruptionNeverReadPastTheirEnd) {
   Build();
   const Attr f = Mk(kRootIno, "f");
@@ -554,6 +555,13 @@ TEST_F(DomainTest, MalformedKeysAreCorruptionNeverReadPastTheirEnd) {
   bool said = false;
   for (const std::string& p : *problems) said |= p.find("extent key of 16 bytes") != std::string::npos;
   EXPECT_TRUE(said) << "the check did not report the short extent key";
+  // A pseudo path's index entry must hold an export id (4 bytes).
+  put_raw(keys::PseudoKey("/taken"), "");
+  Reopen();
+  Export x;
+  x.volume = "vol1";
+  x.pseudo = "/taken";
+  EXPECT_EQ(dom_->AddExport(x).status().code(), Code::kCorruption);
   put_raw("O\x01", "");  // an orphan key of 2 bytes
   auto d = Domain::Open(reserve_, 0, Options());
   ASSERT_FALSE(d.ok());

@@ -113,14 +113,12 @@ Result<Export> Domain::AddExport(const Export& spec) {
   Export e = spec;
   NASGW_RETURN_IF_ERROR(CheckStorable(e));
   WriterLock lock(impl_->mu);
-  auto idb = impl_->store->Get(VolNameKey(e.volume));
-  if (!idb.ok()) {
-    return idb.status().code() == Code::kNotFound ? Status::NotFound("no volume '" + e.volume + "'") : idb.status();
-  }
-  const uint32_t vol = GetBE32(*idb, 0);
-  NASGW_RETURN_IF_ERROR(impl_->CheckExportDir(vol, e.volume, e.path));
+  auto vol = impl_->VolumeId(e.volume);
+  if (!vol.ok()) return vol.status();
+  NASGW_RETURN_IF_ERROR(impl_->CheckExportDir(*vol, e.volume, e.path));
   auto other = impl_->store->Get(PseudoKey(e.pseudo));
   if (other.ok()) {
+    if (other->size() != 4) return Status::Corruption("pseudo path index of '" + e.pseudo + "'");
     return Status::Exists("pseudo path '" + e.pseudo + "' is taken by export " + std::to_string(GetBE32(*other, 0)));
   }
   if (other.status().code() != Code::kNotFound) return other.status();
@@ -131,7 +129,7 @@ Result<Export> Domain::AddExport(const Export& spec) {
                            ") has been used; ids are never reused");
   }
   e.id = *next;
-  ExportRec r{vol, e};
+  ExportRec r{*vol, e};
   r.e.volume.clear();
   Impl::Txn t;
   std::string idv;
