@@ -1,6 +1,8 @@
 #include "fs/domain.h"
 
 #include <atomic>
+#include <functional>
+#include <future>
 #include <map>
 #include <random>
 #include <set>
@@ -73,6 +75,19 @@ class DomainTest : public ::testing::Test {
     if (!n.ok()) return "<" + n.status().ToString() + ">";
     s.resize(*n);
     return s;
+  }
+
+  // Changes the metadata store itself, with the domain closed (as damage
+  // would); Reopen after.
+  void EditStore(const std::function<void(MetaStore&, MetaBatch&)>& edit) {
+    dom_.reset();
+    auto mfs = MetaFs::Mount(reserve_, 0, Options().metafs);
+    ASSERT_TRUE(mfs.ok()) << mfs.status().ToString();
+    auto st = MetaStore::Open(mfs->get(), Options().store);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    MetaBatch b;
+    edit(**st, b);
+    ASSERT_TRUE((*st)->Write(b, true).ok());
   }
 
   std::vector<std::shared_ptr<block::MemLun>> media_;
@@ -523,24 +538,18 @@ TEST_F(DomainTest, MalformedKeysAreCorruptionNeverReadPastTheirEnd) {
   Build();
   const Attr f = Mk(kRootIno, "f");
   ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, "data", 4).ok());
-  // Into the store itself, with the domain closed: `key` takes the value
-  // of `from` (a key that goes; none: an empty value).
+  // `key` takes the value of `from` (a key that goes; none: an empty value).
   auto put_raw = [&](const std::string& key, const std::string& from) {
-    dom_.reset();
-    auto mfs = MetaFs::Mount(reserve_, 0, Options().metafs);
-    ASSERT_TRUE(mfs.ok()) << mfs.status().ToString();
-    auto st = MetaStore::Open(mfs->get(), Options().store);
-    ASSERT_TRUE(st.ok()) << st.status().ToString();
-    MetaBatch b;
-    std::string value;
-    if (!from.empty()) {
-      auto v = (*st)->Get(from);
-      ASSERT_TRUE(v.ok()) << v.status().ToString();
-      value = *v;
-      b.Delete(from);
-    }
-    b.Put(key, value);
-    ASSERT_TRUE((*st)->Write(b, true).ok());
+    EditStore([&](MetaStore& st, MetaBatch& b) {
+      std::string value;
+      if (!from.empty()) {
+        auto v = st.Get(from);
+        ASSERT_TRUE(v.ok()) << v.status().ToString();
+        value = *v;
+        b.Delete(from);
+      }
+      b.Put(key, value);
+    });
   };
   // The file's extent record under a key whose record index is cut to 3 bytes.
   put_raw(keys::Prefix('E', vol_, f.ino) + "abc", keys::ExtentKey(vol_, f.ino, 0));
@@ -566,6 +575,27 @@ TEST_F(DomainTest, MalformedKeysAreCorruptionNeverReadPastTheirEnd) {
   auto d = Domain::Open(reserve_, 0, Options());
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), Code::kCorruption) << d.status().ToString();
+}
+
+// Directories whose parents come round (a damaged tree) make a rename's
+// walk to the root end with Corruption, never loop under the domain's lock.
+TEST_F(DomainTest, ARenameOverADirectoryLoopEndsWithCorruption) {
+  Build();
+  const Attr a = Mk(kRootIno, "a", FileType::kDirectory);
+  const Attr b = Mk(a.ino, "b", FileType::kDirectory);
+  Mk(kRootIno, "c", FileType::kDirectory);
+  EditStore([&](MetaStore& st, MetaBatch& batch) {
+    auto v = st.Get(keys::InodeKey(vol_, a.ino));
+    ASSERT_TRUE(v.ok());
+    auto in = keys::DecodeInode(a.ino, *v);
+    ASSERT_TRUE(in.ok());
+    in->parent = b.ino;  // a below b, b below a
+    batch.Put(keys::InodeKey(vol_, a.ino), keys::EncodeInode(*in));
+  });
+  Reopen();
+  auto moved = std::async(std::launch::async, [&] { return dom_->Rename(vol_, kRootIno, "c", b.ino, "c"); });
+  ASSERT_EQ(moved.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the walk did not end";
+  EXPECT_EQ(moved.get().code(), Code::kCorruption);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // A volume's POSIX namespace: names, attributes, links, renames, directory
 // listings, extended attributes, open files (fs/domain.h, "names").
+#include <set>
+
 #include "fs/domain_impl.h"
 
 namespace nasgw::fs {
@@ -229,8 +231,14 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
   const bool is_dir = se->type == FileType::kDirectory;
   // A directory may not move below itself.
   if (is_dir && !same_dir) {
+    // The walk to the root ends: parents that come round again are a
+    // damaged tree (Corruption), never a loop forever under the lock.
+    std::set<uint64_t> seen;
     for (uint64_t up = to_dir; up != kRootIno;) {
       if (up == se->ino) return Status::InvalidArgument("cannot move a directory into itself");
+      if (!seen.insert(up).second) {
+        return Status::Corruption("directory " + std::to_string(up) + " is its own ancestor");
+      }
       auto p = impl_->LoadInode(vol, up);
       if (!p.ok()) return p.status();
       up = p->parent;
