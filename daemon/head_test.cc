@@ -366,12 +366,19 @@ TEST_F(HeadTest, MalformedRequestsFailLocally) {
 // its own uid and only groups it is in (SO_PEERCRED, SO_PEERGROUPS).
 // As nobody: claims to be root, or in root's group, are refused (EPERM);
 // its own credentials are checked (EACCES) and used (the owner of a file).
-int ClaimOthersCredentials(const char* socket, int) {
+// A role's client of the head socket; null if it could not connect.
+nasgw_client* RoleClient(const char* socket) {
   nasgw_client_options co{};
   co.socket_path = socket;
+  co.connect_timeout_ms = 5000;
   co.reconnect_timeout_ms = 2000;
   nasgw_client* c = nullptr;
-  if (nasgw_client_open(&co, &c) != 0) return 11;
+  return nasgw_client_open(&co, &c) == 0 ? c : nullptr;
+}
+
+int ClaimOthersCredentials(const char* socket, int) {
+  nasgw_client* c = RoleClient(socket);
+  if (c == nullptr) return 11;
   nasgw_attr root{}, dir{}, a{};
   const nasgw_cred self{65534, 65534, 0, nullptr};
   const uint32_t zero = 0;
@@ -975,11 +982,8 @@ bool WaitFor(const std::function<bool()>& ok, std::chrono::milliseconds limit = 
 
 // As nobody: opens a session, mounts and reads the root's attributes.
 int MountAndGetattr(const char* socket, int) {
-  nasgw_client_options co{};
-  co.socket_path = socket;
-  co.connect_timeout_ms = 5000;
-  nasgw_client* c = nullptr;
-  if (nasgw_client_open(&co, &c) != 0) return 11;
+  nasgw_client* c = RoleClient(socket);
+  if (c == nullptr) return 11;
   const nasgw_cred self{65534, 65534, 0, nullptr};
   nasgw_attr root{};
   if (nasgw_mount(c, &self, "vol1", &root) != 0) return 12;
