@@ -620,6 +620,89 @@ TEST_F(HeadTest, WriteStabilityAndVerifier) {
   EXPECT_EQ(nasgw_fsync(client_, &kRoot, &f.handle, &v), -ESTALE);
 }
 
+// What a head that cannot change its own write verifier (NFSv3 through
+// Ganesha) learns from the library: each change of nasgwd's verifier, and
+// whether writes it answered unstable may be lost with it.
+struct VerifierEvents {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::tuple<uint64_t, uint64_t, int>> got;  // (old, new, lost)
+
+  static void Changed(void* arg, uint64_t held, uint64_t now, int lost) {
+    auto* e = static_cast<VerifierEvents*>(arg);
+    std::lock_guard<std::mutex> l(e->mu);
+    e->got.emplace_back(held, now, lost);
+    e->cv.notify_all();
+  }
+  std::vector<std::tuple<uint64_t, uint64_t, int>> Got() {
+    std::lock_guard<std::mutex> l(mu);
+    return got;
+  }
+  bool WaitFor(size_t n) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, std::chrono::seconds(20), [&] { return got.size() >= n; });
+  }
+};
+
+TEST_F(HeadTest, HeldUnstableWritesAreReportedLostBeforeANewVerifierGoesOn) {
+  VerifierEvents ev;
+  nasgw_client_options co{};
+  co.socket_path = socket_.c_str();
+  co.client_name = "v3-head";
+  co.reconnect_timeout_ms = 20'000;
+  co.verifier_changed = VerifierEvents::Changed;
+  co.verifier_arg = &ev;
+  nasgw_client* c = nullptr;
+  ASSERT_EQ(nasgw_client_open(&co, &c), 0) << nasgw_client_last_message();
+  nasgw_attr a = Create(root_.handle, "a"), b = Create(root_.handle, "b");
+  using E = std::tuple<uint64_t, uint64_t, int>;
+  constexpr uint32_t kHeld = NASGW_UNSTABLE | NASGW_HOLD_UNSTABLE;
+
+  // Held until an fsync made after the write covers the file.
+  nasgw_write_result r{};
+  ASSERT_EQ(nasgw_write(c, &kRoot, &a.handle, 0, "aaaa", 4, kHeld, &r), 4);
+  EXPECT_EQ(r.stable, NASGW_UNSTABLE);  // the flag is the library's, not a level
+  ASSERT_EQ(nasgw_write(c, &kRoot, &b.handle, 0, "bbbb", 4, kHeld, &r), 4);
+  EXPECT_EQ(nasgw_client_held_files(c), 2u);
+  uint64_t v = 0;
+  ASSERT_EQ(nasgw_fsync(c, &kRoot, &a.handle, &v), 0);
+  EXPECT_EQ(nasgw_client_held_files(c), 1u);
+  ASSERT_EQ(nasgw_write(c, &kRoot, &a.handle, 0, "AAAA", 4, NASGW_FILE_SYNC | NASGW_HOLD_UNSTABLE, &r), 4);
+  EXPECT_EQ(nasgw_client_held_files(c), 1u);  // durable when answered: nothing to hold
+  EXPECT_TRUE(ev.Got().empty());
+
+  // The domain opened again with b held: reported lost before the FSYNC
+  // reply that brought the new verifier is delivered.
+  verifier_ = 0x5eed0002;
+  ASSERT_EQ(nasgw_fsync(c, &kRoot, &b.handle, &v), 0);
+  EXPECT_EQ(v, 0x5eed0002u);
+  EXPECT_EQ(ev.Got(), (std::vector<E>{{0x5eed0001, 0x5eed0002, 1}}));
+  EXPECT_EQ(nasgw_client_held_files(c), 0u);
+
+  // A change with nothing held is reported, and nothing is lost.
+  ASSERT_EQ(nasgw_write(c, &kRoot, &a.handle, 0, "aaaa", 4, kHeld, &r), 4);
+  ASSERT_EQ(nasgw_fsync(c, &kRoot, &a.handle, &v), 0);
+  verifier_ = 0x5eed0003;
+  ASSERT_EQ(nasgw_write(c, &kRoot, &a.handle, 0, "aaaa", 4, NASGW_UNSTABLE, &r), 4);
+  EXPECT_EQ(ev.Got().back(), E(0x5eed0002, 0x5eed0003, 0));
+  // An unstable write that is not held is the caller's to track.
+  ASSERT_EQ(nasgw_write(c, &kRoot, &a.handle, 0, "aaaa", 4, NASGW_UNSTABLE, &r), 4);
+  EXPECT_EQ(nasgw_client_held_files(c), 0u);
+
+  // nasgwd restarts under a held write: the new connection's HELLO tells,
+  // with no call made.
+  ASSERT_EQ(nasgw_write(c, &kRoot, &b.handle, 4, "bbbb", 4, kHeld, &r), 4);
+  EXPECT_EQ(nasgw_client_held_files(c), 1u);
+  verifier_ = 0x5eed0004;
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  StartServer();
+  ASSERT_TRUE(ev.WaitFor(3));
+  EXPECT_EQ(ev.Got().back(), E(0x5eed0003, 0x5eed0004, 1));
+  EXPECT_EQ(nasgw_client_held_files(c), 0u);
+  nasgw_client_close(c);
+}
+
 TEST_F(HeadTest, GarbageClosesOnlyThatConnection) {
   nasgw_attr f = Create(root_.handle, "steady");
   std::atomic<bool> stop{false};

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +44,8 @@ thread_local std::string t_message;
 thread_local bool t_reader = false;
 
 constexpr uint32_t kResendMax = 8;
+// Write verifiers remembered (one per opening of the domain this client saw).
+constexpr size_t kVerifiersKept = 1024;
 constexpr int kHandshakeTimeoutS = 10;
 // How long nasgw_client_close waits for nasgwd to end the session.
 constexpr int kGoodbyeTimeoutMs = 2000;
@@ -58,6 +61,11 @@ struct Call {
   uint32_t resends = 0;      // times it was sent again after a broken connection
   int invalid = 0;           // an errno when the request fails the codec's own checks
   std::string invalid_why;
+  // WRITE with NASGW_HOLD_UNSTABLE: held until an FSYNC covers it. FSYNC:
+  // the hold sequence when it was made (it covers the holds up to there).
+  bool hold = false;
+  uint64_t hold_seq = 0;
+  std::pair<uint32_t, uint64_t> file{};  // WRITE, FSYNC: (volume, inode)
   // Result.
   int err = 0;
   std::string why;
@@ -178,6 +186,18 @@ class Client {
   std::string node_name GUARDED_BY(mu);
   // nasgwd's write verifier from the latest HELLO, WRITE or FSYNC reply.
   std::atomic<uint64_t> write_verifier{0};
+  // The verifiers seen, and the files with writes answered unstable under
+  // one of them that no FSYNC covered yet (NASGW_HOLD_UNSTABLE).
+  struct Held {
+    uint64_t seq = 0;  // when it was held: an FSYNC made later covers it
+    uint64_t verifier = 0;
+  };
+  Mutex vmu;
+  std::set<uint64_t> seen GUARDED_BY(vmu);
+  std::deque<uint64_t> seen_order GUARDED_BY(vmu);  // oldest first, to bound `seen`
+  uint64_t newest GUARDED_BY(vmu) = 0;              // the verifier seen first most recently
+  uint64_t hold_seq GUARDED_BY(vmu) = 0;
+  std::map<std::pair<uint32_t, uint64_t>, Held> held GUARDED_BY(vmu);
   // Why the latest attempt to connect failed (0 and "" after a success): an
   // errno (EACCES: the socket's permissions; EMFILE, ENFILE: nasgwd refused
   // the HELLO at a connection limit; ENOTCONN otherwise) and a message
@@ -231,6 +251,54 @@ class Client {
       cv.NotifyAll();
       return;
     }
+  }
+
+  // A verifier from a HELLO (call null), WRITE or FSYNC reply, before the
+  // reply is delivered or the connection takes calls. One never seen before
+  // names a newer opening of the domain than every one seen (a reply of an
+  // earlier opening comes late at most, never from the future): the held
+  // writes of the older ones may be lost, and verifier_changed says so.
+  void Saw(uint64_t v, const Call* call) {
+    if (v == 0) return;  // no domain open
+    uint64_t old = 0, now = v, lost = 0;
+    bool changed = false;
+    {
+      MutexLock l(vmu);
+      write_verifier = v;
+      if (seen.insert(v).second) {
+        seen_order.push_back(v);
+        if (seen_order.size() > kVerifiersKept) {
+          seen.erase(seen_order.front());
+          seen_order.pop_front();
+        }
+        changed = newest != 0;
+        old = newest;
+        newest = v;
+        for (auto it = held.begin(); it != held.end();) {
+          if (it->second.verifier != v) {
+            lost = it->second.verifier;
+            it = held.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      if (call != nullptr && call->op == Op::kWrite && call->hold && call->reply.stable == NASGW_UNSTABLE) {
+        if (v != newest) {
+          // Answered by an opening already superseded: may be lost.
+          changed = true;
+          lost = v;
+          now = newest;
+        } else {
+          held[call->file] = Held{++hold_seq, v};
+        }
+      } else if (call != nullptr && call->op == Op::kFsync) {
+        auto it = held.find(call->file);
+        if (it != held.end() && it->second.seq <= call->hold_seq && it->second.verifier == v) held.erase(it);
+      }
+    }
+    if (lost != 0) old = lost;
+    if (changed && opt.verifier_changed != nullptr) opt.verifier_changed(opt.verifier_arg, old, now, lost != 0 ? 1 : 0);
   }
 
   // A connection came up: what waited goes to the sender.
@@ -444,7 +512,7 @@ bool Conn::Connect() {
     MutexLock l(client_->mu);
     client_->node_name = reply.hello.node_name;
   }
-  client_->write_verifier = reply.hello.write_verifier;
+  client_->Saw(reply.hello.write_verifier, nullptr);
   MutexLock opens_lock(client_->open_mu);
   if (!reply.hello.resumed) client_->reopen_pending = true;
   if (client_->reopen_pending) {
@@ -658,7 +726,7 @@ bool Conn::ReadReplies() {
       return false;
     }
     call->reply = std::move(*r);
-    if (call->op == Op::kWrite || call->op == Op::kFsync) client_->write_verifier = call->reply.verifier;
+    if (call->op == Op::kWrite || call->op == Op::kFsync) client_->Saw(call->reply.verifier, call.get());
     call->Complete(0, {});
   }
 }
@@ -899,10 +967,12 @@ CallPtr WriteCall(const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, 
   r.creds = Creds(cr);
   r.h = H(h);
   r.offset = offset;
-  r.stable = stable;
+  r.stable = stable & ~NASGW_HOLD_UNSTABLE;
   r.data = std::string_view(static_cast<const char*>(buf), len);
   auto call = std::make_shared<Call>();
   call->op = Op::kWrite;
+  call->hold = (stable & NASGW_HOLD_UNSTABLE) != 0;
+  if (h != nullptr) call->file = {h->volume, h->ino};
   call->payload = proto::EncodeRequest(r);
   // The arguments are checked without the bytes (a copy would defeat the
   // point); the length and the end offset are checked here.
@@ -1010,6 +1080,12 @@ int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size) {
 
 uint64_t nasgw_client_write_verifier(nasgw_client* c) {
   return c == nullptr ? 0 : c->c->write_verifier.load();
+}
+
+uint32_t nasgw_client_held_files(nasgw_client* c) {
+  if (c == nullptr) return 0;
+  nasgw::MutexLock l(c->c->vmu);
+  return static_cast<uint32_t>(c->c->held.size());
 }
 
 int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root) {
@@ -1253,6 +1329,11 @@ int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h
 int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t* verifier) {
   if (c == nullptr || h == nullptr) return -EINVAL;
   auto call = Make(Op::kFsync, cr, h, {});
+  call->file = {h->volume, h->ino};
+  {
+    nasgw::MutexLock l(c->c->vmu);
+    call->hold_seq = c->c->hold_seq;
+  }
   int rc = c->c->Sync(call);
   if (rc == 0 && verifier != nullptr) *verifier = call->reply.verifier;
   return rc;

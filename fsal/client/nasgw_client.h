@@ -125,6 +125,17 @@ typedef struct nasgw_sattr {
 #define NASGW_DATA_SYNC 1u                 /* the data, and what reading it back needs, are durable */
 #define NASGW_FILE_SYNC 2u                 /* the data and all of the file's metadata are durable */
 #define NASGW_WRITE_STABLE NASGW_FILE_SYNC /* the name from before there were levels */
+/* OR'd into NASGW_UNSTABLE by a head that answers the write to its own
+ * client with a write verifier that cannot follow nasgwd's (NFSv3 through
+ * Ganesha, whose v3 verifier is its own): the library holds the file until
+ * an nasgw_fsync of it, made after this write was answered, returns the
+ * same verifier. Should nasgwd's verifier change meanwhile (it restarted,
+ * crashed, opened the domain again), verifier_changed is called with lost =
+ * 1 before any reply carrying the new verifier is delivered and before the
+ * new connection takes a call; a head that cannot give its clients a new
+ * verifier then restarts (FSAL_NASGW restarts ganesha.nfsd in place). Never
+ * sent to nasgwd. */
+#define NASGW_HOLD_UNSTABLE 0x100u
 #define NASGW_XATTR_CREATE 1u
 #define NASGW_XATTR_REPLACE 2u
 
@@ -145,6 +156,13 @@ typedef struct nasgw_client_options {
   uint32_t connections;          /* 1..16; 0: 2 */
   uint32_t reconnect_timeout_ms; /* 0: 60000 */
   uint32_t connect_timeout_ms;   /* first connection; 0: 5000 */
+  /* Called when nasgwd's write verifier changes (not for the first one):
+   * held is the old one, now the new one; lost is 1 when writes held under
+   * the old one (NASGW_HOLD_UNSTABLE) may be lost. On the library's thread,
+   * before the reply or connection that brought the new verifier goes on,
+   * with no lock of the library held; it may not return (a restart). */
+  void (*verifier_changed)(void* arg, uint64_t held, uint64_t now, int lost);
+  void* verifier_arg;
 } nasgw_client_options;
 
 /* Fails when no connection is up within connect_timeout_ms, with why the
@@ -167,6 +185,8 @@ int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size);
  * the first one, or while nasgwd has no domain open. A head that needs the
  * verifier of one write or fsync takes it from that call's result. */
 uint64_t nasgw_client_write_verifier(nasgw_client* c);
+/* Files with writes held (NASGW_HOLD_UNSTABLE) that no fsync covered yet. */
+uint32_t nasgw_client_held_files(nasgw_client* c);
 
 /* A volume's root, or a directory in it by path ("a/b": names joined by
  * '/', walked with cr's search permission): the root of an export. The

@@ -827,17 +827,21 @@ static struct nasgw_io *io_new(struct fsal_obj_handle *obj_hdl,
 	return io;
 }
 
-/* How durable a WRITE must be when it is answered. NFSv3 replies carry
- * Ganesha's own write verifier (NFS3_write_verifier, drawn when
- * ganesha.nfsd starts: Ganesha's nfs3_write.c and nfs3_commit.c never ask
- * the FSAL), so a v3 client could never learn that nasgwd lost data it
- * wrote unstable: v3 writes are made durable before the reply (FILE_SYNC),
- * whatever the client asked. NFSv4 asks the export for the verifier
- * (nasgw_write_verifier), which is nasgwd's, so UNSTABLE stays unstable. */
+/* How durable a WRITE must be when it is answered. NFSv4 asks the export
+ * for the verifier (nasgw_write_verifier), which is nasgwd's, so UNSTABLE
+ * stays unstable. NFSv3 replies carry Ganesha's own write verifier
+ * (NFS3_write_verifier, its epoch: nfs3_write.c and nfs3_commit.c never ask
+ * the FSAL), so a v3 UNSTABLE write is held by the client library until a
+ * COMMIT covers it: should nasgwd lose it, Ganesha restarts with a new epoch
+ * (nasgw_verifier_changed). NFSv3_Unstable = false makes every v3 write
+ * durable before the reply instead (FILE_SYNC). */
 static uint32_t write_stability(const struct fsal_io_arg *arg)
 {
-	if (arg->fsal_stable || op_ctx->nfs_vers == NFS_V3)
+	if (arg->fsal_stable)
 		return NASGW_FILE_SYNC;
+	if (op_ctx->nfs_vers == NFS_V3)
+		return NASGW.v3_unstable ?
+			NASGW_UNSTABLE | NASGW_HOLD_UNSTABLE : NASGW_FILE_SYNC;
 	return NASGW_UNSTABLE;
 }
 

@@ -46,6 +46,7 @@ struct nasgw_fsal_module {
 	uint32_t connections;
 	uint32_t reconnect_timeout_ms;
 	bool async_io;		/* READ/WRITE completed from the library's thread */
+	bool v3_unstable;	/* NFSv3 UNSTABLE writes answered from nasgwd's cache */
 	/* one client shared by every export */
 	pthread_mutex_t client_lock;
 	nasgw_client *client;

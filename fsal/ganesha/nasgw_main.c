@@ -3,10 +3,19 @@
 #include "nasgw_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "FSAL/fsal_init.h"
 #include "fsal_convert.h"
+#include "nfs_core.h"
 
 static const char nasgw_name[] = "NASGW";
 
@@ -49,6 +58,7 @@ static struct config_item nasgw_items[] = {
 	CONF_ITEM_UI32("Reconnect_Timeout_Ms", 1000, 3600000, 60000,
 		       nasgw_fsal_module, reconnect_timeout_ms),
 	CONF_ITEM_BOOL("Async_IO", true, nasgw_fsal_module, async_io),
+	CONF_ITEM_BOOL("NFSv3_Unstable", true, nasgw_fsal_module, v3_unstable),
 	CONFIG_EOL
 };
 
@@ -60,6 +70,104 @@ static struct config_block nasgw_block = {
 	.blk_desc.u.blk.params = nasgw_items,
 	.blk_desc.u.blk.commit = noop_conf_commit
 };
+
+/* ganesha.nfsd starts again in this process (same pid, so its supervisor,
+ * pid file and the lab see the same server) with a new epoch, which is
+ * Ganesha's NFSv3 write verifier: its arguments again, in the foreground
+ * (the process is already detached if it was to be), and with `-E` later
+ * than the current epoch (getopt takes the last -E). Every descriptor but
+ * stdio is closed first: the new server binds its ports and takes its pid
+ * file lock afresh. Never returns. */
+static void nasgw_restart_in_place(void)
+{
+	static atomic_flag started = ATOMIC_FLAG_INIT;
+	char *args = NULL, **argv = NULL, epoch[32];
+	size_t len = 0, cap = 0;
+	int fd, argc = 0, n = 0;
+	sigset_t none;
+	time_t e = time(NULL);
+
+	if (atomic_flag_test_and_set(&started)) {
+		for (;;)	/* another thread is restarting: wait for the exec */
+			pause();
+	}
+	fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	while (fd >= 0) {
+		ssize_t r;
+
+		if (cap - len < 4096) {
+			cap = cap ? cap * 2 : 16384;
+			args = gsh_realloc(args, cap);
+		}
+		r = read(fd, args + len, cap - len - 1);
+		if (r <= 0)
+			break;
+		len += r;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (len == 0) {
+		LogCrit(COMPONENT_FSAL,
+			"FSAL_NASGW: cannot read /proc/self/cmdline: exiting instead");
+		_exit(75);
+	}
+	args[len] = '\0';
+	for (size_t i = 0; i < len; i++)
+		argc += args[i] == '\0';
+	argv = gsh_calloc(argc + 4, sizeof(char *));
+	for (size_t i = 0; i < len; i += strlen(args + i) + 1) {
+		/* -F and -E of an earlier restart are replaced */
+		if (strcmp(args + i, "-F") == 0)
+			continue;
+		if (strcmp(args + i, "-E") == 0) {
+			i += strlen(args + i) + 1;
+			continue;
+		}
+		argv[n++] = args + i;
+	}
+	if (e <= nfs_ServerEpoch)
+		e = nfs_ServerEpoch + 1;
+	snprintf(epoch, sizeof(epoch), "%" PRId64, (int64_t)e);
+	argv[n++] = "-F";
+	argv[n++] = "-E";
+	argv[n++] = epoch;
+	argv[n] = NULL;
+	LogCrit(COMPONENT_FSAL,
+		"FSAL_NASGW: ganesha.nfsd restarts in place (epoch %s)",
+		epoch);
+	sigemptyset(&none);
+	pthread_sigmask(SIG_SETMASK, &none, NULL);
+	for (int i = sysconf(_SC_OPEN_MAX) - 1; i > 2; i--)
+		close(i);
+	execv("/proc/self/exe", argv);
+	_exit(75);
+}
+
+/* nasgwd's write verifier changed: it opened the domain again (a restart, a
+ * crash). NFSv4 replies carry nasgwd's verifier, so v4 clients see the
+ * change; NFSv3 replies carry Ganesha's own, so when v3 writes answered
+ * UNSTABLE were still waiting for a COMMIT (lost), v3 clients would take
+ * their COMMIT as covering data nasgwd no longer has: Ganesha restarts, as
+ * a server that lost its cache does, and they send it again. */
+static void nasgw_verifier_changed(void *arg, uint64_t held, uint64_t now,
+				   int lost)
+{
+	(void)arg;
+	if (!lost) {
+		LogEvent(COMPONENT_FSAL,
+			 "FSAL_NASGW: nasgwd's write verifier changed (%016" PRIx64
+			 " -> %016" PRIx64
+			 "); no NFSv3 write answered UNSTABLE awaited a COMMIT",
+			 held, now);
+		return;
+	}
+	LogCrit(COMPONENT_FSAL,
+		"FSAL_NASGW: nasgwd's write verifier changed (%016" PRIx64
+		" -> %016" PRIx64
+		") while NFSv3 writes answered UNSTABLE awaited a COMMIT: nasgwd may have lost them, and NFSv3 replies carry Ganesha's own verifier, so ganesha.nfsd restarts for NFSv3 clients to see a new one and send them again",
+		held, now);
+	nasgw_restart_in_place();
+}
 
 /* The client is opened on first use (the first export), not at config time:
  * ganesha may start before nasgwd, and the client library then waits for it
@@ -79,6 +187,7 @@ nasgw_client *nasgw_get_client(void)
 		o.connections = NASGW.connections;
 		o.reconnect_timeout_ms = NASGW.reconnect_timeout_ms;
 		o.connect_timeout_ms = NASGW.reconnect_timeout_ms;
+		o.verifier_changed = nasgw_verifier_changed;
 		rc = nasgw_client_open(&o, &NASGW.client);
 		if (rc != 0) {
 			LogCrit(COMPONENT_FSAL,
@@ -266,8 +375,10 @@ static fsal_status_t nasgw_init_config(struct fsal_module *fsal_hdl,
 		return fsalstat(ERR_FSAL_INVAL, 0);
 	display_fsinfo(&me->fsal);
 	LogEvent(COMPONENT_FSAL,
-		 "FSAL_NASGW: nasgwd socket %s, %u connections",
-		 me->socket_path, me->connections);
+		 "FSAL_NASGW: nasgwd socket %s, %u connections, NFSv3 UNSTABLE writes %s",
+		 me->socket_path, me->connections,
+		 me->v3_unstable ? "answered from nasgwd's cache" :
+				   "made durable (FILE_SYNC)");
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);
 }
 

@@ -10,8 +10,9 @@ goes out and every reply that called it durable:
 
   nfs4d  NFSv4.1 (nfs-rs): overwrites at random offsets, each as UNSTABLE
          WRITEs and a COMMIT (the write-back cache's promise)
-  nfs3d  NFSv3 (nfs-rs): the same, answered FILE_SYNC by Ganesha (nasgwd's
-         stable writes, through the intent log)
+  nfs3d  NFSv3 (nfs-rs): the same (v3 replies carry Ganesha's own write
+         verifier: FSAL_NASGW restarts ganesha.nfsd in place when nasgwd
+         lost v3 writes that awaited a COMMIT)
   nfs4n, nfs3n
          NFSv4.1 / NFSv3 namespace changes: create, mkdir, symlink, link,
          rename (also over another file), remove, rmdir, chmod
@@ -31,7 +32,10 @@ loaders with it). Then:
     or as they and the one unanswered change leave it: names, kinds, modes,
     link counts, which names share an inode, symlink targets);
   - the NFSv4 write verifier (nasgw-nfs-fh) differs from every earlier
-    round's, so clients resend what was not committed;
+    round's, so clients resend what was not committed; the NFSv3 one
+    (Ganesha's) too in every round where ganesha.nfsd restarted in place
+    because v3 writes awaited a COMMIT at the crash, and stays the same in
+    the others (no restart when nothing could be lost);
   - no loader failed before the crash.
 
 A request Ganesha took just before the crash may wait in FSAL_NASGW for
@@ -272,8 +276,13 @@ def fsck(node):
     return p.returncode == 0, int(m.group(1)) if m else 0, p.stdout[-2000:] + p.stderr[-2000:]
 
 
-def write_verifier(client, tool, fh):
-    r = client.run([tool, "--url", client.url("/vol1", "4"), "write", fh, "0", "0"], check=False, timeout=120)
+def write_verifier(client, tool, fh, version="4"):
+    """The write verifier of a WRITE of /verf: UNSTABLE through v4 (nasgwd's
+    verifier), FILE_SYNC through v3 (Ganesha's; a stable write holds
+    nothing in FSAL_NASGW that a crash could lose)."""
+    stable = "0" if version == "4" else "2"
+    r = client.run([tool, "--url", client.url("/vol1", version), "write", fh, "0", stable], check=False,
+                   timeout=120)
     words = (r.stdout.strip().splitlines() or [""])[-1].split()
     if len(words) < 8 or words[0] != "status" or words[1] != "0":
         raise RuntimeError("no write verifier: %s %s" % (r.stdout[-500:], r.stderr[-500:]))
@@ -311,8 +320,11 @@ def main():
         py = nfslab.ensure_venv()
         lab.client(1).nfsrs("client.open('/verf', 'wb').close()", "/vol1")
         fh = lab.client(1).run([tool, "--url", lab.client(1).url("/vol1/verf", "4"), "get"]).stdout.split()[-1]
+        fh3 = lab.client(1).run([tool, "--url", lab.client(1).url("/vol1/verf", "3"), "get"]).stdout.split()[-1]
         node.mount()
         verifiers = [write_verifier(lab.client(1), tool, fh)]
+        v3s = [write_verifier(lab.client(1), tool, fh3, "3")]
+        restarts = 0       # rounds in which ganesha.nfsd restarted in place
         done = []          # the loaders of every round so far, checked every round
         replayed = 0       # rounds whose crash left changes in the intent log
         acks = {}
@@ -336,6 +348,7 @@ def main():
             except OSError:
                 dirty = None
             t_kill = time.monotonic()
+            log_at = lab.server.log_size()
             node.kill()  # SIGKILL nasgwd, then nasgw-fuse (the mount goes, lazily)
             for ld in loaders:
                 ld.kill()
@@ -350,6 +363,8 @@ def main():
             check(clean, "round %d: nasgw-fsck is clean after the crash%s" % (rnd, "" if clean else ":\n" + out))
             replayed += waiting > 0
             node.start()
+            restarted = lab.server.await_verifier_change(log_at)
+            restarts += restarted
             node.mount()
             done.extend(loaders)
             problems, t_check, tries = verify(node, done), time.monotonic(), 1
@@ -364,19 +379,28 @@ def main():
             if tries > 1:
                 print("round %d: checked %d times (%s)" % (rnd, tries, "settled" if not problems else "never"))
             v = write_verifier(lab.client(1), tool, fh)
+            v3 = write_verifier(lab.client(1), tool, fh3, "3")
             print("round %d: killed after %s answered changes (%s dirty bytes in the cache, %d changes in the "
                   "intent log past the last transaction group); %d directories checked" %
                   (rnd, sum(len(ld.journal()[1]) for ld in loaders), "?" if dirty is None else int(dirty),
-                   waiting, len(done)), flush=True)
+                   waiting, len(done)) + (" (ganesha.nfsd restarted in place)" if restarted else ""), flush=True)
             check(not problems, "round %d: everything answered durable is there%s" %
                   (rnd, "" if not problems else ":\n  " + "\n  ".join(problems[:10])))
             check(v not in verifiers, "round %d: a new write verifier (%s; earlier %s)" % (rnd, v, verifiers[-3:]))
             verifiers.append(v)
+            if restarted:
+                check(v3 not in v3s, "round %d: ganesha restarted: a new NFSv3 write verifier (%s; earlier %s)" %
+                      (rnd, v3, v3s[-3:]))
+            else:
+                check(v3 == v3s[-1], "round %d: ganesha carried on: the same NFSv3 write verifier (%s; before %s)" %
+                      (rnd, v3, v3s[-1]))
+            v3s.append(v3)
             if failures:
                 break
         if failures:
             raise RuntimeError("stopped after round %d" % rnd)
-        print("answered changes per loader over all rounds: %s" % acks, flush=True)
+        print("answered changes per loader over all rounds: %s; ganesha.nfsd restarted in place in %d rounds" %
+              (acks, restarts), flush=True)
         check(all(acks.get(n, 0) >= a.rounds for n, _, _, _ in LOADERS),
               "every loader had changes answered (%s)" % acks)
         check(replayed * 2 >= a.rounds, "the crash left changes in the intent log in at least half the rounds "

@@ -17,8 +17,8 @@ called durable is there.
 data loaders: FILES files of FILE_BYTES, made whole (durable before the
 ack), then overwritten at random offsets with random lengths. nfs-rs sends
 each write as UNSTABLE WRITEs and a COMMIT, and returns once the COMMIT
-answered (v4.1: the cache's promise; v3: Ganesha answers FILE_SYNC, nasgwd's
-stable writes through the intent log). Through FUSE, one to four writes go
+answered (the cache's promise; through v3, FSAL_NASGW restarts ganesha.nfsd
+when nasgwd lost writes that awaited a COMMIT). Through FUSE, one to four writes go
 into the page of nasgw-fuse's cache and an fsync makes them durable: their
 ack comes with the fsync's return.
 

@@ -23,9 +23,11 @@ operations, libnfs-utils (nfs-cp, nfs-ls, nfs-cat) for v3 data. Checks:
   verifier    raw WRITE/COMMIT (nasgw-nfs-fh): v4 UNSTABLE stays unstable,
               DATA_SYNC/FILE_SYNC are FILE_SYNC, one write verifier across
               requests and in COMMIT, another after nasgwd is SIGKILLed and
-              restarted; v3 WRITEs are all FILE_SYNC (Ganesha's v3 verifier is
-              its own); WRITEs cost nasgwd no GETATTR (the reply's attributes
-              answer Ganesha's)
+              restarted; v3 too, with Ganesha's own verifier: when nasgwd is
+              SIGKILLed with nothing awaiting a COMMIT ganesha carries on, and
+              with v3 UNSTABLE writes awaiting one it restarts in place (same
+              pid) and v3 sees a new verifier; WRITEs cost nasgwd no GETATTR
+              (the reply's attributes answer Ganesha's)
   setuid      a WRITE or a truncation by another user (uid 1000) of a
               root-owned 06777 file clears setuid and setgid and moves ctime
               (v3, v4.1); root's WRITE keeps them
@@ -609,14 +611,17 @@ def test_verifier(ctx):
         s = fh_write(c1, tool, "vol1", "4", fh["4"], 0, stable)
         check(s.get("status") == 0 and s["committed"] == FILE_SYNC and s["verf"] == w.get("verf"),
               "v4: a stable WRITE (%d) is FILE_SYNC, same verifier (%s)" % (stable, s))
-    # NFSv3: Ganesha answers with its own verifier, so every WRITE is made
-    # durable first.
+    # NFSv3: UNSTABLE stays unstable too (the client library holds the file
+    # until a COMMIT covers it); the verifier is Ganesha's own.
     w3 = fh_write(c1, tool, "vol1", "3", fh["3"], 0, UNSTABLE, 20)
-    check(w3.get("status") == 0 and w3["committed"] == FILE_SYNC,
-          "v3: UNSTABLE WRITEs are made durable and answered FILE_SYNC (%s)" % w3)
+    check(w3.get("status") == 0 and w3["committed"] == UNSTABLE, "v3: UNSTABLE WRITEs are answered UNSTABLE (%s)" % w3)
     check(w3.get("same"), "v3: 20 WRITEs carry one write verifier (%s)" % w3)
     c3 = fh_commit(c1, tool, "vol1", "3", fh["3"])
     check(c3.get("status") == 0 and c3["verf"] == w3.get("verf"), "v3: COMMIT carries it too (%s)" % c3)
+    for stable in (DATA_SYNC, FILE_SYNC):
+        s3 = fh_write(c1, tool, "vol1", "3", fh["3"], 0, stable)
+        check(s3.get("status") == 0 and s3["committed"] == FILE_SYNC,
+              "v3: a stable WRITE (%d) is FILE_SYNC (%s)" % (stable, s3))
 
     # The reply's attributes stand in for the GETATTR Ganesha makes after
     # each WRITE: 50 more WRITEs cost nasgwd no more GETATTRs than one.
@@ -634,10 +639,18 @@ def test_verifier(ctx):
         check(many[2] - one[2] <= 3,
               "v%s: 50 more WRITEs, %d more GETATTRs in nasgwd (at most 3)" % (version, many[2] - one[2]))
 
-    # nasgwd SIGKILLed and restarted: a new verifier, in WRITE and COMMIT
-    # replies, so a client holding the UNSTABLE writes above writes them again.
+    # nasgwd SIGKILLed and restarted with every v3 write committed: a new
+    # verifier in v4's WRITE and COMMIT replies, so a client holding the
+    # UNSTABLE writes above writes them again; v3 had nothing to lose, and
+    # Ganesha carries on (same process, same v3 verifier).
+    server = ctx["server"]
+    c3 = fh_commit(c1, tool, "vol1", "3", fh["3"])
+    check(c3.get("status") == 0 and c3["verf"] == w3.get("verf"), "v3: the WRITEs above committed (%s)" % c3)
+    pid, at = server.pid, server.log_size()
     node.kill()
     node.start()
+    check(server.await_verifier_change(at) is False and server.pid == pid,
+          "v3: nothing awaited a COMMIT: ganesha saw nasgwd's new verifier and carries on")
     after = until(lambda: (lambda r: r if r.get("status") == 0 else None)(
         fh_write(c1, tool, "vol1", "4", fh["4"], 0, UNSTABLE)), timeout=60) or {}
     check(after.get("committed") == UNSTABLE and after.get("verf") not in (None, w.get("verf")),
@@ -647,9 +660,25 @@ def test_verifier(ctx):
           "v4: COMMIT answers with the new one (%s, before %s)" % (cm2, cm.get("verf")))
     again = fh_write(c1, tool, "vol1", "4", fh["4"], 0, UNSTABLE, 5)
     check(again.get("same") and again.get("verf") == after.get("verf"), "v4: and keeps it (%s)" % again)
-    w3b = fh_write(c1, tool, "vol1", "3", fh["3"], 0, UNSTABLE)
-    check(w3b.get("status") == 0 and w3b["committed"] == FILE_SYNC, "v3: still FILE_SYNC after the restart (%s)" % w3b)
-    print("     (v3's verifier, Ganesha's own: %s before, %s after)" % (w3.get("verf"), w3b.get("verf")))
+    w3b = fh_write(c1, tool, "vol1", "3", fh["3"], 0, UNSTABLE, 3)
+    check(w3b.get("status") == 0 and w3b["committed"] == UNSTABLE and w3b["verf"] == w3.get("verf"),
+          "v3: UNSTABLE, and the same verifier (%s, before %s)" % (w3b, w3.get("verf")))
+
+    # Now the v3 WRITEs just answered await a COMMIT: nasgwd SIGKILLed again
+    # may have lost them, so ganesha.nfsd restarts in place with a new epoch,
+    # and a v3 client sees another verifier in WRITE and COMMIT replies.
+    at = server.log_size()
+    node.kill()
+    node.start()
+    check(server.await_verifier_change(at) is True and server.pid == pid,
+          "v3: WRITEs awaited a COMMIT: ganesha.nfsd restarted in place (pid %s)" % pid)
+    w3c = until(lambda: (lambda r: r if r.get("status") == 0 else None)(
+        fh_write(c1, tool, "vol1", "3", fh["3"], 0, UNSTABLE)), timeout=60) or {}
+    check(w3c.get("committed") == UNSTABLE and w3c.get("verf") not in (None, w3.get("verf")),
+          "v3: another write verifier after the restart (%s -> %s)" % (w3.get("verf"), w3c))
+    c3b = fh_commit(c1, tool, "vol1", "3", fh["3"])
+    check(c3b.get("status") == 0 and c3b["verf"] == w3c.get("verf"), "v3: COMMIT answers with it (%s)" % c3b)
+    check(fh_status(c1, tool, "vol1", "4", fh["4"], "read", 0, 16)[0] == NFS_OK, "v4: served after the restart too")
 
     # Strict mode for the volume (nasgw volume set --write-through on): a v4
     # UNSTABLE WRITE is answered FILE_SYNC, each one in place (no cached, no

@@ -564,6 +564,22 @@ class Server:
             raise NfsLabError("ganesha start: config errors (the server runs without them):\n%s" %
                               "\n".join(errors))
 
+    def await_verifier_change(self, offset, timeout=SERVER_START_TIMEOUT_S):
+        """After nasgwd opened its domain again (a restart): waits until
+        FSAL_NASGW saw nasgwd's new write verifier and, when NFSv3 writes
+        answered UNSTABLE were awaiting a COMMIT, until ganesha.nfsd has
+        restarted in place (same pid, a new epoch: the v3 verifier) and serves
+        again. `offset`: log_size() from before nasgwd restarted. Returns
+        True if ganesha restarted."""
+        start = self.st.get("ganesha_start")
+        line = self._wait_log(offset, r".*FSAL_NASGW: nasgwd's write verifier changed.*",
+                              r".*:(FATAL|Fatal) :.*", timeout, self.pid, start, "ganesha sees nasgwd's new verifier")
+        if "awaited a COMMIT:" not in line:
+            return False
+        self._wait_log(offset, r"restarts in place \(epoch[\s\S]*NFS SERVER INITIALIZED", r".*:(FATAL|Fatal) :.*",
+                       timeout, self.pid, start, "ganesha restarting in place")
+        return True
+
     def _sigmgr_tid(self):
         """ganesha's signal thread: the one thread waiting in sigtimedwait."""
         for t in sorted(os.listdir("/proc/%d/task" % self.pid)):
