@@ -198,6 +198,11 @@ class Client {
   uint64_t newest GUARDED_BY(vmu) = 0;              // the verifier seen first most recently
   uint64_t hold_seq GUARDED_BY(vmu) = 0;
   std::map<std::pair<uint32_t, uint64_t>, Held> held GUARDED_BY(vmu);
+  // A loss is being reported (verifier_changed with lost = 1 has not
+  // returned): no other reply carrying a verifier is delivered, and no
+  // connection takes calls, until it returns (FSAL_NASGW's never does).
+  bool reporting GUARDED_BY(vmu) = false;
+  CondVar vcv;
   // Why the latest attempt to connect failed (0 and "" after a success): an
   // errno (EACCES: the socket's permissions; EMFILE, ENFILE: nasgwd refused
   // the HELLO at a connection limit; ENOTCONN otherwise) and a message
@@ -264,6 +269,7 @@ class Client {
     bool changed = false;
     {
       MutexLock l(vmu);
+      while (reporting) vcv.Wait(vmu);
       write_verifier = v;
       if (seen.insert(v).second) {
         seen_order.push_back(v);
@@ -296,9 +302,22 @@ class Client {
         auto it = held.find(call->file);
         if (it != held.end() && it->second.seq <= call->hold_seq && it->second.verifier == v) held.erase(it);
       }
+      reporting = changed && lost != 0;
     }
     if (lost != 0) old = lost;
     if (changed && opt.verifier_changed != nullptr) opt.verifier_changed(opt.verifier_arg, old, now, lost != 0 ? 1 : 0);
+    if (changed && lost != 0) {
+      MutexLock l(vmu);
+      reporting = false;
+      vcv.NotifyAll();
+    }
+  }
+
+  // A WRITE or FSYNC of a file that is gone (ESTALE): nothing of it can be
+  // committed any more, so it is held no longer.
+  void Unhold(const std::pair<uint32_t, uint64_t>& file) {
+    MutexLock l(vmu);
+    held.erase(file);
   }
 
   // A connection came up: what waited goes to the sender.
@@ -691,6 +710,7 @@ bool Conn::ReadReplies() {
         Lost(client_, call);
         return false;
       }
+      if ((call->op == Op::kWrite || call->op == Op::kFsync) && h->status == ESTALE) client_->Unhold(call->file);
       if (call->op == Op::kLock && h->status == EAGAIN) {  // carries the conflicting lock
         auto conflict = proto::DecodeLockDenied(p);
         if (!conflict.ok()) {

@@ -118,7 +118,8 @@ typedef struct nasgw_sattr {
 #define NASGW_CREATE_OPEN 1u      /* open the new file too (release it later) */
 #define NASGW_CREATE_UNCHECKED 2u /* an existing regular file is returned, not -EEXIST */
 #define NASGW_RENAME_NOREPLACE 1u
-#define NASGW_READDIR_PLUS 1u /* attributes with each entry */
+#define NASGW_RENAME_EXCHANGE 2u /* both exist and trade their files atomically */
+#define NASGW_READDIR_PLUS 1u    /* attributes with each entry */
 /* How durable a write must be when it completes (NFS's stable_how); the
  * result says the level reached, at least the one asked. */
 #define NASGW_UNSTABLE 0u                  /* may be held in nasgwd's memory until nasgw_fsync */
@@ -160,7 +161,10 @@ typedef struct nasgw_client_options {
    * held is the old one, now the new one; lost is 1 when writes held under
    * the old one (NASGW_HOLD_UNSTABLE) may be lost. On the library's thread,
    * before the reply or connection that brought the new verifier goes on,
-   * with no lock of the library held; it may not return (a restart). */
+   * with no lock of the library held; it may not return (a restart). While
+   * it runs for a loss, no other reply carrying a verifier is delivered and
+   * no connection takes calls. Held files whose WRITE or FSYNC finds them
+   * gone (-ESTALE) are held no longer. */
   void (*verifier_changed)(void* arg, uint64_t held, uint64_t now, int lost);
   void* verifier_arg;
 } nasgw_client_options;

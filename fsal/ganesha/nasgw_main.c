@@ -2,10 +2,13 @@
  * nasgwd client, and the conversions every other file uses. */
 #include "nasgw_int.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/close_range.h>
+#include <sys/syscall.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,20 +74,45 @@ static struct config_block nasgw_block = {
 	.blk_desc.u.blk.commit = noop_conf_commit
 };
 
+/* Every descriptor but stdio is closed by the exec (close-on-exec now, so
+ * no number is freed, and reused, under threads still running). */
+static void cloexec_all(void)
+{
+	DIR *d;
+	struct dirent *e;
+
+	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+		return;
+	d = opendir("/proc/self/fd");	/* kernels before 5.11 */
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		int fd = atoi(e->d_name);
+
+		if (fd > 2 && fd != dirfd(d))
+			(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+	closedir(d);
+}
+
 /* ganesha.nfsd starts again in this process (same pid, so its supervisor,
  * pid file and the lab see the same server) with a new epoch, which is
- * Ganesha's NFSv3 write verifier: its arguments again, in the foreground
- * (the process is already detached if it was to be), and with `-E` later
- * than the current epoch (getopt takes the last -E). Every descriptor but
- * stdio is closed first: the new server binds its ports and takes its pid
- * file lock afresh. Never returns. */
+ * Ganesha's NFSv3 write verifier: its own binary (by name, so the process
+ * stays "ganesha.nfsd" for nasgwd's signals and pidof), its arguments
+ * again, with -F (the process is already detached if it was to be) and -E
+ * later than the current epoch put first (getopt takes the last -E, and
+ * options after a "--" would not count). Every descriptor but stdio is
+ * closed: the new server binds its ports and takes its pid file lock
+ * afresh. The signal mask stays Ganesha's (signals it takes with
+ * sigtimedwait stay blocked; pending ones reach the new server). Never
+ * returns. */
 static void nasgw_restart_in_place(void)
 {
 	static atomic_flag started = ATOMIC_FLAG_INIT;
-	char *args = NULL, **argv = NULL, epoch[32];
+	char *args = NULL, **argv = NULL, epoch[32], exe[PATH_MAX];
 	size_t len = 0, cap = 0;
+	ssize_t el;
 	int fd, argc = 0, n = 0;
-	sigset_t none;
 	time_t e = time(NULL);
 
 	if (atomic_flag_test_and_set(&started)) {
@@ -106,40 +134,44 @@ static void nasgw_restart_in_place(void)
 	}
 	if (fd >= 0)
 		close(fd);
-	if (len == 0) {
+	el = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (len == 0 || el <= 0) {
 		LogCrit(COMPONENT_FSAL,
-			"FSAL_NASGW: cannot read /proc/self/cmdline: exiting instead");
+			"FSAL_NASGW: cannot read this process's command line or binary: exiting instead");
 		_exit(75);
 	}
+	exe[el] = '\0';
+	if (el > 10 && strcmp(exe + el - 10, " (deleted)") == 0)
+		strcpy(exe, "/proc/self/exe");	/* upgraded meanwhile: this one */
 	args[len] = '\0';
 	for (size_t i = 0; i < len; i++)
 		argc += args[i] == '\0';
+	if (e <= nfs_ServerEpoch)
+		e = nfs_ServerEpoch + 1;
+	snprintf(epoch, sizeof(epoch), "%" PRId64, (int64_t)e);
 	argv = gsh_calloc(argc + 4, sizeof(char *));
-	for (size_t i = 0; i < len; i += strlen(args + i) + 1) {
+	argv[n++] = args;
+	argv[n++] = "-F";
+	argv[n++] = "-E";
+	argv[n++] = epoch;
+	for (size_t i = strlen(args) + 1; i < len; i += strlen(args + i) + 1) {
 		/* -F and -E of an earlier restart are replaced */
 		if (strcmp(args + i, "-F") == 0)
 			continue;
 		if (strcmp(args + i, "-E") == 0) {
 			i += strlen(args + i) + 1;
+			if (i >= len)
+				break;
 			continue;
 		}
 		argv[n++] = args + i;
 	}
-	if (e <= nfs_ServerEpoch)
-		e = nfs_ServerEpoch + 1;
-	snprintf(epoch, sizeof(epoch), "%" PRId64, (int64_t)e);
-	argv[n++] = "-F";
-	argv[n++] = "-E";
-	argv[n++] = epoch;
 	argv[n] = NULL;
 	LogCrit(COMPONENT_FSAL,
 		"FSAL_NASGW: ganesha.nfsd restarts in place (epoch %s)",
 		epoch);
-	sigemptyset(&none);
-	pthread_sigmask(SIG_SETMASK, &none, NULL);
-	for (int i = sysconf(_SC_OPEN_MAX) - 1; i > 2; i--)
-		close(i);
-	execv("/proc/self/exe", argv);
+	cloexec_all();
+	execv(exe, argv);
 	_exit(75);
 }
 

@@ -639,18 +639,19 @@ def test_verifier(ctx):
         check(many[2] - one[2] <= 3,
               "v%s: 50 more WRITEs, %d more GETATTRs in nasgwd (at most 3)" % (version, many[2] - one[2]))
 
-    # nasgwd SIGKILLed and restarted with every v3 write committed: a new
-    # verifier in v4's WRITE and COMMIT replies, so a client holding the
-    # UNSTABLE writes above writes them again; v3 had nothing to lose, and
-    # Ganesha carries on (same process, same v3 verifier).
+    # nasgwd SIGKILLed and restarted: a new verifier in v4's WRITE and
+    # COMMIT replies, so a client holding the UNSTABLE writes above writes
+    # them again. The v3 WRITEs just made await a COMMIT (so may any earlier
+    # part's), which v3's verifier, Ganesha's own, cannot tell: ganesha.nfsd
+    # restarts in place with a new epoch, and v3 sees a new verifier too.
     server = ctx["server"]
-    c3 = fh_commit(c1, tool, "vol1", "3", fh["3"])
-    check(c3.get("status") == 0 and c3["verf"] == w3.get("verf"), "v3: the WRITEs above committed (%s)" % c3)
     pid, at = server.pid, server.log_size()
     node.kill()
     node.start()
-    check(server.await_verifier_change(at) is False and server.pid == pid,
-          "v3: nothing awaited a COMMIT: ganesha saw nasgwd's new verifier and carries on")
+    check(server.await_verifier_change(at) is True and server.pid == pid,
+          "v3: WRITEs awaited a COMMIT: ganesha.nfsd restarted in place (pid %s)" % pid)
+    check(open("/proc/%d/comm" % pid).read().strip() == "ganesha.nfsd",
+          "...as ganesha.nfsd still (nasgwd signals it by that name)")
     after = until(lambda: (lambda r: r if r.get("status") == 0 else None)(
         fh_write(c1, tool, "vol1", "4", fh["4"], 0, UNSTABLE)), timeout=60) or {}
     check(after.get("committed") == UNSTABLE and after.get("verf") not in (None, w.get("verf")),
@@ -661,24 +662,24 @@ def test_verifier(ctx):
     again = fh_write(c1, tool, "vol1", "4", fh["4"], 0, UNSTABLE, 5)
     check(again.get("same") and again.get("verf") == after.get("verf"), "v4: and keeps it (%s)" % again)
     w3b = fh_write(c1, tool, "vol1", "3", fh["3"], 0, UNSTABLE, 3)
-    check(w3b.get("status") == 0 and w3b["committed"] == UNSTABLE and w3b["verf"] == w3.get("verf"),
-          "v3: UNSTABLE, and the same verifier (%s, before %s)" % (w3b, w3.get("verf")))
+    check(w3b.get("status") == 0 and w3b["committed"] == UNSTABLE and w3b.get("verf") not in (None, w3.get("verf")),
+          "v3: another write verifier after the restart (%s -> %s)" % (w3.get("verf"), w3b))
+    c3b = fh_commit(c1, tool, "vol1", "3", fh["3"])
+    check(c3b.get("status") == 0 and c3b["verf"] == w3b.get("verf"), "v3: COMMIT answers with it (%s)" % c3b)
 
-    # Now the v3 WRITEs just answered await a COMMIT: nasgwd SIGKILLed again
-    # may have lost them, so ganesha.nfsd restarts in place with a new epoch,
-    # and a v3 client sees another verifier in WRITE and COMMIT replies.
+    # Again, now with every v3 WRITE since ganesha's restart committed:
+    # nothing could be lost, ganesha carries on (same v3 verifier).
     at = server.log_size()
     node.kill()
     node.start()
-    check(server.await_verifier_change(at) is True and server.pid == pid,
-          "v3: WRITEs awaited a COMMIT: ganesha.nfsd restarted in place (pid %s)" % pid)
+    check(server.await_verifier_change(at) is False and server.pid == pid,
+          "v3: nothing awaited a COMMIT: ganesha saw nasgwd's new verifier and carries on")
     w3c = until(lambda: (lambda r: r if r.get("status") == 0 else None)(
         fh_write(c1, tool, "vol1", "3", fh["3"], 0, UNSTABLE)), timeout=60) or {}
-    check(w3c.get("committed") == UNSTABLE and w3c.get("verf") not in (None, w3.get("verf")),
-          "v3: another write verifier after the restart (%s -> %s)" % (w3.get("verf"), w3c))
-    c3b = fh_commit(c1, tool, "vol1", "3", fh["3"])
-    check(c3b.get("status") == 0 and c3b["verf"] == w3c.get("verf"), "v3: COMMIT answers with it (%s)" % c3b)
-    check(fh_status(c1, tool, "vol1", "4", fh["4"], "read", 0, 16)[0] == NFS_OK, "v4: served after the restart too")
+    check(w3c.get("committed") == UNSTABLE and w3c.get("verf") == w3b.get("verf"),
+          "v3: UNSTABLE, and the same verifier (%s, before %s)" % (w3c, w3b.get("verf")))
+    check(fh_commit(c1, tool, "vol1", "3", fh["3"]).get("status") == 0, "v3: and committed")
+    check(fh_status(c1, tool, "vol1", "4", fh["4"], "read", 0, 16)[0] == NFS_OK, "v4: served throughout")
 
     # Strict mode for the volume (nasgw volume set --write-through on): a v4
     # UNSTABLE WRITE is answered FILE_SYNC, each one in place (no cached, no
