@@ -39,6 +39,12 @@ int CheckAccess(const fs::Attr& a, const proto::Creds& c, uint32_t want) {
 
 int CheckData(const fs::Attr& a, const proto::Creds& c, uint32_t want) {
   if (c.uid == a.uid) return 0;
+  // Reading a program to run it: the kernel pages an executable in with
+  // reads, so execute permission lets a regular file be read (knfsd's
+  // NFSD_MAY_READ_IF_EXEC; Ganesha's NFS READ checks the same).
+  if ((want & 7) == proto::kAccessRead && a.type == fs::FileType::kRegular && Granted(a, c, proto::kAccessExec) != 0) {
+    return 0;
+  }
   return CheckAccess(a, c, want);
 }
 

@@ -22,7 +22,9 @@ uint32_t Granted(const fs::Attr& a, const proto::Creds& c, uint32_t want);
 int CheckAccess(const fs::Attr& a, const proto::Creds& c, uint32_t want);
 // Data access to an object the caller may have opened: the owner may always
 // read and write its own file (as knfsd's owner override: a file created
-// 0444 stays writable through the descriptor that created it).
+// 0444 stays writable through the descriptor that created it), and who may
+// execute a regular file may read it (a program is paged in by reads:
+// knfsd's read-if-exec; opening it to read is still CheckAccess's).
 int CheckData(const fs::Attr& a, const proto::Creds& c, uint32_t want);
 
 // Removing or replacing `victim` in `dir`: write and search on the directory

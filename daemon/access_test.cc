@@ -34,6 +34,13 @@ TEST(Access, OwnerGroupOtherAndRoot) {
   // The owner's data override (a file created 0444 stays writable to its owner).
   EXPECT_EQ(CheckData(File(0444), User(1000), proto::kAccessWrite), 0);
   EXPECT_EQ(CheckData(File(0444), User(1001), proto::kAccessWrite), EACCES);
+  // Execute-only: a program may be read to be run, not written; an open
+  // for reading is still refused.
+  EXPECT_EQ(CheckData(File(0711), User(1001), proto::kAccessRead), 0);
+  EXPECT_EQ(CheckData(File(0711), User(1001), proto::kAccessWrite), EACCES);
+  EXPECT_EQ(CheckAccess(File(0711), User(1001), proto::kAccessRead), EACCES);
+  EXPECT_EQ(CheckData(File(0700), User(1001), proto::kAccessRead), EACCES);
+  EXPECT_EQ(CheckData(File(0711, 1, 1, fs::FileType::kDirectory), User(1001), proto::kAccessRead), EACCES);
 }
 
 TEST(Access, StickyDirectories) {

@@ -207,6 +207,7 @@ class Exec {
  private:
   bool Create();
   bool Rename();
+  bool Exchange(const fs::Attr& from_dir, const fs::Attr& to_dir, const fs::Attr& a);
   bool SetAttr();
   bool Read();
   bool Write();
@@ -360,6 +361,7 @@ bool Exec::Rename() {
       !Child(from_dir, r_.name, victim) || !Deny(CheckRemove(from_dir, victim, r_.creds), "move out of directory")) {
     return false;
   }
+  if (r_.flags & proto::kRenameExchange) return Exchange(from_dir, to_dir, victim);
   auto existing = d_.Lookup(vol, to_dir.ino, r_.name2);
   if (existing.ok()) {
     if (r_.flags & proto::kRenameNoReplace) return Error(EEXIST, "'" + r_.name2 + "' exists");
@@ -380,6 +382,24 @@ bool Exec::Rename() {
   if (!Done(s)) return false;
   if (existing.ok() && existing->ino != victim.ino) Forget(*existing);
   return true;
+}
+
+// RENAME_EXCHANGE: both entries leave their directories (each may be
+// removed from it: sticky rules), and a directory that changes parent
+// rewrites its "..", as Linux's rename(2) checks them.
+bool Exec::Exchange(const fs::Attr& from_dir, const fs::Attr& to_dir, const fs::Attr& a) {
+  fs::Attr b;
+  if (!Child(to_dir, r_.name2, b) || !Deny(CheckRemove(to_dir, b, r_.creds), "move out of directory")) return false;
+  const bool moves = from_dir.ino != to_dir.ino;
+  for (const fs::Attr* x : {&a, static_cast<const fs::Attr*>(&b)}) {
+    if (moves && x->type == fs::FileType::kDirectory &&
+        !Deny(CheckAccess(*x, r_.creds, proto::kAccessWrite), "move directory")) {
+      return false;
+    }
+  }
+  Status s = d_.Exchange(r_.h.volume, from_dir.ino, r_.name, to_dir.ino, r_.name2);
+  if (moves && (a.type == fs::FileType::kDirectory || b.type == fs::FileType::kDirectory)) parents_.Moved();
+  return Done(s);
 }
 
 // MOUNT: a volume, and a directory in it by path (empty: the root), walked

@@ -441,6 +441,24 @@ TEST_F(HeadTest, PermissionsUseTheCallersCredentials) {
   EXPECT_EQ(nasgw_unlink(client_, &alice, &pub.handle, "mine"), 0);
 }
 
+// RENAME_EXCHANGE moves both entries, so both pass the checks of a move
+// out of their directory (sticky: only the owner of the file or of the
+// directory), as Linux checks them.
+TEST_F(HeadTest, ExchangeChecksBothEntries) {
+  const nasgw_cred alice{1000, 100, 0, nullptr};
+  nasgw_attr pub = Create(root_.handle, "pub", NASGW_TYPE_DIR, 01777);
+  nasgw_attr mine{}, theirs = Create(pub.handle, "theirs");  // root's
+  ASSERT_EQ(nasgw_create(client_, &alice, &pub.handle, "mine", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &mine), 0);
+  EXPECT_EQ(nasgw_rename(client_, &alice, &pub.handle, "mine", &pub.handle, "theirs", NASGW_RENAME_EXCHANGE), -EPERM);
+  EXPECT_EQ(nasgw_rename(client_, &alice, &pub.handle, "mine", &pub.handle, "none", NASGW_RENAME_EXCHANGE), -ENOENT);
+  ASSERT_EQ(nasgw_rename(client_, &kRoot, &pub.handle, "mine", &pub.handle, "theirs", NASGW_RENAME_EXCHANGE), 0);
+  nasgw_attr got{};
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &pub.handle, "theirs", &got), 0);
+  EXPECT_EQ(got.handle.ino, mine.handle.ino);
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &pub.handle, "mine", &got), 0);
+  EXPECT_EQ(got.handle.ino, theirs.handle.ino);
+}
+
 // A write or truncation by anyone but root clears setuid, and setgid with
 // group execute, and moves the change time; root's do not. A non-owner may
 // clear the bits with a mode change if it may write the file (what Linux's
@@ -627,12 +645,19 @@ struct VerifierEvents {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::tuple<uint64_t, uint64_t, int>> got;  // (old, new, lost)
+  bool gate_closed = false;                              // a loss's report waits for Open()
 
   static void Changed(void* arg, uint64_t held, uint64_t now, int lost) {
     auto* e = static_cast<VerifierEvents*>(arg);
-    std::lock_guard<std::mutex> l(e->mu);
+    std::unique_lock<std::mutex> l(e->mu);
     e->got.emplace_back(held, now, lost);
     e->cv.notify_all();
+    if (lost) e->cv.wait(l, [e] { return !e->gate_closed; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu);
+    gate_closed = false;
+    cv.notify_all();
   }
   std::vector<std::tuple<uint64_t, uint64_t, int>> Got() {
     std::lock_guard<std::mutex> l(mu);
@@ -700,6 +725,33 @@ TEST_F(HeadTest, HeldUnstableWritesAreReportedLostBeforeANewVerifierGoesOn) {
   ASSERT_TRUE(ev.WaitFor(3));
   EXPECT_EQ(ev.Got().back(), E(0x5eed0003, 0x5eed0004, 1));
   EXPECT_EQ(nasgw_client_held_files(c), 0u);
+
+  // While a loss is being reported (the head restarting), no reply with a
+  // verifier is delivered on any connection: a COMMIT on the other one
+  // must not be answered meanwhile.
+  ASSERT_EQ(nasgw_write(c, &kRoot, &b.handle, 0, "bbbb", 4, kHeld, &r), 4);
+  std::future<int> reporter;
+  std::vector<std::future<int>> others;
+  struct Opener {  // whatever happens, the report ends before the futures wait
+    VerifierEvents& e;
+    ~Opener() { e.Open(); }
+  } opener{ev};
+  {
+    std::lock_guard<std::mutex> l(ev.mu);
+    ev.gate_closed = true;
+  }
+  verifier_ = 0x5eed0005;
+  reporter = std::async(std::launch::async, [&] { return nasgw_fsync(c, &kRoot, &b.handle, nullptr); });
+  ASSERT_TRUE(ev.WaitFor(4));    // the report is under way (and held)
+  for (int i = 0; i < 4; i++) {  // over both connections (round robin)
+    others.push_back(std::async(std::launch::async, [&] { return nasgw_fsync(c, &kRoot, &a.handle, nullptr); }));
+  }
+  for (auto& o : others) {
+    EXPECT_EQ(o.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout) << "a COMMIT went on";
+  }
+  ev.Open();
+  EXPECT_EQ(reporter.get(), 0);
+  for (auto& o : others) EXPECT_EQ(o.get(), 0);
   nasgw_client_close(c);
 }
 

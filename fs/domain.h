@@ -216,6 +216,9 @@ class Domain {
   Status Unlink(uint32_t vol, uint64_t dir, const std::string& name);  // not directories
   Status Rmdir(uint32_t vol, uint64_t dir, const std::string& name);
   Status Rename(uint32_t vol, uint64_t from_dir, const std::string& from, uint64_t to_dir, const std::string& to);
+  // Both names exist and trade their inodes atomically (RENAME_EXCHANGE),
+  // whatever their types; each keeps its readdir cookie.
+  Status Exchange(uint32_t vol, uint64_t a_dir, const std::string& a, uint64_t b_dir, const std::string& b);
   // Entries after `cookie` (0: from the start), at most `max`. Cookies stay
   // valid across restarts and do not shift when other entries come and go.
   Result<std::vector<DirEntry>> ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max);

@@ -195,6 +195,49 @@ TEST_F(DomainTest, RenameRules) {
   EXPECT_TRUE(problems->empty()) << (*problems)[0];
 }
 
+// RENAME_EXCHANGE: two names trade their inodes atomically; each keeps its
+// place in its directory; a directory that changes parent gets its ".." and
+// the parents' link counts follow.
+TEST_F(DomainTest, ExchangeTradesTwoNamesAtomically) {
+  Build();
+  Attr a = Mk(kRootIno, "a", FileType::kDirectory);
+  Attr f = Mk(kRootIno, "f"), g = Mk(kRootIno, "g");
+  Attr sub = Mk(a.ino, "sub", FileType::kDirectory);
+  auto cookie_of = [&](uint64_t dir, const std::string& name) {
+    auto all = dom_->ReadDir(vol_, dir, 0, 100);
+    EXPECT_TRUE(all.ok());
+    for (const auto& e : *all) {
+      if (e.name == name) return e.cookie;
+    }
+    return uint64_t{0};
+  };
+  const uint64_t fc = cookie_of(kRootIno, "f"), gc = cookie_of(kRootIno, "g");
+  ASSERT_TRUE(dom_->Exchange(vol_, kRootIno, "f", kRootIno, "g").ok());
+  EXPECT_EQ(dom_->Lookup(vol_, kRootIno, "f")->ino, g.ino);
+  EXPECT_EQ(dom_->Lookup(vol_, kRootIno, "g")->ino, f.ino);
+  EXPECT_EQ(cookie_of(kRootIno, "f"), fc);
+  EXPECT_EQ(cookie_of(kRootIno, "g"), gc);
+  // A file and a directory across directories.
+  const uint32_t root_links = dom_->GetAttr(vol_, kRootIno)->nlink, a_links = dom_->GetAttr(vol_, a.ino)->nlink;
+  ASSERT_TRUE(dom_->Exchange(vol_, kRootIno, "f", a.ino, "sub").ok());
+  EXPECT_EQ(dom_->Lookup(vol_, kRootIno, "f")->ino, sub.ino);
+  EXPECT_EQ(dom_->Lookup(vol_, a.ino, "sub")->ino, g.ino);
+  EXPECT_EQ(dom_->Lookup(vol_, sub.ino, "..")->ino, kRootIno);
+  EXPECT_EQ(dom_->GetAttr(vol_, kRootIno)->nlink, root_links + 1);
+  EXPECT_EQ(dom_->GetAttr(vol_, a.ino)->nlink, a_links - 1);
+  // A directory may not go below itself; both names must exist.
+  Attr deep = Mk(sub.ino, "deep");
+  EXPECT_EQ(dom_->Exchange(vol_, kRootIno, "f", sub.ino, "deep").code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->Lookup(vol_, sub.ino, "deep")->ino, deep.ino);
+  EXPECT_EQ(dom_->Exchange(vol_, kRootIno, "f", kRootIno, "none").code(), Code::kNotFound);
+  EXPECT_TRUE(dom_->Exchange(vol_, kRootIno, "g", kRootIno, "g").ok());
+  Reopen();
+  EXPECT_EQ(dom_->Lookup(vol_, a.ino, "sub")->ino, g.ino);
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
 TEST_F(DomainTest, ReadDirCookiesAreStable) {
   Build();
   Attr d = Mk(kRootIno, "d", FileType::kDirectory);
@@ -224,6 +267,48 @@ TEST_F(DomainTest, ReadDirCookiesAreStable) {
   EXPECT_EQ(seen.size(), 101u - 1);  // 100 + late - e50 (the unlinked one from page 1 was already seen)
   EXPECT_FALSE(seen.count("e50"));
   EXPECT_TRUE(seen.count("late"));
+}
+
+// A rename within a directory keeps the entry's place: a listing under way
+// returns every entry once, a renamed one by the name it had when the
+// listing passed it (the listing of a 15,000-entry directory during renames
+// gave 15,001 names when a rename moved its entry to the end).
+TEST_F(DomainTest, ReadDirListsEveryEntryOnceWhileEntriesAreRenamed) {
+  Build();
+  Attr d = Mk(kRootIno, "d", FileType::kDirectory);
+  std::map<std::string, uint64_t> ino_of;
+  for (int i = 0; i < 100; i++) ino_of["e" + std::to_string(i)] = Mk(d.ino, "e" + std::to_string(i)).ino;
+  auto first = dom_->ReadDir(vol_, d.ino, 0, 30);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->size(), 30u);
+  std::map<uint64_t, std::string> listed;  // inode -> the name it was listed by
+  for (const auto& e : *first) ASSERT_TRUE(listed.emplace(e.ino, e.name).second);
+  const std::string passed = (*first)[3].name;  // already listed
+  ASSERT_TRUE(dom_->Rename(vol_, d.ino, passed, d.ino, "r-passed").ok());
+  ASSERT_TRUE(dom_->Rename(vol_, d.ino, "e70", d.ino, "r70").ok());  // not yet listed
+  ASSERT_TRUE(dom_->Rename(vol_, d.ino, "e80", d.ino, "e90").ok());  // over another: e90's inode goes
+  Reopen();
+  uint64_t cookie = first->back().cookie;
+  for (;;) {
+    auto more = dom_->ReadDir(vol_, d.ino, cookie, 17);
+    ASSERT_TRUE(more.ok());
+    if (more->empty()) break;
+    for (const auto& e : *more) EXPECT_TRUE(listed.emplace(e.ino, e.name).second) << "listed again: " << e.name;
+    cookie = more->back().cookie;
+  }
+  EXPECT_EQ(listed.size(), 99u);  // every inode but e90's, once
+  EXPECT_EQ(listed[ino_of[passed]], passed);
+  EXPECT_EQ(listed[ino_of["e70"]], "r70");
+  EXPECT_EQ(listed[ino_of["e80"]], "e90");
+  EXPECT_EQ(listed.count(ino_of["e90"]), 0u);
+  // A new listing has the new names, in the old places.
+  auto all = dom_->ReadDir(vol_, d.ino, 0, 1000);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 99u);
+  EXPECT_EQ((*all)[3].name, "r-passed");
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
 }
 
 TEST_F(DomainTest, DataRoundTripHolesTruncateAndRemount) {

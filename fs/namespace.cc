@@ -211,6 +211,26 @@ Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
   return impl_->Durable(t);
 }
 
+namespace {
+
+// InvalidArgument when directory `dir` is `to` or one of its ancestors (a
+// directory may not move below itself). The walk to the root ends: parents
+// that come round again are a damaged tree (Corruption), never a loop
+// forever under the lock.
+Status NotBelow(Domain::Impl& impl, uint32_t vol, uint64_t dir, uint64_t to) {
+  std::set<uint64_t> seen;
+  for (uint64_t up = to; up != kRootIno;) {
+    if (up == dir) return Status::InvalidArgument("cannot move a directory into itself");
+    if (!seen.insert(up).second) return Status::Corruption("directory " + std::to_string(up) + " is its own ancestor");
+    auto p = impl.LoadInode(vol, up);
+    if (!p.ok()) return p.status();
+    up = p->parent;
+  }
+  return Status();
+}
+
+}  // namespace
+
 Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, uint64_t to_dir,
                       const std::string& to) {
   NASGW_RETURN_IF_ERROR(CheckName(from));
@@ -230,20 +250,7 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
   if (!moved.ok()) return moved.status();
   const bool is_dir = se->type == FileType::kDirectory;
   // A directory may not move below itself.
-  if (is_dir && !same_dir) {
-    // The walk to the root ends: parents that come round again are a
-    // damaged tree (Corruption), never a loop forever under the lock.
-    std::set<uint64_t> seen;
-    for (uint64_t up = to_dir; up != kRootIno;) {
-      if (up == se->ino) return Status::InvalidArgument("cannot move a directory into itself");
-      if (!seen.insert(up).second) {
-        return Status::Corruption("directory " + std::to_string(up) + " is its own ancestor");
-      }
-      auto p = impl_->LoadInode(vol, up);
-      if (!p.ok()) return p.status();
-      up = p->parent;
-    }
-  }
+  if (is_dir && !same_dir) NASGW_RETURN_IF_ERROR(NotBelow(*impl_, vol, se->ino, to_dir));
   // The target directory's inode: the very same object as the source's when
   // both are one directory, so that every change lands in what is written.
   Inode& dst = same_dir ? *sd : *dd;
@@ -270,11 +277,14 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
     }
     t.batch.Delete(CookieKey(vol, to_dir, te->cookie));
   }
-  // Source entry out, target entry in (same batch: atomic).
+  // Source entry out, target entry in (same batch: atomic). Within one
+  // directory the entry keeps its place (its cookie): a listing under way
+  // returns it once, by the name it had when the listing passed its place,
+  // and no other entry moves (docs/on-disk-format.md, directory entries).
   t.batch.Delete(DirentKey(vol, from_dir, from));
-  t.batch.Delete(CookieKey(vol, from_dir, se->cookie));
+  if (!same_dir) t.batch.Delete(CookieKey(vol, from_dir, se->cookie));
   t.batch.Delete(FoldKey(vol, from_dir, from));
-  Dirent ne{se->ino, se->type, dst.next_cookie++};
+  Dirent ne{se->ino, se->type, same_dir ? se->cookie : dst.next_cookie++};
   t.batch.Put(DirentKey(vol, to_dir, to), EncodeDirent(ne));
   t.batch.Put(CookieKey(vol, to_dir, ne.cookie), to);
   t.batch.Put(FoldKey(vol, to_dir, to), "");
@@ -290,6 +300,66 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
   if (!same_dir) {
     Impl::Touch(dst, true);
     impl_->PutInode(t, vol, dst);
+  }
+  impl_->PutVolume(t, vol, *v);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  return impl_->Durable(t);
+}
+
+// RENAME_EXCHANGE: the two names trade their inodes at once. Each name keeps
+// its place (cookie) in its directory; a directory that changes parent gets
+// its ".." and the parents' link counts follow.
+Status Domain::Exchange(uint32_t vol, uint64_t a_dir, const std::string& a, uint64_t b_dir, const std::string& b) {
+  NASGW_RETURN_IF_ERROR(CheckName(a));
+  NASGW_RETURN_IF_ERROR(CheckName(b));
+  WriterLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto ad = impl_->LoadDir(vol, a_dir);
+  if (!ad.ok()) return ad.status();
+  const bool same_dir = a_dir == b_dir;
+  Result<Inode> bd = same_dir ? ad : impl_->LoadDir(vol, b_dir);
+  if (!bd.ok()) return bd.status();
+  auto ae = impl_->LoadDirent(vol, a_dir, a);
+  if (!ae.ok()) return ae.status();
+  auto be = impl_->LoadDirent(vol, b_dir, b);
+  if (!be.ok()) return be.status();
+  if (ae->ino == be->ino) return Status();  // one file (or one name): nothing changes
+  auto ai = impl_->LoadInode(vol, ae->ino);
+  if (!ai.ok()) return ai.status();
+  auto bi = impl_->LoadInode(vol, be->ino);
+  if (!bi.ok()) return bi.status();
+  const bool a_is_dir = ae->type == FileType::kDirectory, b_is_dir = be->type == FileType::kDirectory;
+  if (!same_dir) {
+    if (a_is_dir) NASGW_RETURN_IF_ERROR(NotBelow(*impl_, vol, ae->ino, b_dir));
+    if (b_is_dir) NASGW_RETURN_IF_ERROR(NotBelow(*impl_, vol, be->ino, a_dir));
+  }
+  Inode& bdir = same_dir ? *ad : *bd;
+  Impl::Txn t;
+  t.batch.Put(DirentKey(vol, a_dir, a), EncodeDirent(Dirent{be->ino, be->type, ae->cookie}));
+  t.batch.Put(DirentKey(vol, b_dir, b), EncodeDirent(Dirent{ae->ino, ae->type, be->cookie}));
+  if (!same_dir) {
+    if (a_is_dir) {
+      ai->parent = b_dir;
+      ad->a.nlink--;
+      bdir.a.nlink++;
+    }
+    if (b_is_dir) {
+      bi->parent = a_dir;
+      bdir.a.nlink--;
+      ad->a.nlink++;
+    }
+  }
+  Impl::Touch(*ai, false);
+  impl_->PutInode(t, vol, *ai);
+  Impl::Touch(*bi, false);
+  impl_->PutInode(t, vol, *bi);
+  Impl::Touch(*ad, true);
+  impl_->PutInode(t, vol, *ad);
+  if (!same_dir) {
+    Impl::Touch(bdir, true);
+    impl_->PutInode(t, vol, bdir);
   }
   impl_->PutVolume(t, vol, *v);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));

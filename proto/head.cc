@@ -577,7 +577,8 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       CheckName(r, r.name, "name");
       CheckName(r, r.name2, "new name");
       s = CheckHandle(r.h2, "target directory");
-      if (s.ok()) s = CheckFlags(r.flags, kRenameNoReplace);
+      if (s.ok()) s = CheckFlags(r.flags, kRenameNoReplace | kRenameExchange);
+      if (s.ok() && r.flags == (kRenameNoReplace | kRenameExchange)) s = Bad("NOREPLACE and EXCHANGE together");
       break;
     case Op::kReadDir:
       r.h = GetHandle(d);

@@ -218,6 +218,7 @@ constexpr uint32_t kCreateOpen = 1;       // also open the new file for this ses
 constexpr uint32_t kCreateUnchecked = 2;  // an existing regular file is not an error (NFS UNCHECKED)
 // Rename flags.
 constexpr uint32_t kRenameNoReplace = 1;
+constexpr uint32_t kRenameExchange = 2;  // both names exist and trade their files
 // ReadDir flags.
 constexpr uint32_t kReadDirPlus = 1;  // attributes with every entry
 // WRITE's stability (NFS's stable_how): how durable the bytes must be when

@@ -231,6 +231,13 @@ TEST(HeadProtocol, StructuralErrorsAreRefused) {
   r.name2 = "y";
   r.h2 = H(3, 9, 1, 0);
   EXPECT_FALSE(DecodeRequest(Op::kRename, EncodeRequest(r)).ok());  // the target's scope is 0
+  r.h2 = H(3, 9, 1);
+  r.flags = kRenameExchange;
+  EXPECT_TRUE(DecodeRequest(Op::kRename, EncodeRequest(r)).ok());
+  r.flags = kRenameExchange | kRenameNoReplace;
+  EXPECT_FALSE(DecodeRequest(Op::kRename, EncodeRequest(r)).ok());  // one or the other
+  r.flags = 4;
+  EXPECT_FALSE(DecodeRequest(Op::kRename, EncodeRequest(r)).ok());  // RENAME_WHITEOUT: no such flag here
   r = Base(Op::kRead);
   r.count = kIoBytesMax + 1;
   EXPECT_FALSE(DecodeRequest(Op::kRead, EncodeRequest(r)).ok());

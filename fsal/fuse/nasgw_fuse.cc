@@ -28,6 +28,7 @@
 
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -370,12 +371,17 @@ void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
             unsigned int flags) {
-  if (flags & RENAME_EXCHANGE) return (void)fuse_reply_err(req, EINVAL);
+  // RENAME_WHITEOUT (overlayfs's: leave a whiteout device in the old
+  // name's place) is not supported: EINVAL, as file systems without it say.
+  if (flags & ~static_cast<unsigned int>(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
+    return (void)fuse_reply_err(req, EINVAL);
+  }
   Cred c(req);
   HANDLE_OR_STALE(req, parent, from);
   HANDLE_OR_STALE(req, newparent, to);
-  ReplyStatus(req, nasgw_rename(M(req)->client, &c, &from, name, &to, newname,
-                                (flags & RENAME_NOREPLACE) ? NASGW_RENAME_NOREPLACE : 0));
+  const uint32_t f = ((flags & RENAME_NOREPLACE) ? NASGW_RENAME_NOREPLACE : 0) |
+                     ((flags & RENAME_EXCHANGE) ? NASGW_RENAME_EXCHANGE : 0);
+  ReplyStatus(req, nasgw_rename(M(req)->client, &c, &from, name, &to, newname, f));
 }
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
@@ -386,7 +392,14 @@ void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newn
   ReplyEntry(req, nasgw_link(M(req)->client, &c, &h, &d, newname, &a), a);
 }
 
+// The kernel's open flag for a program about to be run (its __FMODE_EXEC,
+// which FUSE passes on): opened to execute, not to read, so a user who may
+// execute but not read the file can run it (its pages are then read:
+// nasgwd lets who may execute a file read it).
+constexpr int kOpenForExec = 040;
+
 uint32_t AccessOf(int flags) {
+  if ((flags & O_ACCMODE) == O_RDONLY && (flags & kOpenForExec)) return NASGW_ACCESS_EXEC;
   switch (flags & O_ACCMODE) {
     case O_RDONLY:
       return NASGW_ACCESS_READ;
@@ -604,8 +617,10 @@ void Init(void*, fuse_conn_info* conn) {
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "nasgw-fuse: %s\n"
-               "usage: nasgw-fuse [--socket PATH] --volume NAME [--allow-other] [-f] MOUNTPOINT\n"
+               "usage: nasgw-fuse [--socket PATH] --volume NAME [--allow-other] [--log FILE] [-f] MOUNTPOINT\n"
                "  --socket PATH  nasgwd's head socket (default /run/nasgw/head.sock)\n"
+               "  --log FILE     in the background, log there (appended); without it, to syslog\n"
+               "  -f             stay in the foreground, logging to stderr\n"
                "  --allow-other  other users may use the mount too (FUSE's allow_other; nasgwd checks\n"
                "                 each caller's credentials); a mount by another user than root needs\n"
                "                 user_allow_other in /etc/fuse.conf\n",
@@ -614,7 +629,7 @@ void Init(void*, fuse_conn_info* conn) {
 }
 
 int Main(int argc, char** argv) {
-  std::string socket = "/run/nasgw/head.sock", volume, mountpoint;
+  std::string socket = "/run/nasgw/head.sock", volume, mountpoint, log_path;
   bool foreground = false, allow_other = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
@@ -626,6 +641,8 @@ int Main(int argc, char** argv) {
       socket = next();
     } else if (a == "--volume") {
       volume = next();
+    } else if (a == "--log") {
+      log_path = next();
     } else if (a == "-f") {
       foreground = true;
     } else if (a == "--allow-other") {
@@ -638,16 +655,36 @@ int Main(int argc, char** argv) {
   }
   if (volume.empty() || mountpoint.empty()) Usage("--volume and a mount point are required");
   // In the background nasgw-fuse connects again after fuse_daemonize(),
-  // which changes to "/": a relative socket path must be made absolute now.
-  if (!socket.empty() && socket[0] != '/') {
+  // which changes to "/": relative paths must be made absolute now.
+  for (std::string* path : {&socket, &log_path}) {
+    if (path->empty() || (*path)[0] == '/') continue;
     char* cwd = ::getcwd(nullptr, 0);
     if (cwd == nullptr) {
-      std::fprintf(stderr, "nasgw-fuse: cannot make --socket %s absolute: %s\n", socket.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "nasgw-fuse: cannot make %s absolute: %s\n", path->c_str(), std::strerror(errno));
       return 2;
     }
-    socket = std::string(cwd) + (cwd[1] != '\0' ? "/" : "") + socket;
+    *path = std::string(cwd) + (cwd[1] != '\0' ? "/" : "") + *path;
     std::free(cwd);
   }
+  // fuse_daemonize() points stderr at /dev/null: what nasgw-fuse says after
+  // it goes to --log's file (opened now, so a bad path is told at once) or,
+  // without one, to syslog.
+  int log_fd = -1;
+  if (!log_path.empty()) {
+    log_fd = ::open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (log_fd < 0) {
+      std::fprintf(stderr, "nasgw-fuse: --log %s: %s\n", log_path.c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
+  bool daemonized = false;
+  auto say = [&](const std::string& what) {
+    if (daemonized) {
+      NASGW_LOG(kError, "fuse") << what;
+    } else {
+      std::fprintf(stderr, "nasgw-fuse: %s\n", what.c_str());
+    }
+  };
 
   Mount m;
   // Connect and find the volume now, so that errors reach the terminal; in
@@ -659,7 +696,7 @@ int Main(int argc, char** argv) {
     co.client_name = "fuse";
     co.connections = 4;
     if (int rc = nasgw_client_open(&co, &m.client); rc != 0) {
-      std::fprintf(stderr, "nasgw-fuse: %s (%s)\n", nasgw_client_last_message(), std::strerror(-rc));
+      say(std::string(nasgw_client_last_message()) + " (" + std::strerror(-rc) + ")");
       return false;
     }
     // Finding the volume needs no permission; ask as ourselves, which is
@@ -667,7 +704,7 @@ int Main(int argc, char** argv) {
     const nasgw_cred self{::getuid(), ::getgid(), 0, nullptr};
     nasgw_attr r{};
     if (nasgw_mount(m.client, &self, volume.c_str(), &r) != 0) {
-      std::fprintf(stderr, "nasgw-fuse: volume %s: %s\n", volume.c_str(), nasgw_client_last_message());
+      say("volume " + volume + ": " + nasgw_client_last_message());
       nasgw_client_close(m.client);
       m.client = nullptr;
       return false;
@@ -730,6 +767,17 @@ int Main(int argc, char** argv) {
   NASGW_LOG(kInfo, "fuse") << "mounted" << Kv("volume", volume) << Kv("at", mountpoint);
   if (!foreground) {
     fuse_daemonize(0);
+    daemonized = true;
+    if (log_fd >= 0) {
+      ::dup2(log_fd, STDERR_FILENO);
+    } else {
+      ::openlog("nasgw-fuse", LOG_PID, LOG_DAEMON);
+      SetLogSink([](std::string_view line) {
+        if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+        ::syslog(LOG_NOTICE, "%.*s", static_cast<int>(line.size()), line.data());
+      });
+    }
+    NASGW_LOG(kInfo, "fuse") << "in the background" << Kv("pid", ::getpid());
     if (!connect()) {
       fuse_session_unmount(se);
       fuse_remove_signal_handlers(se);

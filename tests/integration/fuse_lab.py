@@ -335,9 +335,30 @@ try:
         os.truncate(path, 1)
     elif step == "open-trunc":
         os.close(os.open(path, os.O_WRONLY | os.O_TRUNC))
+    elif step == "read":
+        with open(path, "rb") as f:
+            f.read()
     print("ok")
 except OSError as e:
     print(e.errno)
+"""
+
+
+# Renames entries of a directory within it until killed, after printing
+# "started" (argv: the directory, how many files f00000.. it holds).
+RENAMER = r"""
+import os, random, sys
+d, n = sys.argv[1], int(sys.argv[2])
+names = ["f%05d" % i for i in range(n)]
+rng = random.Random(7)
+print("started", flush=True)
+k = 0
+while True:
+    i = rng.randrange(n)
+    new = "r%d-%05d" % (k, i)
+    os.rename(os.path.join(d, names[i]), os.path.join(d, new))
+    names[i] = new
+    k += 1
 """
 
 
@@ -352,7 +373,10 @@ def cmd_semantics(a):
     durability (an fsync after nasgwd lost unstable writes fails EIO, once),
     O_TRUNC (size 0, times now, also for an empty file), setuid and setgid
     (cleared by another user's write or truncation, as Linux does; root's
-    keep them); every check is printed. The mount is shared
+    keep them); an execute-only program runs for another user; a listing
+    during renames in the directory gives every file once;
+    renameat2's flags (EXCHANGE, NOREPLACE; WHITEOUT is EINVAL);
+    every check is printed. The mount is shared
     (--allow-other), and the other user is uid 65534."""
     import errno
     v = Node(bins(a), luns=3, size="512M", tag="fuse")
@@ -464,6 +488,116 @@ def cmd_semantics(a):
         check("uid 65534 may not write a 06755 file (%s)" % got, got == str(errno.EACCES))
         mode = fresh_mode()
         check("...and the bits stay (%o)" % mode, mode == 0o6755)
+
+        # Execute-only: another user may run a 0711 program it may not read
+        # (the kernel opens it to execute and pages it in with reads), and
+        # still may not open it to read.
+        prog = os.path.join(shared, "prog")
+        shutil.copyfile("/bin/true", prog)
+        os.chmod(prog, 0o711)
+        ran = subprocess.run([prog], preexec_fn=as_nobody, timeout=60, capture_output=True, text=True)
+        check("uid 65534 runs a root-owned 0711 program (%d: %s)" % (ran.returncode, ran.stderr.strip()[-200:]),
+              ran.returncode == 0)
+        got = subprocess.run(["/usr/bin/python3", "-c", AS_USER, "read", prog], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=60, preexec_fn=as_nobody).stdout.strip()
+        check("...and may not read it (%s)" % got, got == str(errno.EACCES))
+        os.unlink(prog)
+
+        # A directory listed while another process renames entries within
+        # it: every file comes exactly once (a renamed one by either name),
+        # as an entry keeps its place when renamed in its directory.
+        big = os.path.join(v.mount_path, "big")
+        os.mkdir(big)
+        n_files = 3000
+        for i in range(n_files):
+            open(os.path.join(big, "f%05d" % i), "wb").close()
+        renamer = subprocess.Popen([sys.executable, "-c", RENAMER, big, str(n_files)], stdout=subprocess.PIPE,
+                                   text=True)
+        try:
+            renamer.stdout.readline()  # "started": the renames are under way
+            lists = []
+            for _ in range(3):
+                lists.append([e.inode() for e in os.scandir(big)])
+        finally:
+            renamer.kill()
+            renamer.wait()
+        for n, inos in enumerate(lists):
+            check("listing %d during renames: %d entries, every file once (%d distinct)" %
+                  (n + 1, len(inos), len(set(inos))), len(inos) == n_files and len(set(inos)) == n_files)
+
+        # renameat2's flags: EXCHANGE trades two names atomically (also a
+        # file and a directory in two directories), NOREPLACE refuses an
+        # existing name, WHITEOUT (overlayfs's) is EINVAL and changes nothing.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def renameat2(src, dst, flags):
+            ctypes.set_errno(0)
+            r = libc.renameat2(-100, src.encode(), -100, dst.encode(), ctypes.c_uint(flags))  # AT_FDCWD
+            return 0 if r == 0 else ctypes.get_errno()
+
+        noreplace, exchange, whiteout = 1, 2, 4
+        x, y = os.path.join(v.mount_path, "x"), os.path.join(v.mount_path, "y")
+        for p, data in ((x, b"x"), (y, b"y")):
+            with open(p, "wb") as f:
+                f.write(data)
+        got = renameat2(x, y, exchange)
+        check("RENAME_EXCHANGE of two files (%s)" % got, got == 0)
+        v.unmount()
+        v.mount()
+        with open(x, "rb") as f1, open(y, "rb") as f2:
+            pair = (f1.read(), f2.read())
+        check("...the names traded their files, as nasgwd has them (%s)" % (pair,), pair == (b"y", b"x"))
+        xd = os.path.join(v.mount_path, "xd")
+        os.mkdir(xd)
+        open(os.path.join(xd, "inside"), "wb").close()
+        got = renameat2(xd, os.path.join(shared, "suid"), exchange)
+        check("RENAME_EXCHANGE of a directory and a file in another directory (%s)" % got, got == 0)
+        v.unmount()
+        v.mount()
+        moved = os.path.join(shared, "suid")
+        check("...the directory is in the other one, with its entry and '..'",
+              os.path.isdir(moved) and os.listdir(moved) == ["inside"] and
+              os.stat(os.path.join(moved, "..")).st_ino == os.stat(shared).st_ino and os.path.isfile(xd))
+        got = renameat2(x, y, noreplace)
+        check("RENAME_NOREPLACE over an existing name: EEXIST (%s)" % got, got == errno.EEXIST)
+        got = renameat2(x, os.path.join(v.mount_path, "white"), whiteout)
+        check("RENAME_WHITEOUT: EINVAL, nothing moved (%s)" % got,
+              got == errno.EINVAL and os.path.exists(x) and not os.path.exists(os.path.join(v.mount_path, "white")))
+
+        # In the background (no -f), what nasgw-fuse says after detaching
+        # goes to --log's file, not to /dev/null; a --log it cannot open is
+        # an error before it mounts.
+        second, log = v.mount_path + ".bg", v.mount_path + ".bg.log"
+        os.makedirs(second, exist_ok=True)
+        try:
+            bad = subprocess.run([a.fuse, "--socket", v.head_socket, "--volume", "vol1", "--log",
+                                  "/nonexistent/dir/log", second], capture_output=True, text=True, timeout=60)
+            check("--log in a missing directory: exit 2, said why (%d: %s)" % (bad.returncode, bad.stderr.strip()),
+                  bad.returncode == 2 and "/nonexistent/dir/log" in bad.stderr and not is_mounted(second))
+            bg = subprocess.run([a.fuse, "--socket", v.head_socket, "--volume", "vol1", "--log", log, second],
+                                capture_output=True, text=True, timeout=60)
+            check("nasgw-fuse in the background mounts (%d: %s)" % (bg.returncode, bg.stderr.strip()),
+                  bg.returncode == 0 and is_mounted(second) and os.path.exists(os.path.join(second, "x")))
+            subprocess.run(["fusermount3", "-u", second], check=False, timeout=60)
+            deadline = time.monotonic() + 30
+            text = ""
+            while time.monotonic() < deadline:  # its last line is the only sign it ended
+                with open(log) as f:
+                    text = f.read()
+                if "unmounted" in text:
+                    break
+                time.sleep(0.1)
+            check("...and logs to --log's file after detaching, to its end (%s)" % text.strip()[-300:],
+                  "in the background" in text and "unmounted" in text)
+        finally:
+            if is_mounted(second):
+                subprocess.run(["fusermount3", "-u", second], check=False, timeout=60)
+            for p in (log,):
+                if os.path.exists(p):
+                    os.unlink(p)
+            if os.path.isdir(second):
+                os.rmdir(second)
         v.unmount()
         v.stop()
         v.fsck()
