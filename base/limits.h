@@ -153,6 +153,11 @@ constexpr uint32_t kCacheStallTimeoutMsDefault = 30'000;
 constexpr uint32_t kCacheStallTimeoutMsMin = 100;
 constexpr uint32_t kCacheStallTimeoutMsMax = 600'000;
 
+// Flusher threads, each writing one due file at a time that no other is
+// writing: one file's flush stuck in the array holds up no other file's,
+// and sequential streams of several files reach the array together.
+constexpr uint32_t kFlushesInFlight = 2;
+
 // Most data one flush transaction carries: bounds the memory it holds and
 // the time one file's lock is held.
 constexpr uint64_t kCacheFlushBytesMax = 16ull << 20;

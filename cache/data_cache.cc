@@ -1,7 +1,10 @@
 #include "cache/data_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -195,7 +198,11 @@ Status DataCacheOptions::Validate() const {
 
 DataCache::DataCache(std::weak_ptr<fs::Domain> domain, const DataCacheOptions& o)
     : domain_(std::move(domain)), o_(o), rc_(o.memory_bytes, o.read_ahead_bytes, [this] { return dirty_.load(); }) {
-  flusher_ = std::thread([this] { FlusherLoop(); });
+  // Several flusher threads (kFlushesInFlight), each taking due files the
+  // others are not flushing: one file's flush stuck in the array, or in its
+  // metadata commit, holds up no other file's, and the streams of several
+  // files reach the array together.
+  for (uint32_t i = 0; i < limits::kFlushesInFlight; i++) flushers_.emplace_back([this] { FlusherLoop(); });
   if (o_.read_ahead_bytes > 0) {
     for (uint32_t i = 0; i < limits::kReadAheadThreads; i++) ahead_threads_.emplace_back([this] { AheadLoop(); });
   }
@@ -721,7 +728,8 @@ Status DataCache::Close() {
     space_cv_.NotifyAll();
     ahead_cv_.NotifyAll();
   }
-  if (flusher_.joinable()) flusher_.join();
+  for (auto& t : flushers_) t.join();
+  flushers_.clear();
   for (auto& t : ahead_threads_) t.join();  // each ends what it took (queued ones are skipped)
   ahead_threads_.clear();
   // Writes that were past the closed check when FlushAll took its list.
@@ -757,6 +765,7 @@ void DataCache::FlusherLoop() {
     // (rank, when): logged files by LSN, then the others by age.
     std::vector<std::pair<std::pair<int, uint64_t>, std::shared_ptr<File>>> due;
     for (const auto& [k, f] : files_) {
+      if (flushing_now_.count(f.get()) != 0) continue;  // another flusher thread's
       MutexLock fl(f->mu);
       if (f->dirty.empty()) continue;
       if (log_pressed && f->log_first != 0) {
@@ -769,7 +778,16 @@ void DataCache::FlusherLoop() {
     std::sort(due.begin(), due.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     l.Unlock();
     for (const auto& [since, f] : due) {
+      {
+        // Another flusher thread may have taken it since the list was made.
+        MutexLock claim(mu_);
+        if (!flushing_now_.insert(f.get()).second) continue;
+      }
       FlushFile(f).IgnoreError();  // counted and logged; the data stays dirty
+      {
+        MutexLock claim(mu_);
+        flushing_now_.erase(f.get());
+      }
       if (pressed && !log_pressed && dirty_.load() < o_.dirty_bytes / 4) break;
     }
     if (log_pressed) {

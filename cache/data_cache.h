@@ -33,6 +33,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -169,7 +170,8 @@ class DataCache {
   // Flushes that ended (their flushing data left the cache): attributes
   // loaded before one ended are loaded again (Shown).
   std::atomic<uint64_t> epoch_{0};
-  std::thread flusher_;
+  std::vector<std::thread> flushers_;
+  std::set<const File*> flushing_now_ GUARDED_BY(mu_);  // taken by a flusher thread
   ReadCache rc_;
   struct AheadTask {
     uint32_t vol = 0;

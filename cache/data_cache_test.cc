@@ -658,6 +658,58 @@ TEST_F(DataCacheTest, AFlushStuckInTheArrayHoldsUpNoOtherOperation) {
   EXPECT_EQ(OnSan(a.ino), data);
 }
 
+// The flusher writes several files at once: one whose flush is stuck in
+// the array holds up no other file's (a single flusher thread would wait
+// behind it, and sequential streams of several files would take turns).
+TEST_F(DataCacheTest, TheFlusherWritesOtherFilesWhileOneFlushIsStuck) {
+  UseDefaultVolume();
+  DataCacheOptions o;
+  o.flush_after_ms = 10;
+  StartCache(o);
+  const fs::Attr a = Mk("a");
+  const fs::Attr b = Mk("b");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stuck = false, release = false;
+  for (auto& d : devs_) {
+    d->SetFault([&](const block::IoRequest& r) {
+      if (r.op != block::Op::kWrite || r.blocks * 512 < (64u << 10)) return Status();
+      std::unique_lock<std::mutex> l(mu);
+      stuck = true;
+      cv.notify_all();
+      cv.wait(l, [&] { return release; });
+      return Status();
+    });
+  }
+  auto let_go = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+    cv.notify_all();
+  };
+  struct Guard {
+    std::function<void()> fn;
+    ~Guard() { fn(); }
+  } guard{let_go};
+  const std::string data(512 << 10, 'a');
+  Write(a, 0, data);  // its flush (128 KiB writes) gets stuck
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return stuck; })) << "the flusher never wrote a";
+  }
+  Write(b, 0, "bee");  // due 10 ms later, while a's flush is stuck
+  // Nothing tells when the flusher has written b but its counters: wait
+  // (bounded) for b on the SAN, with a's flush still stuck.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (OnSan(b.ino) != "bee" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(OnSan(b.ino), "bee") << "b waited for a's stuck flush";
+  let_go();
+  ASSERT_TRUE(cache_->Flush(vol_, a.ino).ok());
+  for (auto& d : devs_) d->SetFault(nullptr);
+  EXPECT_EQ(OnSan(a.ino), data);
+}
+
 TEST_F(DataCacheTest, RandomLoadMatchesTheModel) {
   DataCacheOptions o;
   o.flush_after_ms = 10;
