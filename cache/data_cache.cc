@@ -199,10 +199,14 @@ Status DataCacheOptions::Validate() const {
 DataCache::DataCache(std::weak_ptr<fs::Domain> domain, const DataCacheOptions& o)
     : domain_(std::move(domain)), o_(o), rc_(o.memory_bytes, o.read_ahead_bytes, [this] { return dirty_.load(); }) {
   // Several flusher threads (kFlushesInFlight), each taking due files the
-  // others are not flushing: one file's flush stuck in the array, or in its
-  // metadata commit, holds up no other file's, and the streams of several
-  // files reach the array together.
-  for (uint32_t i = 0; i < limits::kFlushesInFlight; i++) flushers_.emplace_back([this] { FlusherLoop(); });
+  // others are not flushing. The first writes what is due; the others help
+  // while the cache is over half full (or the intent log fills): then one
+  // file's flush stuck in the array holds up no other file's, and the
+  // streams of several files reach the array together. Below that they
+  // stay out of the way of the clients' requests.
+  for (uint32_t i = 0; i < limits::kFlushesInFlight; i++) {
+    flushers_.emplace_back([this, i] { FlusherLoop(/*helper=*/i > 0); });
+  }
   if (o_.read_ahead_bytes > 0) {
     for (uint32_t i = 0; i < limits::kReadAheadThreads; i++) ahead_threads_.emplace_back([this] { AheadLoop(); });
   }
@@ -747,7 +751,7 @@ void DataCache::Retire(const std::shared_ptr<File>& f) {
   files_.erase(it);
 }
 
-void DataCache::FlusherLoop() {
+void DataCache::FlusherLoop(bool helper) {
   const uint64_t after_ns = uint64_t{o_.flush_after_ms} * 1'000'000;
   const auto tick = std::chrono::milliseconds(std::max<uint32_t>(o_.flush_after_ms / 4, 5));
   MutexLock l(mu_);
@@ -761,6 +765,7 @@ void DataCache::FlusherLoop() {
     const bool pressed = dirty_.load() >= o_.dirty_bytes / 2;
     bool log_pressed = false;
     if (auto d = domain_.lock()) log_pressed = d->log_fill_pct() >= limits::kLogWriteFlushPct;
+    if (helper && !pressed && !log_pressed) continue;  // the first thread keeps up
     const uint64_t now = MonotonicNanos();
     // (rank, when): logged files by LSN, then the others by age.
     std::vector<std::pair<std::pair<int, uint64_t>, std::shared_ptr<File>>> due;

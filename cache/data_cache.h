@@ -149,7 +149,7 @@ class DataCache {
   Status FlushFile(const std::shared_ptr<File>& f);
   Status Admit();
   void Release(uint64_t bytes);
-  void FlusherLoop();
+  void FlusherLoop(bool helper);
   void Retire(const std::shared_ptr<File>& f);
   // The committed bytes of [off, off+n) into out, through the read cache.
   Status ReadClean(fs::Domain& d, uint32_t vol, const fs::Attr& a, uint64_t off, uint64_t n, uint8_t* out);

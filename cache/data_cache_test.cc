@@ -658,13 +658,15 @@ TEST_F(DataCacheTest, AFlushStuckInTheArrayHoldsUpNoOtherOperation) {
   EXPECT_EQ(OnSan(a.ino), data);
 }
 
-// The flusher writes several files at once: one whose flush is stuck in
-// the array holds up no other file's (a single flusher thread would wait
-// behind it, and sequential streams of several files would take turns).
-TEST_F(DataCacheTest, TheFlusherWritesOtherFilesWhileOneFlushIsStuck) {
+// Over half its budget, the cache flushes several files at once: one whose
+// flush is stuck in the array holds up no other file's (a single flusher
+// thread would wait behind it, and sequential streams of several files
+// would take turns).
+TEST_F(DataCacheTest, AFullCacheFlushesOtherFilesWhileOneFlushIsStuck) {
   UseDefaultVolume();
   DataCacheOptions o;
   o.flush_after_ms = 10;
+  o.dirty_bytes = limits::kCacheDirtyBytesMin;  // 4 MiB: pressed from 2 MiB
   StartCache(o);
   const fs::Attr a = Mk("a");
   const fs::Attr b = Mk("b");
@@ -690,8 +692,8 @@ TEST_F(DataCacheTest, TheFlusherWritesOtherFilesWhileOneFlushIsStuck) {
     std::function<void()> fn;
     ~Guard() { fn(); }
   } guard{let_go};
-  const std::string data(512 << 10, 'a');
-  Write(a, 0, data);  // its flush (128 KiB writes) gets stuck
+  const std::string data(3 << 20, 'a');
+  Write(a, 0, data);  // its flush (128 KiB writes) gets stuck, and fills the cache past half
   {
     std::unique_lock<std::mutex> l(mu);
     ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return stuck; })) << "the flusher never wrote a";
