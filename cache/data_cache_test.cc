@@ -600,6 +600,47 @@ TEST_F(DataCacheTest, PartialBlocksAndTruncationKeepTheBytesAround) {
   CleanAndKeptAcrossACrash(f.ino, model);
 }
 
+// Holds every write of 64 KiB or more (a flush's data, not the metadata's
+// small writes) in the array until LetGo(), which the destructor calls too,
+// whatever failed.
+class StuckArray {
+ public:
+  explicit StuckArray(std::vector<std::shared_ptr<block::MemDevice>> devs) : devs_(std::move(devs)) {
+    for (auto& d : devs_) {
+      d->SetFault([st = st_](const block::IoRequest& r) {
+        if (r.op != block::Op::kWrite || r.blocks * 512 < (64u << 10)) return Status();
+        std::unique_lock<std::mutex> l(st->mu);
+        st->stuck = true;
+        st->cv.notify_all();
+        st->cv.wait(l, [&] { return st->release; });
+        return Status();
+      });
+    }
+  }
+  ~StuckArray() {
+    LetGo();
+    for (auto& d : devs_) d->SetFault(nullptr);
+  }
+  bool WaitStuck() {
+    std::unique_lock<std::mutex> l(st_->mu);
+    return st_->cv.wait_for(l, std::chrono::seconds(30), [this] { return st_->stuck; });
+  }
+  void LetGo() {
+    std::lock_guard<std::mutex> l(st_->mu);
+    st_->release = true;
+    st_->cv.notify_all();
+  }
+
+ private:
+  struct State {  // shared with the fault handlers, which may outlive this
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stuck = false, release = false;
+  };
+  std::shared_ptr<State> st_ = std::make_shared<State>();
+  std::vector<std::shared_ptr<block::MemDevice>> devs_;
+};
+
 // A flush moves its data with no domain-wide lock held: while its array
 // write hangs, other files are created, written through, read and looked
 // up, and the flushing file's own data reads right.
@@ -612,33 +653,9 @@ TEST_F(DataCacheTest, AFlushStuckInTheArrayHoldsUpNoOtherOperation) {
   const std::string data(512 << 10, 'a');
   Write(a, 0, data);
   // The array holds the flush's 512 KiB writes until released.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stuck = false, release = false;
-  for (auto& d : devs_) {
-    d->SetFault([&](const block::IoRequest& r) {
-      if (r.op != block::Op::kWrite || r.blocks * 512 < (64u << 10)) return Status();
-      std::unique_lock<std::mutex> l(mu);
-      stuck = true;
-      cv.notify_all();
-      cv.wait(l, [&] { return release; });
-      return Status();
-    });
-  }
-  auto let_go = [&] {
-    std::lock_guard<std::mutex> l(mu);
-    release = true;
-    cv.notify_all();
-  };
-  struct Guard {
-    std::function<void()> fn;
-    ~Guard() { fn(); }
-  } guard{let_go};  // whatever fails below, the array lets go
+  StuckArray array(devs_);
   auto flush = std::async(std::launch::async, [&] { return cache_->Flush(vol_, a.ino); });
-  {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return stuck; })) << "the flush never wrote";
-  }
+  ASSERT_TRUE(array.WaitStuck()) << "the flush never wrote";
   auto others = std::async(std::launch::async, [&] {
     const fs::Attr c = Mk("c");
     Write(c, 0, "sea", /*stable=*/true);  // a logged write: through the intent log
@@ -650,7 +667,7 @@ TEST_F(DataCacheTest, AFlushStuckInTheArrayHoldsUpNoOtherOperation) {
     EXPECT_EQ(Seen(a.ino), data);
   });
   const bool done = others.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
-  let_go();
+  array.LetGo();
   EXPECT_TRUE(done) << "other files waited for the stuck flush";
   others.get();
   ASSERT_TRUE(flush.get().ok());
@@ -670,34 +687,10 @@ TEST_F(DataCacheTest, AFullCacheFlushesOtherFilesWhileOneFlushIsStuck) {
   StartCache(o);
   const fs::Attr a = Mk("a");
   const fs::Attr b = Mk("b");
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stuck = false, release = false;
-  for (auto& d : devs_) {
-    d->SetFault([&](const block::IoRequest& r) {
-      if (r.op != block::Op::kWrite || r.blocks * 512 < (64u << 10)) return Status();
-      std::unique_lock<std::mutex> l(mu);
-      stuck = true;
-      cv.notify_all();
-      cv.wait(l, [&] { return release; });
-      return Status();
-    });
-  }
-  auto let_go = [&] {
-    std::lock_guard<std::mutex> l(mu);
-    release = true;
-    cv.notify_all();
-  };
-  struct Guard {
-    std::function<void()> fn;
-    ~Guard() { fn(); }
-  } guard{let_go};
+  StuckArray array(devs_);
   const std::string data(3 << 20, 'a');
   Write(a, 0, data);  // its flush (128 KiB writes) gets stuck, and fills the cache past half
-  {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return stuck; })) << "the flusher never wrote a";
-  }
+  ASSERT_TRUE(array.WaitStuck()) << "the flusher never wrote a";
   Write(b, 0, "bee");  // due 10 ms later, while a's flush is stuck
   // Nothing tells when the flusher has written b but its counters: wait
   // (bounded) for b on the SAN, with a's flush still stuck.
@@ -706,7 +699,7 @@ TEST_F(DataCacheTest, AFullCacheFlushesOtherFilesWhileOneFlushIsStuck) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(OnSan(b.ino), "bee") << "b waited for a's stuck flush";
-  let_go();
+  array.LetGo();
   ASSERT_TRUE(cache_->Flush(vol_, a.ino).ok());
   for (auto& d : devs_) d->SetFault(nullptr);
   EXPECT_EQ(OnSan(a.ino), data);

@@ -229,6 +229,22 @@ Status NotBelow(Domain::Impl& impl, uint32_t vol, uint64_t dir, uint64_t to) {
   return Status();
 }
 
+// A rename's inodes into its transaction: the moved ones with a new change
+// time, the directories with new modification and change times (`other`
+// null when both names are in one directory).
+void PutMoved(Domain::Impl& impl, Domain::Impl::Txn& t, uint32_t vol, std::initializer_list<Inode*> moved, Inode& dir,
+              Inode* other) {
+  for (Inode* in : moved) {
+    Domain::Impl::Touch(*in, false);
+    impl.PutInode(t, vol, *in);
+  }
+  for (Inode* d : {&dir, other}) {
+    if (d == nullptr) continue;
+    Domain::Impl::Touch(*d, true);
+    impl.PutInode(t, vol, *d);
+  }
+}
+
 }  // namespace
 
 Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, uint64_t to_dir,
@@ -293,14 +309,7 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
     sd->a.nlink--;
     dst.a.nlink++;
   }
-  Impl::Touch(*moved, false);
-  impl_->PutInode(t, vol, *moved);
-  Impl::Touch(*sd, true);
-  impl_->PutInode(t, vol, *sd);
-  if (!same_dir) {
-    Impl::Touch(dst, true);
-    impl_->PutInode(t, vol, dst);
-  }
+  PutMoved(*impl_, t, vol, {&*moved}, *sd, same_dir ? nullptr : &dst);
   impl_->PutVolume(t, vol, *v);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   lock.Unlock();
@@ -351,16 +360,7 @@ Status Domain::Exchange(uint32_t vol, uint64_t a_dir, const std::string& a, uint
       ad->a.nlink++;
     }
   }
-  Impl::Touch(*ai, false);
-  impl_->PutInode(t, vol, *ai);
-  Impl::Touch(*bi, false);
-  impl_->PutInode(t, vol, *bi);
-  Impl::Touch(*ad, true);
-  impl_->PutInode(t, vol, *ad);
-  if (!same_dir) {
-    Impl::Touch(bdir, true);
-    impl_->PutInode(t, vol, bdir);
-  }
+  PutMoved(*impl_, t, vol, {&*ai, &*bi}, *ad, same_dir ? nullptr : &bdir);
   impl_->PutVolume(t, vol, *v);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   lock.Unlock();
