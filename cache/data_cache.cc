@@ -770,7 +770,7 @@ void DataCache::FlusherLoop(bool helper) {
     // (rank, when): logged files by LSN, then the others by age.
     std::vector<std::pair<std::pair<int, uint64_t>, std::shared_ptr<File>>> due;
     for (const auto& [k, f] : files_) {
-      if (flushing_now_.count(f.get()) != 0) continue;  // another flusher thread's
+      if (flushing_now_.contains(f.get())) continue;  // another flusher thread's
       MutexLock fl(f->mu);
       if (f->dirty.empty()) continue;
       if (log_pressed && f->log_first != 0) {
