@@ -742,7 +742,7 @@ TEST_F(HeadTest, HeldUnstableWritesAreReportedLostBeforeANewVerifierGoesOn) {
   }
   verifier_ = 0x5eed0005;
   reporter = std::async(std::launch::async, [&] { return nasgw_fsync(c, &kRoot, &b.handle, nullptr); });
-  ASSERT_TRUE(ev.WaitFor(4));    // the report is under way (and held)
+  ASSERT_TRUE(ev.WaitFor(4));  // the report is under way (and held)
   others.reserve(4);
   for (int i = 0; i < 4; i++) {  // over both connections (round robin)
     others.push_back(std::async(std::launch::async, [&] { return nasgw_fsync(c, &kRoot, &a.handle, nullptr); }));
