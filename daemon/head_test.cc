@@ -756,6 +756,35 @@ TEST_F(HeadTest, HeldUnstableWritesAreReportedLostBeforeANewVerifierGoesOn) {
   nasgw_client_close(c);
 }
 
+// The table of held files is bounded: past held_files_max, writes are held
+// as a whole, which no fsync releases and a new verifier reports lost.
+TEST_F(HeadTest, HeldFilesPastTheBoundAreHeldAsAWhole) {
+  VerifierEvents ev;
+  nasgw_client_options co{};
+  co.socket_path = socket_.c_str();
+  co.client_name = "v3-head";
+  co.reconnect_timeout_ms = 20'000;
+  co.verifier_changed = VerifierEvents::Changed;
+  co.verifier_arg = &ev;
+  co.held_files_max = 2;
+  nasgw_client* c = nullptr;
+  ASSERT_EQ(nasgw_client_open(&co, &c), 0) << nasgw_client_last_message();
+  constexpr uint32_t kHeld = NASGW_UNSTABLE | NASGW_HOLD_UNSTABLE;
+  std::vector<nasgw_attr> files;
+  for (const char* name : {"h1", "h2", "h3"}) {
+    files.push_back(Create(root_.handle, name));
+    ASSERT_EQ(nasgw_write(c, &kRoot, &files.back().handle, 0, "x", 1, kHeld, nullptr), 1);
+  }
+  EXPECT_EQ(nasgw_client_held_files(c), 3u);  // two by name, the third as a whole
+  for (const auto& f : files) ASSERT_EQ(nasgw_fsync(c, &kRoot, &f.handle, nullptr), 0);
+  EXPECT_EQ(nasgw_client_held_files(c), 1u);  // no fsync releases the whole
+  verifier_ = 0x5eed0002;
+  ASSERT_EQ(nasgw_fsync(c, &kRoot, &files[0].handle, nullptr), 0);
+  EXPECT_EQ(ev.Got(), (std::vector<std::tuple<uint64_t, uint64_t, int>>{{0x5eed0001, 0x5eed0002, 1}}));
+  EXPECT_EQ(nasgw_client_held_files(c), 0u);
+  nasgw_client_close(c);
+}
+
 TEST_F(HeadTest, GarbageClosesOnlyThatConnection) {
   nasgw_attr f = Create(root_.handle, "steady");
   std::atomic<bool> stop{false};

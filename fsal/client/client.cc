@@ -46,6 +46,9 @@ thread_local bool t_reader = false;
 constexpr uint32_t kResendMax = 8;
 // Write verifiers remembered (one per opening of the domain this client saw).
 constexpr size_t kVerifiersKept = 1024;
+// Files held (NASGW_HOLD_UNSTABLE) one by one at most, by default: about
+// 64 MiB of table.
+constexpr uint32_t kHeldFilesMax = 1u << 20;
 constexpr int kHandshakeTimeoutS = 10;
 // How long nasgw_client_close waits for nasgwd to end the session.
 constexpr int kGoodbyeTimeoutMs = 2000;
@@ -198,6 +201,10 @@ class Client {
   uint64_t newest GUARDED_BY(vmu) = 0;              // the verifier seen first most recently
   uint64_t hold_seq GUARDED_BY(vmu) = 0;
   std::map<std::pair<uint32_t, uint64_t>, Held> held GUARDED_BY(vmu);
+  // Past held_files_max files the table takes no more: what comes after is
+  // held under this verifier as a whole (no FSYNC releases it, a new
+  // verifier loses it), so memory stays bounded and a loss is never missed.
+  uint64_t held_overflow GUARDED_BY(vmu) = 0;
   // A loss is being reported (verifier_changed with lost = 1 has not
   // returned): no other reply carrying a verifier is delivered, and no
   // connection takes calls, until it returns (FSAL_NASGW's never does).
@@ -288,6 +295,10 @@ class Client {
             ++it;
           }
         }
+        if (held_overflow != 0 && held_overflow != v) {
+          lost = held_overflow;
+          held_overflow = 0;
+        }
       }
       if (call != nullptr && call->op == Op::kWrite && call->hold && call->reply.stable == NASGW_UNSTABLE) {
         if (v != newest) {
@@ -295,8 +306,10 @@ class Client {
           changed = true;
           lost = v;
           now = newest;
-        } else {
+        } else if (held.size() < opt.held_files_max || held.contains(call->file)) {
           held[call->file] = Held{++hold_seq, v};
+        } else {
+          held_overflow = v;
         }
       } else if (call != nullptr && call->op == Op::kFsync) {
         auto it = held.find(call->file);
@@ -1038,6 +1051,7 @@ int nasgw_client_open(const nasgw_client_options* options, nasgw_client** out) {
   if (cl->opt.connections == 0) cl->opt.connections = 2;
   if (cl->opt.reconnect_timeout_ms == 0) cl->opt.reconnect_timeout_ms = 60'000;
   if (cl->opt.connect_timeout_ms == 0) cl->opt.connect_timeout_ms = 5'000;
+  if (cl->opt.held_files_max == 0) cl->opt.held_files_max = nasgw::client::kHeldFilesMax;
   std::random_device rd;
   for (auto& b : cl->session) b = static_cast<uint8_t>(rd());
   for (uint32_t i = 0; i < cl->opt.connections; i++)
@@ -1105,7 +1119,7 @@ uint64_t nasgw_client_write_verifier(nasgw_client* c) {
 uint32_t nasgw_client_held_files(nasgw_client* c) {
   if (c == nullptr) return 0;
   nasgw::MutexLock l(c->c->vmu);
-  return static_cast<uint32_t>(c->c->held.size());
+  return static_cast<uint32_t>(c->c->held.size() + (c->c->held_overflow != 0 ? 1 : 0));
 }
 
 int nasgw_mount(nasgw_client* c, const nasgw_cred* cr, const char* volume, nasgw_attr* root) {

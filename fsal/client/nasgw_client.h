@@ -167,6 +167,10 @@ typedef struct nasgw_client_options {
    * gone (-ESTALE) are held no longer. */
   void (*verifier_changed)(void* arg, uint64_t held, uint64_t now, int lost);
   void* verifier_arg;
+  /* Files held one by one (NASGW_HOLD_UNSTABLE) at most; 0: 1048576. Past
+   * it, further held writes are held as a whole: no fsync releases them
+   * until nasgwd's verifier changes, which then reports them lost. */
+  uint32_t held_files_max;
 } nasgw_client_options;
 
 /* Fails when no connection is up within connect_timeout_ms, with why the
@@ -189,7 +193,8 @@ int nasgw_client_node_name(nasgw_client* c, char* buf, size_t size);
  * the first one, or while nasgwd has no domain open. A head that needs the
  * verifier of one write or fsync takes it from that call's result. */
 uint64_t nasgw_client_write_verifier(nasgw_client* c);
-/* Files with writes held (NASGW_HOLD_UNSTABLE) that no fsync covered yet. */
+/* Files with writes held (NASGW_HOLD_UNSTABLE) that no fsync covered yet
+ * (those held as a whole past held_files_max count as one). */
 uint32_t nasgw_client_held_files(nasgw_client* c);
 
 /* A volume's root, or a directory in it by path ("a/b": names joined by

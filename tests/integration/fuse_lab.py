@@ -18,6 +18,8 @@ import hashlib
 import json
 import os
 import random
+import re
+import select
 import shutil
 import signal
 import stat
@@ -579,17 +581,19 @@ def cmd_semantics(a):
                                 capture_output=True, text=True, timeout=60)
             check("nasgw-fuse in the background mounts (%d: %s)" % (bg.returncode, bg.stderr.strip()),
                   bg.returncode == 0 and is_mounted(second) and os.path.exists(os.path.join(second, "x")))
+            with open(log) as f:
+                m = re.search(r"in the background pid=(\d+)", f.read())
+            check("...and says, in --log's file, that it detached (%s)" % (m and m.group(0)), m is not None)
+            # The daemon is not our child: a pidfd tells when it has exited.
+            pidfd = os.pidfd_open(int(m.group(1))) if m else None
             subprocess.run(["fusermount3", "-u", second], check=False, timeout=60)
-            deadline = time.monotonic() + 30
-            text = ""
-            while time.monotonic() < deadline:  # its last line is the only sign it ended
-                with open(log) as f:
-                    text = f.read()
-                if "unmounted" in text:
-                    break
-                time.sleep(0.1)
-            check("...and logs to --log's file after detaching, to its end (%s)" % text.strip()[-300:],
-                  "in the background" in text and "unmounted" in text)
+            ended = pidfd is not None and select.select([pidfd], [], [], 30)[0] == [pidfd]
+            if pidfd is not None:
+                os.close(pidfd)
+            with open(log) as f:
+                text = f.read()
+            check("...and, unmounted, exits with its last line in that file (%s)" % text.strip()[-200:],
+                  ended and "unmounted" in text)
         finally:
             if is_mounted(second):
                 subprocess.run(["fusermount3", "-u", second], check=False, timeout=60)
