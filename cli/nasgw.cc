@@ -77,7 +77,7 @@ commands:
   volume list                        the NAS volumes
   volume show NAME                   one volume
   volume create NAME [--record-size SIZE]
-  volume set NAME [--record-size SIZE] [--write-through on|off]
+  volume set NAME [--record-size SIZE] [--write-through on|off] [--atime POLICY]
   volume delete NAME [--force]       --force deletes a volume that holds files
   export list                        the NFS exports
   export show ID|PSEUDO              one export, by id or pseudo path
@@ -190,12 +190,15 @@ const std::vector<CommandSpec>& Commands() {
        "set",
        1,
        {},
-       {"--record-size", "--write-through"},
-       "usage: nasgw volume set NAME [--record-size SIZE] [--write-through on|off]\n\n"
+       {"--record-size", "--write-through", "--atime"},
+       "usage: nasgw volume set NAME [--record-size SIZE] [--write-through on|off] [--atime POLICY]\n\n"
        "Changes a volume's settings.\n"
        "  --record-size SIZE      a power of two from 4K to 1M; only while the volume holds no data\n"
        "  --write-through on|off  strict mode: every write is on the SAN in place before it is\n"
-       "                          answered (no write-back caching, no intent log); off: the default\n"},
+       "                          answered (no write-back caching, no intent log); off: the default\n"
+       "  --atime POLICY          when reads (NFS, SMB, FUSE) move a file's access time: relatime\n"
+       "                          (the default: when it is not after the last change, or a day\n"
+       "                          old), strictatime (every read) or noatime (never)\n"},
       {"volume",
        "delete",
        1,
@@ -563,7 +566,8 @@ json ToJson(const pb::Reserve& r) {
 
 json ToJson(const pb::Volume& v) {
   return {{"id", v.id()},       {"name", v.name()},   {"record_bytes", v.record_bytes()},
-          {"files", v.files()}, {"bytes", v.bytes()}, {"write_through", v.write_through()}};
+          {"files", v.files()}, {"bytes", v.bytes()}, {"write_through", v.write_through()},
+          {"atime", v.atime()}};
 }
 
 json ToJson(const pb::Export& e) {
@@ -636,7 +640,8 @@ void PrintVolume(const pb::Volume& v) {
               {"record size", HumanBytes(v.record_bytes())},
               {"files", std::to_string(v.files())},
               {"used", HumanBytes(v.bytes())},
-              {"write-through", v.write_through() ? "on (strict)" : "off"}});
+              {"write-through", v.write_through() ? "on (strict)" : "off"},
+              {"atime", v.atime()}});
 }
 
 template <typename List>
@@ -827,8 +832,8 @@ struct Parsed {
 
 const std::set<std::string> kGlobalValued = {"--socket",   "--server",  "--tls-ca",
                                              "--tls-cert", "--tls-key", "--timeout"};
-const std::set<std::string> kCommandValued = {"--name",    "--ag-size", "--record-size", "--pseudo",
-                                              "--clients", "--sec",     "--protocols",   "--write-through"};
+const std::set<std::string> kCommandValued = {"--name", "--ag-size",   "--record-size",   "--pseudo", "--clients",
+                                              "--sec",  "--protocols", "--write-through", "--atime"};
 const std::set<std::string> kCommandFlags = {"--force", "--ro", "--no-root-squash"};
 
 // Returns a usage message, or "" when the arguments parse.
@@ -982,8 +987,16 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     if (w != "on" && w != "off") return Usage("--write-through is on or off, not '" + Esc(w) + "'", hint);
     write_through = w == "on";
   }
-  if (c.verb == "set" && !rs && !write_through) {
-    return Usage("volume set needs a setting to change (--record-size SIZE, --write-through on|off)", hint);
+  std::optional<std::string> atime;
+  if (p.values.contains("--atime")) {
+    atime = p.values.at("--atime");
+    if (*atime != "relatime" && *atime != "strictatime" && *atime != "noatime") {
+      return Usage("--atime is relatime, strictatime or noatime, not '" + Esc(*atime) + "'", hint);
+    }
+  }
+  if (c.verb == "set" && !rs && !write_through && !atime) {
+    return Usage("volume set needs a setting to change (--record-size SIZE, --write-through on|off, --atime POLICY)",
+                 hint);
   }
 
   // Export arguments, checked before connecting.
@@ -1242,6 +1255,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       req.set_name(args[0]);
       if (rs) req.set_record_bytes(static_cast<uint32_t>(*rs));
       if (write_through) req.set_write_through(*write_through);
+      if (atime) req.set_atime(*atime);
       pb::UpdateVolumeResponse r;
       if (auto f = client->Call(&pb::Admin::Stub::UpdateVolume, req, &r)) return fail(*f);
       v = r.volume();

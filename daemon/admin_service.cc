@@ -221,6 +221,7 @@ void Fill(const fs::VolumeInfo& v, pb::Volume* out) {
   out->set_files(v.files);
   out->set_bytes(v.bytes);
   out->set_write_through(v.write_through);
+  out->set_atime(fs::AtimeName(v.atime));
 }
 
 void Fill(const fs::Export& e, pb::Export* out) {
@@ -327,6 +328,16 @@ class AdminService final : public pb::Admin::Service {
       NASGW_LOG(kInfo, "admin") << "set volume write-through" << Kv("name", req->name())
                                 << Kv("on", req->write_through());
       auto set = node_->SetVolumeWriteThrough(req->name(), req->write_through());
+      if (!set.ok()) return ToGrpc(set.status());
+    }
+    if (req->has_atime()) {
+      fs::Atime atime;
+      if (!fs::ParseAtime(req->atime(), &atime)) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "atime is relatime, strictatime or noatime, not '" + req->atime() + "'");
+      }
+      NASGW_LOG(kInfo, "admin") << "set volume atime" << Kv("name", req->name()) << Kv("atime", req->atime());
+      auto set = node_->SetVolumeAtime(req->name(), atime);
       if (!set.ok()) return ToGrpc(set.status());
     }
     // The volume as it is now (as it was, when nothing was asked to change).

@@ -292,6 +292,7 @@ bool Exec::Run() {
       auto t = d_.ReadLink(vol, a.ino);
       if (!t.ok()) return Error(t.status());
       out_.reply.text = *t;
+      d_.Accessed(vol, a, fs::Now());
       return true;
     }
     case Op::kReadDir:
@@ -482,6 +483,7 @@ bool Exec::Read() {
   out_.data.resize(*n);
   out_.bytes = *n;
   out_.reply.eof = r_.offset + *n >= size;
+  d_.Accessed(r_.h.volume, a, fs::Now());  // the volume's atime policy
   return true;
 }
 
@@ -575,6 +577,7 @@ bool Exec::ReadDir() {
   if (!LoadDir(r_.h, dir) || !Deny(CheckAccess(dir, r_.creds, proto::kAccessRead), "read directory")) return false;
   auto page = d_.ReadDir(r_.h.volume, dir.ino, r_.offset, r_.count);
   if (!page.ok()) return Error(page.status());
+  d_.Accessed(r_.h.volume, dir, fs::Now());
   out_.reply.eof = page->size() < r_.count;
   const bool plus = (r_.flags & proto::kReadDirPlus) != 0;
   for (auto& e : *page) {

@@ -1692,6 +1692,66 @@ TEST_F(HeadTest, LockLimits) {
 
 // A client that closes ends its session at once (GOODBYE): its locks go,
 // so the other client gets them, and so do its opens.
+// READ, READDIR and READLINK move atime as the volume's policy says
+// (relatime here: once after a change), for every head alike; an access
+// moves neither ctime nor the change counter. noatime: never.
+TEST_F(HeadTest, ReadsMoveAtimeAsTheVolumePolicySays) {
+  nasgw_attr f = Create(root_.handle, "read-me");
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, "data", 4, NASGW_FILE_SYNC, nullptr), 4);
+  nasgw_attr d = Create(root_.handle, "list-me", NASGW_TYPE_DIR, 0755);
+  nasgw_attr l{};
+  ASSERT_EQ(nasgw_create(client_, &kRoot, &root_.handle, "link-me", NASGW_TYPE_LNK, 0777, 0, "read-me", 0, &l), 0);
+  // Every time set back a minute: what the read does is then plain.
+  const int64_t past = static_cast<int64_t>(::time(nullptr)) - 60;
+  auto age = [&](const nasgw_handle& h) {
+    nasgw_sattr s{};
+    s.mask = NASGW_SET_ATIME | NASGW_SET_MTIME;
+    s.atime = {past, 0};
+    s.mtime = {past, 0};
+    nasgw_attr a{};
+    EXPECT_EQ(nasgw_setattr(client_, &kRoot, &h, &s, &a), 0) << nasgw_client_last_message();
+    return a;
+  };
+  auto attr = [&](const nasgw_handle& h) {
+    nasgw_attr a{};
+    EXPECT_EQ(nasgw_getattr(client_, &kRoot, &h, &a), 0);
+    return a;
+  };
+  auto read_all = [&] {
+    char buf[16];
+    EXPECT_EQ(nasgw_read(client_, &kRoot, &f.handle, 0, buf, sizeof buf, nullptr), 4);
+    nasgw_dirent e[4];
+    uint32_t n = 0;
+    int eof = 0;
+    EXPECT_EQ(nasgw_readdir(client_, &kRoot, &d.handle, 0, 4, 0, e, nullptr, &n, &eof), 0);
+    EXPECT_GE(nasgw_readlink(client_, &kRoot, &l.handle, buf, sizeof buf), 0);
+  };
+  for (const nasgw_handle* h : {&f.handle, &d.handle, &l.handle}) age(*h);
+  const nasgw_attr before = attr(f.handle);
+  read_all();
+  for (const nasgw_handle* h : {&f.handle, &d.handle, &l.handle}) {
+    EXPECT_GT(attr(*h).atime.sec, past) << "relatime: atime after mtime moves (ino " << h->ino << ")";
+  }
+  const nasgw_attr after = attr(f.handle);
+  EXPECT_EQ(after.ctime.sec, before.ctime.sec);
+  EXPECT_EQ(after.ctime.nsec, before.ctime.nsec) << "an access is not a change";
+  EXPECT_EQ(after.change, before.change);
+  // relatime: an atime after both mtime and ctime (this setattr's) stays.
+  nasgw_sattr s{};
+  s.mask = NASGW_SET_ATIME;
+  s.atime = {past + 3600, 0};
+  ASSERT_EQ(nasgw_setattr(client_, &kRoot, &f.handle, &s, nullptr), 0);
+  read_all();
+  EXPECT_EQ(attr(f.handle).atime.sec, past + 3600) << "relatime: atime after mtime and ctime stays";
+
+  ASSERT_TRUE(domain_->SetVolumeAtime("vol1", fs::Atime::kNever).ok());
+  for (const nasgw_handle* h : {&f.handle, &d.handle, &l.handle}) age(*h);
+  read_all();
+  for (const nasgw_handle* h : {&f.handle, &d.handle, &l.handle}) {
+    EXPECT_EQ(attr(*h).atime.sec, past) << "noatime (ino " << h->ino << ")";
+  }
+}
+
 TEST_F(HeadTest, ClosingAClientReleasesItsLocksAndOpens) {
   nasgw_attr f = Create(root_.handle, "handover");
   nasgw_client* other = OpenClient("other");

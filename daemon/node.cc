@@ -781,6 +781,12 @@ Result<fs::VolumeInfo> Node::SetVolumeWriteThrough(const std::string& name, bool
   return (*d)->SetVolumeWriteThrough(name, on);
 }
 
+Result<fs::VolumeInfo> Node::SetVolumeAtime(const std::string& name, fs::Atime atime) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->SetVolumeAtime(name, atime);
+}
+
 nasgw::Status Node::DeleteVolume(const std::string& name, bool force) {
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();

@@ -141,6 +141,7 @@ class Node {
   Result<fs::VolumeInfo> CreateVolume(const std::string& name, uint32_t record_bytes);
   Result<fs::VolumeInfo> SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes);
   Result<fs::VolumeInfo> SetVolumeWriteThrough(const std::string& name, bool on);
+  Result<fs::VolumeInfo> SetVolumeAtime(const std::string& name, fs::Atime atime);
   nasgw::Status DeleteVolume(const std::string& name, bool force);
 
   // ---- NFS exports (Unavailable unless the reserve is online; the rules

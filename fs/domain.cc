@@ -295,10 +295,9 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
       return false;
     }
     vol_files[GetBE32(k, 1)] = v->files;
-    if (v->write_through) {
-      MutexLock strict(impl->strict_mu);
-      impl->strict_vols.insert(GetBE32(k, 1));
-    }
+    MutexLock strict(impl->strict_mu);
+    if (v->write_through) impl->strict_vols.insert(GetBE32(k, 1));
+    if (v->atime != 0) impl->vol_atime[GetBE32(k, 1)] = static_cast<Atime>(v->atime);
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);

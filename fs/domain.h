@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -113,6 +114,16 @@ struct DirEntry {
   uint64_t cookie = 0;  // pass back to continue after this entry
 };
 
+// When a read moves a file's access time (a volume's setting; Linux's
+// mount options of the same names): kRelatime, the default, when atime is
+// not after mtime or ctime, or is a day old; kStrict on every read; kNever
+// not at all. Reads are READ, READDIR and READLINK, by any head.
+enum class Atime : uint8_t { kRelatime = 0, kStrict = 1, kNever = 2 };
+const char* AtimeName(Atime a);                      // "relatime", "strictatime", "noatime"
+bool ParseAtime(std::string_view name, Atime* out);  // those names; false for another
+// Whether a read at `now` of a file with attributes `a` moves its atime.
+bool AtimeDue(Atime policy, const Attr& a, Timespec now);
+
 struct VolumeInfo {
   uint32_t id = 0;
   std::string name;
@@ -120,6 +131,7 @@ struct VolumeInfo {
   uint64_t files = 0;
   uint64_t bytes = 0;
   bool write_through = false;  // strict mode (SetVolumeWriteThrough)
+  Atime atime = Atime::kRelatime;
 };
 
 struct StatFs {
@@ -178,6 +190,16 @@ class Domain {
   Result<VolumeInfo> SetVolumeWriteThrough(const std::string& name, bool on);
   // Whether `vol` is in strict mode; from memory (every cached write asks).
   bool VolumeWriteThrough(uint32_t vol) const;
+  // When reads move atime in the volume (Atime); durable when it returns.
+  Result<VolumeInfo> SetVolumeAtime(const std::string& name, Atime atime);
+  Atime VolumeAtime(uint32_t vol) const;  // from memory (every read asks)
+  // A read of `ino` at `now` by a head that saw attributes `seen` (the
+  // cache's, which may have a later mtime than the metadata): moves atime
+  // to `now` when the volume's policy says so. Committed without waiting
+  // for the log (an access time is not worth a wait, as a local file
+  // system's lazy inode writeback); a failure is only logged. Returns the
+  // attributes as they are now.
+  Attr Accessed(uint32_t vol, const Attr& seen, Timespec now);
   // Refused with FailedPrecondition, even with force, while the volume has
   // NFS exports (the message names them): no export may name nothing.
   Status DeleteVolume(const std::string& name, bool force);
@@ -229,10 +251,15 @@ class Domain {
   Result<std::vector<std::string>> ListXattr(uint32_t vol, uint64_t ino);
   Status RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name);
 
-  // ---- open files
-  // A file unlinked while open keeps its data until its last release, as
-  // POSIX requires; one still open when the node stopped is removed the next
-  // time the domain is opened.
+  // ---- open files and directories
+  // An object whose last name goes while it is open (a file unlinked or
+  // renamed over, a directory removed or renamed over) lives, with nlink 0,
+  // until its last release, as POSIX requires: its data stays readable, and
+  // a removed directory answers attributes but nothing may be made, found or
+  // listed in it (NotFound). The orphan is in the metadata: one still open
+  // when the node stopped or failed is removed the next time the domain is
+  // opened by its owner, so none leaks. Heads hold opens per session and a
+  // session that ends releases them (daemon/head_service.cc).
   Status OpenFile(uint32_t vol, uint64_t ino);
   Status ReleaseFile(uint32_t vol, uint64_t ino);
 

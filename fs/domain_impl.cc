@@ -496,6 +496,9 @@ Result<Inode> Domain::Impl::LoadDir(uint32_t vol, uint64_t dir) {
   auto d = LoadInode(vol, dir);
   if (!d.ok()) return d.status();
   if (d->a.type != FileType::kDirectory) return Status(Code::kNotDir, "inode " + std::to_string(dir));
+  // A removed directory still open somewhere: nothing may be made, found or
+  // listed in it (Linux answers ENOENT for a dead directory too).
+  if (d->a.nlink == 0) return Status::NotFound("directory " + std::to_string(dir) + " was removed");
   return d;
 }
 

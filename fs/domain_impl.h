@@ -137,6 +137,9 @@ struct Domain::Impl {
   // reused, so a deleted volume's entry is harmless.
   mutable Mutex strict_mu;
   std::set<uint32_t> strict_vols GUARDED_BY(strict_mu);
+  // Volumes whose atime policy is not relatime (keys::VolumeRec::atime),
+  // for every read; under strict_mu too.
+  std::map<uint32_t, Atime> vol_atime GUARDED_BY(strict_mu);
 
   // ---- the intent log and transaction groups (fs/domain_impl.cc)
   std::unique_ptr<IntentLog> log;  // null when opened read-only
@@ -257,7 +260,8 @@ struct Domain::Impl {
   // other error is returned as is.
   Result<keys::VolumeRec> LoadVolume(uint32_t vol);
   Result<keys::Inode> LoadInode(uint32_t vol, uint64_t ino);
-  Result<keys::Inode> LoadDir(uint32_t vol, uint64_t dir);  // NotDir for another type
+  // NotDir for another type, NotFound for a removed one (still open).
+  Result<keys::Inode> LoadDir(uint32_t vol, uint64_t dir);
   Result<keys::Dirent> LoadDirent(uint32_t vol, uint64_t dir, const std::string& name);
   // True if `key` exists; an error other than NotFound is returned as is
   // (a key that could not be read is neither there nor absent).

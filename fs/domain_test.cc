@@ -524,6 +524,102 @@ TEST_F(DomainTest, UnlinkedOpenFileLivesUntilReleaseOrRemount) {
   EXPECT_GT(dom_->Statfs().free_bytes, free_open) << "the orphan's space came back";
 }
 
+// A directory removed or renamed over while open lives on with nlink 0:
+// attributes answer, nothing may be made, found or listed in it, and it is
+// freed at its last release, or at the next open after a crash.
+TEST_F(DomainTest, RemovedOpenDirectoryLivesUntilReleaseOrRemount) {
+  Build();
+  const uint64_t files_before = dom_->Statfs().files;
+  Attr d = Mk(kRootIno, "held", FileType::kDirectory);
+  ASSERT_TRUE(dom_->OpenFile(vol_, d.ino).ok());
+  ASSERT_TRUE(dom_->Rmdir(vol_, kRootIno, "held").ok());
+  auto a = dom_->GetAttr(vol_, d.ino);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->nlink, 0u) << "a removed directory has no links";
+  EXPECT_EQ(dom_->Lookup(vol_, kRootIno, "held").status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->Create(vol_, d.ino, "x", FileType::kRegular, 0644, 0, 0).status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->Lookup(vol_, d.ino, "x").status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->ReadDir(vol_, d.ino, 0, 10).status().code(), Code::kNotFound);
+  auto root = dom_->GetAttr(vol_, kRootIno);
+  ASSERT_TRUE(root.ok());
+  EXPECT_EQ(root->nlink, 2u) << "the parent lost the subdirectory's link at once";
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok()) << problems.status().ToString();
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+  ASSERT_TRUE(dom_->ReleaseFile(vol_, d.ino).ok());
+  EXPECT_EQ(dom_->GetAttr(vol_, d.ino).status().code(), Code::kNotFound) << "freed at the last release";
+  EXPECT_EQ(dom_->Statfs().files, files_before);
+
+  // Renamed over while open, then the node dies: the next open reclaims it.
+  Attr over = Mk(kRootIno, "over", FileType::kDirectory);
+  Mk(kRootIno, "with", FileType::kDirectory);
+  ASSERT_TRUE(dom_->OpenFile(vol_, over.ino).ok());
+  ASSERT_TRUE(dom_->Rename(vol_, kRootIno, "with", kRootIno, "over").ok());
+  a = dom_->GetAttr(vol_, over.ino);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->nlink, 0u);
+  Reopen(/*power_cut=*/true);
+  EXPECT_EQ(dom_->GetAttr(vol_, over.ino).status().code(), Code::kNotFound) << "the orphan was reclaimed";
+  EXPECT_EQ(dom_->Statfs().files, files_before + 1);
+  problems = dom_->Check();
+  ASSERT_TRUE(problems.ok()) << problems.status().ToString();
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// A volume's atime policy: relatime moves atime once after each change (or
+// after a day), strictatime on every read, noatime never; the setting is
+// kept in the volume's record across an opening.
+TEST_F(DomainTest, ReadsMoveAtimeAsTheVolumePolicySays) {
+  Build();
+  Attr f = Mk(kRootIno, "f");
+  ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, "x", 1).ok());
+  auto at = [&] {
+    auto a = dom_->GetAttr(vol_, f.ino);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    return a.ok() ? *a : Attr{};
+  };
+  auto later = [](Attr a, int64_t s) { return Timespec{a.ctime.sec + s, 0}; };
+  EXPECT_EQ(dom_->VolumeAtime(vol_), Atime::kRelatime) << "relatime is the default";
+  // relatime: due, as atime is not after mtime (a new file's are equal).
+  Attr a = at();
+  EXPECT_EQ(dom_->Accessed(vol_, a, later(a, 10)).atime.sec, a.ctime.sec + 10);
+  EXPECT_EQ(at().atime.sec, a.ctime.sec + 10) << "moved in the metadata";
+  a = at();
+  dom_->Accessed(vol_, a, later(a, 20));
+  EXPECT_EQ(at().atime.sec, a.ctime.sec + 10) << "relatime: not again until a change";
+  dom_->Accessed(vol_, a, Timespec{a.atime.sec + 24 * 3600, 0});
+  EXPECT_EQ(at().atime.sec, a.atime.sec + 24 * 3600) << "relatime: a day later, again";
+  // A head whose view has a later mtime (the cache's) makes it due too.
+  a = at();
+  Attr cached = a;
+  cached.mtime = Timespec{a.atime.sec + 5, 0};
+  dom_->Accessed(vol_, cached, Timespec{a.atime.sec + 6, 0});
+  EXPECT_EQ(at().atime.sec, a.atime.sec + 6) << "the cache's mtime counts";
+  EXPECT_EQ(at().ctime, a.ctime) << "an access is not a change";
+  EXPECT_EQ(at().change, a.change);
+
+  auto v = dom_->SetVolumeAtime("vol1", Atime::kStrict);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->atime, Atime::kStrict);
+  a = at();
+  dom_->Accessed(vol_, a, Timespec{a.atime.sec + 1, 0});
+  dom_->Accessed(vol_, at(), Timespec{a.atime.sec + 2, 0});
+  EXPECT_EQ(at().atime.sec, a.atime.sec + 2) << "strictatime: every read";
+
+  ASSERT_TRUE(dom_->SetVolumeAtime("vol1", Atime::kNever).ok());
+  Reopen();
+  EXPECT_EQ(dom_->VolumeAtime(vol_), Atime::kNever) << "kept across an opening";
+  a = at();
+  dom_->Accessed(vol_, a, Timespec{a.atime.sec + 100000, 0});
+  EXPECT_EQ(at().atime, a.atime) << "noatime: never";
+  ASSERT_TRUE(dom_->SetVolumeAtime("vol1", Atime::kRelatime).ok());
+  EXPECT_EQ(dom_->VolumeAtime(vol_), Atime::kRelatime);
+  EXPECT_EQ(dom_->SetVolumeAtime("nosuch", Atime::kNever).status().code(), Code::kNotFound);
+  Atime parsed;
+  EXPECT_TRUE(ParseAtime("strictatime", &parsed) && parsed == Atime::kStrict);
+  EXPECT_FALSE(ParseAtime("atime", &parsed));
+}
+
 TEST_F(DomainTest, GrowsOnlineWhileWriting) {
   Build(16);
   Attr f = Mk(kRootIno, "stream");

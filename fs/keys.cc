@@ -256,6 +256,7 @@ std::string EncodeVolume(const VolumeRec& v) {
   e.U64(v.files);
   e.U64(v.bytes);
   e.U8(v.write_through ? 1 : 0);
+  e.U8(v.atime);
   return e.Release();
 }
 
@@ -269,7 +270,8 @@ Result<VolumeRec> DecodeVolume(std::string_view s) {
   v.files = d.U64();
   v.bytes = d.U64();
   if (d.remaining() > 0) v.write_through = (d.U8() & 1) != 0;
-  if (!d.ok()) return Status::Corruption("bad volume record");
+  if (d.remaining() > 0) v.atime = d.U8();
+  if (!d.ok() || v.atime > 2) return Status::Corruption("bad volume record");
   return v;
 }
 

@@ -127,6 +127,9 @@ struct VolumeRec {
   // its answer (a trailing flags byte, bit 0; records made before it have
   // none and read as false).
   bool write_through = false;
+  // When reads move atime (fs::Atime; a trailing byte after the flags,
+  // absent in older records: relatime).
+  uint8_t atime = 0;
 };
 std::string EncodeVolume(const VolumeRec& v);
 Result<VolumeRec> DecodeVolume(std::string_view s);

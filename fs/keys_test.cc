@@ -79,8 +79,9 @@ TEST(KeysTest, KeysSortNumerically) {
   EXPECT_NE(FoldKey(1, 2, "ReadMe"), FoldKey(1, 2, "README"));
 }
 
-// Strict mode is a trailing flags byte: a record made before it (without
-// the byte) reads as write-back, and a record with it round-trips.
+// Strict mode is a trailing flags byte and the atime policy one more: a
+// record made before either (without the byte) reads as write-back and
+// relatime, and a record with them round-trips.
 TEST(KeysTest, VolumeRoundTripWithAndWithoutStrictMode) {
   VolumeRec v;
   v.name = "vol";
@@ -89,6 +90,7 @@ TEST(KeysTest, VolumeRoundTripWithAndWithoutStrictMode) {
   v.files = 5;
   v.bytes = 1 << 20;
   v.write_through = true;
+  v.atime = 2;
   const std::string enc = EncodeVolume(v);
   auto out = DecodeVolume(enc);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -96,10 +98,19 @@ TEST(KeysTest, VolumeRoundTripWithAndWithoutStrictMode) {
   EXPECT_EQ(out->next_ino, 77u);
   EXPECT_EQ(out->bytes, 1u << 20);
   EXPECT_TRUE(out->write_through);
-  auto old = DecodeVolume(enc.substr(0, enc.size() - 1));
+  EXPECT_EQ(out->atime, 2);
+  auto no_atime = DecodeVolume(enc.substr(0, enc.size() - 1));
+  ASSERT_TRUE(no_atime.ok()) << no_atime.status().ToString();
+  EXPECT_TRUE(no_atime->write_through);
+  EXPECT_EQ(no_atime->atime, 0) << "relatime";
+  auto old = DecodeVolume(enc.substr(0, enc.size() - 2));
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_FALSE(old->write_through);
+  EXPECT_EQ(old->atime, 0);
   EXPECT_EQ(old->files, 5u);
+  std::string unknown = enc;
+  unknown.back() = 3;  // no such policy
+  EXPECT_EQ(DecodeVolume(unknown).status().code(), Code::kCorruption);
 }
 
 TEST(KeysTest, InodeRoundTrip) {
@@ -217,9 +228,10 @@ TEST(KeysTest, VolumeRoundTrip) {
   EXPECT_EQ(out->files, r.files);
   EXPECT_EQ(out->bytes, r.bytes);
   EXPECT_FALSE(out->write_through);
-  // The last byte (strict mode's flags) may be missing (an older record):
-  // VolumeRoundTripWithAndWithoutStrictMode. Any shorter is corrupt.
-  EveryTruncationIsCorruption(v.substr(0, v.size() - 1), [](std::string_view s) { return DecodeVolume(s); });
+  // The last two bytes (strict mode's flags, the atime policy) may be
+  // missing (an older record): VolumeRoundTripWithAndWithoutStrictMode.
+  // Any shorter is corrupt.
+  EveryTruncationIsCorruption(v.substr(0, v.size() - 2), [](std::string_view s) { return DecodeVolume(s); });
   std::string bad = v;
   bad[0] = 2;
   EXPECT_EQ(DecodeVolume(bad).status().code(), Code::kCorruption);

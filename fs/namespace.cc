@@ -2,6 +2,7 @@
 // listings, extended attributes, open files (fs/domain.h, "names").
 #include <set>
 
+#include "base/log.h"
 #include "fs/domain_impl.h"
 
 namespace nasgw::fs {
@@ -24,6 +25,30 @@ Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name)
   auto in = impl_->LoadInode(vol, e->ino);
   if (!in.ok()) return in.status().WithContext("entry '" + name + "' names a missing inode");
   return in->a;
+}
+
+Attr Domain::Accessed(uint32_t vol, const Attr& seen, Timespec now) {
+  const Atime policy = VolumeAtime(vol);
+  if (!AtimeDue(policy, seen, now)) return seen;
+  WriterLock lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, seen.ino);
+  if (!in.ok() || in->a.gen != seen.gen) return seen;  // gone meanwhile: nothing to note
+  // The later of the head's view (the cache's mtime may be ahead of the
+  // metadata) and the stored one decides.
+  Attr both = in->a;
+  both.mtime = std::max(both.mtime, seen.mtime);
+  both.ctime = std::max(both.ctime, seen.ctime);
+  if (!AtimeDue(policy, both, now)) return seen;
+  in->a.atime = now;  // not a change: ctime and the change counter stay
+  Impl::Txn t;
+  impl_->PutInode(t, vol, *in);
+  if (Status s = impl_->Commit(t); !s.ok()) {
+    NASGW_LOG(kDebug, "fs") << "atime not moved" << Kv("ino", seen.ino) << Kv("error", s.ToString());
+    return seen;
+  }
+  Attr out = seen;
+  out.atime = now;
+  return out;
 }
 
 Result<std::string> Domain::FindCaseless(uint32_t vol, uint64_t dir, const std::string& name) {
@@ -203,7 +228,8 @@ Status Domain::Rmdir(uint32_t vol, uint64_t dir, const std::string& name) {
   RemoveEntry(*impl_, t, vol, *d, name, *e);
   d->a.nlink--;
   impl_->PutInode(t, vol, *d);
-  NASGW_RETURN_IF_ERROR(impl_->DropInode(t, vol, *in, *v));
+  in->a.nlink = 0;  // as Linux: a removed directory has no links, even while open
+  NASGW_RETURN_IF_ERROR(impl_->LastLinkGone(t, vol, *in, *v));
   impl_->PutVolume(t, vol, *v);
   t.essential = true;  // a delete: allowed into the metadata headroom
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
@@ -284,7 +310,8 @@ Status Domain::Rename(uint32_t vol, uint64_t from_dir, const std::string& from, 
       if (!empty.ok()) return empty.status();
       if (!*empty) return Status(Code::kNotEmpty, "'" + to + "' is not empty");
       dst.a.nlink--;
-      NASGW_RETURN_IF_ERROR(impl_->DropInode(t, vol, *target, *v));
+      target->a.nlink = 0;
+      NASGW_RETURN_IF_ERROR(impl_->LastLinkGone(t, vol, *target, *v));
     } else if (--target->a.nlink == 0) {
       NASGW_RETURN_IF_ERROR(impl_->LastLinkGone(t, vol, *target, *v));
     } else {

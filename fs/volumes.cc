@@ -10,7 +10,7 @@ using namespace keys;  // fs/keys.h: the keys and values of the metadata
 
 namespace {
 VolumeInfo Info(uint32_t id, const VolumeRec& v) {
-  return {id, v.name, v.record_bytes, v.files, v.bytes, v.write_through};
+  return {id, v.name, v.record_bytes, v.files, v.bytes, v.write_through, static_cast<Atime>(v.atime)};
 }
 
 Status CheckRecordBytes(uint32_t record_bytes) {
@@ -145,6 +145,65 @@ Result<VolumeInfo> Domain::SetVolumeWriteThrough(const std::string& name, bool o
 bool Domain::VolumeWriteThrough(uint32_t vol) const {
   MutexLock s(impl_->strict_mu);
   return impl_->strict_vols.contains(vol);
+}
+
+Result<VolumeInfo> Domain::SetVolumeAtime(const std::string& name, Atime atime) {
+  if (static_cast<uint8_t>(atime) > 2) return Status::InvalidArgument("unknown atime policy");
+  auto v = ChangeVolume(*impl_, name, [&](uint32_t, VolumeRec& rec) -> Result<bool> {
+    if (rec.atime == static_cast<uint8_t>(atime)) return false;
+    rec.atime = static_cast<uint8_t>(atime);
+    return true;
+  });
+  if (!v.ok()) return v.status();
+  MutexLock s(impl_->strict_mu);
+  if (atime == Atime::kRelatime) {
+    impl_->vol_atime.erase(v->id);
+  } else {
+    impl_->vol_atime[v->id] = atime;
+  }
+  return v;
+}
+
+Atime Domain::VolumeAtime(uint32_t vol) const {
+  MutexLock s(impl_->strict_mu);
+  auto it = impl_->vol_atime.find(vol);
+  return it == impl_->vol_atime.end() ? Atime::kRelatime : it->second;
+}
+
+const char* AtimeName(Atime a) {
+  switch (a) {
+    case Atime::kRelatime:
+      return "relatime";
+    case Atime::kStrict:
+      return "strictatime";
+    case Atime::kNever:
+      return "noatime";
+  }
+  return "unknown";
+}
+
+bool ParseAtime(std::string_view name, Atime* out) {
+  for (Atime a : {Atime::kRelatime, Atime::kStrict, Atime::kNever}) {
+    if (name == AtimeName(a)) {
+      *out = a;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool AtimeDue(Atime policy, const Attr& a, Timespec now) {
+  switch (policy) {
+    case Atime::kNever:
+      return false;
+    case Atime::kStrict:
+      return a.atime < now;
+    case Atime::kRelatime:
+      // As Linux's relatime: when the last access is not after the last
+      // change of content or attributes, or is a day old.
+      return !(a.mtime < a.atime) || !(a.ctime < a.atime) || now.sec - a.atime.sec >= 24 * 3600;
+  }
+  return false;
 }
 
 Status Domain::DeleteVolume(const std::string& name, bool force) {

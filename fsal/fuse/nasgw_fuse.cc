@@ -493,13 +493,19 @@ void Fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   fuse_reply_err(req, 0);
 }
 
+// An open directory is held open in nasgwd, as a file is: removed or
+// renamed over meanwhile, it lives (nlink 0, fstat answers) until
+// releasedir. The kernel checked the caller's permission to open it.
 void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
   nasgw_attr a{};
-  int rc = nasgw_getattr(M(req)->client, &c, &h, &a);
+  int rc = nasgw_open(M(req)->client, &c, &h, 0, &a);
   if (rc != 0) return (void)fuse_reply_err(req, -rc);
-  if (a.type != NASGW_TYPE_DIR) return (void)fuse_reply_err(req, ENOTDIR);
+  if (a.type != NASGW_TYPE_DIR) {
+    nasgw_release(M(req)->client, &c, &h);
+    return (void)fuse_reply_err(req, ENOTDIR);
+  }
   fuse_reply_open(req, fi);
 }
 
@@ -743,6 +749,7 @@ int Main(int argc, char** argv) {
   ops.fsync = Fsync;
   ops.opendir = OpenDir;
   ops.readdir = ReadDir;
+  ops.releasedir = Release;
   ops.statfs = StatFs;
   ops.setxattr = SetXattr;
   ops.getxattr = GetXattr;

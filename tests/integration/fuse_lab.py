@@ -370,6 +370,20 @@ def as_nobody():
     os.setuid(65534)
 
 
+def statx_sync(fd):
+    """(mode, nlink) of open `fd` by statx(2) with AT_STATX_FORCE_SYNC (the
+    file system is asked, past any cache); (0, errno) when it fails."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)
+    at_empty_path, force_sync, basic_stats = 0x1000, 0x2000, 0x7ff
+    if libc.statx(fd, b"", at_empty_path | force_sync, basic_stats, buf) != 0:
+        return 0, "errno %d" % ctypes.get_errno()
+    nlink = int.from_bytes(buf.raw[16:20], "little")
+    mode = int.from_bytes(buf.raw[28:30], "little")
+    return mode, nlink
+
+
 def cmd_semantics(a):
     """What a program sees through the mount, one behaviour at a time:
     durability (an fsync after nasgwd lost unstable writes fails EIO, once),
@@ -377,8 +391,9 @@ def cmd_semantics(a):
     (cleared by another user's write or truncation, as Linux does; root's
     keep them); an execute-only program runs for another user; a listing
     during renames in the directory gives every file once;
-    renameat2's flags (EXCHANGE, NOREPLACE; WHITEOUT is EINVAL);
-    every check is printed. The mount is shared
+    renameat2's flags (EXCHANGE, NOREPLACE; WHITEOUT is EINVAL); a
+    directory removed or renamed over while open answers fstat (nlink 0)
+    and is freed at close; every check is printed. The mount is shared
     (--allow-other), and the other user is uid 65534."""
     import errno
     v = Node(bins(a), luns=3, size="512M", tag="fuse")
@@ -566,6 +581,59 @@ def cmd_semantics(a):
         got = renameat2(x, os.path.join(v.mount_path, "white"), whiteout)
         check("RENAME_WHITEOUT: EINVAL, nothing moved (%s)" % got,
               got == errno.EINVAL and os.path.exists(x) and not os.path.exists(os.path.join(v.mount_path, "white")))
+
+        # A directory removed, or renamed over, while a process holds it
+        # open lives on: fstat answers (a directory, nlink 0), nothing may
+        # be listed (an empty listing) or made (ENOENT) in it, and it is
+        # freed at close.
+        def files_in_use():
+            st = os.statvfs(v.mount_path)
+            return st.f_files - st.f_ffree
+
+        in_use = files_in_use()
+        for how in ("rmdir", "rename over"):
+            held, other_dir = os.path.join(v.mount_path, "held"), os.path.join(v.mount_path, "other")
+            os.mkdir(held)
+            open(os.path.join(held, "gone-first"), "wb").close()
+            os.unlink(os.path.join(held, "gone-first"))
+            fd = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                if how == "rmdir":
+                    os.rmdir(held)
+                else:
+                    os.mkdir(other_dir)
+                    os.rename(other_dir, held)
+                # statx with AT_STATX_FORCE_SYNC: nasgwd's answer, not the
+                # kernel's cached attributes.
+                mode, nlink = statx_sync(fd)
+                check("%s of an open directory: fstat still answers, from nasgwd: a directory with nlink 0 "
+                      "(%o, %s)" % (how, mode, nlink), stat.S_ISDIR(mode) and nlink == 0)
+                # getdents answers ENOENT for a dead directory, which glibc's
+                # readdir takes as its end (as on ext4 or XFS).
+                try:
+                    got = os.listdir(fd)
+                except OSError as e:
+                    got = e.errno
+                check("...listing it: nothing (%s)" % got, got == [])
+                try:
+                    os.close(os.open("made", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+                    got = 0
+                except OSError as e:
+                    got = e.errno
+                check("...making a file in it: ENOENT (%s)" % got, got == errno.ENOENT)
+                check("...nasgwd still holds it (%d files, %d before)" % (files_in_use(), in_use),
+                      files_in_use() == in_use + (1 if how == "rmdir" else 2))
+            finally:
+                os.close(fd)
+            # FUSE sends RELEASEDIR after close(2) returns, with nothing to
+            # wait on: a bounded poll.
+            deadline = time.monotonic() + 30
+            want = in_use + (0 if how == "rmdir" else 1)
+            while files_in_use() != want and time.monotonic() < deadline:
+                time.sleep(0.05)
+            check("...and freed at close (%d files, want %d)" % (files_in_use(), want), files_in_use() == want)
+            if how != "rmdir":
+                os.rmdir(held)
 
         # In the background (no -f), what nasgw-fuse says after detaching
         # goes to --log's file, not to /dev/null; a --log it cannot open is

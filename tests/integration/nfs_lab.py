@@ -31,6 +31,10 @@ operations, libnfs-utils (nfs-cp, nfs-ls, nfs-cat) for v3 data. Checks:
   setuid      a WRITE or a truncation by another user (uid 1000) of a
               root-owned 06777 file clears setuid and setgid and moves ctime
               (v3, v4.1); root's WRITE keeps them
+  orphans     a file one v4.1 client holds open and another removes stays
+              readable by the holder and counted until CLOSE frees it; held
+              when nasgwd is SIGKILLed, the orphan is reclaimed when it comes
+              back; fsck clean
 
   nfs_lab.py --build BUILD_DIR [--only NAME ...]
 """
@@ -744,9 +748,105 @@ def test_setuid(ctx):
         check(r["root"] == 0o6777, "v%s: root's WRITE keeps them (%o)" % (version, r["root"]))
 
 
+ORPHAN_HOLDER = """
+import sys
+c = connect('/vol1', '4.1')
+c.mkdir(ARGS['dir'], exist_ok=True)
+data = bytes(range(256)) * 4096
+with c.open(ARGS['dir'] + '/doomed', 'wb') as w:
+    w.write(data)
+f = c.open(ARGS['dir'] + '/doomed', 'rb')
+print('ready', flush=True)
+for line in sys.stdin:
+    step = line.strip()
+    try:
+        if step == 'close':
+            f.close()
+            r = 'closed'
+        else:
+            r = 'same' if f.read_at(0, len(data)) == data else 'different'
+    except Exception as e:
+        r = 'error: %s' % (getattr(e, 'errno', None) or type(e).__name__)
+    out(r)
+"""
+
+
+class Steps:
+    """A client snippet that reads a step per line and answers each with
+    one out(); started on `client`, stopped (killed if need be) by close()."""
+
+    def __init__(self, lab, client, code, args):
+        py_bin = nfslab.ensure_venv()
+        a = dict(args, server=lab.server_addr)
+        prelude = ("import json, os\nARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
+                   "def out(x):\n    print('NFSLAB-OUT ' + json.dumps(x), flush=True)\n")
+        self.p = client.popen(["env", "NFSLAB_ARGS=" + json.dumps(a), py_bin, "-c", prelude + CONNECT + code],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.ready = self.p.stdout.readline().strip() == "ready"
+
+    def step(self, name):
+        self.p.stdin.write(name + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        return json.loads(line[len("NFSLAB-OUT "):]) if line.startswith("NFSLAB-OUT ") else "no answer"
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.stdin.close()
+            try:
+                self.p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+def volume_files(node):
+    return [v["files"] for v in node.cli("volume", "list", json_out=True)["volumes"] if v["name"] == "vol1"][0]
+
+
+def test_orphans(ctx):
+    lab, node = ctx["lab"], ctx["node"]
+    c1, c2 = lab.client(1), lab.client(2)
+    for crash in (False, True):
+        d = "orphan-crash" if crash else "orphan"
+        holder = Steps(lab, c1, ORPHAN_HOLDER, {"dir": d})
+        try:
+            check(holder.ready, "%s: a v4.1 client holds a 1 MiB file open" % d)
+            held = volume_files(node)
+            removed = py(c2, lab, "c = connect('/vol1', '4.1')\nc.remove(ARGS['dir'] + '/doomed')\n"
+                                  "out(err(lambda: c.stat(ARGS['dir'] + '/doomed')))\n", {"dir": d})[0]
+            check(removed == 2, "%s: another v4.1 client removes it (then stat: %s)" % (d, removed))
+            got = holder.step("read")
+            check(got == "same", "%s: the holder still reads all of it (%s)" % (d, got))
+            check(volume_files(node) == held, "%s: nasgwd keeps it while open (%d files, %d)" %
+                  (d, volume_files(node), held))
+            if not crash:
+                got = holder.step("close")
+                check(got == "closed" and volume_files(node) == held - 1,
+                      "%s: CLOSE frees it (%s; %d files, %d before)" % (d, got, volume_files(node), held))
+            else:
+                # nasgwd dies with the orphan open: its next open of the
+                # domain reclaims it (the holder's handle is then stale).
+                node.kill()
+                node.start()
+                check(volume_files(node) == held - 1, "%s: after a nasgwd SIGKILL and restart the orphan is "
+                      "reclaimed (%d files, %d before)" % (d, volume_files(node), held))
+                got = holder.step("read")
+                check(got != "different", "%s: the holder reads nothing wrong afterwards (%s)" % (d, got))
+                holder.step("close")
+        finally:
+            holder.close()
+    py(c1, lab, "c = connect('/vol1', '4.1')\nfor d in ('orphan', 'orphan-crash'):\n    c.rmdir(d)\nout(1)\n")
+    node.stop()
+    p = node.fsck(check=False)
+    check(p is not None and p.returncode == 0, "fsck clean after the orphans (%s)" %
+          ("" if p is None else (p.stdout + p.stderr)[-600:]))
+    node.start()
+
+
 TESTS = [("namespace", test_namespace), ("data", test_data), ("exports", test_exports),
          ("restart", test_restart), ("handles", test_handles), ("verifier", test_verifier),
-         ("setuid", test_setuid)]
+         ("setuid", test_setuid), ("orphans", test_orphans)]
 
 
 def main():
@@ -755,7 +855,7 @@ def main():
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
     b = os.path.abspath(a.build)
-    bins = {"nasgwd": b + "/daemon/nasgwd", "cli": b + "/cli/nasgw"}
+    bins = {"nasgwd": b + "/daemon/nasgwd", "cli": b + "/cli/nasgw", "fsck": b + "/fs/nasgw-fsck"}
     fsal = b + "/fsal/ganesha/libfsalnasgw.so"
     if not os.path.exists(fsal):
         print("FAIL: %s is not built (deploy/ganesha-headers.sh, then reconfigure)" % fsal)
