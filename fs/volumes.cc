@@ -197,7 +197,7 @@ bool AtimeDue(Atime policy, const Attr& a, Timespec now) {
     case Atime::kNever:
       return false;
     case Atime::kStrict:
-      return a.atime < now;
+      return !(a.atime == now);  // as Linux: any other time, even a later one
     case Atime::kRelatime:
       // As Linux's relatime: when the last access is not after the last
       // change of content or attributes, or is a day old.

@@ -371,17 +371,19 @@ def as_nobody():
 
 
 def statx_sync(fd):
-    """(mode, nlink) of open `fd` by statx(2) with AT_STATX_FORCE_SYNC (the
-    file system is asked, past any cache); (0, errno) when it fails."""
+    """(mode, nlink, atime seconds) of open `fd` by statx(2) with
+    AT_STATX_FORCE_SYNC (the file system is asked, past any cache); (0,
+    errno, 0) when it fails."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     buf = ctypes.create_string_buffer(256)
     at_empty_path, force_sync, basic_stats = 0x1000, 0x2000, 0x7ff
     if libc.statx(fd, b"", at_empty_path | force_sync, basic_stats, buf) != 0:
-        return 0, "errno %d" % ctypes.get_errno()
+        return 0, "errno %d" % ctypes.get_errno(), 0
     nlink = int.from_bytes(buf.raw[16:20], "little")
     mode = int.from_bytes(buf.raw[28:30], "little")
-    return mode, nlink
+    atime = int.from_bytes(buf.raw[64:72], "little", signed=True)
+    return mode, nlink, atime
 
 
 def cmd_semantics(a):
@@ -393,7 +395,8 @@ def cmd_semantics(a):
     during renames in the directory gives every file once;
     renameat2's flags (EXCHANGE, NOREPLACE; WHITEOUT is EINVAL); a
     directory removed or renamed over while open answers fstat (nlink 0)
-    and is freed at close; every check is printed. The mount is shared
+    and is freed at close; atime under relatime, noatime, strictatime;
+    every check is printed. The mount is shared
     (--allow-other), and the other user is uid 65534."""
     import errno
     v = Node(bins(a), luns=3, size="512M", tag="fuse")
@@ -605,7 +608,7 @@ def cmd_semantics(a):
                     os.rename(other_dir, held)
                 # statx with AT_STATX_FORCE_SYNC: nasgwd's answer, not the
                 # kernel's cached attributes.
-                mode, nlink = statx_sync(fd)
+                mode, nlink, _ = statx_sync(fd)
                 check("%s of an open directory: fstat still answers, from nasgwd: a directory with nlink 0 "
                       "(%o, %s)" % (how, mode, nlink), stat.S_ISDIR(mode) and nlink == 0)
                 # getdents answers ENOENT for a dead directory, which glibc's
@@ -634,6 +637,43 @@ def cmd_semantics(a):
             check("...and freed at close (%d files, want %d)" % (files_in_use(), want), files_in_use() == want)
             if how != "rmdir":
                 os.rmdir(held)
+
+        # atime, as the volume's policy says: relatime (the default) moves
+        # it on a read when it is not after mtime, then not again; noatime
+        # (nasgw volume set --atime) never; strictatime on every read.
+        timed = os.path.join(v.mount_path, "timed")
+        with open(timed, "wb") as f:
+            f.write(b"t" * 100)
+        past = int(time.time()) - 3600
+
+        def atime_after_read(age=True):
+            if age:
+                os.utime(timed, (past, past))
+            with open(timed, "rb") as f:
+                f.read()
+            fd = os.open(timed, os.O_RDONLY)
+            try:
+                return statx_sync(fd)[2]
+            finally:
+                os.close(fd)
+
+        got = atime_after_read()
+        check("relatime: a read moves an atime not after mtime (%d, set %d)" % (got, past), got > past)
+        os.utime(timed, (past + 7200, past))  # after mtime and ctime
+        got = atime_after_read(age=False)
+        check("relatime: a read leaves an atime after mtime and ctime (%d)" % got, got == past + 7200)
+        vol = v.cli("volume", "set", "vol1", "--atime", "noatime", json_out=True)["volume"]
+        check("volume set --atime noatime: the volume says so (%s)" % vol.get("atime"), vol.get("atime") == "noatime")
+        got = atime_after_read()
+        check("noatime: a read leaves atime (%d, set %d)" % (got, past), got == past)
+        v.cli("volume", "set", "vol1", "--atime", "strictatime")
+        os.utime(timed, (past + 7200, past))
+        got = atime_after_read(age=False)
+        check("strictatime: a read moves even an atime after mtime (%d)" % got, got != past + 7200 and got > past)
+        bad = v.cli("volume", "set", "vol1", "--atime", "sometimes", check=False)
+        check("--atime sometimes is a usage error (%d: %s)" % (bad.returncode, bad.stderr.strip()[:80]),
+              bad.returncode == 2 and "relatime" in bad.stderr)
+        v.cli("volume", "set", "vol1", "--atime", "relatime")
 
         # In the background (no -f), what nasgw-fuse says after detaching
         # goes to --log's file, not to /dev/null; a --log it cannot open is
