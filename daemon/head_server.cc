@@ -499,6 +499,11 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
       t.request.reject = EPERM;
       t.request.reject_why = "an unprivileged head may only act as itself (its uid and groups)";
     }
+    if (!c->trusted && t.request.reject == 0 && h->op == proto::Op::kGetInode) {
+      // A bare inode number skips the directories' search permission.
+      t.request.reject = EPERM;
+      t.request.reject_why = "only a privileged head may find an object by inode number";
+    }
     // Attribute reads are answered here, on the reader: a hand-off to a
     // worker costs two thread wake-ups, several times the work itself (a
     // metadata point read, from cache). Anything that may write or move

@@ -261,6 +261,25 @@ bool Exec::Run() {
     case Op::kGetAttr:
       if (!Load(r_.h, a)) return false;
       return Set(a);
+    case Op::kGetInode: {
+      // The scope's directory first, then the object, which must be in that
+      // scope: a directory below it (Load walks up), anything in a
+      // whole-volume scope; in a sub-directory scope a file's parents are
+      // not known, so only directories are found.
+      if (!LoadDir(r_.h, dir)) return false;
+      auto got = d_.GetAttr(vol, r_.offset);
+      if (!got.ok()) {
+        return Error(got.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(got.status()), got.status().ToString());
+      }
+      if (r_.h.scope != fs::kRootIno && got->type != fs::FileType::kDirectory) {
+        return Error(ESTALE, "only directories are found by number in a sub-directory scope");
+      }
+      proto::Handle h = r_.h;
+      h.ino = got->ino;
+      h.gen = got->gen;
+      if (!Load(h, a)) return false;
+      return Set(a);
+    }
     case Op::kSetAttr:
       return SetAttr();
     case Op::kAccess:

@@ -394,6 +394,8 @@ int ClaimOthersCredentials(const char* socket, int) {
   if (nasgw_lookup(c, &self, &root.handle, "open", &dir) != 0) return 18;
   if (nasgw_create(c, &self, &dir.handle, "mine", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &a) != 0) return 19;
   if (a.uid != 65534) return 20;
+  // An inode by number would skip the directories' search permission.
+  if (nasgw_get_inode(c, &self, &root.handle, a.handle.ino, &a) != -EPERM) return 21;
   nasgw_client_close(c);
   return 0;
 }
@@ -439,6 +441,34 @@ TEST_F(HeadTest, PermissionsUseTheCallersCredentials) {
   EXPECT_EQ(nasgw_access(client_, &alice, &a.handle, 7, &granted), 0);
   EXPECT_EQ(granted, 6u);
   EXPECT_EQ(nasgw_unlink(client_, &alice, &pub.handle, "mine"), 0);
+}
+
+// GETINODE: a privileged head turns a bare inode number back into a handle
+// in its mount's scope (FUSE's open-by-handle); a removed object, or a file
+// in a sub-directory scope, is stale; a directory below a sub-directory
+// scope is found, one outside it is not.
+TEST_F(HeadTest, GetInodeFindsObjectsByNumberInTheScope) {
+  nasgw_attr d = Create(root_.handle, "d", NASGW_TYPE_DIR, 0755);
+  nasgw_attr sub = Create(d.handle, "sub", NASGW_TYPE_DIR, 0755);
+  nasgw_attr f = Create(d.handle, "f");
+  nasgw_attr other = Create(root_.handle, "other", NASGW_TYPE_DIR, 0755);
+  nasgw_attr a{};
+  ASSERT_EQ(nasgw_get_inode(client_, &kRoot, &root_.handle, f.handle.ino, &a), 0) << nasgw_client_last_message();
+  EXPECT_EQ(a.handle.gen, f.handle.gen);
+  EXPECT_EQ(a.type, static_cast<uint32_t>(NASGW_TYPE_REG));
+  nasgw_attr again{};
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &a.handle, &again), 0) << "the handle it gave works";
+  EXPECT_EQ(nasgw_get_inode(client_, &kRoot, &f.handle, f.handle.ino, &a), -ENOTDIR) << "the scope is a directory";
+  EXPECT_EQ(nasgw_get_inode(client_, &kRoot, &root_.handle, 999999, &a), -ESTALE);
+  EXPECT_EQ(nasgw_get_inode(client_, &kRoot, &root_.handle, 0, &a), -EINVAL);
+  // A sub-directory scope (a MOUNT of d).
+  nasgw_attr scoped{};
+  ASSERT_EQ(nasgw_mount_path(client_, &kRoot, "vol1", "d", &scoped), 0) << nasgw_client_last_message();
+  EXPECT_EQ(nasgw_get_inode(client_, &kRoot, &scoped.handle, sub.handle.ino, &a), 0) << "a directory below it";
+  EXPECT_EQ(nasgw_get_inode(client_, &kRoot, &scoped.handle, other.handle.ino, &a), -ESTALE) << "one outside it";
+  EXPECT_EQ(nasgw_get_inode(client_, &kRoot, &scoped.handle, f.handle.ino, &a), -ESTALE) << "a file's parents unknown";
+  ASSERT_EQ(nasgw_unlink(client_, &kRoot, &d.handle, "f"), 0);
+  EXPECT_EQ(nasgw_get_inode(client_, &kRoot, &root_.handle, f.handle.ino, &a), -ESTALE) << "removed";
 }
 
 // RENAME_EXCHANGE moves both entries, so both pass the checks of a move

@@ -207,6 +207,8 @@ const char* OpName(Op op) {
       return "setattr";
     case Op::kAccess:
       return "access";
+    case Op::kGetInode:
+      return "getinode";
     case Op::kCreate:
       return "create";
     case Op::kLink:
@@ -262,6 +264,7 @@ bool Idempotent(Op op) {
     case Op::kStatfs:
     case Op::kLookup:
     case Op::kGetAttr:
+    case Op::kGetInode:
     case Op::kSetAttr:  // absolute values (the "now" times are set again: harmless)
     case Op::kAccess:
     case Op::kReadLink:
@@ -356,6 +359,10 @@ std::string EncodeRequest(const Request& r) {
     case Op::kFsync:
     case Op::kListXattr:
       PutHandle(e, r.h);
+      break;
+    case Op::kGetInode:
+      PutHandle(e, r.h);
+      e.U64(r.offset);
       break;
     case Op::kRelease:
       PutHandle(e, r.h);
@@ -494,6 +501,11 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
     case Op::kFsync:
     case Op::kListXattr:
       r.h = GetHandle(d);
+      break;
+    case Op::kGetInode:
+      r.h = GetHandle(d);
+      r.offset = d.U64();
+      if (d.ok() && r.offset == 0) return Bad("getinode of inode 0");
       break;
     case Op::kRelease:
       r.h = GetHandle(d);
@@ -683,6 +695,7 @@ std::string EncodeReply(Op op, const Reply& r) {
       break;
     case Op::kLookup:
     case Op::kGetAttr:
+    case Op::kGetInode:
     case Op::kSetAttr:
     case Op::kCreate:
     case Op::kLink:
@@ -780,6 +793,7 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
       break;
     case Op::kLookup:
     case Op::kGetAttr:
+    case Op::kGetInode:
     case Op::kSetAttr:
     case Op::kCreate:
     case Op::kLink:

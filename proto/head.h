@@ -163,6 +163,11 @@ enum class Op : uint16_t {
   kGetAttr = 11,
   kSetAttr = 12,
   kAccess = 13,
+  // An object by inode number, issued in the scope of the request's
+  // directory handle (its mount's): for heads that must turn a bare inode
+  // number back into a handle (FUSE's open-by-handle and NFS re-export).
+  // Privileged heads only (EPERM otherwise), as open_by_handle_at(2) is.
+  kGetInode = 14,
   kCreate = 20,  // any type: file, directory, symlink, device, fifo, socket
   kLink = 21,
   kUnlink = 22,

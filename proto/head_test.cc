@@ -124,6 +124,12 @@ TEST(HeadProtocol, EveryRequestRoundTrips) {
   r.session[3] = 9;
   r.name2 = "fuse";
   EXPECT_EQ(RoundTrip(r, &keep).session[3], 9);
+  r = Base(Op::kGetInode);
+  r.offset = 0x1234567890ull;
+  EXPECT_EQ(RoundTrip(r, &keep).offset, 0x1234567890ull);
+  r.offset = 0;  // no inode 0
+  EXPECT_FALSE(DecodeRequest(Op::kGetInode, EncodeRequest(r)).ok());
+  EXPECT_TRUE(Idempotent(Op::kGetInode));
 }
 
 // Version 2's handle: u32 volume, u64 inode, u64 generation, u32 snapshot,
@@ -158,7 +164,7 @@ TEST(HeadProtocol, HandlesCarrySnapshotScopeAndMac) {
   a.attr.snap = 11;
   a.attr.type = FileType::kRegular;
   for (size_t i = 0; i < a.mac.size(); i++) a.mac[i] = static_cast<uint8_t>(i * 7);
-  for (Op op : {Op::kLookup, Op::kGetAttr, Op::kSetAttr, Op::kCreate, Op::kLink, Op::kOpen}) {
+  for (Op op : {Op::kLookup, Op::kGetAttr, Op::kGetInode, Op::kSetAttr, Op::kCreate, Op::kLink, Op::kOpen}) {
     const std::string b = EncodeReply(op, a);
     EXPECT_EQ(b.size(), 133u) << OpName(op);
     auto got = DecodeReply(op, b);

@@ -1158,6 +1158,12 @@ int nasgw_getattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, 
   return Simple(c, Op::kGetAttr, cr, h, {}, out);
 }
 
+int nasgw_get_inode(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, uint64_t ino, nasgw_attr* out) {
+  if (ino == 0) return -EINVAL;
+  return Simple(
+      c, Op::kGetInode, cr, dir, [&](proto::Request& r) { r.offset = ino; }, out);
+}
+
 int nasgw_setattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const nasgw_sattr* s, nasgw_attr* out) {
   if (Bad(s)) return -EINVAL;
   return Simple(

@@ -207,6 +207,12 @@ int nasgw_mount_path(nasgw_client* c, const nasgw_cred* cr, const char* volume, 
 int nasgw_statfs(nasgw_client* c, const nasgw_cred* cr, uint32_t volume, nasgw_fs_stats* out);
 int nasgw_lookup(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, nasgw_attr* out);
 int nasgw_getattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr* out);
+/* The object with inode number ino, its handle issued in the scope of
+ * directory dir (the mount's): for a head that must turn a bare inode number
+ * back into a handle (FUSE's open-by-handle). -EPERM for an unprivileged
+ * head; -ESTALE when there is no such object (or, in a sub-directory scope,
+ * it is not a directory below it). */
+int nasgw_get_inode(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, uint64_t ino, nasgw_attr* out);
 int nasgw_setattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const nasgw_sattr* s, nasgw_attr* out);
 int nasgw_access(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint32_t want, uint32_t* granted);
 /* symlink: the target for NASGW_TYPE_LNK, else NULL. */

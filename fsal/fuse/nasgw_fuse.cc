@@ -259,11 +259,26 @@ nasgw_time Ts(const struct timespec& t) {
 
 // ---- operations ----------------------------------------------------------------
 
+// Also how the kernel turns a file handle back into a node it no longer
+// has (export_support, Init: open_by_handle_at(2), an NFS re-export): it
+// asks for "." (and, for a directory's parent, "..") of the node id, which
+// is the inode number. A node we gave out is answered from its handle;
+// another is found by number in the mount's scope (nasgwd allows that to
+// a privileged head only; otherwise, as for a deleted one, ESTALE).
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Cred c(req);
-  HANDLE_OR_STALE(req, parent, d);
+  Mount* m = M(req);
+  nasgw_handle d;
   nasgw_attr a{};
-  ReplyEntry(req, nasgw_lookup(M(req)->client, &c, &d, name, &a), a);
+  if (!H(req, parent, &d)) {
+    const bool self = std::strcmp(name, ".") == 0;
+    if (!self && std::strcmp(name, "..") != 0) return (void)fuse_reply_err(req, ESTALE);
+    int rc = nasgw_get_inode(m->client, &c, &m->root, parent, &a);
+    if (rc != 0) return (void)fuse_reply_err(req, rc == -EPERM || rc == -ENOENT ? ESTALE : -rc);
+    if (self) return ReplyEntry(req, 0, a);
+    d = a.handle;
+  }
+  ReplyEntry(req, nasgw_lookup(m->client, &c, &d, name, &a), a);
 }
 
 void ForgetOne(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -608,7 +623,8 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 // What nasgw-fuse asks of the kernel, whatever libfuse's defaults:
 // atomic_o_trunc, so that O_TRUNC comes with the open (Open truncates, and
 // sets the times as open(2) does; without it the kernel sends a size change
-// without the times).
+// without the times); export_support, so that file handles (node id and
+// generation) stay valid after the kernel forgets the node (Lookup).
 //
 // setuid and setgid: before a write or a truncation by a caller without
 // CAP_FSETID, the kernel clears them itself, with a SETATTR of the mode
@@ -618,6 +634,7 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 // NFS, and whatever the kernel does).
 void Init(void*, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
 }
 
 [[noreturn]] void Usage(const std::string& why) {

@@ -396,7 +396,7 @@ def cmd_semantics(a):
     renameat2's flags (EXCHANGE, NOREPLACE; WHITEOUT is EINVAL); a
     directory removed or renamed over while open answers fstat (nlink 0)
     and is freed at close; atime under relatime, noatime, strictatime;
-    every check is printed. The mount is shared
+    file handles (open_by_handle_at) valid across a remount; every check is printed. The mount is shared
     (--allow-other), and the other user is uid 65534."""
     import errno
     v = Node(bins(a), luns=3, size="512M", tag="fuse")
@@ -674,6 +674,64 @@ def cmd_semantics(a):
         check("--atime sometimes is a usage error (%d: %s)" % (bad.returncode, bad.stderr.strip()[:80]),
               bad.returncode == 2 and "relatime" in bad.stderr)
         v.cli("volume", "set", "vol1", "--atime", "relatime")
+
+        # File handles stay valid (export_support): taken with
+        # name_to_handle_at, they open the same file and directory through
+        # a new mount, whose nasgw-fuse never gave those nodes out; the
+        # directory's parent is found too. A removed file's handle is stale.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        class FileHandle(ctypes.Structure):
+            _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                        ("f_handle", ctypes.c_ubyte * 128)]
+
+        def handle_of(path):
+            fh, mount_id = FileHandle(), ctypes.c_int()
+            fh.handle_bytes = 128
+            r = libc.name_to_handle_at(-100, path.encode(), ctypes.byref(fh), ctypes.byref(mount_id), 0)
+            return fh if r == 0 else None
+
+        def open_by_handle(fh, flags):
+            mfd = os.open(v.mount_path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fd = libc.open_by_handle_at(mfd, ctypes.byref(fh), flags)
+                return fd if fd >= 0 else -ctypes.get_errno()
+            finally:
+                os.close(mfd)
+
+        hdir = os.path.join(v.mount_path, "handled")
+        os.mkdir(hdir)
+        hfile = os.path.join(hdir, "file")
+        with open(hfile, "wb") as f:
+            f.write(b"by handle")
+        fh_file, fh_dir = handle_of(hfile), handle_of(hdir)
+        check("name_to_handle_at gives handles of a file and a directory", fh_file is not None and fh_dir is not None)
+        v.unmount()
+        v.mount()
+        fd = open_by_handle(fh_file, os.O_RDONLY)
+        data = b""
+        if fd >= 0:
+            data = os.pread(fd, 100, 0)
+            os.close(fd)
+        check("after a remount, open_by_handle_at opens the file (%d) and reads it (%s)" % (fd, data),
+              fd >= 0 and data == b"by handle")
+        fd = open_by_handle(fh_dir, os.O_RDONLY | os.O_DIRECTORY)
+        names, parent = [], None
+        if fd >= 0:
+            names = os.listdir(fd)
+            parent = os.stat("..", dir_fd=fd).st_ino
+            os.close(fd)
+        check("...and the directory (%d), with its entry and its parent (%s, %s)" % (fd, names, parent),
+              fd >= 0 and names == ["file"] and parent == os.stat(v.mount_path).st_ino)
+        os.unlink(hfile)
+        v.unmount()
+        v.mount()
+        fd = open_by_handle(fh_file, os.O_RDONLY)
+        if fd >= 0:
+            os.close(fd)
+        check("a removed file's handle is stale (%d)" % fd, fd == -errno.ESTALE)
+        os.rmdir(hdir)
 
         # In the background (no -f), what nasgw-fuse says after detaching
         # goes to --log's file, not to /dev/null; a --log it cannot open is
