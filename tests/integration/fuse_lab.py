@@ -396,7 +396,8 @@ def cmd_semantics(a):
     renameat2's flags (EXCHANGE, NOREPLACE; WHITEOUT is EINVAL); a
     directory removed or renamed over while open answers fstat (nlink 0)
     and is freed at close; atime under relatime, noatime, strictatime;
-    file handles (open_by_handle_at) valid across a remount; every check is printed. The mount is shared
+    file handles (open_by_handle_at) valid across a remount; holes read as
+    zeros through O_DIRECT and shared mappings; every check is printed. The mount is shared
     (--allow-other), and the other user is uid 65534."""
     import errno
     v = Node(bins(a), luns=3, size="512M", tag="fuse")
@@ -732,6 +733,67 @@ def cmd_semantics(a):
             os.close(fd)
         check("a removed file's handle is stale (%d)" % fd, fd == -errno.ESTALE)
         os.rmdir(hdir)
+
+        # Holes read as zeros through every path: O_DIRECT, a shared
+        # mapping of an O_DIRECT descriptor, buffered; the map's dirty pages
+        # are seen by a direct read and a direct write by the map; a file
+        # cut down and extended again shows zeros where its data was (also
+        # with the data in the cache, on the SAN, or written O_DIRECT).
+        import mmap
+        hole = os.path.join(v.mount_path, "hole")
+        size = 1 << 20
+        aligned = mmap.mmap(-1, 65536)  # page-aligned: O_DIRECT's buffers
+
+        def direct_read(fd, n, off):
+            view = memoryview(aligned)[:n]
+            got = os.preadv(fd, [view], off)
+            return bytes(view[:got])
+
+        with open(hole, "wb") as f:
+            f.write(b"\xab" * 4096)
+            f.truncate(size)
+            os.fsync(f.fileno())
+        dfd = os.open(hole, os.O_RDWR | os.O_DIRECT)
+        try:
+            m = mmap.mmap(dfd, size, mmap.MAP_SHARED)
+            check("hole: the map of an O_DIRECT file reads the data, then zeros",
+                  m[:4096] == b"\xab" * 4096 and m[4096:size] == bytes(size - 4096))
+            check("hole: an O_DIRECT read of it is zeros", direct_read(dfd, 65536, 65536) == bytes(65536))
+            m[131072:131072 + 8192] = b"\x22" * 8192
+            check("hole: an O_DIRECT read sees the map's dirty pages",
+                  direct_read(dfd, 8192, 131072) == b"\x22" * 8192)
+            aligned[:8192] = b"\x33" * 8192
+            wrote = os.pwritev(dfd, [memoryview(aligned)[:8192]], 262144)
+            check("hole: the map sees an O_DIRECT write into it (%d)" % wrote,
+                  wrote == 8192 and m[262144:262144 + 8192] == b"\x33" * 8192 and
+                  m[262144 + 8192:262144 + 65536] == bytes(65536 - 8192))
+            m.close()
+        finally:
+            os.close(dfd)
+        for how in ("cached", "on the SAN", "written O_DIRECT"):
+            fd = os.open(hole, os.O_RDWR | os.O_TRUNC | (os.O_DIRECT if how == "written O_DIRECT" else 0))
+            try:
+                aligned[:65536] = b"\xab" * 65536
+                os.pwritev(fd, [aligned], 0)
+                if how == "on the SAN":
+                    os.fsync(fd)
+                os.ftruncate(fd, 100)
+                os.ftruncate(fd, size)
+                dfd = os.open(hole, os.O_RDONLY | os.O_DIRECT)
+                try:
+                    got = direct_read(dfd, 65536, 0)
+                    m = mmap.mmap(dfd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+                    mapped = m[:65536]
+                    m.close()
+                finally:
+                    os.close(dfd)
+                want = b"\xab" * 100 + bytes(65436)
+                check("hole: cut to 100 bytes and extended (%s): zeros after them, O_DIRECT and mapped" % how,
+                      got == want and mapped == want)
+            finally:
+                os.close(fd)
+        aligned.close()
+        os.unlink(hole)
 
         # In the background (no -f), what nasgw-fuse says after detaching
         # goes to --log's file, not to /dev/null; a --log it cannot open is
