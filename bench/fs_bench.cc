@@ -8,11 +8,19 @@
 //
 //   nasgw-bench fs     --lun URL [--lun URL ...] --test meta|randrw|getattr [options]
 //   nasgw-bench client --socket PATH --volume NAME --test meta|randrw|getattr [options]
-//   nasgw-bench posix  --dir DIR --test meta|randrw|getattr [options]
+//   nasgw-bench posix  --dir DIR --test meta|randrw|getattr|append|overwrite [options]
 //   nasgw-bench uds    [--ops N]    the machine's Unix-socket round trip (the floor)
 //     meta:    --files N           create N empty files, stat each, unlink each
 //     randrw:  --file-mib N --bs 8k --rwmix 70 --threads N --seconds S
 //     getattr: --ops N             attributes of one file, one at a time (round-trip latency)
+//     append, overwrite (posix only): --write-bytes N --files N --seconds S [--file-mib N]
+//              one thread of small writes with no fsync, as an application
+//              that logs or updates records would: appends (O_APPEND) to
+//              --files files in turn, or overwrites at random aligned
+//              offsets in --files files of --file-mib MiB each (written and
+//              fsynced first). Then one fsync per file, timed apart (what
+//              the writes left to do), and the data checked (sizes, and the
+//              last writes read back).
 //     fs only: --record-kib N (the volume's record size)
 //
 // Every operation is timed; the JSON gives ops/s and p50/p99 per phase and
@@ -20,6 +28,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -196,7 +205,7 @@ struct Args {
   uint64_t ops = 20000;
   uint32_t connections = 4;
   std::vector<std::string> luns;
-  uint64_t files = 10000, file_mib = 256, bs = 8192;
+  uint64_t files = 10000, file_mib = 256, bs = 8192, write_bytes = 4;
   uint32_t record_kib = fs::kRecordBytesDefault >> 10;
   int rwmix = 70, threads = 4;
   double seconds = 10;
@@ -213,6 +222,110 @@ std::string Phase(const char* name, const HistogramData& h, double secs) {
                 static_cast<unsigned long long>(h.count), h.count / secs, h.Percentile(0.5) / 1e3,
                 h.Percentile(0.99) / 1e3);
   return b;
+}
+
+// Small writes through a mounted directory (--test append|overwrite).
+int SmallWrites(const Args& a) {
+  const bool append = a.test == "append";
+  const uint64_t file_bytes = append ? 0 : a.file_mib << 20;
+  if (a.write_bytes == 0 || a.files == 0 || (!append && file_bytes < a.write_bytes)) {
+    Usage("bad --write-bytes, --files or --file-mib");
+  }
+  std::vector<int> fds;
+  auto close_all = [&] {
+    for (int fd : fds) close(fd);
+  };
+  std::vector<char> fill(1 << 20, 'p');
+  for (uint64_t i = 0; i < a.files; i++) {
+    const std::string path = a.dir + "/small" + std::to_string(i);
+    int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR | (append ? O_APPEND : 0), 0644);
+    if (fd < 0) {
+      std::fprintf(stderr, "nasgw-bench: open %s: %s\n", path.c_str(), std::strerror(errno));
+      close_all();
+      return 1;
+    }
+    fds.push_back(fd);
+    for (uint64_t off = 0; off < file_bytes; off += fill.size()) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(fill.size(), file_bytes - off));
+      if (pwrite(fd, fill.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) {
+        std::fprintf(stderr, "nasgw-bench: fill: %s\n", std::strerror(errno));
+        close_all();
+        return 1;
+      }
+    }
+    if (!append && fsync(fd) != 0) {
+      std::fprintf(stderr, "nasgw-bench: fsync: %s\n", std::strerror(errno));
+      close_all();
+      return 1;
+    }
+  }
+  // The bytes of write i: its number, repeated, so that what is read back
+  // says which write it was.
+  std::vector<char> buf(a.write_bytes);
+  auto pattern = [&](uint64_t i) {
+    for (size_t b = 0; b < buf.size(); b++) buf[b] = static_cast<char>('a' + (i + b) % 26);
+  };
+  std::mt19937_64 rng(42);
+  const uint64_t slots = append ? 0 : file_bytes / a.write_bytes;
+  std::vector<std::pair<uint64_t, uint64_t>> last(a.files, {UINT64_MAX, 0});  // per file: (offset, write number)
+  HistogramData h;
+  const uint64_t t0 = MonotonicNanos(), end = t0 + static_cast<uint64_t>(a.seconds * 1e9);
+  uint64_t i = 0;
+  for (; MonotonicNanos() < end; i++) {
+    const uint64_t f = i % a.files;
+    pattern(i);
+    const uint64_t off = append ? (i / a.files) * a.write_bytes : (rng() % slots) * a.write_bytes;
+    const uint64_t s = MonotonicNanos();
+    const ssize_t n = append ? write(fds[f], buf.data(), buf.size())
+                             : pwrite(fds[f], buf.data(), buf.size(), static_cast<off_t>(off));
+    h.Record(MonotonicNanos() - s);
+    if (n != static_cast<ssize_t>(buf.size())) {
+      std::fprintf(stderr, "nasgw-bench: write %llu: %s\n", static_cast<unsigned long long>(i), std::strerror(errno));
+      close_all();
+      return 1;
+    }
+    last[f] = {off, i};
+  }
+  const double secs = (MonotonicNanos() - t0) / 1e9;
+  const uint64_t s0 = MonotonicNanos();
+  for (int fd : fds) {
+    if (fsync(fd) != 0) {
+      std::fprintf(stderr, "nasgw-bench: fsync: %s\n", std::strerror(errno));
+      close_all();
+      return 1;
+    }
+  }
+  const double sync_secs = (MonotonicNanos() - s0) / 1e9;
+  // Check: every append landed (sizes), and each file's last write reads back.
+  std::vector<char> got(a.write_bytes);
+  for (uint64_t f = 0; f < a.files && f < i; f++) {
+    struct stat st;
+    const uint64_t writes = i / a.files + (f < i % a.files ? 1 : 0);
+    if (fstat(fds[f], &st) != 0 || (append && static_cast<uint64_t>(st.st_size) != writes * a.write_bytes) ||
+        (!append && static_cast<uint64_t>(st.st_size) != file_bytes)) {
+      std::fprintf(stderr, "nasgw-bench: file %llu has %lld bytes after %llu writes\n",
+                   static_cast<unsigned long long>(f), static_cast<long long>(st.st_size),
+                   static_cast<unsigned long long>(writes));
+      close_all();
+      return 1;
+    }
+    pattern(last[f].second);
+    if (pread(fds[f], got.data(), got.size(), static_cast<off_t>(last[f].first)) != static_cast<ssize_t>(got.size()) ||
+        got != buf) {
+      std::fprintf(stderr, "nasgw-bench: file %llu: its last write does not read back\n",
+                   static_cast<unsigned long long>(f));
+      close_all();
+      return 1;
+    }
+  }
+  close_all();
+  std::printf(
+      "{\"target\": \"posix\", \"test\": \"%s\", \"write_bytes\": %llu, \"files\": %llu, \"writes\": %llu, "
+      "\"per_sec\": %.1f, \"p50_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, \"fsync_secs\": %.3f}\n",
+      a.test.c_str(), static_cast<unsigned long long>(a.write_bytes), static_cast<unsigned long long>(a.files),
+      static_cast<unsigned long long>(i), i / secs, h.Percentile(0.5) / 1e3, h.Percentile(0.99) / 1e3,
+      h.Percentile(0.999) / 1e3, sync_secs);
+  return 0;
 }
 
 int Run(Target& t, const Args& a) {
@@ -392,12 +505,20 @@ int FsMain(int argc, char** argv) {
       a.ops = std::strtoull(next().c_str(), nullptr, 10);
     } else if (s == "--connections") {
       a.connections = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
+    } else if (s == "--write-bytes") {
+      a.write_bytes = std::strtoull(next().c_str(), nullptr, 10);
     } else if (s == "--json") {
     } else
       Usage("unknown option " + s);
   }
   if (a.mode == "uds") return UdsPingPong(a.ops);
-  if (a.test != "meta" && a.test != "randrw" && a.test != "getattr") Usage("--test is meta, randrw or getattr");
+  if (a.test == "append" || a.test == "overwrite") {
+    if (a.mode != "posix" || a.dir.empty()) Usage("--test append and overwrite are posix --dir DIR only");
+    return SmallWrites(a);
+  }
+  if (a.test != "meta" && a.test != "randrw" && a.test != "getattr") {
+    Usage("--test is meta, randrw, getattr, append or overwrite");
+  }
   if (a.bs == 0 || a.threads < 1 || a.rwmix < 0 || a.rwmix > 100) Usage("bad --bs, --threads or --rwmix");
   if (a.mode == "posix") {
     if (a.dir.empty()) Usage("posix needs --dir");

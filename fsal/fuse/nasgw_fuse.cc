@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -54,7 +55,8 @@ namespace {
 struct Mount {
   nasgw_client* client = nullptr;
   uint32_t vol = 0;
-  double timeout = 1.0;  // seconds the kernel may cache names and attributes
+  double timeout = 1.0;    // seconds the kernel may cache names and attributes
+  bool writeback = false;  // the kernel's write-back cache (Init)
   // The handle of every node the kernel holds, with the kernel's lookup count.
   // Writes answered unstable since the last fsync (see Durability above).
   struct Unstable {
@@ -66,6 +68,8 @@ struct Mount {
     nasgw_handle handle;
     uint64_t lookups = 0;
     Unstable unstable;
+    // Until when "security.capability" is known absent (NoCapsKnown).
+    std::chrono::steady_clock::time_point no_caps_until{};
   };
   Mutex mu;
   std::unordered_map<uint64_t, Node> nodes GUARDED_BY(mu);  // by inode (= node id)
@@ -94,6 +98,10 @@ struct Cred {
   nasgw_cred cred;
   const nasgw_cred* operator&() const { return &cred; }
 };
+
+// The kernel's own requests under the write-back cache (Read, SetAttr):
+// root, as its write-back WRITEs come.
+const nasgw_cred kKernel{0, 0, 0, nullptr};
 
 // The handle of node `ino`: the root's, or one an entry reply gave the
 // kernel. False for a node we never gave out.
@@ -329,7 +337,19 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
   nasgw_attr a{};
-  ReplyAttr(req, nasgw_setattr(M(req)->client, &c, &h, &s, &a), a);
+  // With the write-back cache the kernel keeps a written file's times and
+  // sends them (mtime with ctime, nothing else) from write-back or from the
+  // writer's close: its own update for a write it allowed, so asked as
+  // root, as the write-back's WRITEs are. (A utimensat(2) looks the same;
+  // the kernel checked it: default_permissions.)
+  const bool times = M(req)->writeback && (to_set & FUSE_SET_ATTR_CTIME) != 0 &&
+                     (to_set & ~(FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME)) == 0;
+  // A truncation comes with the kernel's own mtime too: the caller may
+  // change the size, not necessarily set a time, so nasgwd takes it as now.
+  if (M(req)->writeback && (s.mask & NASGW_SET_SIZE) && (s.mask & NASGW_SET_MTIME)) {
+    s.mask = (s.mask & ~NASGW_SET_MTIME) | NASGW_SET_MTIME_NOW;
+  }
+  ReplyAttr(req, nasgw_setattr(M(req)->client, times ? &kKernel : &c, &h, &s, &a), a);
 }
 
 void ReadLink(fuse_req_t req, fuse_ino_t ino) {
@@ -449,11 +469,16 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
-void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
+  // With the write-back cache, the kernel reads the rest of a page a
+  // partial write lands in, through the writer's descriptor, which may be
+  // write-only: a fill of its cache for a file it let that caller open for
+  // writing, asked as root (nasgw-fuse is then a privileged head, Init).
+  const bool fill = M(req)->writeback && fi != nullptr && (fi->flags & O_ACCMODE) == O_WRONLY;
   std::vector<char> buf(std::min<size_t>(size, NASGW_IO_MAX));
-  int64_t n = nasgw_read(M(req)->client, &c, &h, static_cast<uint64_t>(off), buf.data(),
+  int64_t n = nasgw_read(M(req)->client, fill ? &kKernel : &c, &h, static_cast<uint64_t>(off), buf.data(),
                          static_cast<uint32_t>(buf.size()), nullptr);
   if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
   fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
@@ -471,7 +496,12 @@ void Write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t o
     nasgw_write_result r{};
     int64_t n =
         nasgw_write(M(req)->client, &c, &h, static_cast<uint64_t>(off) + done, buf + done, chunk, NASGW_UNSTABLE, &r);
-    if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
+    if (n < 0) {
+      NASGW_LOG(kWarn, "fuse") << "write failed" << Kv("ino", ino) << Kv("offset", off + done)
+                               << Kv("error", std::strerror(static_cast<int>(-n)))
+                               << Kv("why", nasgw_client_last_message());
+      return (void)fuse_reply_err(req, static_cast<int>(-n));
+    }
     NoteWrite(M(req), ino, r);
     done += static_cast<size_t>(n);
   }
@@ -498,7 +528,11 @@ void Fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   const Mount::Unstable before = UnstableOf(m, ino);
   uint64_t verifier = 0;
   int rc = nasgw_fsync(m->client, &c, &h, &verifier);
-  if (rc != 0) return ReplyStatus(req, rc);
+  if (rc != 0) {
+    NASGW_LOG(kWarn, "fuse") << "fsync failed" << Kv("ino", ino) << Kv("error", std::strerror(-rc))
+                             << Kv("why", nasgw_client_last_message());
+    return ReplyStatus(req, rc);
+  }
   Committed(m, ino, before);
   if (before.lost || (before.verifier != 0 && before.verifier != verifier)) {
     NASGW_LOG(kWarn, "fuse") << "fsync: writes since the last fsync may have been lost (nasgwd restarted)"
@@ -584,17 +618,47 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &v);
 }
 
+// Before every write(2) the kernel asks for "security.capability", to
+// drop file capabilities as it drops setuid (file_remove_privs: libfuse
+// 3.14 cannot negotiate handle_killpriv_v2, which would let it remember the
+// answer). nasgw-fuse remembers that a node has none for as long as the
+// kernel may cache its attributes, so that small writes (with the
+// write-back cache, each otherwise a page-cache copy) do not each cross to
+// nasgwd; a change of the node's attributes through this mount forgets it.
+constexpr const char* kCapsName = "security.capability";
+
+bool NoCapsKnown(Mount* m, fuse_ino_t ino) {
+  MutexLock l(m->mu);
+  auto it = m->nodes.find(ino);
+  return it != m->nodes.end() && std::chrono::steady_clock::now() < it->second.no_caps_until;
+}
+
+// `none`: nasgwd said there are none (remember it); else forget.
+void NoteCaps(Mount* m, fuse_ino_t ino, bool none) {
+  MutexLock l(m->mu);
+  auto it = m->nodes.find(ino);
+  if (it == m->nodes.end()) return;
+  it->second.no_caps_until =
+      none ? std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                    std::chrono::duration<double>(m->timeout))
+           : std::chrono::steady_clock::time_point{};
+}
+
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
+  NoteCaps(M(req), ino, false);
   ReplyStatus(req, nasgw_setxattr(M(req)->client, &c, &h, name, value, size, static_cast<uint32_t>(flags) & 3));
 }
 
 void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  const bool caps = std::strcmp(name, kCapsName) == 0;
+  if (caps && NoCapsKnown(M(req), ino)) return (void)fuse_reply_err(req, ENODATA);
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
   std::vector<char> buf(64 << 10);
   int64_t n = nasgw_getxattr(M(req)->client, &c, &h, name, buf.data(), buf.size());
+  if (caps) NoteCaps(M(req), ino, n == -ENODATA);
   if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
   if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
   if (size < static_cast<size_t>(n)) return (void)fuse_reply_err(req, ERANGE);
@@ -617,6 +681,7 @@ void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
+  NoteCaps(M(req), ino, false);
   ReplyStatus(req, nasgw_removexattr(M(req)->client, &c, &h, name));
 }
 
@@ -626,34 +691,59 @@ void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 // without the times); export_support, so that file handles (node id and
 // generation) stay valid after the kernel forgets the node (Lookup).
 //
+// The write-back cache (writeback_cache) with --writeback-cache (root
+// only): writes land in the kernel's page cache, as on a local file
+// system, and reach nasgwd in large WRITEs at write-back, fsync or close;
+// the kernel keeps size, mtime and ctime meanwhile and sends the times with
+// a SETATTR (SetAttr). Write-back WRITEs come with the kernel's
+// credentials (root), which nasgwd accepts only from a privileged head; the
+// kernel checked the writer's permission at open. What an unstable write
+// promised is unchanged: durable at fsync, and an fsync whose data nasgwd
+// may have lost is EIO (NoteWrite counts the WRITEs the kernel sends). The
+// price, as on an NFS client: an error nasgwd answers a write-back with
+// (ENOSPC, EDQUOT, EIO) comes back at fsync or close, not at write(2); and
+// other heads see such writes once they are written back. So it is not the
+// default.
+//
 // setuid and setgid: before a write or a truncation by a caller without
 // CAP_FSETID, the kernel clears them itself, with a SETATTR of the mode
 // sent as that caller (seen on Linux 6.18 with libfuse 3.14 even when
 // handle_killpriv is negotiated); nasgwd accepts such a change from anyone
 // who may write the file, and clears them on WRITE and truncation too (for
 // NFS, and whatever the kernel does).
-void Init(void*, fuse_conn_info* conn) {
+void Init(void* userdata, fuse_conn_info* conn) {
+  Mount* m = static_cast<Mount*>(userdata);
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+  if (m->writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) {
+    conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+  } else {
+    m->writeback = false;
+  }
 }
 
 [[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
                "nasgw-fuse: %s\n"
-               "usage: nasgw-fuse [--socket PATH] --volume NAME [--allow-other] [--log FILE] [-f] MOUNTPOINT\n"
+               "usage: nasgw-fuse [--socket PATH] --volume NAME [--allow-other] [--writeback-cache] [--log FILE]\n"
+               "                  [-f] MOUNTPOINT\n"
                "  --socket PATH  nasgwd's head socket (default /run/nasgw/head.sock)\n"
                "  --log FILE     in the background, log there (appended); without it, to syslog\n"
                "  -f             stay in the foreground, logging to stderr\n"
                "  --allow-other  other users may use the mount too (FUSE's allow_other; nasgwd checks\n"
                "                 each caller's credentials); a mount by another user than root needs\n"
-               "                 user_allow_other in /etc/fuse.conf\n",
+               "                 user_allow_other in /etc/fuse.conf\n"
+               "  --writeback-cache  writes gather in the kernel's page cache until write-back, fsync or\n"
+               "                 close (small writes at page-cache speed); errors such as ENOSPC then\n"
+               "                 come back at fsync or close, not at write(2), as on NFS. Root only.\n"
+               "                 Without it every write(2) goes to nasgwd as it is made\n",
                why.c_str());
   std::exit(2);
 }
 
 int Main(int argc, char** argv) {
   std::string socket = "/run/nasgw/head.sock", volume, mountpoint, log_path;
-  bool foreground = false, allow_other = false;
+  bool foreground = false, allow_other = false, writeback = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -670,6 +760,8 @@ int Main(int argc, char** argv) {
       foreground = true;
     } else if (a == "--allow-other") {
       allow_other = true;
+    } else if (a == "--writeback-cache") {
+      writeback = true;
     } else if (!a.empty() && a[0] != '-' && mountpoint.empty()) {
       mountpoint = a;
     } else {
@@ -677,6 +769,9 @@ int Main(int argc, char** argv) {
     }
   }
   if (volume.empty() || mountpoint.empty()) Usage("--volume and a mount point are required");
+  if (writeback && ::geteuid() != 0) {
+    Usage("--writeback-cache needs nasgw-fuse to run as root (the kernel writes back as root)");
+  }
   // In the background nasgw-fuse connects again after fuse_daemonize(),
   // which changes to "/": relative paths must be made absolute now.
   for (std::string* path : {&socket, &log_path}) {
@@ -710,6 +805,7 @@ int Main(int argc, char** argv) {
   };
 
   Mount m;
+  m.writeback = writeback;
   // Connect and find the volume now, so that errors reach the terminal; in
   // the background case connect again after fuse_daemonize(), because the
   // client library's threads do not survive its fork.

@@ -41,7 +41,7 @@ def Volume(a, luns=3, size="512M"):
     try:
         v.start()
         v.format()
-        v.mount()
+        v.mount(options=["--writeback-cache"] if getattr(a, "writeback_cache", False) else [])
     except Exception:
         print(v.log_tail())
         v.close()
@@ -397,7 +397,8 @@ def cmd_semantics(a):
     directory removed or renamed over while open answers fstat (nlink 0)
     and is freed at close; atime under relatime, noatime, strictatime;
     file handles (open_by_handle_at) valid across a remount; holes read as
-    zeros through O_DIRECT and shared mappings; every check is printed. The mount is shared
+    zeros through O_DIRECT and shared mappings; small appends, setuid
+    clearing and fsync's EIO through the write-back cache; every check is printed. The mount is shared
     (--allow-other), and the other user is uid 65534."""
     import errno
     v = Node(bins(a), luns=3, size="512M", tag="fuse")
@@ -795,6 +796,72 @@ def cmd_semantics(a):
         aligned.close()
         os.unlink(hole)
 
+        # A second mount with the kernel's write-back cache
+        # (--writeback-cache): 20,000 4-byte appends reach nasgwd and read
+        # back exact through the first mount after fsync; another user's
+        # write and truncation of a root-owned 06777 file still clear setuid
+        # and setgid; and data written back (sync_file_range) that nasgwd
+        # then loses makes the next fsync EIO, once.
+        wb = v.mount_path + ".wb"
+        os.makedirs(wb, exist_ok=True)
+        wbp = subprocess.Popen([a.fuse, "--socket", v.head_socket, "--volume", "vol1", "--allow-other",
+                                "--writeback-cache", "-f", wb], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 30
+            while not is_mounted(wb) and wbp.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)  # polling /proc/mounts: the mount has no event to wait on
+            check("--writeback-cache mounts", is_mounted(wb))
+            log_path = os.path.join(wb, "appends")
+            fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            for i in range(20000):
+                os.write(fd, b"%04d" % (i % 10000))
+            os.fsync(fd)
+            os.close(fd)
+            with open(os.path.join(v.mount_path, "appends"), "rb") as f:
+                got = f.read()
+            check("write-back: 20000 appends of 4 bytes read back exact through the other mount (%d bytes)" %
+                  len(got), got == b"".join(b"%04d" % (i % 10000) for i in range(20000)))
+            os.unlink(log_path)
+            wb_target = os.path.join(wb, "shared", "wb-suid")
+            with open(wb_target, "wb") as f:
+                f.write(b"root")
+            for step in ("write", "truncate"):
+                os.chmod(wb_target, 0o6777)
+                got = subprocess.run(["/usr/bin/python3", "-c", AS_USER, step, wb_target], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, timeout=60,
+                                     preexec_fn=as_nobody).stdout.strip()
+                v.unmount()  # nasgwd's word, past the first mount's cache
+                v.mount()
+                mode = stat.S_IMODE(os.stat(os.path.join(v.mount_path, "shared", "wb-suid")).st_mode)
+                check("write-back: uid 65534's %s of a root-owned 06777 file succeeds (%s) and clears setuid and "
+                      "setgid (%o)" % (step, got, mode), got == "ok" and mode == 0o777)
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(os.path.join(wb, "pushed"), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.pwrite(fd, b"p" * 8192, 0)
+                os.fsync(fd)
+                os.pwrite(fd, b"q" * 8192, 0)
+                # WAIT_BEFORE | WRITE | WAIT_AFTER: written back, not committed.
+                pushed = libc.sync_file_range(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), 7)
+                v.stop(signal.SIGKILL)
+                v.start()
+                first, second = fsync_errno(fd), fsync_errno(fd)
+                check("write-back: fsync after nasgwd lost written-back data: EIO, then 0 (%s, %s, %s)" %
+                      (pushed, first, second), pushed == 0 and first == errno.EIO and second == 0)
+            finally:
+                os.close(fd)
+        finally:
+            if is_mounted(wb):
+                subprocess.run(["fusermount3", "-u", wb], check=False, timeout=60)
+            try:
+                wbp.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                wbp.kill()
+                wbp.wait()
+            os.rmdir(wb)
+
         # In the background (no -f), what nasgw-fuse says after detaching
         # goes to --log's file, not to /dev/null; a --log it cannot open is
         # an error before it mounts.
@@ -896,6 +963,8 @@ def main():
     t.add_argument("--restarts", type=int, default=4)
     r = sub.add_parser("remount")
     r.add_argument("state")
+    for p in (f, s):
+        p.add_argument("--writeback-cache", action="store_true", help="mount with nasgw-fuse --writeback-cache")
     for p in (f, c, s, e, t, m):
         p.add_argument("--nasgwd", required=True)
         p.add_argument("--cli", required=True)
