@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Small-write benchmark: 4-byte appends and 512-byte random overwrites, to
 one file and to many, with no fsync (as a logger or a record store writes),
-through a nasgw FUSE mount and through XFS on a local loop device whose
-image sits on the same disk as the lab LUN files, in one run, side by side.
+through nasgw FUSE mounts (every write to nasgwd as it is made, the default;
+and with --writeback-cache, through the kernel's page cache) and through
+XFS on a local loop device whose image sits on the same disk as the lab LUN
+files, in one run, side by side.
 
 Each run is `nasgw-bench posix --test append|overwrite` (bench/fs_bench.cc):
 one thread, every write timed, then one fsync per file timed apart, then
 the data checked (sizes; each file's last write read back). Reported per
 workload: the median over the runs of writes/s, p50, p99 and p99.9 latency
-and the closing fsync's seconds, and nasgw's writes/s as a ratio of XFS's.
+and the closing fsync's seconds, and each nasgw mount's writes/s as a ratio
+of XFS's.
 Release build required (`make release`).
 
   python3 bench/small_write_bench.py [--build build/release] [--runs 3] [--seconds 5] [--out small.json]
@@ -20,11 +23,12 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from nasgwlab import Node, sh  # noqa: E402
+from nasgwlab import Node, is_mounted, sh  # noqa: E402
 
 # (name, test, write bytes, files, MiB per file for overwrites)
 WORKLOADS = [
@@ -69,8 +73,9 @@ def main():
     b = os.path.abspath(a.build)
     bench = os.path.join(b, "bench", "nasgw-bench")
     bins = {"fuse": b + "/fsal/fuse/nasgw-fuse", "nasgwd": b + "/daemon/nasgwd", "cli": b + "/cli/nasgw"}
-    res = {"runs": a.runs, "seconds": a.seconds, "build": b, "nasgw": {}, "xfs": {}}
-    node = None
+    targets = ("nasgw", "nasgw_wb", "xfs")
+    res = {"runs": a.runs, "seconds": a.seconds, "build": b} | {t: {} for t in targets}
+    node = wbp = wb = None
     img = "/var/tmp/nasgw-smallw-%d.img" % os.getpid()
     mnt = "/tmp/nasgw-smallw-xfs-%d" % os.getpid()
     dev = None
@@ -79,6 +84,16 @@ def main():
         node.start()
         node.format()
         node.mount()
+        wb = node.mount_path + ".wb"
+        os.makedirs(wb, exist_ok=True)
+        wbp = subprocess.Popen([bins["fuse"], "--socket", node.head_socket, "--volume", "vol1", "--writeback-cache",
+                                "-f", wb], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not is_mounted(wb):
+            if wbp.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("nasgw-fuse --writeback-cache did not mount")
+            time.sleep(0.05)  # polling /proc/mounts: the mount has no event to wait on
         with open(img, "wb") as f:
             f.truncate(2 << 30)
         dev = sh(["losetup", "--find", "--show", img]).stdout.strip()
@@ -87,19 +102,30 @@ def main():
         sh(["mount", dev, mnt])
         # Interleaved: run i of every target and workload before run i+1,
         # so that a noisy moment costs both sides alike.
-        runs = {t: {w[0]: [] for w in WORKLOADS} for t in ("nasgw", "xfs")}
+        runs = {t: {w[0]: [] for w in WORKLOADS} for t in targets}
         for i in range(a.runs):
             for name, test, nbytes, files, mib in WORKLOADS:
-                for target, top in (("nasgw", node.mount_path), ("xfs", mnt)):
+                for target, top in (("nasgw", node.mount_path), ("nasgw_wb", wb), ("xfs", mnt)):
                     r = run_bench(bench, os.path.join(top, "%s-%d" % (name, i)), test, nbytes, files, mib, a.seconds)
                     runs[target][name].append(r)
-                    print("%-6s %-18s run %d: %10.0f writes/s  p50 %7.2f us  p99 %8.2f us  fsync %.3f s" %
+                    print("%-8s %-18s run %d: %10.0f writes/s  p50 %7.2f us  p99 %8.2f us  fsync %.3f s" %
                           (target, name, i + 1, r["per_sec"], r["p50_us"], r["p99_us"], r["fsync_secs"]), flush=True)
         for target in runs:
             for name in runs[target]:
                 res[target][name] = summary(runs[target][name])
-        res["ratio"] = {w[0]: res["nasgw"][w[0]]["per_sec"] / res["xfs"][w[0]]["per_sec"] for w in WORKLOADS}
+        res["ratio"] = {t: {w[0]: res[t][w[0]]["per_sec"] / res["xfs"][w[0]]["per_sec"] for w in WORKLOADS}
+                        for t in ("nasgw", "nasgw_wb")}
     finally:
+        if wb and is_mounted(wb):
+            subprocess.run(["fusermount3", "-u", wb])
+        if wbp is not None:
+            try:
+                wbp.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                wbp.kill()
+                wbp.wait()
+        if wb and os.path.isdir(wb):
+            os.rmdir(wb)
         if os.path.ismount(mnt):
             subprocess.run(["umount", mnt])
         if os.path.isdir(mnt):
@@ -115,7 +141,7 @@ def main():
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
     if a.smoke:
-        bad = [(t, w) for t in ("nasgw", "xfs") for w in res[t] if res[t][w]["per_sec"] <= 0]
+        bad = [(t, w) for t in targets for w in WORKLOADS if res[t].get(w[0], {}).get("per_sec", 0) <= 0]
         if bad:
             print("FAIL: no writes in %s" % bad)
             return 1
