@@ -587,8 +587,8 @@ TEST_F(DomainTest, ReadsMoveAtimeAsTheVolumePolicySays) {
   a = at();
   dom_->Accessed(vol_, a, later(a, 20));
   EXPECT_EQ(at().atime.sec, a.ctime.sec + 10) << "relatime: not again until a change";
-  dom_->Accessed(vol_, a, Timespec{a.atime.sec + 24 * 3600, 0});
-  EXPECT_EQ(at().atime.sec, a.atime.sec + 24 * 3600) << "relatime: a day later, again";
+  dom_->Accessed(vol_, a, Timespec{a.atime.sec + int64_t{24} * 3600, 0});
+  EXPECT_EQ(at().atime.sec, a.atime.sec + int64_t{24} * 3600) << "relatime: a day later, again";
   // A head whose view has a later mtime (the cache's) makes it due too.
   a = at();
   Attr cached = a;

@@ -201,7 +201,7 @@ bool AtimeDue(Atime policy, const Attr& a, Timespec now) {
     case Atime::kRelatime:
       // As Linux's relatime: when the last access is not after the last
       // change of content or attributes, or is a day old.
-      return !(a.mtime < a.atime) || !(a.ctime < a.atime) || now.sec - a.atime.sec >= 24 * 3600;
+      return !(a.mtime < a.atime) || !(a.ctime < a.atime) || now.sec - a.atime.sec >= int64_t{24} * 3600;
   }
   return false;
 }
