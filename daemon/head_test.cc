@@ -1443,24 +1443,30 @@ TEST_F(HeadTest, ReadsStuckInTheArrayHoldUpNoNamespaceOperation) {
                         nullptr),
             static_cast<int64_t>(data.size()));
   verifier_ = 0x5eed0003;  // a new opening: a cold read cache, so reads go to the array
-  std::mutex mu;
-  std::condition_variable cv;
-  bool hold = true;
-  int stuck = 0;
+  // The gate outlives the test body: a read of the cache's own threads (read
+  // ahead) may still be inside the hook when the body ends (the device
+  // calls a copy of the hook, outside its lock).
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool hold = true;
+    int stuck = 0;
+  };
+  auto gate = std::make_shared<Gate>();
   for (auto& d : devs_) {
-    d->SetFault([&](const block::IoRequest& r) {
+    d->SetFault([gate](const block::IoRequest& r) {
       if (r.op != block::Op::kRead) return Status();
-      std::unique_lock<std::mutex> l(mu);
-      stuck++;
-      cv.notify_all();
-      cv.wait(l, [&] { return !hold; });
+      std::unique_lock<std::mutex> l(gate->mu);
+      gate->stuck++;
+      gate->cv.notify_all();
+      gate->cv.wait(l, [&] { return !gate->hold; });
       return Status();
     });
   }
   auto release = [&] {
-    std::lock_guard<std::mutex> l(mu);
-    hold = false;
-    cv.notify_all();
+    std::lock_guard<std::mutex> l(gate->mu);
+    gate->hold = false;
+    gate->cv.notify_all();
   };
   // More reads than data workers (4), each of another 64 KiB.
   std::vector<std::thread> readers;
@@ -1478,8 +1484,8 @@ TEST_F(HeadTest, ReadsStuckInTheArrayHoldUpNoNamespaceOperation) {
     });
   }
   {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return stuck >= 4; })) << stuck;
+    std::unique_lock<std::mutex> l(gate->mu);
+    ASSERT_TRUE(gate->cv.wait_for(l, std::chrono::seconds(30), [&] { return gate->stuck >= 4; })) << gate->stuck;
   }
   // Namespace operations and attribute reads, from another session, while
   // every data worker waits on the array.
