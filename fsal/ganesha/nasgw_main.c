@@ -172,6 +172,9 @@ static void nasgw_restart_in_place(void)
 		epoch);
 	cloexec_all();
 	execv(exe, argv);
+	LogCrit(COMPONENT_FSAL,
+		"FSAL_NASGW: cannot exec %s to restart in place: %s (errno %d); exiting instead",
+		exe, strerror(errno), errno);
 	_exit(75);
 }
 

@@ -113,11 +113,31 @@ def proc_start_time(pid):
 
 
 def alive(pid, start_time):
-    """True while `pid` is the process we recorded and not yet a zombie."""
+    """True while `pid` is the process we recorded and not yet a zombie.
+    A zombie leader with a thread still running is a process in execve (a
+    thread other than the leader exec'ing waits, in the kernel's de_thread,
+    for the leader to become a zombie and then takes its pid): ganesha.nfsd
+    restarting in place. That is alive."""
     st = proc_stat(pid)
-    if st is None or st[0] == "Z":
+    if st is None:
         return False
-    return start_time is None or int(st[19]) == start_time
+    if start_time is not None and int(st[19]) != start_time:
+        return False
+    if st[0] != "Z":
+        return True
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return False
+    for t in tasks:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except (OSError, IndexError):
+            pass  # gone: maybe the exec'ing thread, just become the leader
+    st = proc_stat(pid)  # a true zombie stays one; the leader after an exec does not
+    return st is not None and st[0] != "Z" and (start_time is None or int(st[19]) == start_time)
 
 
 def reap(pid):
