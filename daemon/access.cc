@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "fs/acl.h"
+
 namespace nasgw::daemon {
 
 namespace {
@@ -13,12 +15,26 @@ bool InGroup(const proto::Creds& c, uint32_t gid) {
   return c.gid == gid || std::find(c.groups.begin(), c.groups.end(), gid) != c.groups.end();
 }
 
+namespace {
+bool AclGrants(const fs::Acl& acl, const fs::Attr& a, const proto::Creds& c, uint32_t want) {
+  return fs::AclPermits(acl, a.uid, a.gid, c.uid, [&](uint32_t g) { return InGroup(c, g); }, want);
+}
+}  // namespace
+
 uint32_t Granted(const fs::Attr& a, const proto::Creds& c, uint32_t want) {
   want &= 7;
   if (c.uid == 0) {
     uint32_t g = want;
     if ((want & proto::kAccessExec) && a.type != fs::FileType::kDirectory && (a.mode & 0111) == 0) {
       g &= ~proto::kAccessExec;
+    }
+    return g;
+  }
+  if (!a.acl_access.empty()) {  // each bit on its own, as knfsd's ACCESS asks
+    const fs::Acl acl = fs::DecodeKeptAcl(a.acl_access);
+    uint32_t g = 0;
+    for (uint32_t bit : {proto::kAccessRead, proto::kAccessWrite, proto::kAccessExec}) {
+      if ((want & bit) && AclGrants(acl, a, c, bit)) g |= bit;
     }
     return g;
   }
@@ -34,6 +50,9 @@ uint32_t Granted(const fs::Attr& a, const proto::Creds& c, uint32_t want) {
 }
 
 int CheckAccess(const fs::Attr& a, const proto::Creds& c, uint32_t want) {
+  if (c.uid != 0 && !a.acl_access.empty()) {  // all of `want` by one entry (posix_acl_permission)
+    return AclGrants(fs::DecodeKeptAcl(a.acl_access), a, c, want & 7) ? 0 : EACCES;
+  }
   return Granted(a, c, want) == (want & 7) ? 0 : EACCES;
 }
 

@@ -15,10 +15,12 @@ namespace nasgw::daemon {
 
 bool InGroup(const proto::Creds& c, uint32_t gid);
 
-// Which of the rwx bits in `want` (proto::kAccess*) the caller has on `a`.
+// Which of the rwx bits in `want` (proto::kAccess*) the caller has on `a`,
+// by its mode or, when it has one, its access ACL (each bit on its own).
 // Root has all, except execute on a non-directory with no x bit at all.
 uint32_t Granted(const fs::Attr& a, const proto::Creds& c, uint32_t want);
-// 0 or EACCES.
+// 0 or EACCES. With an access ACL, one entry must grant all of `want`
+// (Linux's posix_acl_permission).
 int CheckAccess(const fs::Attr& a, const proto::Creds& c, uint32_t want);
 // Data access to an object the caller may have opened: the owner may always
 // read and write its own file (as knfsd's owner override: a file created

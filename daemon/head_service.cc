@@ -6,6 +6,7 @@
 
 #include "base/mutex.h"
 #include "daemon/access.h"
+#include "fs/acl.h"
 
 namespace nasgw::daemon {
 
@@ -212,6 +213,7 @@ class Exec {
   bool Read();
   bool Write();
   bool Xattr();
+  bool Acl(const fs::Attr& a);
   bool Open();
   bool AddOpen(uint64_t ino);
   bool Release();
@@ -361,7 +363,10 @@ bool Exec::Create() {
   uint32_t mode = r_.mode, uid = 0, gid = 0;
   const fs::FileType type = FromWire(r_.type);
   NewOwner(dir, r_.creds, type, mode, uid, gid);
-  auto made = d_.Create(r_.h.volume, dir.ino, r_.name, type, mode, uid, gid, r_.offset, r_.name2);
+  // A head whose kernel left the umask to the file system (FUSE with POSIX
+  // ACLs) sends it: applied unless the directory has a default ACL.
+  const uint32_t umask = (r_.flags & proto::kCreateUmask) ? r_.count : 0;
+  auto made = d_.Create(r_.h.volume, dir.ino, r_.name, type, mode, uid, gid, r_.offset, r_.name2, umask);
   if (!made.ok() && made.status().code() == Code::kExists && (r_.flags & proto::kCreateUnchecked)) {
     made = d_.Lookup(r_.h.volume, dir.ino, r_.name);
     if (made.ok() && made->type != fs::FileType::kRegular) return Error(EEXIST, "exists and is not a file");
@@ -571,6 +576,7 @@ bool Exec::Xattr() {
   } else if (change && !root && !owner) {
     return Error(EPERM, "only the owner changes " + n);
   }
+  if (change && (n == fs::kAclAccessXattr || n == fs::kAclDefaultXattr)) return Acl(a);
   Status s;
   switch (r_.op) {
     case Op::kGetXattr: {
@@ -589,6 +595,23 @@ bool Exec::Xattr() {
   if (s.code() == Code::kNotFound) return Error(ENODATA, "no " + n);
   if (s.code() == Code::kNoSpace && r_.value.size() > fs::kXattrValueMax) return Error(E2BIG, s.ToString());
   return Done(s);
+}
+
+// Setting or removing a POSIX ACL (the owner or root: Xattr checked that).
+// Setgid goes when the caller is neither in the file's group nor root, as
+// Linux's posix_acl_update_mode; the flags (XATTR_CREATE, XATTR_REPLACE)
+// do not apply to ACLs, as on Linux.
+bool Exec::Acl(const fs::Attr& a) {
+  if (a.type == fs::FileType::kSymlink) return Error(EOPNOTSUPP, "symbolic links have no ACLs");
+  const bool is_default = r_.name == fs::kAclDefaultXattr;
+  const bool clear_setgid = r_.creds.uid != 0 && !InGroup(r_.creds, a.gid);
+  auto set = d_.SetAcl(r_.h.volume, a.ino, is_default, r_.op == Op::kSetXattr ? r_.value : std::string(),
+                       clear_setgid);
+  if (!set.ok()) {
+    if (set.status().code() == Code::kOutOfRange) return Error(E2BIG, set.status().ToString());
+    return Error(set.status());
+  }
+  return true;
 }
 
 bool Exec::ReadDir() {

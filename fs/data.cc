@@ -4,6 +4,7 @@
 
 #include "base/limits.h"
 #include "block/block_device.h"
+#include "fs/acl.h"
 #include "fs/domain_impl.h"
 
 namespace nasgw::fs {
@@ -475,7 +476,14 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
   Impl::Txn t;
-  if (s.set_mode) in->a.mode = s.mode & 07777;
+  if (s.set_mode) {
+    in->a.mode = s.mode & 07777;
+    if (!in->a.acl_access.empty()) {  // chmod rewrites the ACL's base entries (posix_acl_chmod)
+      Acl acl = DecodeKeptAcl(in->a.acl_access);
+      AclChmod(acl, in->a.mode);
+      in->a.acl_access = EncodeAcl(acl);
+    }
+  }
   if (s.set_uid) in->a.uid = s.uid;
   if (s.set_gid) in->a.gid = s.gid;
   if (s.set_atime) in->a.atime = s.atime;

@@ -91,6 +91,10 @@ struct Attr {
   uint64_t rdev = 0;
   Timespec atime, mtime, ctime, btime;
   uint64_t change = 0;  // bumps on every change (NFSv4 change attribute)
+  // POSIX ACLs in their xattr form (fs/acl.h), empty when there is none:
+  // the access ACL (kept only when it says more than the mode) and a
+  // directory's default ACL, which new objects in it inherit.
+  std::string acl_access, acl_default;
 };
 
 // A piece of file data to write: `n` bytes at file offset `off`.
@@ -231,8 +235,12 @@ class Domain {
   Result<Attr> GetAttr(uint32_t vol, uint64_t ino);
   Result<Attr> GetAttr(const Handle& h);  // Stale for a deleted inode
   Result<Attr> SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s);
+  // A new object's mode is `mode` narrowed, as Linux's posix_acl_create
+  // does, by the directory's default ACL when it has one (which also gives
+  // the object its access ACL, and a new directory its default ACL), else
+  // by `umask` (heads whose clients have not applied it: FUSE).
   Result<Attr> Create(uint32_t vol, uint64_t dir, const std::string& name, FileType type, uint32_t mode, uint32_t uid,
-                      uint32_t gid, uint64_t rdev = 0, const std::string& symlink = {});
+                      uint32_t gid, uint64_t rdev = 0, const std::string& symlink = {}, uint32_t umask = 0);
   Result<std::string> ReadLink(uint32_t vol, uint64_t ino);
   Result<Attr> Link(uint32_t vol, uint64_t ino, uint64_t dir, const std::string& name);
   Status Unlink(uint32_t vol, uint64_t dir, const std::string& name);  // not directories
@@ -245,7 +253,21 @@ class Domain {
   // valid across restarts and do not shift when other entries come and go.
   Result<std::vector<DirEntry>> ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max);
 
+  // ---- POSIX ACLs (fs/acl.h), kept in the inode record
+  // Sets (or, with an empty value or a header alone, removes) the access or
+  // default ACL, in xattr form. An access ACL sets the mode's rwx bits and
+  // is kept only when it says more than they do; `clear_setgid` (the caller
+  // is neither in the file's group nor privileged) drops setgid, as Linux's
+  // posix_acl_update_mode. A default ACL on anything but a directory is
+  // PermissionDenied (EACCES), as Linux; a malformed ACL InvalidArgument,
+  // one too long OutOfRange. The change time moves. Durable when it returns.
+  Result<Attr> SetAcl(uint32_t vol, uint64_t ino, bool is_default, std::string_view xattr, bool clear_setgid);
+
   // ---- extended attributes (any namespace: user.*, system.*, security.*)
+  // system.posix_acl_access and system.posix_acl_default are the ACLs
+  // above: read from the inode record, listed when there, set as SetAcl
+  // does (without clearing setgid: the caller's rules are nasgwd's), and
+  // removing one that is not there is not an error (as XFS and ext4).
   Result<std::string> GetXattr(uint32_t vol, uint64_t ino, const std::string& name);
   Status SetXattr(uint32_t vol, uint64_t ino, const std::string& name, const std::string& value, int flags);
   Result<std::vector<std::string>> ListXattr(uint32_t vol, uint64_t ino);

@@ -12,6 +12,7 @@
 
 #include "base/limits.h"
 #include "block/mem_device.h"
+#include "fs/acl.h"
 #include "fs/keys.h"
 #include "fs/meta_store.h"
 #include "fs/metafs.h"
@@ -562,6 +563,84 @@ TEST_F(DomainTest, RemovedOpenDirectoryLivesUntilReleaseOrRemount) {
   EXPECT_EQ(dom_->GetAttr(vol_, over.ino).status().code(), Code::kNotFound) << "the orphan was reclaimed";
   EXPECT_EQ(dom_->Statfs().files, files_before + 1);
   problems = dom_->Check();
+  ASSERT_TRUE(problems.ok()) << problems.status().ToString();
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// POSIX ACLs in the inode record: an access ACL sets the mode's group bits
+// from its mask and is kept only when it says more than the mode; chmod
+// rewrites it; a directory's default ACL gives new objects their ACL and
+// narrows their mode instead of the umask (a new directory inherits the
+// default too); all of it through a reopening after a power cut.
+TEST_F(DomainTest, AclsFollowTheModeAndAreInheritedAsLinuxDoes) {
+  Build();
+  Attr f = Mk(kRootIno, "f");
+  auto acl = [](const Acl& a) { return EncodeAcl(a); };
+  const Acl named = {{kAclUserObj, 6}, {kAclUser, 7, 2000}, {kAclGroupObj, 4}, {kAclMask, 5}, {kAclOther, 0}};
+  auto set = dom_->SetAcl(vol_, f.ino, false, acl(named), false);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->mode, 0650u) << "group bits are the mask's";
+  EXPECT_FALSE(set->ctime < f.ctime);
+  EXPECT_GT(set->change, f.change) << "an ACL change is a change";
+  auto got = dom_->GetXattr(vol_, f.ino, kAclAccessXattr);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(AclText(*ParseAcl(*got)), AclText(named));
+  auto names = dom_->ListXattr(vol_, f.ino);
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, std::vector<std::string>{kAclAccessXattr});
+  // chmod: owner, mask and others follow.
+  SetAttr m;
+  m.set_mode = true;
+  m.mode = 0741;
+  ASSERT_TRUE(dom_->SetAttrs(vol_, f.ino, m).ok());
+  got = dom_->GetXattr(vol_, f.ino, kAclAccessXattr);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(AclText(*ParseAcl(*got)), "user::rwx,user:2000:rwx,group::r--,mask::r--,other::--x");
+  // An ACL of the base entries only is the mode: nothing kept; setgid goes
+  // when the caller says so.
+  m.mode = 02741;
+  ASSERT_TRUE(dom_->SetAttrs(vol_, f.ino, m).ok());
+  set = dom_->SetAcl(vol_, f.ino, false, acl({{kAclUserObj, 7}, {kAclGroupObj, 5}, {kAclOther, 1}}), true);
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->mode, 0751u);
+  EXPECT_EQ(dom_->GetXattr(vol_, f.ino, kAclAccessXattr).status().code(), Code::kNotFound);
+  // A default ACL is for directories; bad ACLs are refused, nothing changes.
+  EXPECT_EQ(dom_->SetAcl(vol_, f.ino, true, acl(named), false).status().code(), Code::kPermissionDenied);
+  EXPECT_EQ(dom_->SetAcl(vol_, f.ino, false, acl({{kAclUserObj, 7}, {kAclOther, 1}}), false).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_TRUE(dom_->RemoveXattr(vol_, f.ino, kAclAccessXattr).ok()) << "removing what is not there: as XFS";
+
+  // Inheritance.
+  Attr d = Mk(kRootIno, "d", FileType::kDirectory);
+  const Acl dflt = {{kAclUserObj, 7}, {kAclUser, 7, 2000}, {kAclGroupObj, 5}, {kAclMask, 7}, {kAclOther, 0}};
+  ASSERT_TRUE(dom_->SetXattr(vol_, d.ino, kAclDefaultXattr, acl(dflt), 0).ok());
+  auto child = dom_->Create(vol_, d.ino, "file", FileType::kRegular, 0666, 1000, 1000, 0, {}, 077);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_EQ(child->mode, 0660u) << "the default ACL, not the umask";
+  EXPECT_EQ(AclText(DecodeKeptAcl(child->acl_access)), "user::rw-,user:2000:rwx,group::r-x,mask::rw-,other::---");
+  EXPECT_TRUE(child->acl_default.empty()) << "a file has no default ACL";
+  auto sub = dom_->Create(vol_, d.ino, "sub", FileType::kDirectory, 0777, 1000, 1000, 0, {}, 077);
+  ASSERT_TRUE(sub.ok());
+  EXPECT_EQ(sub->mode, 0770u);
+  EXPECT_EQ(sub->acl_default, acl(dflt)) << "a new directory inherits the default";
+  auto plain = dom_->Create(vol_, kRootIno, "plain", FileType::kRegular, 0666, 1000, 1000, 0, {}, 027);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->mode, 0640u) << "no default ACL: the umask";
+  EXPECT_TRUE(plain->acl_access.empty());
+  auto link = dom_->Create(vol_, d.ino, "ln", FileType::kSymlink, 0777, 1000, 1000, 0, "file", 077);
+  ASSERT_TRUE(link.ok());
+  EXPECT_TRUE(link->acl_access.empty()) << "symbolic links take no ACL";
+
+  Reopen(/*power_cut=*/true);
+  auto a = dom_->GetAttr(vol_, child->ino);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->acl_access, child->acl_access);
+  a = dom_->GetAttr(vol_, sub->ino);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->acl_default, acl(dflt));
+  ASSERT_TRUE(dom_->RemoveXattr(vol_, d.ino, kAclDefaultXattr).ok());
+  EXPECT_EQ(dom_->GetXattr(vol_, d.ino, kAclDefaultXattr).status().code(), Code::kNotFound);
+  auto problems = dom_->Check();
   ASSERT_TRUE(problems.ok()) << problems.status().ToString();
   EXPECT_TRUE(problems->empty()) << (*problems)[0];
 }

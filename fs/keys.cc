@@ -1,5 +1,7 @@
 #include "fs/keys.h"
 
+#include "fs/acl.h"
+
 namespace nasgw::fs::keys {
 
 void PutBE32(std::string* s, uint32_t v) {
@@ -141,6 +143,11 @@ std::string EncodeInode(const Inode& in) {
   e.U64(in.parent);
   e.U64(in.next_cookie);
   e.Str32(in.symlink);
+  // POSIX ACLs: a later addition, absent from records without any.
+  if (!in.a.acl_access.empty() || !in.a.acl_default.empty()) {
+    e.Str32(in.a.acl_access);
+    e.Str32(in.a.acl_default);
+  }
   return e.Release();
 }
 
@@ -166,8 +173,19 @@ Result<Inode> DecodeInode(uint64_t ino, std::string_view v) {
   in.parent = d.U64();
   in.next_cookie = d.U64();
   in.symlink = d.Str32();
-  if (!d.ok() || in.a.type == FileType::kNone || static_cast<uint8_t>(in.a.type) > 7) {
+  if (d.remaining() > 0) {
+    in.a.acl_access = d.Str32();
+    in.a.acl_default = d.Str32();
+  }
+  if (!d.done() || in.a.type == FileType::kNone || static_cast<uint8_t>(in.a.type) > 7) {
     return Status::Corruption("inode " + std::to_string(ino) + ": bad record");
+  }
+  for (const std::string* x : {&in.a.acl_access, &in.a.acl_default}) {
+    if (x->empty()) continue;
+    auto acl = ParseAcl(*x);
+    if (!acl.ok() || acl->empty()) {
+      return Status::Corruption("inode " + std::to_string(ino) + ": bad ACL: " + acl.status().ToString());
+    }
   }
   return in;
 }

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "base/log.h"
+#include "fs/acl.h"
 #include "fs/domain_impl.h"
 
 namespace nasgw::fs {
@@ -91,7 +92,7 @@ Result<Attr> Domain::GetAttr(const Handle& h) {
 }
 
 Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name, FileType type, uint32_t mode,
-                            uint32_t uid, uint32_t gid, uint64_t rdev, const std::string& symlink) {
+                            uint32_t uid, uint32_t gid, uint64_t rdev, const std::string& symlink, uint32_t umask) {
   NASGW_RETURN_IF_ERROR(CheckName(name));
   if (type == FileType::kNone) return Status::InvalidArgument("no file type");
   if (type == FileType::kSymlink && (symlink.empty() || symlink.size() > kSymlinkMax)) {
@@ -108,6 +109,17 @@ Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name,
   in.a.gen = NewGeneration();
   in.a.type = type;
   in.a.mode = mode & 07777;
+  if (type != FileType::kSymlink) {
+    // Linux's posix_acl_create: the directory's default ACL, else umask.
+    if (d->a.acl_default.empty()) {
+      in.a.mode &= ~(umask & 0777);
+    } else {
+      const Acl dflt = DecodeKeptAcl(d->a.acl_default);
+      const Acl acl = AclCreate(dflt, &in.a.mode);
+      if (!acl.empty()) in.a.acl_access = EncodeAcl(acl);
+      if (type == FileType::kDirectory) in.a.acl_default = d->a.acl_default;
+    }
+  }
   in.a.uid = uid;
   in.a.gid = gid;
   in.a.nlink = type == FileType::kDirectory ? 2 : 1;
@@ -420,9 +432,56 @@ Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64
   return out;
 }
 
+namespace {
+// Which ACL an attribute name is: 1 access, 2 default, 0 neither.
+int AclName(const std::string& name) {
+  if (name == kAclAccessXattr) return 1;
+  if (name == kAclDefaultXattr) return 2;
+  return 0;
+}
+}  // namespace
+
+Result<Attr> Domain::SetAcl(uint32_t vol, uint64_t ino, bool is_default, std::string_view xattr, bool clear_setgid) {
+  auto parsed = ParseAcl(xattr);
+  if (!parsed.ok()) return parsed.status();
+  WriterLock lock(impl_->mu);
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  const std::string was_access = in->a.acl_access, was_default = in->a.acl_default;
+  if (is_default) {
+    if (in->a.type != FileType::kDirectory) {
+      if (parsed->empty()) return in->a;  // nothing to remove: as Linux
+      return Status::PermissionDenied("a default ACL is for directories only");
+    }
+    in->a.acl_default = parsed->empty() ? std::string() : EncodeAcl(*parsed);
+  } else if (parsed->empty()) {
+    in->a.acl_access.clear();  // the mode stays (as Linux)
+  } else {
+    const bool keep = AclBeyondMode(*parsed, &in->a.mode);
+    in->a.acl_access = keep ? EncodeAcl(*parsed) : std::string();
+    if (clear_setgid) in->a.mode &= ~02000u;
+  }
+  if (parsed->empty() && in->a.acl_access == was_access && in->a.acl_default == was_default) {
+    return in->a;  // removing what is not there: nothing changes
+  }
+  Impl::Txn t;
+  Impl::Touch(*in, false);
+  impl_->PutInode(t, vol, *in);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
+  return in->a;
+}
+
 Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::string& name) {
   ReaderLock lock(impl_->mu);
-  NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (const int acl = AclName(name)) {
+    const std::string& v = acl == 1 ? in->a.acl_access : in->a.acl_default;
+    if (v.empty()) return Status::NotFound("no attribute " + name);
+    return v;
+  }
   auto v = impl_->store->Get(XattrKey(vol, ino, name));
   if (!v.ok()) {
     return v.status().code() == Code::kNotFound ? Status::NotFound("no attribute " + name)
@@ -434,6 +493,7 @@ Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::stri
 Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, const std::string& value, int flags) {
   if (name.empty() || name.size() > kXattrNameMax) return Status::InvalidArgument("attribute name 1-255 bytes");
   if (value.size() > kXattrValueMax) return Status::NoSpace("attribute value larger than 64 KiB");
+  if (const int acl = AclName(name)) return SetAcl(vol, ino, acl == 2, value, false).status();
   WriterLock lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
@@ -453,8 +513,11 @@ Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, con
 
 Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
   ReaderLock lock(impl_->mu);
-  NASGW_RETURN_IF_ERROR(impl_->LoadInode(vol, ino).status());
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
   std::vector<std::string> out;
+  if (!in->a.acl_access.empty()) out.emplace_back(kAclAccessXattr);
+  if (!in->a.acl_default.empty()) out.emplace_back(kAclDefaultXattr);
   std::string p = Prefix('X', vol, ino);
   NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view) {
     out.emplace_back(k.substr(p.size()));
@@ -464,6 +527,7 @@ Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
 }
 
 Status Domain::RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name) {
+  if (const int acl = AclName(name)) return SetAcl(vol, ino, acl == 2, {}, false).status();
   WriterLock lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();

@@ -396,6 +396,7 @@ std::string EncodeRequest(const Request& r) {
       e.Str16(r.name2);
       e.U32(r.flags);
       e.U64(r.open_id);
+      if (r.flags & kCreateUmask) e.U32(r.count);
       break;
     case Op::kLink:
       PutHandle(e, r.h);
@@ -554,14 +555,17 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.name2 = d.Str16();
       r.flags = d.U32();
       r.open_id = d.U64();
+      if (r.flags & kCreateUmask) r.count = d.U32();
       if (!d.ok()) break;
       CheckName(r, r.name, "name");
       if (!TypeOk(t)) {
         s = Bad("unknown file type");
       } else if (r.mode > 07777) {
         s = Bad("mode beyond 07777");
-      } else if (!(s = CheckFlags(r.flags, kCreateOpen | kCreateUnchecked)).ok()) {
+      } else if (!(s = CheckFlags(r.flags, kCreateOpen | kCreateUnchecked | kCreateUmask)).ok()) {
         break;
+      } else if (r.count > 0777) {
+        s = Bad("umask beyond 0777");
       } else if (r.type == FileType::kSymlink &&
                  (r.name2.empty() || r.name2.size() > kSymlinkMax || r.name2.find('\0') != std::string::npos)) {
         s = Bad("symlink target must be 1..4095 bytes without NUL");

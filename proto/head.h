@@ -221,6 +221,10 @@ constexpr uint32_t kSetMode = 1, kSetUid = 2, kSetGid = 4, kSetSize = 8, kSetAti
 // Create flags.
 constexpr uint32_t kCreateOpen = 1;       // also open the new file for this session
 constexpr uint32_t kCreateUnchecked = 2;  // an existing regular file is not an error (NFS UNCHECKED)
+// The mode is not yet narrowed by the caller's umask, which travels too (in
+// `count`, after the other fields): nasgwd applies it unless the directory
+// has a default ACL (Linux's rule for file systems with POSIX ACLs).
+constexpr uint32_t kCreateUmask = 4;
 // Rename flags.
 constexpr uint32_t kRenameNoReplace = 1;
 constexpr uint32_t kRenameExchange = 2;  // both names exist and trade their files

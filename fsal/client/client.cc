@@ -1201,7 +1201,8 @@ int nasgw_create(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir,
         r.mode = mode & 07777;
         r.offset = rdev;
         r.name2 = symlink != nullptr ? symlink : "";
-        r.flags = flags;
+        r.flags = flags & 0xffffu;
+        if (flags & proto::kCreateUmask) r.count = (flags >> 16) & 0777u;
         r.open_id = open_id;
       },
       &a);

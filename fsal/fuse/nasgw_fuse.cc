@@ -57,6 +57,7 @@ struct Mount {
   uint32_t vol = 0;
   double timeout = 1.0;    // seconds the kernel may cache names and attributes
   bool writeback = false;  // the kernel's write-back cache (Init)
+  bool posix_acl = false;  // the kernel checks and caches POSIX ACLs (Init)
   // The handle of every node the kernel holds, with the kernel's lookup count.
   // Writes answered unstable since the last fsync (see Durability above).
   struct Unstable {
@@ -367,7 +368,10 @@ void MakeAny(fuse_req_t req, fuse_ino_t parent, const char* name, uint32_t type,
   HANDLE_OR_STALE(req, parent, d);
   nasgw_attr a{};
   const mode_t umask = type == NASGW_TYPE_LNK ? 0 : fuse_req_ctx(req)->umask;
-  int rc = nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777 & ~umask, rdev, link, flags, &a);
+  int rc = M(req)->posix_acl ? nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777, rdev, link,
+                                            flags | NASGW_CREATE_UMASK(umask), &a)
+                             : nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777 & ~umask, rdev, link,
+                                            flags, &a);
   if (fi == nullptr || rc != 0) return ReplyEntry(req, rc, a);
   Remember(M(req), a);
   fuse_entry_param e = Entry(req, a);
@@ -715,6 +719,14 @@ void Init(void* userdata, fuse_conn_info* conn) {
   Mount* m = static_cast<Mount*>(userdata);
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+  // POSIX ACLs: the kernel reads them (GETXATTR system.posix_acl_*), caches
+  // them and checks with them (default_permissions); it no longer applies
+  // the umask, which creates send to nasgwd (NASGW_CREATE_UMASK) to apply
+  // when the directory has no default ACL.
+  if (conn->capable & FUSE_CAP_POSIX_ACL) {
+    conn->want |= FUSE_CAP_POSIX_ACL;
+    m->posix_acl = true;
+  }
   if (m->writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) {
     conn->want |= FUSE_CAP_WRITEBACK_CACHE;
   } else {
