@@ -31,6 +31,8 @@ PACKAGES=(
   libcap-dev libblkid-dev uuid-dev libacl1-dev libwbclient-dev
   # benchmark peer file system and chart; nfs-rs (PyPI) for NFSv4 tests
   xfsprogs python3-matplotlib python3-venv python3-pip
+  # setfacl and getfacl: the POSIX ACL suite (fuse_lab.py acl)
+  acl
 )
 
 missing=()

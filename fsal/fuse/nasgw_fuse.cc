@@ -723,8 +723,8 @@ void Init(void* userdata, fuse_conn_info* conn) {
   // them and checks with them (default_permissions); it no longer applies
   // the umask, which creates send to nasgwd (NASGW_CREATE_UMASK) to apply
   // when the directory has no default ACL.
-  if (conn->capable & FUSE_CAP_POSIX_ACL) {
-    conn->want |= FUSE_CAP_POSIX_ACL;
+  if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK)) {
+    conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
     m->posix_acl = true;
   }
   if (m->writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) {

@@ -7,6 +7,7 @@ file-system suites (the model-checking exerciser, crash rounds, stress-ng).
   fuse_lab.py stress --fuse BIN [--seconds 2]
   fuse_lab.py enospc --fuse BIN
   fuse_lab.py semantics --fuse BIN
+  fuse_lab.py acl    --fuse BIN   (POSIX ACLs, compared with XFS in the same run)
   fuse_lab.py remount STATE      (used by nasgw-fsx --remount-cmd)
 
 Each command starts its own lab (tests/lab/sanlab, owner = this process),
@@ -909,6 +910,297 @@ def cmd_semantics(a):
     return passed, failed
 
 
+ACL_TAGS = {("u", False): 1, ("u", True): 2, ("g", False): 4, ("g", True): 8, ("m", False): 0x10,
+            ("o", False): 0x20}
+
+
+def acl_xattr(text):
+    """"u::rw-,u:2000:r--,g::r--,m::r--,o::---" in Linux's xattr form
+    (system.posix_acl_*), entries in the kernel's order."""
+    import struct
+    entries = []
+    for part in text.split(","):
+        kind, who, perm = part.split(":")
+        bits = sum(b for c, b in zip(perm, (4, 2, 1)) if c != "-")
+        entries.append((ACL_TAGS[(kind, bool(who))], bits, int(who) if who else 0xffffffff))
+    entries.sort(key=lambda e: (e[0], e[2]))
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+def as_user(uid, gid, groups, fn, umask=0o022):
+    """fn() in a child process with these credentials; its result as text,
+    or the errno's name when it raised OSError."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            os.umask(umask)
+            try:
+                out = "ok" if (v := fn()) is None else str(v)
+            except OSError as e:
+                out = errno_name(e.errno)
+            os.write(w, out.encode())
+        except BaseException:  # noqa: B036 -- the child must never return into the parent's code
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        return "child failed (%d)" % status
+    return b"".join(chunks).decode()
+
+
+def errno_name(e):
+    import errno
+    return errno.errorcode.get(e, str(e))
+
+
+def acl_scenario(top, remount):
+    """POSIX ACL behaviours, as observations ("what: seen") that hold no
+    inode numbers or times, so that the same run on XFS and on nasgw gives
+    the same lines: access ACLs (named users and groups, the mask, mode
+    sync, chmod), who may set them, default ACLs and their inheritance
+    (mode narrowed by the ACL instead of the umask, a new directory takes
+    the default), setgid with ACLs (kept or cleared by the caller's
+    groups, setgid directories), removal, and all of it after a remount."""
+    out = []
+
+    def rec(what, seen):
+        out.append("%s: %s" % (what, seen))
+
+    def st(p):
+        try:
+            s = os.lstat(p)
+        except OSError as e:
+            return errno_name(e.errno)
+        return "%04o %d:%d" % (stat.S_IMODE(s.st_mode), s.st_uid, s.st_gid)
+
+    def facl(p):
+        r = subprocess.run(["getfacl", "-n", "--omit-header", p], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+        if r.returncode != 0:
+            return "getfacl failed: %s" % r.stderr.strip().rsplit(": ", 1)[-1]
+        return "|".join(line for line in r.stdout.splitlines() if line)
+
+    def setfacl(*args):
+        subprocess.run(["setfacl"] + list(args), check=True)
+
+    def create(p, mode=0o666):
+        return lambda: os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode))
+
+    def setx(p, name, text):
+        return lambda: os.setxattr(p, "system.posix_acl_" + name, acl_xattr(text))
+
+    def read(p):
+        def f():
+            with open(p, "rb") as fh:
+                return fh.read().decode()
+        return f
+
+    def run(p):
+        return lambda: subprocess.run([p], stdout=subprocess.PIPE, check=True).stdout.decode().strip()
+
+    def access(p):
+        return lambda: "".join(c if os.access(p, m) else "-" for c, m in (("r", os.R_OK), ("w", os.W_OK),
+                                                                           ("x", os.X_OK)))
+
+    J = lambda *a: os.path.join(top, *a)  # noqa: E731
+    # An access ACL on a directory: named user and group, the mask, the mode.
+    os.mkdir(J("d"), 0o750)
+    os.chown(J("d"), 1000, 100)
+    setfacl("-m", "u:2000:rwx,g:3000:rx", J("d"))
+    rec("d after setfacl", st(J("d")))
+    rec("d's ACL", facl(J("d")))
+    rec("2000 creates in d", as_user(2000, 2000, [], create(J("d", "by2000"))))
+    rec("2001 of group 3000 lists d", as_user(2001, 2001, [3000], lambda: sorted(os.listdir(J("d")))))
+    rec("2001 of group 3000 creates in d", as_user(2001, 2001, [3000], create(J("d", "by2001"))))
+    rec("2002 lists d", as_user(2002, 2002, [], lambda: os.listdir(J("d"))))
+    os.chmod(J("d"), 0o750)
+    rec("d after chmod 0750", st(J("d")))
+    rec("d's ACL after chmod (the mask follows)", facl(J("d")))
+    rec("2000 creates in d after chmod", as_user(2000, 2000, [], create(J("d", "by2000b"))))
+    # An access ACL on a file.
+    with open(J("d", "f"), "w") as fh:
+        fh.write("data")
+    os.chown(J("d", "f"), 1000, 100)
+    os.chmod(J("d", "f"), 0o600)
+    setfacl("-m", "u:2000:rw,m::r", J("d", "f"))
+    rec("f after setfacl", st(J("d", "f")))
+    rec("f's ACL", facl(J("d", "f")))
+    rec("2000 reads f", as_user(2000, 2000, [], read(J("d", "f"))))
+    rec("2000 opens f to write (masked)", as_user(2000, 2000, [], lambda: os.close(os.open(J("d", "f"),
+                                                                                       os.O_WRONLY))))
+    rec("2000's access(2) to f", as_user(2000, 2000, [], access(J("d", "f"))))
+    rec("2002 reads f", as_user(2002, 2002, [], read(J("d", "f"))))
+    with open(J("d", "x"), "w") as fh:
+        fh.write("#!/bin/sh\necho ran\n")
+    os.chown(J("d", "x"), 1000, 100)
+    os.chmod(J("d", "x"), 0o700)
+    setfacl("-m", "g:3000:rx", J("d", "x"))
+    rec("2001 of group 3000 runs x", as_user(2001, 2001, [3000], run(J("d", "x"))))
+    rec("2002 runs x", as_user(2002, 2002, [], run(J("d", "x"))))
+    # Who sets ACLs: the owner (or root), not another user; a default ACL
+    # is for directories.
+    rec("2000 sets f's ACL", as_user(2000, 2000, [], setx(J("d", "f"), "access", "u::rw-,g::---,o::r--")))
+    rec("the owner sets f's ACL", as_user(1000, 100, [], setx(J("d", "f"), "access",
+                                                              "u::rw-,u:2000:r--,g::---,m::r--,o::---")))
+    rec("f after the owner's ACL", st(J("d", "f")))
+    rec("f's ACL from the owner", facl(J("d", "f")))
+    rec("a default ACL on a file", as_user(1000, 100, [], setx(J("d", "f"), "default", "u::rwx,g::r-x,o::---")))
+    rec("an ACL of the base entries only", as_user(1000, 100, [], setx(J("d", "f"), "access",
+                                                                       "u::rw-,g::r--,o::r--")))
+    rec("f after a base-only ACL", st(J("d", "f")) + " " + facl(J("d", "f")))
+    rec("an ACL without its others entry", as_user(1000, 100, [], lambda: os.setxattr(
+        J("d", "f"), "system.posix_acl_access", acl_xattr("u::rw-,g::r--")[:-8])))
+    # setgid: an ACL set by an owner outside the file's group clears it.
+    for name, groups in (("g-outside", []), ("g-inside", [100])):
+        p = J("d", name)
+        open(p, "w").close()
+        os.chown(p, 1000, 100)
+        os.chmod(p, 0o2770)
+        rec("%s: the owner (groups %s) sets an ACL" % (name, groups),
+            as_user(1000, 1000, groups, setx(p, "access", "u::rwx,u:2000:r--,g::rwx,m::rwx,o::---")))
+        rec("%s after" % name, st(p))
+    # Default ACLs: inheritance in a setgid directory.
+    os.mkdir(J("s"))
+    os.chown(J("s"), 1000, 100)
+    os.chmod(J("s"), 0o2775)
+    setfacl("-m", "u:2000:rwx", J("s"))
+    setfacl("-d", "-m", "u:2000:rwx,g::rx,o::-", J("s"))
+    rec("s's ACLs", facl(J("s")))
+    rec("root, umask 077, makes f1 0666", as_user(0, 0, [], create(J("s", "f1")), umask=0o077))
+    rec("root, umask 077, makes d1 0777", as_user(0, 0, [], lambda: os.mkdir(J("s", "d1"), 0o777), umask=0o077))
+    rec("root makes d3 0700", as_user(0, 0, [], lambda: os.mkdir(J("s", "d3"), 0o700)))
+    rec("root makes fifo p1 0666", as_user(0, 0, [], lambda: os.mkfifo(J("s", "p1"), 0o666), umask=0o077))
+    rec("root makes symlink l1", as_user(0, 0, [], lambda: os.symlink("f1", J("s", "l1"))))
+    rec("2000 (not in group 100) makes f2 02777", as_user(2000, 2000, [], create(J("s", "f2"), 0o2777)))
+    rec("2000 makes d2 0755", as_user(2000, 2000, [], lambda: os.mkdir(J("s", "d2"), 0o755)))
+    rec("1000 (group 100) makes f3 02755", as_user(1000, 100, [], create(J("s", "f3"), 0o2755)))
+    for n in ("f1", "d1", "d3", "p1", "l1", "f2", "d2", "f3"):
+        rec("s/%s" % n, st(J("s", n)))
+        if n != "l1":
+            rec("s/%s's ACLs" % n, facl(J("s", n)))
+    rec("d1's own child inherits", as_user(0, 0, [], create(J("s", "d1", "g1")), umask=0o077))
+    rec("s/d1/g1", st(J("s", "d1", "g1")) + " " + facl(J("s", "d1", "g1")))
+    # Without a default ACL the umask applies.
+    rec("root, umask 027, makes u1 0666", as_user(0, 0, [], create(J("u1")), umask=0o027))
+    rec("root, umask 027, makes u2 0777", as_user(0, 0, [], lambda: os.mkdir(J("u2"), 0o777), umask=0o027))
+    rec("u1 u2", st(J("u1")) + " " + st(J("u2")) + " " + facl(J("u1")))
+    # chmod keeps named entries; removing the ACL keeps the mode.
+    os.chmod(J("s", "f1"), 0o640)
+    rec("s/f1 after chmod 0640", st(J("s", "f1")) + " " + facl(J("s", "f1")))
+    setfacl("-b", J("s", "f1"))
+    rec("s/f1 after setfacl -b", st(J("s", "f1")) + " " + facl(J("s", "f1")))
+    rec("removing an ACL that is not there", as_user(0, 0, [], lambda: os.removexattr(
+        J("u1"), "system.posix_acl_access")))
+    setfacl("-k", J("s"))
+    rec("s after setfacl -k", facl(J("s")))
+    rec("root, umask 022, makes f4 in s", as_user(0, 0, [], create(J("s", "f4"))))
+    rec("s/f4", st(J("s", "f4")) + " " + facl(J("s", "f4")))
+    # (XFS shows root its own copy of the ACL, trusted.SGI_ACL_FILE: not a rule to follow.)
+    rec("listxattr of d", sorted(n for n in os.listxattr(J("d")) if not n.startswith("trusted.SGI_")))
+    remount()
+    for p in ("d", "d/f", "s", "s/d1", "s/f2", "s/d2"):
+        rec("after a remount: %s" % p, st(J(p)) + " " + facl(J(p)))
+    rec("after a remount: 2000 reads d/f", as_user(2000, 2000, [], read(J("d", "f"))))
+    return out
+
+
+class XfsLoop:
+    """XFS on a loop device, at fixed paths so that a run that crashed is
+    cleaned by the next: the peer file system a suite compares with."""
+    IMG = "/var/tmp/nasgw-fuse-lab-xfs.img"
+    MNT = "/tmp/nasgw-fuse-lab-xfs"
+
+    def __init__(self, size=512 << 20):
+        self.clean()
+        with open(self.IMG, "wb") as f:
+            f.truncate(size)
+        self.dev = subprocess.run(["losetup", "--find", "--show", self.IMG], check=True, stdout=subprocess.PIPE,
+                                  text=True).stdout.strip()
+        subprocess.run(["mkfs.xfs", "-q", "-f", self.dev], check=True)
+        os.makedirs(self.MNT, exist_ok=True)
+        self.remount()
+
+    def remount(self):
+        if os.path.ismount(self.MNT):
+            subprocess.run(["umount", self.MNT], check=True)
+        subprocess.run(["mount", self.dev, self.MNT], check=True)
+
+    @classmethod
+    def clean(cls):
+        if os.path.ismount(cls.MNT):
+            subprocess.run(["umount", cls.MNT], check=False)
+        if os.path.exists(cls.IMG):
+            used = subprocess.run(["losetup", "-j", cls.IMG, "-O", "NAME", "-n"], stdout=subprocess.PIPE,
+                                  text=True).stdout.split()
+            for dev in used:
+                subprocess.run(["losetup", "-d", dev], check=False)
+            os.unlink(cls.IMG)
+        if os.path.isdir(cls.MNT):
+            os.rmdir(cls.MNT)
+
+
+def cmd_acl(a):
+    """POSIX ACLs through the mount, compared with XFS in the same run: the
+    same scenario (acl_scenario) on both must see the same thing, line for
+    line; a few lines are also checked against what Linux is known to do,
+    so that a scenario that tests nothing cannot pass."""
+    v = Node(bins(a), luns=2, size="512M", tag="fuseacl")
+    xfs = None
+    passed = failed = 0
+
+    def check(what, ok, detail=""):
+        nonlocal passed, failed
+        print("%s: %s%s" % ("ok" if ok else "FAILED", what, "" if ok else " (%s)" % (detail,)), flush=True)
+        passed += ok
+        failed += not ok
+
+    try:
+        v.start()
+        v.format()
+        v.mount(options=["--allow-other"])
+        xfs = XfsLoop()
+        theirs = acl_scenario(XfsLoop.MNT, xfs.remount)
+
+        def remount():
+            v.unmount()
+            v.mount(options=["--allow-other"])
+        ours = acl_scenario(v.mount_path, remount)
+        check("as many observations on both (%d, %d)" % (len(ours), len(theirs)), len(ours) == len(theirs))
+        for o, t in zip(ours, theirs):
+            check("as XFS: %s" % t, o == t, "nasgw: %s" % o)
+        known = dict(line.split(": ", 1) for line in theirs)
+        for what, want in (("2000 reads f", "data"), ("2000 opens f to write (masked)", "EACCES"),
+                           ("2000 sets f's ACL", "EPERM"), ("a default ACL on a file", "EACCES"),
+                           ("g-outside after", "0770 1000:100"), ("g-inside after", "2770 1000:100"),
+                           ("2001 of group 3000 runs x", "ran")):
+            check("XFS, as Linux does: %s is %s" % (what, want), known.get(what) == want, known.get(what))
+        v.unmount()
+        v.stop()
+        v.fsck()
+        check("fsck clean after the ACL scenario", True)
+    finally:
+        try:
+            v.close()
+        finally:
+            XfsLoop.clean()
+    return passed, failed
+
+
 def cmd_stress(a):
     v = Volume(a)
     passed = failed = 0
@@ -961,11 +1253,14 @@ def main():
     t.add_argument("--fuse", required=True)
     t.add_argument("--fsck")
     t.add_argument("--restarts", type=int, default=4)
+    x = sub.add_parser("acl")
+    x.add_argument("--fuse", required=True)
+    x.add_argument("--fsck")
     r = sub.add_parser("remount")
     r.add_argument("state")
     for p in (f, s):
         p.add_argument("--writeback-cache", action="store_true", help="mount with nasgw-fuse --writeback-cache")
-    for p in (f, c, s, e, t, m):
+    for p in (f, c, s, e, t, m, x):
         p.add_argument("--nasgwd", required=True)
         p.add_argument("--cli", required=True)
     a = ap.parse_args()
@@ -973,7 +1268,7 @@ def main():
         cmd_remount(a)
         return 0
     passed, failed = {"fsx": cmd_fsx, "crash": cmd_crash, "stress": cmd_stress, "enospc": cmd_enospc,
-                      "restart": cmd_restart, "semantics": cmd_semantics}[a.cmd](a)
+                      "restart": cmd_restart, "semantics": cmd_semantics, "acl": cmd_acl}[a.cmd](a)
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 and passed > 0 else 1
 
