@@ -68,6 +68,8 @@ proto::Attr ToWire(const fs::Attr& a) {
   out.ctime = ToWire(a.ctime);
   out.btime = ToWire(a.btime);
   out.change = a.change;
+  out.flags = static_cast<uint8_t>((a.acl_access.empty() ? 0 : proto::kAttrAclAccess) |
+                                   (a.acl_default.empty() ? 0 : proto::kAttrAclDefault));
   return out;
 }
 

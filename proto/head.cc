@@ -78,6 +78,7 @@ void PutAttr(Encoder& e, const Attr& a, const Mac& mac) {
   PutTime(e, a.ctime);
   PutTime(e, a.btime);
   e.U64(a.change);
+  e.U8(a.flags);
 }
 bool TypeOk(uint8_t t) {
   return t >= static_cast<uint8_t>(FileType::kRegular) && t <= 7;
@@ -102,7 +103,8 @@ Attr GetAttr(Decoder& d, Mac& mac, bool& ok) {
   a.ctime = GetTime(d);
   a.btime = GetTime(d);
   a.change = d.U64();
-  if (!TypeOk(t) || a.mode > 07777 || !TimeOk(a.atime) || !TimeOk(a.mtime) || !TimeOk(a.ctime) || !TimeOk(a.btime)) {
+  a.flags = d.U8();
+  if (!TypeOk(t) || a.mode > 07777 || (a.flags & ~(kAttrAclAccess | kAttrAclDefault)) || !TimeOk(a.atime) || !TimeOk(a.mtime) || !TimeOk(a.ctime) || !TimeOk(a.btime)) {
     ok = false;
   }
   return a;

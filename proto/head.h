@@ -64,7 +64,7 @@ constexpr uint32_t kMagic = 0x3150484E;  // "NHP1"
 // the MAC of their handle, MOUNT takes a path. 3: WRITE's stability level
 // and the write verifier (WRITE, FSYNC and HELLO replies)
 // (docs/head-protocol.md).
-constexpr uint16_t kVersion = 3;
+constexpr uint16_t kVersion = 4;
 constexpr size_t kHeaderBytes = 24;
 
 // Largest READ or WRITE (the bytes themselves), and the largest payload: a
@@ -130,7 +130,12 @@ struct Attr {
   uint64_t rdev = 0;
   Time atime, mtime, ctime, btime;
   uint64_t change = 0;  // bumps on every change (NFSv4 change attribute)
+  uint8_t flags = 0;    // kAttr* bits
 };
+// Attr flags: the object has a POSIX access ACL, a default ACL (read them
+// with GETXATTR system.posix_acl_access / _default). A head that maps ACLs
+// (FSAL_NASGW's NFSv4 ACLs) asks only for objects that have them.
+constexpr uint8_t kAttrAclAccess = 1, kAttrAclDefault = 2;
 
 // SETATTR's arguments: every field travels; `mask` (kSet* bits) says which
 // apply.

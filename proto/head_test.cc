@@ -57,7 +57,7 @@ TEST(HeadProtocol, HeaderRoundTripAndChecks) {
   EXPECT_NE(v.status().message().find("version 1"), std::string::npos);
   b[4] = 2;  // the version before WRITE's stability and the write verifier
   EXPECT_FALSE(DecodeHeader(b, false).ok());
-  EXPECT_EQ(kVersion, 3);
+  EXPECT_EQ(kVersion, 4);
 }
 
 TEST(HeadProtocol, EveryRequestRoundTrips) {
@@ -75,6 +75,23 @@ TEST(HeadProtocol, EveryRequestRoundTrips) {
   EXPECT_EQ(d.name2, "../target");
   EXPECT_EQ(d.type, FileType::kSymlink);
   EXPECT_EQ(d.reject, 0);
+
+  // A create whose mode the caller's umask has not narrowed carries it.
+  r = Base(Op::kCreate);
+  r.name = "f";
+  r.type = FileType::kRegular;
+  r.mode = 0666;
+  r.flags = kCreateUmask;
+  r.count = 027;
+  d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.reject, 0);
+  EXPECT_EQ(d.flags, kCreateUmask);
+  EXPECT_EQ(d.count, 027u);
+  r.count = 01000;  // beyond 0777: a protocol error
+  EXPECT_EQ(DecodeRequest(Op::kCreate, EncodeRequest(r)).status().code(), Code::kInvalidArgument);
+  r.flags = 0;  // without the flag no umask travels: what the decoder sees is 0
+  r.count = 027;
+  EXPECT_EQ(RoundTrip(r, &keep).count, 0u);
 
   r = Base(Op::kRename);
   r.name = "x";
@@ -166,7 +183,7 @@ TEST(HeadProtocol, HandlesCarrySnapshotScopeAndMac) {
   for (size_t i = 0; i < a.mac.size(); i++) a.mac[i] = static_cast<uint8_t>(i * 7);
   for (Op op : {Op::kLookup, Op::kGetAttr, Op::kGetInode, Op::kSetAttr, Op::kCreate, Op::kLink, Op::kOpen}) {
     const std::string b = EncodeReply(op, a);
-    EXPECT_EQ(b.size(), 133u) << OpName(op);
+    EXPECT_EQ(b.size(), 134u) << OpName(op);
     auto got = DecodeReply(op, b);
     ASSERT_TRUE(got.ok()) << OpName(op);
     EXPECT_EQ(got->mac, a.mac);
@@ -330,7 +347,14 @@ TEST(HeadProtocol, RepliesRoundTrip) {
   EXPECT_EQ(w->stable, kFileSync);
   EXPECT_EQ(w->verifier, 0x0123456789abcdefull);
   EXPECT_EQ(w->attr.mtime, (Time{5, 6}));
-  EXPECT_EQ(EncodeReply(Op::kWrite, a).size(), 4 + 1 + 8 + 133u);
+  EXPECT_EQ(EncodeReply(Op::kWrite, a).size(), 4 + 1 + 8 + 134u);
+  a.attr.flags = kAttrAclAccess | kAttrAclDefault;  // the ACL flags travel
+  auto fl = DecodeReply(Op::kGetAttr, EncodeReply(Op::kGetAttr, a));
+  ASSERT_TRUE(fl.ok());
+  EXPECT_EQ(fl->attr.flags, kAttrAclAccess | kAttrAclDefault);
+  a.attr.flags = 4;  // an unknown flag
+  EXPECT_FALSE(DecodeReply(Op::kGetAttr, EncodeReply(Op::kGetAttr, a)).ok());
+  a.attr.flags = 0;
   a.attr.type = FileType::kNone;  // not a valid type
   EXPECT_FALSE(DecodeReply(Op::kGetAttr, EncodeReply(Op::kGetAttr, a)).ok());
 

@@ -886,6 +886,7 @@ void ToC(uint32_t vol, uint64_t scope, const proto::Attr& a, const proto::Mac& m
   out->blocks = a.blocks;
   out->rdev = a.rdev;
   out->change = a.change;
+  out->flags = a.flags;
   out->atime = T(a.atime);
   out->mtime = T(a.mtime);
   out->ctime = T(a.ctime);

@@ -88,7 +88,12 @@ typedef struct nasgw_attr {
   uint64_t size, blocks /* 512-byte units */, rdev;
   uint64_t change; /* bumps on every change (NFSv4 change attribute) */
   nasgw_time atime, mtime, ctime, btime;
+  uint32_t flags; /* NASGW_ATTR_* */
 } nasgw_attr;
+/* The object has a POSIX access ACL, a default ACL: nasgw_getxattr of
+ * system.posix_acl_access, system.posix_acl_default reads them. */
+#define NASGW_ATTR_ACL_ACCESS 1u
+#define NASGW_ATTR_ACL_DEFAULT 2u
 
 typedef struct nasgw_cred {
   uint32_t uid, gid;

@@ -330,6 +330,26 @@ static bool take_post(struct nasgw_fsal_obj *o, nasgw_attr *a)
 	return got;
 }
 
+/* The NFSv4 ACL, when asked for and the object has POSIX ACLs. */
+static fsal_status_t acl_attrs(const nasgw_attr *a, struct fsal_attrlist *out)
+{
+	nasgw_client *c;
+	nasgw_cred cr;
+	int rc;
+
+	if (!(out->request_mask & ATTR_ACL) ||
+	    !(a->flags & (NASGW_ATTR_ACL_ACCESS | NASGW_ATTR_ACL_DEFAULT)))
+		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	c = nasgw_get_client();
+	if (c == NULL)
+		return nasgw_status(-ENOTCONN);
+	nasgw_creds(&cr);
+	rc = nasgw_acl_get(c, &cr, a, out);
+	if (rc != 0 && (out->request_mask & ATTR_RDATTR_ERR))
+		out->valid_mask = ATTR_RDATTR_ERR;
+	return nasgw_status(rc);
+}
+
 static fsal_status_t op_getattrs(struct fsal_obj_handle *obj_hdl,
 				    struct fsal_attrlist *attrs_out)
 {
@@ -342,7 +362,7 @@ static fsal_status_t op_getattrs(struct fsal_obj_handle *obj_hdl,
 	/* Right after a write: its reply's attributes, not a second call. */
 	if (take_post(o, &a)) {
 		nasgw_to_attrs(&a, attrs_out);
-		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+		return acl_attrs(&a, attrs_out);
 	}
 	c = nasgw_get_client();
 	if (c == NULL) {
@@ -361,7 +381,7 @@ static fsal_status_t op_getattrs(struct fsal_obj_handle *obj_hdl,
 	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
 	saw_attrs(o, &a, false);
 	nasgw_to_attrs(&a, attrs_out);
-	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	return acl_attrs(&a, attrs_out);
 }
 
 static fsal_status_t op_setattr2(struct fsal_obj_handle *obj_hdl,
@@ -421,15 +441,24 @@ static fsal_status_t op_setattr2(struct fsal_obj_handle *obj_hdl,
 		s.mtime.sec = in->mtime.tv_sec;
 		s.mtime.nsec = (uint32_t)in->mtime.tv_nsec;
 	}
-	if (s.mask == 0)
-		return fsalstat(ERR_FSAL_NO_ERROR, 0);
 	nasgw_creds(&cr);
-	rc = nasgw_setattr(c, &cr, &o->h, &s, &a);
-	if (rc == 0)
-		saw_attrs(o, &a, false);	/* a write before it is older */
-	else
-		attrs_changed(o);	/* it may have happened */
-	return nasgw_status(rc);
+	if (s.mask != 0) {
+		rc = nasgw_setattr(c, &cr, &o->h, &s, &a);
+		if (rc == 0) {
+			saw_attrs(o, &a, false);	/* a write before it is older */
+		} else {
+			attrs_changed(o);	/* it may have happened */
+			return nasgw_status(rc);
+		}
+	}
+	/* An NFSv4 ACL, after the mode (as knfsd: the ACL's mode wins). */
+	if (in->valid_mask & ATTR_ACL) {
+		rc = nasgw_acl_set(c, &cr, &o->h, obj_hdl->type == DIRECTORY,
+				   in->acl);
+		attrs_changed(o);	/* the mode follows the ACL */
+		return nasgw_status(rc);
+	}
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
 }
 
 static fsal_status_t op_link(struct fsal_obj_handle *obj_hdl,

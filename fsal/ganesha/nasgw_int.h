@@ -114,6 +114,13 @@ nasgw_client *nasgw_get_client(void);
 void nasgw_creds(nasgw_cred *cr);
 fsal_status_t nasgw_status(int rc);
 void nasgw_to_attrs(const nasgw_attr *a, struct fsal_attrlist *out);
+/* NFSv4 ACLs (nasgw_acl.c): attrs->acl from the object's POSIX ACLs (none
+ * when it has none); an NFSv4 ACL set as the object's access ACL (and a
+ * directory's default ACL). Negative errno on failure. */
+int nasgw_acl_get(nasgw_client *c, const nasgw_cred *cr, const nasgw_attr *a,
+		  struct fsal_attrlist *attrs);
+int nasgw_acl_set(nasgw_client *c, const nasgw_cred *cr, const nasgw_handle *h,
+		  bool is_dir, fsal_acl_t *nfs4);
 struct nasgw_fsal_obj *nasgw_alloc_obj(struct fsal_export *exp, const nasgw_attr *a);
 void nasgw_encode_wire(const nasgw_handle *h, uint8_t out[NASGW_WIRE_LEN]);
 /* A wire handle presented through export `exp`: ERR_FSAL_BADHANDLE when it is

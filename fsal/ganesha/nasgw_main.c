@@ -39,10 +39,10 @@ struct nasgw_fsal_module NASGW = {
 			.lock_support_async_block = false,
 			.named_attr = false,
 			.unique_handles = true,
-			.acl_support = 0,
+			.acl_support = FSAL_ACLSUPPORT_ALLOW | FSAL_ACLSUPPORT_DENY,
 			.cansettime = true,
 			.homogenous = true,
-			.supported_attrs = ATTRS_POSIX,
+			.supported_attrs = ATTRS_POSIX | ATTR_ACL,
 			.maxread = NASGW_IO_MAX,
 			.maxwrite = NASGW_IO_MAX,
 			.umask = 0,
@@ -316,7 +316,7 @@ void nasgw_to_attrs(const nasgw_attr *a, struct fsal_attrlist *out)
 	out->change = a->change;
 	out->generation = a->handle.gen;
 	out->valid_mask = ATTRS_POSIX | ATTR_CREATION | ATTR_GENERATION;
-	out->supported = ATTRS_POSIX | ATTR_CREATION | ATTR_GENERATION;
+	out->supported = ATTRS_POSIX | ATTR_CREATION | ATTR_GENERATION | ATTR_ACL;
 }
 
 static void put_le(uint8_t *p, uint64_t v, int n)

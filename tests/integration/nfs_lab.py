@@ -44,6 +44,7 @@ operations, libnfs-utils (nfs-cp, nfs-ls, nfs-cat) for v3 data. Checks:
 """
 
 import argparse
+import errno
 import json
 import os
 import random
@@ -933,9 +934,112 @@ def test_listing(ctx):
           "listing: renames happened meanwhile (%s)" % line.strip())
 
 
+ACL = """
+c = connect('/vol1', ARGS['version'])
+u = connect('/vol1', ARGS['version'], uid=1000, gid=1000)
+w = connect('/vol1', ARGS['version'], uid=1001, gid=1001)
+d = ARGS['dir']
+v = ARGS['version'].replace('.', '')
+def read(cl, p):
+    with cl.open(p, 'rb') as f:
+        return f.read().decode()
+def mk(cl, p):
+    with cl.open(p, 'wb') as f:
+        f.write(b'x')
+r = {}
+r['named_read'] = err(lambda: read(u, d + '/f')) or read(u, d + '/f')
+def write(cl, p):
+    with cl.open(p, 'r+b') as f:
+        f.write_at(b'X', 0)
+r['named_write'] = err(lambda: write(u, d + '/f'))
+r['other_read'] = err(lambda: read(w, d + '/f'))
+r['named_creates'] = err(lambda: mk(u, d + '/sub/by1000-v' + v))
+r['other_creates'] = err(lambda: mk(w, d + '/sub/by1001-v' + v))
+r['named_lists'] = sorted(u.listdir(d + '/sub'))
+mk(c, d + '/inh/new-v' + v)
+c.mkdir(d + '/inh/dir-v' + v, 0o777)
+r['inherited_mode'] = [c.stat(d + '/inh/new-v' + v).mode & 0o7777, c.stat(d + '/inh/dir-v' + v).mode & 0o7777]
+c.chmod(d + '/g', 0o640)
+out(r)
+"""
+
+
+def test_acl(ctx):
+    """POSIX ACLs set through the FUSE head hold for NFSv3 and NFSv4.1
+    clients: a named user reads what its entry grants and not what the
+    mask takes away, another user nothing; a named user may create in a
+    directory its entry lets it write; objects created over NFS in a
+    directory with a default ACL inherit it (mode narrowed by it); a chmod
+    over NFS moves the ACL's mask. getfacl on the FUSE mount is the judge."""
+    lab, node = ctx["lab"], ctx["node"]
+    c1 = lab.client(1)
+    node.mount()
+    try:
+        top = os.path.join(node.mount_path, "acl")
+        os.mkdir(top, 0o755)
+
+        def sh(*cmd):
+            return subprocess.run(list(cmd), check=True, stdout=subprocess.PIPE, text=True).stdout
+
+        def facl(p):
+            return "|".join(line for line in sh("getfacl", "-n", "--omit-header", p).splitlines() if line)
+
+        with open(os.path.join(top, "f"), "w") as f:
+            f.write("secret")
+        os.chmod(os.path.join(top, "f"), 0o600)
+        sh("setfacl", "-m", "u:1000:rw,m::r", os.path.join(top, "f"))
+        with open(os.path.join(top, "g"), "w") as f:
+            f.write("g")
+        sh("setfacl", "-m", "u:1000:rwx", os.path.join(top, "g"))
+        os.mkdir(os.path.join(top, "sub"), 0o755)
+        sh("setfacl", "-m", "u:1000:rwx", os.path.join(top, "sub"))
+        os.mkdir(os.path.join(top, "inh"), 0o755)
+        sh("setfacl", "-d", "-m", "u:1000:rwx,g::r-x,o::---", os.path.join(top, "inh"))
+        for version in ("3", "4.1"):
+            r = py(c1, lab, ACL, {"version": version, "dir": "acl"})[0]
+            v = version.replace(".", "")
+            check(r["named_read"] == "secret", "v%s: uid 1000 reads a 0600 file its ACL entry lets it (%s)" %
+                  (version, r["named_read"]))
+            check(r["named_write"] == errno.EACCES, "v%s: ...but may not open it to write: the mask is r-- (%s)" %
+                  (version, r["named_write"]))
+            check(r["other_read"] == errno.EACCES, "v%s: uid 1001, not named, may not read it (%s)" %
+                  (version, r["other_read"]))
+            check(r["named_creates"] == 0, "v%s: uid 1000 creates in a 0755 directory its entry lets it write (%s)" %
+                  (version, r["named_creates"]))
+            check(r["other_creates"] == errno.EACCES, "v%s: uid 1001 may not (%s)" % (version, r["other_creates"]))
+            check("by1000-v" + v in r["named_lists"], "v%s: uid 1000 lists the directory (%s)" %
+                  (version, r["named_lists"]))
+            node.unmount()  # past the kernel's ACL cache of the FUSE mount
+            node.mount()
+            # nfs-rs creates with mode 0666 (files) and 0777 (directories);
+            # over v4.1 it sets the mode again after the create, a chmod
+            # that the ACL's owner, mask and others entries take (as
+            # knfsd would): there, only the inheritance itself is checked.
+            got = facl(os.path.join(top, "inh", "new-v" + v))
+            dgot = facl(os.path.join(top, "inh", "dir-v" + v))
+            if version == "3":
+                check(got == "user::rw-|user:1000:rwx\t#effective:rw-|group::r-x\t#effective:r--|mask::rw-|"
+                      "other::---", "v3: a file created with mode 0666 inherits the default ACL, narrowed (%s)" % got)
+                check(dgot.startswith("user::rwx|user:1000:rwx|group::r-x|mask::rwx|other::---|default:user::rwx|"),
+                      "v3: a directory created with mode 0777 inherits it, and as its default (%s)" % dgot)
+                check(r["inherited_mode"] == [0o660, 0o770], "v3: their modes come from the ACL (%s)" %
+                      ["%o" % m for m in r["inherited_mode"]])
+            else:
+                check("user:1000:rwx" in got, "v%s: a file created over NFS inherits the default ACL (%s)" %
+                      (version, got))
+                check("user:1000:rwx" in dgot and "default:user:1000:rwx" in dgot and "default:other::---" in dgot,
+                      "v%s: a directory created over NFS inherits it, and as its default (%s)" % (version, dgot))
+            got = facl(os.path.join(top, "g"))
+            check("mask::r--" in got and "user:1000:rwx\t#effective:r--" in got,
+                  "v%s: chmod 0640 over NFS moves the ACL's mask (%s)" % (version, got))
+            sh("setfacl", "-m", "m::rwx", os.path.join(top, "g"))
+    finally:
+        node.unmount()
+
+
 TESTS = [("namespace", test_namespace), ("data", test_data), ("exports", test_exports),
          ("restart", test_restart), ("handles", test_handles), ("verifier", test_verifier),
-         ("setuid", test_setuid), ("orphans", test_orphans), ("listing", test_listing)]
+         ("setuid", test_setuid), ("orphans", test_orphans), ("acl", test_acl), ("listing", test_listing)]
 
 
 def main():
@@ -949,7 +1053,8 @@ def main():
                     help="entries of the directory the listing test lists during renames")
     a = ap.parse_args()
     b = os.path.abspath(a.build)
-    bins = {"nasgwd": b + "/daemon/nasgwd", "cli": b + "/cli/nasgw", "fsck": b + "/fs/nasgw-fsck"}
+    bins = {"nasgwd": b + "/daemon/nasgwd", "cli": b + "/cli/nasgw", "fsck": b + "/fs/nasgw-fsck",
+            "fuse": b + "/fsal/fuse/nasgw-fuse"}
     fsal = b + "/fsal/ganesha/libfsalnasgw.so"
     if not os.path.exists(fsal):
         print("FAIL: %s is not built (deploy/ganesha-headers.sh, then reconfigure)" % fsal)
