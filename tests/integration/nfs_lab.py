@@ -1033,6 +1033,44 @@ def test_acl(ctx):
             check("mask::r--" in got and "user:1000:rwx\t#effective:r--" in got,
                   "v%s: chmod 0640 over NFS moves the ACL's mask (%s)" % (version, got))
             sh("setfacl", "-m", "m::rwx", os.path.join(top, "g"))
+
+        # The NFSv4 ACL attribute (Ganesha's mapping, as knfsd's): the POSIX
+        # ACL as ACEs; a file without one has none; ACEs set over NFSv4
+        # become the POSIX ACL the FUSE head sees, and are enforced.
+        tool = ctx["fh_tool"]
+
+        def fh_of(path):
+            return c1.run([tool, "--url", c1.url("/vol1/" + path, "4"), "get"]).stdout.split()[-1]
+
+        def nfs4(cmd, path, *aces):
+            out = c1.run([tool, "--url", c1.url("/vol1", "4"), cmd, fh_of(path)] + list(aces)).stdout.splitlines()
+            status = int(out[0].split()[1])
+            return status, [tuple(line.split(None, 4)[1:]) for line in out[1:] if line.startswith("ace ")]
+
+        st, aces = nfs4("getacl", "acl/f")
+        named = [a for a in aces if a[3].split("@")[0] == "1000"]
+        check(st == 0 and any(a[0] == "0" and int(a[2], 16) & 1 for a in named),
+              "v4 GETATTR acl: uid 1000's read is an ALLOW ACE (%s, %s)" % (st, aces))
+        check(not any(a[0] == "0" and int(a[2], 16) & 2 for a in named),
+              "v4 GETATTR acl: ...and no ACE allows it to write, as the mask says (%s)" % (aces,))
+        with open(os.path.join(top, "plain"), "w") as f:
+            f.write("p")
+        st, aces = nfs4("getacl", "acl/plain")
+        check(st == 0 and aces == [], "v4 GETATTR acl of a file without a POSIX ACL: no ACEs (as FSAL_CEPH; %s, %s)" %
+              (st, aces))
+        with open(os.path.join(top, "n"), "w") as f:
+            f.write("n")
+        os.chmod(os.path.join(top, "n"), 0o600)
+        st, _ = nfs4("setacl", "acl/n", "0:0:7:OWNER@", "0:0:1:GROUP@", "0:0:1:1001", "0:0:0:EVERYONE@")
+        check(st == 0, "v4 SETATTR acl: OWNER@ rw, GROUP@ r, uid 1001 r, EVERYONE@ nothing (status %d)" % st)
+        node.unmount()
+        node.mount()
+        got = facl(os.path.join(top, "n"))
+        check("user:1001:r--" in got and "other::---" in got and "user::rw-" in got,
+              "...is the POSIX ACL the FUSE head sees (%s)" % got)
+        r = py(c1, lab, "w = connect('/vol1', '4.1', uid=1001, gid=1001)\n"
+                        "with w.open('acl/n', 'rb') as f:\n    out(f.read().decode())\n")
+        check(r == ["n"], "...and uid 1001 reads the file over NFS by it (%s)" % r)
     finally:
         node.unmount()
 

@@ -23,6 +23,13 @@
  *                            WRITE's verifier was the same
  *   commit HEX               COMMIT of the whole file: prints "status N verf
  *                            HEX"
+ *   getacl HEX               (v4) GETATTR of the ACL: prints "status N", then
+ *                            "ace TYPE FLAGS MASK WHO" per ACE (numbers in hex),
+ *                            or "acl absent" when the reply has no ACL
+ *   setacl HEX [TYPE:FLAGS:MASK:WHO ...]
+ *                            (v4) SETATTR of the ACL (the anonymous stateid),
+ *                            these ACEs (numbers in hex, WHO e.g. OWNER@ or a
+ *                            uid): prints "status N"
  *
  * N is the protocol's status number (nfsstat3 / nfsstat4: 0 OK, 70 STALE,
  * 10001 BADHANDLE, 27 FBIG, 22 INVAL). The export is mounted first (MOUNT
@@ -62,6 +69,8 @@ struct call {
 	uint32_t count;
 	int committed;		/* WRITE: the stability the server reached */
 	unsigned char verf[8];	/* WRITE, COMMIT: the write verifier */
+	char attrs[16384];	/* GETATTR: the attribute values (XDR) */
+	int attrs_len;
 	char err[256];
 };
 
@@ -192,6 +201,13 @@ static void v4_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 			c->committed = w->committed;
 			memcpy(c->verf, w->writeverf, sizeof(c->verf));
 		}
+		if (op->resop == OP_GETATTR && op->nfs_resop4_u.opgetattr.status == NFS4_OK) {
+			attrlist4 *v = &op->nfs_resop4_u.opgetattr.GETATTR4res_u.resok4.obj_attributes.attr_vals;
+			if (v->attrlist4_len <= sizeof(c->attrs)) {
+				memcpy(c->attrs, v->attrlist4_val, v->attrlist4_len);
+				c->attrs_len = (int)v->attrlist4_len;
+			}
+		}
 		if (op->resop == OP_COMMIT && op->nfs_resop4_u.opcommit.status == NFS4_OK)
 			memcpy(c->verf, op->nfs_resop4_u.opcommit.COMMIT4res_u.resok4.writeverf, sizeof(c->verf));
 	}
@@ -237,6 +253,70 @@ static bool compound(struct rpc_context *rpc, nfs_argop4 *ops, u_int n, struct c
 	args.argarray.argarray_len = n;
 	args.argarray.argarray_val = ops;
 	return rpc_nfs4_compound_async(rpc, v4_cb, &args, c) == 0 && wait_call(rpc, c);
+}
+
+static uint32_t get32(const char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return ntohl(v);
+}
+
+static void put32(char *p, uint32_t v)
+{
+	v = htonl(v);
+	memcpy(p, &v, 4);
+}
+
+/* An fattr4_acl (XDR: count, then type, flag, access mask, who) as lines. */
+static bool print_acl(const char *b, int len)
+{
+	int at = 4;
+	if (len == 0) {  /* the server returned no ACL attribute */
+		printf("acl absent\n");
+		return true;
+	}
+	if (len < 4)
+		return false;
+	uint32_t n = get32(b);
+	for (uint32_t k = 0; k < n; k++) {
+		if (at + 16 > len)
+			return false;
+		uint32_t type = get32(b + at), flag = get32(b + at + 4), mask = get32(b + at + 8);
+		uint32_t wl = get32(b + at + 12);
+		at += 16;
+		if (wl > 1024 || at + (int)wl > len)
+			return false;
+		printf("ace %x %x %x %.*s\n", type, flag, mask, (int)wl, b + at);
+		at += (int)((wl + 3) & ~3u);
+	}
+	return at == len;
+}
+
+/* TYPE:FLAGS:MASK:WHO arguments as an fattr4_acl; its length, -1 if bad. */
+static int encode_acl(char **aces, int n, char *b, int cap)
+{
+	int at = 4;
+	put32(b, (uint32_t)n);
+	for (int k = 0; k < n; k++) {
+		unsigned type, flag, mask;
+		int used = 0;
+		if (sscanf(aces[k], "%x:%x:%x:%n", &type, &flag, &mask, &used) != 3 || used == 0)
+			return -1;
+		const char *who = aces[k] + used;
+		uint32_t wl = (uint32_t)strlen(who);
+		if (at + 16 + (int)((wl + 3) & ~3u) > cap)
+			return -1;
+		put32(b + at, type);
+		put32(b + at + 4, flag);
+		put32(b + at + 8, mask);
+		put32(b + at + 12, wl);
+		at += 16;
+		memset(b + at, 0, (wl + 3) & ~3u);
+		memcpy(b + at, who, wl);
+		at += (int)((wl + 3) & ~3u);
+	}
+	return at;
 }
 
 static void putfh(nfs_argop4 *op, struct nfs_fh *fh)
@@ -455,6 +535,40 @@ int main(int argc, char **argv)
 		printf("status %d verf ", c.status);
 		print_verf(c.verf);
 		printf("\n");
+		return 0;
+	}
+	if (strcmp(cmd, "getacl") == 0 && version == 4) {
+		nfs_argop4 ops[2];
+		uint32_t mask[1] = {1u << FATTR4_ACL};
+		memset(ops, 0, sizeof(ops));
+		putfh(&ops[0], &fh);
+		ops[1].argop = OP_GETATTR;
+		ops[1].nfs_argop4_u.opgetattr.attr_request.bitmap4_len = 1;
+		ops[1].nfs_argop4_u.opgetattr.attr_request.bitmap4_val = mask;
+		if (!compound(rpc, ops, 2, &c))
+			return fail("COMPOUND GETATTR: %s%s", c.err, "");
+		printf("status %d\n", c.status);
+		if (c.status == 0 && !print_acl(c.attrs, c.attrs_len))
+			return fail("GETATTR: a malformed ACL%s%s", "", "");
+		return 0;
+	}
+	if (strcmp(cmd, "setacl") == 0 && version == 4) {
+		nfs_argop4 ops[2];
+		uint32_t mask[1] = {1u << FATTR4_ACL};
+		static char b[16384];
+		int len = encode_acl(argv + i, argc - i, b, sizeof(b));
+		if (len < 0)
+			return fail("setacl: ACEs are TYPE:FLAGS:MASK:WHO%s%s", "", "");
+		memset(ops, 0, sizeof(ops));
+		putfh(&ops[0], &fh);
+		ops[1].argop = OP_SETATTR;  /* anonymous stateid: all zero */
+		ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_len = 1;
+		ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_val = mask;
+		ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_len = (u_int)len;
+		ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_val = b;
+		if (!compound(rpc, ops, 2, &c))
+			return fail("COMPOUND SETATTR: %s%s", c.err, "");
+		printf("status %d\n", c.status);
 		return 0;
 	}
 	return fail("unknown command %s%s", cmd, "");
