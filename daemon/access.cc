@@ -17,7 +17,8 @@ bool InGroup(const proto::Creds& c, uint32_t gid) {
 
 namespace {
 bool AclGrants(const fs::Acl& acl, const fs::Attr& a, const proto::Creds& c, uint32_t want) {
-  return fs::AclPermits(acl, a.uid, a.gid, c.uid, [&](uint32_t g) { return InGroup(c, g); }, want);
+  return fs::AclPermits(
+      acl, a.uid, a.gid, c.uid, [&](uint32_t g) { return InGroup(c, g); }, want);
 }
 }  // namespace
 

@@ -66,11 +66,8 @@ TEST(Access, AccessAclsGrantNamedUsersAndGroups) {
   EXPECT_EQ(CheckAccess(f, User(0), proto::kAccessRead | proto::kAccessWrite), 0) << "root";
   // Two groups that each grant a part: ACCESS shows both bits, an open of
   // both is refused (one entry must grant all).
-  f.acl_access = fs::EncodeAcl({{fs::kAclUserObj, 6},
-                                {fs::kAclGroupObj, 4},
-                                {fs::kAclGroup, 2, 300},
-                                {fs::kAclMask, 7},
-                                {fs::kAclOther, 0}});
+  f.acl_access = fs::EncodeAcl(
+      {{fs::kAclUserObj, 6}, {fs::kAclGroupObj, 4}, {fs::kAclGroup, 2, 300}, {fs::kAclMask, 7}, {fs::kAclOther, 0}});
   EXPECT_EQ(Granted(f, User(3000, 100, {300}), 6), 6u);
   EXPECT_EQ(CheckAccess(f, User(3000, 100, {300}), proto::kAccessRead | proto::kAccessWrite), EACCES);
 }

@@ -607,8 +607,7 @@ bool Exec::Acl(const fs::Attr& a) {
   if (a.type == fs::FileType::kSymlink) return Error(EOPNOTSUPP, "symbolic links have no ACLs");
   const bool is_default = r_.name == fs::kAclDefaultXattr;
   const bool clear_setgid = r_.creds.uid != 0 && !InGroup(r_.creds, a.gid);
-  auto set = d_.SetAcl(r_.h.volume, a.ino, is_default, r_.op == Op::kSetXattr ? r_.value : std::string(),
-                       clear_setgid);
+  auto set = d_.SetAcl(r_.h.volume, a.ino, is_default, r_.op == Op::kSetXattr ? r_.value : std::string(), clear_setgid);
   if (!set.ok()) {
     if (set.status().code() == Code::kOutOfRange) return Error(E2BIG, set.status().ToString());
     return Error(set.status());

@@ -15,7 +15,9 @@ void PutLe(std::string* s, uint32_t v, int bytes) {
   for (int i = 0; i < bytes; i++) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-bool Named(uint16_t tag) { return tag == kAclUser || tag == kAclGroup; }
+bool Named(uint16_t tag) {
+  return tag == kAclUser || tag == kAclGroup;
+}
 
 // Linux's posix_acl_valid: the base entries once each, in order, a mask
 // when there are named entries.

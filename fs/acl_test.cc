@@ -1,18 +1,20 @@
 #include "fs/acl.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
+
+#include <gtest/gtest.h>
 
 namespace nasgw::fs {
 namespace {
 
-AclEntry E(uint16_t tag, uint16_t perm, uint32_t id = kAclUndefinedId) { return {tag, perm, id}; }
+AclEntry E(uint16_t tag, uint16_t perm, uint32_t id = kAclUndefinedId) {
+  return {tag, perm, id};
+}
 
 // user::rw-, user:1000:rwx, group::r--, group:2000:r-x, mask::r-x, other::---
 Acl Full() {
-  return {E(kAclUserObj, 6), E(kAclUser, 7, 1000), E(kAclGroupObj, 4), E(kAclGroup, 5, 2000), E(kAclMask, 5),
-          E(kAclOther, 0)};
+  return {E(kAclUserObj, 6),     E(kAclUser, 7, 1000), E(kAclGroupObj, 4),
+          E(kAclGroup, 5, 2000), E(kAclMask, 5),       E(kAclOther, 0)};
 }
 
 TEST(AclTest, XattrFormRoundTripsAndIsLinuxs) {
@@ -38,17 +40,17 @@ TEST(AclTest, EmptyValueOrHeaderAloneIsNoAcl) {
 
 TEST(AclTest, MalformedOrInvalidAclsAreRefusedAsLinuxRefusesThem) {
   auto bad = [](const Acl& a) { return ParseAcl(EncodeAcl(a)).status().code(); };
-  EXPECT_EQ(bad({E(kAclUserObj, 6), E(kAclGroupObj, 4)}), Code::kInvalidArgument);  // no other
+  EXPECT_EQ(bad({E(kAclUserObj, 6), E(kAclGroupObj, 4)}), Code::kInvalidArgument);                   // no other
   EXPECT_EQ(bad({E(kAclGroupObj, 4), E(kAclUserObj, 6), E(kAclOther, 4)}), Code::kInvalidArgument);  // order
   EXPECT_EQ(bad({E(kAclUserObj, 6), E(kAclUser, 7, 5), E(kAclGroupObj, 4), E(kAclOther, 4)}),
             Code::kInvalidArgument);  // named entry without a mask
   EXPECT_EQ(bad({E(kAclUserObj, 6), E(kAclUserObj, 6), E(kAclGroupObj, 4), E(kAclOther, 4)}),
-            Code::kInvalidArgument);  // repeated
+            Code::kInvalidArgument);                                                                 // repeated
   EXPECT_EQ(bad({E(kAclUserObj, 8), E(kAclGroupObj, 4), E(kAclOther, 4)}), Code::kInvalidArgument);  // perm
   EXPECT_EQ(bad({E(kAclUserObj, 6), E(0x40, 4), E(kAclGroupObj, 4), E(kAclOther, 4)}), Code::kInvalidArgument);
-  EXPECT_EQ(bad({E(kAclUserObj, 6), E(kAclUser, 4, kAclUndefinedId), E(kAclGroupObj, 4), E(kAclMask, 4),
-                 E(kAclOther, 0)}),
-            Code::kInvalidArgument);  // a named user without an id
+  EXPECT_EQ(
+      bad({E(kAclUserObj, 6), E(kAclUser, 4, kAclUndefinedId), E(kAclGroupObj, 4), E(kAclMask, 4), E(kAclOther, 0)}),
+      Code::kInvalidArgument);  // a named user without an id
   std::string x = EncodeAcl(Full());
   EXPECT_EQ(ParseAcl(x.substr(0, x.size() - 3)).status().code(), Code::kInvalidArgument);  // torn entry
   EXPECT_EQ(ParseAcl(x.substr(0, 3)).status().code(), Code::kInvalidArgument);
@@ -87,8 +89,7 @@ TEST(AclTest, ChmodRewritesOwnerMaskAndOthersOnly) {
 
 TEST(AclTest, CreateNarrowsTheDefaultByTheModeAndTheModeByTheDefault) {
   // default: user::rwx, user:1000:rwx, group::r-x, mask::rwx, other::r-x
-  const Acl dflt = {E(kAclUserObj, 7), E(kAclUser, 7, 1000), E(kAclGroupObj, 5), E(kAclMask, 7),
-                    E(kAclOther, 5)};
+  const Acl dflt = {E(kAclUserObj, 7), E(kAclUser, 7, 1000), E(kAclGroupObj, 5), E(kAclMask, 7), E(kAclOther, 5)};
   uint32_t mode = 0666;  // a file
   Acl a = AclCreate(dflt, &mode);
   EXPECT_EQ(mode, 0664u);

@@ -104,7 +104,8 @@ Attr GetAttr(Decoder& d, Mac& mac, bool& ok) {
   a.btime = GetTime(d);
   a.change = d.U64();
   a.flags = d.U8();
-  if (!TypeOk(t) || a.mode > 07777 || (a.flags & ~(kAttrAclAccess | kAttrAclDefault)) || !TimeOk(a.atime) || !TimeOk(a.mtime) || !TimeOk(a.ctime) || !TimeOk(a.btime)) {
+  if (!TypeOk(t) || a.mode > 07777 || (a.flags & ~(kAttrAclAccess | kAttrAclDefault)) || !TimeOk(a.atime) ||
+      !TimeOk(a.mtime) || !TimeOk(a.ctime) || !TimeOk(a.btime)) {
     ok = false;
   }
   return a;

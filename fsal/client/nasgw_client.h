@@ -125,7 +125,7 @@ typedef struct nasgw_sattr {
 /* The mode is not narrowed by the caller's umask m yet: nasgwd applies m
  * unless the directory has a default ACL (then the ACL narrows the mode, as
  * Linux does on file systems with POSIX ACLs). */
-#define NASGW_CREATE_UMASK(m) (4u | (((uint32_t)(m) & 0777u) << 16))
+#define NASGW_CREATE_UMASK(m) (4u | (((uint32_t)(m)&0777u) << 16))
 #define NASGW_RENAME_NOREPLACE 1u
 #define NASGW_RENAME_EXCHANGE 2u /* both exist and trade their files atomically */
 #define NASGW_READDIR_PLUS 1u    /* attributes with each entry */

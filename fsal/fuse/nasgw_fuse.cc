@@ -368,10 +368,10 @@ void MakeAny(fuse_req_t req, fuse_ino_t parent, const char* name, uint32_t type,
   HANDLE_OR_STALE(req, parent, d);
   nasgw_attr a{};
   const mode_t umask = type == NASGW_TYPE_LNK ? 0 : fuse_req_ctx(req)->umask;
-  int rc = M(req)->posix_acl ? nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777, rdev, link,
-                                            flags | NASGW_CREATE_UMASK(umask), &a)
-                             : nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777 & ~umask, rdev, link,
-                                            flags, &a);
+  int rc = M(req)->posix_acl
+               ? nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777, rdev, link,
+                              flags | NASGW_CREATE_UMASK(umask), &a)
+               : nasgw_create(M(req)->client, &c, &d, name, type, mode & 07777 & ~umask, rdev, link, flags, &a);
   if (fi == nullptr || rc != 0) return ReplyEntry(req, rc, a);
   Remember(M(req), a);
   fuse_entry_param e = Entry(req, a);
