@@ -31,7 +31,7 @@ TEST(AclTest, XattrFormRoundTripsAndIsLinuxs) {
 }
 
 TEST(AclTest, EmptyValueOrHeaderAloneIsNoAcl) {
-  for (std::string x : {std::string(), std::string("\x02\x00\x00\x00", 4)}) {
+  for (const std::string& x : {std::string(), std::string("\x02\x00\x00\x00", 4)}) {
     auto a = ParseAcl(x);
     ASSERT_TRUE(a.ok());
     EXPECT_TRUE(a->empty());
@@ -107,7 +107,7 @@ TEST(AclTest, CreateNarrowsTheDefaultByTheModeAndTheModeByTheDefault) {
 
 TEST(AclTest, PermissionIsLinuxsPosixAclPermission) {
   const Acl a = Full();  // owner 10, group 20
-  auto in = [](std::vector<uint32_t> gs) {
+  auto in = [](const std::vector<uint32_t>& gs) {
     return [gs](uint32_t g) { return std::find(gs.begin(), gs.end(), g) != gs.end(); };
   };
   // The owner: its own entry, no mask.
