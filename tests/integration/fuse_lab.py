@@ -1018,6 +1018,13 @@ def acl_scenario(top, remount):
                                                                            ("x", os.X_OK)))
 
     J = lambda *a: os.path.join(top, *a)  # noqa: E731
+
+    def mkfile(p, data, mode):
+        with open(p, "w") as fh:
+            fh.write(data)
+        os.chown(p, 1000, 100)
+        os.chmod(p, mode)
+
     # An access ACL on a directory: named user and group, the mask, the mode.
     os.mkdir(J("d"), 0o750)
     os.chown(J("d"), 1000, 100)
@@ -1033,10 +1040,7 @@ def acl_scenario(top, remount):
     rec("d's ACL after chmod (the mask follows)", facl(J("d")))
     rec("2000 creates in d after chmod", as_user(2000, 2000, [], create(J("d", "by2000b"))))
     # An access ACL on a file.
-    with open(J("d", "f"), "w") as fh:
-        fh.write("data")
-    os.chown(J("d", "f"), 1000, 100)
-    os.chmod(J("d", "f"), 0o600)
+    mkfile(J("d", "f"), "data", 0o600)
     setfacl("-m", "u:2000:rw,m::r", J("d", "f"))
     rec("f after setfacl", st(J("d", "f")))
     rec("f's ACL", facl(J("d", "f")))
@@ -1045,10 +1049,7 @@ def acl_scenario(top, remount):
                                                                                        os.O_WRONLY))))
     rec("2000's access(2) to f", as_user(2000, 2000, [], access(J("d", "f"))))
     rec("2002 reads f", as_user(2002, 2002, [], read(J("d", "f"))))
-    with open(J("d", "x"), "w") as fh:
-        fh.write("#!/bin/sh\necho ran\n")
-    os.chown(J("d", "x"), 1000, 100)
-    os.chmod(J("d", "x"), 0o700)
+    mkfile(J("d", "x"), "#!/bin/sh\necho ran\n", 0o700)
     setfacl("-m", "g:3000:rx", J("d", "x"))
     rec("2001 of group 3000 runs x", as_user(2001, 2001, [3000], run(J("d", "x"))))
     rec("2002 runs x", as_user(2002, 2002, [], run(J("d", "x"))))
@@ -1068,9 +1069,7 @@ def acl_scenario(top, remount):
     # setgid: an ACL set by an owner outside the file's group clears it.
     for name, groups in (("g-outside", []), ("g-inside", [100])):
         p = J("d", name)
-        open(p, "w").close()
-        os.chown(p, 1000, 100)
-        os.chmod(p, 0o2770)
+        mkfile(p, "", 0o2770)
         rec("%s: the owner (groups %s) sets an ACL" % (name, groups),
             as_user(1000, 1000, groups, setx(p, "access", "u::rwx,u:2000:r--,g::rwx,m::rwx,o::---")))
         rec("%s after" % name, st(p))

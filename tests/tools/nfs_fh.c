@@ -326,6 +326,23 @@ static void putfh(nfs_argop4 *op, struct nfs_fh *fh)
 	op->nfs_argop4_u.opputfh.object.nfs_fh4_val = fh->val;
 }
 
+/* PUTFH, SETATTR (the anonymous stateid) of one attribute, XDR `vals`. */
+static bool setattr4(struct rpc_context *rpc, struct nfs_fh *fh, uint32_t attr, char *vals, u_int len,
+		     struct call *c)
+{
+	nfs_argop4 ops[2];
+	uint32_t mask[2] = {0, 0};
+	mask[attr / 32] = 1u << (attr % 32);
+	memset(ops, 0, sizeof(ops));
+	putfh(&ops[0], fh);
+	ops[1].argop = OP_SETATTR;
+	ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_len = attr < 32 ? 1 : 2;
+	ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_val = mask;
+	ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_len = len;
+	ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_val = vals;
+	return compound(rpc, ops, 2, c);
+}
+
 int main(int argc, char **argv)
 {
 	const char *url = NULL;
@@ -453,17 +470,8 @@ int main(int argc, char **argv)
 			if (rpc_nfs3_setattr_async(rpc, v3_setattr_cb, &a, &c) != 0 || !wait_call(rpc, &c))
 				return fail("SETATTR: %s%s", c.err, "");
 		} else {
-			nfs_argop4 ops[2];
-			uint32_t mask[1] = {1u << FATTR4_SIZE};
 			uint64_t be = ((uint64_t)htonl((uint32_t)size) << 32) | htonl((uint32_t)(size >> 32));
-			memset(ops, 0, sizeof(ops));
-			putfh(&ops[0], &fh);
-			ops[1].argop = OP_SETATTR;
-			ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_len = 1;
-			ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_val = mask;
-			ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_len = 8;
-			ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_val = (char *)&be;
-			if (!compound(rpc, ops, 2, &c))
+			if (!setattr4(rpc, &fh, FATTR4_SIZE, (char *)&be, 8, &c))
 				return fail("COMPOUND SETATTR: %s%s", c.err, "");
 		}
 		printf("status %d\n", c.status);
@@ -553,20 +561,11 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (strcmp(cmd, "setacl") == 0 && version == 4) {
-		nfs_argop4 ops[2];
-		uint32_t mask[1] = {1u << FATTR4_ACL};
 		static char b[16384];
 		int len = encode_acl(argv + i, argc - i, b, sizeof(b));
 		if (len < 0)
 			return fail("setacl: ACEs are TYPE:FLAGS:MASK:WHO%s%s", "", "");
-		memset(ops, 0, sizeof(ops));
-		putfh(&ops[0], &fh);
-		ops[1].argop = OP_SETATTR;  /* anonymous stateid: all zero */
-		ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_len = 1;
-		ops[1].nfs_argop4_u.opsetattr.obj_attributes.attrmask.bitmap4_val = mask;
-		ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_len = (u_int)len;
-		ops[1].nfs_argop4_u.opsetattr.obj_attributes.attr_vals.attrlist4_val = b;
-		if (!compound(rpc, ops, 2, &c))
+		if (!setattr4(rpc, &fh, FATTR4_ACL, b, (u_int)len, &c))
 			return fail("COMPOUND SETATTR: %s%s", c.err, "");
 		printf("status %d\n", c.status);
 		return 0;
