@@ -330,16 +330,20 @@ static bool take_post(struct nasgw_fsal_obj *o, nasgw_attr *a)
 	return got;
 }
 
-/* The NFSv4 ACL, when asked for and the object has POSIX ACLs. */
-static fsal_status_t acl_attrs(const nasgw_attr *a, struct fsal_attrlist *out)
+/* The attributes with the NFSv4 ACL, when asked for and the object has
+ * POSIX ACLs (nasgw_to_attrs leaves it out). */
+static fsal_status_t with_acl(const nasgw_attr *a, struct fsal_attrlist *out)
 {
+	const bool want = (out->request_mask & ATTR_ACL) != 0;
 	nasgw_client *c;
 	nasgw_cred cr;
 	int rc;
 
-	if (!(out->request_mask & ATTR_ACL) ||
+	nasgw_to_attrs(a, out);
+	if (!want ||
 	    !(a->flags & (NASGW_ATTR_ACL_ACCESS | NASGW_ATTR_ACL_DEFAULT)))
 		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	out->request_mask |= ATTR_ACL;
 	c = nasgw_get_client();
 	if (c == NULL)
 		return nasgw_status(-ENOTCONN);
@@ -360,10 +364,8 @@ static fsal_status_t op_getattrs(struct fsal_obj_handle *obj_hdl,
 	int rc;
 
 	/* Right after a write: its reply's attributes, not a second call. */
-	if (take_post(o, &a)) {
-		nasgw_to_attrs(&a, attrs_out);
-		return acl_attrs(&a, attrs_out);
-	}
+	if (take_post(o, &a))
+		return with_acl(&a, attrs_out);
 	c = nasgw_get_client();
 	if (c == NULL) {
 		rc = -ENOTCONN;
@@ -380,8 +382,7 @@ static fsal_status_t op_getattrs(struct fsal_obj_handle *obj_hdl,
 	o->post_blocked = false;
 	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
 	saw_attrs(o, &a, false);
-	nasgw_to_attrs(&a, attrs_out);
-	return acl_attrs(&a, attrs_out);
+	return with_acl(&a, attrs_out);
 }
 
 static fsal_status_t op_setattr2(struct fsal_obj_handle *obj_hdl,

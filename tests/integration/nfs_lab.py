@@ -947,6 +947,10 @@ def mk(cl, p):
     with cl.open(p, 'wb') as f:
         f.write(b'x')
 r = {}
+# Listed first (READDIRPLUS, READDIR with attributes): Ganesha's cache must
+# not take the listing's attributes as saying the file has no ACL.
+r['listed'] = 'rf-v' + v in c.listdir(d)
+r['named_read_listed'] = err(lambda: read(u, d + '/rf-v' + v)) or read(u, d + '/rf-v' + v)
 r['named_read'] = err(lambda: read(u, d + '/f')) or read(u, d + '/f')
 def write(cl, p):
     with cl.open(p, 'r+b') as f:
@@ -991,6 +995,11 @@ def test_acl(ctx):
         with open(os.path.join(top, "g"), "w") as f:
             f.write("g")
         sh("setfacl", "-m", "u:1000:rwx", os.path.join(top, "g"))
+        for v in ("3", "41"):
+            with open(os.path.join(top, "rf-v" + v), "w") as f:
+                f.write("listed")
+            os.chmod(os.path.join(top, "rf-v" + v), 0o600)
+            sh("setfacl", "-m", "u:1000:r", os.path.join(top, "rf-v" + v))
         os.mkdir(os.path.join(top, "sub"), 0o755)
         sh("setfacl", "-m", "u:1000:rwx", os.path.join(top, "sub"))
         os.mkdir(os.path.join(top, "inh"), 0o755)
@@ -998,6 +1007,9 @@ def test_acl(ctx):
         for version in ("3", "4.1"):
             r = py(c1, lab, ACL, {"version": version, "dir": "acl"})[0]
             v = version.replace(".", "")
+            check(r["listed"] and r["named_read_listed"] == "listed",
+                  "v%s: uid 1000 reads by its ACL entry a file the directory listing brought into Ganesha's cache "
+                  "(%s)" % (version, r["named_read_listed"]))
             check(r["named_read"] == "secret", "v%s: uid 1000 reads a 0600 file its ACL entry lets it (%s)" %
                   (version, r["named_read"]))
             check(r["named_write"] == errno.EACCES, "v%s: ...but may not open it to write: the mask is r-- (%s)" %
