@@ -126,9 +126,9 @@ out:
 	return nasgw_status(rc);
 }
 
-/* Applies what a create did not: owner, group and times (mode and, for
- * files, nothing else). Owner or group equal to the creator's are skipped:
- * the new object already has them. */
+/* Applies what a create did not: owner, group, times and an NFSv4 ACL
+ * (mode and, for files, nothing else). Owner or group equal to the
+ * creator's are skipped: the new object already has them. */
 static int set_rest(nasgw_client *c, const nasgw_cred *cr, nasgw_attr *a,
 		    const struct fsal_attrlist *in)
 {
@@ -160,9 +160,20 @@ static int set_rest(nasgw_client *c, const nasgw_cred *cr, nasgw_attr *a,
 		s.mtime.sec = in->mtime.tv_sec;
 		s.mtime.nsec = (uint32_t)in->mtime.tv_nsec;
 	}
-	if (s.mask == 0)
-		return 0;
-	return nasgw_setattr(c, cr, &a->handle, &s, a);
+	if (s.mask != 0) {
+		int rc = nasgw_setattr(c, cr, &a->handle, &s, a);
+
+		if (rc != 0)
+			return rc;
+	}
+	if (in->valid_mask & ATTR_ACL) {
+		/* after the create's inheritance: the ACL given replaces it */
+		int rc = nasgw_acl_set(c, cr, &a->handle,
+				       a->type == NASGW_TYPE_DIR, in->acl);
+
+		return rc != 0 ? rc : nasgw_getattr(c, cr, &a->handle, a);
+	}
+	return 0;
 }
 
 static fsal_status_t make(struct fsal_obj_handle *dir_hdl, const char *name,

@@ -1080,6 +1080,13 @@ def test_acl(ctx):
         got = facl(os.path.join(top, "n"))
         check("user:1001:r--" in got and "other::---" in got and "user::rw-" in got,
               "...is the POSIX ACL the FUSE head sees (%s)" % got)
+        st, _ = nfs4("mkdiracl", "acl", "made", "0:0:1ff:OWNER@", "0:0:a1:GROUP@", "0:0:a1:1001", "0:0:0:EVERYONE@")
+        check(st == 0, "v4 CREATE of a directory with an ACL attribute (status %d)" % st)
+        node.unmount()
+        node.mount()
+        got = facl(os.path.join(top, "made"))
+        check("user:1001:r-x" in got and "other::---" in got,
+              "...the directory has that ACL, not a default one dropped silently (%s)" % got)
         r = py(c1, lab, "w = connect('/vol1', '4.1', uid=1001, gid=1001)\n"
                         "with w.open('acl/n', 'rb') as f:\n    out(f.read().decode())\n")
         check(r == ["n"], "...and uid 1001 reads the file over NFS by it (%s)" % r)

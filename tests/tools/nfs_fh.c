@@ -30,6 +30,9 @@
  *                            (v4) SETATTR of the ACL (the anonymous stateid),
  *                            these ACEs (numbers in hex, WHO e.g. OWNER@ or a
  *                            uid): prints "status N"
+ *   mkdiracl HEX NAME [TYPE:FLAGS:MASK:WHO ...]
+ *                            (v4) CREATE of directory NAME in directory HEX
+ *                            with these ACEs as its ACL: prints "status N"
  *
  * N is the protocol's status number (nfsstat3 / nfsstat4: 0 OK, 70 STALE,
  * 10001 BADHANDLE, 27 FBIG, 22 INVAL). The export is mounted first (MOUNT
@@ -567,6 +570,29 @@ int main(int argc, char **argv)
 			return fail("setacl: ACEs are TYPE:FLAGS:MASK:WHO%s%s", "", "");
 		if (!setattr4(rpc, &fh, FATTR4_ACL, b, (u_int)len, &c))
 			return fail("COMPOUND SETATTR: %s%s", c.err, "");
+		printf("status %d\n", c.status);
+		return 0;
+	}
+	if (strcmp(cmd, "mkdiracl") == 0 && version == 4 && i < argc) {
+		nfs_argop4 ops[2];
+		uint32_t mask[1] = {1u << FATTR4_ACL};
+		static char b[16384];
+		const char *name = argv[i++];
+		int len = encode_acl(argv + i, argc - i, b, sizeof(b));
+		if (len < 0)
+			return fail("mkdiracl: ACEs are TYPE:FLAGS:MASK:WHO%s%s", "", "");
+		memset(ops, 0, sizeof(ops));
+		putfh(&ops[0], &fh);
+		ops[1].argop = OP_CREATE;
+		ops[1].nfs_argop4_u.opcreate.objtype.type = NF4DIR;
+		ops[1].nfs_argop4_u.opcreate.objname.utf8string_len = (u_int)strlen(name);
+		ops[1].nfs_argop4_u.opcreate.objname.utf8string_val = (char *)name;
+		ops[1].nfs_argop4_u.opcreate.createattrs.attrmask.bitmap4_len = 1;
+		ops[1].nfs_argop4_u.opcreate.createattrs.attrmask.bitmap4_val = mask;
+		ops[1].nfs_argop4_u.opcreate.createattrs.attr_vals.attrlist4_len = (u_int)len;
+		ops[1].nfs_argop4_u.opcreate.createattrs.attr_vals.attrlist4_val = b;
+		if (!compound(rpc, ops, 2, &c))
+			return fail("COMPOUND CREATE: %s%s", c.err, "");
 		printf("status %d\n", c.status);
 		return 0;
 	}
