@@ -657,7 +657,7 @@ TEST_F(DomainTest, ReadsMoveAtimeAsTheVolumePolicySays) {
     EXPECT_TRUE(a.ok()) << a.status().ToString();
     return a.ok() ? *a : Attr{};
   };
-  auto later = [](Attr a, int64_t s) { return Timespec{a.ctime.sec + s, 0}; };
+  auto later = [](const Attr& a, int64_t s) { return Timespec{a.ctime.sec + s, 0}; };
   EXPECT_EQ(dom_->VolumeAtime(vol_), Atime::kRelatime) << "relatime is the default";
   // relatime: due, as atime is not after mtime (a new file's are equal).
   Attr a = at();
