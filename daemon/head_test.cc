@@ -1528,17 +1528,30 @@ TEST_F(HeadTest, InflightCapStopsReadingTheConnection) {
     o.idle_timeout_ms = 300;
     o.send_timeout_ms = 60'000;
   });
-  Greeted g = RawHello(socket_);
-  ASSERT_EQ(g.status, 0u);
   // STATFS: small replies, executed by the workers. Enough of them that the
-  // replies fill both socket buffers.
+  // replies fill both socket buffers. Framed before the connection is made:
+  // framing 40,000 takes longer than the idle timeout on a slow (TSan,
+  // loaded) run, and an idle connection is closed.
   proto::Request st;
   st.op = proto::Op::kStatfs;
   st.h.volume = root_.handle.volume;
   constexpr int kRequests = 40'000;
   std::string out;
   for (int i = 1; i <= kRequests; i++) out += Frame(proto::Op::kStatfs, static_cast<uint64_t>(i), st);
+  Greeted g = RawHello(socket_);
+  ASSERT_EQ(g.status, 0u);
   std::thread flood([&] { SendAll(g.fd, out); });
+  // The sender stops (its socket shut down) and is joined however the test ends.
+  struct Joiner {
+    std::thread& t;
+    int fd;
+    ~Joiner() {
+      if (t.joinable()) {
+        ::shutdown(fd, SHUT_RDWR);
+        t.join();
+      }
+    }
+  } joiner{flood, g.fd};
   // The namespace lane's 2 workers (half of 4) hold a request each (one
   // writing, one waiting to write); the other 14 of the 16 wait in the
   // queue, and nothing more is read. Settled: 14 queued and no request
