@@ -447,12 +447,11 @@ Result<Attr> Domain::SetAcl(uint32_t vol, uint64_t ino, bool is_default, std::st
   WriterLock lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);
   if (!in.ok()) return in.status();
-  const std::string was_access = in->a.acl_access, was_default = in->a.acl_default;
+  if (parsed->empty() && (is_default ? in->a.acl_default : in->a.acl_access).empty()) {
+    return in->a;  // removing what is not there: nothing changes (as Linux)
+  }
   if (is_default) {
-    if (in->a.type != FileType::kDirectory) {
-      if (parsed->empty()) return in->a;  // nothing to remove: as Linux
-      return Status::PermissionDenied("a default ACL is for directories only");
-    }
+    if (in->a.type != FileType::kDirectory) return Status::PermissionDenied("a default ACL is for directories only");
     in->a.acl_default = parsed->empty() ? std::string() : EncodeAcl(*parsed);
   } else if (parsed->empty()) {
     in->a.acl_access.clear();  // the mode stays (as Linux)
@@ -460,9 +459,6 @@ Result<Attr> Domain::SetAcl(uint32_t vol, uint64_t ino, bool is_default, std::st
     const bool keep = AclBeyondMode(*parsed, &in->a.mode);
     in->a.acl_access = keep ? EncodeAcl(*parsed) : std::string();
     if (clear_setgid) in->a.mode &= ~02000u;
-  }
-  if (parsed->empty() && in->a.acl_access == was_access && in->a.acl_default == was_default) {
-    return in->a;  // removing what is not there: nothing changes
   }
   Impl::Txn t;
   Impl::Touch(*in, false);

@@ -29,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nasgwlab import Node, is_mounted  # noqa: E402
+from nasgwlab import Checks, Node, is_mounted  # noqa: E402
 
 
 def bins(a):
@@ -1160,13 +1160,7 @@ def cmd_acl(a):
     so that a scenario that tests nothing cannot pass."""
     v = Node(bins(a), luns=2, size="512M", tag="fuseacl")
     xfs = None
-    passed = failed = 0
-
-    def check(what, ok, detail=""):
-        nonlocal passed, failed
-        print("%s: %s%s" % ("ok" if ok else "FAILED", what, "" if ok else " (%s)" % (detail,)), flush=True)
-        passed += ok
-        failed += not ok
+    check = Checks()
 
     try:
         v.start()
@@ -1197,7 +1191,7 @@ def cmd_acl(a):
             v.close()
         finally:
             XfsLoop.clean()
-    return passed, failed
+    return check.passed, check.failed
 
 
 def cmd_stress(a):
