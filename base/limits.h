@@ -19,6 +19,14 @@ constexpr uint32_t kQueueDepthMax = 512;
 // blocks (backpressure) rather than the queue growing without bound.
 constexpr uint32_t kSubmitQueueMax = 4096;
 
+// Bulk I/O (file data) per LUN is held to a window of the LUN's delivery
+// rate times this target (block/bulk_window.h): about how long a metadata or
+// intent-log command queues behind data. 0 turns the window off.
+constexpr uint32_t kBulkTargetMsDefault = 25;
+constexpr uint32_t kBulkTargetMsMax = 10'000;
+constexpr uint64_t kBulkWindowMinBytes = 256 << 10;
+constexpr uint64_t kBulkWindowMaxBytes = uint64_t{256} << 20;
+
 // Largest single read or write. 8 MiB covers a 1 MiB record times a stripe,
 // and bounds the memory one request can pin.
 constexpr uint64_t kIoBytesMax = 8ull << 20;

@@ -208,10 +208,21 @@ class Waiter {
 
 }  // namespace
 
-void IoBatch::Admit() {
-  MutexLock l(mu_);
-  cv_.Wait(mu_, [this]() REQUIRES(mu_) { return in_flight_ < depth_; });
-  in_flight_++;
+void IoBatch::Submit(BlockDevice& dev, Op op, uint64_t lba, void* buf, size_t len, bool fua) {
+  {
+    MutexLock l(mu_);
+    cv_.Wait(mu_, [this]() REQUIRES(mu_) { return in_flight_ < depth_; });
+    in_flight_++;
+  }
+  IoRequest r;
+  r.op = op;
+  r.fua = fua;
+  r.io_class = class_;
+  r.lba = lba;
+  r.iov = {IoVec{buf, len}};
+  r.done = [this](Status s) { Done(std::move(s)); };
+  Status s = dev.Submit(std::move(r));
+  if (!s.ok()) Done(std::move(s));  // not submitted: no callback comes
 }
 
 void IoBatch::Done(Status s) {
@@ -222,17 +233,11 @@ void IoBatch::Done(Status s) {
 }
 
 void IoBatch::Read(BlockDevice& dev, uint64_t lba, void* buf, size_t len) {
-  Admit();
-  IoVec v{buf, len};
-  Status s = dev.Read(lba, {&v, 1}, [this](Status r) { Done(std::move(r)); });
-  if (!s.ok()) Done(std::move(s));  // not submitted: no callback comes
+  Submit(dev, Op::kRead, lba, buf, len, false);
 }
 
 void IoBatch::Write(BlockDevice& dev, uint64_t lba, const void* buf, size_t len, bool fua) {
-  Admit();
-  IoVec v{const_cast<void*>(buf), len};
-  Status s = dev.Write(lba, {&v, 1}, fua, [this](Status r) { Done(std::move(r)); });
-  if (!s.ok()) Done(std::move(s));
+  Submit(dev, Op::kWrite, lba, const_cast<void*>(buf), len, fua);
 }
 
 Status IoBatch::Wait() {

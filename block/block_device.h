@@ -114,9 +114,16 @@ const char* OpName(Op op);
 
 using IoCallback = std::function<void(Status)>;
 
+// Which queue a command waits in (block/bulk_window.h). Sync: metadata, the
+// intent log, labels, reservations: never held back. Bulk: file data (cache
+// fills, write-back), admitted within the LUN's bulk window so that it never
+// queues more than about the window's target in front of sync commands.
+enum class IoClass : uint8_t { kSync, kBulk };
+
 struct IoRequest {
   Op op = Op::kRead;
   bool fua = false;  // write: force unit access
+  IoClass io_class = IoClass::kSync;
   uint64_t lba = 0;
   uint64_t blocks = 0;                         // read, write, unmap, compare-and-write
   std::vector<IoVec> iov;                      // read, write
@@ -145,11 +152,14 @@ struct PathStats {
 struct BlockStats {
   OpStats read;
   OpStats write;
-  OpStats other;           // flush, unmap, compare-and-write, PR
-  uint32_t in_flight = 0;  // commands on the wire now
-  uint32_t queued = 0;     // admitted, waiting for a slot or a path
-  uint64_t retries = 0;    // commands re-issued (transient errors, path loss)
-  uint64_t timeouts = 0;   // requests failed with TimedOut
+  OpStats other;                      // flush, unmap, compare-and-write, PR
+  uint32_t in_flight = 0;             // commands on the wire now
+  uint32_t queued = 0;                // admitted, waiting for a slot or a path
+  uint64_t retries = 0;               // commands re-issued (transient errors, path loss)
+  uint64_t timeouts = 0;              // requests failed with TimedOut
+  uint64_t bulk_window_bytes = 0;     // bulk bytes allowed on the wire now (UINT64_MAX: no window)
+  uint64_t bulk_in_flight_bytes = 0;  // bulk bytes on the wire now
+  uint32_t bulk_queued = 0;           // bulk commands waiting for the window
   std::vector<PathStats> paths;
 };
 
@@ -185,13 +195,14 @@ class BlockDevice {
 };
 
 // Many reads and writes in flight at once, over any devices, at most
-// `depth` of them: Read/Write submit (waiting first while `depth` are in
+// `depth` of them, all of one IoClass: Read/Write submit (waiting first while `depth` are in
 // flight), Wait waits for all and returns the first error. The buffers must
 // stay valid until Wait returns; the destructor waits too. REQUIRES: not on
 // a device's own completion thread. Thread-compatible: one thread submits.
 class IoBatch {
  public:
-  explicit IoBatch(uint32_t depth) : depth_(depth == 0 ? 1 : depth) {}
+  explicit IoBatch(uint32_t depth, IoClass io_class = IoClass::kSync)
+      : depth_(depth == 0 ? 1 : depth), class_(io_class) {}
   ~IoBatch() { Wait().IgnoreError(); }  // the buffers outlive every request
   IoBatch(const IoBatch&) = delete;
   IoBatch& operator=(const IoBatch&) = delete;
@@ -201,9 +212,10 @@ class IoBatch {
   Status Wait();
 
  private:
-  void Admit();
+  void Submit(BlockDevice& dev, Op op, uint64_t lba, void* buf, size_t len, bool fua);
   void Done(Status s);
   const uint32_t depth_;
+  const IoClass class_;
   Mutex mu_;
   CondVar cv_;
   uint32_t in_flight_ GUARDED_BY(mu_) = 0;

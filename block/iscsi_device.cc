@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <list>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -22,6 +23,7 @@ extern "C" {
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
+#include "block/bulk_window.h"
 #include "block/iscsi_url.h"
 #include "block/scsi_status.h"
 
@@ -41,6 +43,7 @@ Status IscsiOptions::Validate() const {
                                    std::to_string(limits::kPathsMax));
   }
   NASGW_RETURN_IF_ERROR(range("queue_depth", queue_depth, 1, limits::kQueueDepthMax));
+  NASGW_RETURN_IF_ERROR(range("bulk_target_ms", bulk_target_ms, 0, limits::kBulkTargetMsMax));
   NASGW_RETURN_IF_ERROR(range("io_timeout_ms", io_timeout_ms, limits::kIoTimeoutMsMin, limits::kIoTimeoutMsMax));
   NASGW_RETURN_IF_ERROR(
       range("path_timeout_ms", path_timeout_ms, limits::kPathTimeoutMsMin, limits::kPathTimeoutMsMax));
@@ -228,6 +231,7 @@ struct IscsiDevice::Impl {
   uint64_t path_timeout_ns = 0;
   uint64_t connect_timeout_ns = 0;
   uint32_t admit_max = 0;
+  uint32_t admit_bulk_max = 0;  // bulk may take half the submission queue: sync always finds room
 
   // Shared with submitters.
   Mutex mu;
@@ -237,6 +241,7 @@ struct IscsiDevice::Impl {
   bool open_done GUARDED_BY(mu) = false;            // every path tried once
   std::vector<Status> open_results GUARDED_BY(mu);  // per path, until open_done
   std::atomic<uint32_t> admitted{0};                // requests not yet completed
+  std::atomic<uint32_t> admitted_bulk{0};           // of which bulk
   std::atomic<bool> wakeup_pending{false};
   int event_fd = -1;
   std::thread thread;
@@ -244,9 +249,18 @@ struct IscsiDevice::Impl {
   std::atomic<bool> stop{false};
 
   // Loop-thread only.
-  std::deque<Request*> ready;
+  std::deque<Request*> ready;  // sync: dispatched first, up to queue_depth
+  // Bulk: within the window and bulk_slots, reads and writes taken in
+  // turn, so that write-back (which frees cache memory and intent-log
+  // space, and so unblocks writers and commits) never waits behind every
+  // read that misses the cache, nor reads behind a flush.
+  std::deque<Request*> ready_bulk[2];  // [0] reads, [1] writes
+  int bulk_turn = 0;
   std::vector<Request*> delayed;
   uint32_t in_flight = 0;
+  uint32_t bulk_in_flight = 0;  // commands; their bytes are in `bulk`
+  uint32_t bulk_slots = 0;      // queue slots bulk may hold: a quarter stay for sync
+  std::optional<BulkWindow> bulk;
   size_t rr = 0;
   uint64_t registered_key = 0;  // our PR key once REGISTER succeeded
   std::string identity;         // designator every path must report
@@ -259,7 +273,8 @@ struct IscsiDevice::Impl {
   };
   AtomicOp st_read, st_write, st_other;
   std::atomic<uint64_t> st_retries{0}, st_timeouts{0};
-  std::atomic<uint32_t> st_in_flight{0}, st_queued{0};
+  std::atomic<uint32_t> st_in_flight{0}, st_queued{0}, st_bulk_queued{0};
+  std::atomic<uint64_t> st_bulk_window{0}, st_bulk_in_flight{0};
 
   ~Impl() {
     if (event_fd >= 0) close(event_fd);
@@ -270,12 +285,15 @@ struct IscsiDevice::Impl {
   Status Admit(Request* r) {
     MutexLock lock(mu);
     if (closing) return Status::Unavailable(info.name + " is closing");
-    if (admitted.load() >= admit_max) {
+    const bool is_bulk = IsBulk(r);
+    auto full = [&] { return admitted.load() >= admit_max || (is_bulk && admitted_bulk.load() >= admit_bulk_max); };
+    if (full()) {
       if (std::this_thread::get_id() == loop_id) return Status::Busy(info.name + ": submission queue full");
-      while (admitted.load() >= admit_max && !closing) cv.Wait(mu);
+      while (full() && !closing) cv.Wait(mu);
       if (closing) return Status::Unavailable(info.name + " is closing");
     }
     admitted++;
+    if (is_bulk) admitted_bulk++;
     r->impl = this;
     r->submit_ns = MonotonicNanos();
     r->deadline_ns = r->submit_ns + io_timeout_ns;
@@ -316,14 +334,18 @@ struct IscsiDevice::Impl {
       ProcessPathFailures(now);
       Dispatch(now);
       st_in_flight.store(in_flight, std::memory_order_relaxed);
-      st_queued.store(static_cast<uint32_t>(ready.size() + delayed.size()), std::memory_order_relaxed);
+      const size_t bulk_waiting = ready_bulk[0].size() + ready_bulk[1].size();
+      st_queued.store(static_cast<uint32_t>(ready.size() + bulk_waiting + delayed.size()), std::memory_order_relaxed);
+      st_bulk_queued.store(static_cast<uint32_t>(bulk_waiting), std::memory_order_relaxed);
+      st_bulk_window.store(bulk->window(), std::memory_order_relaxed);
+      st_bulk_in_flight.store(bulk->in_flight(), std::memory_order_relaxed);
       if (stop.load() && admitted.load() == 0) break;
 
       pfds.clear();
       pfd_path.clear();
       pfds.push_back({event_fd, POLLIN, 0});
       pfd_path.push_back(nullptr);
-      bool busy = in_flight > 0 || !ready.empty() || !delayed.empty();
+      bool busy = in_flight > 0 || !ready.empty() || bulk_waiting > 0 || !delayed.empty();
       for (Path* p : AllPaths()) {
         if (p->ctx == nullptr) {
           busy = true;  // reconnect timer pending
@@ -366,8 +388,20 @@ struct IscsiDevice::Impl {
   void DrainSubmitted() {
     MutexLock lock(mu);
     while (!submitted.empty()) {
-      ready.push_back(submitted.front());
+      MakeReady(submitted.front(), false);
       submitted.pop_front();
+    }
+  }
+
+  static bool IsBulk(const Request* r) { return r->kind == Kind::kIo && r->io.io_class == IoClass::kBulk; }
+  uint64_t BytesOf(const Request* r) const { return r->io.blocks * (info.block_size ? info.block_size : 512); }
+
+  void MakeReady(Request* r, bool front) {
+    std::deque<Request*>& q = IsBulk(r) ? ready_bulk[r->io.op == Op::kRead ? 0 : 1] : ready;
+    if (front) {
+      q.push_front(r);
+    } else {
+      q.push_back(r);
     }
   }
 
@@ -395,7 +429,7 @@ struct IscsiDevice::Impl {
     // Backed-off retries whose time has come.
     for (size_t i = 0; i < delayed.size();) {
       if (delayed[i]->not_before_ns <= now || delayed[i]->deadline_ns <= now) {
-        ready.push_back(delayed[i]);
+        MakeReady(delayed[i], false);
         delayed[i] = delayed.back();
         delayed.pop_back();
       } else {
@@ -404,13 +438,15 @@ struct IscsiDevice::Impl {
     }
     // Requests waiting for a path past their deadline. (In-flight ones are
     // bounded by path_timeout, which is below io_timeout.)
-    for (auto it = ready.begin(); it != ready.end();) {
-      if ((*it)->deadline_ns <= now) {
-        Request* r = *it;
-        it = ready.erase(it);
-        TimeOut(r);
-      } else {
-        ++it;
+    for (std::deque<Request*>* q : {&ready, &ready_bulk[0], &ready_bulk[1]}) {
+      for (auto it = q->begin(); it != q->end();) {
+        if ((*it)->deadline_ns <= now) {
+          Request* r = *it;
+          it = q->erase(it);
+          TimeOut(r);
+        } else {
+          ++it;
+        }
       }
     }
   }
@@ -458,6 +494,18 @@ struct IscsiDevice::Impl {
         continue;
       }
       Issue(r, p, now);
+    }
+    // Bulk, in order, while it fits the window and leaves sync its slots.
+    while (in_flight < opts.queue_depth && bulk_in_flight < bulk_slots) {
+      if (ready_bulk[bulk_turn].empty()) bulk_turn ^= 1;
+      std::deque<Request*>& q = ready_bulk[bulk_turn];
+      if (q.empty() || !bulk->Admits(BytesOf(q.front()))) break;
+      Request* r = q.front();
+      Path* p = PickPath(r);
+      if (p == nullptr) break;  // no path up: it waits (and times out) in the queue
+      q.pop_front();
+      Issue(r, p, now);
+      bulk_turn ^= 1;
     }
   }
 
@@ -535,6 +583,10 @@ struct IscsiDevice::Impl {
     p->inflight.push_back(r);
     r->in_path = std::prev(p->inflight.end());
     in_flight++;
+    if (IsBulk(r)) {
+      bulk_in_flight++;
+      bulk->Issued(BytesOf(r), now);
+    }
   }
 
   void OnTaskDone(Request* r, int status, scsi_task* task) {
@@ -548,6 +600,10 @@ struct IscsiDevice::Impl {
     const ScsiOutcome outcome = OutcomeOf(status, task);
     Classification c = ClassifyScsi(outcome, r->io.op);
     if (c.status.ok() && c.disposition == Disposition::kDone && r->parse) c.status = r->parse(task);
+    if (IsBulk(r)) {
+      bulk_in_flight--;
+      bulk->Completed(BytesOf(r), c.status.ok() && c.disposition == Disposition::kDone, MonotonicNanos());
+    }
     if (task != nullptr) scsi_free_scsi_task(task);
     r->task = nullptr;
 
@@ -588,7 +644,7 @@ struct IscsiDevice::Impl {
           BackoffMs(r->retries, limits::kReconnectBackoffMsMin, limits::kReconnectBackoffMsMax, jitter(rng)) * kMs;
       delayed.push_back(r);
     } else {
-      ready.push_front(r);
+      MakeReady(r, true);
     }
   }
 
@@ -605,8 +661,10 @@ struct IscsiDevice::Impl {
       if (s.ok() && r->io.op == Op::kPrOut) OnPrOutDone(r->io.pr_out);
     }
     IoCallback done = std::move(r->io.done);
+    bool was_full = false;
+    if (IsBulk(r)) was_full = admitted_bulk.fetch_sub(1) >= admit_bulk_max;
     delete r;
-    const bool was_full = admitted.fetch_sub(1) >= admit_max;
+    was_full = admitted.fetch_sub(1) >= admit_max || was_full;
     if (was_full || stop.load()) {
       MutexLock lock(mu);
       cv.NotifyAll();
@@ -904,6 +962,9 @@ BlockStats IscsiDevice::Stats() const {
   s.queued = impl_->st_queued.load();
   s.retries = impl_->st_retries.load();
   s.timeouts = impl_->st_timeouts.load();
+  s.bulk_window_bytes = impl_->st_bulk_window.load();
+  s.bulk_in_flight_bytes = impl_->st_bulk_in_flight.load();
+  s.bulk_queued = impl_->st_bulk_queued.load();
   for (auto& p : impl_->paths) {
     PathStats ps;
     ps.portal = p->url.Portal();
@@ -1014,6 +1075,10 @@ Result<std::unique_ptr<IscsiDevice>> IscsiDevice::Open(const IscsiOptions& optio
   impl->path_timeout_ns = options.path_timeout_ms * kMs;
   impl->connect_timeout_ns = options.connect_timeout_ms * kMs;
   impl->admit_max = limits::kSubmitQueueMax + options.queue_depth;
+  impl->admit_bulk_max = impl->admit_max / 2;
+  impl->bulk_slots = options.queue_depth - options.queue_depth / 4;  // at least 1
+  impl->bulk.emplace(BulkWindowOptions{uint64_t{options.bulk_target_ms} * kMs, limits::kBulkWindowMinBytes,
+                                       limits::kBulkWindowMaxBytes});
   std::random_device rd;
   for (size_t i = 0; i < options.urls.size(); i++) {
     auto url = ParseIscsiUrl(options.urls[i]);

@@ -9,7 +9,10 @@
 // LUN; Open() proves it by comparing the LUN's device identification (VPD
 // 0x83) on each path and refuses a path that reaches a different LUN.
 // Commands are spread round-robin over live paths, up to queue_depth in
-// flight over all of them.
+// flight over all of them. Sync commands go first; bulk ones (file data)
+// within the LUN's bulk window (block/bulk_window.h) and three quarters of
+// the queue depth, so metadata and intent-log commands never queue long
+// behind a flood of data.
 //
 // Failures: a path whose connection drops, or that has a command outstanding
 // for longer than path_timeout_ms, is torn down; its idempotent commands are
@@ -43,6 +46,10 @@ struct IscsiOptions {
   std::vector<std::string> urls;  // one per path, all to the same LUN
   std::string initiator_name;     // empty: iqn.2026-11.org.nasgw:<hostname>
   uint32_t queue_depth = limits::kQueueDepthDefault;
+  // Bulk I/O (file data) is held to a window sized so that it queues about
+  // this long in front of sync I/O (metadata, the intent log); 0: no window.
+  // A quarter of queue_depth is kept for sync I/O either way.
+  uint32_t bulk_target_ms = limits::kBulkTargetMsDefault;
   uint32_t io_timeout_ms = limits::kIoTimeoutMsDefault;
   uint32_t path_timeout_ms = limits::kPathTimeoutMsDefault;
   uint32_t connect_timeout_ms = limits::kConnectTimeoutMsDefault;

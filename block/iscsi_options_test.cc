@@ -31,6 +31,11 @@ TEST(IscsiOptions, OutOfRangeNamesTheFieldAndRange) {
   o = Good();
   o.connect_timeout_ms = 1;
   EXPECT_NE(o.Validate().ToString().find("connect_timeout_ms"), std::string::npos);
+  o = Good();
+  o.bulk_target_ms = 10'001;
+  EXPECT_NE(o.Validate().ToString().find("bulk_target_ms = 10001 is out of range [0, 10000]"), std::string::npos);
+  o.bulk_target_ms = 0;  // no window
+  EXPECT_TRUE(o.Validate().ok());
 }
 
 TEST(IscsiOptions, PathsAndNames) {

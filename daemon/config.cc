@@ -598,6 +598,7 @@ void ParseReserve(const Section& s, Config* c, Errors* errors) {
 
   s.Integer("io_timeout_ms", limits::kIoTimeoutMsMin, limits::kIoTimeoutMsMax, &c->io_timeout_ms);
   s.Integer("queue_depth", 1, limits::kQueueDepthMax, &c->queue_depth);
+  s.Integer("bulk_target_ms", 0, limits::kBulkTargetMsMax, &c->bulk_target_ms);
   s.Integer("connect_timeout_ms", limits::kConnectTimeoutMsMin, limits::kConnectTimeoutMsMax, &c->connect_timeout_ms);
   s.Integer("renew_interval_ms", fs::kRenewIntervalMsMin, fs::kRenewIntervalMsMax, &c->renew_interval_ms);
   s.Integer("lease_ms", int64_t{fs::kRenewIntervalMsMin} * fs::kLeaseRenewalsMin, fs::kLeaseMsMax, &c->lease_ms);
@@ -773,7 +774,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseNode(Section("node", table("node"), {"name", "run_dir", "state_dir", "log_level"}, &errors), &c, &errors);
   ParseReserve(Section("reserve", table("reserve"),
                        {"luns", "initiator", "chap_user", "chap_secret", "chap_secret_file", "io_timeout_ms",
-                        "queue_depth", "connect_timeout_ms", "renew_interval_ms", "lease_ms"},
+                        "queue_depth", "bulk_target_ms", "connect_timeout_ms", "renew_interval_ms", "lease_ms"},
                        &errors),
                &c, &errors);
   ParseHead(Section("head", table("head"),

@@ -58,6 +58,9 @@ struct Config {
   std::string chap_secret;          // 12..16 bytes (RFC 3720); or chap_secret_file
   uint32_t io_timeout_ms = 30'000;  // limits::kIoTimeoutMs{Min,Max}
   uint32_t queue_depth = 64;        // 1..limits::kQueueDepthMax
+  // How long file data may queue in front of metadata and the intent log on
+  // a LUN (block/bulk_window.h); 0: no limit. 0..limits::kBulkTargetMsMax
+  uint32_t bulk_target_ms = limits::kBulkTargetMsDefault;
   uint32_t connect_timeout_ms = 5'000;
   // Ownership of the reserve (fs/ownership.h): the owner renews its lease
   // every renew_interval_ms; another node may take the reserve over without

@@ -103,6 +103,7 @@ TEST_F(ConfigTest, MinimalConfigTakesDefaults) {
   EXPECT_TRUE(c->chap_secret.empty());
   EXPECT_EQ(c->io_timeout_ms, limits::kIoTimeoutMsDefault);
   EXPECT_EQ(c->queue_depth, limits::kQueueDepthDefault);
+  EXPECT_EQ(c->bulk_target_ms, limits::kBulkTargetMsDefault);
   EXPECT_EQ(c->connect_timeout_ms, limits::kConnectTimeoutMsDefault);
   EXPECT_EQ(c->head_socket, "/run/nasgw/head.sock");
   EXPECT_EQ(c->head_socket_mode, 0660u);
@@ -163,6 +164,7 @@ chap_secret_file = ")" + secret +
                            R"("
 io_timeout_ms = 20000
 queue_depth = 128
+bulk_target_ms = 0
 connect_timeout_ms = 3000
 
 [head]
@@ -202,6 +204,7 @@ drain_ms = 0
   EXPECT_EQ(c->chap_secret, "0123456789abcdef");
   EXPECT_EQ(c->io_timeout_ms, 20000u);
   EXPECT_EQ(c->queue_depth, 128u);
+  EXPECT_EQ(c->bulk_target_ms, 0u);  // 0 is allowed: no bulk window
   EXPECT_EQ(c->connect_timeout_ms, 3000u);
   EXPECT_EQ(c->head_socket, "/run/nasgw-test/h.sock");
   EXPECT_EQ(c->head_socket_mode, 0664u);
@@ -426,6 +429,10 @@ TEST_F(ConfigTest, NumbersOutOfRangeNameFieldAndRange) {
       {"queue_depth = 0", "", "reserve.queue_depth: 0 is out of range " + R(1, kQueueDepthMax)},
       {"queue_depth = " + std::to_string(kQueueDepthMax + 1), "",
        "reserve.queue_depth: " + std::to_string(kQueueDepthMax + 1) + " is out of range " + R(1, kQueueDepthMax)},
+      {"bulk_target_ms = -1", "", "reserve.bulk_target_ms: -1 is out of range " + R(0, limits::kBulkTargetMsMax)},
+      {"bulk_target_ms = " + std::to_string(limits::kBulkTargetMsMax + 1), "",
+       "reserve.bulk_target_ms: " + std::to_string(limits::kBulkTargetMsMax + 1) + " is out of range " +
+           R(0, limits::kBulkTargetMsMax)},
       {"connect_timeout_ms = " + std::to_string(kConnectTimeoutMsMin - 1), "",
        "reserve.connect_timeout_ms: " + std::to_string(kConnectTimeoutMsMin - 1) + " is out of range " +
            R(kConnectTimeoutMsMin, kConnectTimeoutMsMax)},

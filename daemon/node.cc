@@ -228,6 +228,7 @@ LunOpener IscsiOpener(const Config& config) {
     o.urls = {url};
     o.initiator_name = config.initiator;
     o.queue_depth = config.queue_depth;
+    o.bulk_target_ms = config.bulk_target_ms;
     o.io_timeout_ms = config.io_timeout_ms;
     o.connect_timeout_ms = config.connect_timeout_ms;
     NASGW_RETURN_IF_ERROR(o.Validate());

@@ -179,6 +179,13 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
       s.Gauge("nasgw_lun_size_bytes", "Size of the LUN.", lun, static_cast<double>(l.size_bytes));
       s.Gauge("nasgw_lun_inflight", "Commands on the wire to the LUN.", lun, l.stats.in_flight);
       s.Gauge("nasgw_lun_queued", "Commands admitted but waiting for a slot or a path.", lun, l.stats.queued);
+      s.Gauge("nasgw_lun_bulk_window_bytes",
+              "File data (bulk) bytes the LUN may have on the wire now (reserve.bulk_target_ms); -1: no window.", lun,
+              l.stats.bulk_window_bytes == UINT64_MAX ? -1.0 : static_cast<double>(l.stats.bulk_window_bytes));
+      s.Gauge("nasgw_lun_bulk_inflight_bytes", "File data (bulk) bytes on the wire to the LUN.", lun,
+              static_cast<double>(l.stats.bulk_in_flight_bytes));
+      s.Gauge("nasgw_lun_bulk_queued", "File data (bulk) commands waiting for the LUN's bulk window.", lun,
+              l.stats.bulk_queued);
       s.Counter("nasgw_lun_retries_total", "Commands re-issued (transient errors, path loss).", lun, l.stats.retries);
       s.Counter("nasgw_lun_timeouts_total", "Commands that timed out.", lun, l.stats.timeouts);
       const std::pair<const char*, const block::OpStats*> ops[] = {

@@ -184,7 +184,7 @@ Status Domain::Impl::FillSpans(const std::map<uint64_t, RecordMap>& maps, uint64
   std::vector<std::vector<uint8_t>> bufs(spans.size());
   std::vector<std::pair<size_t, size_t>> firsts(spans.size());  // pieces reaching each span: [from, to)
   {
-    block::IoBatch io(limits::kDataIoDepth);
+    block::IoBatch io(limits::kDataIoDepth, block::IoClass::kBulk);
     size_t p = 0;  // the first piece that may reach the span
     for (size_t i = 0; i < spans.size(); i++) {
       const Span& sp = spans[i];
@@ -217,7 +217,7 @@ Status Domain::Impl::FillSpans(const std::map<uint64_t, RecordMap>& maps, uint64
     }
     NASGW_RETURN_IF_ERROR(io.Wait());
   }
-  block::IoBatch io(limits::kDataIoDepth);
+  block::IoBatch io(limits::kDataIoDepth, block::IoClass::kBulk);
   for (size_t i = 0; i < spans.size(); i++) {
     const Span& sp = spans[i];
     const uint64_t start = sp.r * rs, lo = start + sp.from, hi = start + sp.to;
@@ -262,7 +262,7 @@ Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t 
   // a block-aligned buffer; then copied out.
   std::vector<std::vector<uint8_t>> bufs(recs.size());
   {
-    block::IoBatch io(limits::kDataIoDepth);
+    block::IoBatch io(limits::kDataIoDepth, block::IoClass::kBulk);
     size_t i = 0;
     for (const auto& [r, m] : recs) {
       const uint64_t start = r * rs;

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -67,6 +68,27 @@ class Checks:
         else:
             self.failed += 1
         return ok
+
+
+def merge_toml(base, extra):
+    """base with extra's lines added: those under a [section] base already
+    has go into it (TOML allows a table once), the rest at the end."""
+    out, rest, section = base.rstrip("\n").split("\n"), [], None
+    for line in extra.split("\n"):
+        m = re.match(r"^\s*\[([A-Za-z0-9_.]+)\]\s*$", line)
+        if m:
+            section = m.group(1)
+            if "[%s]" % section in out:
+                continue
+            section = None
+        if section is not None:
+            at = out.index("[%s]" % section) + 1
+            while at < len(out) and not out[at].startswith("["):
+                at += 1
+            out.insert(at, line)
+        else:
+            rest.append(line)
+    return "\n".join(out + rest).rstrip("\n") + "\n"
 
 
 def toml_str(s):
@@ -161,7 +183,7 @@ class Node:
         ]) + "\n"
         if self.s.get("metrics"):
             text += "[metrics]\nlisten = \"127.0.0.1:%d\"\n" % self.metrics_port()
-        text += extra
+        text = merge_toml(text, extra)
         with open(self.config_path, "w") as f:
             f.write(text)
 
