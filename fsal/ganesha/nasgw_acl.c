@@ -3,9 +3,12 @@
  * NFSv4 client sees and sets the ACL that FUSE's getfacl/setfacl (and,
  * later, Samba) see and set. nasgwd keeps the POSIX ACL, syncs the mode and
  * enforces it on every request; Ganesha evaluates the mapped ACEs for its
- * own access checks. Objects without an ACL (the attribute's flags say so)
- * cost no extra round trip: they have no NFSv4 ACL, and Ganesha checks
- * them by mode, as for FSAL_CEPH. */
+ * own access checks. An object without a POSIX ACL (the attribute's flags
+ * say so) shows the ACL its mode makes, as knfsd shows it, at no extra
+ * round trip. It must have one: Ganesha's cache trusts an ACL only when
+ * the attributes carry one, and checks access with ATTR_ACL asked for, so
+ * an object shown without one cost a GETATTR to nasgwd on every access
+ * check (an NFSv4 listing paid one per entry, every time). */
 #include "nasgw_int.h"
 
 #include <errno.h>
@@ -58,10 +61,8 @@ int nasgw_acl_get(nasgw_client *c, const nasgw_cred *cr, const nasgw_attr *a,
 		nfs4_acl_release_entry(attrs->acl);
 		attrs->acl = NULL;
 	}
-	if ((a->flags & (NASGW_ATTR_ACL_ACCESS | NASGW_ATTR_ACL_DEFAULT)) == 0)
-		return 0;
-	/* The access ACL, or the mode's when only a default ACL is kept (as
-	 * libacl's acl_get_fd gives it). */
+	/* The access ACL, or the mode's when there is none (as libacl's
+	 * acl_get_fd gives it). */
 	if (a->flags & NASGW_ATTR_ACL_ACCESS)
 		rc = get_posix_acl(c, cr, &a->handle, ACL_EA_ACCESS, &e_acl);
 	if (rc == 0 && e_acl == NULL)

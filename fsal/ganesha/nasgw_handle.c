@@ -341,8 +341,8 @@ static bool take_post(struct nasgw_fsal_obj *o, nasgw_attr *a)
 	return got;
 }
 
-/* The attributes with the NFSv4 ACL, when asked for and the object has
- * POSIX ACLs (nasgw_to_attrs leaves it out). */
+/* The attributes with the NFSv4 ACL when asked for (nasgw_to_attrs leaves
+ * it out): its POSIX ACLs mapped (a round trip), or its mode's. */
 static fsal_status_t with_acl(const nasgw_attr *a, struct fsal_attrlist *out)
 {
 	const bool want = (out->request_mask & ATTR_ACL) != 0;
@@ -351,8 +351,7 @@ static fsal_status_t with_acl(const nasgw_attr *a, struct fsal_attrlist *out)
 	int rc;
 
 	nasgw_to_attrs(a, out);
-	if (!want ||
-	    !(a->flags & (NASGW_ATTR_ACL_ACCESS | NASGW_ATTR_ACL_DEFAULT)))
+	if (!want)
 		return fsalstat(ERR_FSAL_NO_ERROR, 0);
 	out->request_mask |= ATTR_ACL;
 	c = nasgw_get_client();

@@ -114,8 +114,8 @@ nasgw_client *nasgw_get_client(void);
 void nasgw_creds(nasgw_cred *cr);
 fsal_status_t nasgw_status(int rc);
 void nasgw_to_attrs(const nasgw_attr *a, struct fsal_attrlist *out);
-/* NFSv4 ACLs (nasgw_acl.c): attrs->acl from the object's POSIX ACLs (none
- * when it has none); an NFSv4 ACL set as the object's access ACL (and a
+/* NFSv4 ACLs (nasgw_acl.c): attrs->acl from the object's POSIX ACLs (its
+ * mode's when it has none); an NFSv4 ACL set as the object's access ACL (and a
  * directory's default ACL). Negative errno on failure. */
 int nasgw_acl_get(nasgw_client *c, const nasgw_cred *cr, const nasgw_attr *a,
 		  struct fsal_attrlist *attrs);

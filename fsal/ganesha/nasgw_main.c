@@ -317,12 +317,11 @@ void nasgw_to_attrs(const nasgw_attr *a, struct fsal_attrlist *out)
 	out->generation = a->handle.gen;
 	out->valid_mask = ATTRS_POSIX | ATTR_CREATION | ATTR_GENERATION;
 	out->supported = ATTRS_POSIX | ATTR_CREATION | ATTR_GENERATION | ATTR_ACL;
-	/* An object with POSIX ACLs: these attributes do not carry its NFSv4
-	 * ACL (getattrs adds it), and Ganesha's cache, which trusts the ACL
-	 * of whatever asked for it, must not take them as saying it has none:
-	 * so they do not answer for it. */
-	if (a->flags & (NASGW_ATTR_ACL_ACCESS | NASGW_ATTR_ACL_DEFAULT))
-		out->request_mask &= ~(attrmask_t)ATTR_ACL;
+	/* These attributes do not carry the NFSv4 ACL (getattrs adds it), and
+	 * Ganesha's cache, which trusts the ACL of whatever asked for it, must
+	 * not take them as saying there is none: so they do not answer for
+	 * it. */
+	out->request_mask &= ~(attrmask_t)ATTR_ACL;
 }
 
 static void put_le(uint8_t *p, uint64_t v, int n)
