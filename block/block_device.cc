@@ -108,18 +108,20 @@ Status BlockDevice::Submit(IoRequest req) {
   return SubmitValidated(std::move(req));
 }
 
-Status BlockDevice::Read(uint64_t lba, std::span<const IoVec> iov, IoCallback done) {
+Status BlockDevice::Read(uint64_t lba, std::span<const IoVec> iov, IoCallback done, IoClass io_class) {
   IoRequest r;
   r.op = Op::kRead;
+  r.io_class = io_class;
   r.lba = lba;
   r.iov.assign(iov.begin(), iov.end());
   r.done = std::move(done);
   return Submit(std::move(r));
 }
 
-Status BlockDevice::Write(uint64_t lba, std::span<const IoVec> iov, bool fua, IoCallback done) {
+Status BlockDevice::Write(uint64_t lba, std::span<const IoVec> iov, bool fua, IoCallback done, IoClass io_class) {
   IoRequest r;
   r.op = Op::kWrite;
+  r.io_class = io_class;
   r.fua = fua;
   r.lba = lba;
   r.iov.assign(iov.begin(), iov.end());
@@ -208,21 +210,10 @@ class Waiter {
 
 }  // namespace
 
-void IoBatch::Submit(BlockDevice& dev, Op op, uint64_t lba, void* buf, size_t len, bool fua) {
-  {
-    MutexLock l(mu_);
-    cv_.Wait(mu_, [this]() REQUIRES(mu_) { return in_flight_ < depth_; });
-    in_flight_++;
-  }
-  IoRequest r;
-  r.op = op;
-  r.fua = fua;
-  r.io_class = class_;
-  r.lba = lba;
-  r.iov = {IoVec{buf, len}};
-  r.done = [this](Status s) { Done(std::move(s)); };
-  Status s = dev.Submit(std::move(r));
-  if (!s.ok()) Done(std::move(s));  // not submitted: no callback comes
+void IoBatch::Admit() {
+  MutexLock l(mu_);
+  cv_.Wait(mu_, [this]() REQUIRES(mu_) { return in_flight_ < depth_; });
+  in_flight_++;
 }
 
 void IoBatch::Done(Status s) {
@@ -233,11 +224,19 @@ void IoBatch::Done(Status s) {
 }
 
 void IoBatch::Read(BlockDevice& dev, uint64_t lba, void* buf, size_t len) {
-  Submit(dev, Op::kRead, lba, buf, len, false);
+  Admit();
+  IoVec v{buf, len};
+  Status s = dev.Read(
+      lba, {&v, 1}, [this](Status r) { Done(std::move(r)); }, class_);
+  if (!s.ok()) Done(std::move(s));  // not submitted: no callback comes
 }
 
 void IoBatch::Write(BlockDevice& dev, uint64_t lba, const void* buf, size_t len, bool fua) {
-  Submit(dev, Op::kWrite, lba, const_cast<void*>(buf), len, fua);
+  Admit();
+  IoVec v{const_cast<void*>(buf), len};
+  Status s = dev.Write(
+      lba, {&v, 1}, fua, [this](Status r) { Done(std::move(r)); }, class_);
+  if (!s.ok()) Done(std::move(s));
 }
 
 Status IoBatch::Wait() {

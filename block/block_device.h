@@ -175,8 +175,8 @@ class BlockDevice {
   // Checks `req` against info() and the limits, then hands it to the device.
   Status Submit(IoRequest req);
 
-  Status Read(uint64_t lba, std::span<const IoVec> iov, IoCallback done);
-  Status Write(uint64_t lba, std::span<const IoVec> iov, bool fua, IoCallback done);
+  Status Read(uint64_t lba, std::span<const IoVec> iov, IoCallback done, IoClass io_class = IoClass::kSync);
+  Status Write(uint64_t lba, std::span<const IoVec> iov, bool fua, IoCallback done, IoClass io_class = IoClass::kSync);
   Status Flush(IoCallback done);
   // Releases blocks (thin LUNs); they then read back as zeros where the
   // device reports unmap_reads_zeroes.
@@ -212,7 +212,7 @@ class IoBatch {
   Status Wait();
 
  private:
-  void Submit(BlockDevice& dev, Op op, uint64_t lba, void* buf, size_t len, bool fua);
+  void Admit();
   void Done(Status s);
   const uint32_t depth_;
   const IoClass class_;

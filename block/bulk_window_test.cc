@@ -88,10 +88,15 @@ uint64_t P99(const Outcome& o) {
 }
 
 void Say(const char* what, const Outcome& o, double link_bytes_per_ns) {
-  std::printf("%s: sync p50 %.1f ms, p99 %.1f ms, max %.1f ms; bulk %.0f%% of the link; window up to %.2f MiB\n", what,
+  std::printf("%s: sync p50 %.1f ms, p99 %.1f ms, max %.1f ms; bulk %.0f%% of the link; ", what,
               o.sync_ns.empty() ? 0.0 : static_cast<double>(o.sync_ns[o.sync_ns.size() / 2]) / 1e6,
               static_cast<double>(P99(o)) / 1e6, o.sync_ns.empty() ? 0.0 : static_cast<double>(o.sync_ns.back()) / 1e6,
-              100 * o.bulk_bytes_per_ns / link_bytes_per_ns, static_cast<double>(o.max_window) / (1 << 20));
+              100 * o.bulk_bytes_per_ns / link_bytes_per_ns);
+  if (o.max_window == UINT64_MAX) {
+    std::printf("no window\n");
+  } else {
+    std::printf("window up to %.2f MiB\n", static_cast<double>(o.max_window) / (1 << 20));
+  }
 }
 
 // stall_lab's array link: 150 Mbit/s.

@@ -495,7 +495,8 @@ struct IscsiDevice::Impl {
       }
       Issue(r, p, now);
     }
-    // Bulk, in order, while it fits the window and leaves sync its slots.
+    // Bulk, reads and writes in turn (each in order), while it fits the
+    // window and leaves sync its slots.
     while (in_flight < opts.queue_depth && bulk_in_flight < bulk_slots) {
       if (ready_bulk[bulk_turn].empty()) bulk_turn ^= 1;
       std::deque<Request*>& q = ready_bulk[bulk_turn];
