@@ -33,6 +33,13 @@ PACKAGES=(
   xfsprogs python3-matplotlib python3-venv python3-pip
   # setfacl and getfacl: the POSIX ACL suite (fuse_lab.py acl)
   acl
+  # the SMB head: Debian's smbd loads vfs_nasgw; smbclient and smbtorture as
+  # clients; stock modules for the baseline share. The module compiles
+  # against headers of Debian's samba source package (deploy/samba-headers.sh),
+  # whose waf configure needs these
+  samba smbclient samba-testsuite samba-vfs-modules libparse-yapp-perl
+  libgnutls28-dev zlib1g-dev libpopt-dev libtalloc-dev libtevent-dev libtdb-dev
+  libldb-dev libjansson-dev libarchive-dev libicu-dev
 )
 
 missing=()

@@ -1368,17 +1368,31 @@ int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h
   return call->reply.u32;
 }
 
-int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t* verifier) {
-  if (c == nullptr || h == nullptr) return -EINVAL;
+namespace {
+CallPtr FsyncCall(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) {
   auto call = Make(Op::kFsync, cr, h, {});
   call->file = {h->volume, h->ino};
-  {
-    nasgw::MutexLock l(c->c->vmu);
-    call->hold_seq = c->c->hold_seq;
-  }
+  nasgw::MutexLock l(c->c->vmu);
+  call->hold_seq = c->c->hold_seq;
+  return call;
+}
+}  // namespace
+
+int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t* verifier) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  auto call = FsyncCall(c, cr, h);
   int rc = c->c->Sync(call);
   if (rc == 0 && verifier != nullptr) *verifier = call->reply.verifier;
   return rc;
+}
+
+int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_fsync_done done,
+                      void* arg) {
+  if (c == nullptr || h == nullptr || done == nullptr) return -EINVAL;
+  auto call = FsyncCall(c, cr, h);
+  call->done = [done, arg](Call& k) { done(arg, -k.err, k.err == 0 ? k.reply.verifier : 0); };
+  c->c->Submit(call);
+  return 0;
 }
 
 int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, void* buf,

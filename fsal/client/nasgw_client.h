@@ -284,6 +284,10 @@ int nasgw_read_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* 
 typedef void (*nasgw_write_done)(void* arg, int64_t result, const nasgw_write_result* r);
 int nasgw_write_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, const void* buf,
                       uint32_t len, uint32_t stable, nasgw_write_done done, void* arg);
+/* result: 0 or -errno; verifier as nasgw_fsync gives it (0 on failure). */
+typedef void (*nasgw_fsync_done)(void* arg, int result, uint64_t verifier);
+int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_fsync_done done,
+                      void* arg);
 typedef void (*nasgw_attr_done)(void* arg, int result, const nasgw_attr* attr);
 int nasgw_getattr_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr_done done, void* arg);
 

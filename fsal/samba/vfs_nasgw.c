@@ -1,0 +1,1947 @@
+/*
+ * vfs_nasgw: Samba's head. A VFS module that serves a share from nasgwd
+ * over the head protocol (fsal/client): every file operation goes to nasgwd
+ * with the connected user's credentials, and nasgwd makes the permission
+ * checks. Nothing is read from or written to the local file system: the
+ * share's `path` is a name only (docs/smb.md).
+ *
+ *   [share]
+ *     path = /nasgw/vol1               (any absolute path: a name)
+ *     vfs objects = nasgw              (or the module's absolute path)
+ *     nasgw:socket = /run/nasgw/head.sock
+ *     nasgw:volume = vol1
+ *     nasgw:subpath = projects/a       (optional: a directory of the volume)
+ *
+ * Paths. Samba 4.17 opens files relative to a directory fsp (openat) or to
+ * its current directory, which it moves with chdir to pin a parent while it
+ * opens a name in it. This module keeps that current directory as a path
+ * and a handle; a path under the share's path is walked from the share's
+ * root handle, one LOOKUP per name, following symbolic links the way the
+ * kernel would (Samba then refuses what resolves outside the share, as it
+ * does on a local file system). An fsp carries its nasgwd handle in an fsp
+ * extension and a fake descriptor (vfs_fake_fd: the read end of a pipe
+ * whose write end is closed) so that Samba's checks of fsp descriptors hold
+ * while nothing can reach a local file through it.
+ *
+ * Every function of the VFS table is set, so that no call falls through to
+ * vfs_default and the local file system: what nasgw does not offer answers
+ * ENOSYS (or NT_STATUS_NOT_SUPPORTED), and Samba's generic layers (DOS
+ * attributes in the user.DOSATTRIB xattr, NT ACLs mapped from POSIX ACLs)
+ * are reached through their own entries, which call back into this module.
+ *
+ * Reads, writes and flushes are asynchronous: nasgw_*_async send the call,
+ * the library's thread hands the result to smbd's event loop through a
+ * tevent_threaded_context, and smbd never waits for nasgwd on a data call.
+ * Writes are DATA_SYNC: SMB has no write verifier to tell a client that
+ * acknowledged data was lost, so a write is answered once nasgwd holds it
+ * durably (its intent log for small writes, docs/cache.md).
+ */
+
+#include "includes.h"
+#include "smbd/smbd.h"
+#include "lib/util/tevent_unix.h"
+#include "lib/util/tevent_ntstatus.h"
+#include "system/filesys.h"
+
+#include "nasgw_client.h"
+
+#define NASGW_MODULE "nasgw"
+#define NASGW_SYMLINK_MAX 40 /* links followed in one path, as Linux's MAXSYMLINKS */
+#define NASGW_DIR_BATCH 128  /* directory entries fetched per READDIR */
+
+/* One client per smbd process (smbd forks one per SMB connection), shared
+ * by that process's tree connects. Opened after the fork, in connect. */
+static nasgw_client *g_client;
+static char *g_client_socket;
+static unsigned g_client_refs;
+
+/* The event loop's threaded context, for handing results back from the
+ * client library's threads. smbd has one event context per process. */
+static struct tevent_context *g_ev;
+static struct tevent_threaded_context *g_tctx;
+
+struct nasgw_conn {
+	nasgw_client *client;
+	char *connectpath; /* the share's path, as Samba names it */
+	nasgw_handle root;
+	char *cwd;	   /* absolute, under connectpath */
+	nasgw_handle cwd_h;
+};
+
+/* An fsp's file. */
+struct nasgw_fh {
+	nasgw_handle h;
+	uint32_t type;
+	bool opened; /* nasgw_open done: nasgw_release at close */
+};
+
+/* A directory being read: DIR* to Samba. */
+struct nasgw_dir {
+	nasgw_handle h;
+	uint64_t next;	/* cookie to continue from */
+	long pos;	/* telldir of the entry after the last returned */
+	bool eof;
+	uint32_t count, at;
+	nasgw_dirent *ents;
+	nasgw_attr *attrs;
+	struct dirent de;
+};
+
+/* ---- credentials */
+
+/* The user smbd acts for now (become_user / become_root). */
+static void nasgw_cred_of(connection_struct *conn, nasgw_cred *cr)
+{
+	const struct security_unix_token *ut = get_current_utok(conn);
+
+	cr->uid = ut->uid;
+	cr->gid = ut->gid;
+	cr->ngroups = ut->ngroups > 1024 ? 1024 : ut->ngroups;
+	cr->groups = (const uint32_t *)ut->groups;
+}
+
+/* ---- errors */
+
+static int nasgw_fail(int rc)
+{
+	errno = rc < 0 ? -rc : EIO;
+	return -1;
+}
+
+/* ---- attributes */
+
+static mode_t nasgw_type_mode(uint32_t type)
+{
+	switch (type) {
+	case NASGW_TYPE_REG: return S_IFREG;
+	case NASGW_TYPE_DIR: return S_IFDIR;
+	case NASGW_TYPE_LNK: return S_IFLNK;
+	case NASGW_TYPE_FIFO: return S_IFIFO;
+	case NASGW_TYPE_SOCK: return S_IFSOCK;
+	case NASGW_TYPE_CHR: return S_IFCHR;
+	case NASGW_TYPE_BLK: return S_IFBLK;
+	}
+	return 0;
+}
+
+static struct timespec nasgw_ts(nasgw_time t)
+{
+	struct timespec ts = { .tv_sec = t.sec, .tv_nsec = t.nsec };
+	return ts;
+}
+
+static void nasgw_to_stat(const nasgw_attr *a, SMB_STRUCT_STAT *st)
+{
+	ZERO_STRUCTP(st);
+	/* The device number names the volume: file ids (dev, ino) are unique
+	 * per volume, as inode numbers are. */
+	st->st_ex_dev = (dev_t)0x6e610000u + a->handle.volume;
+	st->st_ex_ino = a->handle.ino;
+	st->st_ex_mode = nasgw_type_mode(a->type) | (a->mode & 07777);
+	st->st_ex_nlink = a->nlink;
+	st->st_ex_uid = a->uid;
+	st->st_ex_gid = a->gid;
+	st->st_ex_rdev = a->rdev;
+	st->st_ex_size = a->size;
+	st->st_ex_atime = nasgw_ts(a->atime);
+	st->st_ex_mtime = nasgw_ts(a->mtime);
+	st->st_ex_ctime = nasgw_ts(a->ctime);
+	st->st_ex_btime = nasgw_ts(a->btime);
+	st->st_ex_blksize = 64 * 1024;
+	st->st_ex_blocks = a->blocks;
+}
+
+/* ---- fsp extensions */
+
+static struct nasgw_fh *nasgw_fh_of(vfs_handle_struct *handle, const files_struct *fsp)
+{
+	if (fsp == NULL) {
+		return NULL;
+	}
+	return (struct nasgw_fh *)VFS_FETCH_FSP_EXTENSION(handle, fsp);
+}
+
+static bool nasgw_is_cwd_fsp(const files_struct *dirfsp)
+{
+	return dirfsp == NULL || fsp_get_pathref_fd(dirfsp) == AT_FDCWD;
+}
+
+/* ---- paths */
+
+/* Splits `path` into names (in place, in a talloc copy); "" and "." vanish. */
+static char **nasgw_split(TALLOC_CTX *mem_ctx, const char *path, size_t *n)
+{
+	char *copy = talloc_strdup(mem_ctx, path);
+	char **names = NULL;
+	char *save = NULL;
+	char *p;
+
+	*n = 0;
+	if (copy == NULL) {
+		return NULL;
+	}
+	names = talloc_array(mem_ctx, char *, strlen(path) / 2 + 2);
+	if (names == NULL) {
+		return NULL;
+	}
+	for (p = strtok_r(copy, "/", &save); p != NULL; p = strtok_r(NULL, "/", &save)) {
+		if (strcmp(p, ".") != 0) {
+			names[(*n)++] = p;
+		}
+	}
+	return names;
+}
+
+/* The path below the share's path of absolute `path`, or NULL when it is
+ * not under it. */
+static const char *nasgw_below_share(struct nasgw_conn *nc, const char *path)
+{
+	size_t len = strlen(nc->connectpath);
+
+	if (strcmp(nc->connectpath, "/") == 0) {
+		return path + 1;
+	}
+	if (strncmp(path, nc->connectpath, len) != 0) {
+		return NULL;
+	}
+	if (path[len] == '\0') {
+		return "";
+	}
+	if (path[len] != '/') {
+		return NULL;
+	}
+	return path + len + 1;
+}
+
+/*
+ * Walks `path` from `start` (or, when it is absolute, from the share's root)
+ * to *out. Symbolic links met on the way are followed, and the last one
+ * too when `follow`: a relative target from the link's directory, an
+ * absolute one from the share's root when it points into the share (else
+ * ENOENT: outside the share is nothing nasgw serves). ".." at the share's
+ * root stays there (nasgwd answers it with the root itself).
+ */
+static int nasgw_walk(vfs_handle_struct *handle, struct nasgw_conn *nc, const nasgw_handle *start,
+		      const char *path, bool follow, nasgw_attr *out)
+{
+	TALLOC_CTX *frame = talloc_stackframe();
+	nasgw_cred cr;
+	nasgw_attr cur;
+	size_t n = 0, i;
+	char **names;
+	int links = 0;
+	int rc;
+
+	nasgw_cred_of(handle->conn, &cr);
+	if (path[0] == '/') {
+		const char *rel = nasgw_below_share(nc, path);
+
+		if (rel == NULL) {
+			TALLOC_FREE(frame);
+			return -ENOENT;
+		}
+		path = rel;
+		start = &nc->root;
+	}
+	rc = nasgw_getattr(nc->client, &cr, start, &cur);
+	if (rc != 0) {
+		TALLOC_FREE(frame);
+		return rc;
+	}
+	names = nasgw_split(frame, path, &n);
+	if (names == NULL) {
+		TALLOC_FREE(frame);
+		return -ENOMEM;
+	}
+	for (i = 0; i < n; i++) {
+		nasgw_attr next;
+		bool last = i + 1 == n;
+		char target[4096];
+		char **tnames;
+		size_t tn = 0, rest = n - i - 1;
+		char **joined;
+
+		if (cur.type != NASGW_TYPE_DIR) {
+			TALLOC_FREE(frame);
+			return -ENOTDIR;
+		}
+		rc = nasgw_lookup(nc->client, &cr, &cur.handle, names[i], &next);
+		if (rc != 0) {
+			TALLOC_FREE(frame);
+			return rc;
+		}
+		if (next.type != NASGW_TYPE_LNK || (last && !follow)) {
+			cur = next;
+			continue;
+		}
+		if (++links > NASGW_SYMLINK_MAX) {
+			TALLOC_FREE(frame);
+			return -ELOOP;
+		}
+		rc = nasgw_readlink(nc->client, &cr, &next.handle, target, sizeof(target));
+		if (rc < 0) {
+			TALLOC_FREE(frame);
+			return rc;
+		}
+		if ((size_t)rc >= sizeof(target)) {
+			TALLOC_FREE(frame);
+			return -ENAMETOOLONG;
+		}
+		if (target[0] == '/') {
+			const char *rel = nasgw_below_share(nc, target);
+
+			if (rel == NULL) {
+				TALLOC_FREE(frame);
+				return -ENOENT;
+			}
+			rc = nasgw_getattr(nc->client, &cr, &nc->root, &cur);
+			if (rc != 0) {
+				TALLOC_FREE(frame);
+				return rc;
+			}
+			tnames = nasgw_split(frame, rel, &tn);
+		} else {
+			tnames = nasgw_split(frame, target, &tn);
+		}
+		if (tnames == NULL) {
+			TALLOC_FREE(frame);
+			return -ENOMEM;
+		}
+		/* Continue with the target's names, then the rest of the path. */
+		joined = talloc_array(frame, char *, tn + rest + 1);
+		if (joined == NULL) {
+			TALLOC_FREE(frame);
+			return -ENOMEM;
+		}
+		memcpy(joined, tnames, tn * sizeof(char *));
+		memcpy(joined + tn, names + i + 1, rest * sizeof(char *));
+		names = joined;
+		n = tn + rest;
+		i = (size_t)-1; /* the loop's i++ makes it 0 */
+	}
+	*out = cur;
+	TALLOC_FREE(frame);
+	return 0;
+}
+
+/* Where a path relative to dirfsp starts: dirfsp's handle, or for Samba's
+ * current directory (AT_FDCWD) ours. */
+static int nasgw_start(vfs_handle_struct *handle, struct nasgw_conn *nc, const files_struct *dirfsp,
+		       nasgw_handle *start)
+{
+	const struct nasgw_fh *fh;
+
+	if (nasgw_is_cwd_fsp(dirfsp)) {
+		*start = nc->cwd_h;
+		return 0;
+	}
+	fh = nasgw_fh_of(handle, dirfsp);
+	if (fh == NULL) {
+		return -EBADF;
+	}
+	*start = fh->h;
+	return 0;
+}
+
+static int nasgw_resolve(vfs_handle_struct *handle, const files_struct *dirfsp, const char *path, bool follow,
+			 nasgw_attr *out)
+{
+	struct nasgw_conn *nc = handle->data;
+	nasgw_handle start;
+	int rc = nasgw_start(handle, nc, dirfsp, &start);
+
+	if (rc != 0) {
+		return rc;
+	}
+	return nasgw_walk(handle, nc, &start, path, follow, out);
+}
+
+/* The directory that holds the last name of `path` (relative to dirfsp),
+ * and that name. */
+static int nasgw_parent(vfs_handle_struct *handle, const files_struct *dirfsp, const char *path,
+			TALLOC_CTX *mem_ctx, nasgw_handle *dir, const char **name)
+{
+	const char *slash = strrchr(path, '/');
+	nasgw_attr a;
+	char *head;
+	int rc;
+
+	if (slash == NULL) {
+		struct nasgw_conn *nc = handle->data;
+
+		*name = path;
+		return nasgw_start(handle, nc, dirfsp, dir);
+	}
+	if (slash[1] == '\0') {
+		return -EINVAL;
+	}
+	head = talloc_strndup(mem_ctx, path, slash - path);
+	if (head == NULL) {
+		return -ENOMEM;
+	}
+	rc = nasgw_resolve(handle, dirfsp, head[0] == '\0' ? "/" : head, true, &a);
+	if (rc != 0) {
+		return rc;
+	}
+	if (a.type != NASGW_TYPE_DIR) {
+		return -ENOTDIR;
+	}
+	*dir = a.handle;
+	*name = slash + 1;
+	return 0;
+}
+
+/* ---- connect */
+
+static int nasgw_connect(vfs_handle_struct *handle, const char *service, const char *user)
+{
+	int snum = SNUM(handle->conn);
+	const char *socket_path = lp_parm_const_string(snum, NASGW_MODULE, "socket", "/run/nasgw/head.sock");
+	const char *volume = lp_parm_const_string(snum, NASGW_MODULE, "volume", NULL);
+	const char *subpath = lp_parm_const_string(snum, NASGW_MODULE, "subpath", "");
+	struct nasgw_conn *nc;
+	nasgw_attr root;
+	nasgw_cred cr;
+	int rc;
+
+	rc = SMB_VFS_NEXT_CONNECT(handle, service, user);
+	if (rc < 0) {
+		return rc;
+	}
+	if (volume == NULL || volume[0] == '\0') {
+		DBG_ERR("nasgw: share [%s] names no volume (nasgw:volume)\n", service);
+		errno = EINVAL;
+		return -1;
+	}
+	if (g_client != NULL && strcmp(g_client_socket, socket_path) != 0) {
+		DBG_ERR("nasgw: share [%s] names socket %s, but this smbd serves %s\n", service, socket_path,
+			g_client_socket);
+		errno = EINVAL;
+		return -1;
+	}
+	if (g_client == NULL) {
+		nasgw_client_options o = { 0 };
+
+		o.socket_path = socket_path;
+		o.client_name = "smbd";
+		o.connections = 2;
+		rc = nasgw_client_open(&o, &g_client);
+		if (rc != 0) {
+			DBG_ERR("nasgw: cannot reach nasgwd at %s: %s\n", socket_path, nasgw_client_last_message());
+			return nasgw_fail(rc);
+		}
+		g_client_socket = talloc_strdup(NULL, socket_path);
+	}
+	g_client_refs++;
+
+	nc = talloc_zero(handle->conn, struct nasgw_conn);
+	if (nc == NULL) {
+		goto nomem;
+	}
+	nc->client = g_client;
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_mount_path(g_client, &cr, volume, subpath, &root);
+	if (rc != 0) {
+		DBG_ERR("nasgw: share [%s]: volume %s path '%s': %s\n", service, volume, subpath,
+			nasgw_client_last_message());
+		TALLOC_FREE(nc);
+		if (--g_client_refs == 0) {
+			nasgw_client_close(g_client);
+			g_client = NULL;
+			TALLOC_FREE(g_client_socket);
+		}
+		return nasgw_fail(rc);
+	}
+	nc->root = root.handle;
+	nc->cwd_h = root.handle;
+	nc->connectpath = talloc_strdup(nc, handle->conn->connectpath);
+	nc->cwd = talloc_strdup(nc, handle->conn->connectpath);
+	if (nc->connectpath == NULL || nc->cwd == NULL) {
+		goto nomem;
+	}
+	handle->data = nc;
+
+	/* Nothing of the local file system: no kernel oplocks, leases or
+	 * share modes on the fake descriptors, no sendfile from them. */
+	lp_do_parameter(snum, "kernel oplocks", "no");
+	lp_do_parameter(snum, "kernel share modes", "no");
+	lp_do_parameter(snum, "use sendfile", "no");
+	/* getxattrat_send is not asynchronous here. */
+	lp_do_parameter(snum, "smbd async dosmode", "no");
+	DBG_NOTICE("nasgw: share [%s] serves volume %s path '%s' for %s\n", service, volume, subpath, user);
+	return 0;
+
+nomem:
+	TALLOC_FREE(nc);
+	errno = ENOMEM;
+	return -1;
+}
+
+static void nasgw_disconnect(vfs_handle_struct *handle)
+{
+	TALLOC_FREE(handle->data);
+	if (g_client_refs > 0 && --g_client_refs == 0) {
+		nasgw_client_close(g_client);
+		g_client = NULL;
+		TALLOC_FREE(g_client_socket);
+	}
+	SMB_VFS_NEXT_DISCONNECT(handle);
+}
+
+/* ---- the volume */
+
+static int nasgw_stats(vfs_handle_struct *handle, nasgw_fs_stats *s)
+{
+	struct nasgw_conn *nc = handle->data;
+	nasgw_cred cr;
+
+	nasgw_cred_of(handle->conn, &cr);
+	return nasgw_statfs(nc->client, &cr, nc->root.volume, s);
+}
+
+#define NASGW_STATFS_BLOCK 4096u
+
+static uint64_t nasgw_disk_free(vfs_handle_struct *handle, const struct smb_filename *smb_fname, uint64_t *bsize,
+				uint64_t *dfree, uint64_t *dsize)
+{
+	nasgw_fs_stats s;
+	int rc = nasgw_stats(handle, &s);
+
+	if (rc != 0) {
+		nasgw_fail(rc);
+		return (uint64_t)-1;
+	}
+	*bsize = NASGW_STATFS_BLOCK;
+	*dfree = s.free_bytes / NASGW_STATFS_BLOCK;
+	*dsize = s.total_bytes / NASGW_STATFS_BLOCK;
+	return *dfree;
+}
+
+static int nasgw_statvfs(vfs_handle_struct *handle, const struct smb_filename *smb_fname,
+			 struct vfs_statvfs_struct *out)
+{
+	struct nasgw_conn *nc = handle->data;
+	nasgw_fs_stats s;
+	int rc = nasgw_stats(handle, &s);
+
+	if (rc != 0) {
+		return nasgw_fail(rc);
+	}
+	ZERO_STRUCTP(out);
+	out->OptimalTransferSize = 1024 * 1024;
+	out->BlockSize = NASGW_STATFS_BLOCK;
+	out->TotalBlocks = s.total_bytes / NASGW_STATFS_BLOCK;
+	out->BlocksAvail = s.free_bytes / NASGW_STATFS_BLOCK;
+	out->UserBlocksAvail = out->BlocksAvail;
+	out->TotalFileNodes = s.files + ((uint64_t)1 << 32);
+	out->FreeFileNodes = (uint64_t)1 << 32;
+	out->FsIdentifier = 0x6e610000u + nc->root.volume;
+	out->FsCapabilities = FILE_CASE_SENSITIVE_SEARCH | FILE_CASE_PRESERVED_NAMES;
+	return 0;
+}
+
+static uint32_t nasgw_fs_capabilities(vfs_handle_struct *handle, enum timestamp_set_resolution *p_ts_res)
+{
+	*p_ts_res = TIMESTAMP_SET_NT_OR_BETTER;
+	return FILE_CASE_SENSITIVE_SEARCH | FILE_CASE_PRESERVED_NAMES;
+}
+
+/* ---- the current directory */
+
+static int nasgw_chdir(vfs_handle_struct *handle, const struct smb_filename *smb_fname)
+{
+	struct nasgw_conn *nc = handle->data;
+	const char *path = smb_fname->base_name;
+	nasgw_attr a;
+	char *abs;
+	int rc;
+
+	if (nc == NULL) {
+		/* Before connect (or after a failed one): nothing is served. */
+		errno = ENOENT;
+		return -1;
+	}
+	rc = nasgw_walk(handle, nc, &nc->cwd_h, path, true, &a);
+	if (rc != 0) {
+		return nasgw_fail(rc);
+	}
+	if (a.type != NASGW_TYPE_DIR) {
+		errno = ENOTDIR;
+		return -1;
+	}
+	if (path[0] == '/') {
+		abs = talloc_strdup(nc, path);
+	} else {
+		abs = talloc_asprintf(nc, "%s/%s", nc->cwd, path);
+	}
+	if (abs == NULL) {
+		errno = ENOMEM;
+		return -1;
+	}
+	/* Samba moves only to directories it named by their path under the
+	 * share (never through "..": its paths are canonical), so the text
+	 * stays canonical when trailing "/." is dropped. */
+	while (strlen(abs) > 1 && (abs[strlen(abs) - 1] == '/' ||
+				   (strlen(abs) > 2 && strcmp(abs + strlen(abs) - 2, "/.") == 0))) {
+		abs[strlen(abs) - (abs[strlen(abs) - 1] == '/' ? 1 : 2)] = '\0';
+	}
+	TALLOC_FREE(nc->cwd);
+	nc->cwd = abs;
+	nc->cwd_h = a.handle;
+	return 0;
+}
+
+static struct smb_filename *nasgw_getwd(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx)
+{
+	struct nasgw_conn *nc = handle->data;
+
+	if (nc == NULL) {
+		errno = ENOENT;
+		return NULL;
+	}
+	return synthetic_smb_fname(mem_ctx, nc->cwd, NULL, NULL, 0, 0);
+}
+
+/* The path with every symbolic link resolved, as realpath(3). Samba checks
+ * with it that a name resolves inside the share (a link out of it is
+ * refused unless "wide links" allow it, which nasgw cannot serve anyway). */
+static struct smb_filename *nasgw_realpath(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
+					   const struct smb_filename *smb_fname)
+{
+	struct nasgw_conn *nc = handle->data;
+	TALLOC_CTX *frame = talloc_stackframe();
+	const char *path = smb_fname->base_name;
+	char *abs, *out;
+	char **names, **stack;
+	size_t n = 0, depth = 0, i;
+	int links = 0;
+	struct smb_filename *result;
+	nasgw_cred cr;
+
+	nasgw_cred_of(handle->conn, &cr);
+	abs = path[0] == '/' ? talloc_strdup(frame, path) : talloc_asprintf(frame, "%s/%s", nc->cwd, path);
+	if (abs == NULL) {
+		goto nomem;
+	}
+	{
+		const char *rel = nasgw_below_share(nc, abs);
+
+		if (rel == NULL) {
+			/* Outside the share: nothing of it is ours to resolve. */
+			TALLOC_FREE(frame);
+			errno = ENOENT;
+			return NULL;
+		}
+		names = nasgw_split(frame, rel, &n);
+	}
+	if (names == NULL) {
+		goto nomem;
+	}
+	/* The resolved names so far, from the share's root. */
+	stack = talloc_array(frame, char *, 4096);
+	if (stack == NULL) {
+		goto nomem;
+	}
+	for (i = 0; i < n; i++) {
+		char *name = names[i];
+		char *sofar;
+		nasgw_attr a;
+		char target[4096];
+		char **tnames, **joined;
+		size_t tn = 0, rest = n - i - 1;
+		size_t k;
+		int rc;
+
+		if (strcmp(name, "..") == 0) {
+			if (depth > 0) {
+				depth--;
+			}
+			continue;
+		}
+		if (depth >= 4096) {
+			TALLOC_FREE(frame);
+			errno = ENAMETOOLONG;
+			return NULL;
+		}
+		stack[depth++] = name;
+		sofar = talloc_strdup(frame, "");
+		for (k = 0; k < depth && sofar != NULL; k++) {
+			sofar = talloc_asprintf_append(sofar, "%s%s", k ? "/" : "", stack[k]);
+		}
+		if (sofar == NULL) {
+			goto nomem;
+		}
+		rc = nasgw_walk(handle, nc, &nc->root, sofar, false, &a);
+		if (rc != 0) {
+			TALLOC_FREE(frame);
+			errno = -rc;
+			return NULL;
+		}
+		if (a.type != NASGW_TYPE_LNK) {
+			continue;
+		}
+		if (++links > NASGW_SYMLINK_MAX) {
+			TALLOC_FREE(frame);
+			errno = ELOOP;
+			return NULL;
+		}
+		rc = nasgw_readlink(nc->client, &cr, &a.handle, target, sizeof(target));
+		if (rc < 0 || (size_t)rc >= sizeof(target)) {
+			TALLOC_FREE(frame);
+			errno = rc < 0 ? -rc : ENAMETOOLONG;
+			return NULL;
+		}
+		depth--; /* the link itself gives way to its target */
+		if (target[0] == '/') {
+			const char *rel = nasgw_below_share(nc, target);
+
+			if (rel == NULL) {
+				/* Resolves outside the share: say where, and
+				 * Samba refuses it as a wide link. */
+				out = talloc_strdup(frame, target);
+				for (k = i + 1; k < n && out != NULL; k++) {
+					out = talloc_asprintf_append(out, "/%s", names[k]);
+				}
+				if (out == NULL) {
+					goto nomem;
+				}
+				result = synthetic_smb_fname(mem_ctx, out, NULL, NULL, 0, 0);
+				TALLOC_FREE(frame);
+				return result;
+			}
+			depth = 0;
+			tnames = nasgw_split(frame, rel, &tn);
+		} else {
+			tnames = nasgw_split(frame, target, &tn);
+		}
+		if (tnames == NULL) {
+			goto nomem;
+		}
+		joined = talloc_array(frame, char *, tn + rest + 1);
+		if (joined == NULL) {
+			goto nomem;
+		}
+		memcpy(joined, tnames, tn * sizeof(char *));
+		memcpy(joined + tn, names + i + 1, rest * sizeof(char *));
+		names = joined;
+		n = tn + rest;
+		i = (size_t)-1;
+	}
+	out = talloc_strdup(frame, nc->connectpath);
+	for (i = 0; i < depth && out != NULL; i++) {
+		out = talloc_asprintf_append(out, "%s%s", strcmp(out, "/") == 0 ? "" : "/", stack[i]);
+	}
+	if (out == NULL) {
+		goto nomem;
+	}
+	result = synthetic_smb_fname(mem_ctx, out, NULL, NULL, 0, 0);
+	TALLOC_FREE(frame);
+	return result;
+
+nomem:
+	TALLOC_FREE(frame);
+	errno = ENOMEM;
+	return NULL;
+}
+
+static const char *nasgw_connectpath(vfs_handle_struct *handle, const struct smb_filename *smb_fname)
+{
+	return handle->conn->connectpath;
+}
+
+/* ---- stat */
+
+static int nasgw_stat_path(vfs_handle_struct *handle, const files_struct *dirfsp, const char *path, bool follow,
+			   SMB_STRUCT_STAT *st)
+{
+	nasgw_attr a;
+	int rc = nasgw_resolve(handle, dirfsp, path, follow, &a);
+
+	if (rc != 0) {
+		return nasgw_fail(rc);
+	}
+	nasgw_to_stat(&a, st);
+	return 0;
+}
+
+static int nasgw_stat(vfs_handle_struct *handle, struct smb_filename *smb_fname)
+{
+	if (is_named_stream(smb_fname)) {
+		errno = ENOENT;
+		return -1;
+	}
+	return nasgw_stat_path(handle, NULL, smb_fname->base_name, true, &smb_fname->st);
+}
+
+static int nasgw_lstat(vfs_handle_struct *handle, struct smb_filename *smb_fname)
+{
+	if (is_named_stream(smb_fname)) {
+		errno = ENOENT;
+		return -1;
+	}
+	return nasgw_stat_path(handle, NULL, smb_fname->base_name, false, &smb_fname->st);
+}
+
+static int nasgw_fstatat(vfs_handle_struct *handle, const files_struct *dirfsp,
+			 const struct smb_filename *smb_fname, SMB_STRUCT_STAT *sbuf, int flags)
+{
+	return nasgw_stat_path(handle, dirfsp, smb_fname->base_name, (flags & AT_SYMLINK_NOFOLLOW) == 0, sbuf);
+}
+
+static int nasgw_fstat(vfs_handle_struct *handle, files_struct *fsp, SMB_STRUCT_STAT *sbuf)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	nasgw_attr a;
+	nasgw_cred cr;
+	int rc;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return -1;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_getattr(nc->client, &cr, &fh->h, &a);
+	if (rc != 0) {
+		return nasgw_fail(rc);
+	}
+	nasgw_to_stat(&a, sbuf);
+	return 0;
+}
+
+static uint64_t nasgw_get_alloc_size(vfs_handle_struct *handle, files_struct *fsp, const SMB_STRUCT_STAT *sbuf)
+{
+	if (S_ISDIR(sbuf->st_ex_mode)) {
+		return 0;
+	}
+	return (uint64_t)sbuf->st_ex_blocks * 512;
+}
+
+/* ---- open and close */
+
+static uint32_t nasgw_access_of(int flags)
+{
+	switch (flags & O_ACCMODE) {
+	case O_WRONLY: return NASGW_ACCESS_WRITE;
+	case O_RDWR: return NASGW_ACCESS_READ | NASGW_ACCESS_WRITE;
+	}
+	return NASGW_ACCESS_READ;
+}
+
+static void nasgw_fh_destroy(void *p_data)
+{
+	/* The fh is released in close; nothing is held here. */
+}
+
+static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, const struct smb_filename *smb_fname,
+			files_struct *fsp, const struct vfs_open_how *how)
+{
+	struct nasgw_conn *nc = handle->data;
+	TALLOC_CTX *frame = talloc_stackframe();
+	int flags = how->flags;
+	nasgw_handle dir;
+	const char *name = NULL;
+	struct nasgw_fh *fh;
+	nasgw_attr a;
+	nasgw_cred cr;
+	bool created = false;
+	int fd;
+	int rc;
+
+	if (how->resolve != 0) {
+		TALLOC_FREE(frame);
+		errno = ENOSYS;
+		return -1;
+	}
+	if (is_named_stream(smb_fname)) {
+		/* Alternate data streams come from a stream module stacked
+		 * above (streams_xattr), never from here. */
+		TALLOC_FREE(frame);
+		errno = ENOENT;
+		return -1;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	if (flags & O_CREAT) {
+		rc = nasgw_parent(handle, dirfsp, smb_fname->base_name, frame, &dir, &name);
+		if (rc != 0) {
+			goto fail;
+		}
+		rc = nasgw_lookup(nc->client, &cr, &dir, name, &a);
+		if (rc == 0 && (flags & O_EXCL)) {
+			rc = -EEXIST;
+			goto fail;
+		}
+		if (rc == -ENOENT) {
+			rc = nasgw_create(nc->client, &cr, &dir, name, NASGW_TYPE_REG, how->mode & 07777, 0, NULL,
+					  (flags & O_EXCL) ? 0 : NASGW_CREATE_UNCHECKED, &a);
+			created = rc == 0;
+		}
+		if (rc != 0) {
+			goto fail;
+		}
+		if (a.type == NASGW_TYPE_LNK) {
+			/* O_CREAT never follows the last link here (Samba opens
+			 * with O_NOFOLLOW); the kernel answers ELOOP. */
+			rc = -ELOOP;
+			goto fail;
+		}
+	} else {
+		rc = nasgw_resolve(handle, dirfsp, smb_fname->base_name, (flags & O_NOFOLLOW) == 0, &a);
+		if (rc != 0) {
+			goto fail;
+		}
+	}
+	if (a.type == NASGW_TYPE_LNK && !fsp->fsp_flags.is_pathref) {
+		rc = -ELOOP;
+		goto fail;
+	}
+	if ((flags & O_DIRECTORY) && a.type != NASGW_TYPE_DIR) {
+		rc = -ENOTDIR;
+		goto fail;
+	}
+	if (a.type == NASGW_TYPE_DIR && (flags & O_ACCMODE) != O_RDONLY) {
+		rc = -EISDIR;
+		goto fail;
+	}
+
+	fh = VFS_ADD_FSP_EXTENSION(handle, fsp, struct nasgw_fh, nasgw_fh_destroy);
+	if (fh == NULL) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	fh->h = a.handle;
+	fh->type = a.type;
+	fh->opened = false;
+	/* A real open (not a path reference) holds the file open on nasgwd:
+	 * removed while open, it lives on until closed, as on POSIX. */
+	if (!fsp->fsp_flags.is_pathref && (a.type == NASGW_TYPE_REG || a.type == NASGW_TYPE_DIR)) {
+		uint32_t access = a.type == NASGW_TYPE_DIR ? 0 : nasgw_access_of(flags);
+
+		rc = nasgw_open(nc->client, &cr, &a.handle, created ? 0 : access, NULL);
+		if (rc != 0) {
+			VFS_REMOVE_FSP_EXTENSION(handle, fsp);
+			goto fail;
+		}
+		fh->opened = true;
+		if ((flags & O_TRUNC) && a.type == NASGW_TYPE_REG && a.size != 0) {
+			nasgw_sattr s = { .mask = NASGW_SET_SIZE, .size = 0 };
+
+			rc = nasgw_setattr(nc->client, &cr, &a.handle, &s, NULL);
+			if (rc != 0) {
+				(void)nasgw_release(nc->client, &cr, &a.handle);
+				VFS_REMOVE_FSP_EXTENSION(handle, fsp);
+				goto fail;
+			}
+		}
+	}
+	fd = vfs_fake_fd();
+	if (fd == -1) {
+		rc = -errno;
+		if (fh->opened) {
+			(void)nasgw_release(nc->client, &cr, &a.handle);
+		}
+		VFS_REMOVE_FSP_EXTENSION(handle, fsp);
+		goto fail;
+	}
+	/* No /proc/self/fd re-opens: Samba opens again through here. */
+	fsp->fsp_flags.have_proc_fds = false;
+	TALLOC_FREE(frame);
+	return fd;
+
+fail:
+	TALLOC_FREE(frame);
+	return nasgw_fail(rc);
+}
+
+static int nasgw_close(vfs_handle_struct *handle, files_struct *fsp)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	int fd = fsp_get_pathref_fd(fsp);
+	int rc = 0;
+
+	if (fh != NULL) {
+		if (fh->opened) {
+			nasgw_cred cr;
+
+			nasgw_cred_of(handle->conn, &cr);
+			rc = nasgw_release(nc->client, &cr, &fh->h);
+		}
+		VFS_REMOVE_FSP_EXTENSION(handle, fsp);
+	}
+	if (fd != -1 && fd != AT_FDCWD) {
+		vfs_fake_fd_close(fd);
+	}
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+/* ---- directories */
+
+static DIR *nasgw_fdopendir(vfs_handle_struct *handle, files_struct *fsp, const char *mask, uint32_t attributes)
+{
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	struct nasgw_dir *d;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return NULL;
+	}
+	if (fh->type != NASGW_TYPE_DIR) {
+		errno = ENOTDIR;
+		return NULL;
+	}
+	d = talloc_zero(handle->conn, struct nasgw_dir);
+	if (d == NULL) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	d->h = fh->h;
+	d->ents = talloc_array(d, nasgw_dirent, NASGW_DIR_BATCH);
+	d->attrs = talloc_array(d, nasgw_attr, NASGW_DIR_BATCH);
+	if (d->ents == NULL || d->attrs == NULL) {
+		TALLOC_FREE(d);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return (DIR *)d;
+}
+
+/* Positions (telldir): 0 the start, 1 after ".", 2 after "..", and
+ * cookie + 2 after an entry (nasgw's cookies leave room: the FUSE head
+ * numbers its offsets the same way). */
+static struct dirent *nasgw_vfs_readdir(vfs_handle_struct *handle, struct files_struct *dirfsp, DIR *dirp,
+				    SMB_STRUCT_STAT *sbuf)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_dir *d = (struct nasgw_dir *)dirp;
+	const nasgw_dirent *e;
+
+	if (sbuf != NULL) {
+		SET_STAT_INVALID(*sbuf);
+	}
+	if (d->pos < 2) {
+		snprintf(d->de.d_name, sizeof(d->de.d_name), "%s", d->pos == 0 ? "." : "..");
+		d->de.d_type = DT_DIR;
+		d->de.d_ino = 0;
+		d->pos++;
+		return &d->de;
+	}
+	if (d->at == d->count) {
+		nasgw_cred cr;
+		int eof = 0;
+		int rc;
+
+		if (d->eof) {
+			return NULL;
+		}
+		nasgw_cred_of(handle->conn, &cr);
+		rc = nasgw_readdir(nc->client, &cr, &d->h, d->next, NASGW_DIR_BATCH, NASGW_READDIR_PLUS, d->ents,
+				   d->attrs, &d->count, &eof);
+		if (rc != 0) {
+			nasgw_fail(rc);
+			return NULL;
+		}
+		d->at = 0;
+		d->eof = eof != 0 || d->count == 0;
+		if (d->count == 0) {
+			return NULL;
+		}
+	}
+	e = &d->ents[d->at];
+	if (sbuf != NULL && e->type != NASGW_TYPE_LNK) {
+		nasgw_to_stat(&d->attrs[d->at], sbuf);
+	}
+	d->at++;
+	d->next = e->cookie;
+	d->pos = (long)(e->cookie + 2);
+	snprintf(d->de.d_name, sizeof(d->de.d_name), "%s", e->name);
+	d->de.d_ino = e->ino;
+	d->de.d_type = IFTODT(nasgw_type_mode(e->type));
+	return &d->de;
+}
+
+static long nasgw_telldir(vfs_handle_struct *handle, DIR *dirp)
+{
+	return ((struct nasgw_dir *)dirp)->pos;
+}
+
+static void nasgw_seekdir(vfs_handle_struct *handle, DIR *dirp, long offset)
+{
+	struct nasgw_dir *d = (struct nasgw_dir *)dirp;
+
+	d->pos = offset < 2 ? (offset < 0 ? 0 : offset) : offset;
+	d->next = offset <= 2 ? 0 : (uint64_t)offset - 2;
+	d->count = d->at = 0;
+	d->eof = false;
+}
+
+static void nasgw_rewind_dir(vfs_handle_struct *handle, DIR *dirp)
+{
+	nasgw_seekdir(handle, dirp, 0);
+}
+
+static int nasgw_closedir(vfs_handle_struct *handle, DIR *dirp)
+{
+	struct nasgw_dir *d = (struct nasgw_dir *)dirp;
+
+	TALLOC_FREE(d);
+	return 0;
+}
+
+/* ---- namespace changes */
+
+static int nasgw_make(vfs_handle_struct *handle, files_struct *dirfsp, const struct smb_filename *smb_fname,
+		      uint32_t type, mode_t mode, uint64_t rdev, const char *target)
+{
+	struct nasgw_conn *nc = handle->data;
+	TALLOC_CTX *frame = talloc_stackframe();
+	nasgw_handle dir;
+	const char *name;
+	nasgw_cred cr;
+	int rc;
+
+	rc = nasgw_parent(handle, dirfsp, smb_fname->base_name, frame, &dir, &name);
+	if (rc == 0) {
+		nasgw_cred_of(handle->conn, &cr);
+		rc = nasgw_create(nc->client, &cr, &dir, name, type, mode & 07777, rdev, target, 0, NULL);
+	}
+	TALLOC_FREE(frame);
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+static int nasgw_mkdirat(vfs_handle_struct *handle, struct files_struct *dirfsp,
+			 const struct smb_filename *smb_fname, mode_t mode)
+{
+	return nasgw_make(handle, dirfsp, smb_fname, NASGW_TYPE_DIR, mode, 0, NULL);
+}
+
+static int nasgw_symlinkat(vfs_handle_struct *handle, const struct smb_filename *link_contents,
+			   struct files_struct *dirfsp, const struct smb_filename *new_smb_fname)
+{
+	return nasgw_make(handle, dirfsp, new_smb_fname, NASGW_TYPE_LNK, 0777, 0, link_contents->base_name);
+}
+
+static int nasgw_mknodat(vfs_handle_struct *handle, struct files_struct *dirfsp,
+			 const struct smb_filename *smb_fname, mode_t mode, SMB_DEV_T dev)
+{
+	uint32_t type;
+
+	switch (mode & S_IFMT) {
+	case S_IFIFO: type = NASGW_TYPE_FIFO; break;
+	case S_IFSOCK: type = NASGW_TYPE_SOCK; break;
+	case S_IFCHR: type = NASGW_TYPE_CHR; break;
+	case S_IFBLK: type = NASGW_TYPE_BLK; break;
+	case S_IFREG:
+	case 0: type = NASGW_TYPE_REG; break;
+	default: errno = EINVAL; return -1;
+	}
+	return nasgw_make(handle, dirfsp, smb_fname, type, mode, dev, NULL);
+}
+
+static int nasgw_unlinkat(vfs_handle_struct *handle, struct files_struct *dirfsp,
+			  const struct smb_filename *smb_fname, int flags)
+{
+	struct nasgw_conn *nc = handle->data;
+	TALLOC_CTX *frame = talloc_stackframe();
+	nasgw_handle dir;
+	const char *name;
+	nasgw_cred cr;
+	int rc;
+
+	if (is_named_stream(smb_fname)) {
+		TALLOC_FREE(frame);
+		errno = ENOENT;
+		return -1;
+	}
+	rc = nasgw_parent(handle, dirfsp, smb_fname->base_name, frame, &dir, &name);
+	if (rc == 0) {
+		nasgw_cred_of(handle->conn, &cr);
+		rc = (flags & AT_REMOVEDIR) ? nasgw_rmdir(nc->client, &cr, &dir, name)
+					    : nasgw_unlink(nc->client, &cr, &dir, name);
+	}
+	TALLOC_FREE(frame);
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+static int nasgw_renameat(vfs_handle_struct *handle, files_struct *srcfsp, const struct smb_filename *smb_fname_src,
+			  files_struct *dstfsp, const struct smb_filename *smb_fname_dst)
+{
+	struct nasgw_conn *nc = handle->data;
+	TALLOC_CTX *frame = talloc_stackframe();
+	nasgw_handle sdir, ddir;
+	const char *sname, *dname;
+	nasgw_cred cr;
+	int rc;
+
+	if (is_named_stream(smb_fname_src) || is_named_stream(smb_fname_dst)) {
+		TALLOC_FREE(frame);
+		errno = ENOENT;
+		return -1;
+	}
+	rc = nasgw_parent(handle, srcfsp, smb_fname_src->base_name, frame, &sdir, &sname);
+	if (rc == 0) {
+		rc = nasgw_parent(handle, dstfsp, smb_fname_dst->base_name, frame, &ddir, &dname);
+	}
+	if (rc == 0) {
+		nasgw_cred_of(handle->conn, &cr);
+		rc = nasgw_rename(nc->client, &cr, &sdir, sname, &ddir, dname, 0);
+	}
+	TALLOC_FREE(frame);
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+static int nasgw_linkat(vfs_handle_struct *handle, files_struct *srcfsp, const struct smb_filename *old_smb_fname,
+			files_struct *dstfsp, const struct smb_filename *new_smb_fname, int flags)
+{
+	struct nasgw_conn *nc = handle->data;
+	TALLOC_CTX *frame = talloc_stackframe();
+	nasgw_handle ddir;
+	const char *dname;
+	nasgw_attr src;
+	nasgw_cred cr;
+	int rc;
+
+	rc = nasgw_resolve(handle, srcfsp, old_smb_fname->base_name, (flags & AT_SYMLINK_FOLLOW) != 0, &src);
+	if (rc == 0) {
+		rc = nasgw_parent(handle, dstfsp, new_smb_fname->base_name, frame, &ddir, &dname);
+	}
+	if (rc == 0) {
+		nasgw_cred_of(handle->conn, &cr);
+		rc = nasgw_link(nc->client, &cr, &src.handle, &ddir, dname, NULL);
+	}
+	TALLOC_FREE(frame);
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+static int nasgw_readlinkat(vfs_handle_struct *handle, const files_struct *dirfsp,
+			    const struct smb_filename *smb_fname, char *buf, size_t bufsiz)
+{
+	struct nasgw_conn *nc = handle->data;
+	char target[4096];
+	nasgw_attr a;
+	nasgw_cred cr;
+	int rc;
+
+	rc = nasgw_resolve(handle, dirfsp, smb_fname->base_name, false, &a);
+	if (rc != 0) {
+		return nasgw_fail(rc);
+	}
+	if (a.type != NASGW_TYPE_LNK) {
+		errno = EINVAL;
+		return -1;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_readlink(nc->client, &cr, &a.handle, target, sizeof(target));
+	if (rc < 0) {
+		return nasgw_fail(rc);
+	}
+	/* As readlink(2): truncated to bufsiz, no NUL. */
+	if ((size_t)rc > bufsiz) {
+		rc = (int)bufsiz;
+	}
+	memcpy(buf, target, rc);
+	return rc;
+}
+
+/* Case-insensitive lookup of `name` in dirfsp: the name as stored. */
+static NTSTATUS nasgw_get_real_filename_at(vfs_handle_struct *handle, struct files_struct *dirfsp,
+					   const char *name, TALLOC_CTX *mem_ctx, char **found_name)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, dirfsp);
+	const nasgw_handle *dir = fh != NULL ? &fh->h : &nc->cwd_h;
+	char found[NASGW_NAME_MAX + 1];
+	nasgw_cred cr;
+	int rc;
+
+	if (fh == NULL && !nasgw_is_cwd_fsp(dirfsp)) {
+		return NT_STATUS_INVALID_HANDLE;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_find_caseless(nc->client, &cr, dir, name, found, sizeof(found));
+	if (rc != 0) {
+		return map_nt_error_from_unix(-rc);
+	}
+	*found_name = talloc_strdup(mem_ctx, found);
+	return *found_name == NULL ? NT_STATUS_NO_MEMORY : NT_STATUS_OK;
+}
+
+/* ---- attribute changes */
+
+static int nasgw_setattr_fsp(vfs_handle_struct *handle, files_struct *fsp, const nasgw_sattr *s)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	nasgw_cred cr;
+	int rc;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return -1;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_setattr(nc->client, &cr, &fh->h, s, NULL);
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+static int nasgw_fchmod(vfs_handle_struct *handle, files_struct *fsp, mode_t mode)
+{
+	nasgw_sattr s = { .mask = NASGW_SET_MODE, .mode = mode & 07777 };
+
+	return nasgw_setattr_fsp(handle, fsp, &s);
+}
+
+static void nasgw_owner_sattr(uid_t uid, gid_t gid, nasgw_sattr *s)
+{
+	if (uid != (uid_t)-1) {
+		s->mask |= NASGW_SET_UID;
+		s->uid = uid;
+	}
+	if (gid != (gid_t)-1) {
+		s->mask |= NASGW_SET_GID;
+		s->gid = gid;
+	}
+}
+
+static int nasgw_fchown(vfs_handle_struct *handle, files_struct *fsp, uid_t uid, gid_t gid)
+{
+	nasgw_sattr s = { 0 };
+
+	nasgw_owner_sattr(uid, gid, &s);
+	return s.mask == 0 ? 0 : nasgw_setattr_fsp(handle, fsp, &s);
+}
+
+static int nasgw_lchown(vfs_handle_struct *handle, const struct smb_filename *smb_fname, uid_t uid, gid_t gid)
+{
+	struct nasgw_conn *nc = handle->data;
+	nasgw_sattr s = { 0 };
+	nasgw_attr a;
+	nasgw_cred cr;
+	int rc;
+
+	nasgw_owner_sattr(uid, gid, &s);
+	rc = nasgw_resolve(handle, NULL, smb_fname->base_name, false, &a);
+	if (rc == 0 && s.mask != 0) {
+		nasgw_cred_of(handle->conn, &cr);
+		rc = nasgw_setattr(nc->client, &cr, &a.handle, &s, NULL);
+	}
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+static int nasgw_fntimes(vfs_handle_struct *handle, files_struct *fsp, struct smb_file_time *ft)
+{
+	nasgw_sattr s = { 0 };
+
+	if (!is_omit_timespec(&ft->atime)) {
+		s.mask |= NASGW_SET_ATIME;
+		s.atime.sec = ft->atime.tv_sec;
+		s.atime.nsec = ft->atime.tv_nsec;
+	}
+	if (!is_omit_timespec(&ft->mtime)) {
+		s.mask |= NASGW_SET_MTIME;
+		s.mtime.sec = ft->mtime.tv_sec;
+		s.mtime.nsec = ft->mtime.tv_nsec;
+	}
+	/* The creation time is Samba's to keep (in user.DOSATTRIB). */
+	return s.mask == 0 ? 0 : nasgw_setattr_fsp(handle, fsp, &s);
+}
+
+static int nasgw_ftruncate(vfs_handle_struct *handle, files_struct *fsp, off_t len)
+{
+	nasgw_sattr s = { .mask = NASGW_SET_SIZE, .size = (uint64_t)len };
+
+	if (len < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	return nasgw_setattr_fsp(handle, fsp, &s);
+}
+
+/* ---- data: synchronous */
+
+static ssize_t nasgw_pread(vfs_handle_struct *handle, files_struct *fsp, void *data, size_t n, off_t offset)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	size_t done = 0;
+	nasgw_cred cr;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return -1;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	while (done < n) {
+		uint32_t len = n - done > NASGW_IO_MAX ? NASGW_IO_MAX : (uint32_t)(n - done);
+		int eof = 0;
+		int64_t got = nasgw_read(nc->client, &cr, &fh->h, (uint64_t)offset + done, (char *)data + done, len,
+					 &eof);
+
+		if (got < 0) {
+			return done > 0 ? (ssize_t)done : nasgw_fail((int)got);
+		}
+		done += (size_t)got;
+		if (got < len) {
+			break;
+		}
+	}
+	return (ssize_t)done;
+}
+
+static ssize_t nasgw_pwrite(vfs_handle_struct *handle, files_struct *fsp, const void *data, size_t n, off_t offset)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	size_t done = 0;
+	nasgw_cred cr;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return -1;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	while (done < n) {
+		uint32_t len = n - done > NASGW_IO_MAX ? NASGW_IO_MAX : (uint32_t)(n - done);
+		int64_t put = nasgw_write(nc->client, &cr, &fh->h, (uint64_t)offset + done,
+					  (const char *)data + done, len, NASGW_DATA_SYNC, NULL);
+
+		if (put < 0) {
+			return done > 0 ? (ssize_t)done : nasgw_fail((int)put);
+		}
+		done += (size_t)put;
+	}
+	return (ssize_t)done;
+}
+
+static off_t nasgw_lseek(vfs_handle_struct *handle, files_struct *fsp, off_t offset, int whence)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	nasgw_attr a;
+	nasgw_cred cr;
+	int rc;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return -1;
+	}
+	switch (whence) {
+	case SEEK_SET:
+	case SEEK_CUR: /* Samba keeps no file position on its descriptors */
+		return offset;
+	case SEEK_END:
+		nasgw_cred_of(handle->conn, &cr);
+		rc = nasgw_getattr(nc->client, &cr, &fh->h, &a);
+		if (rc != 0) {
+			return nasgw_fail(rc);
+		}
+		return (off_t)a.size + offset;
+	}
+	errno = EINVAL;
+	return -1;
+}
+
+/* ---- data: asynchronous */
+
+/* The tevent context's threaded context, made on first use. */
+static struct tevent_threaded_context *nasgw_tctx(struct tevent_context *ev)
+{
+	if (ev != g_ev || g_tctx == NULL) {
+		g_tctx = tevent_threaded_context_create(ev, ev);
+		g_ev = g_tctx != NULL ? ev : NULL;
+	}
+	return g_tctx;
+}
+
+/*
+ * One data call in flight. It is not the request's state: smbd may free a
+ * request before nasgwd answers (its client went away), so the call lives
+ * on its own until the library calls back, and then completes the request
+ * only if it is still there. The credentials are copied: they must outlive
+ * the send.
+ */
+struct nasgw_aio {
+	struct tevent_req *req; /* NULL once the request is gone */
+	struct tevent_immediate *im;
+	struct tevent_threaded_context *tctx;
+	nasgw_cred cr;
+	uint32_t groups[1024];
+	int64_t result;
+};
+
+struct nasgw_aio_state {
+	struct nasgw_aio *io;
+	ssize_t result;
+	struct vfs_aio_state vfs_aio_state;
+	struct timespec start;
+};
+
+static int nasgw_aio_state_destructor(struct nasgw_aio_state *state)
+{
+	if (state->io != NULL) {
+		state->io->req = NULL;
+	}
+	return 0;
+}
+
+/* On smbd's event loop, after the library's callback. */
+static void nasgw_aio_finish(struct tevent_context *ev, struct tevent_immediate *im, void *private_data)
+{
+	struct nasgw_aio *io = private_data;
+	struct tevent_req *req = io->req;
+
+	if (req != NULL) {
+		struct nasgw_aio_state *state = tevent_req_data(req, struct nasgw_aio_state);
+		struct timespec end;
+
+		state->io = NULL;
+		clock_gettime_mono(&end);
+		state->vfs_aio_state.duration = nsec_time_diff(&end, &state->start);
+		if (io->result < 0) {
+			state->vfs_aio_state.error = (int)-io->result;
+			state->result = -1;
+		} else {
+			state->result = (ssize_t)io->result;
+		}
+		tevent_req_done(req);
+	}
+	TALLOC_FREE(io);
+}
+
+static void nasgw_aio_post(struct nasgw_aio *io, int64_t result)
+{
+	io->result = result;
+	tevent_threaded_schedule_immediate(io->tctx, io->im, nasgw_aio_finish, io);
+}
+
+static void nasgw_aio_read_done(void *arg, int64_t result, int eof)
+{
+	nasgw_aio_post(arg, result);
+}
+
+static void nasgw_aio_write_done(void *arg, int64_t result, const nasgw_write_result *r)
+{
+	nasgw_aio_post(arg, result);
+}
+
+static void nasgw_aio_fsync_done(void *arg, int result, uint64_t verifier)
+{
+	nasgw_aio_post(arg, result);
+}
+
+/* Starts a request whose call is sent by `send`; its result comes to the
+ * event loop. */
+static struct tevent_req *nasgw_aio_send(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
+					 struct tevent_context *ev, files_struct *fsp,
+					 int (*send)(struct nasgw_conn *nc, struct nasgw_aio *io,
+						     const nasgw_handle *h, void *arg),
+					 void *arg)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	struct nasgw_aio_state *state;
+	struct tevent_req *req;
+	struct nasgw_aio *io;
+	nasgw_cred cr;
+	int rc;
+
+	req = tevent_req_create(mem_ctx, &state, struct nasgw_aio_state);
+	if (req == NULL) {
+		return NULL;
+	}
+	clock_gettime_mono(&state->start);
+	if (fh == NULL) {
+		tevent_req_error(req, EBADF);
+		return tevent_req_post(req, ev);
+	}
+	io = talloc_zero(NULL, struct nasgw_aio);
+	if (tevent_req_nomem(io, req)) {
+		return tevent_req_post(req, ev);
+	}
+	io->im = tevent_create_immediate(io);
+	io->tctx = nasgw_tctx(ev);
+	if (io->im == NULL || io->tctx == NULL) {
+		TALLOC_FREE(io);
+		tevent_req_error(req, ENOMEM);
+		return tevent_req_post(req, ev);
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	io->cr = cr;
+	memcpy(io->groups, cr.groups, cr.ngroups * sizeof(uint32_t));
+	io->cr.groups = io->groups;
+	io->req = req;
+	state->io = io;
+	talloc_set_destructor(state, nasgw_aio_state_destructor);
+	rc = send(nc, io, &fh->h, arg);
+	if (rc != 0) {
+		state->io = NULL;
+		TALLOC_FREE(io);
+		tevent_req_error(req, -rc);
+		return tevent_req_post(req, ev);
+	}
+	return req;
+}
+
+static ssize_t nasgw_aio_recv(struct tevent_req *req, struct vfs_aio_state *vfs_aio_state)
+{
+	struct nasgw_aio_state *state = tevent_req_data(req, struct nasgw_aio_state);
+
+	if (tevent_req_is_unix_error(req, &vfs_aio_state->error)) {
+		tevent_req_received(req);
+		return -1;
+	}
+	*vfs_aio_state = state->vfs_aio_state;
+	tevent_req_received(req);
+	return state->result;
+}
+
+struct nasgw_io_args {
+	void *data;
+	size_t n;
+	off_t offset;
+};
+
+static int nasgw_send_read(struct nasgw_conn *nc, struct nasgw_aio *io, const nasgw_handle *h, void *arg)
+{
+	const struct nasgw_io_args *a = arg;
+
+	if (a->n > NASGW_IO_MAX) {
+		return -EINVAL;
+	}
+	return nasgw_read_async(nc->client, &io->cr, h, (uint64_t)a->offset, a->data, (uint32_t)a->n,
+				nasgw_aio_read_done, io);
+}
+
+static int nasgw_send_write(struct nasgw_conn *nc, struct nasgw_aio *io, const nasgw_handle *h, void *arg)
+{
+	const struct nasgw_io_args *a = arg;
+
+	if (a->n > NASGW_IO_MAX) {
+		return -EINVAL;
+	}
+	return nasgw_write_async(nc->client, &io->cr, h, (uint64_t)a->offset, a->data, (uint32_t)a->n,
+				 NASGW_DATA_SYNC, nasgw_aio_write_done, io);
+}
+
+static int nasgw_send_fsync(struct nasgw_conn *nc, struct nasgw_aio *io, const nasgw_handle *h, void *arg)
+{
+	return nasgw_fsync_async(nc->client, &io->cr, h, nasgw_aio_fsync_done, io);
+}
+
+static struct tevent_req *nasgw_pread_send(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
+					   struct tevent_context *ev, files_struct *fsp, void *data, size_t n,
+					   off_t offset)
+{
+	struct nasgw_io_args a = { .data = data, .n = n, .offset = offset };
+
+	return nasgw_aio_send(handle, mem_ctx, ev, fsp, nasgw_send_read, &a);
+}
+
+static struct tevent_req *nasgw_pwrite_send(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
+					    struct tevent_context *ev, files_struct *fsp, const void *data,
+					    size_t n, off_t offset)
+{
+	struct nasgw_io_args a = { .data = discard_const_p(void, data), .n = n, .offset = offset };
+
+	return nasgw_aio_send(handle, mem_ctx, ev, fsp, nasgw_send_write, &a);
+}
+
+static struct tevent_req *nasgw_fsync_send(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
+					   struct tevent_context *ev, files_struct *fsp)
+{
+	return nasgw_aio_send(handle, mem_ctx, ev, fsp, nasgw_send_fsync, NULL);
+}
+
+static int nasgw_fsync_recv(struct tevent_req *req, struct vfs_aio_state *vfs_aio_state)
+{
+	return (int)nasgw_aio_recv(req, vfs_aio_state);
+}
+
+/* ---- locks: nasgwd arbitrates them for every head */
+
+/*
+ * Samba maps Windows byte-range locks onto POSIX locks of the file ("posix
+ * locking"), which here are nasgwd's: an SMB lock conflicts with an NFS or
+ * FUSE lock of the same range, both ways. POSIX locks belong to a process;
+ * so do these (owner: smbd's pid), and Samba keeps its own Windows lock
+ * semantics above them (locking.tdb).
+ */
+static uint64_t nasgw_lock_owner(void)
+{
+	return ((uint64_t)0x534d4244u << 32) | (uint32_t)getpid(); /* "SMBD", pid */
+}
+
+static bool nasgw_vfs_lock(vfs_handle_struct *handle, files_struct *fsp, int op, off_t offset, off_t count, int type)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	nasgw_cred cr;
+	int rc;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return false;
+	}
+	if (offset < 0 || count < 0) {
+		errno = EINVAL;
+		return false;
+	}
+	if (op != F_SETLK && op != F_SETLKW && op != F_OFD_SETLK && op != F_OFD_SETLKW) {
+		errno = EINVAL;
+		return false;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	if (type == F_UNLCK) {
+		rc = nasgw_unlock(nc->client, &cr, &fh->h, nasgw_lock_owner(), (uint64_t)offset, (uint64_t)count);
+	} else {
+		rc = nasgw_lock(nc->client, &cr, &fh->h, nasgw_lock_owner(),
+				type == F_WRLCK ? NASGW_LOCK_WRITE : NASGW_LOCK_READ, (uint64_t)offset,
+				(uint64_t)count, NULL);
+	}
+	if (rc != 0) {
+		nasgw_fail(rc);
+		return false;
+	}
+	return true;
+}
+
+static bool nasgw_getlock(vfs_handle_struct *handle, files_struct *fsp, off_t *poffset, off_t *pcount, int *ptype,
+			  pid_t *ppid)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	nasgw_lock_info conflict = { 0 };
+	nasgw_cred cr;
+	int rc;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return false;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_testlock(nc->client, &cr, &fh->h, nasgw_lock_owner(),
+			    *ptype == F_WRLCK ? NASGW_LOCK_WRITE : NASGW_LOCK_READ, (uint64_t)*poffset,
+			    (uint64_t)*pcount, &conflict);
+	if (rc != 0) {
+		nasgw_fail(rc);
+		return false;
+	}
+	if (conflict.type == 0) {
+		*ptype = F_UNLCK;
+		return true;
+	}
+	*ptype = conflict.type == NASGW_LOCK_WRITE ? F_WRLCK : F_RDLCK;
+	*poffset = (off_t)conflict.start;
+	*pcount = (off_t)conflict.length;
+	*ppid = 0; /* the holder may be on another head: no local process */
+	return true;
+}
+
+static int nasgw_fcntl(vfs_handle_struct *handle, files_struct *fsp, int cmd, va_list cmd_arg)
+{
+	/* Samba asks for and clears O_NONBLOCK on descriptors it opened;
+	 * there is no descriptor here, and nothing blocks. */
+	switch (cmd) {
+	case F_GETFL:
+		return 0;
+	case F_SETFL:
+		return 0;
+	}
+	errno = EINVAL;
+	return -1;
+}
+
+static int nasgw_filesystem_sharemode(vfs_handle_struct *handle, files_struct *fsp, uint32_t share_access,
+				      uint32_t access_mask)
+{
+	errno = ENOSYS;
+	return -1;
+}
+
+static int nasgw_linux_setlease(vfs_handle_struct *handle, files_struct *fsp, int leasetype)
+{
+	errno = ENOSYS;
+	return -1;
+}
+
+/* ---- extended attributes: nasgwd's (also Samba's DOS attributes and,
+ * through streams_xattr and acl_xattr when stacked, streams and NT ACLs) */
+
+static ssize_t nasgw_fgetxattr(vfs_handle_struct *handle, files_struct *fsp, const char *name, void *value,
+			       size_t size)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	nasgw_cred cr;
+	int64_t rc;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return -1;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_getxattr(nc->client, &cr, &fh->h, name, value, size);
+	return rc < 0 ? nasgw_fail((int)rc) : (ssize_t)rc;
+}
+
+static ssize_t nasgw_flistxattr(vfs_handle_struct *handle, files_struct *fsp, char *list, size_t size)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	nasgw_cred cr;
+	int64_t rc;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return -1;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_listxattr(nc->client, &cr, &fh->h, list, size);
+	return rc < 0 ? nasgw_fail((int)rc) : (ssize_t)rc;
+}
+
+static int nasgw_fremovexattr(vfs_handle_struct *handle, files_struct *fsp, const char *name)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	nasgw_cred cr;
+	int rc;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return -1;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_removexattr(nc->client, &cr, &fh->h, name);
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+static int nasgw_fsetxattr(vfs_handle_struct *handle, files_struct *fsp, const char *name, const void *value,
+			   size_t size, int flags)
+{
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	uint32_t f = 0;
+	nasgw_cred cr;
+	int rc;
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return -1;
+	}
+	if (flags & XATTR_CREATE) {
+		f |= NASGW_XATTR_CREATE;
+	}
+	if (flags & XATTR_REPLACE) {
+		f |= NASGW_XATTR_REPLACE;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_setxattr(nc->client, &cr, &fh->h, name, value, size, f);
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+static bool nasgw_aio_force(vfs_handle_struct *handle, files_struct *fsp)
+{
+	return false;
+}
+
+static struct vfs_fn_pointers nasgw_fns = {
+	/* Disk operations */
+	.connect_fn = nasgw_connect,
+	.disconnect_fn = nasgw_disconnect,
+	.disk_free_fn = nasgw_disk_free,
+	.get_quota_fn = vfs_not_implemented_get_quota,
+	.set_quota_fn = vfs_not_implemented_set_quota,
+	.get_shadow_copy_data_fn = vfs_not_implemented_get_shadow_copy_data,
+	.statvfs_fn = nasgw_statvfs,
+	.fs_capabilities_fn = nasgw_fs_capabilities,
+	.get_dfs_referrals_fn = vfs_not_implemented_get_dfs_referrals,
+	.create_dfs_pathat_fn = vfs_not_implemented_create_dfs_pathat,
+	.read_dfs_pathat_fn = vfs_not_implemented_read_dfs_pathat,
+
+	/* Directory operations */
+	.fdopendir_fn = nasgw_fdopendir,
+	.readdir_fn = nasgw_vfs_readdir,
+	.seekdir_fn = nasgw_seekdir,
+	.telldir_fn = nasgw_telldir,
+	.rewind_dir_fn = nasgw_rewind_dir,
+	.mkdirat_fn = nasgw_mkdirat,
+	.closedir_fn = nasgw_closedir,
+
+	/* File operations */
+	.openat_fn = nasgw_openat,
+	.close_fn = nasgw_close,
+	.pread_fn = nasgw_pread,
+	.pread_send_fn = nasgw_pread_send,
+	.pread_recv_fn = nasgw_aio_recv,
+	.pwrite_fn = nasgw_pwrite,
+	.pwrite_send_fn = nasgw_pwrite_send,
+	.pwrite_recv_fn = nasgw_aio_recv,
+	.lseek_fn = nasgw_lseek,
+	.sendfile_fn = vfs_not_implemented_sendfile,
+	.recvfile_fn = vfs_not_implemented_recvfile,
+	.renameat_fn = nasgw_renameat,
+	.fsync_send_fn = nasgw_fsync_send,
+	.fsync_recv_fn = nasgw_fsync_recv,
+	.stat_fn = nasgw_stat,
+	.fstat_fn = nasgw_fstat,
+	.lstat_fn = nasgw_lstat,
+	.fstatat_fn = nasgw_fstatat,
+	.get_alloc_size_fn = nasgw_get_alloc_size,
+	.unlinkat_fn = nasgw_unlinkat,
+	.fchmod_fn = nasgw_fchmod,
+	.fchown_fn = nasgw_fchown,
+	.lchown_fn = nasgw_lchown,
+	.chdir_fn = nasgw_chdir,
+	.getwd_fn = nasgw_getwd,
+	.fntimes_fn = nasgw_fntimes,
+	.ftruncate_fn = nasgw_ftruncate,
+	.fallocate_fn = vfs_not_implemented_fallocate,
+	.lock_fn = nasgw_vfs_lock,
+	.filesystem_sharemode_fn = nasgw_filesystem_sharemode,
+	.fcntl_fn = nasgw_fcntl,
+	.linux_setlease_fn = nasgw_linux_setlease,
+	.getlock_fn = nasgw_getlock,
+	.symlinkat_fn = nasgw_symlinkat,
+	.readlinkat_fn = nasgw_readlinkat,
+	.linkat_fn = nasgw_linkat,
+	.mknodat_fn = nasgw_mknodat,
+	.realpath_fn = nasgw_realpath,
+	.fchflags_fn = vfs_not_implemented_fchflags,
+	.get_real_filename_at_fn = nasgw_get_real_filename_at,
+	.connectpath_fn = nasgw_connectpath,
+
+	/* POSIX ACLs: not yet through this module (Samba then maps NT ACLs
+	 * onto the mode alone). */
+	.sys_acl_get_fd_fn = vfs_not_implemented_sys_acl_get_fd,
+	.sys_acl_blob_get_fd_fn = vfs_not_implemented_sys_acl_blob_get_fd,
+	.sys_acl_set_fd_fn = vfs_not_implemented_sys_acl_set_fd,
+	.sys_acl_delete_def_fd_fn = vfs_not_implemented_sys_acl_delete_def_fd,
+
+	/* Extended attributes */
+	.getxattrat_send_fn = vfs_not_implemented_getxattrat_send,
+	.getxattrat_recv_fn = vfs_not_implemented_getxattrat_recv,
+	.fgetxattr_fn = nasgw_fgetxattr,
+	.flistxattr_fn = nasgw_flistxattr,
+	.fremovexattr_fn = nasgw_fremovexattr,
+	.fsetxattr_fn = nasgw_fsetxattr,
+
+	.aio_force_fn = nasgw_aio_force,
+
+	/*
+	 * Left to Samba's generic code (vfs_default), which reaches the file
+	 * system only through the entries above: create_file, file ids,
+	 * streams (one unnamed stream, or streams_xattr's), offload copy,
+	 * compression, snapshots, name translation, parent paths, FSCTLs,
+	 * DOS attributes (user.DOSATTRIB), NT ACLs (from POSIX ACLs),
+	 * Windows byte-range locks (locking.tdb, over the POSIX locks above),
+	 * durable handles.
+	 */
+};
+
+NTSTATUS samba_init_module(TALLOC_CTX *ctx);
+
+NTSTATUS samba_init_module(TALLOC_CTX *ctx)
+{
+	return smb_register_vfs(SMB_VFS_INTERFACE_VERSION, NASGW_MODULE, &nasgw_fns);
+}
