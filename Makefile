@@ -26,6 +26,7 @@ GEN := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
 deps:
 	@bash deploy/install-deps.sh
 	@bash deploy/ganesha-headers.sh >/dev/null
+	@bash deploy/samba-headers.sh >/dev/null
 
 $(DEBUG_DIR)/CMakeCache.txt:
 	cmake -S . -B $(DEBUG_DIR) $(GEN) -DCMAKE_BUILD_TYPE=Debug

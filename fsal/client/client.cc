@@ -1033,6 +1033,15 @@ void ToC(const nasgw_handle& h, const proto::Reply& r, nasgw_write_result* out) 
   ToC(h.volume, h.scope, r.attr, r.mac, &out->post);
 }
 
+// An FSYNC call: held writes (NASGW_HOLD_UNSTABLE) up to now are the ones
+// its reply releases.
+CallPtr FsyncCall(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) {
+  auto call = Make(Op::kFsync, cr, h, {});
+  call->file = {h->volume, h->ino};
+  nasgw::MutexLock l(c->c->vmu);
+  call->hold_seq = c->c->hold_seq;
+  return call;
+}
 }  // namespace
 
 extern "C" {
@@ -1368,16 +1377,6 @@ int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h
   return call->reply.u32;
 }
 
-namespace {
-CallPtr FsyncCall(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) {
-  auto call = Make(Op::kFsync, cr, h, {});
-  call->file = {h->volume, h->ino};
-  nasgw::MutexLock l(c->c->vmu);
-  call->hold_seq = c->c->hold_seq;
-  return call;
-}
-}  // namespace
-
 int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t* verifier) {
   if (c == nullptr || h == nullptr) return -EINVAL;
   auto call = FsyncCall(c, cr, h);
@@ -1386,8 +1385,7 @@ int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, ui
   return rc;
 }
 
-int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_fsync_done done,
-                      void* arg) {
+int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_fsync_done done, void* arg) {
   if (c == nullptr || h == nullptr || done == nullptr) return -EINVAL;
   auto call = FsyncCall(c, cr, h);
   call->done = [done, arg](Call& k) { done(arg, -k.err, k.err == 0 ? k.reply.verifier : 0); };

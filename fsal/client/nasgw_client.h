@@ -239,6 +239,9 @@ int nasgw_readlink(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h,
  * NULL (else max of them, with NASGW_READDIR_PLUS). */
 int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, uint64_t cookie, uint32_t max,
                   uint32_t flags, nasgw_dirent* entries, nasgw_attr* attrs, uint32_t* count, int* eof);
+/* The name of dir's entry that matches `name` in another case (the exact
+ * name when it exists), into out; returns its length (NUL-terminated in out
+ * when it fits), -ENOENT when none does. */
 int nasgw_find_caseless(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, char* out,
                         size_t size);
 /* Each open needs one release. Opens and releases of one file may overlap
@@ -286,8 +289,7 @@ int nasgw_write_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle*
                       uint32_t len, uint32_t stable, nasgw_write_done done, void* arg);
 /* result: 0 or -errno; verifier as nasgw_fsync gives it (0 on failure). */
 typedef void (*nasgw_fsync_done)(void* arg, int result, uint64_t verifier);
-int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_fsync_done done,
-                      void* arg);
+int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_fsync_done done, void* arg);
 typedef void (*nasgw_attr_done)(void* arg, int result, const nasgw_attr* attr);
 int nasgw_getattr_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, nasgw_attr_done done, void* arg);
 

@@ -1259,8 +1259,11 @@ static NTSTATUS nasgw_get_real_filename_at(vfs_handle_struct *handle, struct fil
 	}
 	nasgw_cred_of(handle->conn, &cr);
 	rc = nasgw_find_caseless(nc->client, &cr, dir, name, found, sizeof(found));
-	if (rc != 0) {
+	if (rc < 0) {
 		return map_nt_error_from_unix(-rc);
+	}
+	if ((size_t)rc >= sizeof(found)) {
+		return NT_STATUS_NAME_TOO_LONG;
 	}
 	*found_name = talloc_strdup(mem_ctx, found);
 	return *found_name == NULL ? NT_STATUS_NO_MEMORY : NT_STATUS_OK;
@@ -1454,19 +1457,30 @@ static struct tevent_threaded_context *nasgw_tctx(struct tevent_context *ev)
 }
 
 /*
- * One data call in flight. It is not the request's state: smbd may free a
- * request before nasgwd answers (its client went away), so the call lives
- * on its own until the library calls back, and then completes the request
- * only if it is still there. The credentials are copied: they must outlive
- * the send.
+ * One data call in flight: a read or write of up to NASGW_IO_MAX per piece
+ * (SMB2 allows 8 MiB; the pieces go out at once), or an fsync. It is not
+ * the request's state: smbd may free a request before nasgwd answers (its
+ * client went away), so the call lives on its own until the library has
+ * called back for every piece, and then completes the request only if it
+ * is still there. The credentials are copied: they must outlive the send.
  */
+struct nasgw_aio;
+
+struct nasgw_piece {
+	struct nasgw_aio *io;
+	uint32_t len;
+	int64_t result;
+};
+
 struct nasgw_aio {
 	struct tevent_req *req; /* NULL once the request is gone */
 	struct tevent_immediate *im;
 	struct tevent_threaded_context *tctx;
 	nasgw_cred cr;
 	uint32_t groups[1024];
-	int64_t result;
+	struct nasgw_piece *pieces;
+	uint32_t npieces;
+	uint32_t pending; /* pieces not called back yet (atomic) */
 };
 
 struct nasgw_aio_state {
@@ -1484,7 +1498,28 @@ static int nasgw_aio_state_destructor(struct nasgw_aio_state *state)
 	return 0;
 }
 
-/* On smbd's event loop, after the library's callback. */
+/* The call's result: the bytes of the pieces up to the first short or
+ * failed one; that one's error if it is the first. */
+static int64_t nasgw_aio_result(const struct nasgw_aio *io)
+{
+	int64_t total = 0;
+	uint32_t i;
+
+	for (i = 0; i < io->npieces; i++) {
+		int64_t r = io->pieces[i].result;
+
+		if (r < 0) {
+			return total > 0 ? total : r;
+		}
+		total += r;
+		if (r < io->pieces[i].len) {
+			break;
+		}
+	}
+	return total;
+}
+
+/* On smbd's event loop, once every piece was called back. */
 static void nasgw_aio_finish(struct tevent_context *ev, struct tevent_immediate *im, void *private_data)
 {
 	struct nasgw_aio *io = private_data;
@@ -1492,50 +1527,80 @@ static void nasgw_aio_finish(struct tevent_context *ev, struct tevent_immediate 
 
 	if (req != NULL) {
 		struct nasgw_aio_state *state = tevent_req_data(req, struct nasgw_aio_state);
+		int64_t result = nasgw_aio_result(io);
 		struct timespec end;
 
 		state->io = NULL;
 		clock_gettime_mono(&end);
 		state->vfs_aio_state.duration = nsec_time_diff(&end, &state->start);
-		if (io->result < 0) {
-			state->vfs_aio_state.error = (int)-io->result;
+		if (result < 0) {
+			state->vfs_aio_state.error = (int)-result;
 			state->result = -1;
 		} else {
-			state->result = (ssize_t)io->result;
+			state->result = (ssize_t)result;
 		}
 		tevent_req_done(req);
 	}
 	TALLOC_FREE(io);
 }
 
-static void nasgw_aio_post(struct nasgw_aio *io, int64_t result)
+/* `n` pieces are done (called back, or never sent). */
+static void nasgw_aio_done_pieces(struct nasgw_aio *io, uint32_t n)
 {
-	io->result = result;
-	tevent_threaded_schedule_immediate(io->tctx, io->im, nasgw_aio_finish, io);
+	if (__atomic_sub_fetch(&io->pending, n, __ATOMIC_ACQ_REL) == 0) {
+		tevent_threaded_schedule_immediate(io->tctx, io->im, nasgw_aio_finish, io);
+	}
 }
 
 static void nasgw_aio_read_done(void *arg, int64_t result, int eof)
 {
-	nasgw_aio_post(arg, result);
+	struct nasgw_piece *p = arg;
+
+	p->result = result;
+	nasgw_aio_done_pieces(p->io, 1);
 }
 
 static void nasgw_aio_write_done(void *arg, int64_t result, const nasgw_write_result *r)
 {
-	nasgw_aio_post(arg, result);
+	struct nasgw_piece *p = arg;
+
+	p->result = result;
+	nasgw_aio_done_pieces(p->io, 1);
 }
 
 static void nasgw_aio_fsync_done(void *arg, int result, uint64_t verifier)
 {
-	nasgw_aio_post(arg, result);
+	struct nasgw_piece *p = arg;
+
+	p->result = result;
+	nasgw_aio_done_pieces(p->io, 1);
 }
 
-/* Starts a request whose call is sent by `send`; its result comes to the
- * event loop. */
+enum nasgw_aio_op { NASGW_AIO_READ, NASGW_AIO_WRITE, NASGW_AIO_FSYNC };
+
+static int nasgw_aio_send_piece(struct nasgw_conn *nc, struct nasgw_aio *io, const nasgw_handle *h,
+				enum nasgw_aio_op op, uint32_t i, char *data, off_t offset)
+{
+	struct nasgw_piece *p = &io->pieces[i];
+	uint64_t at = (uint64_t)offset + (uint64_t)i * NASGW_IO_MAX;
+	char *buf = data + (size_t)i * NASGW_IO_MAX;
+
+	switch (op) {
+	case NASGW_AIO_READ:
+		return nasgw_read_async(nc->client, &io->cr, h, at, buf, p->len, nasgw_aio_read_done, p);
+	case NASGW_AIO_WRITE:
+		return nasgw_write_async(nc->client, &io->cr, h, at, buf, p->len, NASGW_DATA_SYNC,
+					 nasgw_aio_write_done, p);
+	case NASGW_AIO_FSYNC:
+		return nasgw_fsync_async(nc->client, &io->cr, h, nasgw_aio_fsync_done, p);
+	}
+	return -EINVAL;
+}
+
+/* Starts a request; its result comes to the event loop. */
 static struct tevent_req *nasgw_aio_send(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
-					 struct tevent_context *ev, files_struct *fsp,
-					 int (*send)(struct nasgw_conn *nc, struct nasgw_aio *io,
-						     const nasgw_handle *h, void *arg),
-					 void *arg)
+					 struct tevent_context *ev, files_struct *fsp, enum nasgw_aio_op op,
+					 void *data, size_t n, off_t offset)
 {
 	struct nasgw_conn *nc = handle->data;
 	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
@@ -1543,7 +1608,7 @@ static struct tevent_req *nasgw_aio_send(vfs_handle_struct *handle, TALLOC_CTX *
 	struct tevent_req *req;
 	struct nasgw_aio *io;
 	nasgw_cred cr;
-	int rc;
+	uint32_t i, npieces;
 
 	req = tevent_req_create(mem_ctx, &state, struct nasgw_aio_state);
 	if (req == NULL) {
@@ -1554,16 +1619,35 @@ static struct tevent_req *nasgw_aio_send(vfs_handle_struct *handle, TALLOC_CTX *
 		tevent_req_error(req, EBADF);
 		return tevent_req_post(req, ev);
 	}
+	if (offset < 0) {
+		tevent_req_error(req, EINVAL);
+		return tevent_req_post(req, ev);
+	}
+	if (op != NASGW_AIO_FSYNC && n == 0) {
+		state->result = 0;
+		tevent_req_done(req);
+		return tevent_req_post(req, ev);
+	}
+	npieces = op == NASGW_AIO_FSYNC ? 1 : (uint32_t)((n + NASGW_IO_MAX - 1) / NASGW_IO_MAX);
 	io = talloc_zero(NULL, struct nasgw_aio);
 	if (tevent_req_nomem(io, req)) {
 		return tevent_req_post(req, ev);
 	}
 	io->im = tevent_create_immediate(io);
 	io->tctx = nasgw_tctx(ev);
-	if (io->im == NULL || io->tctx == NULL) {
+	io->pieces = talloc_zero_array(io, struct nasgw_piece, npieces);
+	if (io->im == NULL || io->tctx == NULL || io->pieces == NULL) {
 		TALLOC_FREE(io);
 		tevent_req_error(req, ENOMEM);
 		return tevent_req_post(req, ev);
+	}
+	io->npieces = npieces;
+	io->pending = npieces;
+	for (i = 0; i < npieces; i++) {
+		size_t left = n - (size_t)i * NASGW_IO_MAX;
+
+		io->pieces[i].io = io;
+		io->pieces[i].len = op == NASGW_AIO_FSYNC ? 0 : (uint32_t)MIN(left, NASGW_IO_MAX);
 	}
 	nasgw_cred_of(handle->conn, &cr);
 	io->cr = cr;
@@ -1572,12 +1656,25 @@ static struct tevent_req *nasgw_aio_send(vfs_handle_struct *handle, TALLOC_CTX *
 	io->req = req;
 	state->io = io;
 	talloc_set_destructor(state, nasgw_aio_state_destructor);
-	rc = send(nc, io, &fh->h, arg);
-	if (rc != 0) {
-		state->io = NULL;
-		TALLOC_FREE(io);
-		tevent_req_error(req, -rc);
-		return tevent_req_post(req, ev);
+	for (i = 0; i < npieces; i++) {
+		int rc = nasgw_aio_send_piece(nc, io, &fh->h, op, i, data, offset);
+		uint32_t j;
+
+		if (rc == 0) {
+			continue;
+		}
+		if (i == 0) {
+			/* Nothing in flight: fail now. */
+			state->io = NULL;
+			TALLOC_FREE(io);
+			tevent_req_error(req, -rc);
+			return tevent_req_post(req, ev);
+		}
+		for (j = i; j < npieces; j++) {
+			io->pieces[j].result = rc;
+		}
+		nasgw_aio_done_pieces(io, npieces - i);
+		break;
 	}
 	return req;
 }
@@ -1595,61 +1692,24 @@ static ssize_t nasgw_aio_recv(struct tevent_req *req, struct vfs_aio_state *vfs_
 	return state->result;
 }
 
-struct nasgw_io_args {
-	void *data;
-	size_t n;
-	off_t offset;
-};
-
-static int nasgw_send_read(struct nasgw_conn *nc, struct nasgw_aio *io, const nasgw_handle *h, void *arg)
-{
-	const struct nasgw_io_args *a = arg;
-
-	if (a->n > NASGW_IO_MAX) {
-		return -EINVAL;
-	}
-	return nasgw_read_async(nc->client, &io->cr, h, (uint64_t)a->offset, a->data, (uint32_t)a->n,
-				nasgw_aio_read_done, io);
-}
-
-static int nasgw_send_write(struct nasgw_conn *nc, struct nasgw_aio *io, const nasgw_handle *h, void *arg)
-{
-	const struct nasgw_io_args *a = arg;
-
-	if (a->n > NASGW_IO_MAX) {
-		return -EINVAL;
-	}
-	return nasgw_write_async(nc->client, &io->cr, h, (uint64_t)a->offset, a->data, (uint32_t)a->n,
-				 NASGW_DATA_SYNC, nasgw_aio_write_done, io);
-}
-
-static int nasgw_send_fsync(struct nasgw_conn *nc, struct nasgw_aio *io, const nasgw_handle *h, void *arg)
-{
-	return nasgw_fsync_async(nc->client, &io->cr, h, nasgw_aio_fsync_done, io);
-}
-
 static struct tevent_req *nasgw_pread_send(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
 					   struct tevent_context *ev, files_struct *fsp, void *data, size_t n,
 					   off_t offset)
 {
-	struct nasgw_io_args a = { .data = data, .n = n, .offset = offset };
-
-	return nasgw_aio_send(handle, mem_ctx, ev, fsp, nasgw_send_read, &a);
+	return nasgw_aio_send(handle, mem_ctx, ev, fsp, NASGW_AIO_READ, data, n, offset);
 }
 
 static struct tevent_req *nasgw_pwrite_send(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
 					    struct tevent_context *ev, files_struct *fsp, const void *data,
 					    size_t n, off_t offset)
 {
-	struct nasgw_io_args a = { .data = discard_const_p(void, data), .n = n, .offset = offset };
-
-	return nasgw_aio_send(handle, mem_ctx, ev, fsp, nasgw_send_write, &a);
+	return nasgw_aio_send(handle, mem_ctx, ev, fsp, NASGW_AIO_WRITE, discard_const_p(void, data), n, offset);
 }
 
 static struct tevent_req *nasgw_fsync_send(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
 					   struct tevent_context *ev, files_struct *fsp)
 {
-	return nasgw_aio_send(handle, mem_ctx, ev, fsp, nasgw_send_fsync, NULL);
+	return nasgw_aio_send(handle, mem_ctx, ev, fsp, NASGW_AIO_FSYNC, NULL, 0, 0);
 }
 
 static int nasgw_fsync_recv(struct tevent_req *req, struct vfs_aio_state *vfs_aio_state)

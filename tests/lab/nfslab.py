@@ -72,13 +72,16 @@ MNT_PORT = 20048       # fixed, as an administrator would, so client-side rules 
 NLM_PORT = 32803
 
 VENV = "/var/cache/nasgw/venv"
-# The PyPI clients, pinned to versions checked here (see docs/lab.md).
-VENV_PACKAGES = ["nfs-rs==0.8.7", "libnfs==1.0.post4"]
+# The PyPI clients, pinned to versions checked here (see docs/lab.md):
+# NFS (nfs-rs, libnfs) and SMB2/3 (smbprotocol, for what smbclient cannot
+# script: offsets, locks, share modes, held handles).
+VENV_PACKAGES = ["nfs-rs==0.8.7", "libnfs==1.0.post4", "smbprotocol==1.14.0"]
 
 SERVER_START_TIMEOUT_S = 30.0
 RELOAD_TIMEOUT_S = 20.0
 GANESHA_STOP_TIMEOUT_S = 15.0   # ganesha's shutdown joins its worker threads
 RPCBIND_STOP_TIMEOUT_S = 5.0
+SMBD_STOP_TIMEOUT_S = 15.0      # smblab's smbd
 CMD_TIMEOUT_S = 120
 
 
@@ -802,7 +805,7 @@ if _nfsrs_client is not None:
 
 
 def ensure_venv():
-    """The Python venv for NFS clients from PyPI (nfs-rs, libnfs), outside the
+    """The Python venv for NFS and SMB clients from PyPI, outside the
     repository in /var/cache/nasgw/venv; made on first use. Returns its python."""
     py = os.path.join(VENV, "bin", "python")
     stamp = os.path.join(VENV, ".nasgw-packages")
@@ -826,7 +829,7 @@ def ensure_venv():
         if p.returncode != 0:
             raise NfsLabError("pip install %s into %s failed (network? PyPI?):\n%s" % (
                 want, VENV, (p.stdout + p.stderr)[-3000:]))
-        run([py, "-c", "import nfs_rs, libnfs"])
+        run([py, "-c", "import nfs_rs, libnfs, smbclient, smbprotocol"])
         with open(stamp, "w") as f:
             f.write(want + "\n")
     return py
@@ -1012,12 +1015,18 @@ def teardown(st):
     files, state. Keeps going past errors; returns them."""
     errors = []
     for key, what, t in (("ganesha", "ganesha.nfsd", GANESHA_STOP_TIMEOUT_S),
-                         ("rpcbind", "rpcbind", RPCBIND_STOP_TIMEOUT_S)):
+                         ("rpcbind", "rpcbind", RPCBIND_STOP_TIMEOUT_S),
+                         ("smbd", "smbd", SMBD_STOP_TIMEOUT_S)):
         try:
             stop_pid(st.get(key + "_pid"), st.get(key + "_start"), t, what)
             st[key + "_pid"] = None
         except NfsLabError as e:
             errors.append(str(e))
+    # Users and groups smblab made for the lab.
+    for u in reversed(st.get("users", [])):
+        run(["userdel", u], check=False)
+    for g in reversed(st.get("groups", [])):
+        run(["groupdel", g], check=False)
     mounts = set(mounted_paths())
     for m in reversed(st.get("mounts", [])):
         if m in mounts:

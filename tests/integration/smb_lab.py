@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""SMB through the real path: tgtd LUNs -> nasgwd -> Debian's smbd with
+vfs_nasgw in the lab's server namespace -> smbclient and the smbprotocol
+client in a client namespace. What SMB does is checked through a second
+head too (nasgw-fuse on the same nasgwd): owners, bytes.
+
+    python3 tests/integration/smb_lab.py --build build/debug [--only namespace data ...]
+
+Parts: namespace (operations and their errors, ownership, permissions),
+data (random offsets against a model, read back through FUSE), case
+(case-insensitive lookups, case-preserving creates), restart (a held
+handle across a nasgwd restart and a SIGKILL; DOS attributes survive),
+unlinked (a file removed over FUSE while SMB holds it open).
+"""
+
+import argparse
+import os
+import random
+import sys
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "lab"))
+import nasgwlab  # noqa: E402
+import nfslab  # noqa: E402
+import smblab  # noqa: E402
+
+check = nasgwlab.Checks()
+failures = []
+
+
+def alice_dir(ctx):
+    return os.path.join(ctx["node"].mount_path, "alice")
+
+
+# ---- parts
+
+def test_namespace(ctx):
+    c, srv, alice, bob = ctx["client"], ctx["smbd"], ctx["alice"], ctx["bob"]
+    local = os.path.join(ctx["lab"].dir, "hello.txt")
+    with open(local, "w") as f:
+        f.write("hello over SMB\n")
+    p = smblab.smbclient(c, srv, "alice", alice, "mkdir d1; mkdir d1/sub; put %s d1/h.txt; ls d1/*" % local)
+    check("mkdir, put and ls work", p.returncode == 0 and "h.txt" in p.stdout and "sub" in p.stdout,
+          p.stdout + p.stderr)
+    st = os.stat(os.path.join(alice_dir(ctx), "d1", "h.txt"))
+    check("a file created over SMB belongs to the SMB user (seen through FUSE)",
+          st.st_uid == alice.uid and st.st_size == 15, "uid %d size %d" % (st.st_uid, st.st_size))
+    p = smblab.smbclient(c, srv, "alice", alice, "rmdir d1", check=False)
+    check("rmdir of a non-empty directory: DIRECTORY_NOT_EMPTY",
+          "NT_STATUS_DIRECTORY_NOT_EMPTY" in smblab.statuses(p), p.stdout)
+    p = smblab.smbclient(c, srv, "alice", alice, "mkdir d1", check=False)
+    check("mkdir of an existing name: OBJECT_NAME_COLLISION",
+          "NT_STATUS_OBJECT_NAME_COLLISION" in smblab.statuses(p), p.stdout)
+    p = smblab.smbclient(c, srv, "alice", alice, "get d1/nothere.txt %s/x" % ctx["lab"].dir, check=False)
+    check("get of a missing file: OBJECT_NAME_NOT_FOUND",
+          "NT_STATUS_OBJECT_NAME_NOT_FOUND" in smblab.statuses(p), p.stdout)
+    p = smblab.smbclient(c, srv, "alice", alice, "put %s d1/other.txt; rename d1/other.txt d1/h.txt" % local,
+                         check=False)
+    check("rename onto an existing file: OBJECT_NAME_COLLISION",
+          "NT_STATUS_OBJECT_NAME_COLLISION" in smblab.statuses(p), p.stdout)
+    p = smblab.smbclient(c, srv, "alice", alice, "rename d1/other.txt d1/sub/moved.txt; ls d1/sub/*")
+    check("rename into another directory", "moved.txt" in p.stdout and
+          os.path.exists(os.path.join(alice_dir(ctx), "d1", "sub", "moved.txt")), p.stdout)
+    p = smblab.smbclient(c, srv, "alice", bob, "put %s d1/bob.txt" % local, check=False)
+    check("another user cannot write in alice's 0755 directory: ACCESS_DENIED",
+          "NT_STATUS_ACCESS_DENIED" in smblab.statuses(p) and
+          not os.path.exists(os.path.join(alice_dir(ctx), "d1", "bob.txt")), p.stdout)
+    p = smblab.smbclient(c, srv, "alice", bob, "get d1/h.txt %s/bob-read" % ctx["lab"].dir, check=False)
+    check("... but may read alice's 0644 file", p.returncode == 0, p.stdout + p.stderr)
+    p = smblab.smbclient(c, srv, "alice", alice,
+                         "del d1/h.txt; del d1/sub/moved.txt; rmdir d1/sub; rmdir d1; ls", check=False)
+    # (listed, not stat()ed: FUSE may still have the name in its cache)
+    check("del and rmdir empty the tree", p.returncode == 0 and "d1" not in os.listdir(alice_dir(ctx)),
+          p.stdout + p.stderr)
+    # A symbolic link made through FUSE: Samba follows it within the share
+    # and refuses one that leads out.
+    os.makedirs(os.path.join(alice_dir(ctx), "real"), exist_ok=True)
+    with open(os.path.join(alice_dir(ctx), "real", "f.txt"), "w") as f:
+        f.write("through a link\n")
+    os.symlink("real", os.path.join(alice_dir(ctx), "link"))
+    os.symlink("/etc", os.path.join(alice_dir(ctx), "outside"))
+    p = smblab.smbclient(c, srv, "alice", alice, "get link/f.txt %s/via-link" % ctx["lab"].dir, check=False)
+    got = open(os.path.join(ctx["lab"].dir, "via-link")).read() if p.returncode == 0 else ""
+    check("a relative link inside the share is followed", got == "through a link\n", p.stdout + p.stderr)
+    p = smblab.smbclient(c, srv, "alice", alice, "get outside/hostname %s/escaped" % ctx["lab"].dir, check=False)
+    check("a link out of the share is not followed",
+          p.returncode != 0 and not os.path.exists(os.path.join(ctx["lab"].dir, "escaped")), p.stdout)
+
+
+def test_data(ctx):
+    c, srv, alice = ctx["client"], ctx["smbd"], ctx["alice"]
+    rng = random.Random(1126)
+    size = 6 << 20
+    ops = []
+    for _ in range(120):
+        n = rng.choice([1, 511, 4096, 65536, 65537, 1 << 20, 3 << 20])
+        off = rng.randrange(0, size - n)
+        ops.append((off, n, rng.randrange(1 << 30)))
+    model = bytearray(size)
+    for off, n, seed in ops:
+        model[off:off + n] = random.Random(seed).randbytes(n)
+    code = """
+import random
+path = unc('alice', 'data.bin')
+with smbclient.open_file(path, mode='wb') as f:
+    f.truncate(ARGS['size'])
+with smbclient.open_file(path, mode='r+b', buffering=0) as f:
+    for off, n, seed in ARGS['ops']:
+        f.seek(off)
+        b = random.Random(seed).randbytes(n)
+        assert f.write(b) == n
+    f.flush()
+import hashlib
+h = hashlib.sha256()
+with smbclient.open_file(path, mode='rb') as f:
+    while True:
+        b = f.read(1 << 20)
+        if not b:
+            break
+        h.update(b)
+# random-offset reads, each against the model's bytes by hash
+with smbclient.open_file(path, mode='rb', buffering=0) as f:
+    reads = []
+    for off, n in ARGS['reads']:
+        f.seek(off)
+        reads.append(hashlib.sha256(f.read(n)).hexdigest())
+out({'sha': h.hexdigest(), 'reads': reads})
+"""
+    import hashlib
+    reads = [(rng.randrange(0, size - 70000), rng.choice([1, 100, 4096, 70000])) for _ in range(60)]
+    r = smblab.smbpy(c, srv, alice, code, {"size": size, "ops": ops, "reads": reads}, timeout=600)[0]
+    check("what SMB reads back is what it wrote (sha256 of %d MiB after %d random writes)" % (size >> 20,
+                                                                                           len(ops)),
+          r["sha"] == hashlib.sha256(model).hexdigest())
+    want = [hashlib.sha256(bytes(model[o:o + n])).hexdigest() for o, n in reads]
+    bad = [i for i, (a, b) in enumerate(zip(r["reads"], want)) if a != b]
+    check("60 reads at random offsets match the model", not bad, "mismatch at %s" % bad[:5])
+    with open(os.path.join(alice_dir(ctx), "data.bin"), "rb") as f:
+        through_fuse = f.read()
+    check("FUSE reads the same bytes SMB wrote", through_fuse == bytes(model),
+          "size %d vs %d" % (len(through_fuse), len(model)))
+    # And the other way: written through FUSE, read over SMB.
+    blob = random.Random(7).randbytes(3 << 20)
+    with open(os.path.join(alice_dir(ctx), "from-fuse.bin"), "wb") as f:
+        f.write(blob)
+    out = os.path.join(ctx["lab"].dir, "from-fuse.bin")
+    smblab.smbclient(c, srv, "alice", alice, "get from-fuse.bin %s" % out)
+    check("SMB reads the same bytes FUSE wrote", open(out, "rb").read() == blob)
+
+
+def test_case(ctx):
+    c, srv, alice = ctx["client"], ctx["smbd"], ctx["alice"]
+    local = os.path.join(ctx["lab"].dir, "case.txt")
+    with open(local, "w") as f:
+        f.write("mixed case\n")
+    smblab.smbclient(c, srv, "alice", alice, "mkdir CaseDir; put %s CaseDir/MixedCase.TXT" % local)
+    names = os.listdir(alice_dir(ctx) + "/CaseDir")
+    check("a create keeps the name's case", names == ["MixedCase.TXT"], str(names))
+    out = os.path.join(ctx["lab"].dir, "case-back")
+    p = smblab.smbclient(c, srv, "alice", alice, "get casedir/mixedcase.txt %s" % out, check=False)
+    check("a lookup in another case finds the file",
+          p.returncode == 0 and open(out).read() == "mixed case\n", p.stdout + p.stderr)
+    p = smblab.smbclient(c, srv, "alice", alice, "put %s CASEDIR/MIXEDCASE.TXT; ls casedir/*" % local)
+    names = os.listdir(alice_dir(ctx) + "/CaseDir")
+    check("writing to another case's name overwrites the file, adds no second one", names == ["MixedCase.TXT"],
+          str(names))
+
+
+def test_restart(ctx):
+    c, srv, alice, node = ctx["client"], ctx["smbd"], ctx["alice"], ctx["node"]
+    smblab.smbclient(c, srv, "alice", alice, "put %s attrs.txt; setmode attrs.txt +h" % os.path.join(
+        HERE, "smb_lab.py"))
+    # One SMB session holds a file open across a nasgwd restart and then a
+    # SIGKILL: the client library takes the session back; the handle works.
+    code = """
+import sys
+path = unc('alice', 'held.bin')
+f = smbclient.open_file(path, mode='w+b', buffering=0)
+f.write(b'A' * 70000)
+print('READY', flush=True)
+for step in ('restart', 'kill'):
+    line = sys.stdin.readline().strip()
+    assert line == step, line
+    f.seek(70000)
+    f.write(step.encode() * 1000)
+    f.seek(0)
+    data = f.read()
+    print('LEN', len(data), flush=True)
+f.close()
+with smbclient.open_file(path, mode='rb') as g:
+    out(len(g.read()))
+"""
+    p = smblab.smbpy_popen(c, srv, alice, code)
+    try:
+        line = p.stdout.readline()
+        check("the handle is open", line.strip() == "READY", line + p.stderr.read() if not line else line)
+        node.stop()
+        node.start()
+        p.stdin.write("restart\n")
+        p.stdin.flush()
+        line = p.stdout.readline().split()
+        check("after a nasgwd restart the held handle writes and reads",
+              line == ["LEN", str(70000 + 7000)], str(line))
+        node.kill()   # nasgwd and nasgw-fuse
+        node.start()
+        node.mount()
+        p.stdin.write("kill\n")
+        p.stdin.flush()
+        line = p.stdout.readline().split()
+        check("after a nasgwd SIGKILL the held handle writes and reads", line == ["LEN", str(70000 + 7000)],
+              str(line))
+        rest, err = p.communicate(timeout=120)
+        check("the file reads back whole after both", "NFSLAB-OUT 77000" in rest, rest + err)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    p = smblab.smbclient(c, srv, "alice", alice, "allinfo attrs.txt")
+    check("DOS attributes set before the restarts are still there (hidden)",
+          "attributes: HA" in p.stdout or "attributes: AH" in p.stdout or " H" in p.stdout.split(
+              "attributes:")[-1].split("\n")[0], p.stdout)
+
+
+def test_unlinked(ctx):
+    """A file removed through another head while SMB holds it open stays
+    readable through the handle, as POSIX keeps it."""
+    c, srv, alice = ctx["client"], ctx["smbd"], ctx["alice"]
+    path = os.path.join(alice_dir(ctx), "doomed.txt")
+    with open(path, "w") as f:
+        f.write("still here\n")
+    code = """
+import sys
+f = smbclient.open_file(unc('alice', 'doomed.txt'), mode='rb', buffering=0,
+                        share_access='rwd')
+print('OPEN', flush=True)
+sys.stdin.readline()
+f.seek(0)
+print('DATA', f.read().decode().strip(), flush=True)
+f.close()
+"""
+    p = smblab.smbpy_popen(c, srv, alice, code)
+    try:
+        line = p.stdout.readline()
+        check("SMB holds the file open", line.strip() == "OPEN", line)
+        os.unlink(path)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        rest, err = p.communicate(timeout=60)
+        check("the open handle still reads the removed file", "DATA still here" in rest, rest + err)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+TESTS = [("namespace", test_namespace), ("data", test_data), ("case", test_case), ("unlinked", test_unlinked),
+         ("restart", test_restart)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--only", nargs="*", choices=[name for name, _ in TESTS], metavar="NAME",
+                    help="run only these parts: " + ", ".join(name for name, _ in TESTS))
+    a = ap.parse_args()
+    b = os.path.abspath(a.build)
+    bins = {"nasgwd": b + "/daemon/nasgwd", "cli": b + "/cli/nasgw", "fsck": b + "/fs/nasgw-fsck",
+            "fuse": b + "/fsal/fuse/nasgw-fuse"}
+    node = lab = srv = None
+    try:
+        smblab.install_module(b)
+        lab = nfslab.Lab(clients=1)
+        node = nasgwlab.Node(bins=bins, luns=2, size="1G", tag="smb")
+        node.start()
+        node.format()
+        node.mount()
+        tag = "%d" % os.getpid()
+        alice = smblab.User("nasgw-alice-" + tag)
+        bob = smblab.User("nasgw-bob-" + tag)
+        srv = smblab.Smbd(lab, [smblab.nasgw_share("alice", node.head_socket, "vol1", "alice")],
+                          users=[alice, bob])
+        srv.write_config()
+        srv._add_users()
+        home = os.path.join(node.mount_path, "alice")
+        os.mkdir(home, 0o755)
+        os.chown(home, alice.uid, alice.gid)
+        srv.start()
+        ctx = {"lab": lab, "node": node, "smbd": srv, "client": lab.client(1), "alice": alice, "bob": bob}
+        for name, fn in TESTS:
+            if a.only and name not in a.only:
+                continue
+            print("== %s" % name, flush=True)
+            try:
+                fn(ctx)
+            except Exception:
+                traceback.print_exc()
+                failures.append(name + ": exception")
+    except Exception:
+        traceback.print_exc()
+        failures.append("setup: exception")
+    finally:
+        if check.failed:
+            failures.append("%d check(s) failed" % check.failed)
+        if failures and srv is not None:
+            print("--- smbd log tail\n" + srv.log_tail(3000))
+            if lab is not None:
+                print("--- smbd client log tail\n" + srv.share_log(lab.client(1).addr)[-3000:])
+        rc = nasgwlab.finish(failures, node=node, lab=lab)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
