@@ -85,6 +85,12 @@ commands:
              [--no-root-squash] [--sec sys[,krb5...]] [--protocols 3,4]
                                      export a volume (or a directory in it) over NFS
   export remove ID                   stop exporting
+  share list                         the SMB shares
+  share show NAME                    one share
+  share add VOLUME[/SUBPATH] --name NAME [--read-only] [--valid-users U[,@G...]]
+            [--browseable | --hidden] [--encrypt] [--guest-ok] [--comment TEXT]
+                                     share a volume (or a directory in it) over SMB
+  share remove NAME                  stop sharing
   stats                              per-LUN I/O (operations, bytes, latency p50/p99) and the cache
 
 global options:
@@ -243,6 +249,37 @@ const std::vector<CommandSpec>& Commands() {
        {},
        "usage: nasgw export remove ID\n\nStops exporting: removes export ID and has NFS-Ganesha reload its "
        "exports.\n"},
+      {"share",
+       "list",
+       0,
+       {},
+       {},
+       "usage: nasgw share list\n\nThe SMB shares: name, volume and path, access, users, browseable, encryption.\n"},
+      {"share", "show", 1, {}, {}, "usage: nasgw share show NAME\n\nOne SMB share, by name (in any case).\n"},
+      {"share",
+       "add",
+       1,
+       {"--read-only", "--browseable", "--hidden", "--encrypt", "--guest-ok"},
+       {"--name", "--valid-users", "--comment"},
+       "usage: nasgw share add VOLUME[/SUBPATH] --name NAME [--read-only] [--valid-users U[,@G...]]\n"
+       "                       [--browseable | --hidden] [--encrypt] [--guest-ok] [--comment TEXT]\n\n"
+       "Shares a volume, or a directory in it (SUBPATH must exist), over SMB. nasgwd keeps the\n"
+       "share with the reserve and has smbd serve it (with vfs_nasgw) at once.\n"
+       "  --name NAME          the share's name: letters, digits, '.', '_', '-', up to 80,\n"
+       "                       unique in any case; a trailing '$' hides it\n"
+       "  --read-only          read-only (default read-write)\n"
+       "  --valid-users LIST   users and @groups allowed, comma separated (default: every\n"
+       "                       user smbd authenticates)\n"
+       "  --browseable         listed to clients (the default); --hidden: not listed\n"
+       "  --encrypt            require SMB3 encryption\n"
+       "  --guest-ok           allow guest access (default off)\n"
+       "  --comment TEXT       what clients see next to the name\n"},
+      {"share",
+       "remove",
+       1,
+       {},
+       {},
+       "usage: nasgw share remove NAME\n\nStops sharing: removes share NAME and has smbd stop serving it.\n"},
       {"stats",
        "",
        0,
@@ -582,6 +619,18 @@ json ToJson(const pb::Export& e) {
           {"protocols", json(std::vector<uint32_t>(e.protocols().begin(), e.protocols().end()))}};
 }
 
+json ToJson(const pb::Share& sh) {
+  return {{"name", sh.name()},
+          {"volume", sh.volume()},
+          {"path", sh.path()},
+          {"comment", sh.comment()},
+          {"read_only", sh.read_only()},
+          {"browseable", sh.browseable()},
+          {"encrypt", sh.encrypt()},
+          {"guest_ok", sh.guest_ok()},
+          {"valid_users", json(std::vector<std::string>(sh.valid_users().begin(), sh.valid_users().end()))}};
+}
+
 void PrintJson(const json& j) {
   std::cout << Dump(j) << "\n";
 }
@@ -670,6 +719,20 @@ void PrintExport(const pb::Export& e) {
               {"root squash", e.root_squash() ? "yes (root is 65534)" : "no"},
               {"security", JoinList(e.sec(), ", ")},
               {"protocols", versions}});
+}
+
+void PrintShare(const pb::Share& sh) {
+  std::vector<std::pair<std::string, std::string>> p = {
+      {"name", sh.name()},
+      {"volume", sh.volume()},
+      {"path", sh.path()},
+      {"access", sh.read_only() ? "read-only" : "read-write"},
+      {"users", sh.valid_users().empty() ? "every authenticated user" : JoinList(sh.valid_users(), ", ")},
+      {"browseable", sh.browseable() ? "yes" : "no (hidden)"},
+      {"encryption", sh.encrypt() ? "required" : "as the client offers"},
+      {"guest", sh.guest_ok() ? "allowed" : "no"}};
+  if (!sh.comment().empty()) p.push_back({"comment", sh.comment()});
+  PrintPairs(p);
 }
 
 // ---- the connection
@@ -832,9 +895,11 @@ struct Parsed {
 
 const std::set<std::string> kGlobalValued = {"--socket",   "--server",  "--tls-ca",
                                              "--tls-cert", "--tls-key", "--timeout"};
-const std::set<std::string> kCommandValued = {"--name", "--ag-size",   "--record-size",   "--pseudo", "--clients",
-                                              "--sec",  "--protocols", "--write-through", "--atime"};
-const std::set<std::string> kCommandFlags = {"--force", "--ro", "--no-root-squash"};
+const std::set<std::string> kCommandValued = {"--name",    "--ag-size", "--record-size", "--pseudo",
+                                              "--clients", "--sec",     "--protocols",   "--write-through",
+                                              "--atime",   "--comment", "--valid-users"};
+const std::set<std::string> kCommandFlags = {"--force",      "--ro",     "--no-root-squash", "--read-only",
+                                             "--browseable", "--hidden", "--encrypt",        "--guest-ok"};
 
 // Returns a usage message, or "" when the arguments parse.
 std::string Parse(int argc, char** argv, Parsed* p) {
@@ -1048,6 +1113,35 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     export_id = *id;
   }
 
+  // Share arguments, checked before connecting.
+  pb::AddShareRequest add_share;
+  if (c.group == "share" && c.verb == "add") {
+    const std::string& target = args[0];
+    const size_t slash = target.find('/');
+    add_share.set_volume(target.substr(0, slash));
+    if (add_share.volume().empty()) {
+      return Usage("give the volume first: VOLUME[/SUBPATH], not '" + target + "'", hint);
+    }
+    if (slash != std::string::npos) add_share.set_path(target.substr(slash));
+    auto name = p.values.find("--name");
+    if (name == p.values.end() || name->second.empty()) return Usage("share add needs --name NAME", hint);
+    add_share.set_name(name->second);
+    if (auto it = p.values.find("--comment"); it != p.values.end()) add_share.set_comment(it->second);
+    std::string error;
+    const auto users = ListOption(p, "--valid-users", &error);
+    if (!error.empty()) return Usage(error, hint);
+    if (users) {
+      for (const auto& u : *users) add_share.add_valid_users(u);
+    }
+    if (p.flags.contains("--browseable") && p.flags.contains("--hidden")) {
+      return Usage("--browseable and --hidden contradict each other", hint);
+    }
+    add_share.set_read_only(p.flags.contains("--read-only"));
+    if (p.flags.contains("--hidden")) add_share.set_browseable(false);
+    add_share.set_encrypt(p.flags.contains("--encrypt"));
+    add_share.set_guest_ok(p.flags.contains("--guest-ok"));
+  }
+
   std::unique_ptr<Client> client;
   if (auto f = Client::Connect(p.options, &client)) return Fail(*f);
   const bool force = p.flags.contains("--force");
@@ -1058,7 +1152,9 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     const bool forceable = f.message.find("force") != std::string::npos;
     if ((f.exit_code == kExitRefused || f.exit_code == kExitExists) && forceable) f.message += ForceHint(c, args);
     if (f.exit_code == kExitRefused && c.group == "volume" && c.verb == "delete" && !forceable) {
-      f.message += " (nasgw export list shows them; nasgw export remove ID)";
+      f.message += f.message.find("SMB") != std::string::npos
+                       ? " (nasgw share list shows them; nasgw share remove NAME)"
+                       : " (nasgw export list shows them; nasgw export remove ID)";
     }
     return Fail(f);
   };
@@ -1215,6 +1311,72 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
         std::cout << "removed export " << r.export_().id() << " (" << Esc(r.export_().pseudo()) << ")\n";
       }
       warn_publish("export " + std::to_string(r.export_().id()) + " was removed", r.publish_error());
+      return kExitOk;
+    }
+  }
+  if (c.group == "share") {
+    auto warn_publish = [](const std::string& what, const std::string& publish_error) {
+      if (!publish_error.empty()) {
+        std::cerr << "nasgw: warning: " << what << ", but nasgwd could not write the smb.conf shares file ("
+                  << publish_error << "); the next share change or nasgwd start writes it\n";
+      }
+    };
+    if (c.verb == "list") {
+      pb::ListSharesResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::ListShares, pb::ListSharesRequest(), &r)) return fail(*f);
+      if (g_json) {
+        json shares = json::array();
+        for (const auto& sh : r.shares()) shares.push_back(ToJson(sh));
+        PrintJson({{"shares", shares}});
+      } else {
+        Table t({"NAME", "VOLUME", "PATH", "ACCESS", "USERS", "BROWSEABLE", "ENCRYPT"});
+        for (const auto& sh : r.shares()) {
+          t.Add({sh.name(), sh.volume(), sh.path(), sh.read_only() ? "ro" : "rw",
+                 sh.valid_users().empty() ? "*" : JoinList(sh.valid_users(), ","), sh.browseable() ? "yes" : "no",
+                 sh.encrypt() ? "yes" : "no"});
+        }
+        t.Print({});
+      }
+      return kExitOk;
+    }
+    if (c.verb == "show") {
+      pb::GetShareRequest req;
+      req.set_name(args[0]);
+      pb::GetShareResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::GetShare, req, &r)) return fail(*f);
+      if (g_json) {
+        PrintJson({{"share", ToJson(r.share())}});
+      } else {
+        PrintShare(r.share());
+      }
+      return kExitOk;
+    }
+    if (c.verb == "add") {
+      pb::AddShareResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::AddShare, add_share, &r)) return fail(*f);
+      if (g_json) {
+        json j = {{"share", ToJson(r.share())}};
+        if (!r.publish_error().empty()) j["publish_error"] = r.publish_error();
+        PrintJson(j);
+      } else {
+        PrintShare(r.share());
+      }
+      warn_publish("share " + r.share().name() + " was added", r.publish_error());
+      return kExitOk;
+    }
+    if (c.verb == "remove") {
+      pb::RemoveShareRequest req;
+      req.set_name(args[0]);
+      pb::RemoveShareResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::RemoveShare, req, &r)) return fail(*f);
+      if (g_json) {
+        json j = {{"removed", {{"share", ToJson(r.share())}}}};
+        if (!r.publish_error().empty()) j["publish_error"] = r.publish_error();
+        PrintJson(j);
+      } else {
+        std::cout << "removed share " << Esc(r.share().name()) << "\n";
+      }
+      warn_publish("share " + r.share().name() + " was removed", r.publish_error());
       return kExitOk;
     }
   }

@@ -236,6 +236,18 @@ void Fill(const fs::Export& e, pb::Export* out) {
   for (uint32_t p : e.protocols) out->add_protocols(p);
 }
 
+void Fill(const fs::Share& s, pb::Share* out) {
+  out->set_name(s.name);
+  out->set_volume(s.volume);
+  out->set_path(s.path);
+  out->set_comment(s.comment);
+  out->set_read_only(s.read_only);
+  out->set_browseable(s.browseable);
+  out->set_encrypt(s.encrypt);
+  out->set_guest_ok(s.guest_ok);
+  for (const auto& u : s.valid_users) out->add_valid_users(u);
+}
+
 class AdminService final : public pb::Admin::Service {
  public:
   AdminService(Node* node, AdminServer::CacheStatsFn cache_stats) : node_(node), cache_stats_(std::move(cache_stats)) {}
@@ -419,6 +431,65 @@ class AdminService final : public pb::Admin::Service {
     auto removed = node_->RemoveExport(req->id(), &publish_error);
     if (!removed.ok()) return ToGrpc(removed.status());
     Fill(*removed, out->mutable_export_());
+    out->set_publish_error(publish_error);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AddShare(grpc::ServerContext*, const pb::AddShareRequest* req, pb::AddShareResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    if (auto s = CheckText("share name", req->name()); !s.ok()) return s;
+    if (auto s = CheckText("share path", req->path()); !s.ok()) return s;
+    if (auto s = CheckText("share comment", req->comment()); !s.ok()) return s;
+    for (const auto& u : req->valid_users()) {
+      if (auto s = CheckText("valid user", u); !s.ok()) return s;
+    }
+    // The fields' rules are nasgwd's (daemon::NormalizeShare, which
+    // Node::AddShare applies), whose messages name the value.
+    fs::Share sh;
+    sh.name = req->name();
+    sh.volume = req->volume();
+    sh.path = req->path();
+    sh.comment = req->comment();
+    sh.read_only = req->read_only();
+    sh.browseable = req->has_browseable() ? req->browseable() : true;
+    sh.encrypt = req->encrypt();
+    sh.guest_ok = req->guest_ok();
+    sh.valid_users.assign(req->valid_users().begin(), req->valid_users().end());
+    NASGW_LOG(kInfo, "admin") << "add share" << Kv("name", sh.name) << Kv("volume", sh.volume) << Kv("path", sh.path)
+                              << Kv("read_only", sh.read_only) << Kv("users", sh.valid_users.size());
+    std::string publish_error;
+    auto added = node_->AddShare(sh, &publish_error);
+    if (!added.ok()) return ToGrpc(added.status());
+    Fill(*added, out->mutable_share());
+    out->set_publish_error(publish_error);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListShares(grpc::ServerContext*, const pb::ListSharesRequest*, pb::ListSharesResponse* out) override {
+    auto shares = node_->ListShares();
+    if (!shares.ok()) return ToGrpc(shares.status());
+    for (const auto& sh : *shares) Fill(sh, out->add_shares());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetShare(grpc::ServerContext*, const pb::GetShareRequest* req, pb::GetShareResponse* out) override {
+    if (auto s = CheckText("share name", req->name()); !s.ok()) return s;
+    if (req->name().empty()) return Invalid("give a share name");
+    auto sh = node_->GetShare(req->name());
+    if (!sh.ok()) return ToGrpc(sh.status());
+    Fill(*sh, out->mutable_share());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RemoveShare(grpc::ServerContext*, const pb::RemoveShareRequest* req,
+                           pb::RemoveShareResponse* out) override {
+    if (auto s = CheckText("share name", req->name()); !s.ok()) return s;
+    if (req->name().empty()) return Invalid("give a share name");
+    NASGW_LOG(kInfo, "admin") << "remove share" << Kv("name", req->name());
+    std::string publish_error;
+    auto removed = node_->RemoveShare(req->name(), &publish_error);
+    if (!removed.ok()) return ToGrpc(removed.status());
+    Fill(*removed, out->mutable_share());
     out->set_publish_error(publish_error);
     return grpc::Status::OK;
   }

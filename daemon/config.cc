@@ -72,7 +72,8 @@ constexpr size_t kSecretFileBytesMax = 4096;
 constexpr size_t kErrorsShownMax = 10;
 
 constexpr std::string_view kDefaultInitiatorPrefix = "iqn.2026-11.org.nasgw:";
-constexpr std::string_view kSections[] = {"node", "reserve", "head", "cache", "admin", "metrics", "shutdown", "nfs"};
+constexpr std::string_view kSections[] = {"node",    "reserve",  "head", "cache", "admin",
+                                          "metrics", "shutdown", "nfs",  "smb"};
 
 // Text from the file as it may appear in a message: control characters as '?'.
 std::string Printable(std::string_view s) {
@@ -712,33 +713,49 @@ void ParseAdmin(const Section& s, Config* c, Errors* errors) {
   }
 }
 
+// A file nasgwd writes for a server to include (Ganesha's exports, smb.conf's
+// shares): absolute, of the characters both include directives take, in a
+// directory that exists, not a directory itself. `key` names it in errors.
+void CheckIncludeFile(const std::string& key, std::string* path_in, Errors* errors) {
+  std::string& path = *path_in;
+  if (!CheckAbsolutePath(key, &path, errors)) return;
+  if (path.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/") !=
+      std::string::npos) {
+    errors->Add(key, Quote(path) +
+                         " may only contain the characters [A-Za-z0-9._/-] (what Ganesha's %include and "
+                         "smb.conf's include accept)");
+    return;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st {};
+  if (path == "/") {
+    errors->Add(key, "'/' is a directory; name a file");
+  } else if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    errors->Add(key, "its directory " + Quote(dir) + " does not exist");
+  } else if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    errors->Add(key, Quote(path) + " is a directory; name a file");
+  }
+}
+
 void ParseNfs(const Section& s, Config* c, Errors* errors) {
   if (s.String("exports_file", &c->nfs_exports_file) && !c->nfs_exports_file.empty()) {
-    std::string& path = c->nfs_exports_file;
-    if (CheckAbsolutePath("nfs.exports_file", &path, errors)) {
-      // Ganesha's %include takes a path of these characters only.
-      if (path.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/") !=
-          std::string::npos) {
-        errors->Add("nfs.exports_file", Quote(path) +
-                                            " may only contain the characters [A-Za-z0-9._/-] (what Ganesha's "
-                                            "%include accepts)");
-      } else {
-        const size_t slash = path.rfind('/');
-        const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
-        struct stat st {};
-        if (path == "/") {
-          errors->Add("nfs.exports_file", "'/' is a directory; name a file");
-        } else if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-          errors->Add("nfs.exports_file", "its directory " + Quote(dir) + " does not exist");
-        } else if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-          errors->Add("nfs.exports_file", Quote(path) + " is a directory; name a file");
-        }
-      }
-    }
+    CheckIncludeFile("nfs.exports_file", &c->nfs_exports_file, errors);
   }
   if (s.String("ganesha_pid_file", &c->nfs_ganesha_pid_file) && !c->nfs_ganesha_pid_file.empty()) {
     if (CheckAbsolutePath("nfs.ganesha_pid_file", &c->nfs_ganesha_pid_file, errors) && c->nfs_exports_file.empty()) {
       errors->Add("nfs.ganesha_pid_file", "set but nfs.exports_file is not (nasgwd signals Ganesha after writing it)");
+    }
+  }
+}
+
+void ParseSmb(const Section& s, Config* c, Errors* errors) {
+  if (s.String("shares_file", &c->smb_shares_file) && !c->smb_shares_file.empty()) {
+    CheckIncludeFile("smb.shares_file", &c->smb_shares_file, errors);
+  }
+  if (s.String("smbd_pid_file", &c->smb_smbd_pid_file) && !c->smb_smbd_pid_file.empty()) {
+    if (CheckAbsolutePath("smb.smbd_pid_file", &c->smb_smbd_pid_file, errors) && c->smb_shares_file.empty()) {
+      errors->Add("smb.smbd_pid_file", "set but smb.shares_file is not (nasgwd signals smbd after writing it)");
     }
   }
 }
@@ -813,6 +830,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   Section shutdown("shutdown", table("shutdown"), {"drain_ms"}, &errors);
   shutdown.Integer("drain_ms", 0, kShutdownDrainMsMax, &c.drain_ms);
   ParseNfs(Section("nfs", table("nfs"), {"exports_file", "ganesha_pid_file"}, &errors), &c, &errors);
+  ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file"}, &errors), &c, &errors);
 
   // Defaults that depend on other fields.
   if (c.initiator.empty() && !c.node_name.empty()) {

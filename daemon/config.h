@@ -117,6 +117,17 @@ struct Config {
   // sends SIGHUP to that pid if it is a live ganesha.nfsd. Needs exports_file.
   std::string nfs_ganesha_pid_file;
 
+  // [smb]
+  // Optional: where nasgwd writes the SMB shares as smb.conf sections (the
+  // smb.conf smbd runs with includes it: `include = FILE`); empty: nasgwd
+  // writes nothing. An absolute path of [A-Za-z0-9._/-] whose directory
+  // exists.
+  std::string smb_shares_file;
+  // Optional: smbd's pid file. After writing shares_file nasgwd sends SIGHUP
+  // to that pid if it is a live smbd, which then serves the new shares.
+  // Needs shares_file.
+  std::string smb_smbd_pid_file;
+
   // The reserve LUN URLs with the CHAP credentials filled in.
   std::vector<std::string> LunUrlsWithChap() const;
 };

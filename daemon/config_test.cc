@@ -902,6 +902,24 @@ TEST_F(ConfigTest, NfsExportsFileAndGaneshaPidFile) {
   ExpectInvalid(Cfg("", "", "[nfs]\nexport_file = \"/x\""), {"nfs.export_file: unknown key", "exports_file"});
 }
 
+TEST_F(ConfigTest, SmbSharesFileAndSmbdPidFile) {
+  auto c = Parse(Cfg());
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->smb_shares_file.empty()) << "off by default: nasgwd renders nothing";
+  c = Parse(Cfg("", "", "[smb]\nshares_file = \"" + dir_ + "/shares.conf\"\nsmbd_pid_file = \"/run/samba/smbd.pid\""));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->smb_shares_file, dir_ + "/shares.conf");
+  EXPECT_EQ(c->smb_smbd_pid_file, "/run/samba/smbd.pid");
+  // The same checks as the NFS exports file: one function makes them.
+  ExpectInvalid(Cfg("", "", "[smb]\nshares_file = \"" + dir_ + "/no/such/dir/x.conf\""),
+                {"smb.shares_file: its directory", "does not exist"});
+  ExpectInvalid(Cfg("", "", "[smb]\nshares_file = \"" + dir_ + "/my shares.conf\""),
+                {"smb.shares_file:", "[A-Za-z0-9._/-]"});
+  ExpectInvalid(Cfg("", "", "[smb]\nsmbd_pid_file = \"/run/smbd.pid\""),
+                {"smb.smbd_pid_file: set but smb.shares_file is not"});
+  ExpectInvalid(Cfg("", "", "[smb]\nshare_file = \"/x\""), {"smb.share_file: unknown key", "shares_file"});
+}
+
 TEST_F(ConfigTest, ControlCharactersRefused) {
   ExpectInvalid(Cfg("run_dir = \"/run/a\\nb\""), {"node.run_dir: contains a control character"});
   ExpectInvalid(Cfg("state_dir = \"/var/\\u0000x\""), {"node.state_dir: contains a control character"});

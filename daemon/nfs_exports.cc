@@ -156,13 +156,13 @@ Status WriteFileAtomically(const std::string& path, const std::string& text, uns
   return Status();
 }
 
-Status SignalGanesha(const std::string& pid_file, int* pid_out) {
+Status SignalServer(const std::string& pid_file, const std::string& comm_name, int* pid_out) {
   auto text = ReadSmall(pid_file, 64);
-  if (!text.ok()) return text.status().WithContext("ganesha pid file");
+  if (!text.ok()) return text.status().WithContext(comm_name + " pid file");
   std::string t = *text;
   while (!t.empty() && (t.back() == '\n' || t.back() == ' ' || t.back() == '\r' || t.back() == '\t')) t.pop_back();
   if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos || t == "0") {
-    return Status::InvalidArgument("ganesha pid file " + pid_file + " holds no pid");
+    return Status::InvalidArgument(comm_name + " pid file " + pid_file + " holds no pid");
   }
   const int pid = std::stoi(t);
   if (pid_out) *pid_out = pid;
@@ -170,23 +170,23 @@ Status SignalGanesha(const std::string& pid_file, int* pid_out) {
   // the name check and the signal.
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0 && errno == ESRCH) {
-    return Status::NotFound("ganesha pid file " + pid_file + " names pid " + t + ", which is not running");
+    return Status::NotFound(comm_name + " pid file " + pid_file + " names pid " + t + ", which is not running");
   }
   const std::string comm_path = "/proc/" + t + "/comm";
   auto comm = ReadSmall(comm_path, 64);
   if (!comm.ok()) {
     if (pidfd >= 0) ::close(pidfd);
     if (comm.status().code() == Code::kNotFound) {
-      return Status::NotFound("ganesha pid file " + pid_file + " names pid " + t + ", which is not running");
+      return Status::NotFound(comm_name + " pid file " + pid_file + " names pid " + t + ", which is not running");
     }
     return comm.status();
   }
   std::string name = *comm;
   while (!name.empty() && name.back() == '\n') name.pop_back();
-  if (name != kGaneshaComm) {
+  if (name != comm_name) {
     if (pidfd >= 0) ::close(pidfd);
-    return Status(Code::kFailedPrecondition, "ganesha pid file " + pid_file + " names pid " + t + ", which is '" +
-                                                 name + "', not " + kGaneshaComm + "; not signalled");
+    return Status(Code::kFailedPrecondition, comm_name + " pid file " + pid_file + " names pid " + t + ", which is '" +
+                                                 name + "', not " + comm_name + "; not signalled");
   }
   int rc;
   if (pidfd >= 0) {
@@ -197,8 +197,8 @@ Status SignalGanesha(const std::string& pid_file, int* pid_out) {
   const int err = errno;
   if (pidfd >= 0) ::close(pidfd);
   if (rc != 0) {
-    if (err == ESRCH) return Status::NotFound("ganesha.nfsd pid " + t + " exited before it was signalled");
-    return ErrnoStatus("SIGHUP to ganesha.nfsd pid " + t, err);
+    if (err == ESRCH) return Status::NotFound(comm_name + " pid " + t + " exited before it was signalled");
+    return ErrnoStatus("SIGHUP to " + comm_name + " pid " + t, err);
   }
   return Status();
 }
@@ -220,7 +220,7 @@ Status PublishExports(const std::string& exports_file, const std::string& ganesh
                           << Kv("exports", exports.size() - problems.size());
   if (!ganesha_pid_file.empty()) {
     int pid = 0;
-    Status sig = SignalGanesha(ganesha_pid_file, &pid);
+    Status sig = SignalServer(ganesha_pid_file, kGaneshaComm, &pid);
     if (sig.ok()) {
       NASGW_LOG(kInfo, "nfs") << "ganesha.nfsd signalled to reload the exports" << Kv("pid", pid);
     } else {

@@ -51,12 +51,14 @@ std::string RenderGaneshaExports(const std::vector<fs::Export>& exports, const s
 // The file gets `mode` whatever the umask.
 Status WriteFileAtomically(const std::string& path, const std::string& text, unsigned mode);
 
-// Sends SIGHUP to the ganesha.nfsd whose pid `pid_file` holds. OK when it
-// was signalled (*pid set); NotFound when the pid file is missing or the
-// process is gone (a stale pid file); FailedPrecondition when the pid is a
-// process that is not ganesha.nfsd (never signalled); InvalidArgument for
-// a pid file that holds no pid; PermissionDenied when the kill is refused.
-Status SignalGanesha(const std::string& pid_file, int* pid = nullptr);
+// Sends SIGHUP to the server whose pid `pid_file` holds, if its process
+// name (/proc/PID/comm) is comm_name (kGaneshaComm, kSmbdComm): a server
+// reloads its configuration on SIGHUP. OK when it was signalled (*pid
+// set); NotFound when the pid file is missing or the process is gone (a
+// stale pid file); FailedPrecondition when the pid is another program's
+// (never signalled); InvalidArgument for a pid file that holds no pid;
+// PermissionDenied when the kill is refused.
+Status SignalServer(const std::string& pid_file, const std::string& comm_name, int* pid = nullptr);
 
 // Renders `exports` into exports_file and, when ganesha_pid_file is set,
 // signals ganesha.nfsd; does nothing when exports_file is empty. Logs what

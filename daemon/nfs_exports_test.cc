@@ -194,21 +194,21 @@ TEST_F(NfsExportsTest, WritesAtomicallyWithItsMode) {
 
 TEST_F(NfsExportsTest, SignalsOnlyALiveGanesha) {
   // No pid file; a file without a pid; a pid that has exited.
-  EXPECT_EQ(SignalGanesha(dir_ + "/none.pid").code(), Code::kNotFound);
+  EXPECT_EQ(SignalServer(dir_ + "/none.pid", kGaneshaComm).code(), Code::kNotFound);
   std::ofstream(dir_ + "/junk.pid") << "ganesha\n";
-  EXPECT_EQ(SignalGanesha(dir_ + "/junk.pid").code(), Code::kInvalidArgument);
+  EXPECT_EQ(SignalServer(dir_ + "/junk.pid", kGaneshaComm).code(), Code::kInvalidArgument);
   pid_t gone = ::fork();
   if (gone == 0) _exit(0);
   ASSERT_GT(gone, 0);
   ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
-  Status s = SignalGanesha(WritePid(gone));
+  Status s = SignalServer(WritePid(gone), kGaneshaComm);
   EXPECT_EQ(s.code(), Code::kNotFound) << s.ToString();
   EXPECT_NE(s.message().find("not running"), std::string::npos) << s.ToString();
 
   // Another process under the pid: never signalled.
   FakeProcess other("not-ganesha");
   ASSERT_EQ(other.Comm(), "not-ganesha");
-  s = SignalGanesha(WritePid(other.pid()));
+  s = SignalServer(WritePid(other.pid()), kGaneshaComm);
   EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s.ToString();
   EXPECT_NE(s.message().find("not-ganesha"), std::string::npos) << s.ToString();
   EXPECT_FALSE(other.HupPending());
@@ -217,7 +217,7 @@ TEST_F(NfsExportsTest, SignalsOnlyALiveGanesha) {
   ASSERT_EQ(ganesha.Comm(), kGaneshaComm);
   EXPECT_FALSE(ganesha.HupPending());
   int pid = 0;
-  s = SignalGanesha(WritePid(ganesha.pid()), &pid);
+  s = SignalServer(WritePid(ganesha.pid()), kGaneshaComm, &pid);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(pid, ganesha.pid());
   EXPECT_TRUE(ganesha.HupPending());

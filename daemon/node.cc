@@ -18,6 +18,7 @@
 #include "block/iscsi_url.h"
 #include "daemon/export_rules.h"
 #include "daemon/nfs_exports.h"
+#include "daemon/smb_shares.h"
 
 #include <sys/file.h>
 #include <sys/random.h>
@@ -312,6 +313,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   node->owner_thread_ = std::thread([n = node.get()] { n->OwnerLoop(); });
   // A failure is logged; the file is written again at the next change.
   node->PublishExports().IgnoreError();
+  node->PublishShares().IgnoreError();
   return node;
 }
 
@@ -486,6 +488,7 @@ nasgw::Status Node::TakeoverReserve(bool force) {
   }
   lock.Unlock();
   PublishExports().IgnoreError();  // logged; written again at the next change
+  PublishShares().IgnoreError();
   return nasgw::Status();
 }
 
@@ -677,6 +680,7 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
   // The reserve came online (a new one without exports, or the old one
   // again): the exports file follows it.
   PublishExports().IgnoreError();
+  PublishShares().IgnoreError();
   return failed;
 }
 
@@ -859,6 +863,63 @@ nasgw::Status Node::PublishExportsLocked() {
     return exports.status().WithContext("read the exports");
   }
   return daemon::PublishExports(config_.nfs_exports_file, config_.nfs_ganesha_pid_file, config_.node_name, *exports);
+}
+
+Result<std::vector<fs::Share>> Node::ListShares() {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->ListShares();
+}
+
+Result<fs::Share> Node::GetShare(const std::string& name) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->GetShare(name);
+}
+
+Result<fs::Share> Node::AddShare(const fs::Share& spec, std::string* publish_error) {
+  fs::Share normal = spec;
+  NASGW_RETURN_IF_ERROR(NormalizeShare(&normal));
+  MutexLock lock(exports_mu_);
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  auto s = (*d)->AddShare(normal);
+  if (!s.ok()) return s.status();
+  NASGW_LOG(kInfo, "node") << "share added" << Kv("name", s->name) << Kv("volume", s->volume) << Kv("path", s->path);
+  nasgw::Status p = PublishSharesLocked();
+  if (publish_error) *publish_error = p.ok() ? "" : p.ToString();
+  return s;
+}
+
+Result<fs::Share> Node::RemoveShare(const std::string& name, std::string* publish_error) {
+  MutexLock lock(exports_mu_);
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  auto s = (*d)->RemoveShare(name);
+  if (!s.ok()) return s.status();
+  NASGW_LOG(kInfo, "node") << "share removed" << Kv("name", s->name);
+  nasgw::Status p = PublishSharesLocked();
+  if (publish_error) *publish_error = p.ok() ? "" : p.ToString();
+  return s;
+}
+
+nasgw::Status Node::PublishShares() {
+  MutexLock lock(exports_mu_);
+  return PublishSharesLocked();
+}
+
+nasgw::Status Node::PublishSharesLocked() {
+  if (config_.smb_shares_file.empty()) return nasgw::Status();
+  std::shared_ptr<fs::Domain> d = domain();
+  if (!d) return nasgw::Status();  // not online: the file keeps what it last had
+  auto shares = d->ListShares();
+  if (!shares.ok()) {
+    NASGW_LOG(kError, "smb") << "cannot read the shares; the shares file is left as it was"
+                             << Kv("error", shares.status().ToString());
+    return shares.status().WithContext("read the shares");
+  }
+  return daemon::PublishShares(config_.smb_shares_file, config_.smb_smbd_pid_file, config_.head_socket,
+                               config_.node_name, *shares);
 }
 
 std::shared_ptr<fs::Domain> Node::domain() const {

@@ -158,6 +158,17 @@ class Node {
   // configured or the reserve is not online.
   nasgw::Status PublishExports();
 
+  // ---- SMB shares, as exports (Unavailable unless the reserve is online;
+  // the rules are NormalizeShare's and fs::Domain's).
+  Result<std::vector<fs::Share>> ListShares();
+  Result<fs::Share> GetShare(const std::string& name);
+  Result<fs::Share> AddShare(const fs::Share& spec, std::string* publish_error = nullptr);
+  Result<fs::Share> RemoveShare(const std::string& name, std::string* publish_error = nullptr);
+  // Writes [smb] shares_file from the online domain's shares and signals
+  // smbd ([smb] smbd_pid_file). Nothing when shares_file is not configured
+  // or the reserve is not online.
+  nasgw::Status PublishShares();
+
   // The domain heads act on; null unless online. Shared so a head request in
   // flight keeps it alive through a concurrent Shutdown.
   std::shared_ptr<fs::Domain> domain() const;
@@ -195,6 +206,7 @@ class Node {
   LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& lun) const REQUIRES_SHARED(mu_);
   Result<std::shared_ptr<fs::Domain>> OnlineDomain() const;
   nasgw::Status PublishExportsLocked() REQUIRES(exports_mu_);
+  nasgw::Status PublishSharesLocked() REQUIRES(exports_mu_);
   // Called by the gate when ownership is lost (any thread, must not block).
   void OnOwnershipLost(const nasgw::Status& why);
   // The owner thread: turns a loss into kFenced, watches the holder while
@@ -210,8 +222,8 @@ class Node {
   // The lock order (docs/architecture.md): admin_mu_, exports_mu_, mu_, then
   // the reserve's and the domain's locks; lost_mu_ is a leaf.
   mutable Mutex admin_mu_ ACQUIRED_BEFORE(exports_mu_);  // Format, AddLun, takeover, shutdown
-  // Export changes and the exports file, one at a time, so that the file
-  // always follows the last change.
+  // Export and share changes and their files, one at a time, so that each
+  // file always follows the last change.
   Mutex exports_mu_ ACQUIRED_BEFORE(mu_);
   mutable SharedMutex mu_;
   std::vector<std::string> added_urls_ GUARDED_BY(admin_mu_);  // <state_dir>/luns, as given

@@ -235,6 +235,24 @@ Result<std::vector<std::string>> Domain::Check() {
     add("pseudo path index has " + std::to_string(indexed) + " entries for " + std::to_string(pseudos.size()) +
         " exports");
   }
+  // SMB shares: each decodes, names a volume, and sits under its own name.
+  NASGW_RETURN_IF_ERROR(st.Scan("B", "C", [&](std::string_view k, std::string_view v) {
+    auto r = DecodeShare(v);
+    if (!r.ok()) {
+      add(r.status().ToString());
+      return true;
+    }
+    const std::string at = "share '" + r->s.name + "': ";
+    if (ShareKey(r->s.name) != k) add(at + "is stored under another name's key");
+    auto named = impl_->Has(VolKey(r->vol));
+    if (!named.ok()) {
+      failed = named.status();
+      return false;
+    }
+    if (!*named) add(at + "names volume " + std::to_string(r->vol) + ", which does not exist");
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(failed);
   return problems;
 }
 

@@ -45,6 +45,7 @@
 #include "fs/meta_store.h"
 #include "fs/metafs.h"
 #include "fs/reserve.h"
+#include "fs/share.h"
 
 namespace nasgw::fs {
 
@@ -205,7 +206,8 @@ class Domain {
   // attributes as they are now.
   Attr Accessed(uint32_t vol, const Attr& seen, Timespec now);
   // Refused with FailedPrecondition, even with force, while the volume has
-  // NFS exports (the message names them): no export may name nothing.
+  // NFS exports or SMB shares (the message names them): none may name
+  // nothing.
   Status DeleteVolume(const std::string& name, bool force);
 
   // ---- NFS exports (fs/export.h), kept in this domain's metadata
@@ -225,6 +227,20 @@ class Domain {
   // By pseudo path, exactly as stored (normalise it first); NotFound.
   Result<Export> FindExport(const std::string& pseudo);
   Result<Export> RemoveExport(uint32_t id);  // returns what was removed; NotFound
+
+  // ---- SMB shares (fs/share.h), kept in this domain's metadata
+  // Adds a share the caller has normalised (nasgwd: NormalizeShare,
+  // daemon/smb_shares.h, whose rules are smb.conf's and Windows'). The
+  // domain checks what it relies on: a name of 1..kShareNameMax bytes, the
+  // path absolute and in normal form, the fields within what its record
+  // holds (InvalidArgument otherwise); NotFound for an unknown volume or a
+  // sub-path that is not a directory of the volume; Exists when a share has
+  // the name in any (ASCII) case. Returns the share as stored.
+  Result<Share> AddShare(const Share& spec);
+  // Every share, by lower-cased name.
+  Result<std::vector<Share>> ListShares();
+  Result<Share> GetShare(const std::string& name);     // any case; NotFound
+  Result<Share> RemoveShare(const std::string& name);  // any case; returns what was removed; NotFound
 
   // ---- names
   Result<Attr> Lookup(uint32_t vol, uint64_t dir, const std::string& name);

@@ -333,6 +333,12 @@ struct Domain::Impl {
   Status ScanExports(const std::function<bool(Result<keys::ExportRec>)>& fn) REQUIRES_SHARED(mu);
   // NotFound unless `path` (normalised) is a directory of volume `vol`.
   Status CheckExportDir(uint32_t vol, const std::string& volume, const std::string& path) REQUIRES_SHARED(mu);
+
+  // ---- shares (fs/shares.cc), as exports.
+  // Every share record, by key; fn returns false to stop.
+  Status ScanShares(const std::function<bool(Result<keys::ShareRec>)>& fn) REQUIRES_SHARED(mu);
+  // The share with its volume's name.
+  Result<Share> NamedShare(const keys::ShareRec& r) REQUIRES_SHARED(mu);
 };
 
 }  // namespace nasgw::fs

@@ -224,5 +224,73 @@ TEST_F(ExportDomainTest, WhatItCannotStoreIsRefused) {
   ExpectClean();
 }
 
+// ---- SMB shares, kept the same way (fs/shares.cc)
+
+Share ShareSpec(const std::string& name, const std::string& volume, const std::string& path = "/") {
+  Share s;
+  s.name = name;
+  s.volume = volume;
+  s.path = path;
+  return s;
+}
+
+TEST_F(ExportDomainTest, SharesAreKeptByNameInAnyCase) {
+  auto v = dom_->CreateVolume("vol1");
+  ASSERT_TRUE(v.ok());
+  ASSERT_TRUE(dom_->Create(v->id, kRootIno, "proj", FileType::kDirectory, 0755, 0, 0).ok());
+  ASSERT_TRUE(dom_->Create(v->id, kRootIno, "file", FileType::kRegular, 0644, 0, 0).ok());
+
+  Share a = ShareSpec("Projects", "vol1", "/proj");
+  a.comment = "the team's projects";
+  a.valid_users = {"alice", "@staff"};
+  a.encrypt = true;
+  a.browseable = false;
+  auto added = dom_->AddShare(a);
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  EXPECT_EQ(*added, a);
+  ASSERT_TRUE(dom_->AddShare(ShareSpec("data", "vol1")).ok());
+
+  // Names are unique without regard to case, and found in any case.
+  auto again = dom_->AddShare(ShareSpec("PROJECTS", "vol1"));
+  EXPECT_EQ(again.status().code(), Code::kExists);
+  EXPECT_NE(again.status().message().find("'Projects'"), std::string::npos) << again.status().ToString();
+  auto got = dom_->GetShare("projects");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, a);
+  EXPECT_EQ(dom_->GetShare("nope").status().code(), Code::kNotFound);
+
+  // What the share names must exist, as a directory.
+  EXPECT_EQ(dom_->AddShare(ShareSpec("x", "vol9")).status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->AddShare(ShareSpec("x", "vol1", "/missing")).status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->AddShare(ShareSpec("x", "vol1", "/file")).status().code(), Code::kNotFound);
+  // ... and be storable.
+  EXPECT_EQ(dom_->AddShare(ShareSpec("", "vol1")).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->AddShare(ShareSpec(std::string(kShareNameMax + 1, 'n'), "vol1")).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(dom_->AddShare(ShareSpec("x", "vol1", "proj")).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->AddShare(ShareSpec("x", "vol1", "/proj/../file")).status().code(), Code::kInvalidArgument);
+
+  // Durable when the call returns; listed by lower-cased name.
+  Reopen(/*power_cut=*/true);
+  auto list = dom_->ListShares();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].name, "data");
+  EXPECT_EQ((*list)[1], a);
+  ExpectClean();
+
+  // A shared volume cannot be deleted, even with force.
+  auto del = dom_->DeleteVolume("vol1", true);
+  EXPECT_EQ(del.code(), Code::kFailedPrecondition);
+  EXPECT_NE(del.message().find("'Projects'"), std::string::npos) << del.ToString();
+  auto removed = dom_->RemoveShare("PROJECTS");
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->name, "Projects");
+  EXPECT_EQ(dom_->RemoveShare("projects").status().code(), Code::kNotFound);
+  ASSERT_TRUE(dom_->RemoveShare("data").ok());
+  EXPECT_TRUE(dom_->DeleteVolume("vol1", true).ok());
+  ExpectClean();
+}
+
 }  // namespace
 }  // namespace nasgw::fs

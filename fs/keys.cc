@@ -78,6 +78,11 @@ std::string ExportKey(uint32_t id) {
 std::string PseudoKey(const std::string& pseudo) {
   return "Q" + pseudo;
 }
+std::string ShareKey(const std::string& name) {
+  std::string k = "B";
+  for (char c : name) k += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  return k;
+}
 std::string ExportCounterKey() {
   return "R";
 }
@@ -389,6 +394,43 @@ Result<uint32_t> DecodeExportCounter(std::string_view v) {
   const uint32_t next = d.U32();
   if (version != kExportVersion || !d.done() || next == 0) return Status::Corruption("bad export id counter");
   return next;
+}
+
+std::string EncodeShare(const ShareRec& r) {
+  Encoder e;
+  e.U8(kShareVersion);
+  e.U32(r.vol);
+  e.Str16(r.s.name);
+  e.Str16(r.s.path);
+  e.Str16(r.s.comment);
+  e.U8(static_cast<uint8_t>((r.s.read_only ? 1 : 0) | (r.s.browseable ? 0 : 2) | (r.s.encrypt ? 4 : 0) |
+                            (r.s.guest_ok ? 8 : 0)));
+  e.U16(static_cast<uint16_t>(r.s.valid_users.size()));
+  for (const auto& u : r.s.valid_users) e.Str16(u);
+  return e.Release();
+}
+
+Result<ShareRec> DecodeShare(std::string_view v) {
+  Decoder d(v);
+  ShareRec r;
+  const uint8_t version = d.U8();
+  if (version != kShareVersion) {
+    return Status::Corruption("share: unknown record version " + std::to_string(version));
+  }
+  r.vol = d.U32();
+  r.s.name = d.Str16();
+  r.s.path = d.Str16();
+  r.s.comment = d.Str16();
+  const uint8_t flags = d.U8();
+  r.s.read_only = (flags & 1) != 0;
+  r.s.browseable = (flags & 2) == 0;
+  r.s.encrypt = (flags & 4) != 0;
+  r.s.guest_ok = (flags & 8) != 0;
+  for (uint16_t i = 0, n = d.U16(); i < n && d.ok(); i++) r.s.valid_users.push_back(d.Str16());
+  if (!d.done() || (flags & ~15) != 0 || r.s.name.empty()) {
+    return Status::Corruption("share '" + r.s.name + "': bad record");
+  }
+  return r;
 }
 
 }  // namespace nasgw::fs::keys

@@ -20,6 +20,7 @@
 #include "fs/allocator.h"
 #include "fs/domain.h"
 #include "fs/export.h"
+#include "fs/share.h"
 
 namespace nasgw::fs::keys {
 
@@ -59,6 +60,9 @@ std::string ExportKey(uint32_t id);                // P id
 std::string PseudoKey(const std::string& pseudo);  // Q pseudo
 std::string ExportCounterKey();                    // R
 std::string HandleSecretKey();                     // H
+// SMB shares: the record by name, lower-cased (names are unique without
+// regard to case, as SMB compares them).
+std::string ShareKey(const std::string& name);  // B lower-cased name
 // The intent log's barrier: every log entry up to the LSN it holds (u64) is
 // in the store whenever this key is (fs/domain_impl.h); replay skips them.
 std::string LogBarrierKey();  // L
@@ -164,6 +168,17 @@ Result<ExportRec> DecodeExport(uint32_t id, std::string_view v);  // sets e.id
 // The next export id: u8 version, u32 next (never 0).
 std::string EncodeExportCounter(uint32_t next);
 Result<uint32_t> DecodeExportCounter(std::string_view v);
+
+// A share as stored: the volume by id, like an export, and the other
+// fields of fs::Share. New fields go at the end under a new version.
+constexpr uint8_t kShareVersion = 1;
+
+struct ShareRec {
+  uint32_t vol = 0;
+  Share s;  // s.volume is not stored
+};
+std::string EncodeShare(const ShareRec& r);
+Result<ShareRec> DecodeShare(std::string_view v);
 
 // The secret that keys handle MACs (fs/handle.h): u8 version, 32 bytes.
 constexpr uint8_t kHandleSecretVersion = 1;

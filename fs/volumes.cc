@@ -233,6 +233,20 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
                                                  (exports == 1 ? "export " : "exports ") + exported +
                                                  "); remove its exports first");
   }
+  std::string shared;
+  NASGW_RETURN_IF_ERROR(impl_->ScanShares([&](Result<ShareRec> r) {
+    if (!r.ok()) {
+      bad = r.status();
+      return false;
+    }
+    if (r->vol == vol) shared += (shared.empty() ? "'" : ", '") + r->s.name + "'";
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  if (!shared.empty()) {
+    return Status(Code::kFailedPrecondition,
+                  "volume '" + name + "' is shared over SMB (" + shared + "); remove its shares first");
+  }
   if (!force) {
     auto empty = impl_->DirEmpty(vol, kRootIno);
     if (!empty.ok()) return empty.status();

@@ -6,7 +6,8 @@ head too (nasgw-fuse on the same nasgwd): owners, bytes.
 
     python3 tests/integration/smb_lab.py --build build/debug [--only namespace data ...]
 
-Parts: namespace (operations and their errors, ownership, permissions),
+Parts: shares (made and removed with the CLI while smbd runs: served at
+once, valid users, read-only, the rules), namespace (operations and their errors, ownership, permissions),
 data (random offsets against a model, read back through FUSE), case
 (case-insensitive lookups, case-preserving creates), restart (a held
 handle across a nasgwd restart and a SIGKILL; DOS attributes survive),
@@ -255,7 +256,53 @@ f.close()
             p.wait()
 
 
-TESTS = [("namespace", test_namespace), ("data", test_data), ("case", test_case), ("unlinked", test_unlinked),
+def test_shares(ctx):
+    """Shares made and removed with the CLI, served by the running smbd."""
+    c, srv, alice, bob, node = ctx["client"], ctx["smbd"], ctx["alice"], ctx["bob"], ctx["node"]
+    listed = node.cli("share", "list", json_out=True)["shares"]
+    check("share list shows the share made before smbd started",
+          [(x["name"], x["volume"], x["path"], x["comment"]) for x in listed] ==
+          [("alice", "vol1", "/alice", "alice's files")], str(listed))
+    p = smblab.smbclient(c, srv, "ALICE", alice, "ls", check=False)
+    check("share names are case-insensitive", p.returncode == 0, p.stdout + p.stderr)
+
+    offset = srv.log_size()
+    node.cli("share", "add", "vol1", "--name", "Whole", "--read-only", "--valid-users", bob.name, "--encrypt")
+    srv.wait_log(offset, "parent: Reloading services after SIGHUP")
+    p = smblab.smbclient(c, srv, "Whole", bob, "ls", check=False)
+    check("a share added while smbd runs is served at once (no restart)", p.returncode == 0 and "alice" in p.stdout,
+          p.stdout + p.stderr)
+    p = smblab.smbclient(c, srv, "Whole", alice, "ls", check=False)
+    check("valid users keeps others out", "NT_STATUS_ACCESS_DENIED" in smblab.statuses(p), p.stdout + p.stderr)
+    local = os.path.join(ctx["lab"].dir, "ro.txt")
+    with open(local, "w") as f:
+        f.write("x")
+    p = smblab.smbclient(c, srv, "Whole", bob, "put %s ro.txt" % local, check=False)
+    check("a read-only share refuses writes",
+          p.returncode != 0 and "ro.txt" not in os.listdir(node.mount_path), p.stdout + p.stderr)
+    r = node.cli("share", "add", "vol1", "--name", "WHOLE", check=False)
+    check("a name in another case is taken", r.returncode != 0 and "taken" in r.stderr, r.stderr)
+    for bad in (["--name", "homes"], ["--name", "a b"], ["--name", "x", "--comment", "50%"],
+                ["--name", "x", "--valid-users", "dom\\user"]):
+        r = node.cli("share", "add", "vol1", *bad, check=False)
+        check("share add %s is refused with a reason" % " ".join(bad), r.returncode != 0 and r.stderr.strip(), r.stderr)
+    r = node.cli("share", "add", "vol1/nothere", "--name", "x", check=False)
+    check("a share of a missing directory is refused", r.returncode != 0 and "nothere" in r.stderr, r.stderr)
+    r = node.cli("volume", "delete", "vol1", "--force", check=False)
+    check("a shared volume cannot be deleted", r.returncode != 0 and "share" in r.stderr, r.stderr)
+
+    offset = srv.log_size()
+    node.cli("share", "remove", "whole")
+    srv.wait_log(offset, "parent: Reloading services after SIGHUP")
+    p = smblab.smbclient(c, srv, "Whole", bob, "ls", check=False)
+    check("a removed share is no longer served", "NT_STATUS_BAD_NETWORK_NAME" in smblab.statuses(p),
+          p.stdout + p.stderr)
+    with open(srv.dir + "/nasgw-shares.conf") as f:
+        text = f.read()
+    check("the shares file holds the remaining share only", "[alice]" in text and "[Whole]" not in text, text)
+
+
+TESTS = [("shares", test_shares), ("namespace", test_namespace), ("data", test_data), ("case", test_case), ("unlinked", test_unlinked),
          ("restart", test_restart)]
 
 
@@ -272,20 +319,27 @@ def main():
     try:
         smblab.install_module(b)
         lab = nfslab.Lab(clients=1)
-        node = nasgwlab.Node(bins=bins, luns=2, size="1G", tag="smb")
-        node.start()
-        node.format()
-        node.mount()
         tag = "%d" % os.getpid()
         alice = smblab.User("nasgw-alice-" + tag)
         bob = smblab.User("nasgw-bob-" + tag)
-        srv = smblab.Smbd(lab, [smblab.nasgw_share("alice", node.head_socket, "vol1", "alice")],
-                          users=[alice, bob])
+        # Shares come from nasgwd ('nasgw share add'): it writes them into
+        # the file smb.conf includes and signals smbd.
+        srv = smblab.Smbd(lab, [], users=[alice, bob])
+        shares_file = os.path.join(srv.dir, "nasgw-shares.conf")
+        srv.global_options["include"] = shares_file
+        srv.make_dirs()
+        node = nasgwlab.Node(bins=bins, luns=2, size="1G", tag="smb")
+        node.start("[smb]\nshares_file = %s\nsmbd_pid_file = %s\n" % (
+            nasgwlab.toml_str(shares_file), nasgwlab.toml_str(srv.pid_file)))
+        node.format()
+        node.mount()
         srv.write_config()
-        srv._add_users()
+        srv.add_users()
         home = os.path.join(node.mount_path, "alice")
         os.mkdir(home, 0o755)
         os.chown(home, alice.uid, alice.gid)
+        # Before smbd runs: written, and smbd reads it when it starts.
+        node.cli("share", "add", "vol1/alice", "--name", "alice", "--comment", "alice's files")
         srv.start()
         ctx = {"lab": lab, "node": node, "smbd": srv, "client": lab.client(1), "alice": alice, "bob": bob}
         for name, fn in TESTS:

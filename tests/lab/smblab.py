@@ -109,6 +109,12 @@ class Smbd:
     def pid(self):
         return self.lab.st.get("smbd_pid")
 
+    @property
+    def pid_file(self):
+        """Where smbd writes its pid (its "pid directory"), for nasgwd's
+        [smb] smbd_pid_file."""
+        return os.path.join(self.dir, "pid", "smbd.pid")
+
     def render(self):
         d = self.dir
         g = {
@@ -128,15 +134,18 @@ class Smbd:
             lines += ["    %s = %s" % kv for kv in opts.items()]
         return "\n".join(lines) + "\n"
 
-    def write_config(self):
+    def make_dirs(self):
         for sub in ("private", "lock", "state", "cache", "pid", "ncalrpc"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+
+    def write_config(self):
+        self.make_dirs()
         tmp = self.conf_path + ".tmp"
         with open(tmp, "w") as f:
             f.write(self.render())
         os.replace(tmp, self.conf_path)
 
-    def _add_users(self):
+    def add_users(self):
         st = self.lab.st
         st.setdefault("users", [])
         for u in self.users:
@@ -176,7 +185,7 @@ class Smbd:
         if self.pid and nfslab.alive(self.pid, st.get("smbd_start")):
             raise nfslab.NfsLabError("smbd already runs (pid %d)" % self.pid)
         self.write_config()
-        self._add_users()
+        self.add_users()
         offset = self.log_size()
         log = open(self.log_path, "ab")
         # A session of its own: smbd's exit signals its whole process group.
@@ -202,6 +211,23 @@ class Smbd:
             if time.monotonic() > deadline:
                 self.stop()
                 raise nfslab.NfsLabError("smbd not ready within %ss:\n%s" % (START_TIMEOUT_S, text[-4000:]))
+            time.sleep(0.05)
+
+    def wait_log(self, offset, text, timeout=START_TIMEOUT_S):
+        """Waits until smbd's log holds `text` past `offset` (log_size() taken
+        before the cause): e.g. "parent: Reloading services after SIGHUP",
+        which smbd logs as it reloads its configuration (new connections are
+        accepted after it is done). Raises after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                if text.encode() in f.read():
+                    return
+            if not nfslab.alive(self.pid, self.lab.st.get("smbd_start")):
+                raise nfslab.NfsLabError("smbd exited while waiting for %r:\n%s" % (text, self.log_tail()))
+            if time.monotonic() > deadline:
+                raise nfslab.NfsLabError("no %r in smbd's log within %ss:\n%s" % (text, timeout, self.log_tail()))
             time.sleep(0.05)
 
     def stop(self):
