@@ -73,6 +73,10 @@ struct nasgw_fh {
 	nasgw_handle h;
 	uint32_t type;
 	bool opened; /* nasgw_open done: nasgw_release at close */
+	/* The attributes the open found, for the fstat Samba makes right
+	 * after every open (vfs_stat_fsp); used once. */
+	bool fresh;
+	nasgw_attr attr;
 };
 
 /* A directory being read: DIR* to Samba. */
@@ -227,6 +231,7 @@ static int nasgw_walk(vfs_handle_struct *handle, struct nasgw_conn *nc, const na
 	TALLOC_CTX *frame = talloc_stackframe();
 	nasgw_cred cr;
 	nasgw_attr cur;
+	bool looked_up;
 	size_t n = 0, i;
 	char **names;
 	int links = 0;
@@ -243,16 +248,22 @@ static int nasgw_walk(vfs_handle_struct *handle, struct nasgw_conn *nc, const na
 		path = rel;
 		start = &nc->root;
 	}
-	rc = nasgw_getattr(nc->client, &cr, start, &cur);
-	if (rc != 0) {
-		TALLOC_FREE(frame);
-		return rc;
-	}
 	names = nasgw_split(frame, path, &n);
 	if (names == NULL) {
 		TALLOC_FREE(frame);
 		return -ENOMEM;
 	}
+	if (n == 0) {
+		rc = nasgw_getattr(nc->client, &cr, start, out);
+		TALLOC_FREE(frame);
+		return rc;
+	}
+	/* The start's type is nasgwd's to check: LOOKUP in a file is ENOTDIR.
+	 * `cur` holds only a handle until a LOOKUP fills it (looked_up). */
+	memset(&cur, 0, sizeof(cur));
+	cur.handle = *start;
+	cur.type = NASGW_TYPE_DIR;
+	looked_up = false;
 	for (i = 0; i < n; i++) {
 		nasgw_attr next;
 		bool last = i + 1 == n;
@@ -272,6 +283,7 @@ static int nasgw_walk(vfs_handle_struct *handle, struct nasgw_conn *nc, const na
 		}
 		if (next.type != NASGW_TYPE_LNK || (last && !follow)) {
 			cur = next;
+			looked_up = true;
 			continue;
 		}
 		if (++links > NASGW_SYMLINK_MAX) {
@@ -294,11 +306,10 @@ static int nasgw_walk(vfs_handle_struct *handle, struct nasgw_conn *nc, const na
 				TALLOC_FREE(frame);
 				return -ENOENT;
 			}
-			rc = nasgw_getattr(nc->client, &cr, &nc->root, &cur);
-			if (rc != 0) {
-				TALLOC_FREE(frame);
-				return rc;
-			}
+			memset(&cur, 0, sizeof(cur));
+			cur.handle = nc->root;
+			cur.type = NASGW_TYPE_DIR;
+			looked_up = false;
 			tnames = nasgw_split(frame, rel, &tn);
 		} else {
 			tnames = nasgw_split(frame, target, &tn);
@@ -319,8 +330,12 @@ static int nasgw_walk(vfs_handle_struct *handle, struct nasgw_conn *nc, const na
 		n = tn + rest;
 		i = (size_t)-1; /* the loop's i++ makes it 0 */
 	}
-	*out = cur;
 	TALLOC_FREE(frame);
+	if (!looked_up) {
+		/* A link to its own directory, or to the share's root. */
+		return nasgw_getattr(nc->client, &cr, &cur.handle, out);
+	}
+	*out = cur;
 	return 0;
 }
 
@@ -800,6 +815,11 @@ static int nasgw_fstat(vfs_handle_struct *handle, files_struct *fsp, SMB_STRUCT_
 		errno = EBADF;
 		return -1;
 	}
+	if (fh->fresh) {
+		fh->fresh = false;
+		nasgw_to_stat(&fh->attr, sbuf);
+		return 0;
+	}
 	nasgw_cred_of(handle->conn, &cr);
 	rc = nasgw_getattr(nc->client, &cr, &fh->h, &a);
 	if (rc != 0) {
@@ -912,6 +932,8 @@ static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, c
 	fh->h = a.handle;
 	fh->type = a.type;
 	fh->opened = false;
+	fh->attr = a;
+	fh->fresh = !(flags & O_TRUNC) || a.size == 0;
 	/* A real open (not a path reference) holds the file open on nasgwd:
 	 * removed while open, it lives on until closed, as on POSIX. */
 	if (!fsp->fsp_flags.is_pathref && (a.type == NASGW_TYPE_REG || a.type == NASGW_TYPE_DIR)) {
@@ -1282,6 +1304,7 @@ static int nasgw_setattr_fsp(vfs_handle_struct *handle, files_struct *fsp, const
 		errno = EBADF;
 		return -1;
 	}
+	fh->fresh = false;
 	nasgw_cred_of(handle->conn, &cr);
 	rc = nasgw_setattr(nc->client, &cr, &fh->h, s, NULL);
 	return rc != 0 ? nasgw_fail(rc) : 0;
@@ -1402,6 +1425,7 @@ static ssize_t nasgw_pwrite(vfs_handle_struct *handle, files_struct *fsp, const 
 		errno = EBADF;
 		return -1;
 	}
+	fh->fresh = false;
 	nasgw_cred_of(handle->conn, &cr);
 	while (done < n) {
 		uint32_t len = n - done > NASGW_IO_MAX ? NASGW_IO_MAX : (uint32_t)(n - done);
@@ -1628,6 +1652,7 @@ static struct tevent_req *nasgw_aio_send(vfs_handle_struct *handle, TALLOC_CTX *
 		tevent_req_done(req);
 		return tevent_req_post(req, ev);
 	}
+	fh->fresh = false;
 	npieces = op == NASGW_AIO_FSYNC ? 1 : (uint32_t)((n + NASGW_IO_MAX - 1) / NASGW_IO_MAX);
 	io = talloc_zero(NULL, struct nasgw_aio);
 	if (tevent_req_nomem(io, req)) {
@@ -1872,6 +1897,7 @@ static int nasgw_fremovexattr(vfs_handle_struct *handle, files_struct *fsp, cons
 		return -1;
 	}
 	nasgw_cred_of(handle->conn, &cr);
+	fh->fresh = false;
 	rc = nasgw_removexattr(nc->client, &cr, &fh->h, name);
 	return rc != 0 ? nasgw_fail(rc) : 0;
 }
@@ -1896,6 +1922,7 @@ static int nasgw_fsetxattr(vfs_handle_struct *handle, files_struct *fsp, const c
 		f |= NASGW_XATTR_REPLACE;
 	}
 	nasgw_cred_of(handle->conn, &cr);
+	fh->fresh = false;
 	rc = nasgw_setxattr(nc->client, &cr, &fh->h, name, value, size, f);
 	return rc != 0 ? nasgw_fail(rc) : 0;
 }
