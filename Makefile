@@ -7,7 +7,8 @@
 #   make tsa      clang's thread-safety analysis over the whole tree (a build, nothing run)
 #   make lint     clang-format (check only) and clang-tidy (.clang-tidy) over the C++ sources
 #   make fuzz     the head-protocol decoder under libFuzzer (clang), for FUZZ_SECONDS
-#   make demo     deps, Release build, then a lab SAN + nasgwd + ganesha serving NFS (deploy/demo.py)
+#   make smbtorture  Release build, then smbtorture's SMB2 suites on vfs_nasgw and on stock Samba (XFS), compared
+#   make demo     deps, Release build, then a lab SAN + nasgwd + ganesha serving NFS and smbd serving SMB (deploy/demo.py)
 #   make demo-stop  stop the demo and remove what it made
 #   make format   clang-format the tree (what make lint checks)
 
@@ -21,7 +22,7 @@ FUZZ_DIR ?= build/fuzz
 FUZZ_SECONDS ?= 30
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
 
-.PHONY: deps build release release-nasgwd tsan tsa lint fuzz test unit bench format clean lab-gc demo demo-stop
+.PHONY: deps build release release-nasgwd tsan tsa lint fuzz test unit bench format clean lab-gc demo demo-stop smbtorture
 
 deps:
 	@bash deploy/install-deps.sh
@@ -45,6 +46,13 @@ release: deps $(RELEASE_DIR)/CMakeCache.txt
 # it from build/release (the Debug tree's NASGW_RELEASE_DIR).
 release-nasgwd: deps $(RELEASE_DIR)/CMakeCache.txt
 	cmake --build $(RELEASE_DIR) --target nasgwd -j$(JOBS)
+
+# smbtorture's SMB2 suites against a vfs_nasgw share and a stock share of
+# XFS on a loop device, in one run (tests/integration/smbtorture_lab.py):
+# fails when a test that passes on stock fails on nasgw without a reason
+# written in the script. Not part of make test: about twenty minutes.
+smbtorture: release lab-gc
+	python3 tests/integration/smbtorture_lab.py --build $(RELEASE_DIR) --out $(RELEASE_DIR)/smbtorture.json
 
 $(TSAN_DIR)/CMakeCache.txt:
 	cmake -S . -B $(TSAN_DIR) $(GEN) -DCMAKE_BUILD_TYPE=Debug -DNASGW_TSAN=ON

@@ -1152,9 +1152,12 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     const bool forceable = f.message.find("force") != std::string::npos;
     if ((f.exit_code == kExitRefused || f.exit_code == kExitExists) && forceable) f.message += ForceHint(c, args);
     if (f.exit_code == kExitRefused && c.group == "volume" && c.verb == "delete" && !forceable) {
-      f.message += f.message.find("SMB") != std::string::npos
-                       ? " (nasgw share list shows them; nasgw share remove NAME)"
-                       : " (nasgw export list shows them; nasgw export remove ID)";
+      if (f.message.find("NFS") != std::string::npos) {
+        f.message += " (nasgw export list shows them; nasgw export remove ID)";
+      }
+      if (f.message.find("SMB") != std::string::npos) {
+        f.message += " (nasgw share list shows them; nasgw share remove NAME)";
+      }
     }
     return Fail(f);
   };

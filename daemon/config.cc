@@ -750,6 +750,19 @@ void ParseNfs(const Section& s, Config* c, Errors* errors) {
 }
 
 void ParseSmb(const Section& s, Config* c, Errors* errors) {
+  if (s.String("vfs_objects", &c->smb_vfs_objects)) {
+    std::istringstream words(c->smb_vfs_objects);
+    std::string w, normal;
+    while (words >> w) {
+      if (w.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
+        errors->Add("smb.vfs_objects", Quote(w) + " is not a VFS module name ([A-Za-z0-9_])");
+      } else if (w == "nasgw") {
+        errors->Add("smb.vfs_objects", "names the modules stacked above nasgw; nasgw itself is always last");
+      }
+      normal += (normal.empty() ? "" : " ") + w;
+    }
+    c->smb_vfs_objects = normal;
+  }
   if (s.String("shares_file", &c->smb_shares_file) && !c->smb_shares_file.empty()) {
     CheckIncludeFile("smb.shares_file", &c->smb_shares_file, errors);
   }
@@ -830,7 +843,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   Section shutdown("shutdown", table("shutdown"), {"drain_ms"}, &errors);
   shutdown.Integer("drain_ms", 0, kShutdownDrainMsMax, &c.drain_ms);
   ParseNfs(Section("nfs", table("nfs"), {"exports_file", "ganesha_pid_file"}, &errors), &c, &errors);
-  ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file"}, &errors), &c, &errors);
+  ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
 
   // Defaults that depend on other fields.
   if (c.initiator.empty() && !c.node_name.empty()) {

@@ -127,6 +127,11 @@ struct Config {
   // to that pid if it is a live smbd, which then serves the new shares.
   // Needs shares_file.
   std::string smb_smbd_pid_file;
+  // Samba's VFS modules stacked above vfs_nasgw in every share nasgwd
+  // writes (smb.conf's "vfs objects", top first): alternate data streams
+  // and NT ACLs kept in nasgw's extended attributes. Module names of
+  // [A-Za-z0-9_], space separated; "" stacks none.
+  std::string smb_vfs_objects = "acl_xattr streams_xattr";
 
   // The reserve LUN URLs with the CHAP credentials filled in.
   std::vector<std::string> LunUrlsWithChap() const;

@@ -918,6 +918,12 @@ TEST_F(ConfigTest, SmbSharesFileAndSmbdPidFile) {
   ExpectInvalid(Cfg("", "", "[smb]\nsmbd_pid_file = \"/run/smbd.pid\""),
                 {"smb.smbd_pid_file: set but smb.shares_file is not"});
   ExpectInvalid(Cfg("", "", "[smb]\nshare_file = \"/x\""), {"smb.share_file: unknown key", "shares_file"});
+  EXPECT_EQ(c->smb_vfs_objects, "acl_xattr streams_xattr") << "streams and NT ACLs by default";
+  c = Parse(Cfg("", "", "[smb]\nvfs_objects = \"  streams_xattr   fruit \""));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->smb_vfs_objects, "streams_xattr fruit");
+  ExpectInvalid(Cfg("", "", "[smb]\nvfs_objects = \"acl_xattr nasgw\""), {"smb.vfs_objects:", "always last"});
+  ExpectInvalid(Cfg("", "", "[smb]\nvfs_objects = \"a/b\""), {"smb.vfs_objects:", "not a VFS module name"});
 }
 
 TEST_F(ConfigTest, ControlCharactersRefused) {

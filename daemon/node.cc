@@ -919,7 +919,7 @@ nasgw::Status Node::PublishSharesLocked() {
     return shares.status().WithContext("read the shares");
   }
   return daemon::PublishShares(config_.smb_shares_file, config_.smb_smbd_pid_file, config_.head_socket,
-                               config_.node_name, *shares);
+                               config_.smb_vfs_objects, config_.node_name, *shares);
 }
 
 std::shared_ptr<fs::Domain> Node::domain() const {

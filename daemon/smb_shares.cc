@@ -106,7 +106,8 @@ Status NormalizeShare(fs::Share* s) {
 }
 
 std::string RenderSmbShares(const std::vector<fs::Share>& shares, const std::string& head_socket,
-                            const std::string& node_name, std::vector<std::string>* problems) {
+                            const std::string& vfs_objects, const std::string& node_name,
+                            std::vector<std::string>* problems) {
   std::string out = "# SMB shares of the nasgw reserve, for smbd with vfs_nasgw. Written by nasgwd on node " +
                     node_name + ";\n# do not edit: change them with 'nasgw share add|remove'. " +
                     std::to_string(shares.size()) + (shares.size() == 1 ? " share.\n" : " shares.\n");
@@ -119,7 +120,7 @@ std::string RenderSmbShares(const std::vector<fs::Share>& shares, const std::str
     out += "\n[" + s.name + "]\n";
     if (!s.comment.empty()) out += "    comment = " + s.comment + "\n";
     out += "    path = /nasgw/" + s.volume + (s.path == "/" ? "" : s.path) + "\n";
-    out += "    vfs objects = nasgw\n";
+    out += "    vfs objects = " + (vfs_objects.empty() ? "" : vfs_objects + " ") + "nasgw\n";
     out += "    nasgw:socket = " + head_socket + "\n";
     out += "    nasgw:volume = " + s.volume + "\n";
     if (s.path != "/") out += "    nasgw:subpath = " + s.path.substr(1) + "\n";
@@ -137,10 +138,11 @@ std::string RenderSmbShares(const std::vector<fs::Share>& shares, const std::str
 }
 
 Status PublishShares(const std::string& shares_file, const std::string& smbd_pid_file, const std::string& head_socket,
-                     const std::string& node_name, const std::vector<fs::Share>& shares) {
+                     const std::string& vfs_objects, const std::string& node_name,
+                     const std::vector<fs::Share>& shares) {
   if (shares_file.empty()) return Status();
   std::vector<std::string> problems;
-  const std::string text = RenderSmbShares(shares, head_socket, node_name, &problems);
+  const std::string text = RenderSmbShares(shares, head_socket, vfs_objects, node_name, &problems);
   for (const auto& p : problems) NASGW_LOG(kError, "smb") << "share not written" << Kv("why", p);
   Status s = WriteFileAtomically(shares_file, text, 0644);
   if (!s.ok()) {

@@ -12,7 +12,7 @@
 //   [Projects]
 //       comment = the team's projects         # only when set
 //       path = /nasgw/vol1/proj               # a name only: nothing local is read
-//       vfs objects = nasgw
+//       vfs objects = acl_xattr streams_xattr nasgw   # [smb] vfs_objects, then nasgw
 //       nasgw:socket = /run/nasgw/head.sock   # nasgwd's head socket
 //       nasgw:volume = vol1
 //       nasgw:subpath = proj                  # only below the volume's root
@@ -58,14 +58,18 @@ Status NormalizeShare(fs::Share* s);
 
 // The whole file. Shares that cannot be rendered safely are left out, each
 // with a line in *problems (when given).
+// vfs_objects: Samba's modules stacked above vfs_nasgw (the [smb]
+// vfs_objects setting, checked by the configuration), "" for none.
 std::string RenderSmbShares(const std::vector<fs::Share>& shares, const std::string& head_socket,
-                            const std::string& node_name, std::vector<std::string>* problems = nullptr);
+                            const std::string& vfs_objects, const std::string& node_name,
+                            std::vector<std::string>* problems = nullptr);
 
 // Renders `shares` into shares_file and, when smbd_pid_file is set,
 // signals smbd; does nothing when shares_file is empty. Logs what it did.
 // Returns the write's status (or Corruption naming shares left out); an
 // smbd that cannot be signalled is a WARN line, not an error.
 Status PublishShares(const std::string& shares_file, const std::string& smbd_pid_file, const std::string& head_socket,
-                     const std::string& node_name, const std::vector<fs::Share>& shares);
+                     const std::string& vfs_objects, const std::string& node_name,
+                     const std::vector<fs::Share>& shares);
 
 }  // namespace nasgw::daemon

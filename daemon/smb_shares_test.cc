@@ -65,12 +65,12 @@ TEST(SmbSharesTest, RendersOneSectionPerShareForVfsNasgw) {
   a.browseable = false;
   fs::Share b = Spec("data");
   b.read_only = true;
-  const std::string text = RenderSmbShares({a, b}, "/run/nasgw/head.sock", "node-a");
+  const std::string text = RenderSmbShares({a, b}, "/run/nasgw/head.sock", "acl_xattr streams_xattr", "node-a");
   EXPECT_NE(text.find("node node-a"), std::string::npos);
   EXPECT_NE(text.find("[Projects]\n"
                       "    comment = the team's projects\n"
                       "    path = /nasgw/vol1/proj\n"
-                      "    vfs objects = nasgw\n"
+                      "    vfs objects = acl_xattr streams_xattr nasgw\n"
                       "    nasgw:socket = /run/nasgw/head.sock\n"
                       "    nasgw:volume = vol1\n"
                       "    nasgw:subpath = proj\n"
@@ -83,7 +83,7 @@ TEST(SmbSharesTest, RendersOneSectionPerShareForVfsNasgw) {
       << text;
   EXPECT_NE(text.find("[data]\n"
                       "    path = /nasgw/vol1\n"
-                      "    vfs objects = nasgw\n"
+                      "    vfs objects = acl_xattr streams_xattr nasgw\n"
                       "    nasgw:socket = /run/nasgw/head.sock\n"
                       "    nasgw:volume = vol1\n"
                       "    read only = yes\n"),
@@ -97,12 +97,13 @@ TEST(SmbSharesTest, WhatSmbConfWouldReadDifferentlyIsLeftOutAndReported) {
   bad.volume = "vol%U";  // a stored volume name smbd would substitute into
   fs::Share worse = Spec("x\n[global]");
   std::vector<std::string> problems;
-  const std::string text = RenderSmbShares({bad, worse, Spec("good")}, "/s", "n", &problems);
+  const std::string text = RenderSmbShares({bad, worse, Spec("good")}, "/s", "", "n", &problems);
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_NE(problems[0].find("'%'"), std::string::npos) << problems[0];
   EXPECT_EQ(text.find("[ok]"), std::string::npos);
   EXPECT_EQ(text.find("[global]"), std::string::npos);
   EXPECT_NE(text.find("[good]"), std::string::npos);
+  EXPECT_NE(text.find("    vfs objects = nasgw\n"), std::string::npos) << "nothing stacked: nasgw alone";
 }
 
 }  // namespace

@@ -228,11 +228,6 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
-  if (!exported.empty()) {
-    return Status(Code::kFailedPrecondition, "volume '" + name + "' is exported over NFS (" +
-                                                 (exports == 1 ? "export " : "exports ") + exported +
-                                                 "); remove its exports first");
-  }
   std::string shared;
   NASGW_RETURN_IF_ERROR(impl_->ScanShares([&](Result<ShareRec> r) {
     if (!r.ok()) {
@@ -243,9 +238,16 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
-  if (!shared.empty()) {
-    return Status(Code::kFailedPrecondition,
-                  "volume '" + name + "' is shared over SMB (" + shared + "); remove its shares first");
+  if (!exported.empty() || !shared.empty()) {
+    std::string m = "volume '" + name + "' is";
+    if (!exported.empty())
+      m += " exported over NFS (" + std::string(exports == 1 ? "export " : "exports ") + exported + ")";
+    if (!exported.empty() && !shared.empty()) m += " and";
+    if (!shared.empty()) m += " shared over SMB (" + shared + ")";
+    m += "; remove ";
+    m += !exported.empty() && !shared.empty() ? "its exports and shares"
+                                              : (!exported.empty() ? "its exports" : "its shares");
+    return Status(Code::kFailedPrecondition, m + " first");
   }
   if (!force) {
     auto empty = impl_->DirEmpty(vol, kRootIno);

@@ -270,7 +270,37 @@ SERVER = ARGS['server']
 def unc(share, path=''):
     return '\\\\\\\\%s\\\\%s' % (SERVER, share) + (('\\\\' + path.replace('/', '\\\\')) if path else '')
 def status(e):
-    return type(e).__name__ if isinstance(e, smbprotocol.exceptions.SMBResponseException) else repr(e)
+    if isinstance(e, smbprotocol.exceptions.SMBResponseException):
+        return '0x%08x' % e.status
+    return repr(e)
+
+# SMB2 LOCK (MS-SMB2 2.2.26), which the smbprotocol package does not offer:
+# one element on an open file (smbclient.open_file(..., buffering=0)).
+# Raises SMBResponseException (status(e) gives its NT status) when refused.
+import struct
+from collections import OrderedDict
+from smbprotocol.header import Commands
+from smbprotocol.structure import Structure, IntField, BytesField
+LOCK_SHARED, LOCK_EXCLUSIVE, LOCK_UNLOCK, LOCK_FAIL_IMMEDIATELY = 0x1, 0x2, 0x4, 0x10
+class _LockRequest(Structure):
+    COMMAND = Commands.SMB2_LOCK
+    def __init__(self):
+        self.fields = OrderedDict([
+            ('structure_size', IntField(size=2, default=48)),
+            ('lock_count', IntField(size=2)),
+            ('lock_sequence', IntField(size=4)),
+            ('file_id', BytesField(size=16)),
+            ('locks', BytesField()),
+        ])
+        super().__init__()
+def smb_lock(raw, offset, length, flags):
+    o = raw.fd
+    req = _LockRequest()
+    req['lock_count'] = 1
+    req['file_id'] = o.file_id
+    req['locks'] = struct.pack('<QQII', offset, length, flags, 0)
+    r = o.connection.send(req, o.tree_connect.session.session_id, o.tree_connect.tree_connect_id)
+    o.connection.receive(r)
 """
 
 
