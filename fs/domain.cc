@@ -63,6 +63,7 @@ Result<std::unique_ptr<Domain>> Domain::Create(const std::shared_ptr<Reserve>& r
     MetaBatch b;
     b.Put(SuperKey(), EncodeDomain(rec));
     b.Put(HandleSecretKey(), EncodeHandleSecret(NewHandleSecret()));
+    b.Put(FoldDoneKey(), std::string(1, '\x01'));  // born with the Unicode index
     NASGW_RETURN_IF_ERROR((*store)->Write(b, true));
   }
   fs->reset();
@@ -323,6 +324,14 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
     lock.Lock();
   }
   lock.Unlock();
+  if (!o.read_only) {
+    auto upgraded = impl->UpgradeFoldIndex();
+    if (!upgraded.ok()) return upgraded.status().WithContext("upgrade the case-insensitive index");
+    if (*upgraded > 0) {
+      NASGW_LOG(kInfo, "fs") << "case-insensitive index rebuilt with Unicode case mapping" << Kv("domain", id)
+                             << Kv("names", *upgraded);
+    }
+  }
   // Logged writes last, over the namespace as the log left it: those of a
   // file removed later find no file.
   NASGW_RETURN_IF_ERROR(impl->ApplyHeld(held));

@@ -245,7 +245,8 @@ class Domain {
   // ---- names
   Result<Attr> Lookup(uint32_t vol, uint64_t dir, const std::string& name);
   // Case-insensitive lookup for heads that need it (SMB): the exact name if
-  // it exists, else the first entry whose name matches ignoring ASCII case.
+  // it exists, else the first entry whose name matches in another case
+  // (Windows' Unicode upper-case mapping: keys::Fold).
   // Returns the entry's real name; NotFound if none.
   Result<std::string> FindCaseless(uint32_t vol, uint64_t dir, const std::string& name);
   Result<Attr> GetAttr(uint32_t vol, uint64_t ino);

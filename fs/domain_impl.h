@@ -334,6 +334,13 @@ struct Domain::Impl {
   // NotFound unless `path` (normalised) is a directory of volume `vol`.
   Status CheckExportDir(uint32_t vol, const std::string& volume, const std::string& path) REQUIRES_SHARED(mu);
 
+  // Rebuilds the case-insensitive index of a domain made before Unicode
+  // folding ('F' keys, ASCII) as the 'G' index, then writes FoldDoneKey
+  // (fs/keys.h), in transactions of at most kFoldUpgradeBatch keys. Done
+  // once, by the owner's open; one that stopped half way is done again
+  // (its puts and deletes repeat harmlessly). Returns the entries indexed.
+  Result<uint64_t> UpgradeFoldIndex() EXCLUDES(mu);
+
   // ---- shares (fs/shares.cc), as exports.
   // Every share record, by key; fn returns false to stop.
   Status ScanShares(const std::function<bool(Result<keys::ShareRec>)>& fn) REQUIRES_SHARED(mu);

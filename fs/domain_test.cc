@@ -98,6 +98,51 @@ class DomainTest : public ::testing::Test {
   uint64_t log_bytes_ = 0;  // 0: the default for the space
 };
 
+TEST_F(DomainTest, NonAsciiNamesAreFoundInAnyCase) {
+  Build();
+  Attr d = Mk(kRootIno, "Ordner", FileType::kDirectory);
+  Mk(d.ino, "ärger.txt");
+  Mk(d.ino, "ΣΟΦΊΑ");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "ÄRGER.TXT"), "ärger.txt");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "Ärger.Txt"), "ärger.txt");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "σοφία"), "ΣΟΦΊΑ");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, kRootIno, "ORDNER"), "Ordner");
+  EXPECT_EQ(dom_->FindCaseless(vol_, d.ino, "arger.txt").status().code(), Code::kNotFound) << "ä is not a";
+}
+
+// A domain made before the Unicode index has an ASCII one under 'F' and no
+// FoldDoneKey: the owner's open rebuilds it (in batches), and fsck is clean.
+TEST_F(DomainTest, AnAsciiCaseIndexIsRebuiltWithUnicodeFoldingAtOpen) {
+  Build();
+  Attr d = Mk(kRootIno, "Ordner", FileType::kDirectory);
+  Mk(d.ino, "ärger.txt");
+  Mk(d.ino, "Report.TXT");
+  const int many = static_cast<int>(keys::kFoldUpgradeBatch) + 100;  // more than one batch
+  for (int i = 0; i < many; i++) Mk(kRootIno, "f" + std::to_string(i));
+  EditStore([&](MetaStore& st, MetaBatch& b) {
+    ASSERT_TRUE(st.Scan("G", "H", [&](std::string_view k, std::string_view) {
+                    b.Delete(k);
+                    return true;
+                  }).ok());
+    ASSERT_TRUE(st.Scan("D", "E", [&](std::string_view k, std::string_view) {
+                    std::string name(k.substr(13)), folded = name;
+                    for (char& c : folded) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+                    b.Put(std::string("F") + std::string(k.substr(1, 12)) + folded + '\0' + name, "");
+                    return true;
+                  }).ok());
+    b.Delete(keys::FoldDoneKey());
+  });
+  Reopen();
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "ÄRGER.TXT"), "ärger.txt");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "report.txt"), "Report.TXT");
+  EXPECT_EQ(*dom_->FindCaseless(vol_, kRootIno, "F" + std::to_string(many - 1)), "f" + std::to_string(many - 1));
+  auto problems = dom_->Check();  // no 'F' key left, one 'G' key per name
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+  Reopen();  // done once: the marker is there
+  EXPECT_EQ(*dom_->FindCaseless(vol_, d.ino, "ÄRGER.TXT"), "ärger.txt");
+}
+
 TEST_F(DomainTest, NamespaceBasicsAndErrors) {
   Build();
   Attr d = Mk(kRootIno, "dir", FileType::kDirectory);

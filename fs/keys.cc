@@ -1,5 +1,9 @@
 #include "fs/keys.h"
 
+#include <locale.h>
+#include <wctype.h>
+
+#include "base/assert.h"
 #include "fs/acl.h"
 
 namespace nasgw::fs::keys {
@@ -52,15 +56,86 @@ std::string XattrKey(uint32_t vol, uint64_t ino, const std::string& name) {
 std::string OrphanKey(uint32_t vol, uint64_t ino) {
   return Prefix('O', vol, ino);
 }
+namespace {
+
+// One code point of valid UTF-8 at s[i] (its length in *len), or -1 for a
+// byte that does not start one (kept as it is).
+int32_t DecodeUtf8(const std::string& s, size_t i, size_t* len) {
+  const auto b = [&](size_t k) { return static_cast<uint8_t>(s[i + k]); };
+  const uint8_t c = b(0);
+  if (c < 0x80) {
+    *len = 1;
+    return c;
+  }
+  size_t n;
+  int32_t cp;
+  if ((c & 0xe0) == 0xc0) {
+    n = 2;
+    cp = c & 0x1f;
+  } else if ((c & 0xf0) == 0xe0) {
+    n = 3;
+    cp = c & 0x0f;
+  } else if ((c & 0xf8) == 0xf0) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return -1;
+  }
+  if (i + n > s.size()) return -1;
+  for (size_t k = 1; k < n; k++) {
+    if ((b(k) & 0xc0) != 0x80) return -1;
+    cp = (cp << 6) | (b(k) & 0x3f);
+  }
+  static constexpr int32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;  // overlong, surrogate
+  *len = n;
+  return cp;
+}
+
+void EncodeUtf8(int32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  }
+}
+
+}  // namespace
+
 std::string Fold(const std::string& name) {
-  std::string f = name;
-  for (char& c : f) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  // glibc's C.UTF-8 (built into glibc, no locale files needed) carries
+  // Unicode's simple case mappings.
+  static const locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
+  NASGW_ASSERT_MSG(utf8 != static_cast<locale_t>(nullptr), "glibc has no C.UTF-8 locale");
+  std::string f;
+  f.reserve(name.size());
+  for (size_t i = 0; i < name.size();) {
+    size_t len = 1;
+    const int32_t cp = DecodeUtf8(name, i, &len);
+    if (cp < 0) {
+      f.push_back(name[i]);
+    } else {
+      EncodeUtf8(static_cast<int32_t>(towupper_l(static_cast<wint_t>(cp), utf8)), &f);
+    }
+    i += len;
   }
   return f;
 }
 std::string FoldPrefix(uint32_t vol, uint64_t dir, const std::string& name) {
-  return Prefix('F', vol, dir) + Fold(name) + '\0';
+  return Prefix('G', vol, dir) + Fold(name) + '\0';
+}
+std::string FoldDoneKey() {
+  return "U";
 }
 std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name) {
   return FoldPrefix(vol, dir, name) + name;

@@ -50,10 +50,17 @@ std::string OrphanKey(uint32_t vol, uint64_t ino);                           // 
 std::string ExtentKey(uint32_t vol, uint64_t ino, uint64_t record);          // E vol ino record
 // Case-folded name index for case-insensitive lookups (SMB): one key per
 // entry, the folded name then the exact name, so names that differ only in
-// case can coexist. Folding is ASCII only for now.
+// case can coexist. Folding is Windows': each code point of valid UTF-8 is
+// mapped with Unicode's simple upper-case mapping (NTFS's $UpCase: "ärger"
+// and "ÄRGER" fold alike, "ß" stays), bytes that are not valid UTF-8 are
+// kept. Domains made before this index kept an ASCII-only one under 'F';
+// the owner rebuilds it as 'G' when it opens such a domain, then writes
+// FoldDoneKey (Domain::Impl::UpgradeFoldIndex).
 std::string Fold(const std::string& name);
-std::string FoldPrefix(uint32_t vol, uint64_t dir, const std::string& name);  // F vol dir folded NUL
-std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name);     // F vol dir folded NUL name
+std::string FoldPrefix(uint32_t vol, uint64_t dir, const std::string& name);  // G vol dir folded NUL
+std::string FoldKey(uint32_t vol, uint64_t dir, const std::string& name);     // G vol dir folded NUL name
+std::string FoldDoneKey();                                                    // U: the 'G' index is whole
+constexpr size_t kFoldUpgradeBatch = 1024;                                    // keys per transaction of the rebuild
 // NFS exports: the record by id, the pseudo-path index (unique), and the
 // id counter (absent: no export was ever added, the next id is 1).
 std::string ExportKey(uint32_t id);                // P id

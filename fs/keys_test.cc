@@ -76,7 +76,20 @@ TEST(KeysTest, KeysSortNumerically) {
   EXPECT_EQ(GetBE64(InodeKey(3, 0x0102030405060708ull), 5), 0x0102030405060708ull);
   EXPECT_EQ(GetBE32(VolKey(0xa0b0c0d0u), 1), 0xa0b0c0d0u);
   // The case-insensitive index: folded name, NUL, exact name.
-  EXPECT_EQ(Fold("ReadMe.TXT"), "readme.txt");
+  // Windows' folding: Unicode's simple upper-case mapping, per code point.
+  EXPECT_EQ(Fold("ReadMe.TXT"), "README.TXT");
+  EXPECT_EQ(Fold("ärger.txt"), Fold("ÄRGER.TXT"));
+  EXPECT_EQ(Fold("ärger.txt"), "ÄRGER.TXT");
+  EXPECT_EQ(Fold("σοφία"), Fold("ΣΟΦΊΑ"));
+  EXPECT_EQ(Fold("Straße"), "STRAßE") << "no full mapping: ß stays one character";
+  EXPECT_EQ(Fold("привет"), "ПРИВЕТ");
+  EXPECT_EQ(Fold("\xf0\x90\x90\xa8"), "\xf0\x90\x90\x80") << "outside the BMP (Deseret)";
+  // Bytes that are not UTF-8 are kept as they are; a name is any bytes.
+  EXPECT_EQ(Fold("a\xff\xc3"
+                 "b"),
+            "A\xff\xc3"
+            "B");
+  EXPECT_EQ(Fold("\xc0\xaf"), "\xc0\xaf") << "an overlong encoding is not a code point";
   EXPECT_EQ(FoldKey(1, 2, "ReadMe"), FoldPrefix(1, 2, "README") + "ReadMe");
   EXPECT_NE(FoldKey(1, 2, "ReadMe"), FoldKey(1, 2, "README"));
 }

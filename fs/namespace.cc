@@ -69,6 +69,58 @@ Result<std::string> Domain::FindCaseless(uint32_t vol, uint64_t dir, const std::
   return found;
 }
 
+Result<uint64_t> Domain::Impl::UpgradeFoldIndex() {
+  {
+    ReaderLock lock(mu);
+    auto done = store->Get(FoldDoneKey());
+    if (done.ok()) return 0;
+    if (done.status().code() != Code::kNotFound) return done.status();
+  }
+  // One pass over the names ('D' vol dir name), then one over the old
+  // index, a batch at a time; the next batch starts past the last key.
+  uint64_t indexed = 0;
+  for (const char tag : {'D', 'F'}) {
+    std::string from(1, tag);
+    const std::string end(1, static_cast<char>(tag + 1));
+    for (;;) {
+      Txn t;
+      size_t n = 0;
+      std::string last;
+      Status bad;
+      WriterLock lock(mu);
+      NASGW_RETURN_IF_ERROR(store->Scan(from, end, [&](std::string_view k, std::string_view) {
+        if (tag == 'D') {
+          if (k.size() <= 13) {
+            bad = Status::Corruption("name key of " + std::to_string(k.size()) + " bytes");
+            return false;
+          }
+          t.batch.Put(FoldKey(GetBE32(k, 1), GetBE64(k, 5), std::string(k.substr(13))), "");
+        } else {
+          t.batch.Delete(k);
+        }
+        last = std::string(k);
+        return ++n < kFoldUpgradeBatch;
+      }));
+      NASGW_RETURN_IF_ERROR(bad);
+      if (n == 0) break;
+      if (tag == 'D') indexed += n;
+      NASGW_RETURN_IF_ERROR(Commit(t));
+      lock.Unlock();
+      NASGW_RETURN_IF_ERROR(Durable(t));
+      if (n < kFoldUpgradeBatch) break;
+      from = last + '\0';
+    }
+  }
+  Txn t;
+  t.batch.Put(FoldDoneKey(), std::string(1, '\x01'));
+  {
+    WriterLock lock(mu);
+    NASGW_RETURN_IF_ERROR(Commit(t));
+  }
+  NASGW_RETURN_IF_ERROR(Durable(t));
+  return indexed;
+}
+
 Result<Attr> Domain::GetAttr(uint32_t vol, uint64_t ino) {
   ReaderLock lock(impl_->mu);
   auto in = impl_->LoadInode(vol, ino);

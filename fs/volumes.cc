@@ -257,7 +257,7 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
   // Every key of the volume goes in one batch; a scan that fails stops the
   // delete (a partial one would leave unreachable keys and leak extents).
   Impl::Txn t;
-  for (char tag : {'I', 'D', 'C', 'F', 'X', 'E', 'O'}) {
+  for (char tag : {'I', 'D', 'C', 'F', 'G', 'X', 'E', 'O'}) {
     std::string p = Prefix(tag, vol);
     Status undecodable;
     NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {

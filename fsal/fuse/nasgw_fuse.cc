@@ -23,7 +23,7 @@
 // restarted, or crashed, in between) fails with EIO, as a local file
 // system's fsync does when write-back failed.
 //
-//   nasgw-fuse [--socket PATH] --volume NAME [--allow-other] [-f] MOUNTPOINT
+//   nasgw-fuse [--socket PATH] --volume NAME [-o OPTIONS] [--allow-other] [-f] MOUNTPOINT
 #define FUSE_USE_VERSION 312
 
 #include <fcntl.h>
@@ -734,28 +734,35 @@ void Init(void* userdata, fuse_conn_info* conn) {
   }
 }
 
+const char* kUsage =
+    "usage: nasgw-fuse [--socket PATH] --volume NAME [-o OPT[,OPT...]] [--allow-other] [--writeback-cache]\n"
+    "                  [--log FILE] [-f] MOUNTPOINT\n"
+    "  --socket PATH  nasgwd's head socket (default /run/nasgw/head.sock)\n"
+    "  -o OPTIONS     mount options, comma separated, as mount(8) takes them: ro, rw,\n"
+    "                 allow_other, allow_root, auto_unmount, noatime, nodev, nosuid, noexec,\n"
+    "                 sync, dirsync and FUSE's own (max_read=N...); an option FUSE does\n"
+    "                 not know is refused. -o may be given more than once\n"
+    "  --log FILE     in the background, log there (appended); without it, to syslog\n"
+    "  -f             stay in the foreground, logging to stderr\n"
+    "  --allow-other  the same as -o allow_other: other users may use the mount too (nasgwd\n"
+    "                 checks each caller's credentials); a mount by another user than root\n"
+    "                 needs user_allow_other in /etc/fuse.conf. Without it the kernel refuses\n"
+    "                 every user but the one who mounted\n"
+    "  --writeback-cache  writes gather in the kernel's page cache until write-back, fsync or\n"
+    "                 close (small writes at page-cache speed); errors such as ENOSPC then\n"
+    "                 come back at fsync or close, not at write(2), as on NFS. Root only.\n"
+    "                 Without it every write(2) goes to nasgwd as it is made\n"
+    "  -h, --help     this help\n";
+
 [[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr,
-               "nasgw-fuse: %s\n"
-               "usage: nasgw-fuse [--socket PATH] --volume NAME [--allow-other] [--writeback-cache] [--log FILE]\n"
-               "                  [-f] MOUNTPOINT\n"
-               "  --socket PATH  nasgwd's head socket (default /run/nasgw/head.sock)\n"
-               "  --log FILE     in the background, log there (appended); without it, to syslog\n"
-               "  -f             stay in the foreground, logging to stderr\n"
-               "  --allow-other  other users may use the mount too (FUSE's allow_other; nasgwd checks\n"
-               "                 each caller's credentials); a mount by another user than root needs\n"
-               "                 user_allow_other in /etc/fuse.conf\n"
-               "  --writeback-cache  writes gather in the kernel's page cache until write-back, fsync or\n"
-               "                 close (small writes at page-cache speed); errors such as ENOSPC then\n"
-               "                 come back at fsync or close, not at write(2), as on NFS. Root only.\n"
-               "                 Without it every write(2) goes to nasgwd as it is made\n",
-               why.c_str());
+  std::fprintf(stderr, "nasgw-fuse: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
 }
 
 int Main(int argc, char** argv) {
   std::string socket = "/run/nasgw/head.sock", volume, mountpoint, log_path;
   bool foreground = false, allow_other = false, writeback = false;
+  std::string options;  // -o, joined: FUSE's and the kernel's to parse
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -774,6 +781,15 @@ int Main(int argc, char** argv) {
       allow_other = true;
     } else if (a == "--writeback-cache") {
       writeback = true;
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "-o" || (a.size() > 2 && a.compare(0, 2, "-o") == 0)) {
+      const std::string o = a == "-o" ? next() : a.substr(2);
+      if (o.empty() || o.front() == ',' || o.back() == ',' || o.find(",,") != std::string::npos) {
+        Usage("-o takes options separated by single commas, not '" + o + "'");
+      }
+      options += "," + o;
     } else if (!a.empty() && a[0] != '-' && mountpoint.empty()) {
       mountpoint = a;
     } else {
@@ -881,9 +897,11 @@ int Main(int argc, char** argv) {
   ops.listxattr = ListXattr;
   ops.removexattr = RemoveXattr;
 
+  // default_permissions: the kernel checks the mode bits and ACLs nasgwd
+  // reports (nasgwd checks them again with the caller's credentials).
   std::vector<std::string> fargs_s = {"nasgw-fuse", "-o",
                                       std::string("default_permissions,") + (allow_other ? "allow_other," : "") +
-                                          "fsname=nasgw:" + volume + ",subtype=nasgw"};
+                                          "fsname=nasgw:" + volume + ",subtype=nasgw" + options};
   std::vector<char*> fargv;
   fargv.reserve(fargs_s.size());
   for (auto& s : fargs_s) fargv.push_back(s.data());

@@ -399,8 +399,10 @@ def cmd_semantics(a):
     and is freed at close; atime under relatime, noatime, strictatime;
     file handles (open_by_handle_at) valid across a remount; holes read as
     zeros through O_DIRECT and shared mappings; small appends, setuid
-    clearing and fsync's EIO through the write-back cache; every check is printed. The mount is shared
-    (--allow-other), and the other user is uid 65534."""
+    clearing and fsync's EIO through the write-back cache; mount options
+    (-o ro and others reach the kernel, --help, an unknown option refused,
+    another user refused without allow_other); every check is printed. The
+    mount is shared (--allow-other), and the other user is uid 65534."""
     import errno
     v = Node(bins(a), luns=3, size="512M", tag="fuse")
     try:
@@ -898,6 +900,47 @@ def cmd_semantics(a):
                     os.unlink(p)
             if os.path.isdir(second):
                 os.rmdir(second)
+        # Mount options (-o), --help, an option FUSE does not know, and a
+        # mount without allow_other.
+        v.unmount()
+        v.mount(options=["-o", "ro,noatime", "-o", "nodev"])
+        try:
+            with open(os.path.join(v.mount_path, "ro-test"), "w"):
+                pass
+            got = "created"
+        except OSError as e:
+            got = e.errno
+        check("-o ro: a create fails EROFS (%s)" % got, got == errno.EROFS)
+        check("-o ro: the files are readable", "unstable" in os.listdir(v.mount_path))
+        with open("/proc/mounts") as f:
+            line = [x for x in f.read().splitlines() if " %s " % v.mount_path in x]
+        check("-o ro,noatime -o nodev reach the kernel (%s)" % line,
+              len(line) == 1 and all(o in line[0].split()[3].split(",") for o in ("ro", "noatime", "nodev")))
+        v.unmount()
+        v.mount(options=[])
+        other = subprocess.run(["/usr/bin/python3", "-c", "import os, sys; os.listdir(sys.argv[1])", v.mount_path],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60,
+                               preexec_fn=as_nobody)
+        check("without allow_other another user is refused (%s)" % other.stderr.strip()[-120:],
+              other.returncode != 0 and "Permission denied" in other.stderr)
+        fuse = v.s["bins"]["fuse"]
+        h = subprocess.run([fuse, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        check("--help prints the usage on stdout and exits 0",
+              h.returncode == 0 and "usage: nasgw-fuse" in h.stdout and "-o OPTIONS" in h.stdout)
+        spare = v.mount_path + ".spare"
+        os.makedirs(spare, exist_ok=True)
+        try:
+            bad = subprocess.run([fuse, "--socket", v.head_socket, "--volume", "vol1", "-o", "bogus_option", "-f",
+                                  spare], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+            check("an unknown -o option is refused, named (%s)" % bad.stderr.strip()[-160:],
+                  bad.returncode != 0 and "bogus_option" in bad.stderr and not is_mounted(spare))
+            bad = subprocess.run([fuse, "--volume", "vol1", "-o", "ro,,noatime", spare], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, timeout=60)
+            check("an empty -o option is a usage error (%s)" % bad.stderr.strip()[:80], bad.returncode == 2)
+        finally:
+            if is_mounted(spare):
+                subprocess.run(["fusermount3", "-u", spare], check=False, timeout=60)
+            os.rmdir(spare)
         v.unmount()
         v.stop()
         v.fsck()

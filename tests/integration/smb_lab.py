@@ -171,6 +171,14 @@ def test_case(ctx):
     names = os.listdir(alice_dir(ctx) + "/CaseDir")
     check("writing to another case's name overwrites the file, adds no second one", names == ["MixedCase.TXT"],
           str(names))
+    # Non-ASCII: Windows maps case with Unicode's simple upper-case mapping.
+    with open(os.path.join(alice_dir(ctx), "CaseDir", "ärger.txt"), "w") as f:
+        f.write("umlaut\n")
+    out2 = os.path.join(ctx["lab"].dir, "umlaut-back")
+    p = smblab.smbclient(c, srv, "alice", alice, "get CASEDIR/ÄRGER.TXT %s" % out2, check=False)
+    check("ÄRGER.TXT finds ärger.txt", p.returncode == 0 and open(out2).read() == "umlaut\n", p.stdout + p.stderr)
+    p = smblab.smbclient(c, srv, "alice", alice, "get casedir/ΣΟΦΙΑ.txt %s/x" % ctx["lab"].dir, check=False)
+    check("a name in no case is not found", "NT_STATUS_OBJECT_NAME_NOT_FOUND" in smblab.statuses(p), p.stdout)
 
 
 def test_restart(ctx):
