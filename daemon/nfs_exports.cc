@@ -203,29 +203,25 @@ Status SignalServer(const std::string& pid_file, const std::string& comm_name, i
   return Status();
 }
 
-Status PublishExports(const std::string& exports_file, const std::string& ganesha_pid_file,
-                      const std::string& node_name, const std::vector<fs::Export>& exports) {
-  if (exports_file.empty()) return Status();
-  std::vector<std::string> problems;
-  const std::string text = RenderGaneshaExports(exports, node_name, &problems);
-  for (const auto& p : problems) NASGW_LOG(kError, "nfs") << "export not written" << Kv("why", p);
-  // Ganesha reads it, maybe as another user; it holds no secret.
-  Status s = WriteFileAtomically(exports_file, text, 0644);
+Status PublishServerFile(const char* area, const std::string& what, const std::string& file, const std::string& text,
+                         size_t written, const std::vector<std::string>& problems, const std::string& pid_file,
+                         const std::string& comm_name) {
+  for (const auto& p : problems) NASGW_LOG(kError, area) << what << " left out" << Kv("why", p);
+  // The server reads it, maybe as another user; it holds no secret.
+  Status s = WriteFileAtomically(file, text, 0644);
   if (!s.ok()) {
-    NASGW_LOG(kError, "nfs") << "cannot write the exports file" << Kv("file", exports_file)
-                             << Kv("error", s.ToString());
-    return s.WithContext("write NFS exports file " + exports_file);
+    NASGW_LOG(kError, area) << "cannot write the " << what << " file" << Kv("file", file) << Kv("error", s.ToString());
+    return s.WithContext("write the " + what + " file " + file);
   }
-  NASGW_LOG(kInfo, "nfs") << "exports written" << Kv("file", exports_file)
-                          << Kv("exports", exports.size() - problems.size());
-  if (!ganesha_pid_file.empty()) {
+  NASGW_LOG(kInfo, area) << what << " written" << Kv("file", file) << Kv("count", written);
+  if (!pid_file.empty()) {
     int pid = 0;
-    Status sig = SignalServer(ganesha_pid_file, kGaneshaComm, &pid);
+    Status sig = SignalServer(pid_file, comm_name, &pid);
     if (sig.ok()) {
-      NASGW_LOG(kInfo, "nfs") << "ganesha.nfsd signalled to reload the exports" << Kv("pid", pid);
+      NASGW_LOG(kInfo, area) << comm_name << " signalled to reload the " << what << Kv("pid", pid);
     } else {
-      NASGW_LOG(kWarn, "nfs") << "ganesha.nfsd not signalled; it reloads the exports at its next start or SIGHUP"
-                              << Kv("why", sig.ToString());
+      NASGW_LOG(kWarn, area) << comm_name << " not signalled; it reads the " << what << " at its next start or SIGHUP"
+                             << Kv("why", sig.ToString());
     }
   }
   if (!problems.empty()) {
@@ -234,6 +230,15 @@ Status PublishExports(const std::string& exports_file, const std::string& ganesh
     return Status::Corruption(m);
   }
   return Status();
+}
+
+Status PublishExports(const std::string& exports_file, const std::string& ganesha_pid_file,
+                      const std::string& node_name, const std::vector<fs::Export>& exports) {
+  if (exports_file.empty()) return Status();
+  std::vector<std::string> problems;
+  const std::string text = RenderGaneshaExports(exports, node_name, &problems);
+  return PublishServerFile("nfs", "exports", exports_file, text, exports.size() - problems.size(), problems,
+                           ganesha_pid_file, kGaneshaComm);
 }
 
 }  // namespace nasgw::daemon

@@ -60,6 +60,16 @@ Status WriteFileAtomically(const std::string& path, const std::string& text, uns
 // PermissionDenied when the kill is refused.
 Status SignalServer(const std::string& pid_file, const std::string& comm_name, int* pid = nullptr);
 
+// What PublishExports and PublishShares (daemon/smb_shares.h) share: writes
+// `text` (rendered with `written` items; `problems` names those left out)
+// into `file` atomically and, when pid_file is set, signals the server
+// named comm_name there to reload it; logs under `area` ("nfs", "smb") what
+// it did. Returns the write's status, or Corruption naming the problems; a
+// server that cannot be signalled is a WARN line, not an error.
+Status PublishServerFile(const char* area, const std::string& what, const std::string& file, const std::string& text,
+                         size_t written, const std::vector<std::string>& problems, const std::string& pid_file,
+                         const std::string& comm_name);
+
 // Renders `exports` into exports_file and, when ganesha_pid_file is set,
 // signals ganesha.nfsd; does nothing when exports_file is empty. Logs what
 // it did. Returns the write's status (or Corruption naming exports left

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "base/log.h"
 #include "daemon/export_rules.h"
 #include "daemon/nfs_exports.h"
 
@@ -143,30 +142,8 @@ Status PublishShares(const std::string& shares_file, const std::string& smbd_pid
   if (shares_file.empty()) return Status();
   std::vector<std::string> problems;
   const std::string text = RenderSmbShares(shares, head_socket, vfs_objects, node_name, &problems);
-  for (const auto& p : problems) NASGW_LOG(kError, "smb") << "share not written" << Kv("why", p);
-  Status s = WriteFileAtomically(shares_file, text, 0644);
-  if (!s.ok()) {
-    NASGW_LOG(kError, "smb") << "cannot write the shares file" << Kv("file", shares_file) << Kv("error", s.ToString());
-    return s.WithContext("write SMB shares file " + shares_file);
-  }
-  NASGW_LOG(kInfo, "smb") << "shares written" << Kv("file", shares_file)
-                          << Kv("shares", shares.size() - problems.size());
-  if (!smbd_pid_file.empty()) {
-    int pid = 0;
-    Status sig = SignalServer(smbd_pid_file, kSmbdComm, &pid);
-    if (sig.ok()) {
-      NASGW_LOG(kInfo, "smb") << "smbd signalled to reload its shares" << Kv("pid", pid);
-    } else {
-      NASGW_LOG(kWarn, "smb") << "smbd not signalled; it reads the shares at its next start or SIGHUP"
-                              << Kv("why", sig.ToString());
-    }
-  }
-  if (!problems.empty()) {
-    std::string m = problems[0];
-    for (size_t i = 1; i < problems.size(); i++) m += "; " + problems[i];
-    return Status::Corruption(m);
-  }
-  return Status();
+  return PublishServerFile("smb", "shares", shares_file, text, shares.size() - problems.size(), problems, smbd_pid_file,
+                           kSmbdComm);
 }
 
 }  // namespace nasgw::daemon

@@ -42,25 +42,17 @@ for p in libnfs-dev libiscsi-dev; do
   fi
 done
 
-if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "build-fio: need root to enable deb-src" >&2
-    exit 1
-  fi
-  sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
-    > /etc/apt/sources.list.d/nasgw-deb-src.sources
-  apt-get update -qq
-  VER=$(apt-cache showsrc fio 2>/dev/null | sed -n 's/^Version: //p' | sort -V | tail -1 || true)
-fi
+. "$(dirname "$0")/debian-source.sh"
+debsrc_enable build-fio
+# (known only once deb-src is on)
+VER=$(apt-cache showsrc fio 2>/dev/null | sed -n 's/^Version: //p' | sort -V | tail -1 || true)
 
 rm -rf "$DIR.tmp"
 mkdir -p "$DIR.tmp"
 trap 'rm -rf "$DIR.tmp"' EXIT
 cd "$DIR.tmp"
-# Only the upstream tarball is needed; the mirror may lack the Debian diff,
-# so judge by the tarball, not by apt-get's exit status.
-apt-get source --download-only -qq "fio=$VER" >/dev/null 2>&1 ||
-  apt-get source --download-only -qq fio >/dev/null 2>&1 || true
+# Only the upstream tarball is needed.
+debsrc_fetch fio "$VER"
 tgz=$(ls fio_*.orig.tar.* 2>/dev/null | grep -v '\.asc$' | head -1 || true)
 if [ -z "$tgz" ]; then
   echo "build-fio: could not fetch Debian's fio source package (deb-src)" >&2

@@ -11,33 +11,20 @@
 # installed version. Nothing of Ganesha's enters the repository.
 set -euo pipefail
 DIR=${1:-/var/cache/nasgw/ganesha}
-VER=$(dpkg-query -W -f='${Version}' nfs-ganesha 2>/dev/null || true)
-if [ -z "$VER" ]; then
-  echo "ganesha-headers: nfs-ganesha is not installed (run deploy/install-deps.sh)" >&2
-  exit 1
-fi
+. "$(dirname "$0")/debian-source.sh"
+VER=$(debsrc_version ganesha-headers nfs-ganesha)
 if [ -f "$DIR/stamp" ] && [ "$(cat "$DIR/stamp")" = "$VER" ]; then
   echo "$DIR"
   exit 0
 fi
 
-if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "ganesha-headers: need root to enable deb-src" >&2
-    exit 1
-  fi
-  sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
-    > /etc/apt/sources.list.d/nasgw-deb-src.sources
-  apt-get update -qq
-fi
+debsrc_enable ganesha-headers
 
 rm -rf "$DIR.tmp"
 mkdir -p "$DIR.tmp"
 cd "$DIR.tmp"
-# Only the upstream tarball is needed; the mirror may lack the Debian diff,
-# so judge by the tarball, not by apt-get's exit status.
-apt-get source --download-only -qq "nfs-ganesha=$VER" >/dev/null 2>&1 ||
-  apt-get source --download-only -qq nfs-ganesha >/dev/null 2>&1 || true
+# Only the upstream tarball is needed.
+debsrc_fetch nfs-ganesha "$VER"
 tgz=$(ls nfs-ganesha_*.orig.tar.gz 2>/dev/null | head -1)
 if [ -z "$tgz" ]; then
   echo "ganesha-headers: could not fetch Debian's nfs-ganesha source package (deb-src)" >&2

@@ -14,31 +14,19 @@
 # time. Nothing of Samba's enters the repository.
 set -euo pipefail
 DIR=${1:-/var/cache/nasgw/samba}
-VER=$(dpkg-query -W -f='${Version}' samba 2>/dev/null || true)
-if [ -z "$VER" ]; then
-  echo "samba-headers: samba is not installed (run deploy/install-deps.sh)" >&2
-  exit 1
-fi
+. "$(dirname "$0")/debian-source.sh"
+VER=$(debsrc_version samba-headers samba)
 if [ -f "$DIR/stamp" ] && [ "$(cat "$DIR/stamp")" = "$VER" ]; then
   echo "$DIR"
   exit 0
 fi
 
-if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "samba-headers: need root to enable deb-src" >&2
-    exit 1
-  fi
-  sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
-    > /etc/apt/sources.list.d/nasgw-deb-src.sources
-  apt-get update -qq
-fi
+debsrc_enable samba-headers
 
 rm -rf "$DIR.tmp"
 mkdir -p "$DIR.tmp"
 cd "$DIR.tmp"
-apt-get source --download-only -qq "samba=$VER" >/dev/null 2>&1 ||
-  apt-get source --download-only -qq samba >/dev/null 2>&1 || true
+debsrc_fetch samba "$VER"
 dsc=$(ls samba_*.dsc 2>/dev/null | head -1)
 if [ -z "$dsc" ]; then
   echo "samba-headers: could not fetch Debian's samba source package (deb-src)" >&2

@@ -170,6 +170,20 @@ static bool nasgw_is_cwd_fsp(const files_struct *dirfsp)
 	return dirfsp == NULL || fsp_get_pathref_fd(dirfsp) == AT_FDCWD;
 }
 
+/* The file of fsp and the caller's credentials, for a call on an open file;
+ * NULL, errno EBADF, when fsp is not one of this module's. */
+static struct nasgw_fh *nasgw_begin(vfs_handle_struct *handle, const files_struct *fsp, nasgw_cred *cr)
+{
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+
+	if (fh == NULL) {
+		errno = EBADF;
+		return NULL;
+	}
+	nasgw_cred_of(handle->conn, cr);
+	return fh;
+}
+
 /* ---- paths */
 
 /* Splits `path` into names (in place, in a talloc copy); "" and "." vanish. */
@@ -1296,16 +1310,14 @@ static NTSTATUS nasgw_get_real_filename_at(vfs_handle_struct *handle, struct fil
 static int nasgw_setattr_fsp(vfs_handle_struct *handle, files_struct *fsp, const nasgw_sattr *s)
 {
 	struct nasgw_conn *nc = handle->data;
-	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
 	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
 	int rc;
 
 	if (fh == NULL) {
-		errno = EBADF;
 		return -1;
 	}
 	fh->fresh = false;
-	nasgw_cred_of(handle->conn, &cr);
 	rc = nasgw_setattr(nc->client, &cr, &fh->h, s, NULL);
 	return rc != 0 ? nasgw_fail(rc) : 0;
 }
@@ -1388,15 +1400,13 @@ static int nasgw_ftruncate(vfs_handle_struct *handle, files_struct *fsp, off_t l
 static ssize_t nasgw_pread(vfs_handle_struct *handle, files_struct *fsp, void *data, size_t n, off_t offset)
 {
 	struct nasgw_conn *nc = handle->data;
-	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
-	size_t done = 0;
 	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
+	size_t done = 0;
 
 	if (fh == NULL) {
-		errno = EBADF;
 		return -1;
 	}
-	nasgw_cred_of(handle->conn, &cr);
 	while (done < n) {
 		uint32_t len = n - done > NASGW_IO_MAX ? NASGW_IO_MAX : (uint32_t)(n - done);
 		int eof = 0;
@@ -1417,16 +1427,14 @@ static ssize_t nasgw_pread(vfs_handle_struct *handle, files_struct *fsp, void *d
 static ssize_t nasgw_pwrite(vfs_handle_struct *handle, files_struct *fsp, const void *data, size_t n, off_t offset)
 {
 	struct nasgw_conn *nc = handle->data;
-	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
-	size_t done = 0;
 	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
+	size_t done = 0;
 
 	if (fh == NULL) {
-		errno = EBADF;
 		return -1;
 	}
 	fh->fresh = false;
-	nasgw_cred_of(handle->conn, &cr);
 	while (done < n) {
 		uint32_t len = n - done > NASGW_IO_MAX ? NASGW_IO_MAX : (uint32_t)(n - done);
 		int64_t put = nasgw_write(nc->client, &cr, &fh->h, (uint64_t)offset + done,
@@ -1759,12 +1767,11 @@ static uint64_t nasgw_lock_owner(void)
 static bool nasgw_vfs_lock(vfs_handle_struct *handle, files_struct *fsp, int op, off_t offset, off_t count, int type)
 {
 	struct nasgw_conn *nc = handle->data;
-	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
 	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
 	int rc;
 
 	if (fh == NULL) {
-		errno = EBADF;
 		return false;
 	}
 	if (offset < 0 || count < 0) {
@@ -1775,7 +1782,6 @@ static bool nasgw_vfs_lock(vfs_handle_struct *handle, files_struct *fsp, int op,
 		errno = EINVAL;
 		return false;
 	}
-	nasgw_cred_of(handle->conn, &cr);
 	if (type == F_UNLCK) {
 		rc = nasgw_unlock(nc->client, &cr, &fh->h, nasgw_lock_owner(), (uint64_t)offset, (uint64_t)count);
 	} else {
@@ -1794,16 +1800,14 @@ static bool nasgw_getlock(vfs_handle_struct *handle, files_struct *fsp, off_t *p
 			  pid_t *ppid)
 {
 	struct nasgw_conn *nc = handle->data;
-	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
-	nasgw_lock_info conflict = { 0 };
 	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
+	nasgw_lock_info conflict = { 0 };
 	int rc;
 
 	if (fh == NULL) {
-		errno = EBADF;
 		return false;
 	}
-	nasgw_cred_of(handle->conn, &cr);
 	rc = nasgw_testlock(nc->client, &cr, &fh->h, nasgw_lock_owner(),
 			    *ptype == F_WRLCK ? NASGW_LOCK_WRITE : NASGW_LOCK_READ, (uint64_t)*poffset,
 			    (uint64_t)*pcount, &conflict);
@@ -1856,15 +1860,13 @@ static ssize_t nasgw_fgetxattr(vfs_handle_struct *handle, files_struct *fsp, con
 			       size_t size)
 {
 	struct nasgw_conn *nc = handle->data;
-	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
 	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
 	int64_t rc;
 
 	if (fh == NULL) {
-		errno = EBADF;
 		return -1;
 	}
-	nasgw_cred_of(handle->conn, &cr);
 	rc = nasgw_getxattr(nc->client, &cr, &fh->h, name, value, size);
 	return rc < 0 ? nasgw_fail((int)rc) : (ssize_t)rc;
 }
@@ -1872,15 +1874,13 @@ static ssize_t nasgw_fgetxattr(vfs_handle_struct *handle, files_struct *fsp, con
 static ssize_t nasgw_flistxattr(vfs_handle_struct *handle, files_struct *fsp, char *list, size_t size)
 {
 	struct nasgw_conn *nc = handle->data;
-	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
 	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
 	int64_t rc;
 
 	if (fh == NULL) {
-		errno = EBADF;
 		return -1;
 	}
-	nasgw_cred_of(handle->conn, &cr);
 	rc = nasgw_listxattr(nc->client, &cr, &fh->h, list, size);
 	return rc < 0 ? nasgw_fail((int)rc) : (ssize_t)rc;
 }
@@ -1888,15 +1888,13 @@ static ssize_t nasgw_flistxattr(vfs_handle_struct *handle, files_struct *fsp, ch
 static int nasgw_fremovexattr(vfs_handle_struct *handle, files_struct *fsp, const char *name)
 {
 	struct nasgw_conn *nc = handle->data;
-	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
 	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
 	int rc;
 
 	if (fh == NULL) {
-		errno = EBADF;
 		return -1;
 	}
-	nasgw_cred_of(handle->conn, &cr);
 	fh->fresh = false;
 	rc = nasgw_removexattr(nc->client, &cr, &fh->h, name);
 	return rc != 0 ? nasgw_fail(rc) : 0;
@@ -1906,13 +1904,12 @@ static int nasgw_fsetxattr(vfs_handle_struct *handle, files_struct *fsp, const c
 			   size_t size, int flags)
 {
 	struct nasgw_conn *nc = handle->data;
-	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
-	uint32_t f = 0;
 	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
+	uint32_t f = 0;
 	int rc;
 
 	if (fh == NULL) {
-		errno = EBADF;
 		return -1;
 	}
 	if (flags & XATTR_CREATE) {
@@ -1921,7 +1918,6 @@ static int nasgw_fsetxattr(vfs_handle_struct *handle, files_struct *fsp, const c
 	if (flags & XATTR_REPLACE) {
 		f |= NASGW_XATTR_REPLACE;
 	}
-	nasgw_cred_of(handle->conn, &cr);
 	fh->fresh = false;
 	rc = nasgw_setxattr(nc->client, &cr, &fh->h, name, value, size, f);
 	return rc != 0 ? nasgw_fail(rc) : 0;

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
+import traceback
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -382,6 +383,21 @@ def nfs_lab_args(more=None):
             print("FAIL: %s is not built (make release builds a Release nasgwd)" % need, flush=True)
             return None
     return a, b, fsal
+
+
+def run_parts(parts, only, ctx, failures):
+    """Runs a suite's parts ((name, fn(ctx)) in order; only those named in
+    `only` when it is not empty), each after a "== name" line; an exception
+    is printed and counted as the part's failure, and the next part runs."""
+    for name, fn in parts:
+        if only and name not in only:
+            continue
+        print("== %s" % name, flush=True)
+        try:
+            fn(ctx)
+        except Exception:
+            traceback.print_exc()
+            failures.append(name + ": exception")
 
 
 def finish(failures, node=None, lab=None, server=None, after=None):

@@ -51,7 +51,6 @@ import random
 import subprocess
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -1156,15 +1155,7 @@ def main():
         server = lab.start_server(cfg)
         ctx = {"lab": lab, "node": node, "server": server, "fh_tool": b + "/tests/tools/nasgw-nfs-fh",
                "listing_entries": a.listing_entries}
-        for name, fn in TESTS:
-            if a.only and name not in a.only:
-                continue
-            print("== %s" % name, flush=True)
-            try:
-                fn(ctx)
-            except Exception:
-                traceback.print_exc()
-                failures.append(name + ": exception")
+        nasgwlab.run_parts(TESTS, a.only, ctx, failures)
     finally:
         rc = nasgwlab.finish(failures, node=node, lab=lab, server=server)
     return rc

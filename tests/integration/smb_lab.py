@@ -457,15 +457,7 @@ def main():
         srv.start()
         ctx = {"lab": lab, "node": node, "smbd": srv, "client": lab.client(1), "alice": alice, "bob": bob,
                "lock_tool": b + "/tests/tools/nasgw-nfs-lock"}
-        for name, fn in TESTS:
-            if a.only and name not in a.only:
-                continue
-            print("== %s" % name, flush=True)
-            try:
-                fn(ctx)
-            except Exception:
-                traceback.print_exc()
-                failures.append(name + ": exception")
+        nasgwlab.run_parts(TESTS, a.only, ctx, failures)
     except Exception:
         traceback.print_exc()
         failures.append("setup: exception")
