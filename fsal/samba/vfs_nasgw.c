@@ -1923,6 +1923,191 @@ static int nasgw_fsetxattr(vfs_handle_struct *handle, files_struct *fsp, const c
 	return rc != 0 ? nasgw_fail(rc) : 0;
 }
 
+/* ---- POSIX ACLs: nasgwd's, through the Linux xattr form
+ * (system.posix_acl_access / _default: u32 version 2, then per entry u16
+ * tag, u16 permissions, u32 id). Samba maps NT ACLs onto them, so an ACE an
+ * SMB client sets grants or denies on every head (NFS, FUSE): nasgwd
+ * enforces it. */
+
+#define NASGW_ACL_XATTR_VERSION 2u
+#define NASGW_ACL_UNDEFINED_ID 0xffffffffu
+#define NASGW_ACL_ENTRIES_MAX 1024
+
+static const struct {
+	SMB_ACL_TAG_T smb;
+	uint16_t linux_tag;
+} nasgw_acl_tags[] = {
+	{ SMB_ACL_USER_OBJ, 0x01 }, { SMB_ACL_USER, 0x02 }, { SMB_ACL_GROUP_OBJ, 0x04 },
+	{ SMB_ACL_GROUP, 0x08 },    { SMB_ACL_MASK, 0x10 }, { SMB_ACL_OTHER, 0x20 },
+};
+
+static const char *nasgw_acl_xattr(SMB_ACL_TYPE_T type)
+{
+	return type == SMB_ACL_TYPE_DEFAULT ? "system.posix_acl_default" : "system.posix_acl_access";
+}
+
+static int nasgw_acl_add(SMB_ACL_T acl, SMB_ACL_TAG_T tag, uint32_t id, uint32_t perm)
+{
+	SMB_ACL_ENTRY_T e;
+
+	if (sys_acl_create_entry(&acl, &e) != 0) {
+		return -1;
+	}
+	e->a_type = tag;
+	e->a_perm = perm & 7;
+	if (tag == SMB_ACL_USER) {
+		e->info.user.uid = id;
+	} else if (tag == SMB_ACL_GROUP) {
+		e->info.group.gid = id;
+	}
+	return 0;
+}
+
+static SMB_ACL_T nasgw_sys_acl_get_fd(vfs_handle_struct *handle, files_struct *fsp, SMB_ACL_TYPE_T type,
+				      TALLOC_CTX *mem_ctx)
+{
+	struct nasgw_conn *nc = handle->data;
+	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
+	uint8_t buf[4 + 8 * NASGW_ACL_ENTRIES_MAX];
+	SMB_ACL_T acl;
+	int64_t n;
+	size_t i, k;
+
+	if (fh == NULL) {
+		return NULL;
+	}
+	acl = sys_acl_init(mem_ctx);
+	if (acl == NULL) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	n = nasgw_getxattr(nc->client, &cr, &fh->h, nasgw_acl_xattr(type), buf, sizeof(buf));
+	if (n == -ENODATA) {
+		/* No ACL: the mode's three entries for the access ACL, none for
+		 * the default one (as libacl gives them on Linux). */
+		nasgw_attr a;
+		int rc;
+
+		if (type == SMB_ACL_TYPE_DEFAULT) {
+			return acl;
+		}
+		rc = nasgw_getattr(nc->client, &cr, &fh->h, &a);
+		if (rc != 0 || nasgw_acl_add(acl, SMB_ACL_USER_OBJ, 0, a.mode >> 6) != 0 ||
+		    nasgw_acl_add(acl, SMB_ACL_GROUP_OBJ, 0, a.mode >> 3) != 0 ||
+		    nasgw_acl_add(acl, SMB_ACL_OTHER, 0, a.mode) != 0) {
+			TALLOC_FREE(acl);
+			nasgw_fail(rc != 0 ? rc : -ENOMEM);
+			return NULL;
+		}
+		return acl;
+	}
+	if (n < 0) {
+		TALLOC_FREE(acl);
+		nasgw_fail((int)n);
+		return NULL;
+	}
+	if (n < 4 || (n - 4) % 8 != 0 || PULL_LE_U32(buf, 0) != NASGW_ACL_XATTR_VERSION) {
+		TALLOC_FREE(acl);
+		errno = EIO;
+		return NULL;
+	}
+	for (i = 4; i < (size_t)n; i += 8) {
+		const uint16_t tag = PULL_LE_U16(buf, i);
+		SMB_ACL_TAG_T smb = SMB_ACL_TAG_INVALID;
+
+		for (k = 0; k < ARRAY_SIZE(nasgw_acl_tags); k++) {
+			if (nasgw_acl_tags[k].linux_tag == tag) {
+				smb = nasgw_acl_tags[k].smb;
+			}
+		}
+		if (smb == SMB_ACL_TAG_INVALID ||
+		    nasgw_acl_add(acl, smb, PULL_LE_U32(buf, i + 4), PULL_LE_U16(buf, i + 2)) != 0) {
+			TALLOC_FREE(acl);
+			errno = smb == SMB_ACL_TAG_INVALID ? EIO : ENOMEM;
+			return NULL;
+		}
+	}
+	return acl;
+}
+
+static int nasgw_acl_entry_cmp(const void *a, const void *b)
+{
+	const uint8_t *x = a, *y = b;
+	uint16_t tx = PULL_LE_U16(x, 0), ty = PULL_LE_U16(y, 0);
+	uint32_t ix = PULL_LE_U32(x, 4), iy = PULL_LE_U32(y, 4);
+
+	if (tx != ty) {
+		return tx < ty ? -1 : 1;
+	}
+	return ix < iy ? -1 : (ix > iy ? 1 : 0);
+}
+
+static int nasgw_sys_acl_set_fd(vfs_handle_struct *handle, files_struct *fsp, SMB_ACL_TYPE_T type,
+				SMB_ACL_T theacl)
+{
+	struct nasgw_conn *nc = handle->data;
+	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
+	uint8_t buf[4 + 8 * NASGW_ACL_ENTRIES_MAX];
+	size_t len = 4;
+	int i, rc;
+	size_t k;
+
+	if (fh == NULL) {
+		return -1;
+	}
+	if (theacl->count < 0 || theacl->count > NASGW_ACL_ENTRIES_MAX) {
+		errno = EINVAL;
+		return -1;
+	}
+	PUSH_LE_U32(buf, 0, NASGW_ACL_XATTR_VERSION);
+	for (i = 0; i < theacl->count; i++) {
+		const struct smb_acl_entry *e = &theacl->acl[i];
+		uint16_t tag = 0;
+		uint32_t id = NASGW_ACL_UNDEFINED_ID;
+
+		for (k = 0; k < ARRAY_SIZE(nasgw_acl_tags); k++) {
+			if (nasgw_acl_tags[k].smb == e->a_type) {
+				tag = nasgw_acl_tags[k].linux_tag;
+			}
+		}
+		if (tag == 0) {
+			errno = EINVAL;
+			return -1;
+		}
+		if (e->a_type == SMB_ACL_USER) {
+			id = e->info.user.uid;
+		} else if (e->a_type == SMB_ACL_GROUP) {
+			id = e->info.group.gid;
+		}
+		PUSH_LE_U16(buf, len, tag);
+		PUSH_LE_U16(buf, len + 2, e->a_perm & 7);
+		PUSH_LE_U32(buf, len + 4, id);
+		len += 8;
+	}
+	/* In the order Linux requires (and libacl writes): by tag, whose
+	 * values ascend in that order, then by id. */
+	qsort(buf + 4, (len - 4) / 8, 8, nasgw_acl_entry_cmp);
+	fh->fresh = false; /* the mode follows an access ACL */
+	rc = nasgw_setxattr(nc->client, &cr, &fh->h, nasgw_acl_xattr(type), buf, len, 0);
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
+static int nasgw_sys_acl_delete_def_fd(vfs_handle_struct *handle, files_struct *fsp)
+{
+	struct nasgw_conn *nc = handle->data;
+	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
+	int rc;
+
+	if (fh == NULL) {
+		return -1;
+	}
+	rc = nasgw_removexattr(nc->client, &cr, &fh->h, nasgw_acl_xattr(SMB_ACL_TYPE_DEFAULT));
+	return rc != 0 && rc != -ENODATA ? nasgw_fail(rc) : 0;
+}
+
 static bool nasgw_aio_force(vfs_handle_struct *handle, files_struct *fsp)
 {
 	return false;
@@ -1994,12 +2179,13 @@ static struct vfs_fn_pointers nasgw_fns = {
 	.get_real_filename_at_fn = nasgw_get_real_filename_at,
 	.connectpath_fn = nasgw_connectpath,
 
-	/* POSIX ACLs: not yet through this module (Samba then maps NT ACLs
-	 * onto the mode alone). */
-	.sys_acl_get_fd_fn = vfs_not_implemented_sys_acl_get_fd,
-	.sys_acl_blob_get_fd_fn = vfs_not_implemented_sys_acl_blob_get_fd,
-	.sys_acl_set_fd_fn = vfs_not_implemented_sys_acl_set_fd,
-	.sys_acl_delete_def_fd_fn = vfs_not_implemented_sys_acl_delete_def_fd,
+	/* POSIX ACLs, nasgwd's; Samba maps NT ACLs onto them. The blob
+	 * (Samba's own encoding of them, for acl_xattr to tell when they
+	 * changed under a stored NT ACL) is Samba's, over the entries above. */
+	.sys_acl_get_fd_fn = nasgw_sys_acl_get_fd,
+	.sys_acl_blob_get_fd_fn = posix_sys_acl_blob_get_fd,
+	.sys_acl_set_fd_fn = nasgw_sys_acl_set_fd,
+	.sys_acl_delete_def_fd_fn = nasgw_sys_acl_delete_def_fd,
 
 	/* Extended attributes */
 	.getxattrat_send_fn = vfs_not_implemented_getxattrat_send,

@@ -6,7 +6,8 @@ head too (nasgw-fuse on the same nasgwd): owners, bytes.
 
     python3 tests/integration/smb_lab.py --build build/debug [--only namespace data ...]
 
-Parts: cross (SMB and NFS through ganesha + FSAL_NASGW on the same nasgwd:
+Parts: acl (an NT ACL set over SMB is nasgwd's POSIX ACL: it grants over
+SMB and FUSE), cross (SMB and NFS through ganesha + FSAL_NASGW on the same nasgwd:
 bytes both ways, byte-range locks across the heads), shares (made and removed with the CLI while smbd runs: served at
 once, valid users, read-only, the rules), namespace (operations and their errors, ownership, permissions),
 data (random offsets against a model, read back through FUSE), case
@@ -181,8 +182,37 @@ def test_case(ctx):
     check("a name in no case is not found", "NT_STATUS_OBJECT_NAME_NOT_FOUND" in smblab.statuses(p), p.stdout)
 
 
+def test_acl(ctx):
+    """An NT ACL set over SMB is a POSIX ACL in nasgwd: it grants on SMB and
+    on every other head (FUSE here), and getfacl shows it."""
+    c, srv, alice, bob = ctx["client"], ctx["smbd"], ctx["alice"], ctx["bob"]
+    path = os.path.join(alice_dir(ctx), "secret.txt")
+    local = os.path.join(ctx["lab"].dir, "secret.txt")
+    with open(local, "w") as f:
+        f.write("for alice, and bob once allowed\n")
+    smblab.smbclient(c, srv, "alice", alice, "put %s secret.txt" % local)
+    os.chmod(path, 0o600)
+    back = os.path.join(ctx["lab"].dir, "secret-bob")
+    p = smblab.smbclient(c, srv, "alice", bob, "get secret.txt %s" % back, check=False)
+    check("bob may not read alice's 0600 file", "NT_STATUS_ACCESS_DENIED" in smblab.statuses(p), p.stdout)
+    acl = c.run(["smbcacls", "//%s/alice" % srv.addr, "secret.txt", "-U", alice.cred(), "-m", "SMB3",
+                 "--add", "ACL:%s:ALLOWED/0x0/READ" % bob.name], check=False)
+    check("alice grants bob READ with smbcacls", acl.returncode == 0, acl.stdout + acl.stderr)
+    p = smblab.smbclient(c, srv, "alice", bob, "get secret.txt %s" % back, check=False)
+    check("then bob reads it over SMB", p.returncode == 0 and open(back).read().startswith("for alice"),
+          p.stdout + p.stderr)
+    facl = subprocess.run(["getfacl", "-n", "-p", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # (smbcacls' READ is read and execute: r-x)
+    check("the grant is a POSIX ACL entry in nasgwd (getfacl through FUSE: user:%d:r-x)" % bob.uid,
+          re.search(r"^user:%d:r-x$" % bob.uid, facl.stdout, re.M) is not None, facl.stdout + facl.stderr)
+    got = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(open(sys.argv[1]).read())", path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60,
+                         preexec_fn=lambda: (os.setgroups([]), os.setgid(bob.gid), os.setuid(bob.uid)))
+    check("and FUSE lets bob read it too", got.returncode == 0 and "for alice" in got.stdout, got.stderr)
+
+
 def test_restart(ctx):
-    c, srv, alice, node = ctx["client"], ctx["smbd"], ctx["alice"], ctx["node"]
+    c, srv, alice, bob, node = ctx["client"], ctx["smbd"], ctx["alice"], ctx["bob"], ctx["node"]
     smblab.smbclient(c, srv, "alice", alice, "put %s attrs.txt" % os.path.join(HERE, "smb_lab.py"))
     # An alternate data stream (streams_xattr above vfs_nasgw keeps it in
     # nasgwd's xattrs), then the hidden attribute (in that order: a stream
@@ -190,6 +220,10 @@ def test_restart(ctx):
     smblab.smbpy(c, srv, alice, "with smbclient.open_file(unc('alice', 'attrs.txt:meta'), mode='wb') as f:\n"
                                 "    f.write(b'stream data')\n")
     smblab.smbclient(c, srv, "alice", alice, "setmode attrs.txt +h")
+    # An NT ACL entry for bob (acl_xattr keeps the NT ACL in nasgwd's xattrs).
+    acl = c.run(["smbcacls", "//%s/alice" % srv.addr, "attrs.txt", "-U", alice.cred(), "-m", "SMB3",
+                 "--add", "ACL:%s:ALLOWED/0x0/READ" % bob.name], check=False)
+    check("smbcacls adds an ACE for bob", acl.returncode == 0, acl.stdout + acl.stderr)
     # One SMB session holds a file open across a nasgwd restart and then a
     # SIGKILL: the client library takes the session back; the handle works.
     code = """
@@ -238,6 +272,10 @@ with smbclient.open_file(path, mode='rb') as g:
     r = smblab.smbpy(c, srv, alice, "with smbclient.open_file(unc('alice', 'attrs.txt:meta'), mode='rb') as f:\n"
                                     "    out(f.read().decode())\n")
     check("an alternate data stream written before the restarts reads back", r == ["stream data"], str(r))
+    acl = c.run(["smbcacls", "//%s/alice" % srv.addr, "attrs.txt", "-U", alice.cred(), "-m", "SMB3"], check=False)
+    check("the NT ACL's entry for bob is still there after the restarts",
+          acl.returncode == 0 and re.search(r"^ACL:[^:]*%s:ALLOWED/0x0/READ$" % re.escape(bob.name), acl.stdout, re.M),
+          acl.stdout + acl.stderr)
     p = smblab.smbclient(c, srv, "alice", alice, "allinfo attrs.txt")
     attrs = re.search(r"^attributes: ([A-Z]*) ", p.stdout, re.M)
     check("DOS attributes set before the restarts are still there (hidden)", attrs and "H" in attrs.group(1),
@@ -409,7 +447,8 @@ f.close()
                 proc.wait()
 
 
-TESTS = [("shares", test_shares), ("cross", test_cross), ("namespace", test_namespace), ("data", test_data), ("case", test_case), ("unlinked", test_unlinked),
+TESTS = [("shares", test_shares), ("cross", test_cross), ("namespace", test_namespace), ("data", test_data),
+         ("case", test_case), ("unlinked", test_unlinked), ("acl", test_acl),
          ("restart", test_restart)]
 
 
@@ -442,7 +481,7 @@ def main():
             nasgwlab.toml_str(shares_file), nasgwlab.toml_str(srv.pid_file), nasgwlab.toml_str(exports_file),
             nasgwlab.toml_str(os.path.join(lab.dir, "ganesha.pid"))))
         node.format()
-        node.mount()
+        node.mount(options=["--allow-other"])  # the SMB users look through it too
         # NFS on the same nasgwd, for the cross-protocol checks.
         node.cli("export", "add", "vol1", "--no-root-squash")
         lab.start_server(nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=node.head_socket,
