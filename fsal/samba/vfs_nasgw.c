@@ -42,6 +42,8 @@
 #include "lib/util/tevent_unix.h"
 #include "lib/util/tevent_ntstatus.h"
 #include "system/filesys.h"
+#include "smbd/globals.h"
+#include "source3/modules/offload_token.h"
 
 #include "nasgw_client.h"
 
@@ -1923,6 +1925,210 @@ static int nasgw_fsetxattr(vfs_handle_struct *handle, files_struct *fsp, const c
 	return rc != 0 ? nasgw_fail(rc) : 0;
 }
 
+/* ---- server-side copy (FSCTL_SRV_COPYCHUNK)
+ *
+ * vfs_default's copy would call copy_file_range(2) on the fsps' descriptors,
+ * which here are fake: the module offers its own. The resume key is
+ * Samba's offload token (its token database, a context of this module's
+ * own); the copy goes through the VFS stack's pread and pwrite (so a stream
+ * module above sees stream copies), in pieces of NASGW_IO_MAX, with Samba's
+ * byte-range lock checks on both files, as the caller's user. It is done
+ * before the send returns: at most 16 MiB per request (Samba's
+ * COPYCHUNK_MAX_TOTAL_LEN), a copy nasgwd serves from its cache or SAN at
+ * its speed, so the smbd process waits that long. */
+
+static struct vfs_offload_ctx *g_offload_ctx;
+
+struct nasgw_offload_read_state {
+	DATA_BLOB token;
+};
+
+static struct tevent_req *nasgw_offload_read_send(TALLOC_CTX *mem_ctx, struct tevent_context *ev,
+						  vfs_handle_struct *handle, files_struct *fsp, uint32_t fsctl,
+						  uint32_t ttl, off_t offset, size_t to_copy)
+{
+	struct nasgw_offload_read_state *state;
+	struct tevent_req *req = tevent_req_create(mem_ctx, &state, struct nasgw_offload_read_state);
+	NTSTATUS status;
+
+	if (req == NULL) {
+		return NULL;
+	}
+	if (fsctl != FSCTL_SRV_REQUEST_RESUME_KEY) {
+		tevent_req_nterror(req, NT_STATUS_INVALID_DEVICE_REQUEST);
+		return tevent_req_post(req, ev);
+	}
+	status = vfs_offload_token_ctx_init(fsp->conn->sconn->client, &g_offload_ctx);
+	if (!tevent_req_nterror(req, status)) {
+		status = vfs_offload_token_create_blob(state, fsp, fsctl, &state->token);
+	}
+	if (!tevent_req_nterror(req, status)) {
+		status = vfs_offload_token_db_store_fsp(g_offload_ctx, fsp, &state->token);
+	}
+	if (!tevent_req_nterror(req, status)) {
+		tevent_req_done(req);
+	}
+	return tevent_req_post(req, ev);
+}
+
+static NTSTATUS nasgw_offload_read_recv(struct tevent_req *req, vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
+					uint32_t *flags, uint64_t *xferlen, DATA_BLOB *token)
+{
+	struct nasgw_offload_read_state *state = tevent_req_data(req, struct nasgw_offload_read_state);
+	NTSTATUS status;
+
+	if (tevent_req_is_nterror(req, &status)) {
+		tevent_req_received(req);
+		return status;
+	}
+	*flags = 0;
+	*xferlen = 0;
+	token->length = state->token.length;
+	token->data = talloc_move(mem_ctx, &state->token.data);
+	tevent_req_received(req);
+	return NT_STATUS_OK;
+}
+
+struct nasgw_offload_write_state {
+	off_t copied;
+};
+
+/* Samba's byte-range locks allow `type` access to [off, off + len) of fsp. */
+static bool nasgw_offload_lock_ok(files_struct *fsp, off_t off, off_t len, enum brl_type type)
+{
+	struct lock_struct lck;
+
+	init_strict_lock_struct(fsp, fsp->op->global->open_persistent_id, off, len, type,
+				lp_posix_cifsu_locktype(fsp), &lck);
+	return SMB_VFS_STRICT_LOCK_CHECK(fsp->conn, fsp, &lck);
+}
+
+static NTSTATUS nasgw_offload_copy(struct nasgw_offload_write_state *state, files_struct *src, off_t src_off,
+				   files_struct *dst, off_t dst_off, off_t to_copy)
+{
+	uint8_t *buf;
+	NTSTATUS status = NT_STATUS_OK;
+
+	if (!change_to_user_and_service_by_fsp(src)) {
+		return NT_STATUS_ACCESS_DENIED;
+	}
+	status = vfs_stat_fsp(src);
+	if (!NT_STATUS_IS_OK(status)) {
+		return status;
+	}
+	if (src->fsp_name->st.st_ex_size < src_off + to_copy) {
+		/* MS-SMB2 3.3.5.15.6: Windows answers STATUS_INVALID_VIEW_SIZE. */
+		return NT_STATUS_INVALID_VIEW_SIZE;
+	}
+	if (!nasgw_offload_lock_ok(src, src_off, to_copy, READ_LOCK)) {
+		return NT_STATUS_FILE_LOCK_CONFLICT;
+	}
+	if (!change_to_user_and_service_by_fsp(dst)) {
+		return NT_STATUS_INTERNAL_ERROR;
+	}
+	if (!nasgw_offload_lock_ok(dst, dst_off, to_copy, WRITE_LOCK)) {
+		return NT_STATUS_FILE_LOCK_CONFLICT;
+	}
+	buf = talloc_array(state, uint8_t, MIN(to_copy, NASGW_IO_MAX));
+	if (buf == NULL) {
+		return NT_STATUS_NO_MEMORY;
+	}
+	while (state->copied < to_copy) {
+		size_t n = (size_t)MIN(to_copy - state->copied, NASGW_IO_MAX);
+		ssize_t got, put;
+
+		if (!change_to_user_and_service_by_fsp(src)) {
+			status = NT_STATUS_ACCESS_DENIED;
+			break;
+		}
+		got = SMB_VFS_PREAD(src, buf, n, src_off + state->copied);
+		if (got <= 0) {
+			/* The source shrank under the copy: it ends there. */
+			status = got < 0 ? map_nt_error_from_unix(errno) : NT_STATUS_OK;
+			break;
+		}
+		if (!change_to_user_and_service_by_fsp(dst)) {
+			status = NT_STATUS_ACCESS_DENIED;
+			break;
+		}
+		put = SMB_VFS_PWRITE(dst, buf, (size_t)got, dst_off + state->copied);
+		if (put != got) {
+			status = put < 0 ? map_nt_error_from_unix(errno) : NT_STATUS_DISK_FULL;
+			break;
+		}
+		state->copied += put;
+		if ((size_t)got < n) {
+			break;
+		}
+	}
+	TALLOC_FREE(buf);
+	return status;
+}
+
+static struct tevent_req *nasgw_offload_write_send(vfs_handle_struct *handle, TALLOC_CTX *mem_ctx,
+						   struct tevent_context *ev, uint32_t fsctl, DATA_BLOB *token,
+						   off_t transfer_offset, struct files_struct *dest_fsp, off_t dest_off,
+						   off_t to_copy)
+{
+	struct nasgw_offload_write_state *state;
+	struct tevent_req *req = tevent_req_create(mem_ctx, &state, struct nasgw_offload_write_state);
+	files_struct *src_fsp = NULL;
+	NTSTATUS status;
+
+	if (req == NULL) {
+		return NULL;
+	}
+	if (fsctl != FSCTL_SRV_COPYCHUNK && fsctl != FSCTL_SRV_COPYCHUNK_WRITE) {
+		/* FSCTL_OFFLOAD_WRITE, FSCTL_DUP_EXTENTS_TO_FILE (clones): not yet */
+		tevent_req_nterror(req, fsctl == FSCTL_DUP_EXTENTS_TO_FILE ? NT_STATUS_INVALID_PARAMETER
+									  : NT_STATUS_NOT_IMPLEMENTED);
+		return tevent_req_post(req, ev);
+	}
+	if (to_copy == 0) {
+		tevent_req_done(req);
+		return tevent_req_post(req, ev);
+	}
+	if (to_copy < 0 || transfer_offset < 0 || dest_off < 0 || transfer_offset > INT64_MAX - to_copy ||
+	    dest_off > INT64_MAX - to_copy) {
+		tevent_req_nterror(req, NT_STATUS_INVALID_PARAMETER);
+		return tevent_req_post(req, ev);
+	}
+	if (g_offload_ctx == NULL) {
+		tevent_req_nterror(req, NT_STATUS_OBJECT_NAME_NOT_FOUND); /* no token was ever made here */
+		return tevent_req_post(req, ev);
+	}
+	status = vfs_offload_token_db_fetch_fsp(g_offload_ctx, token, &src_fsp);
+	if (!tevent_req_nterror(req, status)) {
+		status = vfs_offload_token_check_handles(fsctl, src_fsp, dest_fsp);
+	}
+	if (!tevent_req_nterror(req, status)) {
+		status = nasgw_offload_copy(state, src_fsp, transfer_offset, dest_fsp, dest_off, to_copy);
+		/* Back to the user of the request (the destination's). */
+		if (!change_to_user_and_service_by_fsp(dest_fsp) && NT_STATUS_IS_OK(status)) {
+			status = NT_STATUS_INTERNAL_ERROR;
+		}
+	}
+	if (!tevent_req_nterror(req, status)) {
+		tevent_req_done(req);
+	}
+	return tevent_req_post(req, ev);
+}
+
+static NTSTATUS nasgw_offload_write_recv(vfs_handle_struct *handle, struct tevent_req *req, off_t *copied)
+{
+	struct nasgw_offload_write_state *state = tevent_req_data(req, struct nasgw_offload_write_state);
+	NTSTATUS status;
+
+	if (tevent_req_is_nterror(req, &status)) {
+		*copied = 0;
+		tevent_req_received(req);
+		return status;
+	}
+	*copied = state->copied;
+	tevent_req_received(req);
+	return NT_STATUS_OK;
+}
+
 /* ---- POSIX ACLs: nasgwd's, through the Linux xattr form
  * (system.posix_acl_access / _default: u32 version 2, then per entry u16
  * tag, u16 permissions, u32 id). Samba maps NT ACLs onto them, so an ACE an
@@ -2196,6 +2402,12 @@ static struct vfs_fn_pointers nasgw_fns = {
 	.fsetxattr_fn = nasgw_fsetxattr,
 
 	.aio_force_fn = nasgw_aio_force,
+
+	/* Server-side copy (the resume key, then the copy) */
+	.offload_read_send_fn = nasgw_offload_read_send,
+	.offload_read_recv_fn = nasgw_offload_read_recv,
+	.offload_write_send_fn = nasgw_offload_write_send,
+	.offload_write_recv_fn = nasgw_offload_write_recv,
 
 	/*
 	 * Left to Samba's generic code (vfs_default), which reaches the file

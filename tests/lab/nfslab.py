@@ -74,8 +74,9 @@ NLM_PORT = 32803
 VENV = "/var/cache/nasgw/venv"
 # The PyPI clients, pinned to versions checked here (see docs/lab.md):
 # NFS (nfs-rs, libnfs) and SMB2/3 (smbprotocol, for what smbclient cannot
-# script: offsets, locks, share modes, held handles).
-VENV_PACKAGES = ["nfs-rs==0.8.7", "libnfs==1.0.post4", "smbprotocol==1.14.0"]
+# script: offsets, locks, share modes, held handles; pike-smb2, an SMB2/3
+# protocol test suite, for smbtorture_lab's comparison).
+VENV_PACKAGES = ["nfs-rs==0.8.7", "libnfs==1.0.post4", "smbprotocol==1.14.0", "pike-smb2==0.4.6"]
 
 SERVER_START_TIMEOUT_S = 30.0
 RELOAD_TIMEOUT_S = 20.0
@@ -829,7 +830,7 @@ def ensure_venv():
         if p.returncode != 0:
             raise NfsLabError("pip install %s into %s failed (network? PyPI?):\n%s" % (
                 want, VENV, (p.stdout + p.stderr)[-3000:]))
-        run([py, "-c", "import nfs_rs, libnfs, smbclient, smbprotocol"])
+        run([py, "-c", "import nfs_rs, libnfs, smbclient, smbprotocol, pike.test"])
         with open(stamp, "w") as f:
             f.write(want + "\n")
     return py
