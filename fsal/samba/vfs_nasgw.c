@@ -68,6 +68,10 @@ struct nasgw_conn {
 	nasgw_handle root;
 	char *cwd;	   /* absolute, under connectpath */
 	nasgw_handle cwd_h;
+	/* The directory being listed, whose last READDIR batch (with each
+	 * entry's attributes) answers the path-reference open Samba makes of
+	 * every entry it lists (for its DOS attributes) without a LOOKUP. */
+	struct nasgw_dir *listing;
 };
 
 /* An fsp's file. */
@@ -92,6 +96,8 @@ struct nasgw_dir {
 	nasgw_attr *attrs;
 	struct dirent de;
 };
+
+static bool nasgw_listed(struct nasgw_conn *nc, const nasgw_handle *dir, const char *name, nasgw_attr *out);
 
 /* ---- credentials */
 
@@ -922,9 +928,16 @@ static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, c
 			goto fail;
 		}
 	} else {
-		rc = nasgw_resolve(handle, dirfsp, smb_fname->base_name, (flags & O_NOFOLLOW) == 0, &a);
-		if (rc != 0) {
-			goto fail;
+		const struct nasgw_fh *dfh = nasgw_is_cwd_fsp(dirfsp) ? NULL : nasgw_fh_of(handle, dirfsp);
+
+		/* A path reference to an entry being listed: the listing's
+		 * attributes (a real open always asks nasgwd). */
+		if (!fsp->fsp_flags.is_pathref || dfh == NULL ||
+		    !nasgw_listed(nc, &dfh->h, smb_fname->base_name, &a)) {
+			rc = nasgw_resolve(handle, dirfsp, smb_fname->base_name, (flags & O_NOFOLLOW) == 0, &a);
+			if (rc != 0) {
+				goto fail;
+			}
 		}
 	}
 	if (a.type == NASGW_TYPE_LNK && !fsp->fsp_flags.is_pathref) {
@@ -1081,6 +1094,7 @@ static struct dirent *nasgw_vfs_readdir(vfs_handle_struct *handle, struct files_
 		}
 		d->at = 0;
 		d->eof = eof != 0 || d->count == 0;
+		nc->listing = d;
 		if (d->count == 0) {
 			return NULL;
 		}
@@ -1120,10 +1134,37 @@ static void nasgw_rewind_dir(vfs_handle_struct *handle, DIR *dirp)
 
 static int nasgw_closedir(vfs_handle_struct *handle, DIR *dirp)
 {
+	struct nasgw_conn *nc = handle->data;
 	struct nasgw_dir *d = (struct nasgw_dir *)dirp;
 
+	if (nc->listing == d) {
+		nc->listing = NULL;
+	}
 	TALLOC_FREE(d);
 	return 0;
+}
+
+/* The attributes of entry `name` of directory `dir` as the listing under
+ * way just read them; false when it has no such entry (or it is a link,
+ * whose own attributes READDIR_PLUS does not give). */
+static bool nasgw_listed(struct nasgw_conn *nc, const nasgw_handle *dir, const char *name, nasgw_attr *out)
+{
+	const struct nasgw_dir *d = nc->listing;
+	uint32_t i;
+
+	if (d == NULL || d->h.volume != dir->volume || d->h.ino != dir->ino || strchr(name, '/') != NULL) {
+		return false;
+	}
+	for (i = d->at; i-- > 0;) { /* the entry just returned first */
+		if (strcmp(d->ents[i].name, name) == 0) {
+			if (d->attrs[i].type == NASGW_TYPE_LNK) {
+				return false;
+			}
+			*out = d->attrs[i];
+			return true;
+		}
+	}
+	return false;
 }
 
 /* ---- namespace changes */
