@@ -130,38 +130,36 @@ def main():
         srv.start()
         c = lab.client(1)
         rows = []
-        for suite in a.suites.split(","):
+
+        def run_both(name, label, one):
+            """Runs one(share) -> {test: outcome} on both shares; records
+            and prints the counts and what passes on stock only."""
             per = {}
             for share in ("nas", "stock"):
                 t0 = time.monotonic()
+                per[share] = (one(share), time.monotonic() - t0)
+            report[name] = {share: r for share, (r, _) in per.items()}
+            counts = {}
+            for share, (r, secs) in per.items():
+                vals = list(r.values())
+                counts[share] = "%3d ok %3d failed %2d skipped %5.0f s" % (
+                    vals.count("success"), vals.count("failure"), vals.count("skip"), secs)
+            worse = sorted(t for t, o in per["stock"][0].items()
+                           if o == "success" and per["nas"][0].get(t) != "success")
+            rows.append((name, counts, worse))
+            print("%-22s nasgw: %s | stock: %s" % (label, counts["nas"], counts["stock"]), flush=True)
+
+        def torture(suite):
+            def one(share):
                 p = c.run(["smbtorture", "//%s/%s" % (srv.addr, share), "-U", user.cred(), suite], check=False,
                           timeout=SUITE_TIMEOUT_S)
-                per[share] = (results(p.stdout + p.stderr), time.monotonic() - t0)
-            report[suite] = {share: r for share, (r, _) in per.items()}
-            counts = {}
-            for share, (r, secs) in per.items():
-                vals = list(r.values())
-                counts[share] = "%3d ok %3d failed %2d skipped %5.0f s" % (
-                    vals.count("success"), vals.count("failure"), vals.count("skip"), secs)
-            worse = sorted(t for t, o in per["stock"][0].items()
-                           if o == "success" and per["nas"][0].get(t) != "success")
-            rows.append((suite, counts, worse))
-            print("%-22s nasgw: %s | stock: %s" % (suite, counts["nas"], counts["stock"]), flush=True)
+                return results(p.stdout + p.stderr)
+            return one
+
+        for suite in a.suites.split(","):
+            run_both(suite, suite, torture(suite))
         if a.pike:
-            per = {}
-            for share in ("nas", "stock"):
-                t0 = time.monotonic()
-                per[share] = (pike(c, srv, user, share), time.monotonic() - t0)
-            report["pike"] = {share: r for share, (r, _) in per.items()}
-            counts = {}
-            for share, (r, secs) in per.items():
-                vals = list(r.values())
-                counts[share] = "%3d ok %3d failed %2d skipped %5.0f s" % (
-                    vals.count("success"), vals.count("failure"), vals.count("skip"), secs)
-            worse = sorted(t for t, o in per["stock"][0].items()
-                           if o == "success" and per["nas"][0].get(t) != "success")
-            rows.append(("pike", counts, worse))
-            print("%-22s nasgw: %s | stock: %s" % ("pike-smb2", counts["nas"], counts["stock"]), flush=True)
+            run_both("pike", "pike-smb2", lambda share: pike(c, srv, user, share))
         regressions = [(s, t) for s, _, worse in rows for t in worse]
         print("\npass on stock, not on nasgw: %d" % len(regressions))
         unexplained = 0
