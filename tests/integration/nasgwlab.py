@@ -298,11 +298,15 @@ class Node:
         self.save()
 
     def unmount(self):
+        said = ""
         if is_mounted(self.mount_path):
-            sh(["fusermount3", "-u", self.mount_path], check=False)
+            p = sh(["fusermount3", "-u", self.mount_path], check=False)
+            if p.returncode != 0:
+                said = " (fusermount3 -u exited %d: %s)" % (p.returncode, (p.stdout + p.stderr).strip()[-300:])
         if self.s["fuse_pid"]:
             if not wait_exit(self.s["fuse_pid"], 60):
-                raise RuntimeError("nasgw-fuse pid %d did not exit" % self.s["fuse_pid"])
+                raise RuntimeError("nasgw-fuse pid %d did not exit within 60 s of its unmount%s; still mounted: %s" % (
+                    self.s["fuse_pid"], said, is_mounted(self.mount_path)))
             self.s["fuse_pid"] = None
             self.save()
 
