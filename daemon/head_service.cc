@@ -222,6 +222,7 @@ class Exec {
   bool ReadDir();
   bool Lock();
   bool Unlock();
+  bool Share();
   bool Mount();
 
   fs::Domain& d_;
@@ -352,6 +353,8 @@ bool Exec::Run() {
       return Lock();
     case Op::kUnlock:
       return Unlock();
+    case Op::kShare:
+      return Share();
   }
   return Error(ENOSYS, "unknown op");
 }
@@ -694,6 +697,52 @@ bool Exec::Unlock() {
     case LockResult::kNoLocks:
       return Error(ENOLCK,
                    "the unlock would split a lock past the lock limits (head.max_locks, head.max_locks_per_session)");
+  }
+  return true;
+}
+
+std::string ShareBits(uint32_t bits) {
+  std::string out;
+  if (bits & proto::kShareRead) out += "r";
+  if (bits & proto::kShareWrite) out += "w";
+  if (bits & proto::kShareDelete) out += "d";
+  return out.empty() ? "-" : out;
+}
+
+// A release (access 0, deny 0) does not look the handle up (as UNLOCK): a
+// reservation on a file deleted since can still be released. Setting one
+// asks for the access it names: read data for kShareRead, write data for
+// kShareWrite (delete is the directory's permission, checked by the head).
+bool Exec::Share() {
+  const LockFile file{r_.h.volume, r_.h.ino};
+  const LockOwner who{s_.serial, r_.owner};
+  if (r_.share_access == 0 && r_.share_deny == 0) {
+    locks_.Share(file, who, {}, nullptr);
+    return true;
+  }
+  fs::Attr a;
+  if (!Load(r_.h, a)) return false;
+  if (a.type != fs::FileType::kRegular) return Error(EINVAL, "share reservations are for regular files only");
+  if ((r_.share_access & proto::kShareRead) && !Deny(CheckData(a, r_.creds, proto::kAccessRead), "share (read)")) {
+    return false;
+  }
+  if ((r_.share_access & proto::kShareWrite) && !Deny(CheckData(a, r_.creds, proto::kAccessWrite), "share (write)")) {
+    return false;
+  }
+  HeldShare conflict;
+  switch (locks_.Share(file, who, {r_.share_access, r_.share_deny}, &conflict)) {
+    case LockResult::kOk:
+      break;
+    case LockResult::kConflict:
+      return Error(EBUSY, "share reservation conflict: session " + std::to_string(conflict.who.session) + " owner " +
+                              std::to_string(conflict.who.owner) + " holds access " + ShareBits(conflict.mode.access) +
+                              " deny " + ShareBits(conflict.mode.deny));
+    case LockResult::kNoLocks:
+      return Error(ENOLCK, "too many locks and share reservations (head.max_locks, head.max_locks_per_session)");
+  }
+  if (s_.ended.load()) {  // as Lock: EndSession ran meanwhile
+    locks_.ReleaseSession(s_.serial);
+    return Error(EBADF, "the session has ended (goodbye)");
   }
   return true;
 }

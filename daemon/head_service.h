@@ -128,6 +128,7 @@ class HeadService {
   uint64_t WriteVerifier() const;
 
   const LockTable& locks() const { return locks_; }
+  LockTable& locks() { return locks_; }  // for tests: a holder that is no session
   const DirParents& dir_parents() const { return parents_; }
   // The cache's figures (zero while no domain is open).
   cache::DataCacheStats CacheStats() const;

@@ -1679,6 +1679,84 @@ TEST_F(HeadTest, LocksConflictBetweenSessionsAndOwners) {
   nasgw_client_close(other);
 }
 
+// Share reservations across sessions (an SMB share mode against an NFSv4
+// OPEN's deny): access meets deny either way; one owner's call replaces
+// its reservation; access 0 and deny 0 release it.
+TEST_F(HeadTest, ShareReservationsConflictAcrossSessions) {
+  constexpr uint32_t R = NASGW_SHARE_READ, W = NASGW_SHARE_WRITE, D = NASGW_SHARE_DELETE;
+  nasgw_attr f = Create(root_.handle, "shared", NASGW_TYPE_REG, 0644);
+  nasgw_attr d = Create(root_.handle, "sdir", NASGW_TYPE_DIR, 0755);
+  nasgw_client* other = OpenClient("other");
+  ASSERT_NE(other, nullptr);
+  const uint64_t errors = server_->protocol_errors();
+  ASSERT_EQ(nasgw_share(client_, &kRoot, &f.handle, 1, R, W), 0) << nasgw_client_last_message();
+  EXPECT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, R | W, 0), -EBUSY);
+  EXPECT_NE(std::string(nasgw_client_last_message()).find("share reservation conflict"), std::string::npos)
+      << nasgw_client_last_message();
+  EXPECT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, R, R), -EBUSY);  // denies what the first does
+  EXPECT_EQ(nasgw_share(client_, &kRoot, &f.handle, 2, W, 0), -EBUSY);  // another owner of the same session
+  ASSERT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, R, W | D), 0);     // readers denying writers agree
+  EXPECT_EQ(nasgw_share(client_, &kRoot, &f.handle, 1, R | W, 0), -EBUSY) << "an upgrade is checked";
+  ASSERT_EQ(nasgw_share(client_, &kRoot, &f.handle, 1, R, 0), 0);  // a downgrade
+  EXPECT_EQ(service_->locks().Shares({f.handle.volume, f.handle.ino}).size(), 2u);
+  ASSERT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, 0, 0), 0);  // release
+  ASSERT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, 0, 0), 0);  // nothing held: fine
+  ASSERT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, R | W, 0), 0);
+  // Bad values fail here without costing the connection; regular files only.
+  EXPECT_EQ(nasgw_share(client_, &kRoot, &f.handle, 1, 8, 0), -EINVAL);
+  EXPECT_EQ(nasgw_share(client_, &kRoot, &d.handle, 1, R, 0), -EINVAL);
+  EXPECT_EQ(server_->protocol_errors(), errors);
+  // The access named needs the permission: read for R, write for W; a
+  // user with neither may still take a delete-only reservation (the
+  // directory decides deletes).
+  const nasgw_cred alice{1000, 100, 0, nullptr};
+  EXPECT_EQ(nasgw_share(client_, &alice, &f.handle, 3, W, 0), -EACCES);
+  EXPECT_EQ(nasgw_share(client_, &alice, &f.handle, 3, R, 0), 0);  // 0644: others read
+  ASSERT_EQ(nasgw_share(client_, &alice, &f.handle, 3, 0, 0), 0);
+  // Closing a client releases its reservations.
+  nasgw_client_close(other);
+  ASSERT_EQ(nasgw_share(client_, &kRoot, &f.handle, 1, R | W, R | W | D), 0);
+  // A deleted file: a new reservation is ESTALE, a release still works.
+  ASSERT_EQ(nasgw_unlink(client_, &kRoot, &root_.handle, "shared"), 0);
+  EXPECT_EQ(nasgw_share(client_, &kRoot, &f.handle, 2, R, 0), -ESTALE);
+  ASSERT_EQ(nasgw_share(client_, &kRoot, &f.handle, 1, 0, 0), 0);
+  EXPECT_TRUE(service_->locks().Shares({f.handle.volume, f.handle.ino}).empty());
+}
+
+// nasgwd restarts: the client takes its reservations again before its
+// first call; one that conflicts then is dropped.
+TEST_F(HeadTest, ShareReservationsAreTakenAgainAfterRestart) {
+  constexpr uint32_t R = NASGW_SHARE_READ, W = NASGW_SHARE_WRITE;
+  nasgw_attr f = Create(root_.handle, "kept-shared");
+  nasgw_attr g = Create(root_.handle, "contested-shared");
+  ASSERT_EQ(nasgw_share(client_, &kRoot, &f.handle, 5, R, W), 0);
+  ASSERT_EQ(nasgw_share(client_, &kRoot, &g.handle, 5, R | W, 0), 0);
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  EXPECT_EQ(service_->locks().size(), 0u) << "the sessions ended with nasgwd";
+  // Someone else takes g, denying writers, while nasgwd is back and the
+  // client has not reconnected yet.
+  ASSERT_TRUE(service_->locks().Shares({g.handle.volume, g.handle.ino}).empty());
+  const LockOwner intruder{999999, 1};
+  ASSERT_EQ(service_->locks().Share({g.handle.volume, g.handle.ino}, intruder, {R, W}, nullptr), LockResult::kOk);
+  StartServer();
+  nasgw_attr a{};
+  ASSERT_EQ(nasgw_getattr(client_, &kRoot, &root_.handle, &a), 0);  // after the handshake's re-share
+  auto kept = service_->locks().Shares({f.handle.volume, f.handle.ino});
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].who.owner, 5u);
+  EXPECT_EQ(kept[0].mode, (ShareMode{R, W}));
+  auto contested = service_->locks().Shares({g.handle.volume, g.handle.ino});
+  ASSERT_EQ(contested.size(), 1u);
+  EXPECT_EQ(contested[0].who, intruder) << "the conflicting reservation was dropped, not taken";
+  // A later call of the owner is checked as a new one.
+  EXPECT_EQ(nasgw_share(client_, &kRoot, &g.handle, 5, R | W, 0), -EBUSY);
+  nasgw_client* other = OpenClient("other");
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, W, 0), -EBUSY) << "the kept one still denies writers";
+  nasgw_client_close(other);
+}
+
 TEST_F(HeadTest, LockArgumentsAndFiles) {
   nasgw_attr f = Create(root_.handle, "args", NASGW_TYPE_REG, 0600);
   nasgw_attr d = Create(root_.handle, "adir", NASGW_TYPE_DIR, 0755);

@@ -7,6 +7,20 @@ namespace nasgw::daemon {
 
 using proto::LockRange;
 
+namespace {
+
+// Erases the entries of one session from a map keyed by LockOwner (sorted
+// by session first, so they are one run).
+template <typename Map>
+void EraseSession(Map& m, uint64_t session) {
+  auto first = m.lower_bound(LockOwner{session, 0});
+  auto last = first;
+  while (last != m.end() && last->first.session == session) ++last;
+  m.erase(first, last);
+}
+
+}  // namespace
+
 LockTable::LockTable(LockLimits limits) : limits_(limits) {}
 
 bool LockTable::FindConflict(const File& f, const LockOwner& who, const LockRange& lock, HeldLock* conflict) const {
@@ -26,19 +40,13 @@ bool LockTable::FindConflict(const File& f, const LockOwner& who, const LockRang
   return found;
 }
 
-LockResult LockTable::Commit(const LockFile& file, const LockOwner& who, std::vector<LockRange> ranges) {
-  File& f = files_[file];
-  auto it = f.owners.find(who);
-  const size_t before = it == f.owners.end() ? 0 : it->second.size();
-  const size_t after = ranges.size();
+bool LockTable::Account(const LockFile& file, const LockOwner& who, size_t before, size_t after) {
   Session& s = sessions_[who.session];
   if (after > before) {
     const size_t more = after - before;
     if (s.ranges + more > limits_.per_session || total_ + more > limits_.total) {
-      // Undo what the lookups above created.
-      if (f.owners.empty()) files_.erase(file);
-      if (s.ranges == 0) sessions_.erase(who.session);
-      return LockResult::kNoLocks;
+      if (s.ranges == 0) sessions_.erase(who.session);  // undo the lookup above
+      return false;
     }
   }
   total_ = total_ - before + after;
@@ -47,13 +55,55 @@ LockResult LockTable::Commit(const LockFile& file, const LockOwner& who, std::ve
   in_file = in_file - before + after;
   if (in_file == 0) s.files.erase(file);
   if (s.ranges == 0) sessions_.erase(who.session);
-  if (after == 0) {
+  return true;
+}
+
+LockResult LockTable::Commit(const LockFile& file, const LockOwner& who, std::vector<LockRange> ranges) {
+  File& f = files_[file];
+  auto it = f.owners.find(who);
+  const size_t before = it == f.owners.end() ? 0 : it->second.size();
+  if (!Account(file, who, before, ranges.size())) {
+    if (f.empty()) files_.erase(file);  // undo the lookup above
+    return LockResult::kNoLocks;
+  }
+  if (ranges.empty()) {
     if (it != f.owners.end()) f.owners.erase(it);
-    if (f.owners.empty()) files_.erase(file);
+    if (f.empty()) files_.erase(file);
   } else if (it == f.owners.end()) {
     f.owners.emplace(who, std::move(ranges));
   } else {
     it->second = std::move(ranges);
+  }
+  return LockResult::kOk;
+}
+
+LockResult LockTable::Share(const LockFile& file, const LockOwner& who, ShareMode mode, HeldShare* conflict) {
+  NASGW_ASSERT(((mode.access | mode.deny) & ~proto::kShareAll) == 0);
+  const bool release = mode.access == 0 && mode.deny == 0;
+  MutexLock l(mu_);
+  auto fit = files_.find(file);
+  if (fit == files_.end() && release) return LockResult::kOk;
+  if (!release && fit != files_.end()) {
+    for (const auto& [owner, held] : fit->second.shares) {
+      if (owner == who) continue;
+      if ((mode.access & held.deny) != 0 || (held.access & mode.deny) != 0) {
+        if (conflict != nullptr) *conflict = {owner, held};
+        return LockResult::kConflict;
+      }
+    }
+  }
+  File& f = files_[file];
+  auto it = f.shares.find(who);
+  const size_t before = it == f.shares.end() ? 0 : 1;
+  if (!Account(file, who, before, release ? 0 : 1)) {
+    if (f.empty()) files_.erase(file);
+    return LockResult::kNoLocks;
+  }
+  if (release) {
+    if (it != f.shares.end()) f.shares.erase(it);
+    if (f.empty()) files_.erase(file);
+  } else {
+    f.shares[who] = mode;
   }
   return LockResult::kOk;
 }
@@ -98,13 +148,10 @@ void LockTable::ReleaseSession(uint64_t session) {
   for (const auto& [file, n] : s->second.files) {
     auto f = files_.find(file);
     NASGW_ASSERT(f != files_.end());
-    auto& owners = f->second.owners;
     // Owners sort by session first: the session's owners are one run.
-    auto first = owners.lower_bound({session, 0});
-    auto last = first;
-    while (last != owners.end() && last->first.session == session) ++last;
-    owners.erase(first, last);
-    if (owners.empty()) files_.erase(f);
+    EraseSession(f->second.owners, session);
+    EraseSession(f->second.shares, session);
+    if (f->second.empty()) files_.erase(f);
     total_ -= n;
   }
   sessions_.erase(s);
@@ -129,6 +176,15 @@ std::vector<HeldLock> LockTable::Locks(const LockFile& file) const {
   for (const auto& [owner, ranges] : f->second.owners) {
     for (const LockRange& r : ranges) out.push_back({owner, r});
   }
+  return out;
+}
+
+std::vector<HeldShare> LockTable::Shares(const LockFile& file) const {
+  MutexLock l(mu_);
+  std::vector<HeldShare> out;
+  auto f = files_.find(file);
+  if (f == files_.end()) return out;
+  for (const auto& [owner, mode] : f->second.shares) out.push_back({owner, mode});
   return out;
 }
 

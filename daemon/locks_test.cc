@@ -132,6 +132,64 @@ TEST(LockTable, LimitsGiveNoLocksAndChangeNothing) {
 // Random operations by a few owners on a few small files, against a model
 // that keeps each byte's holders: conflicts, grants and the table's
 // contents must agree, and the counts must add up.
+constexpr uint32_t SR = proto::kShareRead, SW = proto::kShareWrite, SD = proto::kShareDelete;
+
+// Share reservations: access meets deny either way (Windows' rule, NFSv4's).
+TEST(LockTable, ShareReservationsConflictBothWays) {
+  LockTable t;
+  HeldShare c;
+  // A reads and denies writers.
+  ASSERT_EQ(t.Share(kFile, kA, {SR, SW}, nullptr), LockResult::kOk);
+  EXPECT_EQ(t.Share(kFile, kB, {SR | SW, 0}, &c), LockResult::kConflict);  // a writer: refused
+  EXPECT_EQ(c.who, kA);
+  EXPECT_EQ(c.mode, (ShareMode{SR, SW}));
+  EXPECT_EQ(t.Share(kFile, kA2, {SW, 0}, nullptr), LockResult::kConflict);  // another owner of A's session too
+  EXPECT_EQ(t.Share(kFile, kB, {SR, SR}, nullptr), LockResult::kConflict);  // denies what A does
+  ASSERT_EQ(t.Share(kFile, kB, {SR, SW | SD}, nullptr), LockResult::kOk);  // readers denying writers agree
+  EXPECT_EQ(t.Share(kFile, kA2, {SD, 0}, nullptr), LockResult::kConflict);  // B denies delete
+  EXPECT_EQ(t.Share({1, 43}, kA2, {SW | SD, 0}, nullptr), LockResult::kOk);  // another file: free
+  EXPECT_EQ(t.Shares(kFile).size(), 2u);
+  // An owner's own reservation is replaced (OPEN_UPGRADE / OPEN_DOWNGRADE),
+  // never in conflict with itself; the replacement is checked.
+  EXPECT_EQ(t.Share(kFile, kA, {SR | SW, 0}, &c), LockResult::kConflict);  // B denies write
+  EXPECT_EQ(c.who, kB);
+  ASSERT_EQ(t.Share(kFile, kA, {SR, SW | SR}, nullptr), LockResult::kConflict);  // B reads
+  ASSERT_EQ(t.Share(kFile, kA, {SR, 0}, nullptr), LockResult::kOk);  // downgrade
+  ASSERT_EQ(t.Share(kFile, kB, {0, 0}, nullptr), LockResult::kOk);   // release
+  ASSERT_EQ(t.Share(kFile, kB, {0, 0}, nullptr), LockResult::kOk);   // again: nothing held is fine
+  ASSERT_EQ(t.Share(kFile, kA2, {SW, 0}, nullptr), LockResult::kOk);  // nothing denies writers now
+  EXPECT_EQ(t.size(), 3u);  // A and A2 on kFile, A2 on 43
+  // Deny-only reservations (an NFSv4 or SMB open with no data access does
+  // not reach nasgwd, but the table holds whatever it is given).
+  EXPECT_EQ(t.Share(kFile, kB, {0, SW}, nullptr), LockResult::kConflict);  // A2 writes
+  // The session's end releases its reservations with its locks.
+  ASSERT_EQ(t.Lock(kFile, kA, {0, 9, W}, nullptr), LockResult::kOk);
+  t.ReleaseSession(1);
+  EXPECT_TRUE(t.Shares(kFile).empty());
+  EXPECT_TRUE(t.Shares({1, 43}).empty());
+  EXPECT_TRUE(t.Locks(kFile).empty());
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_EQ(t.SessionSize(1), 0u);
+  ASSERT_EQ(t.Share(kFile, kB, {SR | SW, SR | SW | SD}, nullptr), LockResult::kOk);
+}
+
+// A reservation counts as a range against the limits; a refused one
+// changes nothing, and replacing or releasing one needs no room.
+TEST(LockTable, ShareReservationsCountAgainstTheLimits) {
+  LockTable t(LockLimits{3, 2});
+  ASSERT_EQ(t.Lock(kFile, kA, {0, 9, R}, nullptr), LockResult::kOk);
+  ASSERT_EQ(t.Share(kFile, kA, {SR, 0}, nullptr), LockResult::kOk);
+  EXPECT_EQ(t.Share({1, 43}, kA, {SR, 0}, nullptr), LockResult::kNoLocks);  // per session
+  EXPECT_EQ(t.SessionSize(1), 2u);
+  ASSERT_EQ(t.Share(kFile, kA, {SR | SW, SD}, nullptr), LockResult::kOk);  // a replacement: no room needed
+  ASSERT_EQ(t.Share(kFile, kB, {SR, 0}, nullptr), LockResult::kOk);
+  EXPECT_EQ(t.Share(kFile, LockOwner{2, 8}, {SR, 0}, nullptr), LockResult::kNoLocks);  // total
+  EXPECT_EQ(t.Shares(kFile).size(), 2u);
+  ASSERT_EQ(t.Share(kFile, kA, {0, 0}, nullptr), LockResult::kOk);
+  ASSERT_EQ(t.Share({1, 43}, kA, {SR, 0}, nullptr), LockResult::kOk);  // room again
+  EXPECT_EQ(t.size(), 3u);
+}
+
 TEST(LockTable, AgreesWithAByteModel) {
   constexpr uint64_t kBytes = 32;
   const LockOwner owners[] = {{1, 1}, {1, 2}, {2, 1}, {3, 9}};

@@ -252,6 +252,8 @@ const char* OpName(Op op) {
       return "unlock";
     case Op::kTestLock:
       return "testlock";
+    case Op::kShare:
+      return "share";
   }
   return "?";
 }
@@ -284,6 +286,7 @@ bool Idempotent(Op op) {
     case Op::kLock:     // re-locking what the owner holds changes nothing
     case Op::kUnlock:   // unlocking nothing is fine
     case Op::kTestLock:
+    case Op::kShare:  // it sets the owner's reservation: a resend sets the same
       return true;
     case Op::kCreate:  // a resend could report EEXIST for its own create
     case Op::kLink:
@@ -452,6 +455,12 @@ std::string EncodeRequest(const Request& r) {
       e.U64(r.owner);
       e.U64(r.offset);
       e.U64(r.length);
+      break;
+    case Op::kShare:
+      PutHandle(e, r.h);
+      e.U64(r.owner);
+      e.U32(r.share_access);
+      e.U32(r.share_deny);
       break;
   }
   return e.Release();
@@ -667,6 +676,18 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       }
       break;
     }
+    case Op::kShare:
+      r.h = GetHandle(d);
+      r.owner = d.U64();
+      r.share_access = d.U32();
+      r.share_deny = d.U32();
+      if (!d.ok()) break;
+      if (r.share_access & ~kShareAll) {
+        s = Bad("unknown share access bits");
+      } else if (r.share_deny & ~kShareAll) {
+        s = Bad("unknown share deny bits");
+      }
+      break;
   }
   if (!s.ok()) return s;
   if (!d.ok()) return Bad(std::string("truncated ") + OpName(op) + " request");
@@ -730,6 +751,7 @@ std::string EncodeReply(Op op, const Reply& r) {
     case Op::kGoodbye:
     case Op::kLock:
     case Op::kUnlock:
+    case Op::kShare:
       break;
     case Op::kTestLock:
       PutLock(e, r.lock);
@@ -830,6 +852,7 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
     case Op::kGoodbye:
     case Op::kLock:
     case Op::kUnlock:
+    case Op::kShare:
       break;
     case Op::kTestLock:
       r.lock = GetLock(d, /*none_ok=*/true, ok);

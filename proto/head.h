@@ -47,6 +47,11 @@
 // follow its fixed arguments and are handed to the file system in place;
 // those of a READ reply are written from the buffer the file system filled
 // and read by the client straight into the caller's buffer.
+//
+// SHARE records an open's share reservation: what it accesses and what it
+// denies to other opens, as SMB share modes and NFSv4 share_access and
+// share_deny say. nasgwd arbitrates them for every head, so a Windows deny
+// mode refuses an NFSv4 open and the reverse (docs/head-protocol.md).
 #pragma once
 
 #include <array>
@@ -62,9 +67,9 @@ namespace nasgw::proto {
 constexpr uint32_t kMagic = 0x3150484E;  // "NHP1"
 // 2: handles carry a snapshot id, their scope and a MAC, attributes carry
 // the MAC of their handle, MOUNT takes a path. 3: WRITE's stability level
-// and the write verifier (WRITE, FSYNC and HELLO replies)
-// (docs/head-protocol.md).
-constexpr uint16_t kVersion = 4;
+// and the write verifier (WRITE, FSYNC and HELLO replies). 4: attrs'
+// flags (POSIX ACLs) and CREATE's umask. 5: SHARE (docs/head-protocol.md).
+constexpr uint16_t kVersion = 5;
 constexpr size_t kHeaderBytes = 24;
 
 // Largest READ or WRITE (the bytes themselves), and the largest payload: a
@@ -193,6 +198,7 @@ enum class Op : uint16_t {
   kLock = 50,  // byte-range locks, arbitrated by nasgwd (non-blocking)
   kUnlock = 51,
   kTestLock = 52,
+  kShare = 53,  // share reservations (SMB share modes, NFSv4 share_access/share_deny)
 };
 const char* OpName(Op op);  // "?" for an unknown value
 bool KnownOp(uint16_t op);
@@ -247,6 +253,10 @@ constexpr uint32_t kLockRead = 1, kLockWrite = 2;
 // LOCK flags: none defined yet (room for "reclaim" and "wait"); any bit set
 // is a protocol error.
 constexpr uint32_t kLockFlagsAll = 0;
+// SHARE: what an open does (access) and what it refuses to other opens
+// (deny), each a set of these bits. access 0 and deny 0: release.
+constexpr uint32_t kShareRead = 1, kShareWrite = 2, kShareDelete = 4;
+constexpr uint32_t kShareAll = kShareRead | kShareWrite | kShareDelete;
 
 using SessionId = std::array<uint8_t, 16>;
 
@@ -274,6 +284,9 @@ struct Request {
   // start, `length` its bytes (0: to the end of the file).
   uint64_t owner = 0;
   uint32_t lock_type = 0;
+  // SHARE (with `owner`): the open's access and deny bits (kShare*).
+  uint32_t share_access = 0;
+  uint32_t share_deny = 0;
   uint64_t length = 0;
   std::string_view data;  // WRITE bytes, in place in the payload
   // A well-formed request whose values the file system refuses (a name

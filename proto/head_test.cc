@@ -57,7 +57,7 @@ TEST(HeadProtocol, HeaderRoundTripAndChecks) {
   EXPECT_NE(v.status().message().find("version 1"), std::string::npos);
   b[4] = 2;  // the version before WRITE's stability and the write verifier
   EXPECT_FALSE(DecodeHeader(b, false).ok());
-  EXPECT_EQ(kVersion, 4);
+  EXPECT_EQ(kVersion, 5);
 }
 
 TEST(HeadProtocol, EveryRequestRoundTrips) {
@@ -485,6 +485,37 @@ TEST(HeadProtocol, LockRequestsRoundTripAndAreStrict) {
     EXPECT_TRUE(KnownOp(static_cast<uint16_t>(op)));
   }
   EXPECT_STREQ(OpName(Op::kTestLock), "testlock");
+}
+
+TEST(HeadProtocol, ShareRoundTripsAndIsStrict) {
+  std::string keep;
+  Request r = Base(Op::kShare);
+  r.owner = 0x1234567890abcdefull;
+  r.share_access = kShareRead | kShareWrite;
+  r.share_deny = kShareWrite | kShareDelete;
+  Request d = RoundTrip(r, &keep);
+  EXPECT_EQ(d.owner, r.owner);
+  EXPECT_EQ(d.share_access, kShareRead | kShareWrite);
+  EXPECT_EQ(d.share_deny, kShareWrite | kShareDelete);
+  // handle, u64 owner, u32 access, u32 deny
+  EXPECT_EQ(keep.size(), EncodeRequest(Base(Op::kGetAttr)).size() + 8 + 4 + 4);
+  r.share_access = 0;  // a release
+  r.share_deny = 0;
+  EXPECT_EQ(RoundTrip(r, &keep).share_access, 0u);
+  // Unknown bits, a truncated or overlong payload: protocol errors.
+  r.share_access = 8;
+  EXPECT_FALSE(DecodeRequest(Op::kShare, EncodeRequest(r)).ok());
+  r.share_access = kShareRead;
+  r.share_deny = 0x80000000u;
+  EXPECT_FALSE(DecodeRequest(Op::kShare, EncodeRequest(r)).ok());
+  r.share_deny = 0;
+  std::string p = EncodeRequest(r);
+  EXPECT_FALSE(DecodeRequest(Op::kShare, p.substr(0, p.size() - 1)).ok());
+  EXPECT_FALSE(DecodeRequest(Op::kShare, p + "x").ok());
+  EXPECT_TRUE(Idempotent(Op::kShare));
+  EXPECT_STREQ(OpName(Op::kShare), "share");
+  EXPECT_TRUE(DecodeReply(Op::kShare, "").ok());
+  EXPECT_FALSE(DecodeReply(Op::kShare, "x").ok());
 }
 
 TEST(HeadProtocol, LockRepliesRoundTripAndAreStrict) {

@@ -116,6 +116,17 @@ struct LockedFile {
   std::map<uint64_t, OwnerLocks> owners;  // by owner; never empty ranges unless lost
 };
 
+// A share reservation this client holds (nasgw_share), as nasgwd granted it.
+struct HeldShare {
+  proto::Creds creds;
+  uint32_t access = 0;
+  uint32_t deny = 0;
+};
+struct SharedFile {
+  proto::Handle handle;
+  std::map<uint64_t, HeldShare> owners;  // never empty
+};
+
 // Errors with which nasgwd refuses a lock for good (it stays lost); any
 // other error while re-locking is nasgwd not being ready, and the next
 // connection tries again.
@@ -145,6 +156,7 @@ class Conn {
   // session; false when the connection must be dropped (and tried again).
   // REQUIRES(client_->open_mu), annotated at the definition (Client is defined below).
   bool Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload);
+  bool Reshare(const Exchange& exchange, uint64_t& id, const std::string& error_payload);
   bool ReadReplies();
   void Fail();
   // Notes why this connection could not be made (errno, message), for the
@@ -222,6 +234,7 @@ class Client {
   Mutex open_mu ACQUIRED_BEFORE(mu);
   std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens GUARDED_BY(open_mu);
   std::map<std::pair<uint32_t, uint64_t>, LockedFile> locks GUARDED_BY(open_mu);
+  std::map<std::pair<uint32_t, uint64_t>, SharedFile> shares GUARDED_BY(open_mu);
   // Bumped (under open_mu) when opens and locks start being taken again on
   // a nasgwd that lost the session: a lock call that was out meanwhile may
   // have been granted by the old nasgwd and missed by the re-lock, so it is
@@ -571,7 +584,7 @@ bool Conn::Connect() {
         }
       }
     }
-    if (!Relock(exchange, id, error_payload)) {
+    if (!Relock(exchange, id, error_payload) || !Reshare(exchange, id, error_payload)) {
       Forget(fd);
       return false;
     }
@@ -644,6 +657,50 @@ bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& err
       }
     }
     if (gone) {
+      fit = files.erase(fit);
+    } else {
+      ++fit;
+    }
+  }
+  return true;
+}
+
+// Share reservations are taken again as locks are. One refused now
+// (another client's open took a conflicting reservation meanwhile) is
+// dropped with a WARN line: the head's open goes on without it.
+bool Conn::Reshare(const Exchange& exchange, uint64_t& id, const std::string& error_payload)
+    REQUIRES(client_->open_mu) {
+  auto& files = client_->shares;
+  for (auto fit = files.begin(); fit != files.end();) {
+    SharedFile& file = fit->second;
+    bool gone = false;
+    for (auto oit = file.owners.begin(); oit != file.owners.end();) {
+      proto::Request q;
+      q.op = Op::kShare;
+      q.creds = oit->second.creds;
+      q.h = file.handle;
+      q.owner = oit->first;
+      q.share_access = oit->second.access;
+      q.share_deny = oit->second.deny;
+      proto::Reply ignored;
+      int err = 0;
+      if (!exchange(Op::kShare, proto::EncodeRequest(q), id++, &ignored, &err)) return false;
+      if (err == ESTALE || err == ENOENT || err == EBADMSG) {
+        gone = true;
+        break;
+      }
+      if (err == 0) {
+        ++oit;
+        continue;
+      }
+      if (err != EBUSY && !LockRefused(err)) return false;  // not ready: the next connection retries
+      NASGW_LOG(kWarn, "client") << "share reservation lost: nasgwd lost the session and refused it again"
+                                 << Kv("volume", fit->first.first) << Kv("ino", fit->first.second)
+                                 << Kv("owner", oit->first) << Kv("errno", err)
+                                 << Kv("why", proto::DecodeError(error_payload));
+      oit = file.owners.erase(oit);
+    }
+    if (gone || file.owners.empty()) {
       fit = files.erase(fit);
     } else {
       ++fit;
@@ -837,6 +894,9 @@ namespace proto = nasgw::proto;
 struct nasgw_client {
   std::unique_ptr<nasgw::client::Client> c;
 };
+
+static_assert(NASGW_SHARE_READ == proto::kShareRead && NASGW_SHARE_WRITE == proto::kShareWrite &&
+              NASGW_SHARE_DELETE == proto::kShareDelete);
 
 namespace {
 
@@ -1531,6 +1591,49 @@ int nasgw_lock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uin
     auto& held = file.owners[owner];
     held.creds = Creds(cr);
     proto::AddLockRange(held.ranges, {start, end, type});
+    return 0;
+  }
+}
+
+int nasgw_share(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t access,
+                uint32_t deny) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  if (((access | deny) & ~proto::kShareAll) != 0) {
+    nasgw::client::t_message = "unknown share access or deny bits";
+    return -EINVAL;
+  }
+  nasgw::client::Client& cl = *c->c;
+  for (uint32_t attempt = 1;; attempt++) {
+    uint64_t epoch = 0;
+    {
+      nasgw::MutexLock l(cl.open_mu);
+      epoch = cl.relock_epoch;
+    }
+    auto call = Make(Op::kShare, cr, h, [&](proto::Request& r) {
+      r.owner = owner;
+      r.share_access = access;
+      r.share_deny = deny;
+    });
+    const int rc = cl.Sync(call);
+    if (rc != 0) return rc;
+    nasgw::MutexLock l(cl.open_mu);
+    if (cl.relock_epoch != epoch) {  // a re-share may have missed it: again
+      if (attempt < nasgw::client::kResendMax) continue;
+      nasgw::client::t_message = "nasgwd lost the session under this share call too many times";
+      return -EIO;
+    }
+    const std::pair<uint32_t, uint64_t> key{h->volume, h->ino};
+    if (access == 0 && deny == 0) {
+      auto f = cl.shares.find(key);
+      if (f != cl.shares.end()) {
+        f->second.owners.erase(owner);
+        if (f->second.owners.empty()) cl.shares.erase(f);
+      }
+      return 0;
+    }
+    auto& file = cl.shares[key];
+    file.handle = H(h);
+    file.owners[owner] = {Creds(cr), access, deny};
     return 0;
   }
 }

@@ -348,6 +348,30 @@ int nasgw_unlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, u
 int nasgw_testlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,
                    uint64_t start, uint64_t length, nasgw_lock_info* conflict);
 
+/* Share reservations, arbitrated by nasgwd across heads: an SMB open's
+ * share mode, an NFSv4 OPEN's share_access and share_deny. (this client's
+ * session, owner) holds at most one per file: `access` is what the open
+ * does and `deny` what it refuses to other opens, each of NASGW_SHARE_READ,
+ * _WRITE, _DELETE. A call replaces the owner's reservation (NFSv4
+ * OPEN_UPGRADE, OPEN_DOWNGRADE); access 0 and deny 0 release it (never an
+ * error, nor -ESTALE: a deleted file's reservation can be released).
+ * Two owners conflict when either's access meets the other's deny.
+ *
+ * Returns: 0; -EBUSY when another owner's reservation conflicts (SMB's
+ * sharing violation, NFS4ERR_SHARE_DENIED); -EACCES without read (write)
+ * permission for NASGW_SHARE_READ (_WRITE) access; -EINVAL for something
+ * that is not a regular file, or unknown bits; -ENOLCK past nasgwd's lock
+ * limits (a reservation counts as one lock); -ESTALE for a deleted file.
+ * The reservation is not tied to nasgw_open: release it on close.
+ *
+ * Restarts: kept and taken again like locks (above); one refused then is
+ * dropped with a WARN line. */
+#define NASGW_SHARE_READ 1u
+#define NASGW_SHARE_WRITE 2u
+#define NASGW_SHARE_DELETE 4u
+int nasgw_share(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t access,
+                uint32_t deny);
+
 #ifdef __cplusplus
 }
 #endif

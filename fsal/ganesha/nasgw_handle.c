@@ -534,6 +534,47 @@ static bool is_share_state(struct state_t *state)
 	       state->state_type == STATE_TYPE_9P_FID;
 }
 
+/* NFSv4 share reservations go to nasgwd as well as to Ganesha's counters
+ * (check_share_conflict, which sees only this Ganesha's opens): nasgwd's
+ * table holds every head's, so an SMB open's share mode and this OPEN's
+ * share_deny refuse each other. The owner is the state (an open stateid):
+ * unique while it lives, and released at close2 before it is freed. */
+static uint32_t share_access_of(fsal_openflags_t f)
+{
+	return ((f & FSAL_O_READ) ? NASGW_SHARE_READ : 0) |
+	       ((f & FSAL_O_WRITE) ? NASGW_SHARE_WRITE : 0);
+}
+
+static uint32_t share_deny_of(fsal_openflags_t f)
+{
+	return ((f & FSAL_O_DENY_READ) ? NASGW_SHARE_READ : 0) |
+	       ((f & (FSAL_O_DENY_WRITE | FSAL_O_DENY_WRITE_MAND))
+			? NASGW_SHARE_WRITE
+			: 0);
+}
+
+/* Sets the reservation of `state` on `h` to `openflags`'; 0, or the
+ * status to answer (NFS4ERR_SHARE_DENIED on a conflict). */
+static int nasgwd_share(nasgw_client *c, const nasgw_cred *cr,
+			const nasgw_handle *h, struct state_t *state,
+			fsal_openflags_t openflags)
+{
+	int rc = nasgw_share(c, cr, h, (uint64_t)(uintptr_t)state,
+			     share_access_of(openflags),
+			     share_deny_of(openflags));
+
+	if (rc == 0)
+		state_fd(state)->nasgwd_share = true;
+	return rc;
+}
+
+static fsal_status_t share_status(int rc)
+{
+	if (rc == -EBUSY)
+		return fsalstat(ERR_FSAL_SHARE_DENIED, 0);
+	return nasgw_status(rc);
+}
+
 /* O_TRUNC: size 0, attributes after it in *a. */
 static int truncate_zero(nasgw_client *c, const nasgw_cred *cr,
 			 const nasgw_handle *h, nasgw_attr *a)
@@ -581,6 +622,9 @@ static fsal_status_t open_existing(struct nasgw_fsal_obj *o,
 		rc = nasgw_open(c, &cr, &o->h, 0, &a);
 	else
 		rc = nasgw_getattr(c, &cr, &o->h, &a);
+	/* the reservation before the truncation it may refuse */
+	if (rc == 0 && state != NULL && is_share_state(state))
+		rc = nasgwd_share(c, &cr, &o->h, state, openflags);
 	if (rc == 0 && (openflags & FSAL_O_TRUNC) && a.size != 0)
 		rc = truncate_zero(c, &cr, &o->h, &a);
 	if (rc == 0)
@@ -596,13 +640,18 @@ static fsal_status_t open_existing(struct nasgw_fsal_obj *o,
 	}
 	if (rc != 0) {
 		if (state != NULL) {
+			if (state_fd(state)->nasgwd_share)
+				(void)nasgw_share(c, &cr, &o->h,
+						  (uint64_t)(uintptr_t)state,
+						  0, 0);
+			state_fd(state)->nasgwd_share = false;
 			(void)nasgw_release(c, &cr, &o->h);
 			PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
 			update_share_counters(&o->share, openflags,
 					      FSAL_O_CLOSED);
 			PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
 		}
-		return nasgw_status(rc);
+		return share_status(rc);
 	}
 	if (state != NULL) {
 		state_fd(state)->fd.openflags = FSAL_O_NFS_FLAGS(openflags);
@@ -717,7 +766,9 @@ static fsal_status_t op_open2(struct fsal_obj_handle *obj_hdl,
 	/* The create did not say whether the file was new (UNCHECKED):
 	 * Ganesha checks permission on it unless we made it now. */
 	*caller_perm_check = a.uid != cr.uid || a.size != 0;
-	if (attrs_set != NULL) {
+	if (state != NULL && is_share_state(state))
+		rc = nasgwd_share(c, &cr, &a.handle, state, openflags);
+	if (rc == 0 && attrs_set != NULL) {
 		struct fsal_attrlist rest = *attrs_set;
 
 		rest.valid_mask &= ~(attrmask_t)ATTR_MODE;
@@ -727,10 +778,16 @@ static fsal_status_t op_open2(struct fsal_obj_handle *obj_hdl,
 		rc = truncate_zero(c, &cr, &a.handle, &a);
 	o = nasgw_alloc_obj(op_ctx->fsal_export, &a);
 	if (rc != 0) {
-		if (state != NULL)
+		if (state != NULL) {
+			if (state_fd(state)->nasgwd_share)
+				(void)nasgw_share(c, &cr, &a.handle,
+						  (uint64_t)(uintptr_t)state,
+						  0, 0);
+			state_fd(state)->nasgwd_share = false;
 			(void)nasgw_release(c, &cr, &a.handle);
+		}
 		op_release(&o->obj_handle);
-		return nasgw_status(rc);
+		return share_status(rc);
 	}
 	if (state != NULL) {
 		PTHREAD_RWLOCK_wrlock(&o->obj_handle.obj_lock);
@@ -765,6 +822,26 @@ static fsal_status_t op_reopen2(struct fsal_obj_handle *obj_hdl,
 	}
 	update_share_counters(&o->share, FSAL_O_CLOSED, openflags);
 	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+	if (is_share_state(state)) {
+		/* OPEN_UPGRADE, OPEN_DOWNGRADE: nasgwd replaces the
+		 * reservation, or refuses it and keeps the old one. */
+		nasgw_client *c = nasgw_get_client();
+		nasgw_cred cr;
+		int rc;
+
+		if (c == NULL)
+			rc = -ENOTCONN;
+		else {
+			nasgw_creds(&cr);
+			rc = nasgwd_share(c, &cr, &o->h, state, openflags);
+		}
+		if (rc != 0) {
+			PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
+			update_share_counters(&o->share, openflags, old);
+			PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
+			return share_status(rc);
+		}
+	}
 	fd->fd.openflags = FSAL_O_NFS_FLAGS(openflags);
 	if (openflags & FSAL_O_TRUNC) {
 		nasgw_client *c = nasgw_get_client();
@@ -807,7 +884,7 @@ static fsal_status_t op_close2(struct fsal_obj_handle *obj_hdl,
 {
 	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
 	struct nasgw_state_fd *fd = state_fd(state);
-	bool held;
+	bool held, shared;
 
 	PTHREAD_RWLOCK_wrlock(&obj_hdl->obj_lock);
 	if (is_share_state(state))
@@ -816,14 +893,21 @@ static fsal_status_t op_close2(struct fsal_obj_handle *obj_hdl,
 	fd->fd.openflags = FSAL_O_CLOSED;
 	held = fd->nasgwd_open;
 	fd->nasgwd_open = false;
+	shared = fd->nasgwd_share;
+	fd->nasgwd_share = false;
 	PTHREAD_RWLOCK_unlock(&obj_hdl->obj_lock);
-	if (held) {
+	if (held || shared) {
 		nasgw_client *c = nasgw_get_client();
 		nasgw_cred cr;
 
 		if (c != NULL) {
 			nasgw_creds(&cr);
-			(void)nasgw_release(c, &cr, &o->h);
+			if (shared)
+				(void)nasgw_share(c, &cr, &o->h,
+						  (uint64_t)(uintptr_t)state,
+						  0, 0);
+			if (held)
+				(void)nasgw_release(c, &cr, &o->h);
 		}
 	}
 	return fsalstat(ERR_FSAL_NO_ERROR, 0);

@@ -94,6 +94,7 @@ struct nasgw_fsal_obj {
 struct nasgw_state_fd {
 	struct fsal_fd fd;	/* must be first */
 	bool nasgwd_open;	/* an open is held in nasgwd (released on close) */
+	bool nasgwd_share;	/* a share reservation is held in nasgwd (the same) */
 };
 
 /* nasgwd's write verifier of one request's WRITE or COMMIT, kept in its op

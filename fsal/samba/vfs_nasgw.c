@@ -44,6 +44,8 @@
 #include "system/filesys.h"
 #include "smbd/globals.h"
 #include "source3/modules/offload_token.h"
+#include "locking/share_mode_lock.h"
+#include "librpc/gen_ndr/open_files.h"
 
 #include "nasgw_client.h"
 
@@ -83,6 +85,9 @@ struct nasgw_fh {
 	 * after every open (vfs_stat_fsp); used once. */
 	bool fresh;
 	nasgw_attr attr;
+	/* The share reservation this open holds on nasgwd (its owner; 0:
+	 * none): see nasgw_filesystem_sharemode. */
+	uint64_t share_owner;
 };
 
 /* A directory being read: DIR* to Samba. */
@@ -498,10 +503,11 @@ static int nasgw_connect(vfs_handle_struct *handle, const char *service, const c
 	}
 	handle->data = nc;
 
-	/* Nothing of the local file system: no kernel oplocks, leases or
-	 * share modes on the fake descriptors, no sendfile from them. */
+	/* Nothing of the local file system: no kernel oplocks or leases on
+	 * the fake descriptors, no sendfile from them. Share modes are
+	 * nasgwd's too (nasgw_filesystem_sharemode). */
 	lp_do_parameter(snum, "kernel oplocks", "no");
-	lp_do_parameter(snum, "kernel share modes", "no");
+	lp_do_parameter(snum, "kernel share modes", "yes");
 	lp_do_parameter(snum, "use sendfile", "no");
 	/* getxattrat_send is not asynchronous here. */
 	lp_do_parameter(snum, "smbd async dosmode", "no");
@@ -1012,10 +1018,16 @@ static int nasgw_close(vfs_handle_struct *handle, files_struct *fsp)
 	int rc = 0;
 
 	if (fh != NULL) {
-		if (fh->opened) {
-			nasgw_cred cr;
+		nasgw_cred cr;
 
-			nasgw_cred_of(handle->conn, &cr);
+		nasgw_cred_of(handle->conn, &cr);
+		if (fh->share_owner != 0) {
+			/* A durable handle's disconnect closes too: the
+			 * reconnect takes the reservation again. */
+			(void)nasgw_share(nc->client, &cr, &fh->h, fh->share_owner, 0, 0);
+			fh->share_owner = 0;
+		}
+		if (fh->opened) {
 			rc = nasgw_release(nc->client, &cr, &fh->h);
 		}
 		VFS_REMOVE_FSP_EXTENSION(handle, fsp);
@@ -1883,11 +1895,171 @@ static int nasgw_fcntl(vfs_handle_struct *handle, files_struct *fsp, int cmd, va
 	return -1;
 }
 
+/* ---- share modes: nasgwd's, so that they meet NFSv4's share_deny
+ *
+ * Samba checks share modes among its own opens (locking.tdb); with
+ * "kernel share modes" (set at connect) it also calls this for every
+ * open with data access, after its own check and before truncating, and
+ * with (0, 0) on close. nasgwd holds the reservation in the same table
+ * as NFSv4 opens' (head protocol SHARE), so a deny-write from Windows
+ * refuses an NFSv4 OPEN for write and the reverse. An open of an
+ * alternate data stream (streams_xattr's, no nasgw_fh) takes none: the
+ * stream is not the file NFS sees. */
+
+static uint32_t nasgw_share_access_bits(uint32_t access_mask)
+{
+	uint32_t bits = 0;
+
+	if (access_mask & (SEC_FILE_READ_DATA | SEC_FILE_EXECUTE)) {
+		bits |= NASGW_SHARE_READ;
+	}
+	if (access_mask & (SEC_FILE_WRITE_DATA | SEC_FILE_APPEND_DATA)) {
+		bits |= NASGW_SHARE_WRITE;
+	}
+	if (access_mask & SEC_STD_DELETE) {
+		bits |= NASGW_SHARE_DELETE;
+	}
+	return bits;
+}
+
+static uint32_t nasgw_share_deny_bits(uint32_t share_access)
+{
+	uint32_t bits = 0;
+
+	if (!(share_access & FILE_SHARE_READ)) {
+		bits |= NASGW_SHARE_READ;
+	}
+	if (!(share_access & FILE_SHARE_WRITE)) {
+		bits |= NASGW_SHARE_WRITE;
+	}
+	if (!(share_access & FILE_SHARE_DELETE)) {
+		bits |= NASGW_SHARE_DELETE;
+	}
+	return bits;
+}
+
+static int nasgw_set_share(vfs_handle_struct *handle, files_struct *fsp, uint32_t access, uint32_t deny)
+{
+	static uint64_t last_owner;
+	struct nasgw_conn *nc = handle->data;
+	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
+	nasgw_cred cr;
+	uint64_t owner;
+	int rc;
+
+	if (fh == NULL || fh->type != NASGW_TYPE_REG) {
+		return 0; /* a stream, or not a file nasgwd reserves */
+	}
+	if (access == 0 && deny == 0 && fh->share_owner == 0) {
+		return 0;
+	}
+	owner = fh->share_owner != 0 ? fh->share_owner : ++last_owner;
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_share(nc->client, &cr, &fh->h, owner, access, deny);
+	if (rc != 0) {
+		DBG_INFO("nasgw: share reservation on %s refused: %s\n", fsp_str_dbg(fsp),
+			 nasgw_client_last_message());
+		return nasgw_fail(rc);
+	}
+	fh->share_owner = (access == 0 && deny == 0) ? 0 : owner;
+	return 0;
+}
+
 static int nasgw_filesystem_sharemode(vfs_handle_struct *handle, files_struct *fsp, uint32_t share_access,
 				      uint32_t access_mask)
 {
-	errno = ENOSYS;
-	return -1;
+	uint32_t access = nasgw_share_access_bits(access_mask);
+
+	if (share_access == 0 && access_mask == 0) {
+		return nasgw_set_share(handle, fsp, 0, 0); /* close */
+	}
+	if (access == 0) {
+		return 0; /* no data access: share modes do not apply (Windows' rule) */
+	}
+	return nasgw_set_share(handle, fsp, access, nasgw_share_deny_bits(share_access));
+}
+
+/* Durable handles. Samba's own (vfs_default) refuse to exist under
+ * "kernel share modes": a local file system's share mode dies with the
+ * descriptor, and a disconnected handle has none. nasgwd's is released at
+ * the disconnect too (the close), and taken again here at the reconnect,
+ * from the access and share mode Samba kept for the handle; if an NFSv4
+ * open took a conflicting one meanwhile, the reconnect fails as one does
+ * when another client opened the file. So the cookie and the reconnect are
+ * vfs_default's, with the parameter off while they run (smbd is one
+ * thread: nothing else reads it meanwhile). */
+
+static void nasgw_kernel_share_modes(vfs_handle_struct *handle, bool on)
+{
+	lp_do_parameter(SNUM(handle->conn), "kernel share modes", on ? "yes" : "no");
+}
+
+static NTSTATUS nasgw_durable_cookie(vfs_handle_struct *handle, files_struct *fsp, TALLOC_CTX *mem_ctx,
+				     DATA_BLOB *cookie)
+{
+	NTSTATUS status;
+
+	nasgw_kernel_share_modes(handle, false);
+	status = SMB_VFS_NEXT_DURABLE_COOKIE(handle, fsp, mem_ctx, cookie);
+	nasgw_kernel_share_modes(handle, true);
+	return status;
+}
+
+struct nasgw_entry_of {
+	uint64_t share_file_id;
+	bool found;
+	uint32_t share_access;
+};
+
+static bool nasgw_entry_of_fn(struct share_mode_entry *e, bool *modified, void *private_data)
+{
+	struct nasgw_entry_of *want = private_data;
+
+	if (e->share_file_id != want->share_file_id) {
+		return false;
+	}
+	want->found = true;
+	want->share_access = e->share_access;
+	return true;
+}
+
+static NTSTATUS nasgw_durable_reconnect(vfs_handle_struct *handle, struct smb_request *smb1req,
+					struct smbXsrv_open *op, const DATA_BLOB old_cookie, TALLOC_CTX *mem_ctx,
+					files_struct **result, DATA_BLOB *new_cookie)
+{
+	struct nasgw_entry_of want = {0};
+	struct share_mode_lock *lck;
+	files_struct *fsp;
+	NTSTATUS status;
+
+	nasgw_kernel_share_modes(handle, false);
+	status = SMB_VFS_NEXT_DURABLE_RECONNECT(handle, smb1req, op, old_cookie, mem_ctx, result, new_cookie);
+	nasgw_kernel_share_modes(handle, true);
+	if (!NT_STATUS_IS_OK(status)) {
+		return status;
+	}
+	fsp = *result;
+	want.share_file_id = fh_get_gen_id(fsp->fh);
+	lck = get_existing_share_mode_lock(talloc_tos(), fsp->file_id);
+	if (lck != NULL) {
+		(void)share_mode_forall_entries(lck, nasgw_entry_of_fn, &want);
+		TALLOC_FREE(lck);
+	}
+	if (want.found &&
+	    nasgw_filesystem_sharemode(handle, fsp, want.share_access, fsp->access_mask) == 0) {
+		fsp->fsp_flags.kernel_share_modes_taken = true;
+		return NT_STATUS_OK;
+	}
+	DBG_NOTICE("nasgw: durable reconnect of %s refused: %s\n", fsp_str_dbg(fsp),
+		   want.found ? "its share reservation conflicts with an open made meanwhile"
+			      : "its share mode entry is gone");
+	(void)fd_close(fsp);
+	op->compat = NULL;
+	fsp->op = NULL;
+	file_free(smb1req, fsp);
+	*result = NULL;
+	data_blob_free(new_cookie);
+	return NT_STATUS_OBJECT_NAME_NOT_FOUND;
 }
 
 static int nasgw_linux_setlease(vfs_handle_struct *handle, files_struct *fsp, int leasetype)
@@ -2416,6 +2588,8 @@ static struct vfs_fn_pointers nasgw_fns = {
 	.filesystem_sharemode_fn = nasgw_filesystem_sharemode,
 	.fcntl_fn = nasgw_fcntl,
 	.linux_setlease_fn = nasgw_linux_setlease,
+	.durable_cookie_fn = nasgw_durable_cookie,
+	.durable_reconnect_fn = nasgw_durable_reconnect,
 	.getlock_fn = nasgw_getlock,
 	.symlinkat_fn = nasgw_symlinkat,
 	.readlinkat_fn = nasgw_readlinkat,
@@ -2457,7 +2631,8 @@ static struct vfs_fn_pointers nasgw_fns = {
 	 * compression, snapshots, name translation, parent paths, FSCTLs,
 	 * DOS attributes (user.DOSATTRIB), NT ACLs (from POSIX ACLs),
 	 * Windows byte-range locks (locking.tdb, over the POSIX locks above),
-	 * durable handles.
+	 * durable handles' disconnect (the cookie and reconnect above wrap
+	 * vfs_default's).
 	 */
 };
 

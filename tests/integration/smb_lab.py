@@ -14,7 +14,9 @@ data (random offsets against a model, read back through FUSE), case
 (case-insensitive lookups, case-preserving creates), restart (a held
 handle across a nasgwd restart and a SIGKILL; DOS attributes and an
 alternate data stream survive),
-unlinked (a file removed over FUSE while SMB holds it open).
+unlinked (a file removed over FUSE while SMB holds it open),
+sharemodes (an SMB share mode refuses an NFSv4 OPEN and the reverse, both
+arbitrated by nasgwd).
 """
 
 import argparse
@@ -447,7 +449,105 @@ f.close()
                 proc.wait()
 
 
-TESTS = [("shares", test_shares), ("cross", test_cross), ("namespace", test_namespace), ("data", test_data),
+def test_sharemodes(ctx):
+    """Share reservations across the heads, both arbitrated by nasgwd: an
+    SMB open that denies writers refuses an NFSv4 OPEN for write (and not
+    one for read), an NFSv4 OPEN that denies writers refuses an SMB open for
+    write (and not one for read); released at close. NFSv4 OPENs with a
+    deny mode refuse each other too."""
+    c, srv, alice = ctx["client"], ctx["smbd"], ctx["alice"]
+    path = os.path.join(alice_dir(ctx), "shared.bin")
+    with open(path, "wb") as f:
+        f.write(b"s" * 4096)
+    os.chown(path, alice.uid, alice.gid)
+    os.chmod(path, 0o666)
+    tool, url = ctx["lock_tool"], c.url("vol1/alice/shared.bin", 4)
+    ok_statuses = ("0xc0000043",)  # STATUS_SHARING_VIOLATION
+
+    def nfs_open(access, deny, hold=False):
+        argv = [tool, "--url", url, "--op", "open", "--access", access, "--deny", deny]
+        if hold:
+            return c.popen(argv + ["--hold"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        return c.run(argv, check=False, timeout=60).stdout.strip()
+
+    def release(proc):
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        return proc.returncode
+
+    # SMB first: read access, sharing read only (denies write and delete).
+    code = """
+import sys
+f = smbclient.open_file(unc('alice', 'shared.bin'), mode='rb', share_access='r')
+print('OPEN', flush=True)
+sys.stdin.readline()
+f.close()
+print('CLOSED', flush=True)
+sys.stdin.readline()
+"""
+    p = smblab.smbpy_popen(c, srv, alice, code)
+    holders = [p]
+    try:
+        line = smblab.readline(p)
+        check("SMB opens for read, sharing read only", line == "OPEN", line or p.stderr.read())
+        r = nfs_open("write", "none")
+        check("an NFSv4 OPEN for write is refused by the SMB share mode (NFS4ERR_SHARE_DENIED)",
+              r == "denied", r)
+        r = nfs_open("both", "none")
+        check("... and one for read and write", r == "denied", r)
+        r = nfs_open("read", "none")
+        check("an NFSv4 OPEN for read is granted beside it", r == "granted", r)
+        r = nfs_open("read", "read")
+        check("an NFSv4 OPEN that denies readers is refused (SMB reads)", r == "denied", r)
+        p.stdin.write("close\n")
+        p.stdin.flush()
+        line = smblab.readline(p)
+        check("SMB closes", line == "CLOSED", line)
+        r = nfs_open("write", "none")
+        check("after the SMB close, the NFSv4 OPEN for write is granted", r == "granted", r)
+        p.stdin.write("done\n")
+        p.stdin.flush()
+        p.wait(timeout=60)
+
+        # NFSv4 first: read access, denying writers.
+        h = nfs_open("read", "write", hold=True)
+        holders.append(h)
+        line = smblab.readline(h)
+        check("NFSv4 opens for read, denying write", line == "granted", line or h.stderr.read())
+        out = smblab.smbpy(c, srv, alice, """
+for mode, share in (('r+b', 'rwd'), ('ab', 'rwd'), ('rb', 'rwd'), ('rb', 'r')):
+    try:
+        f = smbclient.open_file(unc('alice', 'shared.bin'), mode=mode, share_access=share)
+        f.close()
+        out([mode, share, 'OK'])
+    except Exception as e:
+        out([mode, share, status(e)])
+""")
+        got = {(m, sh): st for m, sh, st in out}
+        check("an SMB open for write is refused by the NFSv4 deny (STATUS_SHARING_VIOLATION)",
+              got.get(("r+b", "rwd")) in ok_statuses, str(got))
+        check("... and one for append", got.get(("ab", "rwd")) in ok_statuses, str(got))
+        check("an SMB open for read sharing everything is granted", got.get(("rb", "rwd")) == "OK", str(got))
+        check("an SMB open for read sharing read only is granted (NFS only reads)",
+              got.get(("rb", "r")) == "OK", str(got))
+        r = nfs_open("write", "none")
+        check("an NFSv4 OPEN for write from another client is refused by the NFSv4 deny", r == "denied", r)
+        check("the NFSv4 holder closes cleanly", release(h) == 0, h.stderr.read())
+        out = smblab.smbpy(c, srv, alice, """
+with smbclient.open_file(unc('alice', 'shared.bin'), mode='r+b', share_access='rwd') as f:
+    f.write(b'after')
+out('OK')
+""")
+        check("after the NFSv4 CLOSE, the SMB open for write is granted", out == ["OK"], str(out))
+    finally:
+        for proc in holders:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("namespace", test_namespace), ("data", test_data),
          ("case", test_case), ("unlinked", test_unlinked), ("acl", test_acl),
          ("restart", test_restart)]
 

@@ -272,6 +272,8 @@ def unc(share, path=''):
 def status(e):
     if isinstance(e, smbprotocol.exceptions.SMBResponseException):
         return '0x%08x' % e.status
+    if getattr(e, 'ntstatus', None) is not None:  # SMBOSError (smbclient.open_file...)
+        return '0x%08x' % e.ntstatus
     return repr(e)
 
 # SMB2 LOCK (MS-SMB2 2.2.26), which the smbprotocol package does not offer:
@@ -312,6 +314,15 @@ def smbpy(client, server, user, code, args=None, check=True, timeout=nfslab.CMD_
     a = dict(args or {})
     a.update({"user": user.name, "password": user.password, "server": server.addr})
     return client.python(SMBPY_PRELUDE + code, a, check=check, timeout=timeout)
+
+
+def readline(p, timeout=nfslab.CMD_TIMEOUT_S):
+    """The next line a smbpy_popen() script (or any text Popen) wrote, or
+    "" if none came within `timeout` seconds or it ended: a script that
+    hangs fails its check instead of hanging the test."""
+    import select
+    ready, _, _ = select.select([p.stdout], [], [], timeout)
+    return p.stdout.readline().strip() if ready else ""
 
 
 def smbpy_popen(client, server, user, code, args=None):

@@ -6,7 +6,18 @@
  *                  --op lock|test --type read|write --start N --len N
  *                  [--hold] [--caller NAME] [--renew-ms N] [--timeout-ms N]
  *
+ *   nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4
+ *                  --op open --access read|write|both --deny none|read|write|both
+ *                  [--hold] [--renew-ms N] [--timeout-ms N]
+ *
  * --len 0 means "to the end of the file" (as in fcntl).
+ *
+ * --op open (NFSv4.0 only) sends an OPEN with the share_access and
+ *   share_deny given (libnfs's own opens always deny nothing) from a client
+ *   identity of its own, walking the path from PUTROOTFH with LOOKUPs:
+ *   "granted" (then OPEN_CONFIRM; with --hold the open is kept, its lease
+ *   renewed with RENEW, until stdin reaches EOF, then CLOSE), or "denied"
+ *   for NFS4ERR_SHARE_DENIED.
  *
  * NFSv4.0: libnfs's nfs_open() (OPEN), nfs_fcntl(NFS4_F_SETLK) (LOCK, LOCKU).
  *   libnfs has no LOCKT for a given lock type (nfs_lockf's F_TEST always
@@ -79,6 +90,9 @@ struct options {
 	const char *caller;
 	int renew_ms; /* 0: from the server's lease_time */
 	int timeout_ms;
+	bool open;             /* --op open */
+	uint32_t share_access; /* --access */
+	uint32_t share_deny;   /* --deny */
 };
 
 struct conflict {
@@ -158,6 +172,8 @@ struct call {
 	verifier4 confirm;
 	struct conflict conflict;
 	uint32_t lease_time;
+	stateid4 stateid; /* OPEN, OPEN_CONFIRM */
+	uint32_t rflags;  /* OPEN */
 };
 
 static void call_failed(struct call *c, int rpc_status, void *data)
@@ -215,6 +231,9 @@ static const char *nfsstat4_name(int s)
 	case NFS4ERR_NOTSUPP: return "NFS4ERR_NOTSUPP";
 	case NFS4ERR_LOCK_RANGE: return "NFS4ERR_LOCK_RANGE";
 	case NFS4ERR_SERVERFAULT: return "NFS4ERR_SERVERFAULT";
+	case NFS4ERR_SHARE_DENIED: return "NFS4ERR_SHARE_DENIED";
+	case NFS4ERR_NOENT: return "NFS4ERR_NOENT";
+	case NFS4ERR_DELAY: return "NFS4ERR_DELAY";
 	default: return "NFS4ERR_?";
 	}
 }
@@ -323,14 +342,14 @@ static void put_fh(nfs_argop4 *op, const struct nfs_fh *fh)
 	op->nfs_argop4_u.opputfh.object.nfs_fh4_val = fh->val;
 }
 
-/* LOCKT from a client of our own; 0 granted, 1 denied (c->conflict), 2 error
- * (message in err). */
-static int v4_lockt(struct rpc_context *rpc, const struct nfs_fh *fh, const struct options *o,
-		    const char *tag, struct conflict *conflict, char *err, size_t errlen)
+/* A client identity of our own (SETCLIENTID, SETCLIENTID_CONFIRM) on the
+ * connection; false (message in err) if the server refused it. */
+static bool v4_new_client(struct rpc_context *rpc, const struct options *o, const char *tag,
+			  clientid4 *clientid, char *err, size_t errlen)
 {
 	char id[128];
 	verifier4 verf;
-	nfs_argop4 op[2];
+	nfs_argop4 op[1];
 	struct call c;
 	uint64_t r = ((uint64_t)getpid() << 32) ^ (uint64_t)now_ms();
 
@@ -344,25 +363,39 @@ static int v4_lockt(struct rpc_context *rpc, const struct nfs_fh *fh, const stru
 	memcpy(sc->client.verifier, verf, sizeof(verf));
 	sc->client.id.id_len = strlen(id);
 	sc->client.id.id_val = id;
-	sc->callback.cb_program = 0; /* no callbacks: LOCKT needs none */
+	sc->callback.cb_program = 0; /* no callbacks: nothing here needs one */
 	sc->callback.cb_location.r_netid = "tcp";
 	sc->callback.cb_location.r_addr = "0.0.0.0.0.0";
 	sc->callback_ident = 1;
 	if (!compound(rpc, setclientid_cb, op, 1, &c, o->timeout_ms) || c.status != NFS4_OK) {
 		snprintf(err, errlen, "SETCLIENTID: %s", c.ok ? nfsstat4_name(c.status) : c.err);
-		return EXIT_ERROR;
+		return false;
 	}
-	clientid4 clientid = c.clientid;
+	*clientid = c.clientid;
 
 	memset(op, 0, sizeof(op));
 	op[0].argop = OP_SETCLIENTID_CONFIRM;
-	op[0].nfs_argop4_u.opsetclientid_confirm.clientid = clientid;
+	op[0].nfs_argop4_u.opsetclientid_confirm.clientid = *clientid;
 	memcpy(op[0].nfs_argop4_u.opsetclientid_confirm.setclientid_confirm, c.confirm, sizeof(verifier4));
 	memset(&c, 0, sizeof(c));
 	if (!compound(rpc, status_cb, op, 1, &c, o->timeout_ms) || c.status != NFS4_OK) {
 		snprintf(err, errlen, "SETCLIENTID_CONFIRM: %s", c.ok ? nfsstat4_name(c.status) : c.err);
-		return EXIT_ERROR;
+		return false;
 	}
+	return true;
+}
+
+/* LOCKT from a client of our own; 0 granted, 1 denied (c->conflict), 2 error
+ * (message in err). */
+static int v4_lockt(struct rpc_context *rpc, const struct nfs_fh *fh, const struct options *o,
+		    const char *tag, struct conflict *conflict, char *err, size_t errlen)
+{
+	nfs_argop4 op[2];
+	struct call c;
+	clientid4 clientid;
+
+	if (!v4_new_client(rpc, o, tag, &clientid, err, errlen))
+		return EXIT_ERROR;
 
 	static char owner[] = "nasgw-nfs-lock-lockt";
 	memset(op, 0, sizeof(op));
@@ -388,6 +421,179 @@ static int v4_lockt(struct rpc_context *rpc, const struct nfs_fh *fh, const stru
 	}
 	snprintf(err, errlen, "LOCKT: %s (%d)", nfsstat4_name(c.status), c.status);
 	return EXIT_ERROR;
+}
+
+/* ---- NFSv4: an OPEN with share_access and share_deny ------------------------ */
+
+static void open_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	const COMPOUND4res *res = data;
+	c->done = c->ok = true;
+	c->status = res->status;
+	const nfs_resop4 *r = find_op(res, OP_OPEN);
+	if (res->status == NFS4_OK && r != NULL) {
+		const OPEN4resok *ok = &r->nfs_resop4_u.opopen.OPEN4res_u.resok4;
+		c->stateid = ok->stateid;
+		c->rflags = ok->rflags;
+	}
+	r = find_op(res, OP_OPEN_CONFIRM);
+	if (res->status == NFS4_OK && r != NULL)
+		c->stateid = r->nfs_resop4_u.opopen_confirm.OPEN_CONFIRM4res_u.resok4.open_stateid;
+}
+
+struct v4_open {
+	struct rpc_context *rpc;
+	clientid4 clientid;
+	char owner[64];
+	char path[4096]; /* the export's path and the file's, '/'-separated */
+	nfs_argop4 lookups[64];
+	u_int nlookups; /* PUTROOTFH, LOOKUP... of the file's directory */
+	component4 name;
+	stateid4 stateid;
+	seqid4 seqid; /* the open owner's next seqid */
+};
+
+/* PUTROOTFH and one LOOKUP per component of the directory in `o->path`;
+ * o->name is the last component. */
+static bool v4_walk(struct v4_open *v, char *err, size_t errlen)
+{
+	char *save = NULL, *last = NULL;
+
+	v->nlookups = 0;
+	v->lookups[v->nlookups++].argop = OP_PUTROOTFH;
+	for (char *t = strtok_r(v->path, "/", &save); t != NULL; t = strtok_r(NULL, "/", &save)) {
+		if (last != NULL) {
+			if (v->nlookups + 4 > sizeof(v->lookups) / sizeof(v->lookups[0])) {
+				snprintf(err, errlen, "path too deep");
+				return false;
+			}
+			nfs_argop4 *l = &v->lookups[v->nlookups++];
+			l->argop = OP_LOOKUP;
+			l->nfs_argop4_u.oplookup.objname.utf8string_len = strlen(last);
+			l->nfs_argop4_u.oplookup.objname.utf8string_val = last;
+		}
+		last = t;
+	}
+	if (last == NULL) {
+		snprintf(err, errlen, "no file name in the URL");
+		return false;
+	}
+	v->name.utf8string_len = strlen(last);
+	v->name.utf8string_val = last;
+	return true;
+}
+
+/* 0 granted (v->stateid confirmed), 1 denied (NFS4ERR_SHARE_DENIED), 2 error. */
+static int v4_open_share(struct v4_open *v, const struct options *o, char *err, size_t errlen)
+{
+	nfs_argop4 op[70];
+	struct call c;
+	u_int n = v->nlookups;
+
+	if (!v4_new_client(v->rpc, o, "open", &v->clientid, err, errlen))
+		return EXIT_ERROR;
+	snprintf(v->owner, sizeof(v->owner), "nasgw-nfs-lock-open:%d", (int)getpid());
+	memset(op, 0, sizeof(op));
+	memcpy(op, v->lookups, n * sizeof(op[0]));
+	op[n].argop = OP_OPEN;
+	OPEN4args *a = &op[n].nfs_argop4_u.opopen;
+	a->seqid = v->seqid;
+	a->share_access = o->share_access;
+	a->share_deny = o->share_deny;
+	a->owner.clientid = v->clientid;
+	a->owner.owner.owner_len = strlen(v->owner);
+	a->owner.owner.owner_val = v->owner;
+	a->openhow.opentype = OPEN4_NOCREATE;
+	a->claim.claim = CLAIM_NULL;
+	a->claim.open_claim4_u.file = v->name;
+	op[n + 1].argop = OP_GETFH;
+	memset(&c, 0, sizeof(c));
+	if (!compound(v->rpc, open_cb, op, n + 2, &c, o->timeout_ms)) {
+		snprintf(err, errlen, "OPEN: %s", c.err);
+		return EXIT_ERROR;
+	}
+	if (c.status == NFS4ERR_SHARE_DENIED)
+		return EXIT_DENIED;
+	if (c.status != NFS4_OK) {
+		snprintf(err, errlen, "OPEN: %s (%d)", nfsstat4_name(c.status), c.status);
+		return EXIT_ERROR;
+	}
+	v->seqid++;
+	v->stateid = c.stateid;
+	if (c.rflags & OPEN4_RESULT_CONFIRM) {
+		memcpy(op, v->lookups, n * sizeof(op[0]));
+		op[n].argop = OP_LOOKUP;
+		op[n].nfs_argop4_u.oplookup.objname = v->name;
+		op[n + 1].argop = OP_OPEN_CONFIRM;
+		op[n + 1].nfs_argop4_u.opopen_confirm.open_stateid = v->stateid;
+		op[n + 1].nfs_argop4_u.opopen_confirm.seqid = v->seqid;
+		memset(&c, 0, sizeof(c));
+		if (!compound(v->rpc, open_cb, op, n + 2, &c, o->timeout_ms) || c.status != NFS4_OK) {
+			snprintf(err, errlen, "OPEN_CONFIRM: %s", c.ok ? nfsstat4_name(c.status) : c.err);
+			return EXIT_ERROR;
+		}
+		v->seqid++;
+		v->stateid = c.stateid;
+	}
+	return EXIT_GRANTED;
+}
+
+static bool v4_close(struct v4_open *v, const struct options *o, char *err, size_t errlen)
+{
+	nfs_argop4 op[70];
+	struct call c;
+	u_int n = v->nlookups;
+
+	memset(op, 0, sizeof(op));
+	memcpy(op, v->lookups, n * sizeof(op[0]));
+	op[n].argop = OP_LOOKUP;
+	op[n].nfs_argop4_u.oplookup.objname = v->name;
+	op[n + 1].argop = OP_CLOSE;
+	op[n + 1].nfs_argop4_u.opclose.seqid = v->seqid;
+	op[n + 1].nfs_argop4_u.opclose.open_stateid = v->stateid;
+	memset(&c, 0, sizeof(c));
+	if (!compound(v->rpc, status_cb, op, n + 2, &c, o->timeout_ms) || c.status != NFS4_OK) {
+		snprintf(err, errlen, "CLOSE: %s", c.ok ? nfsstat4_name(c.status) : c.err);
+		return false;
+	}
+	return true;
+}
+
+/* Keeps the open until EOF on stdin, renewing the client's lease. */
+static bool v4_hold_open(struct v4_open *v, const struct options *o, int renew_ms, char *err, size_t errlen)
+{
+	for (;;) {
+		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+		int r = poll(&p, 1, renew_ms);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			snprintf(err, errlen, "poll: %s", strerror(errno));
+			return false;
+		}
+		if (r > 0) {
+			char buf[256];
+			ssize_t got = read(STDIN_FILENO, buf, sizeof(buf));
+			if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+				return true;
+			continue;
+		}
+		nfs_argop4 op[1];
+		struct call c;
+		memset(op, 0, sizeof(op));
+		memset(&c, 0, sizeof(c));
+		op[0].argop = OP_RENEW;
+		op[0].nfs_argop4_u.oprenew.clientid = v->clientid;
+		if (!compound(v->rpc, status_cb, op, 1, &c, o->timeout_ms) || c.status != NFS4_OK) {
+			snprintf(err, errlen, "RENEW: %s", c.ok ? nfsstat4_name(c.status) : c.err);
+			return false;
+		}
+	}
 }
 
 /* The server's lease in seconds (0 if it would not say). */
@@ -661,8 +867,11 @@ static void usage(FILE *f)
 		"usage: nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4|3 --op lock|test\n"
 		"                      --type read|write --start N --len N (0: to EOF)\n"
 		"                      [--hold] [--caller NAME] [--renew-ms N] [--timeout-ms N]\n"
+		"       nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4 --op open\n"
+		"                      --access read|write|both --deny none|read|write|both\n"
+		"                      [--hold] [--renew-ms N] [--timeout-ms N]\n"
 		"prints one line: granted (exit 0), denied [start=S len=L|eof type=T] (1),\n"
-		"error: MSG (2). --hold keeps a granted lock until stdin reaches EOF.\n");
+		"error: MSG (2). --hold keeps a granted lock or open until stdin reaches EOF.\n");
 }
 
 static bool parse_u64(const char *s, uint64_t *out)
@@ -703,6 +912,7 @@ int main(int argc, char **argv)
 		{"len", required_argument, NULL, 'l'},      {"hold", no_argument, NULL, 'H'},
 		{"caller", required_argument, NULL, 'c'},   {"renew-ms", required_argument, NULL, 'r'},
 		{"timeout-ms", required_argument, NULL, 'T'}, {"help", no_argument, NULL, 'h'},
+		{"access", required_argument, NULL, 'a'},   {"deny", required_argument, NULL, 'd'},
 		{NULL, 0, NULL, 0}};
 	struct options o = {.timeout_ms = 30000};
 	bool have_op = false, have_type = false, have_start = false, have_len = false;
@@ -713,10 +923,34 @@ int main(int argc, char **argv)
 		switch (ch) {
 		case 'u': o.url = optarg; break;
 		case 'o':
-			if (strcmp(optarg, "lock") != 0 && strcmp(optarg, "test") != 0)
-				return say_error("--op must be lock or test, not %s", optarg);
+			if (strcmp(optarg, "lock") != 0 && strcmp(optarg, "test") != 0 &&
+			    strcmp(optarg, "open") != 0)
+				return say_error("--op must be lock, test or open, not %s", optarg);
 			o.lock = strcmp(optarg, "lock") == 0;
+			o.open = strcmp(optarg, "open") == 0;
 			have_op = true;
+			break;
+		case 'a':
+			if (strcmp(optarg, "read") == 0)
+				o.share_access = OPEN4_SHARE_ACCESS_READ;
+			else if (strcmp(optarg, "write") == 0)
+				o.share_access = OPEN4_SHARE_ACCESS_WRITE;
+			else if (strcmp(optarg, "both") == 0)
+				o.share_access = OPEN4_SHARE_ACCESS_BOTH;
+			else
+				return say_error("--access must be read, write or both, not %s", optarg);
+			break;
+		case 'd':
+			if (strcmp(optarg, "none") == 0)
+				o.share_deny = OPEN4_SHARE_DENY_NONE;
+			else if (strcmp(optarg, "read") == 0)
+				o.share_deny = OPEN4_SHARE_DENY_READ;
+			else if (strcmp(optarg, "write") == 0)
+				o.share_deny = OPEN4_SHARE_DENY_WRITE;
+			else if (strcmp(optarg, "both") == 0)
+				o.share_deny = OPEN4_SHARE_DENY_BOTH;
+			else
+				return say_error("--deny must be none, read, write or both, not %s", optarg);
 			break;
 		case 't':
 			if (strcmp(optarg, "read") != 0 && strcmp(optarg, "write") != 0)
@@ -750,17 +984,23 @@ int main(int argc, char **argv)
 		default: usage(stderr); return say_error("bad arguments");
 		}
 	}
-	if (optind != argc || o.url == NULL || !have_op || !have_type || !have_start || !have_len) {
+	if (o.open && (optind != argc || o.url == NULL || o.share_access == 0)) {
+		usage(stderr);
+		return say_error("--op open needs --url and --access");
+	}
+	if (!o.open && (optind != argc || o.url == NULL || !have_op || !have_type || !have_start || !have_len)) {
 		usage(stderr);
 		return say_error("--url, --op, --type, --start and --len are required");
 	}
-	if (o.hold && !o.lock)
-		return say_error("--hold needs --op lock");
+	if (o.hold && !o.lock && !o.open)
+		return say_error("--hold needs --op lock or open");
 	if (o.len != 0 && o.start > UINT64_MAX - o.len)
 		return say_error("--start + --len overflows");
 	o.version = url_version(o.url);
 	if (o.version < 0)
 		return say_error("the URL's version must be 3 or 4");
+	if (o.open && o.version != 4)
+		return say_error("--op open is NFSv4 (version=4 in the URL)");
 
 	struct nfs_context *nfs = nfs_init_context();
 	if (nfs == NULL)
@@ -790,6 +1030,32 @@ int main(int argc, char **argv)
 	nfs_set_timeout(nfs, o.timeout_ms);
 	if (nfs_mount(nfs, u->server, u->path) != 0) {
 		rc = say_error("mount %s:%s (NFSv%d): %s", u->server, u->path, o.version, nfs_get_error(nfs));
+		goto out;
+	}
+	if (o.open) {
+		struct v4_open vo;
+		memset(&vo, 0, sizeof(vo));
+		vo.rpc = nfs_get_rpc_context(nfs);
+		snprintf(vo.path, sizeof(vo.path), "%s/%s", u->path, u->file);
+		if (!v4_walk(&vo, err, sizeof(err))) {
+			rc = say_error("%s", err);
+			goto out;
+		}
+		rc = v4_open_share(&vo, &o, err, sizeof(err));
+		if (rc != EXIT_GRANTED) {
+			rc = rc == EXIT_DENIED ? say_denied(NULL) : say_error("%s", err);
+			goto out;
+		}
+		rc = say_granted();
+		if (o.hold && !v4_hold_open(&vo, &o, o.renew_ms ? o.renew_ms : 1000, err, sizeof(err))) {
+			fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
+			rc = EXIT_ERROR;
+			goto out;
+		}
+		if (!v4_close(&vo, &o, err, sizeof(err))) {
+			fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
+			rc = EXIT_ERROR;
+		}
 		goto out;
 	}
 	if (nfs_open(nfs, u->file, o.lock && o.write ? O_RDWR : O_RDONLY, &fh) != 0) {
