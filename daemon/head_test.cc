@@ -1693,7 +1693,7 @@ TEST_F(HeadTest, ShareReservationsConflictAcrossSessions) {
   EXPECT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, R | W, 0), -EBUSY);
   EXPECT_NE(std::string(nasgw_client_last_message()).find("share reservation conflict"), std::string::npos)
       << nasgw_client_last_message();
-  EXPECT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, R, R), -EBUSY);  // denies what the first does
+  EXPECT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, R, R), -EBUSY);    // denies what the first does
   EXPECT_EQ(nasgw_share(client_, &kRoot, &f.handle, 2, W, 0), -EBUSY);  // another owner of the same session
   ASSERT_EQ(nasgw_share(other, &kRoot, &f.handle, 1, R, W | D), 0);     // readers denying writers agree
   EXPECT_EQ(nasgw_share(client_, &kRoot, &f.handle, 1, R | W, 0), -EBUSY) << "an upgrade is checked";

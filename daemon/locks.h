@@ -106,9 +106,9 @@ class LockTable {
   // Releases every lock and share reservation of the session.
   void ReleaseSession(uint64_t session);
 
-  size_t size() const;                                      // ranges held, all sessions
-  size_t SessionSize(uint64_t session) const;               // ranges held by one session
-  std::vector<HeldLock> Locks(const LockFile& file) const;  // by owner, then start
+  size_t size() const;                                        // ranges held, all sessions
+  size_t SessionSize(uint64_t session) const;                 // ranges held by one session
+  std::vector<HeldLock> Locks(const LockFile& file) const;    // by owner, then start
   std::vector<HeldShare> Shares(const LockFile& file) const;  // by owner
 
  private:

@@ -143,10 +143,10 @@ TEST(LockTable, ShareReservationsConflictBothWays) {
   EXPECT_EQ(t.Share(kFile, kB, {SR | SW, 0}, &c), LockResult::kConflict);  // a writer: refused
   EXPECT_EQ(c.who, kA);
   EXPECT_EQ(c.mode, (ShareMode{SR, SW}));
-  EXPECT_EQ(t.Share(kFile, kA2, {SW, 0}, nullptr), LockResult::kConflict);  // another owner of A's session too
-  EXPECT_EQ(t.Share(kFile, kB, {SR, SR}, nullptr), LockResult::kConflict);  // denies what A does
-  ASSERT_EQ(t.Share(kFile, kB, {SR, SW | SD}, nullptr), LockResult::kOk);  // readers denying writers agree
-  EXPECT_EQ(t.Share(kFile, kA2, {SD, 0}, nullptr), LockResult::kConflict);  // B denies delete
+  EXPECT_EQ(t.Share(kFile, kA2, {SW, 0}, nullptr), LockResult::kConflict);   // another owner of A's session too
+  EXPECT_EQ(t.Share(kFile, kB, {SR, SR}, nullptr), LockResult::kConflict);   // denies what A does
+  ASSERT_EQ(t.Share(kFile, kB, {SR, SW | SD}, nullptr), LockResult::kOk);    // readers denying writers agree
+  EXPECT_EQ(t.Share(kFile, kA2, {SD, 0}, nullptr), LockResult::kConflict);   // B denies delete
   EXPECT_EQ(t.Share({1, 43}, kA2, {SW | SD, 0}, nullptr), LockResult::kOk);  // another file: free
   EXPECT_EQ(t.Shares(kFile).size(), 2u);
   // An owner's own reservation is replaced (OPEN_UPGRADE / OPEN_DOWNGRADE),
@@ -154,11 +154,11 @@ TEST(LockTable, ShareReservationsConflictBothWays) {
   EXPECT_EQ(t.Share(kFile, kA, {SR | SW, 0}, &c), LockResult::kConflict);  // B denies write
   EXPECT_EQ(c.who, kB);
   ASSERT_EQ(t.Share(kFile, kA, {SR, SW | SR}, nullptr), LockResult::kConflict);  // B reads
-  ASSERT_EQ(t.Share(kFile, kA, {SR, 0}, nullptr), LockResult::kOk);  // downgrade
-  ASSERT_EQ(t.Share(kFile, kB, {0, 0}, nullptr), LockResult::kOk);   // release
-  ASSERT_EQ(t.Share(kFile, kB, {0, 0}, nullptr), LockResult::kOk);   // again: nothing held is fine
-  ASSERT_EQ(t.Share(kFile, kA2, {SW, 0}, nullptr), LockResult::kOk);  // nothing denies writers now
-  EXPECT_EQ(t.size(), 3u);  // A and A2 on kFile, A2 on 43
+  ASSERT_EQ(t.Share(kFile, kA, {SR, 0}, nullptr), LockResult::kOk);              // downgrade
+  ASSERT_EQ(t.Share(kFile, kB, {0, 0}, nullptr), LockResult::kOk);               // release
+  ASSERT_EQ(t.Share(kFile, kB, {0, 0}, nullptr), LockResult::kOk);               // again: nothing held is fine
+  ASSERT_EQ(t.Share(kFile, kA2, {SW, 0}, nullptr), LockResult::kOk);             // nothing denies writers now
+  EXPECT_EQ(t.size(), 3u);                                                       // A and A2 on kFile, A2 on 43
   // Deny-only reservations (an NFSv4 or SMB open with no data access does
   // not reach nasgwd, but the table holds whatever it is given).
   EXPECT_EQ(t.Share(kFile, kB, {0, SW}, nullptr), LockResult::kConflict);  // A2 writes
