@@ -234,7 +234,35 @@ struct HeadServer::Impl {
   void Send(Conn& c, const proto::FrameHeader& req, const HeadOutcome& out);
   void Finish(Conn& c);
   void ReapSessions(bool all);
+  // RECALL to a connection of the session `serial`; false if it has none.
+  bool SendRecall(uint64_t serial, const proto::Recall& r);
 };
+
+bool HeadServer::Impl::SendRecall(uint64_t serial, const proto::Recall& r) {
+  std::shared_ptr<Conn> to;
+  {
+    MutexLock l(mu);
+    for (const auto& c : conns) {
+      if (c->session != nullptr && c->session->serial == serial && !c->done.load() && !c->dead.load()) {
+        to = c;
+        break;
+      }
+    }
+  }
+  if (to == nullptr) return false;
+  const std::string body = proto::EncodeRecall(r);
+  uint8_t hb[proto::kHeaderBytes];
+  proto::EncodeHeader({Op::kRecall, 0, static_cast<uint32_t>(body.size()), 0}, hb);
+  iovec iov[2] = {{hb, sizeof(hb)}, {const_cast<char*>(body.data()), body.size()}};
+  MutexLock l(to->write_mu);
+  if (to->fd < 0 || to->dead.load()) return false;
+  if (!WriteFull(to->fd, iov, 2)) {
+    to->dead = true;
+    ::shutdown(to->fd, SHUT_RDWR);
+    return false;
+  }
+  return true;
+}
 
 void HeadServer::Impl::AcceptLoop() {
   std::vector<Refused> refused;
@@ -403,6 +431,7 @@ bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_v
     if (!resumed) {
       e.session = std::make_shared<HeadSession>();
       e.session->id = r->session;
+      e.session->domain = r->name2;  // before any request of the session runs
     }
     e.connections++;
     c.session = e.session;
@@ -735,6 +764,7 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadService* service, cons
   impl->listen_fd = fd;
   impl->stop_fd = ::eventfd(0, EFD_CLOEXEC);
   Impl* p = impl.get();
+  service->SetRecaller([p](uint64_t serial, const proto::Recall& r) { return p->SendRecall(serial, r); });
   for (int lane = 0; lane < kLanes; lane++) {
     for (uint32_t i = 0; i < impl->Workers(lane); i++) impl->workers.emplace_back([p, lane] { p->WorkerLoop(lane); });
   }
@@ -799,6 +829,7 @@ void HeadServer::Shutdown(std::chrono::milliseconds drain) {
     m.space_cv.NotifyAll();
   }
   for (auto& w : m.workers) w.join();
+  m.service->SetRecaller(nullptr);  // no request runs now
   for (auto& c : conns) {
     if (c->reader.joinable()) c->reader.join();
   }

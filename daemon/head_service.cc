@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <ctime>
 
+#include "base/clock.h"
+#include "base/log.h"
 #include "base/mutex.h"
 #include "daemon/access.h"
 #include "fs/acl.h"
@@ -116,9 +118,17 @@ struct Fail {
 // the error, so each op reads as a straight line of checks.
 class Exec {
  public:
-  Exec(fs::Domain& d, cache::DataCache& c, uint64_t verifier, LockTable& locks, DirParents& parents, HeadSession& s,
-       const proto::Request& r, HeadOutcome& out)
-      : d_(d), c_(c), verifier_(verifier), locks_(locks), parents_(parents), s_(s), r_(r), out_(out) {
+  Exec(fs::Domain& d, cache::DataCache& c, uint64_t verifier, LockTable& locks, const HeadService::Recaller& recaller,
+       DirParents& parents, HeadSession& s, const proto::Request& r, HeadOutcome& out)
+      : d_(d),
+        c_(c),
+        verifier_(verifier),
+        locks_(locks),
+        recaller_(recaller),
+        parents_(parents),
+        s_(s),
+        r_(r),
+        out_(out) {
     out_.volume = r.h.volume;
   }
 
@@ -223,12 +233,18 @@ class Exec {
   bool Lock();
   bool Unlock();
   bool Share();
+  bool Lease();
+  // Waits (EINPROGRESS: the head retries) while a lease of another
+  // coherence domain on `ino` stands in the way of this request: `write`
+  // for a change of data or size (or an open for it), else a read.
+  bool Uncontended(uint64_t ino, bool write);
   bool Mount();
 
   fs::Domain& d_;
   cache::DataCache& c_;      // the write-back cache of d_'s opening
   const uint64_t verifier_;  // the write verifier of d_'s opening
   LockTable& locks_;
+  const HeadService::Recaller& recaller_;
   DirParents& parents_;
   HeadSession& s_;
   const proto::Request& r_;
@@ -355,6 +371,10 @@ bool Exec::Run() {
       return Unlock();
     case Op::kShare:
       return Share();
+    case Op::kLease:
+      return Lease();
+    case Op::kRecall:
+      return Error(EPROTO, "recall is nasgwd's notice");
   }
   return Error(ENOSYS, "unknown op");
 }
@@ -463,6 +483,7 @@ bool Exec::SetAttr() {
   if (!Load(r_.h, a)) return false;
   fs::SetAttr s = FromWire(r_.set, fs::Now());
   if (!Deny(CheckSetAttr(a, r_.creds, r_.set.mask, s), "change attributes")) return false;
+  if ((r_.set.mask & proto::kSetSize) && !Uncontended(a.ino, /*write=*/true)) return false;
   // Through the cache: its dirty data first, and a truncation's cut blocks
   // out of its read cache.
   return Set(c_.SetAttrs(r_.h.volume, a.ino, s));
@@ -473,6 +494,10 @@ bool Exec::Open() {
   if (!Load(r_.h, a)) return false;
   if (a.type == fs::FileType::kDirectory && (r_.count & proto::kAccessWrite)) return Error(EISDIR, "is a directory");
   if (!Deny(CheckAccess(a, r_.creds, r_.count), "open")) return false;
+  if (a.type == fs::FileType::kRegular && (r_.count & (proto::kAccessRead | proto::kAccessWrite)) &&
+      !Uncontended(a.ino, (r_.count & proto::kAccessWrite) != 0)) {
+    return false;
+  }
   if (!AddOpen(a.ino)) return false;
   return Set(a);
 }
@@ -505,6 +530,7 @@ bool Exec::Read() {
   if (!Load(r_.h, a)) return false;
   if (a.type == fs::FileType::kDirectory) return Error(EISDIR, "is a directory");
   if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "read")) return false;
+  if (!Uncontended(a.ino, /*write=*/false)) return false;
   out_.data.resize(r_.count);
   uint64_t size = 0;
   auto n = c_.Read(r_.h.volume, a, r_.offset, r_.count, out_.data.data(), &size);
@@ -521,6 +547,7 @@ bool Exec::Write() {
   if (!Load(r_.h, a)) return false;
   if (a.type == fs::FileType::kDirectory) return Error(EISDIR, "is a directory");
   if (!Deny(CheckData(a, r_.creds, proto::kAccessWrite), "write")) return false;
+  if (!Uncontended(a.ino, /*write=*/true)) return false;
   // A write by a caller without CAP_FSETID (anyone but root) clears setuid,
   // and setgid with group execute, before the data changes, as Linux's
   // file_remove_privs does (and the change time moves).
@@ -729,6 +756,10 @@ bool Exec::Share() {
   if ((r_.share_access & proto::kShareWrite) && !Deny(CheckData(a, r_.creds, proto::kAccessWrite), "share (write)")) {
     return false;
   }
+  if ((r_.share_access & (proto::kShareRead | proto::kShareWrite)) &&
+      !Uncontended(a.ino, (r_.share_access & proto::kShareWrite) != 0)) {
+    return false;
+  }
   HeldShare conflict;
   switch (locks_.Share(file, who, {r_.share_access, r_.share_deny}, &conflict)) {
     case LockResult::kOk:
@@ -741,6 +772,66 @@ bool Exec::Share() {
       return Error(ENOLCK, "too many locks and share reservations (head.max_locks, head.max_locks_per_session)");
   }
   if (s_.ended.load()) {  // as Lock: EndSession ran meanwhile
+    locks_.ReleaseSession(s_.serial);
+    return Error(EBADF, "the session has ended (goodbye)");
+  }
+  return true;
+}
+
+std::string LeaseName(uint32_t type) {
+  return type == 0 ? "none" : (type & proto::kLeaseWrite) ? "read-write" : "read";
+}
+
+bool Exec::Uncontended(uint64_t ino, bool write) {
+  if (locks_.LeaseCount() == 0) return true;
+  std::vector<RecallNote> recall;
+  std::vector<HeldLease> revoked;
+  const bool wait = locks_.Contend({r_.h.volume, ino}, s_.domain, write, MonotonicNanos(), &recall, &revoked);
+  for (const HeldLease& l : revoked) {
+    NASGW_LOG(kWarn, "head") << "lease revoked: its holder did not give it back in time" << Kv("volume", r_.h.volume)
+                             << Kv("ino", ino) << Kv("session", l.who.session) << Kv("owner", l.who.owner)
+                             << Kv("domain", l.domain) << Kv("type", LeaseName(l.type));
+  }
+  for (const RecallNote& n : recall) {
+    proto::Recall note{r_.h.volume, ino, n.who.owner, n.break_to};
+    const bool sent = recaller_ && recaller_(n.who.session, note);
+    NASGW_LOG(kDebug, "head") << "lease recalled" << Kv("volume", r_.h.volume) << Kv("ino", ino)
+                              << Kv("session", n.who.session) << Kv("owner", n.who.owner)
+                              << Kv("break_to", LeaseName(n.break_to)) << Kv("sent", sent) << Kv("for", s_.domain);
+  }
+  if (!wait) return true;
+  return Error(EINPROGRESS, std::string("a lease of another head on this file is being recalled (") +
+                                (write ? "write" : "read") + " by " + s_.domain + "): retry");
+}
+
+// A release (type 0) does not look the handle up, as UNLOCK.
+bool Exec::Lease() {
+  const LockFile file{r_.h.volume, r_.h.ino};
+  const LockOwner who{s_.serial, r_.owner};
+  if (r_.lease == 0) {
+    locks_.SetLease(file, who, s_.domain, 0, nullptr);
+    return true;
+  }
+  fs::Attr a;
+  if (!Load(r_.h, a)) return false;
+  if (a.type != fs::FileType::kRegular) return Error(EINVAL, "leases are for regular files only");
+  if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "lease (read)")) return false;
+  if ((r_.lease & proto::kLeaseWrite) && !Deny(CheckData(a, r_.creds, proto::kAccessWrite), "lease (write)")) {
+    return false;
+  }
+  HeldLease conflict;
+  switch (locks_.SetLease(file, who, s_.domain, r_.lease, &conflict)) {
+    case LockResult::kOk:
+      break;
+    case LockResult::kConflict:
+      return Error(EAGAIN, "conflicts with a " + LeaseName(conflict.type) + " lease of " + conflict.domain +
+                               " (session " + std::to_string(conflict.who.session) + ")");
+    case LockResult::kNoLocks:
+      return Error(ENOLCK,
+                   "too many locks, share reservations and leases (head.max_locks, "
+                   "head.max_locks_per_session)");
+  }
+  if (s_.ended.load()) {
     locks_.ReleaseSession(s_.serial);
     return Error(EBADF, "the session has ended (goodbye)");
   }
@@ -815,7 +906,7 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
     return out;
   }
   std::shared_ptr<cache::DataCache> c = CacheFor(d);
-  Exec(*d.domain, *c, d.write_verifier, locks_, parents_, session, r, out).Run();
+  Exec(*d.domain, *c, d.write_verifier, locks_, recaller_, parents_, session, r, out).Run();
   return out;
 }
 

@@ -61,7 +61,11 @@ struct HeadSession {
   const uint64_t serial;
   Mutex mu;
   std::map<std::pair<uint32_t, uint64_t>, std::set<uint64_t>> opens GUARDED_BY(mu);  // file -> open ids
-  std::atomic<bool> ended{false};                                                    // set under mu by EndSession
+  // Its coherence domain (the HELLO's client name, set before any request
+  // runs): leases are recalled only for operations of another domain
+  // (daemon/locks.h).
+  std::string domain;
+  std::atomic<bool> ended{false};  // set under mu by EndSession
 };
 
 // The parent of each directory, cached for the scope check. A directory
@@ -114,6 +118,9 @@ struct HeadDomain {
 class HeadService {
  public:
   using DomainSource = std::function<HeadDomain()>;
+  // Sends RECALL to a session (on one of its connections); false when it
+  // has none open (the lease is then revoked at its deadline).
+  using Recaller = std::function<bool(uint64_t session, const proto::Recall&)>;
   explicit HeadService(DomainSource domain, LockLimits locks = {}, cache::DataCacheOptions cache = {})
       : domain_(std::move(domain)), locks_(locks), cache_options_(cache) {}
   ~HeadService();
@@ -126,6 +133,8 @@ class HeadService {
   void EndSession(HeadSession& session);
   // The write verifier now (HELLO tells it): 0 while no domain is open.
   uint64_t WriteVerifier() const;
+  // How RECALL reaches a session: set by the transport before it serves.
+  void SetRecaller(Recaller r) { recaller_ = std::move(r); }
 
   const LockTable& locks() const { return locks_; }
   LockTable& locks() { return locks_; }  // for tests: a holder that is no session
@@ -141,6 +150,7 @@ class HeadService {
   std::shared_ptr<cache::DataCache> CacheFor(const HeadDomain& d);
 
   DomainSource domain_;
+  Recaller recaller_;
   LockTable locks_;
   DirParents parents_;
   const cache::DataCacheOptions cache_options_;

@@ -1757,6 +1757,100 @@ TEST_F(HeadTest, ShareReservationsAreTakenAgainAfterRestart) {
   nasgw_client_close(other);
 }
 
+// Recalls a lease holder receives, for a test to wait on.
+struct Recalls {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::tuple<uint64_t, uint64_t, uint32_t>> got;  // ino, owner, break_to
+  static void On(void* arg, uint32_t, uint64_t ino, uint64_t owner, uint32_t break_to) {
+    auto* r = static_cast<Recalls*>(arg);
+    std::lock_guard<std::mutex> l(r->mu);
+    r->got.emplace_back(ino, owner, break_to);
+    r->cv.notify_all();
+  }
+  bool WaitFor(size_t n) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, std::chrono::seconds(20), [&] { return got.size() >= n; });
+  }
+};
+
+// A lease held by one head (a client named "smbd") is recalled when
+// another head writes, changes the size or reads under a write lease; the
+// operation fails with EINPROGRESS (or, with recall_wait_ms, waits) until
+// the holder gives back what it needs.
+TEST_F(HeadTest, LeasesAreRecalledBeforeAnotherHeadProceeds) {
+  constexpr uint32_t LR = NASGW_LEASE_READ, LW = NASGW_LEASE_READ | NASGW_LEASE_WRITE;
+  nasgw_attr f = Create(root_.handle, "leased", NASGW_TYPE_REG, 0666);
+  Recalls recalls;
+  nasgw_client_options co{};
+  co.socket_path = socket_.c_str();
+  co.client_name = "smbd";
+  co.recall = &Recalls::On;
+  co.recall_arg = &recalls;
+  nasgw_client* holder = nullptr;
+  ASSERT_EQ(nasgw_client_open(&co, &holder), 0) << nasgw_client_last_message();
+  nasgw_client* same = OpenClient("smbd");  // the holder's domain: its head arbitrates
+  ASSERT_NE(same, nullptr);
+  ASSERT_EQ(nasgw_lease(holder, &kRoot, &f.handle, 7, LW), 0) << nasgw_client_last_message();
+  ASSERT_EQ(nasgw_lease(holder, &kRoot, &f.handle, 7, LW), 0);  // again: the same
+  const char data[] = "from-another-head";
+  EXPECT_EQ(nasgw_write(same, &kRoot, &f.handle, 0, data, 4, NASGW_FILE_SYNC, nullptr), 4)
+      << "the holder's own domain is not held up";
+  EXPECT_TRUE(recalls.got.empty());
+  // Another head (client_, "head_test") reads: a write lease is in the way.
+  char buf[64];
+  int eof = 0;
+  EXPECT_EQ(nasgw_read(client_, &kRoot, &f.handle, 0, buf, sizeof(buf), &eof), -EINPROGRESS);
+  EXPECT_NE(std::string(nasgw_client_last_message()).find("being recalled"), std::string::npos)
+      << nasgw_client_last_message();
+  ASSERT_TRUE(recalls.WaitFor(1));
+  EXPECT_EQ(recalls.got[0], std::make_tuple(f.handle.ino, uint64_t{7}, LR)) << "recalled to read";
+  EXPECT_EQ(nasgw_read(client_, &kRoot, &f.handle, 0, buf, sizeof(buf), &eof), -EINPROGRESS) << "still";
+  ASSERT_EQ(nasgw_lease(holder, &kRoot, &f.handle, 7, LR), 0);  // gives back writing
+  EXPECT_EQ(nasgw_read(client_, &kRoot, &f.handle, 0, buf, sizeof(buf), &eof), 4);
+  EXPECT_EQ(recalls.got.size(), 1u) << "recalled once";
+  // A write (and a truncation) needs the read lease back too.
+  EXPECT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, data, sizeof(data), NASGW_FILE_SYNC, nullptr), -EINPROGRESS);
+  nasgw_sattr trunc{};
+  trunc.mask = NASGW_SET_SIZE;
+  EXPECT_EQ(nasgw_setattr(client_, &kRoot, &f.handle, &trunc, nullptr), -EINPROGRESS);
+  ASSERT_TRUE(recalls.WaitFor(2));
+  EXPECT_EQ(recalls.got[1], std::make_tuple(f.handle.ino, uint64_t{7}, 0u));
+  // With recall_wait_ms the writer's library waits: it goes on once the
+  // holder releases (here, from the recall's own thread... of the test).
+  nasgw_client_options wo{};
+  wo.socket_path = socket_.c_str();
+  wo.client_name = "fuse";
+  wo.recall_wait_ms = 20000;
+  nasgw_client* waiter = nullptr;
+  ASSERT_EQ(nasgw_client_open(&wo, &waiter), 0);
+  auto written = std::async(std::launch::async, [&] {
+    return nasgw_write(waiter, &kRoot, &f.handle, 0, data, sizeof(data), NASGW_FILE_SYNC, nullptr);
+  });
+  EXPECT_EQ(written.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout) << "held up by the lease";
+  ASSERT_EQ(nasgw_lease(holder, &kRoot, &f.handle, 7, 0), 0);  // released
+  EXPECT_EQ(written.get(), int64_t{sizeof(data)}) << nasgw_client_last_message();
+  const int64_t got = nasgw_read(client_, &kRoot, &f.handle, 0, buf, sizeof(buf), &eof);
+  ASSERT_EQ(got, int64_t{sizeof(data)});
+  EXPECT_EQ(std::string(buf, got), std::string(data, sizeof(data)));
+  EXPECT_TRUE(service_->locks().Leases({f.handle.volume, f.handle.ino}).empty());
+  // Checks: regular files, permissions, bad types, conflicts between heads.
+  nasgw_attr d = Create(root_.handle, "ldir", NASGW_TYPE_DIR, 0755);
+  EXPECT_EQ(nasgw_lease(holder, &kRoot, &d.handle, 1, LR), -EINVAL);
+  EXPECT_EQ(nasgw_lease(holder, &kRoot, &f.handle, 1, NASGW_LEASE_WRITE), -EINVAL);
+  nasgw_attr p = Create(root_.handle, "private", NASGW_TYPE_REG, 0600);
+  const nasgw_cred alice{1000, 100, 0, nullptr};
+  EXPECT_EQ(nasgw_lease(holder, &alice, &p.handle, 1, LR), -EACCES);
+  ASSERT_EQ(nasgw_lease(client_, &kRoot, &f.handle, 1, LR), 0);
+  EXPECT_EQ(nasgw_lease(holder, &kRoot, &f.handle, 2, LW), -EAGAIN) << "another head holds a read lease";
+  ASSERT_EQ(nasgw_lease(holder, &kRoot, &f.handle, 2, LR), 0) << "readers agree";
+  // A holder that closes gives its leases back.
+  nasgw_client_close(holder);
+  EXPECT_EQ(service_->locks().Leases({f.handle.volume, f.handle.ino}).size(), 1u);
+  nasgw_client_close(waiter);
+  nasgw_client_close(same);
+}
+
 TEST_F(HeadTest, LockArgumentsAndFiles) {
   nasgw_attr f = Create(root_.handle, "args", NASGW_TYPE_REG, 0600);
   nasgw_attr d = Create(root_.handle, "adir", NASGW_TYPE_DIR, 0755);

@@ -1,5 +1,7 @@
 #include "daemon/locks.h"
 
+#include <algorithm>
+
 #include "base/assert.h"
 #include "base/mutex.h"
 
@@ -12,11 +14,16 @@ namespace {
 // Erases the entries of one session from a map keyed by LockOwner (sorted
 // by session first, so they are one run).
 template <typename Map>
-void EraseSession(Map& m, uint64_t session) {
+size_t EraseSession(Map& m, uint64_t session) {
   auto first = m.lower_bound(LockOwner{session, 0});
   auto last = first;
-  while (last != m.end() && last->first.session == session) ++last;
+  size_t n = 0;
+  while (last != m.end() && last->first.session == session) {
+    ++last;
+    n++;
+  }
   m.erase(first, last);
+  return n;
 }
 
 }  // namespace
@@ -141,6 +148,98 @@ bool LockTable::Test(const LockFile& file, const LockOwner& who, const LockRange
   return f != files_.end() && FindConflict(f->second, who, lock, conflict);
 }
 
+namespace {
+
+// Whether an operation (write: changes data or size) or a new lease
+// (write: kLeaseWrite) contends with a held lease of type `held`.
+bool Contends(bool write, uint32_t held) {
+  return write || (held & proto::kLeaseWrite) != 0;
+}
+
+}  // namespace
+
+LockResult LockTable::SetLease(const LockFile& file, const LockOwner& who, const std::string& domain, uint32_t type,
+                               HeldLease* conflict) {
+  NASGW_ASSERT(proto::LeaseTypeOk(type));
+  MutexLock l(mu_);
+  auto fit = files_.find(file);
+  if (fit == files_.end() && type == 0) return LockResult::kOk;
+  if (type != 0 && fit != files_.end()) {
+    for (const auto& [owner, held] : fit->second.leases) {
+      if (owner == who || held.domain == domain) continue;
+      if (Contends((type & proto::kLeaseWrite) != 0, held.type)) {
+        if (conflict != nullptr) {
+          *conflict = {owner, held.type, held.domain, held.recalled_ns != 0, held.break_to};
+        }
+        return LockResult::kConflict;
+      }
+    }
+  }
+  File& f = files_[file];
+  auto it = f.leases.find(who);
+  const size_t before = it == f.leases.end() ? 0 : 1;
+  if (!Account(file, who, before, type == 0 ? 0 : 1)) {
+    if (f.empty()) files_.erase(file);
+    return LockResult::kNoLocks;
+  }
+  if (type == 0) {
+    if (it != f.leases.end()) {
+      f.leases.erase(it);
+      leases_--;
+    }
+    if (f.empty()) files_.erase(file);
+    return LockResult::kOk;
+  }
+  if (it == f.leases.end()) {
+    f.leases[who] = Lease{type, domain, 0, 0};
+    leases_++;
+    return LockResult::kOk;
+  }
+  Lease& lease = it->second;
+  lease.type = type;
+  lease.domain = domain;
+  if (lease.recalled_ns != 0 && (type & ~lease.break_to) == 0) lease.recalled_ns = 0;  // given back
+  return LockResult::kOk;
+}
+
+bool LockTable::Contend(const LockFile& file, const std::string& domain, bool write, uint64_t now_ns,
+                        std::vector<RecallNote>* recall, std::vector<HeldLease>* revoked) {
+  if (leases_.load() == 0) return false;
+  MutexLock l(mu_);
+  auto fit = files_.find(file);
+  if (fit == files_.end()) return false;
+  File& f = fit->second;
+  bool wait = false;
+  const uint64_t timeout_ns = static_cast<uint64_t>(limits_.lease_break_ms) * 1'000'000;
+  for (auto it = f.leases.begin(); it != f.leases.end();) {
+    Lease& lease = it->second;
+    if (lease.domain == domain || !Contends(write, lease.type)) {
+      ++it;
+      continue;
+    }
+    const uint32_t break_to = write ? 0 : proto::kLeaseRead;
+    if (lease.recalled_ns == 0) {
+      lease.recalled_ns = std::max<uint64_t>(now_ns, 1);
+      lease.break_to = break_to;
+      recall->push_back({it->first, break_to});
+    } else if (now_ns - lease.recalled_ns > timeout_ns) {
+      revoked->push_back({it->first, lease.type, lease.domain, true, lease.break_to});
+      const LockOwner who = it->first;
+      it = f.leases.erase(it);
+      leases_--;
+      const bool accounted = Account(file, who, 1, 0);  // a removal always fits
+      NASGW_ASSERT(accounted);
+      continue;
+    } else {
+      lease.break_to &= break_to;  // a write after a read's recall: nothing may stay
+    }
+    wait = true;
+    ++it;
+  }
+  if (f.empty()) files_.erase(fit);
+  return wait;
+}
+
 void LockTable::ReleaseSession(uint64_t session) {
   MutexLock l(mu_);
   auto s = sessions_.find(session);
@@ -151,6 +250,7 @@ void LockTable::ReleaseSession(uint64_t session) {
     // Owners sort by session first: the session's owners are one run.
     EraseSession(f->second.owners, session);
     EraseSession(f->second.shares, session);
+    leases_ -= EraseSession(f->second.leases, session);
     if (f->second.empty()) files_.erase(f);
     total_ -= n;
   }
@@ -175,6 +275,17 @@ std::vector<HeldLock> LockTable::Locks(const LockFile& file) const {
   if (f == files_.end()) return out;
   for (const auto& [owner, ranges] : f->second.owners) {
     for (const LockRange& r : ranges) out.push_back({owner, r});
+  }
+  return out;
+}
+
+std::vector<HeldLease> LockTable::Leases(const LockFile& file) const {
+  MutexLock l(mu_);
+  std::vector<HeldLease> out;
+  auto f = files_.find(file);
+  if (f == files_.end()) return out;
+  for (const auto& [owner, lease] : f->second.leases) {
+    out.push_back({owner, lease.type, lease.domain, lease.recalled_ns != 0, lease.break_to});
   }
   return out;
 }

@@ -25,7 +25,21 @@
 // deny: the Windows rule (IoCheckShareAccess) and NFSv4's (RFC 8881
 // 9.7). Like locks they end with the owner's release or the session.
 //
-// Bounded: at most `per_session` ranges (a share reservation counts as one)
+// Leases (SMB oplocks and leases, NFSv4 delegations): what a head lets its
+// client cache, read (kLeaseRead) or read and write (with kLeaseWrite). An
+// owner holds at most one per file; setting one replaces it, 0 releases it.
+// Leases belong to a coherence domain: the heads that arbitrate caching
+// among themselves (every smbd process of a node shares locking.tdb; one
+// Ganesha arbitrates its clients). An operation of another domain contends
+// with them (Contend): a write with every lease, a read with write leases.
+// A contended lease is recalled once (its holder is told, through the head
+// protocol's RECALL, to give back what the operation needs) and the
+// operation waits (the head retries) until the holder releases or
+// downgrades it; one not given back within `lease_break_ms` of its recall
+// is revoked. Two leases of different domains conflict as an operation
+// would: a new one that does is refused (SetLease).
+//
+// Bounded: at most `per_session` ranges (a share reservation or a lease counts as one)
 // per session and `total` in the table; an operation that would go past
 // either (a lock, a new reservation, or an unlock that splits a range) is
 // refused with kNoLocks (ENOLCK, as fcntl).
@@ -37,10 +51,12 @@
 // Thread-safe: one mutex, a leaf (held alone, and nothing is called under it).
 #pragma once
 
+#include <atomic>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -55,6 +71,10 @@ namespace nasgw::daemon {
 struct LockLimits {
   uint32_t total = kHeadLocksDefault;
   uint32_t per_session = kHeadLocksPerSessionDefault;
+  // How long a recalled lease may take to come back before it is revoked:
+  // longer than Samba's own lease break timeout (35 s), which downgrades
+  // a silent SMB client first.
+  uint32_t lease_break_ms = 40000;
 };
 
 struct LockOwner {
@@ -82,6 +102,21 @@ struct HeldShare {
   ShareMode mode;
 };
 
+struct HeldLease {
+  LockOwner who;
+  uint32_t type = 0;   // proto::kLeaseRead, with kLeaseWrite or not
+  std::string domain;  // its coherence domain
+  bool recalled = false;
+  uint32_t break_to = 0;  // when recalled: what it may keep
+};
+
+// A lease an operation contends with, to be recalled: tell `who` to give
+// back all but `break_to`.
+struct RecallNote {
+  LockOwner who;
+  uint32_t break_to = 0;
+};
+
 enum class LockResult {
   kOk,
   kConflict,  // another owner holds a conflicting lock (EAGAIN)
@@ -103,19 +138,42 @@ class LockTable {
   // releases it). On kConflict, *conflict (if given) is a reservation of
   // another owner that `mode` conflicts with; nothing changed.
   LockResult Share(const LockFile& file, const LockOwner& who, ShareMode mode, HeldShare* conflict);
-  // Releases every lock and share reservation of the session.
+  // Sets who's lease on `file` (type 0 releases it; a release never fails).
+  // kConflict when another domain's lease conflicts (*conflict, if given,
+  // is one): nothing changed. A lease that gives back what its recall asked
+  // for is no longer being recalled.
+  LockResult SetLease(const LockFile& file, const LockOwner& who, const std::string& domain, uint32_t type,
+                      HeldLease* conflict);
+  // An operation of `domain` on `file` (`write`: it changes the data or the
+  // size, or opens for writing; else it reads): whether it must wait for a
+  // lease of another domain. Leases it contends with that were not yet
+  // recalled are marked recalled at `now_ns` and added to *recall; leases
+  // recalled more than lease_break_ms before `now_ns` are revoked (removed)
+  // and added to *revoked, and do not hold it up.
+  bool Contend(const LockFile& file, const std::string& domain, bool write, uint64_t now_ns,
+               std::vector<RecallNote>* recall, std::vector<HeldLease>* revoked);
+  // Releases every lock, share reservation and lease of the session.
   void ReleaseSession(uint64_t session);
 
   size_t size() const;                                        // ranges held, all sessions
   size_t SessionSize(uint64_t session) const;                 // ranges held by one session
   std::vector<HeldLock> Locks(const LockFile& file) const;    // by owner, then start
   std::vector<HeldShare> Shares(const LockFile& file) const;  // by owner
+  std::vector<HeldLease> Leases(const LockFile& file) const;  // by owner
+  size_t LeaseCount() const { return leases_.load(); }
 
  private:
+  struct Lease {
+    uint32_t type = 0;
+    std::string domain;
+    uint64_t recalled_ns = 0;  // 0: not being recalled
+    uint32_t break_to = 0;
+  };
   struct File {
     std::map<LockOwner, std::vector<proto::LockRange>> owners;  // never an empty vector
     std::map<LockOwner, ShareMode> shares;                      // never access 0 with deny 0
-    bool empty() const { return owners.empty() && shares.empty(); }
+    std::map<LockOwner, Lease> leases;                          // never type 0
+    bool empty() const { return owners.empty() && shares.empty() && leases.empty(); }
   };
   struct Session {
     size_t ranges = 0;                 // and share reservations
@@ -136,6 +194,9 @@ class LockTable {
   std::map<LockFile, File> files_ GUARDED_BY(mu_);
   std::map<uint64_t, Session> sessions_ GUARDED_BY(mu_);
   size_t total_ GUARDED_BY(mu_) = 0;
+  // Leases held, all files: read without mu_ so that reads and writes of
+  // a table without leases (the common case) skip the lock.
+  std::atomic<size_t> leases_{0};
 };
 
 }  // namespace nasgw::daemon

@@ -190,6 +190,77 @@ TEST(LockTable, ShareReservationsCountAgainstTheLimits) {
   EXPECT_EQ(t.size(), 3u);
 }
 
+constexpr uint32_t LR = proto::kLeaseRead, LW = proto::kLeaseRead | proto::kLeaseWrite;
+
+// Leases: an operation of another domain contends (a write with any lease,
+// a read with a write lease); each lease is recalled once; the operation
+// waits until the holder gives back what it needs.
+TEST(LockTable, LeasesAreRecalledForOtherDomainsOnly) {
+  LockTable t(LockLimits{100, 100, 1000});
+  std::vector<RecallNote> recall;
+  std::vector<HeldLease> revoked;
+  ASSERT_EQ(t.SetLease(kFile, kA, "smbd", LW, nullptr), LockResult::kOk);
+  EXPECT_EQ(t.LeaseCount(), 1u);
+  // The holder's domain (another smbd process, kB) is its head's business.
+  EXPECT_FALSE(t.Contend(kFile, "smbd", true, 1, &recall, &revoked));
+  EXPECT_TRUE(recall.empty());
+  // Another domain's read contends with a write lease: recalled to read.
+  EXPECT_TRUE(t.Contend(kFile, "ganesha", false, 10, &recall, &revoked));
+  ASSERT_EQ(recall.size(), 1u);
+  EXPECT_EQ(recall[0].who, kA);
+  EXPECT_EQ(recall[0].break_to, LR);
+  recall.clear();
+  // Asked again: still waiting, recalled only once.
+  EXPECT_TRUE(t.Contend(kFile, "ganesha", false, 20, &recall, &revoked));
+  EXPECT_TRUE(recall.empty());
+  // The holder downgrades to read: the read goes on, a write still waits
+  // (the recall now asks for everything: no second note, the same recall).
+  ASSERT_EQ(t.SetLease(kFile, kA, "smbd", LR, nullptr), LockResult::kOk);
+  EXPECT_FALSE(t.Contend(kFile, "ganesha", false, 30, &recall, &revoked));
+  EXPECT_TRUE(t.Contend(kFile, "ganesha", true, 40, &recall, &revoked));
+  ASSERT_EQ(recall.size(), 1u) << "a read lease met by a write is recalled anew";
+  EXPECT_EQ(recall[0].break_to, 0u);
+  recall.clear();
+  ASSERT_EQ(t.SetLease(kFile, kA, "smbd", 0, nullptr), LockResult::kOk);
+  EXPECT_FALSE(t.Contend(kFile, "ganesha", true, 50, &recall, &revoked));
+  EXPECT_EQ(t.LeaseCount(), 0u);
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_TRUE(revoked.empty());
+  // Read leases of two domains agree; a write lease meets both.
+  ASSERT_EQ(t.SetLease(kFile, kA, "smbd", LR, nullptr), LockResult::kOk);
+  ASSERT_EQ(t.SetLease(kFile, kB, "ganesha", LR, nullptr), LockResult::kOk);
+  HeldLease c;
+  EXPECT_EQ(t.SetLease(kFile, kA2, "smbd", LW, &c), LockResult::kConflict);
+  EXPECT_EQ(c.who, kB);
+  EXPECT_EQ(c.domain, "ganesha");
+  EXPECT_EQ(t.Leases(kFile).size(), 2u);
+  t.ReleaseSession(1);
+  t.ReleaseSession(2);
+  EXPECT_EQ(t.LeaseCount(), 0u);
+  EXPECT_TRUE(t.Leases(kFile).empty());
+}
+
+// A recalled lease not given back within lease_break_ms is revoked: the
+// operation goes on, and the revocation is reported once.
+TEST(LockTable, AnUnansweredRecallRevokesTheLease) {
+  LockTable t(LockLimits{100, 100, 1000});
+  std::vector<RecallNote> recall;
+  std::vector<HeldLease> revoked;
+  ASSERT_EQ(t.SetLease(kFile, kA, "smbd", LR, nullptr), LockResult::kOk);
+  const uint64_t ms = 1'000'000;
+  EXPECT_TRUE(t.Contend(kFile, "fuse", true, 5 * ms, &recall, &revoked));
+  EXPECT_EQ(recall.size(), 1u);
+  EXPECT_TRUE(t.Contend(kFile, "fuse", true, 1005 * ms, &recall, &revoked)) << "1000 ms: not past yet";
+  EXPECT_TRUE(revoked.empty());
+  EXPECT_FALSE(t.Contend(kFile, "fuse", true, 1006 * ms, &recall, &revoked));
+  ASSERT_EQ(revoked.size(), 1u);
+  EXPECT_EQ(revoked[0].who, kA);
+  EXPECT_TRUE(t.Leases(kFile).empty());
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_EQ(t.SessionSize(1), 0u);
+  EXPECT_EQ(t.LeaseCount(), 0u);
+}
+
 TEST(LockTable, AgreesWithAByteModel) {
   constexpr uint64_t kBytes = 32;
   const LockOwner owners[] = {{1, 1}, {1, 2}, {2, 1}, {3, 9}};

@@ -162,6 +162,14 @@ Status CheckFlags(uint32_t flags, uint32_t allowed) {
   return Status();
 }
 
+}  // namespace
+
+bool LeaseTypeOk(uint32_t t) {
+  return t == 0 || t == kLeaseRead || t == (kLeaseRead | kLeaseWrite);
+}
+
+namespace {
+
 bool LockTypeOk(uint32_t t) {
   return t == kLockRead || t == kLockWrite;
 }
@@ -254,6 +262,10 @@ const char* OpName(Op op) {
       return "testlock";
     case Op::kShare:
       return "share";
+    case Op::kLease:
+      return "lease";
+    case Op::kRecall:
+      return "recall";
   }
   return "?";
 }
@@ -287,6 +299,8 @@ bool Idempotent(Op op) {
     case Op::kUnlock:   // unlocking nothing is fine
     case Op::kTestLock:
     case Op::kShare:  // it sets the owner's reservation: a resend sets the same
+    case Op::kLease:  // the same
+    case Op::kRecall:
       return true;
     case Op::kCreate:  // a resend could report EEXIST for its own create
     case Op::kLink:
@@ -462,6 +476,13 @@ std::string EncodeRequest(const Request& r) {
       e.U32(r.share_access);
       e.U32(r.share_deny);
       break;
+    case Op::kLease:
+      PutHandle(e, r.h);
+      e.U64(r.owner);
+      e.U32(r.lease);
+      break;
+    case Op::kRecall:
+      break;  // not a request: DecodeRequest refuses it
   }
   return e.Release();
 }
@@ -688,6 +709,14 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
         s = Bad("unknown share deny bits");
       }
       break;
+    case Op::kLease:
+      r.h = GetHandle(d);
+      r.owner = d.U64();
+      r.lease = d.U32();
+      if (d.ok() && !LeaseTypeOk(r.lease)) s = Bad("lease type must be 0, 1 (read) or 3 (read and write)");
+      break;
+    case Op::kRecall:
+      return Bad("recall is nasgwd's notice, not a request");
   }
   if (!s.ok()) return s;
   if (!d.ok()) return Bad(std::string("truncated ") + OpName(op) + " request");
@@ -752,6 +781,8 @@ std::string EncodeReply(Op op, const Reply& r) {
     case Op::kLock:
     case Op::kUnlock:
     case Op::kShare:
+    case Op::kLease:
+    case Op::kRecall:
       break;
     case Op::kTestLock:
       PutLock(e, r.lock);
@@ -853,6 +884,8 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
     case Op::kLock:
     case Op::kUnlock:
     case Op::kShare:
+    case Op::kLease:
+    case Op::kRecall:
       break;
     case Op::kTestLock:
       r.lock = GetLock(d, /*none_ok=*/true, ok);
@@ -947,6 +980,27 @@ std::string EncodeLockDenied(std::string_view message, const LockInfo& conflict)
   e.Str16(message.substr(0, kMessageMax));
   PutLock(e, conflict);
   return e.Release();
+}
+
+std::string EncodeRecall(const Recall& r) {
+  Encoder e;
+  e.U32(r.volume);
+  e.U64(r.ino);
+  e.U64(r.owner);
+  e.U32(r.break_to);
+  return e.Release();
+}
+
+Result<Recall> DecodeRecall(std::string_view payload) {
+  Decoder d(payload);
+  Recall r;
+  r.volume = d.U32();
+  r.ino = d.U64();
+  r.owner = d.U64();
+  r.break_to = d.U32();
+  if (!d.ok() || !d.done()) return Bad("malformed recall");
+  if (r.break_to != 0 && r.break_to != kLeaseRead) return Bad("recall's break_to must be 0 or 1 (read)");
+  return r;
 }
 
 Result<LockInfo> DecodeLockDenied(std::string_view payload) {

@@ -199,6 +199,10 @@ enum class Op : uint16_t {
   kUnlock = 51,
   kTestLock = 52,
   kShare = 53,  // share reservations (SMB share modes, NFSv4 share_access/share_deny)
+  kLease = 54,  // caching leases (SMB oplocks and leases, NFSv4 delegations)
+  // nasgwd's notice to a lease holder (a frame with id 0, never a request):
+  // another head's operation needs the lease given back.
+  kRecall = 55,
 };
 const char* OpName(Op op);  // "?" for an unknown value
 bool KnownOp(uint16_t op);
@@ -257,6 +261,12 @@ constexpr uint32_t kLockFlagsAll = 0;
 // (deny), each a set of these bits. access 0 and deny 0: release.
 constexpr uint32_t kShareRead = 1, kShareWrite = 2, kShareDelete = 4;
 constexpr uint32_t kShareAll = kShareRead | kShareWrite | kShareDelete;
+// LEASE types, and RECALL's break_to: what the holder may cache. kLeaseRead:
+// reads (an SMB R lease, a level II oplock, an NFSv4 read delegation);
+// kLeaseWrite (always with kLeaseRead): writes too (RW leases, exclusive
+// and batch oplocks, write delegations). 0: nothing (a release).
+constexpr uint32_t kLeaseRead = 1, kLeaseWrite = 2;
+bool LeaseTypeOk(uint32_t t);  // 0, kLeaseRead, or both
 
 using SessionId = std::array<uint8_t, 16>;
 
@@ -287,6 +297,8 @@ struct Request {
   // SHARE (with `owner`): the open's access and deny bits (kShare*).
   uint32_t share_access = 0;
   uint32_t share_deny = 0;
+  // LEASE (with `owner`): the lease type (kLease*; 0 releases).
+  uint32_t lease = 0;
   uint64_t length = 0;
   std::string_view data;  // WRITE bytes, in place in the payload
   // A well-formed request whose values the file system refuses (a name
@@ -375,6 +387,17 @@ std::string DecodeError(std::string_view payload);  // best effort, never fails
 // A LOCK refused with EAGAIN: the message, then the conflicting lock (its
 // type is 1 or 2). Decoding is strict.
 std::string EncodeLockDenied(std::string_view message, const LockInfo& conflict);
+
+// RECALL's payload: u32 volume, u64 inode, u64 owner (the lease holder's,
+// as its LEASE named it), u32 break_to (what it may keep: 0 or kLeaseRead).
+struct Recall {
+  uint32_t volume = 0;
+  uint64_t ino = 0;
+  uint64_t owner = 0;
+  uint32_t break_to = 0;
+};
+std::string EncodeRecall(const Recall& r);
+Result<Recall> DecodeRecall(std::string_view payload);
 Result<LockInfo> DecodeLockDenied(std::string_view payload);
 
 }  // namespace nasgw::proto

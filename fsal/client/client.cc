@@ -62,7 +62,11 @@ struct Call {
   uint32_t rlen = 0;
   uint64_t deadline_ns = 0;  // for a call waiting for a connection
   uint32_t resends = 0;      // times it was sent again after a broken connection
-  int invalid = 0;           // an errno when the request fails the codec's own checks
+  // EINPROGRESS (a lease being recalled) with recall_wait_ms: when it gives
+  // up, and how many times it was sent again.
+  uint64_t recall_deadline_ns = 0;
+  uint32_t recall_tries = 0;
+  int invalid = 0;  // an errno when the request fails the codec's own checks
   std::string invalid_why;
   // WRITE with NASGW_HOLD_UNSTABLE: held until an FSYNC covers it. FSYNC:
   // the hold sequence when it was made (it covers the holds up to there).
@@ -116,16 +120,32 @@ struct LockedFile {
   std::map<uint64_t, OwnerLocks> owners;  // by owner; never empty ranges unless lost
 };
 
-// A share reservation this client holds (nasgw_share), as nasgwd granted it.
+// What this client holds per (file, owner) that nasgwd forgets with the
+// session and the client sets again after a restart: share reservations
+// (nasgw_share) and leases (nasgw_lease), as nasgwd granted them.
 struct HeldShare {
   proto::Creds creds;
   uint32_t access = 0;
   uint32_t deny = 0;
+  static constexpr Op kOp = Op::kShare;
+  void Fill(proto::Request& r) const {
+    r.share_access = access;
+    r.share_deny = deny;
+  }
 };
-struct SharedFile {
+struct HeldLease {
+  proto::Creds creds;
+  uint32_t type = 0;
+  static constexpr Op kOp = Op::kLease;
+  void Fill(proto::Request& r) const { r.lease = type; }
+};
+template <typename T>
+struct HeldOnFile {
   proto::Handle handle;
-  std::map<uint64_t, HeldShare> owners;  // never empty
+  std::map<uint64_t, T> owners;  // never empty
 };
+template <typename T>
+using HeldFiles = std::map<std::pair<uint32_t, uint64_t>, HeldOnFile<T>>;
 
 // Errors with which nasgwd refuses a lock for good (it stays lost); any
 // other error while re-locking is nasgwd not being ready, and the next
@@ -156,7 +176,9 @@ class Conn {
   // session; false when the connection must be dropped (and tried again).
   // REQUIRES(client_->open_mu), annotated at the definition (Client is defined below).
   bool Relock(const Exchange& exchange, uint64_t& id, const std::string& error_payload);
-  bool Reshare(const Exchange& exchange, uint64_t& id, const std::string& error_payload);
+  template <typename T>
+  bool Retake(HeldFiles<T>& files, const char* what, const Exchange& exchange, uint64_t& id,
+              const std::string& error_payload);
   bool ReadReplies();
   void Fail();
   // Notes why this connection could not be made (errno, message), for the
@@ -195,6 +217,8 @@ class Client {
   CondVar cv;
   std::deque<CallPtr> waiting GUARDED_BY(mu);  // no connection up
   std::deque<CallPtr> outbox GUARDED_BY(mu);   // for the sender thread
+  // Calls to send again at a time (EINPROGRESS, recall_wait_ms), by time.
+  std::multimap<uint64_t, CallPtr> delayed GUARDED_BY(mu);
   std::thread sender;
   bool closing GUARDED_BY(mu) = false;
   uint32_t up GUARDED_BY(mu) = 0;
@@ -234,7 +258,8 @@ class Client {
   Mutex open_mu ACQUIRED_BEFORE(mu);
   std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens GUARDED_BY(open_mu);
   std::map<std::pair<uint32_t, uint64_t>, LockedFile> locks GUARDED_BY(open_mu);
-  std::map<std::pair<uint32_t, uint64_t>, SharedFile> shares GUARDED_BY(open_mu);
+  HeldFiles<HeldShare> shares GUARDED_BY(open_mu);
+  HeldFiles<HeldLease> leases GUARDED_BY(open_mu);
   // Bumped (under open_mu) when opens and locks start being taken again on
   // a nasgwd that lost the session: a lock call that was out meanwhile may
   // have been granted by the old nasgwd and missed by the re-lock, so it is
@@ -359,16 +384,53 @@ class Client {
   void SenderLoop() {
     for (;;) {
       std::deque<CallPtr> batch;
+      std::vector<CallPtr> shut;
       {
         MutexLock l(mu);
-        cv.WaitFor(mu, std::chrono::milliseconds(100), [&]() REQUIRES(mu) { return closing || !outbox.empty(); });
+        uint64_t wait_ns = 100'000'000;
+        if (!delayed.empty()) {
+          const uint64_t now = MonotonicNanos();
+          wait_ns = std::min(wait_ns, delayed.begin()->first > now ? delayed.begin()->first - now : 0);
+        }
+        cv.WaitFor(mu, std::chrono::nanoseconds(wait_ns), [&]() REQUIRES(mu) { return closing || !outbox.empty(); });
         batch.swap(outbox);
-        if (closing && batch.empty()) break;
+        const uint64_t now = MonotonicNanos();
+        while (!delayed.empty() && (closing || delayed.begin()->first <= now)) {
+          (closing ? shut.push_back(delayed.begin()->second) : batch.push_back(delayed.begin()->second));
+          delayed.erase(delayed.begin());
+        }
+        if (closing && batch.empty() && shut.empty()) break;
       }
+      for (auto& c : shut) c->Complete(ESHUTDOWN, "client closing");
       for (auto& c : batch) Submit(c);
       Expire();
     }
     Expire();
+  }
+
+  // A call answered EINPROGRESS (another head's lease is being recalled):
+  // sent again later while recall_wait_ms allows, else answered.
+  void Recalling(const CallPtr& call, std::string why) {
+    const uint64_t now = MonotonicNanos();
+    if (opt.recall_wait_ms == 0) {
+      call->Complete(EINPROGRESS, std::move(why));
+      return;
+    }
+    if (call->recall_deadline_ns == 0) call->recall_deadline_ns = now + uint64_t{opt.recall_wait_ms} * 1'000'000;
+    if (now >= call->recall_deadline_ns) {
+      call->Complete(EINPROGRESS, std::move(why) + " (gave up after " + std::to_string(opt.recall_wait_ms) + " ms)");
+      return;
+    }
+    const uint64_t backoff_ms = std::min<uint64_t>(100, uint64_t{5} << std::min<uint32_t>(call->recall_tries, 5));
+    call->recall_tries++;
+    MutexLock l(mu);
+    if (closing) {
+      l.Unlock();
+      call->Complete(ESHUTDOWN, "client closing");
+      return;
+    }
+    delayed.emplace(now + backoff_ms * 1'000'000, call);
+    cv.NotifyAll();
   }
 
   // Fails waiting calls whose time ran out.
@@ -584,7 +646,9 @@ bool Conn::Connect() {
         }
       }
     }
-    if (!Relock(exchange, id, error_payload) || !Reshare(exchange, id, error_payload)) {
+    if (!Relock(exchange, id, error_payload) ||
+        !Retake(client_->shares, "share reservation", exchange, id, error_payload) ||
+        !Retake(client_->leases, "lease", exchange, id, error_payload)) {
       Forget(fd);
       return false;
     }
@@ -665,26 +729,25 @@ bool Conn::Relock(const Exchange& exchange, uint64_t& id, const std::string& err
   return true;
 }
 
-// Share reservations are taken again as locks are. One refused now
-// (another client's open took a conflicting reservation meanwhile) is
-// dropped with a WARN line: the head's open goes on without it.
-bool Conn::Reshare(const Exchange& exchange, uint64_t& id, const std::string& error_payload)
-    REQUIRES(client_->open_mu) {
-  auto& files = client_->shares;
+// Share reservations and leases are taken again as locks are. One
+// refused now (another head took a conflicting one meanwhile) is dropped
+// with a WARN line: the head goes on without it.
+template <typename T>
+bool Conn::Retake(HeldFiles<T>& files, const char* what, const Exchange& exchange, uint64_t& id,
+                  const std::string& error_payload) REQUIRES(client_->open_mu) {
   for (auto fit = files.begin(); fit != files.end();) {
-    SharedFile& file = fit->second;
+    HeldOnFile<T>& file = fit->second;
     bool gone = false;
     for (auto oit = file.owners.begin(); oit != file.owners.end();) {
       proto::Request q;
-      q.op = Op::kShare;
+      q.op = T::kOp;
+      oit->second.Fill(q);
       q.creds = oit->second.creds;
       q.h = file.handle;
       q.owner = oit->first;
-      q.share_access = oit->second.access;
-      q.share_deny = oit->second.deny;
       proto::Reply ignored;
       int err = 0;
-      if (!exchange(Op::kShare, proto::EncodeRequest(q), id++, &ignored, &err)) return false;
+      if (!exchange(q.op, proto::EncodeRequest(q), id++, &ignored, &err)) return false;
       if (err == ESTALE || err == ENOENT || err == EBADMSG) {
         gone = true;
         break;
@@ -694,7 +757,7 @@ bool Conn::Reshare(const Exchange& exchange, uint64_t& id, const std::string& er
         continue;
       }
       if (err != EBUSY && !LockRefused(err)) return false;  // not ready: the next connection retries
-      NASGW_LOG(kWarn, "client") << "share reservation lost: nasgwd lost the session and refused it again"
+      NASGW_LOG(kWarn, "client") << what << " lost: nasgwd lost the session and refused it again"
                                  << Kv("volume", fit->first.first) << Kv("ino", fit->first.second)
                                  << Kv("owner", oit->first) << Kv("errno", err)
                                  << Kv("why", proto::DecodeError(error_payload));
@@ -762,6 +825,20 @@ bool Conn::ReadReplies() {
       idle_closed_ = true;
       return false;
     }
+    if (h->id == 0 && h->op == Op::kRecall) {
+      // nasgwd wants a lease back: the head's callback, on this thread.
+      std::string p(h->length, '\0');
+      if (!ReadFull(fd, p.data(), p.size())) return false;
+      auto r = proto::DecodeRecall(p);
+      if (!r.ok()) return false;  // a broken stream
+      if (client_->opt.recall != nullptr) {
+        client_->opt.recall(client_->opt.recall_arg, r->volume, r->ino, r->owner, r->break_to);
+      } else {
+        NASGW_LOG(kDebug, "client") << "lease recall ignored (no recall callback)" << Kv("volume", r->volume)
+                                    << Kv("ino", r->ino) << Kv("owner", r->owner);
+      }
+      continue;
+    }
     CallPtr call;
     {
       MutexLock l(mu_);
@@ -788,6 +865,10 @@ bool Conn::ReadReplies() {
           return false;
         }
         call->reply.lock = *conflict;
+      }
+      if (h->status == EINPROGRESS) {
+        client_->Recalling(call, proto::DecodeError(p));
+        continue;
       }
       call->Complete(static_cast<int>(h->status), proto::DecodeError(p));
       continue;
@@ -1102,6 +1183,50 @@ CallPtr FsyncCall(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) 
   call->hold_seq = c->c->hold_seq;
   return call;
 }
+}  // namespace
+
+namespace {
+
+// Sets (or, with `release`, drops) what (file, owner) holds, in nasgwd and
+// in the client's record of it (taken again after a restart).
+template <typename T>
+int SetHeld(nasgw::client::Client& cl, nasgw::client::HeldFiles<T>& files, const nasgw_cred* cr, const nasgw_handle* h,
+            uint64_t owner, T value, bool release, const char* what) {
+  for (uint32_t attempt = 1;; attempt++) {
+    uint64_t epoch = 0;
+    {
+      nasgw::MutexLock l(cl.open_mu);
+      epoch = cl.relock_epoch;
+    }
+    auto call = Make(T::kOp, cr, h, [&](proto::Request& r) {
+      value.Fill(r);
+      r.owner = owner;
+    });
+    const int rc = cl.Sync(call);
+    if (rc != 0) return rc;
+    nasgw::MutexLock l(cl.open_mu);
+    if (cl.relock_epoch != epoch) {  // a re-take may have missed it: again
+      if (attempt < nasgw::client::kResendMax) continue;
+      nasgw::client::t_message = std::string("nasgwd lost the session under this ") + what + " call too many times";
+      return -EIO;
+    }
+    const std::pair<uint32_t, uint64_t> key{h->volume, h->ino};
+    if (release) {
+      auto f = files.find(key);
+      if (f != files.end()) {
+        f->second.owners.erase(owner);
+        if (f->second.owners.empty()) files.erase(f);
+      }
+      return 0;
+    }
+    auto& file = files[key];
+    file.handle = H(h);
+    value.creds = Creds(cr);
+    file.owners[owner] = std::move(value);
+    return 0;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -1603,39 +1728,22 @@ int nasgw_share(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, ui
     return -EINVAL;
   }
   nasgw::client::Client& cl = *c->c;
-  for (uint32_t attempt = 1;; attempt++) {
-    uint64_t epoch = 0;
-    {
-      nasgw::MutexLock l(cl.open_mu);
-      epoch = cl.relock_epoch;
-    }
-    auto call = Make(Op::kShare, cr, h, [&](proto::Request& r) {
-      r.owner = owner;
-      r.share_access = access;
-      r.share_deny = deny;
-    });
-    const int rc = cl.Sync(call);
-    if (rc != 0) return rc;
-    nasgw::MutexLock l(cl.open_mu);
-    if (cl.relock_epoch != epoch) {  // a re-share may have missed it: again
-      if (attempt < nasgw::client::kResendMax) continue;
-      nasgw::client::t_message = "nasgwd lost the session under this share call too many times";
-      return -EIO;
-    }
-    const std::pair<uint32_t, uint64_t> key{h->volume, h->ino};
-    if (access == 0 && deny == 0) {
-      auto f = cl.shares.find(key);
-      if (f != cl.shares.end()) {
-        f->second.owners.erase(owner);
-        if (f->second.owners.empty()) cl.shares.erase(f);
-      }
-      return 0;
-    }
-    auto& file = cl.shares[key];
-    file.handle = H(h);
-    file.owners[owner] = {Creds(cr), access, deny};
-    return 0;
+  nasgw::client::HeldShare v;
+  v.access = access;
+  v.deny = deny;
+  return SetHeld(cl, cl.shares, cr, h, owner, v, access == 0 && deny == 0, "share");
+}
+
+int nasgw_lease(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type) {
+  if (c == nullptr || h == nullptr) return -EINVAL;
+  if (!proto::LeaseTypeOk(type)) {
+    nasgw::client::t_message = "lease type must be 0, NASGW_LEASE_READ or NASGW_LEASE_READ | NASGW_LEASE_WRITE";
+    return -EINVAL;
   }
+  nasgw::client::Client& cl = *c->c;
+  nasgw::client::HeldLease v;
+  v.type = type;
+  return SetHeld(cl, cl.leases, cr, h, owner, v, type == 0, "lease");
 }
 
 int nasgw_unlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint64_t start,

@@ -180,6 +180,19 @@ typedef struct nasgw_client_options {
    * it, further held writes are held as a whole: no fsync releases them
    * until nasgwd's verifier changes, which then reports them lost. */
   uint32_t held_files_max;
+  /* Called when nasgwd recalls one of this client's leases (nasgw_lease):
+   * another head's operation needs all of it back (break_to 0) or all but
+   * reading (NASGW_LEASE_READ). On a connection's reader thread: it must
+   * not block, nor call the library synchronously; hand it to the head's
+   * own thread, which then releases or downgrades the lease. NULL: recalls
+   * are ignored (the lease is revoked at nasgwd's deadline). */
+  void (*recall)(void* arg, uint32_t volume, uint64_t ino, uint64_t owner, uint32_t break_to);
+  void* recall_arg;
+  /* A call that meets another head's lease being recalled (-EINPROGRESS):
+   * 0, it fails at once (the head retries: Ganesha answers NFS4ERR_DELAY,
+   * as knfsd does); else the library sends it again, backing off from 5
+   * to 100 ms, for up to this many ms, and then fails. */
+  uint32_t recall_wait_ms;
 } nasgw_client_options;
 
 /* Fails when no connection is up within connect_timeout_ms, with why the
@@ -366,6 +379,28 @@ int nasgw_testlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h,
  *
  * Restarts: kept and taken again like locks (above); one refused then is
  * dropped with a WARN line. */
+/* Leases, arbitrated by nasgwd across heads: what a head lets its client
+ * cache (an SMB oplock or lease, an NFSv4 delegation). (session, owner)
+ * holds at most one per file: NASGW_LEASE_READ, or NASGW_LEASE_READ |
+ * NASGW_LEASE_WRITE; a call replaces it, 0 releases it (never an error).
+ * An operation of another head (another client name: a head's sessions
+ * are one coherence domain) that a lease stands in the way of (a write or
+ * a change of size or an open for writing, for any lease; a read or an
+ * open for reading, for a write lease) makes nasgwd recall the lease (the
+ * recall callback, above) and fails with -EINPROGRESS until the holder
+ * gives back what it needs, or until nasgwd revokes the lease (40 s after
+ * the recall; its WARN line names it); recall_wait_ms retries it.
+ *
+ * Returns: 0; -EAGAIN when another head's lease conflicts with this one
+ * (it is not recalled: the caller does not take the lease); -EACCES
+ * without read permission (and write, for NASGW_LEASE_WRITE); -EINVAL for
+ * something that is not a regular file, or a bad type; -ENOLCK past the
+ * lock limits; -ESTALE for a deleted file. Taken again after a restart as
+ * share reservations are; one refused then is dropped with a WARN line. */
+#define NASGW_LEASE_READ 1u
+#define NASGW_LEASE_WRITE 2u
+int nasgw_lease(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type);
+
 #define NASGW_SHARE_READ 1u
 #define NASGW_SHARE_WRITE 2u
 #define NASGW_SHARE_DELETE 4u

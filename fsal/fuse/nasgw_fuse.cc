@@ -842,6 +842,9 @@ int Main(int argc, char** argv) {
     co.socket_path = socket.c_str();
     co.client_name = "fuse";
     co.connections = 4;
+    // A write that meets another head's lease (an SMB client's) waits while
+    // nasgwd recalls it: longer than nasgwd takes to revoke one (40 s).
+    co.recall_wait_ms = 60000;
     if (int rc = nasgw_client_open(&co, &m.client); rc != 0) {
       say(std::string(nasgw_client_last_message()) + " (" + std::strerror(-rc) + ")");
       return false;

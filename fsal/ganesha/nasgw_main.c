@@ -259,7 +259,10 @@ fsal_status_t nasgw_status(int rc)
 {
 	if (rc >= 0)
 		return fsalstat(ERR_FSAL_NO_ERROR, 0);
-	if (rc == -EAGAIN || rc == -ENOTCONN)
+	/* EINPROGRESS: another head's lease (an SMB lease) is being
+	 * recalled; the client retries (NFS4ERR_DELAY, NFS3ERR_JUKEBOX), as
+	 * knfsd answers while it recalls a delegation. */
+	if (rc == -EAGAIN || rc == -ENOTCONN || rc == -EINPROGRESS)
 		return fsalstat(ERR_FSAL_DELAY, -rc);
 	/* nasgwd did not issue the handle (forged, altered, another
 	 * reserve's, or presented through another export). */
