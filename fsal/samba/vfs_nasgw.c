@@ -45,9 +45,14 @@
 #include "smbd/globals.h"
 #include "source3/modules/offload_token.h"
 #include "locking/share_mode_lock.h"
+#include "lib/util/dlinklist.h"
 #include "librpc/gen_ndr/open_files.h"
 
 #include "nasgw_client.h"
+
+/* source3/include/messages.h (libsmbconf): that header needs generated
+ * NDR headers Samba's build does not install; this is its prototype. */
+struct server_id messaging_server_id(const struct messaging_context *msg_ctx);
 
 #define NASGW_MODULE "nasgw"
 #define NASGW_SYMLINK_MAX 40 /* links followed in one path, as Linux's MAXSYMLINKS */
@@ -85,10 +90,28 @@ struct nasgw_fh {
 	 * after every open (vfs_stat_fsp); used once. */
 	bool fresh;
 	nasgw_attr attr;
-	/* The share reservation this open holds on nasgwd (its owner; 0:
-	 * none): see nasgw_filesystem_sharemode. */
-	uint64_t share_owner;
+	/* A real open of a regular file: its owner on nasgwd (unique in
+	 * this process), for its share reservation and its lease. */
+	uint64_t owner;
+	bool shared; /* a share reservation is held: nasgw_filesystem_sharemode */
+	/* The lease nasgwd holds for it (NASGW_LEASE_*), mirroring Samba's
+	 * oplock or lease on the fsp: see "leases" below. */
+	uint32_t lease;
+	bool recalled;	   /* nasgwd recalled it: give back down to break_to */
+	uint32_t break_to;
+	files_struct *fsp;
+	vfs_handle_struct *handle;
+	nasgw_cred cr; /* the opener's, for lease calls made outside a request */
+	uint32_t *groups;
+	struct tevent_immediate *im; /* the check after the open (Samba grants after it) */
+	struct tevent_timer *poll;   /* while a recalled lease is being broken */
+	struct nasgw_fh *prev, *next; /* g_leasable */
 };
+
+/* Real opens of regular files in this process: a recall names one by its
+ * owner. */
+static struct nasgw_fh *g_leasable;
+static uint64_t g_last_owner;
 
 /* A directory being read: DIR* to Samba. */
 struct nasgw_dir {
@@ -435,6 +458,9 @@ static int nasgw_parent(vfs_handle_struct *handle, const files_struct *dirfsp, c
 
 /* ---- connect */
 
+static void nasgw_recall_cb(void *arg, uint32_t volume, uint64_t ino, uint64_t owner, uint32_t break_to);
+static int nasgw_recall_setup(struct tevent_context *ev);
+
 static int nasgw_connect(vfs_handle_struct *handle, const char *service, const char *user)
 {
 	int snum = SNUM(handle->conn);
@@ -467,6 +493,15 @@ static int nasgw_connect(vfs_handle_struct *handle, const char *service, const c
 		o.socket_path = socket_path;
 		o.client_name = "smbd";
 		o.connections = 2;
+		o.recall = nasgw_recall_cb;
+		/* An operation another head's lease stands in the way of
+		 * waits while nasgwd recalls it (nasgwd revokes after 40 s). */
+		o.recall_wait_ms = 60000;
+		rc = nasgw_recall_setup(handle->conn->sconn->ev_ctx);
+		if (rc != 0) {
+			DBG_ERR("nasgw: cannot set up lease recalls: %s\n", strerror(-rc));
+			return nasgw_fail(rc);
+		}
 		rc = nasgw_client_open(&o, &g_client);
 		if (rc != 0) {
 			DBG_ERR("nasgw: cannot reach nasgwd at %s: %s\n", socket_path, nasgw_client_last_message());
@@ -878,8 +913,20 @@ static uint32_t nasgw_access_of(int flags)
 
 static void nasgw_fh_destroy(void *p_data)
 {
-	/* The fh is released in close; nothing is held here. */
+	struct nasgw_fh *fh = p_data;
+
+	/* The file is released in close; what a lease needed goes here, with
+	 * the extension (also when Samba frees an fsp it never closed). */
+	if (fh->owner != 0) {
+		DLIST_REMOVE(g_leasable, fh);
+		fh->owner = 0;
+	}
+	TALLOC_FREE(fh->im);
+	TALLOC_FREE(fh->poll);
+	TALLOC_FREE(fh->groups);
 }
+
+static void nasgw_lease_check_im(struct tevent_context *ev, struct tevent_immediate *im, void *private_data);
 
 static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, const struct smb_filename *smb_fname,
 			files_struct *fsp, const struct vfs_open_how *how)
@@ -980,6 +1027,24 @@ static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, c
 			goto fail;
 		}
 		fh->opened = true;
+		if (a.type == NASGW_TYPE_REG) {
+			/* Leasable: once Samba has granted (or not) an oplock
+			 * or lease for this open, nasgwd is told (below). */
+			fh->owner = ++g_last_owner;
+			fh->fsp = fsp;
+			fh->handle = handle;
+			fh->cr = cr;
+			fh->groups = talloc_memdup(handle->conn, cr.groups, sizeof(uint32_t) * cr.ngroups);
+			fh->cr.groups = fh->groups;
+			if (cr.ngroups > 0 && fh->groups == NULL) {
+				fh->cr.ngroups = 0;
+			}
+			DLIST_ADD(g_leasable, fh);
+			fh->im = tevent_create_immediate(handle->conn);
+			if (fh->im != NULL) {
+				tevent_schedule_immediate(fh->im, handle->conn->sconn->ev_ctx, nasgw_lease_check_im, fh);
+			}
+		}
 		if ((flags & O_TRUNC) && a.type == NASGW_TYPE_REG && a.size != 0) {
 			nasgw_sattr s = { .mask = NASGW_SET_SIZE, .size = 0 };
 
@@ -1021,11 +1086,15 @@ static int nasgw_close(vfs_handle_struct *handle, files_struct *fsp)
 		nasgw_cred cr;
 
 		nasgw_cred_of(handle->conn, &cr);
-		if (fh->share_owner != 0) {
+		if (fh->shared) {
 			/* A durable handle's disconnect closes too: the
 			 * reconnect takes the reservation again. */
-			(void)nasgw_share(nc->client, &cr, &fh->h, fh->share_owner, 0, 0);
-			fh->share_owner = 0;
+			(void)nasgw_share(nc->client, &cr, &fh->h, fh->owner, 0, 0);
+			fh->shared = false;
+		}
+		if (fh->lease != 0) {
+			(void)nasgw_lease(nc->client, &cr, &fh->h, fh->owner, 0);
+			fh->lease = 0;
 		}
 		if (fh->opened) {
 			rc = nasgw_release(nc->client, &cr, &fh->h);
@@ -1940,28 +2009,25 @@ static uint32_t nasgw_share_deny_bits(uint32_t share_access)
 
 static int nasgw_set_share(vfs_handle_struct *handle, files_struct *fsp, uint32_t access, uint32_t deny)
 {
-	static uint64_t last_owner;
 	struct nasgw_conn *nc = handle->data;
 	struct nasgw_fh *fh = nasgw_fh_of(handle, fsp);
 	nasgw_cred cr;
-	uint64_t owner;
 	int rc;
 
-	if (fh == NULL || fh->type != NASGW_TYPE_REG) {
+	if (fh == NULL || fh->owner == 0) {
 		return 0; /* a stream, or not a file nasgwd reserves */
 	}
-	if (access == 0 && deny == 0 && fh->share_owner == 0) {
+	if (access == 0 && deny == 0 && !fh->shared) {
 		return 0;
 	}
-	owner = fh->share_owner != 0 ? fh->share_owner : ++last_owner;
 	nasgw_cred_of(handle->conn, &cr);
-	rc = nasgw_share(nc->client, &cr, &fh->h, owner, access, deny);
+	rc = nasgw_share(nc->client, &cr, &fh->h, fh->owner, access, deny);
 	if (rc != 0) {
 		DBG_INFO("nasgw: share reservation on %s refused: %s\n", fsp_str_dbg(fsp),
 			 nasgw_client_last_message());
 		return nasgw_fail(rc);
 	}
-	fh->share_owner = (access == 0 && deny == 0) ? 0 : owner;
+	fh->shared = !(access == 0 && deny == 0);
 	return 0;
 }
 
@@ -1977,6 +2043,176 @@ static int nasgw_filesystem_sharemode(vfs_handle_struct *handle, files_struct *f
 		return 0; /* no data access: share modes do not apply (Windows' rule) */
 	}
 	return nasgw_set_share(handle, fsp, access, nasgw_share_deny_bits(share_access));
+}
+
+/* ---- leases: Samba's oplocks and leases, made known to nasgwd
+ *
+ * Samba grants SMB oplocks and leases itself (locking.tdb), among its own
+ * opens; kernel oplocks stay off (they would disable SMB2 leases). Other
+ * heads' operations are nasgwd's to arbitrate: every real open of a
+ * regular file tells nasgwd the caching Samba granted it (right after the
+ * open, before smbd reads the client's next request: a lease covers only
+ * what is read after it), as a LEASE of the open's owner. When another head
+ * writes (or reads under a write lease), nasgwd recalls it: the module has
+ * Samba break the oplock or lease as it would for another SMB open, and
+ * tells nasgwd what is left once the client has acknowledged (a write
+ * lease's dirty data is written back first); nasgwd holds the other head's
+ * operation until then. All of smbd's processes are one head to nasgwd
+ * (client name "smbd"): Samba arbitrates among them. Samba's lease state
+ * changes with no VFS call, so while a break is in flight the module looks
+ * at it every NASGW_LEASE_POLL_MS; and it looks again at every close. */
+
+#define NASGW_LEASE_POLL_MS 5
+
+static uint32_t nasgw_lease_bits(uint32_t smb2_lease)
+{
+	if (smb2_lease & SMB2_LEASE_WRITE) {
+		return NASGW_LEASE_READ | NASGW_LEASE_WRITE;
+	}
+	return (smb2_lease & SMB2_LEASE_READ) ? NASGW_LEASE_READ : 0;
+}
+
+static void nasgw_lease_break(struct nasgw_fh *fh, uint32_t break_to);
+
+/* Tells nasgwd the fsp's caching as Samba has it now. */
+static void nasgw_lease_sync(struct nasgw_fh *fh)
+{
+	struct nasgw_conn *nc = fh->handle->data;
+	uint32_t want = nasgw_lease_bits(fsp_lease_type(fh->fsp));
+	int rc;
+
+	if (fh->recalled && (want & ~fh->break_to) == 0) {
+		fh->recalled = false; /* the client gave back what was asked */
+		TALLOC_FREE(fh->poll);
+	}
+	if (want == fh->lease) {
+		return;
+	}
+	rc = nasgw_lease(nc->client, &fh->cr, &fh->h, fh->owner, want);
+	if (rc == 0) {
+		fh->lease = want;
+		return;
+	}
+	DBG_NOTICE("nasgw: lease on %s refused: %s; breaking it\n", fsp_str_dbg(fh->fsp),
+		   nasgw_client_last_message());
+	if (rc == -EAGAIN && !fh->recalled) {
+		/* another head caches the file: Samba's grant cannot stand */
+		fh->recalled = true;
+		fh->break_to = 0;
+		nasgw_lease_break(fh, 0);
+	}
+}
+
+static void nasgw_lease_check_im(struct tevent_context *ev, struct tevent_immediate *im, void *private_data)
+{
+	struct nasgw_fh *fh = private_data;
+
+	TALLOC_FREE(fh->im);
+	nasgw_lease_sync(fh);
+}
+
+static void nasgw_lease_poll(struct tevent_context *ev, struct tevent_timer *te, struct timeval now,
+			     void *private_data)
+{
+	struct nasgw_fh *fh = private_data;
+
+	fh->poll = NULL; /* freed after the handler */
+	nasgw_lease_sync(fh);
+	if (fh->recalled) {
+		fh->poll = tevent_add_timer(ev, fh->handle->conn, timeval_current_ofs_msec(NASGW_LEASE_POLL_MS),
+					    nasgw_lease_poll, fh);
+	}
+}
+
+/* Has Samba break the fsp's oplock or lease down to break_to (as for a
+ * conflicting SMB open: the client is told, and acknowledges), and watches
+ * until it has. */
+static void nasgw_lease_break(struct nasgw_fh *fh, uint32_t break_to)
+{
+	struct messaging_context *msg_ctx = fh->fsp->conn->sconn->msg_ctx;
+	struct share_mode_entry e;
+	NTSTATUS status;
+
+	memset(&e, 0, sizeof(e));
+	e.pid = messaging_server_id(msg_ctx);
+	e.share_file_id = fh_get_gen_id(fh->fsp->fh);
+
+	status = send_break_message(msg_ctx, &fh->fsp->file_id, &e,
+				    (break_to & NASGW_LEASE_READ) ? SMB2_LEASE_READ : SMB2_LEASE_NONE);
+	if (!NT_STATUS_IS_OK(status)) {
+		DBG_WARNING("nasgw: cannot break the lease on %s: NT status 0x%08x\n", fsp_str_dbg(fh->fsp),
+			    NT_STATUS_V(status));
+	}
+	if (fh->poll == NULL) {
+		fh->poll = tevent_add_timer(fh->fsp->conn->sconn->ev_ctx, fh->handle->conn,
+					    timeval_current_ofs_msec(NASGW_LEASE_POLL_MS), nasgw_lease_poll, fh);
+	}
+}
+
+/* A recall, on smbd's event loop. */
+static void nasgw_recalled(uint64_t owner, uint32_t break_to)
+{
+	struct nasgw_fh *fh;
+
+	for (fh = g_leasable; fh != NULL; fh = fh->next) {
+		if (fh->owner == owner) {
+			break;
+		}
+	}
+	if (fh == NULL) {
+		return; /* closed meanwhile: its lease went with it */
+	}
+	fh->break_to = fh->recalled ? (fh->break_to & break_to) : break_to;
+	fh->recalled = true;
+	if ((nasgw_lease_bits(fsp_lease_type(fh->fsp)) & ~fh->break_to) == 0) {
+		nasgw_lease_sync(fh); /* nothing to break: Samba already did */
+		return;
+	}
+	nasgw_lease_break(fh, fh->break_to);
+}
+
+/* Recalls come on the client library's thread; a pipe brings them to
+ * smbd's event loop (written whole: a record is smaller than PIPE_BUF).
+ * If the pipe is full the recall is lost, and nasgwd revokes the lease at
+ * its deadline. */
+struct nasgw_recall_rec {
+	uint64_t owner;
+	uint32_t break_to;
+};
+
+static int g_recall_pipe[2] = { -1, -1 };
+static struct tevent_fd *g_recall_fde;
+
+static void nasgw_recall_cb(void *arg, uint32_t volume, uint64_t ino, uint64_t owner, uint32_t break_to)
+{
+	struct nasgw_recall_rec rec = { .owner = owner, .break_to = break_to };
+
+	if (write(g_recall_pipe[1], &rec, sizeof(rec)) != sizeof(rec)) {
+		/* full: nasgwd revokes the lease at its deadline */
+	}
+}
+
+static void nasgw_recall_readable(struct tevent_context *ev, struct tevent_fd *fde, uint16_t flags,
+				  void *private_data)
+{
+	struct nasgw_recall_rec rec;
+
+	while (read(g_recall_pipe[0], &rec, sizeof(rec)) == sizeof(rec)) {
+		nasgw_recalled(rec.owner, rec.break_to);
+	}
+}
+
+/* The pipe and its event, once per process, before the client opens. */
+static int nasgw_recall_setup(struct tevent_context *ev)
+{
+	if (g_recall_fde != NULL) {
+		return 0;
+	}
+	if (g_recall_pipe[0] == -1 && pipe2(g_recall_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+		return -errno;
+	}
+	g_recall_fde = tevent_add_fd(ev, NULL, g_recall_pipe[0], TEVENT_FD_READ, nasgw_recall_readable, NULL);
+	return g_recall_fde != NULL ? 0 : -ENOMEM;
 }
 
 /* Durable handles. Samba's own (vfs_default) refuse to exist under

@@ -16,7 +16,8 @@ handle across a nasgwd restart and a SIGKILL; DOS attributes and an
 alternate data stream survive),
 unlinked (a file removed over FUSE while SMB holds it open),
 sharemodes (an SMB share mode refuses an NFSv4 OPEN and the reverse, both
-arbitrated by nasgwd).
+arbitrated by nasgwd), leases (an NFS write breaks an SMB lease, and waits
+for the client's acknowledgement and write-back, before it proceeds).
 """
 
 import argparse
@@ -547,7 +548,93 @@ out('OK')
                 proc.wait()
 
 
-TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("namespace", test_namespace), ("data", test_data),
+PIKE_PRELUDE = r"""
+import array, sys, pike.model, pike.smb2 as smb2
+client = pike.model.Client()
+conn = client.connect(server=ARGS['server'], port=445).negotiate()
+chan = conn.session_setup(ARGS['cred'])
+tree = chan.tree_connect(ARGS['share'])
+SHARE_ALL = smb2.FILE_SHARE_READ | smb2.FILE_SHARE_WRITE | smb2.FILE_SHARE_DELETE
+RWH = smb2.SMB2_LEASE_READ_CACHING | smb2.SMB2_LEASE_WRITE_CACHING | smb2.SMB2_LEASE_HANDLE_CACHING
+"""
+
+
+def test_leases(ctx):
+    """An NFS write to a file an SMB client holds a read-write-handle lease
+    on: nasgwd recalls the lease, Samba breaks it (the client is told), and
+    the NFS write waits (NFS3ERR_JUKEBOX, retried) until the client has
+    written back what it cached and acknowledged; so the NFS bytes land
+    after the SMB client's write-back, not under it."""
+    c, srv, alice, lab = ctx["client"], ctx["smbd"], ctx["alice"], ctx["lab"]
+    path = os.path.join(alice_dir(ctx), "leased.bin")
+    with open(path, "wb") as f:
+        f.write(b"o" * 64)
+    os.chown(path, alice.uid, alice.gid)
+    os.chmod(path, 0o666)
+    import json
+    code = PIKE_PRELUDE + """
+h = chan.create(tree, 'leased.bin', share=SHARE_ALL, disposition=smb2.FILE_OPEN,
+                oplock_level=smb2.SMB2_OPLOCK_LEVEL_LEASE, lease_key=array.array('B', range(16)),
+                lease_state=RWH).result()
+print('LEASE', int(h.lease.lease_state), flush=True)
+notify = h.lease.future.result(timeout=120)
+print('BREAK', int(notify[0].new_lease_state), flush=True)
+sys.stdin.readline()
+# the write-back of what the client cached under its write lease
+chan.write(h, 0, b'SMB-FLUSH')
+ack = chan.lease_break_acknowledgement(tree, notify)
+ack.lease_state = notify[0].new_lease_state
+chan.connection.transceive(ack.parent.parent)
+print('ACKED', flush=True)
+sys.stdin.readline()
+chan.close(h)
+print('CLOSED', flush=True)
+"""
+    args = {"server": srv.addr, "cred": alice.cred(), "share": "alice"}
+    prelude = "import json, os\nARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
+    holder = c.popen(["env", "NFSLAB_ARGS=" + json.dumps(args), nfslab.ensure_venv(), "-c", prelude + code],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = None
+    try:
+        line = smblab.readline(holder)
+        check("the SMB client holds a read-write-handle lease", line == "LEASE 7",
+              line or holder.stderr.read())
+        writer = c.popen([ctx["lock_tool"], "--url", c.url("vol1/alice/leased.bin", 3), "--op", "write",
+                          "--start", "0", "--data", "NFS!", "--timeout-ms", "90000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = smblab.readline(holder)
+        check("an NFSv3 write makes Samba break the lease to none", line == "BREAK 0", line)
+        check("the NFS write has not completed while the break is unacknowledged", writer.poll() is None,
+              writer.stdout.read() if writer.poll() is not None else "")
+        holder.stdin.write("ack\n")
+        holder.stdin.flush()
+        line = smblab.readline(holder)
+        check("the SMB client writes back and acknowledges", line == "ACKED", line or holder.stderr.read())
+        out, err = writer.communicate(timeout=120)
+        m = re.match(r"written retries=(\d+)", out.strip())
+        check("then the NFS write completes, after being told to wait at least once",
+              m is not None and int(m.group(1)) >= 1,
+              out + err + ("" if m else "\n--- ganesha log tail\n" + lab.server.log_tail(3000)))
+        with open(path, "rb") as f:
+            head = f.read(9)
+        check("the NFS bytes landed after the SMB write-back (NFS!FLUSH)", head == b"NFS!FLUSH", repr(head))
+        holder.stdin.write("close\n")
+        holder.stdin.flush()
+        line = smblab.readline(holder)
+        check("the SMB client closes", line == "CLOSED", line or holder.stderr.read())
+        holder.wait(timeout=60)
+        # No lease now: an NFS write goes straight through.
+        r = c.run([ctx["lock_tool"], "--url", c.url("vol1/alice/leased.bin", 3), "--op", "write", "--start", "4",
+                   "--data", "++"], check=False, timeout=60).stdout.strip()
+        check("without a lease, the NFS write is not held up", r == "written retries=0", r)
+    finally:
+        for proc in (holder, writer):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("leases", test_leases), ("namespace", test_namespace), ("data", test_data),
          ("case", test_case), ("unlinked", test_unlinked), ("acl", test_acl),
          ("restart", test_restart)]
 

@@ -10,7 +10,17 @@
  *                  --op open --access read|write|both --deny none|read|write|both
  *                  [--hold] [--renew-ms N] [--timeout-ms N]
  *
+ *   nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=3
+ *                  --op write --start N --data TEXT [--timeout-ms N]
+ *
  * --len 0 means "to the end of the file" (as in fcntl).
+ *
+ * --op write (NFSv3) writes TEXT at offset --start with one WRITE (FILE_SYNC)
+ *   on the file handle libnfs's open found, as a kernel client does it: an
+ *   NFS3ERR_JUKEBOX answer (the server is recalling a delegation or, with
+ *   nasgw, another head's lease) is retried every 20 ms until
+ *   --timeout-ms. (libnfs's own pwrite reports every error as EFAULT.)
+ *   Prints "written retries=N" (N: the answers that said wait).
  *
  * --op open (NFSv4.0 only) sends an OPEN with the share_access and
  *   share_deny given (libnfs's own opens always deny nothing) from a client
@@ -69,6 +79,7 @@
 #include <nfsc/libnfs-raw.h>
 #include <nfsc/libnfs-raw-nfs4.h>
 #include <nfsc/libnfs-raw-nlm.h>
+#include <nfsc/libnfs-raw-nfs.h>
 
 /* nfs_get_fh() returns this; libnfs declares it only in its private
  * header (libnfs-private.h, the same in every release). */
@@ -91,6 +102,8 @@ struct options {
 	int renew_ms; /* 0: from the server's lease_time */
 	int timeout_ms;
 	bool open;             /* --op open */
+	bool write_data;       /* --op write */
+	const char *data;      /* --data */
 	uint32_t share_access; /* --access */
 	uint32_t share_deny;   /* --deny */
 };
@@ -614,6 +627,52 @@ static uint32_t v4_lease_time(struct rpc_context *rpc, const struct nfs_fh *fh, 
 	return c.lease_time;
 }
 
+/* ---- NFSv3: one WRITE --------------------------------------------------------- */
+
+static void write3_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	const WRITE3res *res = data;
+	c->done = c->ok = true;
+	c->status = res->status;
+	if (res->status == NFS3_OK)
+		c->lease_time = res->WRITE3res_u.resok.count; /* bytes written */
+}
+
+/* 0 written (all of it), 1 told to wait (NFS3ERR_JUKEBOX), 2 error. */
+static int v3_write(struct rpc_context *rpc, const struct nfs_fh *fh, uint64_t offset, const char *data,
+		    int timeout_ms, char *err, size_t errlen)
+{
+	WRITE3args a;
+	struct call c;
+
+	memset(&a, 0, sizeof(a));
+	memset(&c, 0, sizeof(c));
+	a.file.data.data_len = (u_int)fh->len;
+	a.file.data.data_val = fh->val;
+	a.offset = offset;
+	a.count = (count3)strlen(data);
+	a.stable = FILE_SYNC;
+	a.data.data_len = (u_int)strlen(data);
+	a.data.data_val = (char *)data;
+	if (rpc_nfs3_write_async(rpc, write3_cb, &a, &c) != 0 || !rpc_wait(rpc, &c, timeout_ms)) {
+		snprintf(err, errlen, "WRITE: %s", c.err[0] ? c.err : rpc_get_error(rpc));
+		return EXIT_ERROR;
+	}
+	if (c.status == NFS3ERR_JUKEBOX)
+		return EXIT_DENIED;
+	if (c.status != NFS3_OK || c.lease_time != a.count) {
+		snprintf(err, errlen, "WRITE: %s (%d), %u of %u bytes", nfsstat3_to_str(c.status), c.status,
+			 c.lease_time, a.count);
+		return EXIT_ERROR;
+	}
+	return EXIT_GRANTED;
+}
+
 /* ---- NFSv3: NLM4 ------------------------------------------------------------ */
 
 static void connect_cb(struct rpc_context *rpc, int status, void *data, void *priv)
@@ -913,6 +972,7 @@ int main(int argc, char **argv)
 		{"caller", required_argument, NULL, 'c'},   {"renew-ms", required_argument, NULL, 'r'},
 		{"timeout-ms", required_argument, NULL, 'T'}, {"help", no_argument, NULL, 'h'},
 		{"access", required_argument, NULL, 'a'},   {"deny", required_argument, NULL, 'd'},
+		{"data", required_argument, NULL, 'D'},
 		{NULL, 0, NULL, 0}};
 	struct options o = {.timeout_ms = 30000};
 	bool have_op = false, have_type = false, have_start = false, have_len = false;
@@ -924,10 +984,11 @@ int main(int argc, char **argv)
 		case 'u': o.url = optarg; break;
 		case 'o':
 			if (strcmp(optarg, "lock") != 0 && strcmp(optarg, "test") != 0 &&
-			    strcmp(optarg, "open") != 0)
-				return say_error("--op must be lock, test or open, not %s", optarg);
+			    strcmp(optarg, "open") != 0 && strcmp(optarg, "write") != 0)
+				return say_error("--op must be lock, test, open or write, not %s", optarg);
 			o.lock = strcmp(optarg, "lock") == 0;
 			o.open = strcmp(optarg, "open") == 0;
+			o.write_data = strcmp(optarg, "write") == 0;
 			have_op = true;
 			break;
 		case 'a':
@@ -980,15 +1041,20 @@ int main(int argc, char **argv)
 				return say_error("--timeout-ms: 1..3600000");
 			o.timeout_ms = (int)v;
 			break;
+		case 'D': o.data = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return say_error("bad arguments");
 		}
+	}
+	if (o.write_data && (optind != argc || o.url == NULL || o.data == NULL || !have_start)) {
+		usage(stderr);
+		return say_error("--op write needs --url, --start and --data");
 	}
 	if (o.open && (optind != argc || o.url == NULL || o.share_access == 0)) {
 		usage(stderr);
 		return say_error("--op open needs --url and --access");
 	}
-	if (!o.open && (optind != argc || o.url == NULL || !have_op || !have_type || !have_start || !have_len)) {
+	if (!o.open && !o.write_data && (optind != argc || o.url == NULL || !have_op || !have_type || !have_start || !have_len)) {
 		usage(stderr);
 		return say_error("--url, --op, --type, --start and --len are required");
 	}
@@ -1001,6 +1067,8 @@ int main(int argc, char **argv)
 		return say_error("the URL's version must be 3 or 4");
 	if (o.open && o.version != 4)
 		return say_error("--op open is NFSv4 (version=4 in the URL)");
+	if (o.write_data && o.version != 3)
+		return say_error("--op write is NFSv3 (version=3 in the URL)");
 
 	struct nfs_context *nfs = nfs_init_context();
 	if (nfs == NULL)
@@ -1056,6 +1124,33 @@ int main(int argc, char **argv)
 			fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
 			rc = EXIT_ERROR;
 		}
+		goto out;
+	}
+	if (o.write_data) {
+		int retries = 0;
+		int64_t deadline = now_ms() + o.timeout_ms;
+
+		if (nfs_open(nfs, u->file, O_WRONLY, &fh) != 0) {
+			fh = NULL;
+			rc = say_error("open %s: %s", u->file, nfs_get_error(nfs));
+			goto out;
+		}
+		for (;;) {
+			int w = v3_write(nfs_get_rpc_context(nfs), nfs_get_fh(fh), o.start, o.data, o.timeout_ms, err,
+					 sizeof(err));
+			if (w == EXIT_GRANTED)
+				break;
+			if (w == EXIT_ERROR || now_ms() > deadline) {
+				rc = say_error("%s (after %d retries)", w == EXIT_ERROR ? err : "still NFS3ERR_JUKEBOX",
+					       retries);
+				goto out;
+			}
+			retries++;
+			usleep(20000);
+		}
+		printf("written retries=%d\n", retries);
+		fflush(stdout);
+		rc = EXIT_GRANTED;
 		goto out;
 	}
 	if (nfs_open(nfs, u->file, o.lock && o.write ? O_RDWR : O_RDONLY, &fh) != 0) {
