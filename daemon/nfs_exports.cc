@@ -114,6 +114,10 @@ std::string RenderGaneshaExports(const std::vector<fs::Export>& exports, const s
     // short read at end of file (RFC 7530 READ, RFC 1813 READ3), which nasgwd
     // answers. Writes keep the default: 2^63 - 1 is nasgw's largest file.
     out += "  MaxOffsetRead = 18446744073709551615;\n";
+    // FSAL_NASGW holds every delegation as a lease in nasgwd, so another
+    // head (SMB, FUSE) recalls it before it proceeds. Ganesha grants them
+    // only where ganesha.conf's NFSV4 block says Delegations = true.
+    out += "  Delegations = RW;\n";
     out += "  FSAL { Name = NASGW; }\n";
     out += "}\n";
   }

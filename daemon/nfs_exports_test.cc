@@ -127,6 +127,7 @@ EXPORT {
   Anonymous_Uid = 65534; Anonymous_Gid = 65534;
   Access_Type = RW;
   MaxOffsetRead = 18446744073709551615;
+  Delegations = RW;
   FSAL { Name = NASGW; }
 }
 
@@ -142,6 +143,7 @@ EXPORT {
   Access_Type = None;
   CLIENT { Clients = 198.18.2.0/24, 198.18.3.7, 2001:db8::/32; Access_Type = RO; }
   MaxOffsetRead = 18446744073709551615;
+  Delegations = RW;
   FSAL { Name = NASGW; }
 }
 )";

@@ -11,6 +11,8 @@
 
 #include "fsal_convert.h"
 #include "export_mgr.h"
+#include "fsal_up.h"
+#include "fridgethr.h"
 
 #define READDIR_BATCH 128
 /* NFSv4 reserves readdir cookies 0, 1 and 2 ("start", ".", ".."); nasgw's
@@ -1261,6 +1263,100 @@ static void op_handle_to_key(struct fsal_obj_handle *obj_hdl,
 	fh_desc->len = NASGW_KEY_LEN;
 }
 
+/* ---- delegations ------------------------------------------------------
+ *
+ * Ganesha grants NFSv4 delegations among its own clients (SAL) and asks
+ * the FSAL for each (lease_op2); FSAL_NASGW asks nasgwd, which holds it as
+ * a lease of this head, so an SMB open or a FUSE write recalls it: nasgwd
+ * sends RECALL, and nasgw_deleg_recall has Ganesha recall the delegation
+ * from its client (CB_RECALL); the client's DELEGRETURN comes back here as
+ * FSAL_DELEG_NONE, which gives nasgwd the lease back. A delegation nasgwd
+ * refuses (another head caches the file) is not granted. */
+
+static void deleg_forget(uint64_t owner)
+{
+	struct nasgw_deleg **p;
+
+	PTHREAD_MUTEX_lock(&NASGW.deleg_lock);
+	for (p = &NASGW.delegs; *p != NULL; p = &(*p)->next) {
+		if ((*p)->owner == owner) {
+			struct nasgw_deleg *d = *p;
+
+			*p = d->next;
+			gsh_free(d);
+			break;
+		}
+	}
+	PTHREAD_MUTEX_unlock(&NASGW.deleg_lock);
+}
+
+static fsal_status_t op_lease_op2(struct fsal_obj_handle *obj_hdl,
+				     struct state_t *state, void *owner,
+				     fsal_deleg_t deleg)
+{
+	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
+	const uint64_t id = (uint64_t)(uintptr_t)state;
+	uint32_t type = 0;
+	nasgw_client *c;
+	nasgw_cred cr;
+	int rc;
+
+	if (deleg == FSAL_DELEG_RD)
+		type = NASGW_LEASE_READ;
+	else if (deleg == FSAL_DELEG_WR)
+		type = NASGW_LEASE_READ | NASGW_LEASE_WRITE;
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	if (type != 0) {
+		/* known before nasgwd can recall it */
+		struct nasgw_deleg *d = gsh_calloc(1, sizeof(*d));
+
+		d->owner = id;
+		memcpy(d->key, o->key, NASGW_KEY_LEN);
+		d->up_ops = op_ctx->fsal_export->up_ops;
+		PTHREAD_MUTEX_lock(&NASGW.deleg_lock);
+		d->next = NASGW.delegs;
+		NASGW.delegs = d;
+		PTHREAD_MUTEX_unlock(&NASGW.deleg_lock);
+	}
+	rc = nasgw_lease(c, &cr, &o->h, id, type);
+	if (type == 0 || rc != 0)
+		deleg_forget(id);
+	if (rc == -EAGAIN)	/* another head caches the file */
+		return fsalstat(ERR_FSAL_DELAY, EAGAIN);
+	return nasgw_status(rc);
+}
+
+void nasgw_deleg_recall(void *arg, uint32_t volume, uint64_t ino,
+			uint64_t owner, uint32_t break_to)
+{
+	const struct fsal_up_vector *up_ops = NULL;
+	uint8_t key[NASGW_KEY_LEN];
+	/* the host handle (the key's wire part): what create_handle takes */
+	struct gsh_buffdesc desc = { .addr = key, .len = NASGW_WIRE_LEN };
+	struct nasgw_deleg *d;
+	fsal_status_t st;
+
+	PTHREAD_MUTEX_lock(&NASGW.deleg_lock);
+	for (d = NASGW.delegs; d != NULL; d = d->next) {
+		if (d->owner == owner) {
+			memcpy(key, d->key, NASGW_KEY_LEN);
+			up_ops = d->up_ops;
+			break;
+		}
+	}
+	PTHREAD_MUTEX_unlock(&NASGW.deleg_lock);
+	if (up_ops == NULL)
+		return;	/* returned meanwhile */
+	/* On the client library's reader thread: Ganesha's fridge sends the
+	 * CB_RECALL (the key is copied). */
+	st = up_async_delegrecall(general_fridge, up_ops, &desc, NULL, NULL);
+	if (FSAL_IS_ERROR(st))
+		LogWarn(COMPONENT_FSAL,
+			"FSAL_NASGW: cannot recall the delegation on volume %u inode %llu: %s",
+			volume, (unsigned long long)ino, msg_fsal_err(st.major));
+}
+
 void nasgw_handle_ops_init(struct fsal_obj_ops *ops)
 {
 	fsal_default_obj_ops_init(ops);
@@ -1288,4 +1384,5 @@ void nasgw_handle_ops_init(struct fsal_obj_ops *ops)
 	ops->lock_op2 = op_lock_op2;
 	ops->handle_to_wire = op_handle_to_wire;
 	ops->handle_to_key = op_handle_to_key;
+	ops->lease_op2 = op_lease_op2;
 }

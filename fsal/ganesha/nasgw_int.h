@@ -50,7 +50,22 @@ struct nasgw_fsal_module {
 	/* one client shared by every export */
 	pthread_mutex_t client_lock;
 	nasgw_client *client;
+	/* Delegations granted (lease_op2), for nasgwd's recalls: see
+	 * nasgw_deleg_recall. */
+	pthread_mutex_t deleg_lock;
+	struct nasgw_deleg *delegs;
 };
+
+/* A delegation Ganesha granted and nasgwd holds as a lease: its owner on
+ * nasgwd (the delegation's state), and what Ganesha needs to recall it. */
+struct nasgw_deleg {
+	struct nasgw_deleg *next;
+	uint64_t owner;
+	uint8_t key[NASGW_KEY_LEN];
+	const struct fsal_up_vector *up_ops;
+};
+void nasgw_deleg_recall(void *arg, uint32_t volume, uint64_t ino,
+			uint64_t owner, uint32_t break_to);
 
 extern struct nasgw_fsal_module NASGW;
 

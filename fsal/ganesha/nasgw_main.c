@@ -50,6 +50,10 @@ struct nasgw_fsal_module NASGW = {
 			.link_supports_permission_checks = true,
 			.readdir_plus = true,
 			.expire_time_parent = -1,
+			/* granted only when nasgwd holds them as leases
+			 * (lease_op2), so other heads recall them */
+			.delegations = FSAL_OPTION_FILE_READ_DELEG |
+				       FSAL_OPTION_FILE_WRITE_DELEG,
 		}
 	}
 };
@@ -223,6 +227,7 @@ nasgw_client *nasgw_get_client(void)
 		o.reconnect_timeout_ms = NASGW.reconnect_timeout_ms;
 		o.connect_timeout_ms = NASGW.reconnect_timeout_ms;
 		o.verifier_changed = nasgw_verifier_changed;
+		o.recall = nasgw_deleg_recall;
 		rc = nasgw_client_open(&o, &NASGW.client);
 		if (rc != 0) {
 			LogCrit(COMPONENT_FSAL,
@@ -430,6 +435,7 @@ MODULE_INIT void nasgw_init(void)
 	struct fsal_module *myself = &NASGW.fsal;
 
 	PTHREAD_MUTEX_init(&NASGW.client_lock, NULL);
+	PTHREAD_MUTEX_init(&NASGW.deleg_lock, NULL);
 	if (register_fsal(myself, nasgw_name, FSAL_MAJOR_VERSION,
 			  FSAL_MINOR_VERSION, FSAL_ID_NO_PNFS) != 0) {
 		LogCrit(COMPONENT_FSAL, "FSAL_NASGW: failed to register");
@@ -452,4 +458,11 @@ MODULE_FINI void nasgw_fini(void)
 	NASGW.client = NULL;
 	PTHREAD_MUTEX_unlock(&NASGW.client_lock);
 	PTHREAD_MUTEX_destroy(&NASGW.client_lock);
+	while (NASGW.delegs != NULL) {
+		struct nasgw_deleg *d = NASGW.delegs;
+
+		NASGW.delegs = d->next;
+		gsh_free(d);
+	}
+	PTHREAD_MUTEX_destroy(&NASGW.deleg_lock);
 }

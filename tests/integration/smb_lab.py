@@ -17,7 +17,9 @@ alternate data stream survive),
 unlinked (a file removed over FUSE while SMB holds it open),
 sharemodes (an SMB share mode refuses an NFSv4 OPEN and the reverse, both
 arbitrated by nasgwd), leases (an NFS write breaks an SMB lease, and waits
-for the client's acknowledgement and write-back, before it proceeds).
+for the client's acknowledgement and write-back, before it proceeds),
+delegations (an SMB open recalls an NFSv4 delegation, and waits for its
+return, before it proceeds).
 """
 
 import argparse
@@ -250,7 +252,7 @@ with smbclient.open_file(path, mode='rb') as g:
     p = smblab.smbpy_popen(c, srv, alice, code)
     try:
         line = p.stdout.readline()
-        check("the handle is open", line.strip() == "READY", line + p.stderr.read() if not line else line)
+        check("the handle is open", line.strip() == "READY", line + smblab.stderr_of(p) if not line else line)
         node.stop()
         node.start()
         p.stdin.write("restart\n")
@@ -418,7 +420,7 @@ f.close()
     holder = None
     try:
         line = p.stdout.readline().strip()
-        check("SMB holds an exclusive lock on [0,100)", line == "LOCKED", line + p.stderr.read() if not line else line)
+        check("SMB holds an exclusive lock on [0,100)", line == "LOCKED", line + smblab.stderr_of(p) if not line else line)
         r = nfs_lock("write", 50, 10)
         check("an NFSv4 write lock on [50,60) is denied by the SMB lock", r.startswith("denied"), r)
         holder = nfs_lock("write", 200, 10, hold=True)
@@ -491,7 +493,7 @@ sys.stdin.readline()
     holders = [p]
     try:
         line = smblab.readline(p)
-        check("SMB opens for read, sharing read only", line == "OPEN", line or p.stderr.read())
+        check("SMB opens for read, sharing read only", line == "OPEN", line or smblab.stderr_of(p))
         r = nfs_open("write", "none")
         check("an NFSv4 OPEN for write is refused by the SMB share mode (NFS4ERR_SHARE_DENIED)",
               r == "denied", r)
@@ -515,7 +517,7 @@ sys.stdin.readline()
         h = nfs_open("read", "write", hold=True)
         holders.append(h)
         line = smblab.readline(h)
-        check("NFSv4 opens for read, denying write", line == "granted", line or h.stderr.read())
+        check("NFSv4 opens for read, denying write", line == "granted", line or smblab.stderr_of(h))
         out = smblab.smbpy(c, srv, alice, """
 for mode, share in (('r+b', 'rwd'), ('ab', 'rwd'), ('rb', 'rwd'), ('rb', 'r')):
     try:
@@ -534,7 +536,7 @@ for mode, share in (('r+b', 'rwd'), ('ab', 'rwd'), ('rb', 'rwd'), ('rb', 'r')):
               got.get(("rb", "r")) == "OK", str(got))
         r = nfs_open("write", "none")
         check("an NFSv4 OPEN for write from another client is refused by the NFSv4 deny", r == "denied", r)
-        check("the NFSv4 holder closes cleanly", release(h) == 0, h.stderr.read())
+        check("the NFSv4 holder closes cleanly", release(h) == 0, smblab.stderr_of(h))
         out = smblab.smbpy(c, srv, alice, """
 with smbclient.open_file(unc('alice', 'shared.bin'), mode='r+b', share_access='rwd') as f:
     f.write(b'after')
@@ -598,7 +600,7 @@ print('CLOSED', flush=True)
     try:
         line = smblab.readline(holder)
         check("the SMB client holds a read-write-handle lease", line == "LEASE 7",
-              line or holder.stderr.read())
+              line or smblab.stderr_of(holder))
         writer = c.popen([ctx["lock_tool"], "--url", c.url("vol1/alice/leased.bin", 3), "--op", "write",
                           "--start", "0", "--data", "NFS!", "--timeout-ms", "90000"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -609,7 +611,7 @@ print('CLOSED', flush=True)
         holder.stdin.write("ack\n")
         holder.stdin.flush()
         line = smblab.readline(holder)
-        check("the SMB client writes back and acknowledges", line == "ACKED", line or holder.stderr.read())
+        check("the SMB client writes back and acknowledges", line == "ACKED", line or smblab.stderr_of(holder))
         out, err = writer.communicate(timeout=120)
         m = re.match(r"written retries=(\d+)", out.strip())
         check("then the NFS write completes, after being told to wait at least once",
@@ -621,7 +623,7 @@ print('CLOSED', flush=True)
         holder.stdin.write("close\n")
         holder.stdin.flush()
         line = smblab.readline(holder)
-        check("the SMB client closes", line == "CLOSED", line or holder.stderr.read())
+        check("the SMB client closes", line == "CLOSED", line or smblab.stderr_of(holder))
         holder.wait(timeout=60)
         # No lease now: an NFS write goes straight through.
         r = c.run([ctx["lock_tool"], "--url", c.url("vol1/alice/leased.bin", 3), "--op", "write", "--start", "4",
@@ -634,7 +636,60 @@ print('CLOSED', flush=True)
                 proc.wait()
 
 
-TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("leases", test_leases), ("namespace", test_namespace), ("data", test_data),
+def test_delegations(ctx):
+    """An SMB open of a file an NFSv4 client holds a delegation on: nasgwd
+    recalls the lease Ganesha took for it, Ganesha recalls the delegation
+    (CB_RECALL), and the SMB open waits until the NFS client has returned it
+    (DELEGRETURN). A read delegation is recalled by an SMB open for write;
+    a write delegation by an SMB open for read too."""
+    c, srv, alice = ctx["client"], ctx["smbd"], ctx["alice"]
+    tool = ctx["lock_tool"]
+    cases = (("read", "deleg-r.bin", "read", ("r+b", "write")),
+             ("both", "deleg-w.bin", "write", ("rb", "read")))
+    for access, name, want, (mode, what) in cases:
+        path = os.path.join(alice_dir(ctx), name)
+        with open(path, "wb") as f:
+            f.write(b"n" * 64)
+        os.chown(path, alice.uid, alice.gid)
+        os.chmod(path, 0o666)
+        holder = c.popen([tool, "--url", c.url("vol1/alice/" + name, 4), "--op", "deleg", "--access", access],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        opener = None
+        try:
+            line = smblab.readline(holder)
+            check("an NFSv4 client opening for %s holds a %s delegation" % (access, want),
+                  line == "granted deleg=" + want, line or smblab.stderr_of(holder))
+            if line != "granted deleg=" + want:
+                continue
+            opener = smblab.smbpy_popen(c, srv, alice, """
+f = smbclient.open_file(unc('alice', ARGS['name']), mode=ARGS['mode'], share_access='rwd')
+print('OPENED', flush=True)
+f.close()
+""", {"name": name, "mode": mode})
+            line = smblab.readline(holder)
+            check("an SMB open for %s makes Ganesha recall the %s delegation" % (what, want), line == "recalled",
+                  (line or smblab.stderr_of(holder)) + "\n--- ganesha log tail\n" + ctx["lab"].server.log_tail(3000))
+            line = smblab.readline(opener, timeout=0.5)
+            check("the SMB open waits while the delegation is out", line == "" and opener.poll() is None, line)
+            holder.stdin.write("return\n")
+            holder.stdin.flush()
+            line = smblab.readline(holder)
+            check("the NFS client returns the delegation", line == "returned", line or smblab.stderr_of(holder))
+            line = smblab.readline(opener)
+            check("then the SMB open completes", line == "OPENED", line or smblab.stderr_of(opener))
+            opener.wait(timeout=60)
+            holder.stdin.close()
+            holder.wait(timeout=60)
+            check("the NFS client closes cleanly", holder.returncode == 0, smblab.stderr_of(holder))
+        finally:
+            for proc in (holder, opener):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("leases", test_leases),
+         ("delegations", test_delegations), ("namespace", test_namespace), ("data", test_data),
          ("case", test_case), ("unlinked", test_unlinked), ("acl", test_acl),
          ("restart", test_restart)]
 
@@ -672,7 +727,7 @@ def main():
         # NFS on the same nasgwd, for the cross-protocol checks.
         node.cli("export", "add", "vol1", "--no-root-squash")
         lab.start_server(nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=node.head_socket,
-                                              exports_file=exports_file))
+                                              exports_file=exports_file, delegations=True))
         srv.write_config()
         srv.add_users()
         home = os.path.join(node.mount_path, "alice")

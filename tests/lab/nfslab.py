@@ -292,6 +292,7 @@ class GaneshaConfig:
     exports_file: %include'd (created empty if missing), e.g. what nasgwd renders.
     exports: literal EXPORT blocks (see vfs_export / nasgw_export).
     extra: literal text appended (other top-level blocks).
+    delegations: NFSV4 Delegations = true (off by default, as ganesha's).
     lease_lifetime: NFSV4 Lease_Lifetime in seconds (ganesha's default: 60).
         Only here: a second NFSV4 block in `extra` would reset the first's
         settings to their defaults (ganesha re-initialises a block per copy).
@@ -299,7 +300,7 @@ class GaneshaConfig:
 
     def __init__(self, exports=(), exports_file=None, nasgw_socket=None, plugins=None,
                  log_level="EVENT", components=None, minor_versions="0, 1, 2", mount_path_pseudo=True,
-                 extra="", lease_lifetime=None):
+                 extra="", lease_lifetime=None, delegations=False):
         self.exports = list(exports)
         self.exports_file = exports_file
         self.nasgw_socket = nasgw_socket
@@ -310,6 +311,7 @@ class GaneshaConfig:
         self.mount_path_pseudo = mount_path_pseudo
         self.extra = extra
         self.lease_lifetime = lease_lifetime
+        self.delegations = delegations
 
     def render(self, plugins_dir, recovery_root):
         comps = "".join("        %s = %s;\n" % kv for kv in sorted(self.components.items()))
@@ -339,6 +341,7 @@ class GaneshaConfig:
             "    RecoveryBackend = fs;",
             "    RecoveryRoot = %s;" % conf_str(recovery_root),
             "    Lease_Lifetime = %d;" % self.lease_lifetime if self.lease_lifetime else "",
+            "    Delegations = true;" if self.delegations else "",
             "}",
             "NFS_KRB5 { Active_krb5 = false; }",
             "LOG {",

@@ -325,6 +325,14 @@ def readline(p, timeout=nfslab.CMD_TIMEOUT_S):
     return p.stdout.readline().strip() if ready else ""
 
 
+def stderr_of(p):
+    """What a Popen wrote to stderr, once it has ended (never waits on a
+    live one: its stderr has no end yet)."""
+    if p.poll() is None:
+        return "(still running)"
+    return p.stderr.read()
+
+
 def smbpy_popen(client, server, user, code, args=None):
     """Starts `code` as smbpy() runs it, with pipes, for a script that holds
     a handle while the test does something else (it reads its cue from

@@ -12,8 +12,21 @@
  *
  *   nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=3
  *                  --op write --start N --data TEXT [--timeout-ms N]
+ *   nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4
+ *                  --op deleg --access read|both [--timeout-ms N]
  *
  * --len 0 means "to the end of the file" (as in fcntl).
+ *
+ * --op deleg (NFSv4.0) holds a delegation as a kernel client would: a client
+ *   identity with a callback address (a listener of its own on the local
+ *   address of the NFS connection, served by a thread: CB_NULL and
+ *   CB_COMPOUND with CB_RECALL, whose other ops are answered
+ *   NFS4ERR_NOTSUPP), an OPEN (and OPEN_CONFIRM), then a second OPEN of the
+ *   confirmed owner, which is where a server grants a delegation. Prints
+ *   "granted deleg=read|write|none"; then, until stdin reaches EOF, renews
+ *   its lease, prints "recalled" when a CB_RECALL comes, and on a line
+ *   "return" on stdin sends DELEGRETURN and prints "returned". At EOF it
+ *   CLOSEs.
  *
  * --op write (NFSv3) writes TEXT at offset --start with one WRITE (FILE_SYNC)
  *   on the file handle libnfs's open found, as a kernel client does it: an
@@ -65,6 +78,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -90,6 +104,10 @@ struct nfs_fh {
 
 enum { EXIT_GRANTED = 0, EXIT_DENIED = 1, EXIT_ERROR = 2 };
 
+/* --op deleg: our callback program, and the one callback op we serve. */
+#define CB_PROGRAM_ID 0x40000077u
+#define CB_RECALL_OP 4
+
 struct options {
 	const char *url;
 	int version; /* 3 or 4, from the URL's ?version= (libnfs default: 3) */
@@ -103,6 +121,7 @@ struct options {
 	int timeout_ms;
 	bool open;             /* --op open */
 	bool write_data;       /* --op write */
+	bool deleg;            /* --op deleg */
 	const char *data;      /* --data */
 	uint32_t share_access; /* --access */
 	uint32_t share_deny;   /* --deny */
@@ -187,6 +206,8 @@ struct call {
 	uint32_t lease_time;
 	stateid4 stateid; /* OPEN, OPEN_CONFIRM */
 	uint32_t rflags;  /* OPEN */
+	int deleg;        /* OPEN: the delegation type */
+	stateid4 deleg_stateid;
 };
 
 static void call_failed(struct call *c, int rpc_status, void *data)
@@ -358,7 +379,7 @@ static void put_fh(nfs_argop4 *op, const struct nfs_fh *fh)
 /* A client identity of our own (SETCLIENTID, SETCLIENTID_CONFIRM) on the
  * connection; false (message in err) if the server refused it. */
 static bool v4_new_client(struct rpc_context *rpc, const struct options *o, const char *tag,
-			  clientid4 *clientid, char *err, size_t errlen)
+			  const char *cb_addr, clientid4 *clientid, char *err, size_t errlen)
 {
 	char id[128];
 	verifier4 verf;
@@ -376,9 +397,9 @@ static bool v4_new_client(struct rpc_context *rpc, const struct options *o, cons
 	memcpy(sc->client.verifier, verf, sizeof(verf));
 	sc->client.id.id_len = strlen(id);
 	sc->client.id.id_val = id;
-	sc->callback.cb_program = 0; /* no callbacks: nothing here needs one */
+	sc->callback.cb_program = cb_addr != NULL ? CB_PROGRAM_ID : 0; /* 0: no callbacks */
 	sc->callback.cb_location.r_netid = "tcp";
-	sc->callback.cb_location.r_addr = "0.0.0.0.0.0";
+	sc->callback.cb_location.r_addr = cb_addr != NULL ? (char *)cb_addr : "0.0.0.0.0.0";
 	sc->callback_ident = 1;
 	if (!compound(rpc, setclientid_cb, op, 1, &c, o->timeout_ms) || c.status != NFS4_OK) {
 		snprintf(err, errlen, "SETCLIENTID: %s", c.ok ? nfsstat4_name(c.status) : c.err);
@@ -407,7 +428,7 @@ static int v4_lockt(struct rpc_context *rpc, const struct nfs_fh *fh, const stru
 	struct call c;
 	clientid4 clientid;
 
-	if (!v4_new_client(rpc, o, tag, &clientid, err, errlen))
+	if (!v4_new_client(rpc, o, tag, NULL, &clientid, err, errlen))
 		return EXIT_ERROR;
 
 	static char owner[] = "nasgw-nfs-lock-lockt";
@@ -453,6 +474,11 @@ static void open_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 		const OPEN4resok *ok = &r->nfs_resop4_u.opopen.OPEN4res_u.resok4;
 		c->stateid = ok->stateid;
 		c->rflags = ok->rflags;
+		c->deleg = ok->delegation.delegation_type;
+		if (c->deleg == OPEN_DELEGATE_READ)
+			c->deleg_stateid = ok->delegation.open_delegation4_u.read.stateid;
+		else if (c->deleg == OPEN_DELEGATE_WRITE)
+			c->deleg_stateid = ok->delegation.open_delegation4_u.write.stateid;
 	}
 	r = find_op(res, OP_OPEN_CONFIRM);
 	if (res->status == NFS4_OK && r != NULL)
@@ -469,6 +495,9 @@ struct v4_open {
 	component4 name;
 	stateid4 stateid;
 	seqid4 seqid; /* the open owner's next seqid */
+	char cb_addr[64]; /* --op deleg: our callback listener (universal address) */
+	int deleg;        /* the delegation the second OPEN got: OPEN_DELEGATE_* */
+	stateid4 deleg_stateid;
 };
 
 /* PUTROOTFH and one LOOKUP per component of the directory in `o->path`;
@@ -508,7 +537,7 @@ static int v4_open_share(struct v4_open *v, const struct options *o, char *err, 
 	struct call c;
 	u_int n = v->nlookups;
 
-	if (!v4_new_client(v->rpc, o, "open", &v->clientid, err, errlen))
+	if (!v4_new_client(v->rpc, o, "open", v->cb_addr[0] ? v->cb_addr : NULL, &v->clientid, err, errlen))
 		return EXIT_ERROR;
 	snprintf(v->owner, sizeof(v->owner), "nasgw-nfs-lock-open:%d", (int)getpid());
 	memset(op, 0, sizeof(op));
@@ -553,6 +582,32 @@ static int v4_open_share(struct v4_open *v, const struct options *o, char *err, 
 		v->seqid++;
 		v->stateid = c.stateid;
 	}
+	if (v->cb_addr[0]) {
+		/* A server grants a delegation to a confirmed owner's OPEN. */
+		memcpy(op, v->lookups, n * sizeof(op[0]));
+		op[n].argop = OP_OPEN;
+		a = &op[n].nfs_argop4_u.opopen;
+		memset(a, 0, sizeof(*a));
+		a->seqid = v->seqid;
+		a->share_access = o->share_access;
+		a->share_deny = o->share_deny;
+		a->owner.clientid = v->clientid;
+		a->owner.owner.owner_len = strlen(v->owner);
+		a->owner.owner.owner_val = v->owner;
+		a->openhow.opentype = OPEN4_NOCREATE;
+		a->claim.claim = CLAIM_NULL;
+		a->claim.open_claim4_u.file = v->name;
+		op[n + 1].argop = OP_GETFH;
+		memset(&c, 0, sizeof(c));
+		if (!compound(v->rpc, open_cb, op, n + 2, &c, o->timeout_ms) || c.status != NFS4_OK) {
+			snprintf(err, errlen, "second OPEN: %s", c.ok ? nfsstat4_name(c.status) : c.err);
+			return EXIT_ERROR;
+		}
+		v->seqid++;
+		v->stateid = c.stateid;
+		v->deleg = c.deleg;
+		v->deleg_stateid = c.deleg_stateid;
+	}
 	return EXIT_GRANTED;
 }
 
@@ -577,23 +632,259 @@ static bool v4_close(struct v4_open *v, const struct options *o, char *err, size
 	return true;
 }
 
+/* ---- NFSv4.0 callbacks: a listener for the server's CB_NULL and CB_RECALL -- */
+
+struct cb_server {
+	int listen_fd;
+	int notify[2]; /* the thread writes one byte per CB_RECALL */
+};
+
+static bool read_full(int fd, void *buf, size_t n)
+{
+	for (size_t got = 0; got < n;) {
+		ssize_t r = read(fd, (char *)buf + got, n - got);
+		if (r <= 0) {
+			if (r < 0 && errno == EINTR)
+				continue;
+			return false;
+		}
+		got += (size_t)r;
+	}
+	return true;
+}
+
+struct xdr_in {
+	const uint8_t *p, *end;
+	bool ok;
+};
+
+static uint32_t xin_u32(struct xdr_in *x)
+{
+	uint32_t v;
+	if (x->end - x->p < 4) {
+		x->ok = false;
+		return 0;
+	}
+	memcpy(&v, x->p, 4);
+	x->p += 4;
+	return ntohl(v);
+}
+
+static const uint8_t *xin_opaque(struct xdr_in *x, uint32_t *len)
+{
+	*len = xin_u32(x);
+	uint32_t padded = (*len + 3) & ~3u;
+	if (!x->ok || (uint32_t)(x->end - x->p) < padded) {
+		x->ok = false;
+		return NULL;
+	}
+	const uint8_t *at = x->p;
+	x->p += padded;
+	return at;
+}
+
+static void xout_u32(uint8_t *buf, size_t *at, uint32_t v)
+{
+	v = htonl(v);
+	memcpy(buf + *at, &v, 4);
+	*at += 4;
+}
+
+/* One RPC call on `fd`: answered; false when the connection ended. */
+static bool cb_serve_one(struct cb_server *s, int fd)
+{
+	uint32_t mark;
+	if (!read_full(fd, &mark, 4))
+		return false;
+	mark = ntohl(mark);
+	uint32_t len = mark & 0x7fffffffu;
+	if (!(mark & 0x80000000u) || len > 65536)
+		return false; /* one fragment, small: all a server sends here */
+	uint8_t in[65536], out[1024];
+	if (!read_full(fd, in, len))
+		return false;
+	struct xdr_in x = {in, in + len, true};
+	uint32_t xid = xin_u32(&x), mtype = xin_u32(&x), rpcvers = xin_u32(&x);
+	uint32_t prog = xin_u32(&x), vers = xin_u32(&x), proc = xin_u32(&x), l;
+	(void)xin_u32(&x); /* cred flavor */
+	(void)xin_opaque(&x, &l);
+	(void)xin_u32(&x); /* verf flavor */
+	(void)xin_opaque(&x, &l);
+	if (!x.ok || mtype != 0 || rpcvers != 2)
+		return false;
+	size_t at = 4;
+	xout_u32(out, &at, xid);
+	xout_u32(out, &at, 1); /* REPLY */
+	xout_u32(out, &at, 0); /* MSG_ACCEPTED */
+	xout_u32(out, &at, 0); /* verf: AUTH_NONE */
+	xout_u32(out, &at, 0);
+	if (prog != CB_PROGRAM_ID || vers != 1 || proc > 1) {
+		xout_u32(out, &at, prog != CB_PROGRAM_ID ? 1 : proc > 1 ? 3 : 2); /* PROG_UNAVAIL, PROC_UNAVAIL, PROG_MISMATCH */
+		if (prog == CB_PROGRAM_ID && vers != 1) {
+			xout_u32(out, &at, 1);
+			xout_u32(out, &at, 1);
+		}
+	} else {
+		xout_u32(out, &at, 0); /* SUCCESS */
+		if (proc == 1) {
+			/* CB_COMPOUND4args: tag, minorversion, callback_ident, ops */
+			uint32_t taglen;
+			const uint8_t *tag = xin_opaque(&x, &taglen);
+			(void)xin_u32(&x);
+			(void)xin_u32(&x);
+			uint32_t nops = xin_u32(&x);
+			if (!x.ok || taglen > 64 || nops > 8)
+				return false;
+			size_t status_at = at;
+			xout_u32(out, &at, 0); /* status, set below */
+			xout_u32(out, &at, taglen);
+			memcpy(out + at, tag, taglen);
+			memset(out + at + taglen, 0, ((taglen + 3) & ~3u) - taglen);
+			at += (taglen + 3) & ~3u;
+			xout_u32(out, &at, nops);
+			uint32_t status = 0;
+			for (uint32_t i = 0; i < nops && status == 0; i++) {
+				uint32_t op = xin_u32(&x);
+				if (op == CB_RECALL_OP) {
+					x.p += 16; /* stateid */
+					(void)xin_u32(&x); /* truncate */
+					(void)xin_opaque(&x, &l); /* fh */
+					if (!x.ok)
+						return false;
+					char one = 'r';
+					if (write(s->notify[1], &one, 1) != 1) {
+						/* the main thread reads them: never full */
+					}
+				} else {
+					status = NFS4ERR_NOTSUPP;
+				}
+				xout_u32(out, &at, op);
+				xout_u32(out, &at, status);
+				if (status != 0) {
+					/* the results end at the first failure */
+					size_t n_at = status_at + 8 + ((taglen + 3) & ~3u);
+					size_t tmp = n_at;
+					xout_u32(out, &tmp, i + 1);
+				}
+			}
+			size_t tmp = status_at;
+			xout_u32(out, &tmp, status);
+		}
+	}
+	size_t tmp = 0;
+	xout_u32(out, &tmp, 0x80000000u | (uint32_t)(at - 4));
+	for (size_t sent = 0; sent < at;) {
+		ssize_t w = write(fd, out + sent, at - sent);
+		if (w <= 0) {
+			if (w < 0 && errno == EINTR)
+				continue;
+			return false;
+		}
+		sent += (size_t)w;
+	}
+	return true;
+}
+
+static void *cb_thread(void *arg)
+{
+	struct cb_server *s = arg;
+	for (;;) {
+		int fd = accept(s->listen_fd, NULL, NULL);
+		if (fd < 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		while (cb_serve_one(s, fd)) {
+		}
+		close(fd);
+	}
+}
+
+/* Listens on the NFS connection's local address; *addr gets the
+ * universal address ("a.b.c.d.p1.p2") for SETCLIENTID. */
+static bool cb_start(struct cb_server *s, int nfs_fd, char *addr, size_t addrlen, char *err, size_t errlen)
+{
+	struct sockaddr_in sin;
+	socklen_t sl = sizeof(sin);
+	pthread_t t;
+
+	if (getsockname(nfs_fd, (struct sockaddr *)&sin, &sl) != 0 || sin.sin_family != AF_INET) {
+		snprintf(err, errlen, "callbacks need an IPv4 connection");
+		return false;
+	}
+	sin.sin_port = 0;
+	s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s->listen_fd < 0 || bind(s->listen_fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 ||
+	    listen(s->listen_fd, 4) != 0 || getsockname(s->listen_fd, (struct sockaddr *)&sin, &sl) != 0 ||
+	    pipe2(s->notify, O_CLOEXEC) != 0) {
+		snprintf(err, errlen, "callback listener: %s", strerror(errno));
+		return false;
+	}
+	char ip[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &sin.sin_addr, ip, sizeof(ip));
+	unsigned port = ntohs(sin.sin_port);
+	snprintf(addr, addrlen, "%s.%u.%u", ip, port >> 8, port & 0xff);
+	if (pthread_create(&t, NULL, cb_thread, s) != 0) {
+		snprintf(err, errlen, "pthread_create failed");
+		return false;
+	}
+	pthread_detach(t);
+	return true;
+}
+
+static bool v4_delegreturn(struct v4_open *v, const struct options *o, char *err, size_t errlen)
+{
+	nfs_argop4 op[70];
+	struct call c;
+	u_int n = v->nlookups;
+
+	memset(op, 0, sizeof(op));
+	memcpy(op, v->lookups, n * sizeof(op[0]));
+	op[n].argop = OP_LOOKUP;
+	op[n].nfs_argop4_u.oplookup.objname = v->name;
+	op[n + 1].argop = OP_DELEGRETURN;
+	op[n + 1].nfs_argop4_u.opdelegreturn.deleg_stateid = v->deleg_stateid;
+	memset(&c, 0, sizeof(c));
+	if (!compound(v->rpc, status_cb, op, n + 2, &c, o->timeout_ms) || c.status != NFS4_OK) {
+		snprintf(err, errlen, "DELEGRETURN: %s", c.ok ? nfsstat4_name(c.status) : c.err);
+		return false;
+	}
+	return true;
+}
+
 /* Keeps the open until EOF on stdin, renewing the client's lease. */
-static bool v4_hold_open(struct v4_open *v, const struct options *o, int renew_ms, char *err, size_t errlen)
+static bool v4_hold_open(struct v4_open *v, const struct options *o, int renew_ms, int recall_fd, char *err,
+			 size_t errlen)
 {
 	for (;;) {
-		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
-		int r = poll(&p, 1, renew_ms);
+		struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN}, {.fd = recall_fd, .events = POLLIN}};
+		int r = poll(p, recall_fd >= 0 ? 2 : 1, renew_ms);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
 			snprintf(err, errlen, "poll: %s", strerror(errno));
 			return false;
 		}
+		if (r > 0 && recall_fd >= 0 && (p[1].revents & POLLIN)) {
+			char b;
+			if (read(recall_fd, &b, 1) == 1) {
+				printf("recalled\n");
+				fflush(stdout);
+			}
+			continue;
+		}
 		if (r > 0) {
 			char buf[256];
-			ssize_t got = read(STDIN_FILENO, buf, sizeof(buf));
+			ssize_t got = read(STDIN_FILENO, buf, sizeof(buf) - 1);
 			if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
 				return true;
+			if (got > 0 && recall_fd >= 0 && strncmp(buf, "return", 6) == 0) {
+				if (!v4_delegreturn(v, o, err, errlen))
+					return false;
+				printf("returned\n");
+				fflush(stdout);
+			}
 			continue;
 		}
 		nfs_argop4 op[1];
@@ -984,11 +1275,14 @@ int main(int argc, char **argv)
 		case 'u': o.url = optarg; break;
 		case 'o':
 			if (strcmp(optarg, "lock") != 0 && strcmp(optarg, "test") != 0 &&
-			    strcmp(optarg, "open") != 0 && strcmp(optarg, "write") != 0)
-				return say_error("--op must be lock, test, open or write, not %s", optarg);
+			    strcmp(optarg, "open") != 0 && strcmp(optarg, "write") != 0 &&
+			    strcmp(optarg, "deleg") != 0)
+				return say_error("--op must be lock, test, open, write or deleg, not %s", optarg);
 			o.lock = strcmp(optarg, "lock") == 0;
 			o.open = strcmp(optarg, "open") == 0;
 			o.write_data = strcmp(optarg, "write") == 0;
+			o.deleg = strcmp(optarg, "deleg") == 0;
+			o.open = o.open || o.deleg; /* an open, held */
 			have_op = true;
 			break;
 		case 'a':
@@ -1066,7 +1360,7 @@ int main(int argc, char **argv)
 	if (o.version < 0)
 		return say_error("the URL's version must be 3 or 4");
 	if (o.open && o.version != 4)
-		return say_error("--op open is NFSv4 (version=4 in the URL)");
+		return say_error("--op open and deleg are NFSv4 (version=4 in the URL)");
 	if (o.write_data && o.version != 3)
 		return say_error("--op write is NFSv3 (version=3 in the URL)");
 
@@ -1102,8 +1396,13 @@ int main(int argc, char **argv)
 	}
 	if (o.open) {
 		struct v4_open vo;
+		static struct cb_server cbs = {.listen_fd = -1, .notify = {-1, -1}};
 		memset(&vo, 0, sizeof(vo));
 		vo.rpc = nfs_get_rpc_context(nfs);
+		if (o.deleg && !cb_start(&cbs, rpc_get_fd(vo.rpc), vo.cb_addr, sizeof(vo.cb_addr), err, sizeof(err))) {
+			rc = say_error("%s", err);
+			goto out;
+		}
 		snprintf(vo.path, sizeof(vo.path), "%s/%s", u->path, u->file);
 		if (!v4_walk(&vo, err, sizeof(err))) {
 			rc = say_error("%s", err);
@@ -1114,8 +1413,18 @@ int main(int argc, char **argv)
 			rc = rc == EXIT_DENIED ? say_denied(NULL) : say_error("%s", err);
 			goto out;
 		}
-		rc = say_granted();
-		if (o.hold && !v4_hold_open(&vo, &o, o.renew_ms ? o.renew_ms : 1000, err, sizeof(err))) {
+		if (o.deleg) {
+			printf("granted deleg=%s\n", vo.deleg == OPEN_DELEGATE_READ    ? "read"
+						     : vo.deleg == OPEN_DELEGATE_WRITE ? "write"
+										       : "none");
+			fflush(stdout);
+			rc = EXIT_GRANTED;
+		} else {
+			rc = say_granted();
+		}
+		if ((o.hold || o.deleg) &&
+		    !v4_hold_open(&vo, &o, o.renew_ms ? o.renew_ms : 1000, o.deleg ? cbs.notify[0] : -1, err,
+				  sizeof(err))) {
 			fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
 			rc = EXIT_ERROR;
 			goto out;
