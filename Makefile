@@ -8,6 +8,7 @@
 #   make lint     clang-format (check only) and clang-tidy (.clang-tidy) over the C++ sources
 #   make fuzz     the head-protocol decoder under libFuzzer (clang), for FUZZ_SECONDS
 #   make smbtorture  Release build, then smbtorture's SMB2 suites on vfs_nasgw and on stock Samba (XFS), compared
+#   make smb-bench  Release build, then the SMB benchmark (vfs_nasgw against stock smbd on XFS, 1-16 clients)
 #   make demo     deps, Release build, then a lab SAN + nasgwd + ganesha serving NFS and smbd serving SMB (deploy/demo.py)
 #   make demo-stop  stop the demo and remove what it made
 #   make format   clang-format the tree (what make lint checks)
@@ -22,7 +23,7 @@ FUZZ_DIR ?= build/fuzz
 FUZZ_SECONDS ?= 30
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
 
-.PHONY: deps build release release-nasgwd tsan tsa lint fuzz test unit bench format clean lab-gc demo demo-stop smbtorture
+.PHONY: deps build release release-nasgwd tsan tsa lint fuzz test unit bench format clean lab-gc demo demo-stop smbtorture smb-bench
 
 deps:
 	@bash deploy/install-deps.sh
@@ -53,6 +54,13 @@ release-nasgwd: deps $(RELEASE_DIR)/CMakeCache.txt
 # written in the script. Not part of make test: about twenty minutes.
 smbtorture: release lab-gc
 	python3 tests/integration/smbtorture_lab.py --build $(RELEASE_DIR) --out $(RELEASE_DIR)/smbtorture.json
+
+# The SMB benchmark (bench/smb_bench.py): 8K random 70/30, 256K sequential
+# read and 64K sequential write from 1-16 libsmbclient clients, vfs_nasgw
+# against stock smbd on XFS, interleaved, medians of 3 runs; table, JSON and
+# chart in the release tree. About fifteen minutes.
+smb-bench: release lab-gc
+	python3 bench/smb_bench.py --build $(RELEASE_DIR) --out $(RELEASE_DIR)/smb_bench.json --chart $(RELEASE_DIR)/smb_bench.png
 
 $(TSAN_DIR)/CMakeCache.txt:
 	cmake -S . -B $(TSAN_DIR) $(GEN) -DCMAKE_BUILD_TYPE=Debug -DNASGW_TSAN=ON

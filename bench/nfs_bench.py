@@ -50,6 +50,7 @@ ROOT = os.path.normpath(os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
 import nfslab  # noqa: E402
+import nasgwlab  # noqa: E402
 from nasgwlab import Node  # noqa: E402
 
 SANLAB = os.path.join(ROOT, "tests", "lab", "sanlab")
@@ -998,22 +999,8 @@ def table(res):
 
 
 def chart(res, path):
-    try:
-        import matplotlib
-    except ImportError:
-        # python3-matplotlib is Debian's: draw with Debian's interpreter when
-        # this one (e.g. a pyenv python3 first on PATH) lacks it.
-        if os.path.realpath(sys.executable) == os.path.realpath("/usr/bin/python3"):
-            raise
-        tmp = path + ".json"
-        with open(tmp, "w") as f:
-            json.dump(res, f)
-        try:
-            sh(["/usr/bin/python3", os.path.abspath(__file__), "--chart-from", tmp, "--chart", path])
-        finally:
-            os.remove(tmp)
+    if nasgwlab.matplotlib_or_redraw(__file__, res, path) is None:
         return
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     settings = res["settings"]
     wls = res["config"]["workloads"]

@@ -268,35 +268,35 @@ size_t LockTable::SessionSize(uint64_t session) const {
   return s == sessions_.end() ? 0 : s->second.ranges;
 }
 
-std::vector<HeldLock> LockTable::Locks(const LockFile& file) const {
+template <typename T, typename Fn>
+std::vector<T> LockTable::Collect(const LockFile& file, Fn add) const {
   MutexLock l(mu_);
-  std::vector<HeldLock> out;
+  std::vector<T> out;
   auto f = files_.find(file);
-  if (f == files_.end()) return out;
-  for (const auto& [owner, ranges] : f->second.owners) {
-    for (const LockRange& r : ranges) out.push_back({owner, r});
-  }
+  if (f != files_.end()) add(f->second, out);
   return out;
+}
+
+std::vector<HeldLock> LockTable::Locks(const LockFile& file) const {
+  return Collect<HeldLock>(file, [](const File& f, std::vector<HeldLock>& out) {
+    for (const auto& [owner, ranges] : f.owners) {
+      for (const LockRange& r : ranges) out.push_back({owner, r});
+    }
+  });
 }
 
 std::vector<HeldLease> LockTable::Leases(const LockFile& file) const {
-  MutexLock l(mu_);
-  std::vector<HeldLease> out;
-  auto f = files_.find(file);
-  if (f == files_.end()) return out;
-  for (const auto& [owner, lease] : f->second.leases) {
-    out.push_back({owner, lease.type, lease.domain, lease.recalled_ns != 0, lease.break_to});
-  }
-  return out;
+  return Collect<HeldLease>(file, [](const File& f, std::vector<HeldLease>& out) {
+    for (const auto& [owner, lease] : f.leases) {
+      out.push_back({owner, lease.type, lease.domain, lease.recalled_ns != 0, lease.break_to});
+    }
+  });
 }
 
 std::vector<HeldShare> LockTable::Shares(const LockFile& file) const {
-  MutexLock l(mu_);
-  std::vector<HeldShare> out;
-  auto f = files_.find(file);
-  if (f == files_.end()) return out;
-  for (const auto& [owner, mode] : f->second.shares) out.push_back({owner, mode});
-  return out;
+  return Collect<HeldShare>(file, [](const File& f, std::vector<HeldShare>& out) {
+    for (const auto& [owner, mode] : f.shares) out.push_back({owner, mode});
+  });
 }
 
 }  // namespace nasgw::daemon

@@ -184,6 +184,10 @@ class LockTable {
       REQUIRES(mu_);
   // Replaces who's ranges in `file` with `ranges` if the limits allow.
   LockResult Commit(const LockFile& file, const LockOwner& who, std::vector<proto::LockRange> ranges) REQUIRES(mu_);
+  // What add(file's entry, out) collects, under the lock (empty for a file
+  // with nothing held).
+  template <typename T, typename Fn>
+  std::vector<T> Collect(const LockFile& file, Fn add) const;
   // Accounts `before` -> `after` entries of who's in `file` if the limits
   // allow (false: past one; nothing changed). Creates the session's entry.
   bool Account(const LockFile& file, const LockOwner& who, size_t before, size_t after) REQUIRES(mu_);

@@ -40,6 +40,8 @@ PACKAGES=(
   samba smbclient samba-testsuite samba-vfs-modules libparse-yapp-perl
   libgnutls28-dev zlib1g-dev libpopt-dev libtalloc-dev libtevent-dev libtdb-dev
   libldb-dev libjansson-dev libarchive-dev libicu-dev
+  # nasgw-smb-load, the SMB benchmark's clients (bench/smb_load.c)
+  libsmbclient-dev
 )
 
 missing=()

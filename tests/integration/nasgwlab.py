@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import traceback
 import urllib.request
@@ -421,3 +422,26 @@ def finish(failures, node=None, lab=None, server=None, after=None):
         after()
     print("%d failure(s)" % len(failures) if failures else "all passed")
     return 1 if failures else 0
+
+
+def matplotlib_or_redraw(script, res, path):
+    """matplotlib, set up to draw into files; or None after `script` drew
+    `path` from `res` with Debian's interpreter (`script --chart-from JSON
+    --chart PATH`): python3-matplotlib is Debian's, and the interpreter
+    running this one (e.g. a pyenv python3 first on PATH) may lack it."""
+    try:
+        import matplotlib
+    except ImportError:
+        if os.path.realpath(sys.executable) == os.path.realpath("/usr/bin/python3"):
+            raise
+        tmp = path + ".json"
+        with open(tmp, "w") as f:
+            json.dump(res, f)
+        try:
+            subprocess.run(["/usr/bin/python3", os.path.abspath(script), "--chart-from", tmp, "--chart", path],
+                           check=True, timeout=300)
+        finally:
+            os.remove(tmp)
+        return None
+    matplotlib.use("Agg")
+    return matplotlib

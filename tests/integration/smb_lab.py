@@ -19,7 +19,8 @@ sharemodes (an SMB share mode refuses an NFSv4 OPEN and the reverse, both
 arbitrated by nasgwd), leases (an NFS write breaks an SMB lease, and waits
 for the client's acknowledgement and write-back, before it proceeds),
 delegations (an SMB open recalls an NFSv4 delegation, and waits for its
-return, before it proceeds).
+return, before it proceeds), durable (a durable handle survives a pulled
+cable: reconnected with its data, lease and share mode).
 """
 
 import argparse
@@ -688,8 +689,93 @@ f.close()
                     proc.wait()
 
 
+def test_durable(ctx):
+    """A durable handle across a network drop: an SMB client holds a durable
+    handle (read-write-handle lease, sharing read only) and has written to
+    it; the cable is pulled and plugged back, and the client reconnects on a
+    new connection, resuming its session (Samba closes the old one, which
+    disconnects the handle) and reclaiming the handle: its data and lease
+    are there, and nasgwd holds its share mode again (an NFSv4 OPEN for
+    write first gets the client's lease broken, then is refused) until it
+    closes."""
+    c, srv, alice, lab = ctx["client"], ctx["smbd"], ctx["alice"], ctx["lab"]
+    import json
+    code = PIKE_PRELUDE + """
+import select
+def cue(lease=None):
+    # waits for the test's line on stdin, acknowledging lease breaks meanwhile
+    while not select.select([sys.stdin], [], [], 0.05)[0]:
+        pike.model.loop(timeout=0.05, count=1)
+        f = lease.future if lease is not None else None
+        if f is not None and f.response is not None:
+            notify = f.result()
+            ack = chan2.lease_break_acknowledgement(tree2, notify)
+            ack.lease_state = notify[0].new_lease_state
+            chan2.connection.transceive(ack.parent.parent)
+            lease.future = None
+            sys.stderr.write('acknowledged a break to %d\\n' % notify[0].new_lease_state)
+    return sys.stdin.readline()
+KEY = array.array('B', range(16, 32))
+h = chan.create(tree, 'durable.bin', access=smb2.FILE_READ_DATA | smb2.FILE_WRITE_DATA,
+                share=smb2.FILE_SHARE_READ, disposition=smb2.FILE_OVERWRITE_IF,
+                oplock_level=smb2.SMB2_OPLOCK_LEVEL_LEASE, lease_key=KEY, lease_state=RWH, durable=True).result()
+chan.write(h, 0, b'before-drop')
+print('READY', int(h.is_durable), flush=True)
+sys.stdin.readline()
+conn2 = client.connect(server=ARGS['server'], port=445).negotiate()
+chan2 = conn2.session_setup(ARGS['cred'], resume=chan.session)
+tree2 = chan2.tree_connect(ARGS['share'])
+h2 = chan2.create(tree2, 'durable.bin', access=smb2.FILE_READ_DATA | smb2.FILE_WRITE_DATA,
+                  share=smb2.FILE_SHARE_READ, disposition=smb2.FILE_OPEN,
+                  oplock_level=smb2.SMB2_OPLOCK_LEVEL_LEASE, lease_key=KEY, lease_state=RWH, durable=h).result()
+print('RECONNECTED', chan2.read(h2, 11, 0).tobytes().decode(), int(h2.lease.lease_state), flush=True)
+cue(h2.lease)
+chan2.write(h2, 11, b'+after')
+chan2.close(h2)
+print('CLOSED', flush=True)
+"""
+    args = {"server": srv.addr, "cred": alice.cred(), "share": "alice"}
+    prelude = "import json, os\nARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
+    holder = c.popen(["env", "NFSLAB_ARGS=" + json.dumps(args), nfslab.ensure_venv(), "-c", prelude + code],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tool, url = ctx["lock_tool"], c.url("vol1/alice/durable.bin", 4)
+
+    def nfs_open_for_write():
+        return c.run([tool, "--url", url, "--op", "open", "--access", "write", "--deny", "none"], check=False,
+                     timeout=120).stdout.strip()
+
+    try:
+        line = smblab.readline(holder)
+        check("the SMB client holds a durable handle", line == "READY 1", line or smblab.stderr_of(holder))
+        lab.link(1, "down")   # the cable: packets vanish, no FIN
+        lab.link(1, "up")
+        holder.stdin.write("reconnect\n")
+        holder.stdin.flush()
+        line = smblab.readline(holder)
+        check("after the drop the client reconnects the durable handle, data and lease intact",
+              line == "RECONNECTED before-drop 7", line or smblab.stderr_of(holder))
+        r = nfs_open_for_write()
+        check("nasgwd holds its share mode again: an NFSv4 OPEN for write (after the lease break) is refused",
+              r == "denied", r)
+        holder.stdin.write("close\n")
+        holder.stdin.flush()
+        line = smblab.readline(holder)
+        check("the reconnected handle writes and closes", line == "CLOSED", line or smblab.stderr_of(holder))
+        holder.wait(timeout=60)
+        with open(os.path.join(alice_dir(ctx), "durable.bin"), "rb") as f:
+            got = f.read()
+        check("the file holds what was written before and after the drop", got == b"before-drop+after", repr(got))
+        r = nfs_open_for_write()
+        check("after the close, the NFSv4 OPEN for write is granted", r == "granted", r)
+    finally:
+        lab.link(1, "up")
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
 TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("leases", test_leases),
-         ("delegations", test_delegations), ("namespace", test_namespace), ("data", test_data),
+         ("delegations", test_delegations), ("durable", test_durable), ("namespace", test_namespace), ("data", test_data),
          ("case", test_case), ("unlinked", test_unlinked), ("acl", test_acl),
          ("restart", test_restart)]
 

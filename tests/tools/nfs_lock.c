@@ -530,20 +530,55 @@ static bool v4_walk(struct v4_open *v, char *err, size_t errlen)
 	return true;
 }
 
-/* 0 granted (v->stateid confirmed), 1 denied (NFS4ERR_SHARE_DENIED), 2 error. */
-static int v4_open_share(struct v4_open *v, const struct options *o, char *err, size_t errlen)
+/* Sends PUTROOTFH, the directory's LOOKUPs, (with `on_file`) a LOOKUP of the
+ * file, then `last`; the reply through `cb` into *c. False (err: "WHAT: ...")
+ * when it could not be sent or answered; c->status is the caller's. */
+static bool v4_path_compound(struct v4_open *v, const struct options *o, bool on_file, const nfs_argop4 *last,
+			     rpc_cb cb, struct call *c, const char *what, char *err, size_t errlen)
 {
 	nfs_argop4 op[70];
-	struct call c;
 	u_int n = v->nlookups;
 
-	if (!v4_new_client(v->rpc, o, "open", v->cb_addr[0] ? v->cb_addr : NULL, &v->clientid, err, errlen))
-		return EXIT_ERROR;
-	snprintf(v->owner, sizeof(v->owner), "nasgw-nfs-lock-open:%d", (int)getpid());
 	memset(op, 0, sizeof(op));
 	memcpy(op, v->lookups, n * sizeof(op[0]));
-	op[n].argop = OP_OPEN;
-	OPEN4args *a = &op[n].nfs_argop4_u.opopen;
+	if (on_file) {
+		op[n].argop = OP_LOOKUP;
+		op[n].nfs_argop4_u.oplookup.objname = v->name;
+		n++;
+	}
+	op[n++] = *last;
+	if (!on_file)
+		op[n++].argop = OP_GETFH;
+	memset(c, 0, sizeof(*c));
+	if (!compound(v->rpc, cb, op, n, c, o->timeout_ms)) {
+		snprintf(err, errlen, "%s: %s", what, c->err);
+		return false;
+	}
+	return true;
+}
+
+/* The same, for an op that must succeed. */
+static bool v4_path_op(struct v4_open *v, const struct options *o, const nfs_argop4 *last, rpc_cb cb,
+		       struct call *c, const char *what, char *err, size_t errlen)
+{
+	if (!v4_path_compound(v, o, true, last, cb, c, what, err, errlen))
+		return false;
+	if (c->status != NFS4_OK) {
+		snprintf(err, errlen, "%s: %s (%d)", what, nfsstat4_name(c->status), c->status);
+		return false;
+	}
+	return true;
+}
+
+/* OPEN of the file by our open owner, with the options' access and deny. */
+static bool v4_send_open(struct v4_open *v, const struct options *o, struct call *c, const char *what, char *err,
+			 size_t errlen)
+{
+	nfs_argop4 op;
+	OPEN4args *a = &op.nfs_argop4_u.opopen;
+
+	memset(&op, 0, sizeof(op));
+	op.argop = OP_OPEN;
 	a->seqid = v->seqid;
 	a->share_access = o->share_access;
 	a->share_deny = o->share_deny;
@@ -553,11 +588,28 @@ static int v4_open_share(struct v4_open *v, const struct options *o, char *err, 
 	a->openhow.opentype = OPEN4_NOCREATE;
 	a->claim.claim = CLAIM_NULL;
 	a->claim.open_claim4_u.file = v->name;
-	op[n + 1].argop = OP_GETFH;
-	memset(&c, 0, sizeof(c));
-	if (!compound(v->rpc, open_cb, op, n + 2, &c, o->timeout_ms)) {
-		snprintf(err, errlen, "OPEN: %s", c.err);
+	return v4_path_compound(v, o, false, &op, open_cb, c, what, err, errlen);
+}
+
+/* 0 granted (v->stateid confirmed), 1 denied (NFS4ERR_SHARE_DENIED), 2 error. */
+static int v4_open_share(struct v4_open *v, const struct options *o, char *err, size_t errlen)
+{
+	nfs_argop4 op;
+	struct call c;
+
+	if (!v4_new_client(v->rpc, o, "open", v->cb_addr[0] ? v->cb_addr : NULL, &v->clientid, err, errlen))
 		return EXIT_ERROR;
+	/* NFS4ERR_DELAY (the server recalls a delegation, or with nasgw
+	 * another head's lease): again, as a kernel client does, with a new
+	 * open owner (a DELAY consumed the owner's seqid). */
+	for (int attempt = 0;; attempt++) {
+		snprintf(v->owner, sizeof(v->owner), "nasgw-nfs-lock-open:%d:%d", (int)getpid(), attempt);
+		v->seqid = 0;
+		if (!v4_send_open(v, o, &c, "OPEN", err, errlen))
+			return EXIT_ERROR;
+		if (c.status != NFS4ERR_DELAY || (int64_t)attempt * 20 > o->timeout_ms)
+			break;
+		usleep(20000);
 	}
 	if (c.status == NFS4ERR_SHARE_DENIED)
 		return EXIT_DENIED;
@@ -568,39 +620,21 @@ static int v4_open_share(struct v4_open *v, const struct options *o, char *err, 
 	v->seqid++;
 	v->stateid = c.stateid;
 	if (c.rflags & OPEN4_RESULT_CONFIRM) {
-		memcpy(op, v->lookups, n * sizeof(op[0]));
-		op[n].argop = OP_LOOKUP;
-		op[n].nfs_argop4_u.oplookup.objname = v->name;
-		op[n + 1].argop = OP_OPEN_CONFIRM;
-		op[n + 1].nfs_argop4_u.opopen_confirm.open_stateid = v->stateid;
-		op[n + 1].nfs_argop4_u.opopen_confirm.seqid = v->seqid;
-		memset(&c, 0, sizeof(c));
-		if (!compound(v->rpc, open_cb, op, n + 2, &c, o->timeout_ms) || c.status != NFS4_OK) {
-			snprintf(err, errlen, "OPEN_CONFIRM: %s", c.ok ? nfsstat4_name(c.status) : c.err);
+		memset(&op, 0, sizeof(op));
+		op.argop = OP_OPEN_CONFIRM;
+		op.nfs_argop4_u.opopen_confirm.open_stateid = v->stateid;
+		op.nfs_argop4_u.opopen_confirm.seqid = v->seqid;
+		if (!v4_path_op(v, o, &op, open_cb, &c, "OPEN_CONFIRM", err, errlen))
 			return EXIT_ERROR;
-		}
 		v->seqid++;
 		v->stateid = c.stateid;
 	}
 	if (v->cb_addr[0]) {
 		/* A server grants a delegation to a confirmed owner's OPEN. */
-		memcpy(op, v->lookups, n * sizeof(op[0]));
-		op[n].argop = OP_OPEN;
-		a = &op[n].nfs_argop4_u.opopen;
-		memset(a, 0, sizeof(*a));
-		a->seqid = v->seqid;
-		a->share_access = o->share_access;
-		a->share_deny = o->share_deny;
-		a->owner.clientid = v->clientid;
-		a->owner.owner.owner_len = strlen(v->owner);
-		a->owner.owner.owner_val = v->owner;
-		a->openhow.opentype = OPEN4_NOCREATE;
-		a->claim.claim = CLAIM_NULL;
-		a->claim.open_claim4_u.file = v->name;
-		op[n + 1].argop = OP_GETFH;
-		memset(&c, 0, sizeof(c));
-		if (!compound(v->rpc, open_cb, op, n + 2, &c, o->timeout_ms) || c.status != NFS4_OK) {
-			snprintf(err, errlen, "second OPEN: %s", c.ok ? nfsstat4_name(c.status) : c.err);
+		if (!v4_send_open(v, o, &c, "second OPEN", err, errlen))
+			return EXIT_ERROR;
+		if (c.status != NFS4_OK) {
+			snprintf(err, errlen, "second OPEN: %s (%d)", nfsstat4_name(c.status), c.status);
 			return EXIT_ERROR;
 		}
 		v->seqid++;
@@ -613,23 +647,14 @@ static int v4_open_share(struct v4_open *v, const struct options *o, char *err, 
 
 static bool v4_close(struct v4_open *v, const struct options *o, char *err, size_t errlen)
 {
-	nfs_argop4 op[70];
+	nfs_argop4 op;
 	struct call c;
-	u_int n = v->nlookups;
 
-	memset(op, 0, sizeof(op));
-	memcpy(op, v->lookups, n * sizeof(op[0]));
-	op[n].argop = OP_LOOKUP;
-	op[n].nfs_argop4_u.oplookup.objname = v->name;
-	op[n + 1].argop = OP_CLOSE;
-	op[n + 1].nfs_argop4_u.opclose.seqid = v->seqid;
-	op[n + 1].nfs_argop4_u.opclose.open_stateid = v->stateid;
-	memset(&c, 0, sizeof(c));
-	if (!compound(v->rpc, status_cb, op, n + 2, &c, o->timeout_ms) || c.status != NFS4_OK) {
-		snprintf(err, errlen, "CLOSE: %s", c.ok ? nfsstat4_name(c.status) : c.err);
-		return false;
-	}
-	return true;
+	memset(&op, 0, sizeof(op));
+	op.argop = OP_CLOSE;
+	op.nfs_argop4_u.opclose.seqid = v->seqid;
+	op.nfs_argop4_u.opclose.open_stateid = v->stateid;
+	return v4_path_op(v, o, &op, status_cb, &c, "CLOSE", err, errlen);
 }
 
 /* ---- NFSv4.0 callbacks: a listener for the server's CB_NULL and CB_RECALL -- */
@@ -835,22 +860,13 @@ static bool cb_start(struct cb_server *s, int nfs_fd, char *addr, size_t addrlen
 
 static bool v4_delegreturn(struct v4_open *v, const struct options *o, char *err, size_t errlen)
 {
-	nfs_argop4 op[70];
+	nfs_argop4 op;
 	struct call c;
-	u_int n = v->nlookups;
 
-	memset(op, 0, sizeof(op));
-	memcpy(op, v->lookups, n * sizeof(op[0]));
-	op[n].argop = OP_LOOKUP;
-	op[n].nfs_argop4_u.oplookup.objname = v->name;
-	op[n + 1].argop = OP_DELEGRETURN;
-	op[n + 1].nfs_argop4_u.opdelegreturn.deleg_stateid = v->deleg_stateid;
-	memset(&c, 0, sizeof(c));
-	if (!compound(v->rpc, status_cb, op, n + 2, &c, o->timeout_ms) || c.status != NFS4_OK) {
-		snprintf(err, errlen, "DELEGRETURN: %s", c.ok ? nfsstat4_name(c.status) : c.err);
-		return false;
-	}
-	return true;
+	memset(&op, 0, sizeof(op));
+	op.argop = OP_DELEGRETURN;
+	op.nfs_argop4_u.opdelegreturn.deleg_stateid = v->deleg_stateid;
+	return v4_path_op(v, o, &op, status_cb, &c, "DELEGRETURN", err, errlen);
 }
 
 /* Keeps the open until EOF on stdin, renewing the client's lease. */
