@@ -1188,10 +1188,11 @@ CallPtr FsyncCall(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h) 
 namespace {
 
 // Sets (or, with `release`, drops) what (file, owner) holds, in nasgwd and
-// in the client's record of it (taken again after a restart).
+// in the client's record of it (taken again after a restart), which `files`
+// names (the client's shares or leases, under open_mu).
 template <typename T>
-int SetHeld(nasgw::client::Client& cl, nasgw::client::HeldFiles<T>& files, const nasgw_cred* cr, const nasgw_handle* h,
-            uint64_t owner, T value, bool release, const char* what) {
+int SetHeld(nasgw::client::Client& cl, nasgw::client::HeldFiles<T> nasgw::client::Client::*files, const nasgw_cred* cr,
+            const nasgw_handle* h, uint64_t owner, T value, bool release, const char* what) {
   for (uint32_t attempt = 1;; attempt++) {
     uint64_t epoch = 0;
     {
@@ -1211,15 +1212,16 @@ int SetHeld(nasgw::client::Client& cl, nasgw::client::HeldFiles<T>& files, const
       return -EIO;
     }
     const std::pair<uint32_t, uint64_t> key{h->volume, h->ino};
+    auto& held = cl.*files;
     if (release) {
-      auto f = files.find(key);
-      if (f != files.end()) {
+      auto f = held.find(key);
+      if (f != held.end()) {
         f->second.owners.erase(owner);
-        if (f->second.owners.empty()) files.erase(f);
+        if (f->second.owners.empty()) held.erase(f);
       }
       return 0;
     }
-    auto& file = files[key];
+    auto& file = held[key];
     file.handle = H(h);
     value.creds = Creds(cr);
     file.owners[owner] = std::move(value);
@@ -1731,7 +1733,7 @@ int nasgw_share(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, ui
   nasgw::client::HeldShare v;
   v.access = access;
   v.deny = deny;
-  return SetHeld(cl, cl.shares, cr, h, owner, v, access == 0 && deny == 0, "share");
+  return SetHeld(cl, &nasgw::client::Client::shares, cr, h, owner, v, access == 0 && deny == 0, "share");
 }
 
 int nasgw_lease(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type) {
@@ -1743,7 +1745,7 @@ int nasgw_lease(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, ui
   nasgw::client::Client& cl = *c->c;
   nasgw::client::HeldLease v;
   v.type = type;
-  return SetHeld(cl, cl.leases, cr, h, owner, v, type == 0, "lease");
+  return SetHeld(cl, &nasgw::client::Client::leases, cr, h, owner, v, type == 0, "lease");
 }
 
 int nasgw_unlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint64_t start,
