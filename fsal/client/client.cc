@@ -255,6 +255,10 @@ class Client {
 
   std::atomic<uint64_t> next_open_id{1};
   bool reopen_pending GUARDED_BY(open_mu) = false;  // opens still to be sent to a nasgwd that lost them
+  // The nasgwd instance (HELLO) the last re-open was made on: a HELLO that
+  // names another one needs a re-open even if it resumed the session (see
+  // the handshake).
+  proto::SessionId reopened_instance GUARDED_BY(open_mu){};
   Mutex open_mu ACQUIRED_BEFORE(mu);
   std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens GUARDED_BY(open_mu);
   std::map<std::pair<uint32_t, uint64_t>, LockedFile> locks GUARDED_BY(open_mu);
@@ -621,7 +625,12 @@ bool Conn::Connect() {
   }
   client_->Saw(reply.hello.write_verifier, nullptr);
   MutexLock opens_lock(client_->open_mu);
-  if (!reply.hello.resumed) client_->reopen_pending = true;
+  // A new nasgwd (another instance) lost every session. The HELLO that
+  // recreated ours may have been another connection's, answered first:
+  // this one then reads "resumed", but it must not take calls before the
+  // opens, locks, share reservations and leases are back (taking them
+  // twice is harmless: they are idempotent).
+  if (!reply.hello.resumed || reply.hello.instance != client_->reopened_instance) client_->reopen_pending = true;
   if (client_->reopen_pending) {
     client_->relock_epoch++;
     // nasgwd does not know this session (it restarted, or the session's
@@ -653,6 +662,7 @@ bool Conn::Connect() {
       return false;
     }
     client_->reopen_pending = false;
+    client_->reopened_instance = reply.hello.instance;
   }
   opens_lock.Unlock();
   // The handshake was bounded; calls are not (a long write may take long).
@@ -1189,21 +1199,40 @@ namespace {
 
 // Sets (or, with `release`, drops) what (file, owner) holds, in nasgwd and
 // in the client's record of it (taken again after a restart), which `files`
-// names (the client's shares or leases, under open_mu).
+// names (the client's shares or leases, under open_mu). A set is recorded
+// once nasgwd granted it, and sent again if a re-take may have missed it.
 template <typename T>
 int SetHeld(nasgw::client::Client& cl, nasgw::client::HeldFiles<T> nasgw::client::Client::*files, const nasgw_cred* cr,
             const nasgw_handle* h, uint64_t owner, T value, bool release, const char* what) {
+  const std::pair<uint32_t, uint64_t> key{h->volume, h->ino};
+  auto make = [&] {
+    return Make(T::kOp, cr, h, [&](proto::Request& r) {
+      value.Fill(r);
+      r.owner = owner;
+    });
+  };
+  if (release) {
+    // The record goes first, whatever nasgwd answers: a release that fails
+    // (nasgwd unreachable past the reconnect time) must not leave a
+    // reservation or lease to be taken again for an open the head closed.
+    {
+      nasgw::MutexLock l(cl.open_mu);
+      auto& held = cl.*files;
+      auto f = held.find(key);
+      if (f != held.end()) {
+        f->second.owners.erase(owner);
+        if (f->second.owners.empty()) held.erase(f);
+      }
+    }
+    return cl.Sync(make());
+  }
   for (uint32_t attempt = 1;; attempt++) {
     uint64_t epoch = 0;
     {
       nasgw::MutexLock l(cl.open_mu);
       epoch = cl.relock_epoch;
     }
-    auto call = Make(T::kOp, cr, h, [&](proto::Request& r) {
-      value.Fill(r);
-      r.owner = owner;
-    });
-    const int rc = cl.Sync(call);
+    const int rc = cl.Sync(make());
     if (rc != 0) return rc;
     nasgw::MutexLock l(cl.open_mu);
     if (cl.relock_epoch != epoch) {  // a re-take may have missed it: again
@@ -1211,17 +1240,7 @@ int SetHeld(nasgw::client::Client& cl, nasgw::client::HeldFiles<T> nasgw::client
       nasgw::client::t_message = std::string("nasgwd lost the session under this ") + what + " call too many times";
       return -EIO;
     }
-    const std::pair<uint32_t, uint64_t> key{h->volume, h->ino};
-    auto& held = cl.*files;
-    if (release) {
-      auto f = held.find(key);
-      if (f != held.end()) {
-        f->second.owners.erase(owner);
-        if (f->second.owners.empty()) held.erase(f);
-      }
-      return 0;
-    }
-    auto& file = held[key];
+    auto& file = (cl.*files)[key];
     file.handle = H(h);
     value.creds = Creds(cr);
     file.owners[owner] = std::move(value);
