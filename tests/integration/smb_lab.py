@@ -447,10 +447,7 @@ f.close()
         p.stdin.flush()
         p.wait(timeout=60)
     finally:
-        for proc in (p, holder):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        smblab.kill_all(p, holder)
 
 
 def test_sharemodes(ctx):
@@ -545,21 +542,7 @@ out('OK')
 """)
         check("after the NFSv4 CLOSE, the SMB open for write is granted", out == ["OK"], str(out))
     finally:
-        for proc in holders:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-
-
-PIKE_PRELUDE = r"""
-import array, sys, pike.model, pike.smb2 as smb2
-client = pike.model.Client()
-conn = client.connect(server=ARGS['server'], port=445).negotiate()
-chan = conn.session_setup(ARGS['cred'])
-tree = chan.tree_connect(ARGS['share'])
-SHARE_ALL = smb2.FILE_SHARE_READ | smb2.FILE_SHARE_WRITE | smb2.FILE_SHARE_DELETE
-RWH = smb2.SMB2_LEASE_READ_CACHING | smb2.SMB2_LEASE_WRITE_CACHING | smb2.SMB2_LEASE_HANDLE_CACHING
-"""
+        smblab.kill_all(*holders)
 
 
 def test_leases(ctx):
@@ -574,8 +557,7 @@ def test_leases(ctx):
         f.write(b"o" * 64)
     os.chown(path, alice.uid, alice.gid)
     os.chmod(path, 0o666)
-    import json
-    code = PIKE_PRELUDE + """
+    code = """
 h = chan.create(tree, 'leased.bin', share=SHARE_ALL, disposition=smb2.FILE_OPEN,
                 oplock_level=smb2.SMB2_OPLOCK_LEVEL_LEASE, lease_key=array.array('B', range(16)),
                 lease_state=RWH).result()
@@ -593,10 +575,7 @@ sys.stdin.readline()
 chan.close(h)
 print('CLOSED', flush=True)
 """
-    args = {"server": srv.addr, "cred": alice.cred(), "share": "alice"}
-    prelude = "import json, os\nARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
-    holder = c.popen(["env", "NFSLAB_ARGS=" + json.dumps(args), nfslab.ensure_venv(), "-c", prelude + code],
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = smblab.pike_popen(c, srv, alice, "alice", code)
     writer = None
     try:
         line = smblab.readline(holder)
@@ -631,10 +610,7 @@ print('CLOSED', flush=True)
                    "--data", "++"], check=False, timeout=60).stdout.strip()
         check("without a lease, the NFS write is not held up", r == "written retries=0", r)
     finally:
-        for proc in (holder, writer):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        smblab.kill_all(holder, writer)
 
 
 def test_delegations(ctx):
@@ -683,10 +659,7 @@ f.close()
             holder.wait(timeout=60)
             check("the NFS client closes cleanly", holder.returncode == 0, smblab.stderr_of(holder))
         finally:
-            for proc in (holder, opener):
-                if proc is not None and proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+            smblab.kill_all(holder, opener)
 
 
 def test_durable(ctx):
@@ -699,8 +672,7 @@ def test_durable(ctx):
     write first gets the client's lease broken, then is refused) until it
     closes."""
     c, srv, alice, lab = ctx["client"], ctx["smbd"], ctx["alice"], ctx["lab"]
-    import json
-    code = PIKE_PRELUDE + """
+    code = """
 import select
 def cue(lease=None):
     # waits for the test's line on stdin, acknowledging lease breaks meanwhile
@@ -734,10 +706,7 @@ chan2.write(h2, 11, b'+after')
 chan2.close(h2)
 print('CLOSED', flush=True)
 """
-    args = {"server": srv.addr, "cred": alice.cred(), "share": "alice"}
-    prelude = "import json, os\nARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
-    holder = c.popen(["env", "NFSLAB_ARGS=" + json.dumps(args), nfslab.ensure_venv(), "-c", prelude + code],
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = smblab.pike_popen(c, srv, alice, "alice", code)
     tool, url = ctx["lock_tool"], c.url("vol1/alice/durable.bin", 4)
 
     def nfs_open_for_write():
@@ -769,9 +738,7 @@ print('CLOSED', flush=True)
         check("after the close, the NFSv4 OPEN for write is granted", r == "granted", r)
     finally:
         lab.link(1, "up")
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+        smblab.kill_all(holder)
 
 
 TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("leases", test_leases),

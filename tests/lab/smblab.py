@@ -333,16 +333,52 @@ def stderr_of(p):
     return p.stderr.read()
 
 
+def _script_popen(client, code, args):
+    """Runs `code` in the lab venv's python in a client namespace, with
+    pipes; it sees ARGS (the dict `args`) and out(obj)."""
+    import json
+    prelude = ("import json, os, sys\nARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
+               "def out(x):\n    print('NFSLAB-OUT ' + json.dumps(x), flush=True)\n")
+    return client.popen(["env", "NFSLAB_ARGS=" + json.dumps(args), nfslab.ensure_venv(), "-c", prelude + code],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def smbpy_popen(client, server, user, code, args=None):
     """Starts `code` as smbpy() runs it, with pipes, for a script that holds
     a handle while the test does something else (it reads its cue from
     stdin, says where it is on stdout). The Popen; out() lines start with
     "NFSLAB-OUT "."""
-    import json
     a = dict(args or {})
     a.update({"user": user.name, "password": user.password, "server": server.addr})
-    py = nfslab.ensure_venv()
-    prelude = ("import json, os, sys\nARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
-               "def out(x):\n    print('NFSLAB-OUT ' + json.dumps(x), flush=True)\n")
-    return client.popen(["env", "NFSLAB_ARGS=" + json.dumps(a), py, "-c", prelude + SMBPY_PRELUDE + code],
-                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return _script_popen(client, SMBPY_PRELUDE + code, a)
+
+
+# pike-smb2 (PyPI, in the lab venv) connected as the user to a share: for
+# what the smbprotocol package does not offer (leases, their breaks,
+# durable reconnects). The script sees client, conn, chan, tree, smb2,
+# SHARE_ALL and RWH.
+PIKE_PRELUDE = r"""
+import array, pike.model, pike.smb2 as smb2
+client = pike.model.Client()
+conn = client.connect(server=ARGS['server'], port=445).negotiate()
+chan = conn.session_setup(ARGS['cred'])
+tree = chan.tree_connect(ARGS['share'])
+SHARE_ALL = smb2.FILE_SHARE_READ | smb2.FILE_SHARE_WRITE | smb2.FILE_SHARE_DELETE
+RWH = smb2.SMB2_LEASE_READ_CACHING | smb2.SMB2_LEASE_WRITE_CACHING | smb2.SMB2_LEASE_HANDLE_CACHING
+"""
+
+
+def pike_popen(client, server, user, share, code):
+    """Starts `code` after PIKE_PRELUDE (logged in as `user` on `share`), with
+    pipes, as smbpy_popen does."""
+    return _script_popen(client, PIKE_PRELUDE + code,
+                         {"server": server.addr, "cred": user.cred(), "share": share})
+
+
+def kill_all(*procs):
+    """Kills and reaps the Popens (None allowed) still running: a test's
+    finally, so that no client outlives a failed check."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
