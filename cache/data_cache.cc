@@ -704,6 +704,22 @@ Result<fs::Attr> DataCache::SetAttrs(uint32_t vol, uint64_t ino, const fs::SetAt
   return r;
 }
 
+Result<fs::Attr> DataCache::Fallocate(uint32_t vol, uint64_t ino, uint32_t mode, uint64_t off, uint64_t len) {
+  auto d = domain_.lock();
+  if (d == nullptr) return Status::Unavailable("the domain is closed");
+  NASGW_RETURN_IF_ERROR(Flush(vol, ino));
+  auto r = d->Fallocate(vol, ino, mode, off, len);
+  rc_.Drop({vol, 0, ino});  // as SetAttrs: also when it failed
+  return r;
+}
+
+Result<uint64_t> DataCache::Seek(uint32_t vol, uint64_t ino, uint64_t off, bool hole) {
+  auto d = domain_.lock();
+  if (d == nullptr) return Status::Unavailable("the domain is closed");
+  NASGW_RETURN_IF_ERROR(Flush(vol, ino));
+  return d->Seek(vol, ino, off, hole);
+}
+
 Status DataCache::FlushAll() {
   std::vector<std::shared_ptr<File>> all;
   {

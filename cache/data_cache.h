@@ -130,6 +130,11 @@ class DataCache {
   // writes), then the change, and a truncation's cut blocks leave the read
   // cache. Every change of a file's size goes through here.
   Result<fs::Attr> SetAttrs(uint32_t vol, uint64_t ino, const fs::SetAttr& s);
+  // fallocate and SEEK_DATA/SEEK_HOLE (fs::Domain::Fallocate, Seek): the
+  // file's dirty data flushed first, as for a SETATTR, so the maps they
+  // change or read hold it; a fallocate's zeroed blocks leave the read cache.
+  Result<fs::Attr> Fallocate(uint32_t vol, uint64_t ino, uint32_t mode, uint64_t off, uint64_t len);
+  Result<uint64_t> Seek(uint32_t vol, uint64_t ino, uint64_t off, bool hole);
   // Every file's (orderly shutdown). The first error.
   Status FlushAll();
   // FlushAll, then stops the flusher; later writes are written through.

@@ -600,6 +600,35 @@ TEST_F(DataCacheTest, PartialBlocksAndTruncationKeepTheBytesAround) {
   CleanAndKeptAcrossACrash(f.ino, model);
 }
 
+// A punched hole takes dirty data with it and cached clean blocks leave the
+// read cache; SEEK_DATA finds data that is still only in memory.
+TEST_F(DataCacheTest, FallocateAndSeekSeeTheDirtyData) {
+  UseDefaultVolume();
+  StartCache(NoFlusher());
+  const fs::Attr f = Mk("f");
+  std::string model(256 << 10, 'a');
+  Write(f, 0, model, /*stable=*/true);
+  EXPECT_TRUE(Seen(f.ino) == model);  // now in the read cache
+  std::string dirty(8192, 'd');
+  Write(f, 512 << 10, dirty);  // unstable: only in memory, past a hole
+  model.resize(512 << 10, '\0');
+  model += dirty;
+  auto d = cache_->Seek(vol_, f.ino, 300 << 10, false);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, 512u << 10) << "the dirty data counts as data";
+  Write(f, 1000, std::string(3000, 'x'));  // dirty, inside the range punched next
+  auto a = cache_->Fallocate(vol_, f.ino, fs::kFallocPunchHole | fs::kFallocKeepSize, 100, 70000);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->size, model.size());
+  std::fill_n(model.begin() + 100, 70000, '\0');
+  EXPECT_TRUE(Seen(f.ino) == model) << "the read cache or the dirty data kept punched bytes";
+  EXPECT_EQ(OnSan(f.ino), model);
+  auto h = cache_->Seek(vol_, f.ino, 0, true);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(*h, 4096u) << "the first whole block punched is the first hole";
+  CleanAndKeptAcrossACrash(f.ino, model);
+}
+
 // Holds every write of 64 KiB or more (a flush's data, not the metadata's
 // small writes) in the array until LetGo(), which the destructor calls too,
 // whatever failed.

@@ -101,7 +101,9 @@ bool Inline(Op op) {
 // client's MOUNT, READDIR or CREATE.
 constexpr int kDataLane = 0, kNamespaceLane = 1, kLanes = 2;
 int LaneOf(Op op) {
-  return op == Op::kRead || op == Op::kWrite || op == Op::kFsync ? kDataLane : kNamespaceLane;
+  return op == Op::kRead || op == Op::kWrite || op == Op::kFsync || op == Op::kFallocate || op == Op::kSeek
+             ? kDataLane
+             : kNamespaceLane;
 }
 
 }  // namespace

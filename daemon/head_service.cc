@@ -223,7 +223,12 @@ class Exec {
   bool Exchange(const fs::Attr& from_dir, const fs::Attr& to_dir, const fs::Attr& a);
   bool SetAttr();
   bool Read();
+  // Load, then what changing the data needs: write permission, no other
+  // head's lease in the way, setuid and setgid cleared as Linux does.
+  bool LoadForWrite(fs::Attr& a);
   bool Write();
+  bool Fallocate();
+  bool Seek();
   bool Xattr();
   bool Acl(const fs::Attr& a);
   bool Open();
@@ -359,6 +364,10 @@ bool Exec::Run() {
       if (!Load(r_.h, a) || !Done(c_.Flush(vol, a.ino)) || !Done(d_.Fsync(vol, a.ino))) return false;
       out_.reply.verifier = verifier_;
       return true;
+    case Op::kFallocate:
+      return Fallocate();
+    case Op::kSeek:
+      return Seek();
     case Op::kGetXattr:
     case Op::kSetXattr:
     case Op::kListXattr:
@@ -542,8 +551,7 @@ bool Exec::Read() {
   return true;
 }
 
-bool Exec::Write() {
-  fs::Attr a;
+bool Exec::LoadForWrite(fs::Attr& a) {
   if (!Load(r_.h, a)) return false;
   if (a.type == fs::FileType::kDirectory) return Error(EISDIR, "is a directory");
   if (!Deny(CheckData(a, r_.creds, proto::kAccessWrite), "write")) return false;
@@ -559,6 +567,35 @@ bool Exec::Write() {
     if (!killed.ok()) return Error(killed.status());
     a = c_.Overlay(r_.h.volume, *killed);
   }
+  return true;
+}
+
+bool Exec::Fallocate() {
+  fs::Attr a;
+  if (!LoadForWrite(a)) return false;
+  if (a.type != fs::FileType::kRegular) return Error(ENODEV, "fallocate of something not a regular file");
+  // Through the cache: the file's dirty data first, zeroed blocks out of
+  // its read cache.
+  return Set(c_.Fallocate(r_.h.volume, a.ino, r_.flags, r_.offset, r_.length));
+}
+
+bool Exec::Seek() {
+  fs::Attr a;
+  if (!Load(r_.h, a)) return false;
+  if (a.type == fs::FileType::kDirectory) return Error(EISDIR, "is a directory");
+  if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "read")) return false;
+  auto at = c_.Seek(r_.h.volume, a.ino, r_.offset, r_.flags == proto::kSeekHole);
+  if (!at.ok()) {
+    if (at.status().code() == Code::kOutOfRange) return Error(ENXIO, std::string(at.status().message()));
+    return Error(at.status());
+  }
+  out_.reply.offset = *at;
+  return true;
+}
+
+bool Exec::Write() {
+  fs::Attr a;
+  if (!LoadForWrite(a)) return false;
   // Unstable: into the cache, answered from memory. Either sync level (or
   // the cache's strict mode): flushed with the file's other dirty data, its
   // metadata committed, before the answer, so the level reached is file_sync.

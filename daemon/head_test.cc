@@ -313,6 +313,52 @@ TEST_F(HeadTest, NamespaceAndDataRoundTrip) {
   EXPECT_GT(sf.total_bytes, 0u);
 }
 
+// FALLOCATE and SEEK through nasgwd: unstable data still in the cache is
+// punched and found, the caller's permissions and Linux's errors hold.
+TEST_F(HeadTest, FallocateAndSeekThroughTheHead) {
+  const nasgw_cred bob{1001, 100, 0, nullptr};
+  nasgw_attr f = Create(root_.handle, "sparse", NASGW_TYPE_REG, 06755);
+  std::string data(200'000, 'q');
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, data.data(), static_cast<uint32_t>(data.size()),
+                        NASGW_UNSTABLE, nullptr),
+            static_cast<int64_t>(data.size()));
+  nasgw_attr a{};
+  ASSERT_EQ(nasgw_fallocate(client_, &kRoot, &f.handle, NASGW_FALLOC_PUNCH_HOLE | NASGW_FALLOC_KEEP_SIZE, 10'000,
+                            100'000, &a),
+            0);
+  EXPECT_EQ(a.size, data.size());
+  std::fill_n(data.begin() + 10'000, 100'000, '\0');
+  std::string back(data.size(), 'x');
+  ASSERT_EQ(nasgw_read(client_, &kRoot, &f.handle, 0, back.data(), static_cast<uint32_t>(back.size()), nullptr),
+            static_cast<int64_t>(data.size()));
+  EXPECT_TRUE(back == data) << "the punched range reads as zeros";
+  uint64_t at = 0;
+  ASSERT_EQ(nasgw_seek(client_, &kRoot, &f.handle, 0, 1, &at), 0);
+  EXPECT_EQ(at, 12'288u) << "the first whole block of the hole";
+  ASSERT_EQ(nasgw_seek(client_, &kRoot, &f.handle, at, 0, &at), 0);
+  EXPECT_EQ(at, 106'496u) << "the block the hole ends in holds data again";
+  EXPECT_EQ(nasgw_seek(client_, &kRoot, &f.handle, data.size(), 0, &at), -ENXIO);
+  // Zeroing past the end grows the file; allocation without KEEP_SIZE too.
+  ASSERT_EQ(nasgw_fallocate(client_, &kRoot, &f.handle, NASGW_FALLOC_ZERO_RANGE, 190'000, 20'000, &a), 0);
+  EXPECT_EQ(a.size, 210'000u);
+  ASSERT_EQ(nasgw_fallocate(client_, &kRoot, &f.handle, 0, 0, 300'000, &a), 0);
+  EXPECT_EQ(a.size, 300'000u);
+  // Errors as Linux gives them.
+  EXPECT_EQ(nasgw_fallocate(client_, &kRoot, &f.handle, NASGW_FALLOC_PUNCH_HOLE, 0, 10, nullptr), -EOPNOTSUPP);
+  EXPECT_EQ(nasgw_fallocate(client_, &kRoot, &f.handle, 0, 0, 0, nullptr), -EINVAL);
+  EXPECT_EQ(nasgw_fallocate(client_, &kRoot, &f.handle, 0, 1ull << 62, 1ull << 62, nullptr), -EFBIG);
+  EXPECT_EQ(nasgw_fallocate(client_, &kRoot, &f.handle, 0, 0, 1ull << 50, nullptr), -ENOSPC);
+  EXPECT_EQ(nasgw_fallocate(client_, &kRoot, &root_.handle, 0, 0, 10, nullptr), -EISDIR);
+  EXPECT_EQ(nasgw_fallocate(client_, &bob, &f.handle, 0, 0, 10, nullptr), -EACCES) << "bob may not write";
+  // A writer without CAP_FSETID loses setuid and setgid, as with a write.
+  nasgw_sattr s{};
+  s.mask = NASGW_SET_MODE;
+  s.mode = 06777;
+  ASSERT_EQ(nasgw_setattr(client_, &kRoot, &f.handle, &s, nullptr), 0);
+  ASSERT_EQ(nasgw_fallocate(client_, &bob, &f.handle, NASGW_FALLOC_KEEP_SIZE, 0, 10, &a), 0);
+  EXPECT_EQ(a.mode, 0777u);
+}
+
 // An OPEN and the RELEASE of an earlier open of the same file can reach
 // nasgwd in either order (they travel on different connections): the file
 // must stay open while any open is outstanding, so that an unlinked open

@@ -50,28 +50,34 @@ struct Unused {
 };
 }  // namespace
 
+void Domain::Impl::FreeRange(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, uint64_t lo, uint64_t hi) {
+  if (lo >= hi) return;
+  std::vector<RecordPiece> out;
+  out.reserve(m.pieces.size() + 1);
+  for (const RecordPiece& p : m.pieces) {
+    if (p.end() <= lo || p.at >= hi) {
+      out.push_back(p);
+      continue;
+    }
+    if (p.at < lo) out.push_back({p.at, {p.ext.lun, p.ext.offset, lo - p.at}, p.birth});
+    const uint64_t a = std::max<uint64_t>(p.at, lo), b = std::min(p.end(), hi);
+    t.to_free.push_back({p.ext.lun, p.ext.offset + (a - p.at), b - a});
+    in.a.blocks -= std::min<uint64_t>(in.a.blocks, (b - a) / 512);
+    v.bytes -= std::min(v.bytes, b - a);
+    if (p.end() > hi) {
+      out.push_back({static_cast<uint32_t>(hi), {p.ext.lun, p.ext.offset + (hi - p.at), p.end() - hi}, p.birth});
+    }
+  }
+  m.pieces = std::move(out);
+}
+
 void Domain::Impl::PlaceBlocks(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, uint64_t at,
                                const std::vector<Extent>& got) {
   uint64_t n = 0;
   for (const Extent& e : got) n += e.length;
   // What the new blocks cover of older pieces is freed once this commits.
-  const uint64_t end = at + n;
-  std::vector<RecordPiece> out;
-  out.reserve(m.pieces.size() + got.size() + 1);
-  for (const RecordPiece& p : m.pieces) {
-    if (p.end() <= at || p.at >= end) {
-      out.push_back(p);
-      continue;
-    }
-    if (p.at < at) out.push_back({p.at, {p.ext.lun, p.ext.offset, at - p.at}, p.birth});
-    const uint64_t lo = std::max<uint64_t>(p.at, at), hi = std::min(p.end(), end);
-    t.to_free.push_back({p.ext.lun, p.ext.offset + (lo - p.at), hi - lo});
-    in.a.blocks -= std::min<uint64_t>(in.a.blocks, (hi - lo) / 512);
-    v.bytes -= std::min(v.bytes, hi - lo);
-    if (p.end() > end) {
-      out.push_back({static_cast<uint32_t>(end), {p.ext.lun, p.ext.offset + (end - p.at), p.end() - end}, p.birth});
-    }
-  }
+  FreeRange(t, in, v, m, at, at + n);
+  std::vector<RecordPiece> out = std::move(m.pieces);
   uint64_t pos = at;
   for (const Extent& e : got) {
     out.push_back({static_cast<uint32_t>(pos), e, rec.txg + 1});
@@ -94,41 +100,26 @@ void Domain::Impl::PlaceBlocks(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, ui
   }
 }
 
-Status Domain::Impl::CutRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t r, RecordMap m,
-                               uint64_t new_size) {
-  const uint64_t start = r * v.record_bytes;
-  const uint64_t valid = new_size - start;  // 0 < valid < record size
-  const uint64_t keep = BlockUp(valid);
-  std::vector<RecordPiece> kept;
-  bool tail = false;  // a piece holds the block the end falls in
-  for (const RecordPiece& p : m.pieces) {
-    if (p.at >= keep) {
-      t.to_free.push_back(p.ext);
-    } else if (p.end() > keep) {
-      kept.push_back({p.at, {p.ext.lun, p.ext.offset, keep - p.at}, p.birth});
-      t.to_free.push_back({p.ext.lun, p.ext.offset + (keep - p.at), p.end() - keep});
-    } else {
-      kept.push_back(p);
-    }
-    if (p.at < keep && p.end() > keep - kDataBlock) tail = true;
-    const uint64_t gone = p.end() > keep ? p.end() - std::max<uint64_t>(p.at, keep) : 0;
-    in.a.blocks -= std::min<uint64_t>(in.a.blocks, gone / 512);
-    v.bytes -= std::min(v.bytes, gone);
-  }
-  m.pieces = std::move(kept);
-  if (tail && valid % kDataBlock != 0) {
-    // The bytes past the end in its block become zeros on the array, so a
-    // file grown again reads zeros there.
+Status Domain::Impl::ZeroRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t r, RecordMap m,
+                                uint64_t from, uint64_t to) {
+  // Whole blocks are freed; a block the range covers only in part is
+  // rewritten, when it holds data, with zeros over the part.
+  FreeRange(t, in, v, m, BlockUp(from), std::max(BlockUp(from), BlockDown(to)));
+  for (const uint64_t b : {BlockDown(from), BlockDown(to)}) {
+    const uint64_t lo = std::max(from, b), hi = std::min(to, b + kDataBlock);
+    if (lo >= hi || (lo == b && hi == b + kDataBlock)) continue;  // none of it, or freed above
+    const bool held = std::any_of(m.pieces.begin(), m.pieces.end(),
+                                  [&](const RecordPiece& p) { return p.at < b + kDataBlock && p.end() > b; });
+    if (!held) continue;  // a hole reads zeros already
     NASGW_RETURN_IF_ERROR(data_reserve(kDataBlock));
     Unused unused{*space, kDataBlock};
     std::vector<uint8_t> buf(kDataBlock);
-    const uint64_t b = keep - kDataBlock;
     {
       block::IoBatch io(1);
-      ReadRecord(io, m, b, keep, buf.data());
+      ReadRecord(io, m, b, b + kDataBlock, buf.data());
       NASGW_RETURN_IF_ERROR(io.Wait());
     }
-    std::memset(buf.data() + (valid - b), 0, keep - valid);
+    std::memset(buf.data() + (lo - b), 0, hi - lo);
     auto got = space->AllocateReserved(kDataBlock);
     if (!got.ok()) return got.status();
     unused.taken = kDataBlock;
@@ -139,6 +130,7 @@ Status Domain::Impl::CutRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, ui
       NASGW_RETURN_IF_ERROR(io.Wait());
     }
     PlaceBlocks(t, in, v, m, b, *got);
+    if (BlockDown(from) == BlockDown(to)) break;  // one block: done
   }
   if (m.pieces.empty()) {
     t.batch.Delete(ExtentKey(vol, in.a.ino, r));
@@ -499,7 +491,9 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
       if (!recs.ok()) return recs.status();
       for (auto& [r, m] : *recs) {
         if (r * rs < s.size) {
-          Status w = impl_->CutRecord(t, vol, *in, *v, r, std::move(m), s.size);
+          // The bytes past the end in its block become zeros on the array,
+          // so a file grown again reads zeros there.
+          Status w = impl_->ZeroRecord(t, vol, *in, *v, r, std::move(m), s.size - r * rs, rs);
           if (!w.ok()) {
             t.Abandon(*impl_->space);
             return w;
@@ -524,6 +518,100 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
   lock.Unlock();
   NASGW_RETURN_IF_ERROR(impl_->Durable(t));
   return in->a;
+}
+
+Result<Attr> Domain::Fallocate(uint32_t vol, uint64_t ino, uint32_t mode, uint64_t off, uint64_t len) {
+  const bool punch = mode & kFallocPunchHole, zero = mode & kFallocZeroRange;
+  if ((mode & ~(kFallocKeepSize | kFallocPunchHole | kFallocZeroRange)) != 0 || (punch && zero) ||
+      (punch && !(mode & kFallocKeepSize))) {
+    return Status::NotSupported("fallocate mode " + std::to_string(mode) + " is not supported");
+  }
+  if (len == 0) return Status::InvalidArgument("fallocate of 0 bytes");
+  if (off > kFileSizeMax || len > kFileSizeMax - off) return Status::OutOfRange("range beyond 2^63 bytes");
+  MutexLock file(impl_->FileLock(vol, ino));
+  WriterLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "fallocate of a directory");
+  if (in->a.type != FileType::kRegular) return Status::NotSupported("fallocate of something not a regular file");
+  const uint64_t rs = v->record_bytes, end = off + len;
+  const uint64_t size = (mode & kFallocKeepSize) ? in->a.size : std::max(in->a.size, end);
+  Impl::Txn t;
+  bool content = size != in->a.size;
+  if (punch || zero) {
+    // Only what lies before the old end holds data.
+    const uint64_t stop = std::min(end, in->a.size);
+    if (off < stop) {
+      auto recs = impl_->LoadRecords(vol, ino, off / rs, (stop - 1) / rs);
+      if (!recs.ok()) return recs.status();
+      for (auto& [r, m] : *recs) {
+        // A range to the end takes the end's block whole: past the end it
+        // holds zeros already (truncation writes them).
+        const uint64_t start = r * rs, to = std::min(stop, start + rs) - start;
+        Status w = impl_->ZeroRecord(t, vol, *in, *v, r, std::move(m), std::max(off, start) - start,
+                                     stop == in->a.size ? std::min(BlockUp(to), rs) : to);
+        if (!w.ok()) {
+          t.Abandon(*impl_->space);
+          return w;
+        }
+      }
+      content = true;
+    }
+  } else {
+    // The blocks of the range that hold no data, against what is free.
+    const uint64_t lo = BlockDown(off), hi = BlockUp(end);
+    uint64_t held = 0;
+    auto recs = impl_->LoadRecords(vol, ino, lo / rs, (hi - 1) / rs);
+    if (!recs.ok()) return recs.status();
+    for (const auto& [r, m] : *recs) {
+      for (const RecordPiece& p : m.pieces) {
+        const uint64_t a = std::max(r * rs + p.at, lo), b = std::min(r * rs + p.end(), hi);
+        if (a < b) held += b - a;
+      }
+    }
+    const uint64_t need = hi - lo - held;
+    if (need > impl_->space->available_bytes()) {
+      return Status::NoSpace("volume full: " + std::to_string(need) + " bytes to allocate, " +
+                             std::to_string(impl_->space->available_bytes()) + " free");
+    }
+  }
+  in->a.size = size;
+  Impl::Touch(*in, content);
+  impl_->PutInode(t, vol, *in);
+  impl_->PutVolume(t, vol, *v);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
+  return in->a;
+}
+
+Result<uint64_t> Domain::Seek(uint32_t vol, uint64_t ino, uint64_t off, bool hole) {
+  ReaderLock lock(impl_->mu);
+  auto v = impl_->LoadVolume(vol);
+  if (!v.ok()) return v.status();
+  auto in = impl_->LoadInode(vol, ino);
+  if (!in.ok()) return in.status();
+  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "seek in a directory");
+  const uint64_t size = in->a.size, rs = v->record_bytes;
+  if (off >= size) return Status::OutOfRange("ENXIO: offset at or past the end of the file");
+  // Pieces in order, over the records from the one `off` falls in.
+  uint64_t pos = off;  // hole: the first byte not yet known to be data
+  auto recs = impl_->LoadRecords(vol, ino, off / rs);
+  if (!recs.ok()) return recs.status();
+  for (const auto& [r, m] : *recs) {
+    for (const RecordPiece& p : m.pieces) {
+      const uint64_t a = r * rs + p.at, b = r * rs + p.end();
+      if (b <= pos) continue;
+      if (!hole) return std::max(a, pos) < size ? Result<uint64_t>(std::max(a, pos))
+                                                : Status::OutOfRange("ENXIO: no data past the offset");
+      if (a > pos) return std::min(pos, size);  // a hole before this piece
+      pos = b;
+    }
+  }
+  if (!hole) return Status::OutOfRange("ENXIO: no data past the offset");
+  return std::min(pos, size);
 }
 
 Status Domain::Fsync(uint32_t vol, uint64_t ino) {

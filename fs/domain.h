@@ -65,6 +65,8 @@ constexpr uint32_t kRecordBytesMax = 1 << 20;
 // benchmark this issue asks for.)
 constexpr uint32_t kRecordBytesDefault = 128 << 10;
 constexpr uint64_t kRootIno = 1;
+// Fallocate modes: Linux's FALLOC_FL_* values, which heads pass through.
+constexpr uint32_t kFallocKeepSize = 0x01, kFallocPunchHole = 0x02, kFallocZeroRange = 0x10;
 
 enum class FileType : uint8_t { kNone = 0, kRegular, kDirectory, kSymlink, kFifo, kSocket, kCharDevice, kBlockDevice };
 
@@ -330,6 +332,30 @@ class Domain {
   Status ReserveSpace(uint64_t bytes);
   void ReleaseSpace(uint64_t bytes);
   Status Fsync(uint32_t vol, uint64_t ino);
+
+  // ---- space and holes: fallocate, SEEK_DATA and SEEK_HOLE
+  // `mode` as Linux's fallocate: 0 or kFallocKeepSize allocates,
+  // kFallocPunchHole | kFallocKeepSize punches a hole, kFallocZeroRange
+  // (kFallocKeepSize optional) zeroes; anything else is NotSupported
+  // (EOPNOTSUPP), as are files that are not regular (a directory: IsDir).
+  // len 0 is InvalidArgument, a range past kFileSizeMax OutOfRange.
+  //
+  // Allocating checks that the space the range's holes need is available
+  // (NoSpace otherwise) and, without kFallocKeepSize, sets the size to at
+  // least off + len. It sets no blocks aside: every write, over data or
+  // not, goes to new blocks (redirect-on-write), so blocks placed now would
+  // not be the ones a later write uses; OpenZFS does the same.
+  // Punching frees the blocks the range covers and writes zeros over the
+  // part of a block it covers in part; the size stays. Zeroing does the
+  // same and, without kFallocKeepSize, sets the size to at least off + len.
+  // mtime and ctime move when the data or the size changes (ctime alone
+  // for an allocation that changes neither). Durable when it returns.
+  Result<Attr> Fallocate(uint32_t vol, uint64_t ino, uint32_t mode, uint64_t off, uint64_t len);
+  // The first offset at or after `off` that holds data (`hole` false) or is
+  // in a hole (true; the end of the file counts as one), as lseek's
+  // SEEK_DATA and SEEK_HOLE, in whole blocks. OutOfRange ("ENXIO") when
+  // `off` is at or past the end, or no data follows it.
+  Result<uint64_t> Seek(uint32_t vol, uint64_t ino, uint64_t off, bool hole);
 
   // ---- logged writes: stable writes through the intent log
   // A stable write's bytes can go to the intent log, in one array write

@@ -298,10 +298,17 @@ struct Domain::Impl {
   // blocks and bytes.
   void PlaceBlocks(Txn& t, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t at,
                    const std::vector<Extent>& got) REQUIRES(mu);
-  // Truncation: cuts record r (map m; the new end falls inside it) at the
-  // new size; the block the end falls in is rewritten with zeros past it.
-  Status CutRecord(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t r, keys::RecordMap m,
-                   uint64_t new_size) REQUIRES(mu);
+  // Frees what m's pieces hold of [lo, hi) (bytes from the record's start),
+  // once the batch is durable; the parts of pieces outside it stay.
+  void FreeRange(Txn& t, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t lo, uint64_t hi)
+      REQUIRES(mu);
+  // Makes [from, to) of record r (map m; bytes from the record's start,
+  // from < to <= the record size) read as zeros: the blocks it covers are
+  // freed, and a block it covers in part is rewritten with zeros there.
+  // Puts the record's map (or its deletion) in the batch. Truncation (the
+  // end to the record's end) and punching holes.
+  Status ZeroRecord(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, uint64_t r, keys::RecordMap m,
+                    uint64_t from, uint64_t to) REQUIRES(mu);
   // Writes several pieces (sorted by offset, not overlapping) into a file:
   // only the blocks they touch are written, each once, the bytes of a block
   // a piece covers in part kept from before. Three steps: under mu shared,

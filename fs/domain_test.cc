@@ -399,6 +399,106 @@ TEST_F(DomainTest, DataRoundTripHolesTruncateAndRemount) {
   EXPECT_EQ(dom_->Write(vol_, f.ino, (1ull << 63) - 2, "xyz", 3).status().code(), Code::kOutOfRange);
 }
 
+// Punched holes and zeroed ranges against a model, random offsets across
+// record and block edges; the blocks go back to the free space; SEEK_DATA
+// and SEEK_HOLE walk what is held.
+TEST_F(DomainTest, PunchZeroAllocateAndSeekFollowAModel) {
+  Build();
+  Attr f = Mk(kRootIno, "sparse");
+  const uint64_t free_empty = dom_->Statfs().free_bytes;
+  std::mt19937_64 rng(7);
+  std::string model;
+  auto write = [&](uint64_t off, size_t n) {
+    std::string buf(n, 0);
+    for (auto& c : buf) c = static_cast<char>('a' + rng() % 26);
+    if (model.size() < off + n) model.resize(off + n, 0);
+    model.replace(off, n, buf);
+    ASSERT_TRUE(dom_->Write(vol_, f.ino, off, buf.data(), n).ok());
+  };
+  for (int i = 0; i < 300; i++) {
+    const uint64_t off = rng() % (200 << 10), n = 1 + rng() % 30000;
+    switch (rng() % 4) {
+      case 0:
+      case 1:
+        write(off, n);
+        break;
+      case 2: {  // punch: the size stays, past it nothing happens
+        auto a = dom_->Fallocate(vol_, f.ino, kFallocPunchHole | kFallocKeepSize, off, n);
+        ASSERT_TRUE(a.ok()) << a.status().ToString();
+        if (off < model.size()) std::fill_n(model.begin() + off, std::min<uint64_t>(n, model.size() - off), '\0');
+        ASSERT_EQ(a->size, model.size());
+        break;
+      }
+      case 3: {  // zero, which may grow the file
+        const bool keep = rng() % 2;
+        auto a = dom_->Fallocate(vol_, f.ino, kFallocZeroRange | (keep ? kFallocKeepSize : 0), off, n);
+        ASSERT_TRUE(a.ok()) << a.status().ToString();
+        if (!keep && model.size() < off + n) model.resize(off + n, 0);
+        if (off < model.size()) std::fill_n(model.begin() + off, std::min<uint64_t>(n, model.size() - off), '\0');
+        ASSERT_EQ(a->size, model.size());
+        break;
+      }
+    }
+  }
+  ASSERT_TRUE(ReadAll(f.ino) == model);
+  // SEEK_DATA / SEEK_HOLE: every byte between a data offset and the next
+  // hole is data as far as blocks go; every block that holds a non-zero
+  // byte is found as data.
+  uint64_t pos = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> data;
+  while (true) {
+    auto d = dom_->Seek(vol_, f.ino, pos, false);
+    if (!d.ok()) {
+      ASSERT_EQ(d.status().code(), Code::kOutOfRange) << d.status().ToString();
+      break;
+    }
+    ASSERT_GE(*d, pos);
+    auto h = dom_->Seek(vol_, f.ino, *d, true);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_GT(*h, *d);
+    data.emplace_back(*d, *h);
+    EXPECT_EQ(*d % 4096, 0u);
+    if (*h >= model.size()) break;
+    pos = *h;
+  }
+  for (uint64_t i = 0; i < model.size(); i++) {
+    if (model[i] == 0) continue;
+    bool in = false;
+    for (auto [a, b] : data) in = in || (i >= a && i < b);
+    ASSERT_TRUE(in) << "byte " << i << " holds data but no SEEK_DATA range covers it";
+  }
+  EXPECT_EQ(dom_->Seek(vol_, f.ino, model.size(), false).status().code(), Code::kOutOfRange);
+  EXPECT_EQ(dom_->Seek(vol_, f.ino, model.size(), true).status().code(), Code::kOutOfRange);
+  // A punch over everything frees every block: the space is back.
+  ASSERT_TRUE(dom_->Fallocate(vol_, f.ino, kFallocPunchHole | kFallocKeepSize, 0, model.size()).ok());
+  EXPECT_EQ(dom_->GetAttr(vol_, f.ino)->blocks, 0u);
+  EXPECT_EQ(dom_->Statfs().free_bytes, free_empty);
+  EXPECT_EQ(dom_->Seek(vol_, f.ino, 0, false).status().code(), Code::kOutOfRange) << "no data left";
+  EXPECT_EQ(*dom_->Seek(vol_, f.ino, 0, true), 0u);
+  EXPECT_TRUE(ReadAll(f.ino) == std::string(model.size(), '\0'));
+  // Allocating grows the size unless asked not to, and fails cleanly when
+  // the space is not there.
+  auto a = dom_->Fallocate(vol_, f.ino, 0, 0, model.size() + 5000);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->size, model.size() + 5000);
+  a = dom_->Fallocate(vol_, f.ino, kFallocKeepSize, 0, 1 << 30);
+  EXPECT_EQ(a.status().code(), Code::kNoSpace) << a.status().ToString();
+  EXPECT_EQ(dom_->GetAttr(vol_, f.ino)->size, model.size() + 5000) << "a refused allocation changes nothing";
+  // Bad input.
+  EXPECT_EQ(dom_->Fallocate(vol_, f.ino, kFallocPunchHole, 0, 10).status().code(), Code::kNotSupported);
+  EXPECT_EQ(dom_->Fallocate(vol_, f.ino, kFallocPunchHole | kFallocZeroRange | kFallocKeepSize, 0, 10).status().code(),
+            Code::kNotSupported);
+  EXPECT_EQ(dom_->Fallocate(vol_, f.ino, 0x08, 0, 4096).status().code(), Code::kNotSupported);
+  EXPECT_EQ(dom_->Fallocate(vol_, f.ino, 0, 0, 0).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->Fallocate(vol_, f.ino, 0, 1ull << 62, 1ull << 62).status().code(), Code::kOutOfRange);
+  EXPECT_EQ(dom_->Fallocate(vol_, kRootIno, 0, 0, 10).status().code(), Code::kIsDir);
+  Reopen(/*power_cut=*/true);
+  EXPECT_EQ(dom_->GetAttr(vol_, f.ino)->size, model.size() + 5000) << "durable when it returns";
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
 TEST_F(DomainTest, NoSpaceIsCleanAndRecovers) {
   Build(16);  // two 16 MiB LUNs: a few MiB of data space
   const uint64_t free_before = dom_->Statfs().free_bytes;

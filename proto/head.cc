@@ -246,6 +246,10 @@ const char* OpName(Op op) {
       return "write";
     case Op::kFsync:
       return "fsync";
+    case Op::kFallocate:
+      return "fallocate";
+    case Op::kSeek:
+      return "seek";
     case Op::kGetXattr:
       return "getxattr";
     case Op::kSetXattr:
@@ -292,6 +296,8 @@ bool Idempotent(Op op) {
     case Op::kRead:
     case Op::kWrite:  // the same bytes at the same offset
     case Op::kFsync:
+    case Op::kFallocate:  // the same range allocated, punched or zeroed again
+    case Op::kSeek:
     case Op::kGetXattr:
     case Op::kListXattr:
     case Op::kGoodbye:  // ending an ended session changes nothing
@@ -440,6 +446,17 @@ std::string EncodeRequest(const Request& r) {
       PutHandle(e, r.h);
       e.U64(r.offset);
       e.U32(r.count);
+      break;
+    case Op::kFallocate:
+      PutHandle(e, r.h);
+      e.U32(r.flags);
+      e.U64(r.offset);
+      e.U64(r.length);
+      break;
+    case Op::kSeek:
+      PutHandle(e, r.h);
+      e.U32(r.flags);
+      e.U64(r.offset);
       break;
     case Op::kWrite:
       PutHandle(e, r.h);
@@ -647,6 +664,27 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       r.count = d.U32();
       if (d.ok() && r.count > kIoBytesMax) s = Bad("read of more than 1 MiB");
       break;
+    case Op::kFallocate:
+      r.h = GetHandle(d);
+      r.flags = d.U32();
+      r.offset = d.U64();
+      r.length = d.U64();
+      if (!d.ok()) break;
+      if (r.flags != 0 && r.flags != kFallocKeepSize && r.flags != (kFallocPunchHole | kFallocKeepSize) &&
+          r.flags != kFallocZeroRange && r.flags != (kFallocZeroRange | kFallocKeepSize)) {
+        Reject(r, EOPNOTSUPP, "fallocate mode " + std::to_string(r.flags) + " is not supported");
+      } else if (r.length == 0) {
+        Reject(r, EINVAL, "fallocate of 0 bytes");
+      } else if (r.offset > kFileSizeMax || r.length > kFileSizeMax - r.offset) {
+        Reject(r, EFBIG, "fallocate beyond the largest file (2^63 - 1 bytes)");
+      }
+      break;
+    case Op::kSeek:
+      r.h = GetHandle(d);
+      r.flags = d.U32();
+      r.offset = d.U64();
+      if (d.ok() && r.flags != kSeekData && r.flags != kSeekHole) s = Bad("seek must be for data (0) or a hole (1)");
+      break;
     case Op::kWrite: {
       r.h = GetHandle(d);
       r.offset = d.U64();
@@ -757,7 +795,11 @@ std::string EncodeReply(Op op, const Reply& r) {
     case Op::kCreate:
     case Op::kLink:
     case Op::kOpen:
+    case Op::kFallocate:
       PutAttr(e, r.attr, r.mac);
+      break;
+    case Op::kSeek:
+      e.U64(r.offset);
       break;
     case Op::kWrite:
       e.U32(r.u32);
@@ -858,7 +900,11 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
     case Op::kCreate:
     case Op::kLink:
     case Op::kOpen:
+    case Op::kFallocate:
       r.attr = GetAttr(d, r.mac, ok);
+      break;
+    case Op::kSeek:
+      r.offset = d.U64();
       break;
     case Op::kWrite:
       r.u32 = d.U32();

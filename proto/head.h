@@ -69,7 +69,7 @@ constexpr uint32_t kMagic = 0x3150484E;  // "NHP1"
 // the MAC of their handle, MOUNT takes a path. 3: WRITE's stability level
 // and the write verifier (WRITE, FSYNC and HELLO replies). 4: attrs'
 // flags (POSIX ACLs) and CREATE's umask. 5: SHARE (docs/head-protocol.md).
-constexpr uint16_t kVersion = 5;
+constexpr uint16_t kVersion = 6;
 constexpr size_t kHeaderBytes = 24;
 
 // Largest READ or WRITE (the bytes themselves), and the largest payload: a
@@ -191,6 +191,8 @@ enum class Op : uint16_t {
   kRead = 32,
   kWrite = 33,
   kFsync = 34,  // NFS COMMIT: what the file was written is durable on reply
+  kFallocate = 35,  // allocate, punch a hole, zero a range (fallocate(2), NFSv4.2, SMB)
+  kSeek = 36,       // SEEK_DATA, SEEK_HOLE
   kGetXattr = 40,
   kSetXattr = 41,
   kListXattr = 42,
@@ -252,6 +254,13 @@ constexpr uint32_t kDataSync = 1;  // the data, and what reading it back needs (
 constexpr uint32_t kFileSync = 2;  // the data and all of the file's metadata are durable
 // SetXattr flags (as XATTR_CREATE, XATTR_REPLACE).
 constexpr uint32_t kXattrCreate = 1, kXattrReplace = 2;
+// FALLOCATE modes (in `flags`): Linux's FALLOC_FL_* values. 0 or
+// kFallocKeepSize: allocate; kFallocPunchHole | kFallocKeepSize: punch a
+// hole; kFallocZeroRange (kFallocKeepSize optional): zero. Other bits, or
+// other combinations, are refused with EOPNOTSUPP, as Linux does.
+constexpr uint32_t kFallocKeepSize = 0x01, kFallocPunchHole = 0x02, kFallocZeroRange = 0x10;
+// SEEK (in `flags`): kSeekData or kSeekHole (lseek's SEEK_DATA, SEEK_HOLE).
+constexpr uint32_t kSeekData = 0, kSeekHole = 1;
 // Lock types (LOCK, TESTLOCK, and a lock description's type; 0 there: none).
 constexpr uint32_t kLockRead = 1, kLockWrite = 2;
 // LOCK flags: none defined yet (room for "reclaim" and "wait"); any bit set
@@ -280,9 +289,9 @@ struct Request {
   std::string name;     // entry name; MOUNT: volume; xattr name
   std::string name2;    // RENAME: target name; CREATE: symlink target; HELLO: client name; MOUNT: path
   std::string value;    // SETXATTR
-  uint64_t offset = 0;  // READ/WRITE offset; READDIR cookie; CREATE rdev
+  uint64_t offset = 0;  // READ/WRITE/FALLOCATE/SEEK offset; READDIR cookie; CREATE rdev
   uint32_t count = 0;   // READ length; READDIR max entries; ACCESS mask; OPEN access
-  uint32_t flags = 0;
+  uint32_t flags = 0;  // CREATE, RENAME, READDIR, SETXATTR, LOCK; FALLOCATE mode; SEEK what
   uint32_t stable = kUnstable;      // WRITE: kUnstable, kDataSync or kFileSync
   FileType type = FileType::kNone;  // CREATE
   uint32_t mode = 0;                // CREATE
@@ -299,7 +308,7 @@ struct Request {
   uint32_t share_deny = 0;
   // LEASE (with `owner`): the lease type (kLease*; 0 releases).
   uint32_t lease = 0;
-  uint64_t length = 0;
+  uint64_t length = 0;  // LOCK, UNLOCK, TESTLOCK, FALLOCATE
   std::string_view data;  // WRITE bytes, in place in the payload
   // A well-formed request whose values the file system refuses (a name
   // longer than 255 bytes, with '/', an xattr value over 64 KiB): answered
@@ -354,7 +363,7 @@ struct Hello {
 
 // A successful reply, all ops. READ's bytes are not here: see ReadReplyPrefix.
 struct Reply {
-  Attr attr;                       // LOOKUP GETATTR SETATTR CREATE LINK OPEN WRITE
+  Attr attr;                       // LOOKUP GETATTR SETATTR CREATE LINK OPEN WRITE FALLOCATE
   Mac mac{};                       // the MAC of attr's handle (MOUNT: of volume.root's)
   std::vector<Mac> macs;           // READDIR with kReadDirPlus, one per attrs entry
   std::vector<DirEntry> entries;   // READDIR
@@ -365,6 +374,7 @@ struct Reply {
   uint32_t u32 = 0;                // ACCESS: granted bits; WRITE: bytes written
   uint32_t stable = kUnstable;     // WRITE: the level reached (at least the one asked)
   uint64_t verifier = 0;           // WRITE, FSYNC: the write verifier (never 0)
+  uint64_t offset = 0;             // SEEK: where the data or the hole starts
   StatFs statfs;                   // STATFS
   VolumeRoot volume;               // MOUNT
   Hello hello;                     // HELLO

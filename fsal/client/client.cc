@@ -1599,6 +1599,30 @@ int nasgw_fsync_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle*
   return 0;
 }
 
+int nasgw_fallocate(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint32_t mode, uint64_t offset,
+                    uint64_t len, nasgw_attr* out) {
+  return Simple(
+      c, Op::kFallocate, cr, h,
+      [&](proto::Request& r) {
+        r.flags = mode;
+        r.offset = offset;
+        r.length = len;
+      },
+      out);
+}
+
+int nasgw_seek(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, int hole,
+               uint64_t* out) {
+  if (c == nullptr || h == nullptr || out == nullptr) return -EINVAL;
+  auto call = Make(Op::kSeek, cr, h, [&](proto::Request& r) {
+    r.flags = hole ? proto::kSeekHole : proto::kSeekData;
+    r.offset = offset;
+  });
+  int rc = c->c->Sync(call);
+  if (rc == 0) *out = call->reply.offset;
+  return rc;
+}
+
 int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, void* buf,
                        size_t size) {
   if (c == nullptr || h == nullptr || BadName(name)) return -EINVAL;

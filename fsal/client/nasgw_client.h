@@ -280,6 +280,22 @@ int64_t nasgw_write(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h
  * *verifier (when not NULL) is nasgwd's write verifier then (see
  * nasgw_write_result). */
 int nasgw_fsync(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t* verifier);
+/* fallocate(2), with Linux's mode bits: 0 or NASGW_FALLOC_KEEP_SIZE
+ * allocates (checks the space is there and, without KEEP_SIZE, grows the
+ * file to offset + len); NASGW_FALLOC_PUNCH_HOLE | NASGW_FALLOC_KEEP_SIZE
+ * punches a hole; NASGW_FALLOC_ZERO_RANGE (KEEP_SIZE optional) zeroes.
+ * -EOPNOTSUPP for any other mode, -EINVAL for len 0, -EFBIG past the
+ * largest file, -ENOSPC. out (may be NULL): the attributes after. */
+#define NASGW_FALLOC_KEEP_SIZE 0x01u
+#define NASGW_FALLOC_PUNCH_HOLE 0x02u
+#define NASGW_FALLOC_ZERO_RANGE 0x10u
+int nasgw_fallocate(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint32_t mode, uint64_t offset,
+                    uint64_t len, nasgw_attr* out);
+/* lseek(2)'s SEEK_DATA (hole 0) and SEEK_HOLE (hole 1): *out is where the
+ * next data or hole starts at or after offset (the end of the file is a
+ * hole). -ENXIO when offset is at or past the end, or no data follows. */
+int nasgw_seek(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, int hole,
+               uint64_t* out);
 /* size 0: returns the value's length. */
 int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, void* buf,
                        size_t size);
