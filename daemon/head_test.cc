@@ -319,8 +319,8 @@ TEST_F(HeadTest, FallocateAndSeekThroughTheHead) {
   const nasgw_cred bob{1001, 100, 0, nullptr};
   nasgw_attr f = Create(root_.handle, "sparse", NASGW_TYPE_REG, 06755);
   std::string data(200'000, 'q');
-  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, data.data(), static_cast<uint32_t>(data.size()),
-                        NASGW_UNSTABLE, nullptr),
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, data.data(), static_cast<uint32_t>(data.size()), NASGW_UNSTABLE,
+                        nullptr),
             static_cast<int64_t>(data.size()));
   nasgw_attr a{};
   ASSERT_EQ(nasgw_fallocate(client_, &kRoot, &f.handle, NASGW_FALLOC_PUNCH_HOLE | NASGW_FALLOC_KEEP_SIZE, 10'000,

@@ -100,8 +100,8 @@ void Domain::Impl::PlaceBlocks(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, ui
   }
 }
 
-Status Domain::Impl::ZeroRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t r, RecordMap m,
-                                uint64_t from, uint64_t to) {
+Status Domain::Impl::ZeroRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, uint64_t r, RecordMap m, uint64_t from,
+                                uint64_t to) {
   // Whole blocks are freed; a block the range covers only in part is
   // rewritten, when it holds data, with zeros over the part.
   FreeRange(t, in, v, m, BlockUp(from), std::max(BlockUp(from), BlockDown(to)));
@@ -604,8 +604,9 @@ Result<uint64_t> Domain::Seek(uint32_t vol, uint64_t ino, uint64_t off, bool hol
     for (const RecordPiece& p : m.pieces) {
       const uint64_t a = r * rs + p.at, b = r * rs + p.end();
       if (b <= pos) continue;
-      if (!hole) return std::max(a, pos) < size ? Result<uint64_t>(std::max(a, pos))
-                                                : Status::OutOfRange("ENXIO: no data past the offset");
+      if (!hole)
+        return std::max(a, pos) < size ? Result<uint64_t>(std::max(a, pos))
+                                       : Status::OutOfRange("ENXIO: no data past the offset");
       if (a > pos) return std::min(pos, size);  // a hole before this piece
       pos = b;
     }

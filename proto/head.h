@@ -190,7 +190,7 @@ enum class Op : uint16_t {
   kRelease = 31,
   kRead = 32,
   kWrite = 33,
-  kFsync = 34,  // NFS COMMIT: what the file was written is durable on reply
+  kFsync = 34,      // NFS COMMIT: what the file was written is durable on reply
   kFallocate = 35,  // allocate, punch a hole, zero a range (fallocate(2), NFSv4.2, SMB)
   kSeek = 36,       // SEEK_DATA, SEEK_HOLE
   kGetXattr = 40,
@@ -284,14 +284,14 @@ using SessionId = std::array<uint8_t, 16>;
 struct Request {
   Op op = Op::kHello;
   Creds creds;
-  Handle h;             // the object (the directory for name ops)
-  Handle h2;            // LINK: the directory; RENAME: the target directory
-  std::string name;     // entry name; MOUNT: volume; xattr name
-  std::string name2;    // RENAME: target name; CREATE: symlink target; HELLO: client name; MOUNT: path
-  std::string value;    // SETXATTR
-  uint64_t offset = 0;  // READ/WRITE/FALLOCATE/SEEK offset; READDIR cookie; CREATE rdev
-  uint32_t count = 0;   // READ length; READDIR max entries; ACCESS mask; OPEN access
-  uint32_t flags = 0;  // CREATE, RENAME, READDIR, SETXATTR, LOCK; FALLOCATE mode; SEEK what
+  Handle h;                         // the object (the directory for name ops)
+  Handle h2;                        // LINK: the directory; RENAME: the target directory
+  std::string name;                 // entry name; MOUNT: volume; xattr name
+  std::string name2;                // RENAME: target name; CREATE: symlink target; HELLO: client name; MOUNT: path
+  std::string value;                // SETXATTR
+  uint64_t offset = 0;              // READ/WRITE/FALLOCATE/SEEK offset; READDIR cookie; CREATE rdev
+  uint32_t count = 0;               // READ length; READDIR max entries; ACCESS mask; OPEN access
+  uint32_t flags = 0;               // CREATE, RENAME, READDIR, SETXATTR, LOCK; FALLOCATE mode; SEEK what
   uint32_t stable = kUnstable;      // WRITE: kUnstable, kDataSync or kFileSync
   FileType type = FileType::kNone;  // CREATE
   uint32_t mode = 0;                // CREATE
@@ -308,7 +308,7 @@ struct Request {
   uint32_t share_deny = 0;
   // LEASE (with `owner`): the lease type (kLease*; 0 releases).
   uint32_t lease = 0;
-  uint64_t length = 0;  // LOCK, UNLOCK, TESTLOCK, FALLOCATE
+  uint64_t length = 0;    // LOCK, UNLOCK, TESTLOCK, FALLOCATE
   std::string_view data;  // WRITE bytes, in place in the payload
   // A well-formed request whose values the file system refuses (a name
   // longer than 255 bytes, with '/', an xattr value over 64 KiB): answered

@@ -1611,8 +1611,7 @@ int nasgw_fallocate(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h
       out);
 }
 
-int nasgw_seek(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, int hole,
-               uint64_t* out) {
+int nasgw_seek(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, int hole, uint64_t* out) {
   if (c == nullptr || h == nullptr || out == nullptr) return -EINVAL;
   auto call = Make(Op::kSeek, cr, h, [&](proto::Request& r) {
     r.flags = hole ? proto::kSeekHole : proto::kSeekData;

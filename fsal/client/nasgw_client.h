@@ -294,8 +294,7 @@ int nasgw_fallocate(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h
 /* lseek(2)'s SEEK_DATA (hole 0) and SEEK_HOLE (hole 1): *out is where the
  * next data or hole starts at or after offset (the end of the file is a
  * hole). -ENXIO when offset is at or past the end, or no data follows. */
-int nasgw_seek(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, int hole,
-               uint64_t* out);
+int nasgw_seek(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t offset, int hole, uint64_t* out);
 /* size 0: returns the value's length. */
 int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, void* buf,
                        size_t size);
