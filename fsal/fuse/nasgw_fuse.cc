@@ -546,6 +546,27 @@ void Fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   fuse_reply_err(req, 0);
 }
 
+// fallocate(2): the kernel passes Linux's mode bits, which are nasgwd's,
+// and writes its dirty pages of a range before punching it.
+void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, fuse_file_info*) {
+  Cred c(req);
+  HANDLE_OR_STALE(req, ino, h);
+  if (off < 0 || len <= 0) return (void)fuse_reply_err(req, EINVAL);
+  ReplyStatus(req, nasgw_fallocate(M(req)->client, &c, &h, static_cast<uint32_t>(mode), static_cast<uint64_t>(off),
+                                   static_cast<uint64_t>(len), nullptr));
+}
+
+// lseek's SEEK_DATA and SEEK_HOLE (the kernel answers the other whences).
+void Lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, fuse_file_info*) {
+  Cred c(req);
+  HANDLE_OR_STALE(req, ino, h);
+  if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) return (void)fuse_reply_err(req, EINVAL);
+  uint64_t at = 0;
+  int rc = nasgw_seek(M(req)->client, &c, &h, static_cast<uint64_t>(off), whence == SEEK_HOLE, &at);
+  if (rc != 0) return ReplyStatus(req, rc);
+  fuse_reply_lseek(req, static_cast<off_t>(at));
+}
+
 // An open directory is held open in nasgwd, as a file is: removed or
 // renamed over meanwhile, it lives (nlink 0, fstat answers) until
 // releasedir. The kernel checked the caller's permission to open it.
@@ -891,6 +912,8 @@ int Main(int argc, char** argv) {
   ops.flush = Flush;
   ops.release = Release;
   ops.fsync = Fsync;
+  ops.fallocate = Fallocate;
+  ops.lseek = Lseek;
   ops.opendir = OpenDir;
   ops.readdir = ReadDir;
   ops.releasedir = Release;

@@ -398,7 +398,8 @@ def cmd_semantics(a):
     directory removed or renamed over while open answers fstat (nlink 0)
     and is freed at close; atime under relatime, noatime, strictatime;
     file handles (open_by_handle_at) valid across a remount; holes read as
-    zeros through O_DIRECT and shared mappings; small appends, setuid
+    zeros through O_DIRECT and shared mappings; punched holes, zeroed
+    ranges, SEEK_DATA and SEEK_HOLE; small appends, setuid
     clearing and fsync's EIO through the write-back cache; mount options
     (-o ro and others reach the kernel, --help, an unknown option refused,
     another user refused without allow_other); every check is printed. The
@@ -798,6 +799,51 @@ def cmd_semantics(a):
                 os.close(fd)
         aligned.close()
         os.unlink(hole)
+
+        # Sparse files: fallocate(2) punch hole and zero range free blocks
+        # and read as zeros; SEEK_DATA and SEEK_HOLE find what is held;
+        # posix_fallocate grows the file; modes Linux refuses are refused.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+
+        def fallocate(fd, mode, off, n):
+            return 0 if libc.fallocate(fd, mode, off, n) == 0 else ctypes.get_errno()
+
+        sparse = os.path.join(v.mount_path, "sparse")
+        fd = os.open(sparse, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, b"\x5a" * (1 << 20), 0)
+            os.fsync(fd)
+            blocks = os.fstat(fd).st_blocks
+            rc = fallocate(fd, 0x01 | 0x02, 65536, 512 << 10)  # KEEP_SIZE | PUNCH_HOLE
+            st = os.fstat(fd)
+            check("punch hole: done, the size stays, %d blocks freed (%d)" % (blocks - st.st_blocks, rc),
+                  rc == 0 and st.st_size == 1 << 20 and blocks - st.st_blocks == (512 << 10) // 512)
+            data = os.pread(fd, 1 << 20, 0)
+            check("punch hole: the range reads as zeros, the rest as written",
+                  data == b"\x5a" * 65536 + bytes(512 << 10) + b"\x5a" * ((1 << 20) - 65536 - (512 << 10)))
+            check("SEEK_HOLE finds the hole, SEEK_DATA its end (%d, %d)" %
+                  (os.lseek(fd, 0, os.SEEK_HOLE), os.lseek(fd, 65536, os.SEEK_DATA)),
+                  os.lseek(fd, 0, os.SEEK_HOLE) == 65536 and os.lseek(fd, 65536, os.SEEK_DATA) == 65536 + (512 << 10))
+            try:
+                os.lseek(fd, 1 << 20, os.SEEK_DATA)
+                got = 0
+            except OSError as e:
+                got = e.errno
+            check("SEEK_DATA at the end is ENXIO (%s)" % got, got == errno.ENXIO)
+            rc = fallocate(fd, 0x10, 1000, (1 << 20) + 5000)  # ZERO_RANGE past the end grows the file
+            st = os.fstat(fd)
+            check("zero range: grows the file, zeros from 1000 (%d, %d)" % (rc, st.st_size),
+                  rc == 0 and st.st_size == (1 << 20) + 6000 and
+                  os.pread(fd, 8192, 0) == b"\x5a" * 1000 + bytes(7192))
+            check("punch hole without KEEP_SIZE is EOPNOTSUPP, as Linux",
+                  fallocate(fd, 0x02, 0, 4096) == errno.EOPNOTSUPP)
+            os.posix_fallocate(fd, 0, 3 << 20)
+            check("posix_fallocate grows the file", os.fstat(fd).st_size == 3 << 20)
+        finally:
+            os.close(fd)
+        os.unlink(sparse)
 
         # A second mount with the kernel's write-back cache
         # (--writeback-cache): 20,000 4-byte appends reach nasgwd and read
