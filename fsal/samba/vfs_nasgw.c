@@ -595,6 +595,11 @@ static uint64_t nasgw_disk_free(vfs_handle_struct *handle, const struct smb_file
 	return *dfree;
 }
 
+/* Sparse files: FSCTL_SET_ZERO_DATA punches holes (FALLOCATE) and
+ * FSCTL_QUERY_ALLOCATED_RANGES finds them (SEEK_DATA, SEEK_HOLE); Samba
+ * keeps the sparse flag itself, in the DOS attributes. */
+#define NASGW_FS_CAPABILITIES (FILE_CASE_SENSITIVE_SEARCH | FILE_CASE_PRESERVED_NAMES | FILE_SUPPORTS_SPARSE_FILES)
+
 static int nasgw_statvfs(vfs_handle_struct *handle, const struct smb_filename *smb_fname,
 			 struct vfs_statvfs_struct *out)
 {
@@ -614,14 +619,14 @@ static int nasgw_statvfs(vfs_handle_struct *handle, const struct smb_filename *s
 	out->TotalFileNodes = s.files + ((uint64_t)1 << 32);
 	out->FreeFileNodes = (uint64_t)1 << 32;
 	out->FsIdentifier = 0x6e610000u + nc->root.volume;
-	out->FsCapabilities = FILE_CASE_SENSITIVE_SEARCH | FILE_CASE_PRESERVED_NAMES;
+	out->FsCapabilities = NASGW_FS_CAPABILITIES;
 	return 0;
 }
 
 static uint32_t nasgw_fs_capabilities(vfs_handle_struct *handle, enum timestamp_set_resolution *p_ts_res)
 {
 	*p_ts_res = TIMESTAMP_SET_NT_OR_BETTER;
-	return FILE_CASE_SENSITIVE_SEARCH | FILE_CASE_PRESERVED_NAMES;
+	return NASGW_FS_CAPABILITIES;
 }
 
 /* ---- the current directory */
@@ -1519,6 +1524,39 @@ static int nasgw_ftruncate(vfs_handle_struct *handle, files_struct *fsp, off_t l
 	return nasgw_setattr_fsp(handle, fsp, &s);
 }
 
+/* Samba's modes are VFS_FALLOCATE_FL_*: FSCTL_SET_ZERO_DATA punches
+ * (PUNCH_HOLE | KEEP_SIZE), an allocation size with "strict allocate"
+ * allocates (KEEP_SIZE, or 0). */
+static int nasgw_fallocate_fsp(vfs_handle_struct *handle, files_struct *fsp, uint32_t mode, off_t offset, off_t len)
+{
+	struct nasgw_conn *nc = handle->data;
+	nasgw_cred cr;
+	struct nasgw_fh *fh = nasgw_begin(handle, fsp, &cr);
+	uint32_t m = 0;
+	int rc;
+
+	if (fh == NULL) {
+		return -1;
+	}
+	if (offset < 0 || len <= 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (mode & ~(uint32_t)(VFS_FALLOCATE_FL_KEEP_SIZE | VFS_FALLOCATE_FL_PUNCH_HOLE)) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	if (mode & VFS_FALLOCATE_FL_KEEP_SIZE) {
+		m |= NASGW_FALLOC_KEEP_SIZE;
+	}
+	if (mode & VFS_FALLOCATE_FL_PUNCH_HOLE) {
+		m |= NASGW_FALLOC_PUNCH_HOLE;
+	}
+	fh->fresh = false;
+	rc = nasgw_fallocate(nc->client, &cr, &fh->h, m, (uint64_t)offset, (uint64_t)len, NULL);
+	return rc != 0 ? nasgw_fail(rc) : 0;
+}
+
 /* ---- data: synchronous */
 
 static ssize_t nasgw_pread(vfs_handle_struct *handle, files_struct *fsp, void *data, size_t n, off_t offset)
@@ -1595,6 +1633,21 @@ static off_t nasgw_lseek(vfs_handle_struct *handle, files_struct *fsp, off_t off
 			return nasgw_fail(rc);
 		}
 		return (off_t)a.size + offset;
+	case SEEK_DATA: /* FSCTL_QUERY_ALLOCATED_RANGES of a sparse file */
+	case SEEK_HOLE: {
+		uint64_t at = 0;
+
+		if (offset < 0) {
+			errno = ENXIO;
+			return -1;
+		}
+		nasgw_cred_of(handle->conn, &cr);
+		rc = nasgw_seek(nc->client, &cr, &fh->h, (uint64_t)offset, whence == SEEK_HOLE, &at);
+		if (rc != 0) {
+			return nasgw_fail(rc);
+		}
+		return (off_t)at;
+	}
 	}
 	errno = EINVAL;
 	return -1;
@@ -2819,7 +2872,7 @@ static struct vfs_fn_pointers nasgw_fns = {
 	.getwd_fn = nasgw_getwd,
 	.fntimes_fn = nasgw_fntimes,
 	.ftruncate_fn = nasgw_ftruncate,
-	.fallocate_fn = vfs_not_implemented_fallocate,
+	.fallocate_fn = nasgw_fallocate_fsp,
 	.lock_fn = nasgw_vfs_lock,
 	.filesystem_sharemode_fn = nasgw_filesystem_sharemode,
 	.fcntl_fn = nasgw_fcntl,

@@ -29,6 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nasgwlab  # noqa: E402
 from nasgwlab import Checks, Node, is_mounted  # noqa: E402
 
 
@@ -371,22 +372,6 @@ def as_nobody():
     os.setuid(65534)
 
 
-def statx_sync(fd):
-    """(mode, nlink, atime seconds) of open `fd` by statx(2) with
-    AT_STATX_FORCE_SYNC (the file system is asked, past any cache); (0,
-    errno, 0) when it fails."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    buf = ctypes.create_string_buffer(256)
-    at_empty_path, force_sync, basic_stats = 0x1000, 0x2000, 0x7ff
-    if libc.statx(fd, b"", at_empty_path | force_sync, basic_stats, buf) != 0:
-        return 0, "errno %d" % ctypes.get_errno(), 0
-    nlink = int.from_bytes(buf.raw[16:20], "little")
-    mode = int.from_bytes(buf.raw[28:30], "little")
-    atime = int.from_bytes(buf.raw[64:72], "little", signed=True)
-    return mode, nlink, atime
-
-
 def cmd_semantics(a):
     """What a program sees through the mount, one behaviour at a time:
     durability (an fsync after nasgwd lost unstable writes fails EIO, once),
@@ -614,7 +599,8 @@ def cmd_semantics(a):
                     os.rename(other_dir, held)
                 # statx with AT_STATX_FORCE_SYNC: nasgwd's answer, not the
                 # kernel's cached attributes.
-                mode, nlink, _ = statx_sync(fd)
+                x = nasgwlab.statx_sync(fd)
+                mode, nlink = x["mode"], x["nlink"]
                 check("%s of an open directory: fstat still answers, from nasgwd: a directory with nlink 0 "
                       "(%o, %s)" % (how, mode, nlink), stat.S_ISDIR(mode) and nlink == 0)
                 # getdents answers ENOENT for a dead directory, which glibc's
@@ -659,7 +645,7 @@ def cmd_semantics(a):
                 f.read()
             fd = os.open(timed, os.O_RDONLY)
             try:
-                return statx_sync(fd)[2]
+                return nasgwlab.statx_sync(fd)["atime"]
             finally:
                 os.close(fd)
 

@@ -445,3 +445,20 @@ def matplotlib_or_redraw(script, res, path):
         return None
     matplotlib.use("Agg")
     return matplotlib
+
+
+def statx_sync(fd):
+    """statx(2) of open `fd` with AT_STATX_FORCE_SYNC: the file system is
+    asked, past any cache (a FUSE mount's attributes, when another head
+    changed the file). {mode, nlink, size, blocks, atime (seconds)}, or
+    with "error" (an errno) when it fails."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)
+    at_empty_path, force_sync, basic_stats = 0x1000, 0x2000, 0x7ff
+    if libc.statx(fd, b"", at_empty_path | force_sync, basic_stats, buf) != 0:
+        return {"error": ctypes.get_errno(), "mode": 0, "nlink": 0, "size": 0, "blocks": 0, "atime": 0}
+    raw = buf.raw
+    return {"nlink": int.from_bytes(raw[16:20], "little"), "mode": int.from_bytes(raw[28:30], "little"),
+            "size": int.from_bytes(raw[40:48], "little"), "blocks": int.from_bytes(raw[48:56], "little"),
+            "atime": int.from_bytes(raw[64:72], "little", signed=True)}

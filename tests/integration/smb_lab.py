@@ -20,7 +20,8 @@ arbitrated by nasgwd), leases (an NFS write breaks an SMB lease, and waits
 for the client's acknowledgement and write-back, before it proceeds),
 delegations (an SMB open recalls an NFSv4 delegation, and waits for its
 return, before it proceeds), durable (a durable handle survives a pulled
-cable: reconnected with its data, lease and share mode).
+cable: reconnected with its data, lease and share mode), sparse (a hole
+punched over SMB is freed, found and zeros; smbtorture's sparse tests).
 """
 
 import argparse
@@ -613,6 +614,64 @@ print('CLOSED', flush=True)
         smblab.kill_all(holder, writer)
 
 
+SPARSE_TORTURE = ["smb2.ioctl." + t for t in (
+    "sparse_file_flag", "sparse_file_attr", "sparse_dir_flag", "sparse_set_nobuf", "sparse_set_oversize",
+    "sparse_qar", "sparse_qar_malformed", "sparse_qar_multi", "sparse_qar_ob1", "sparse_qar_overflow",
+    "sparse_punch", "sparse_hole_dealloc", "sparse_lock", "sparse_punch_invalid", "sparse_perms",
+    "sparse_copy_chunk")]
+
+
+def test_sparse(ctx):
+    """Sparse files over SMB: FSCTL_SET_SPARSE and FSCTL_SET_ZERO_DATA from
+    an SMB client punch a hole that nasgwd frees (fewer blocks, zeros, a
+    hole SEEK_HOLE finds, seen through FUSE); smbtorture's sparse-file tests
+    (set, query allocated ranges, punch, deallocation) all pass."""
+    c, srv, alice = ctx["client"], ctx["smbd"], ctx["alice"]
+    path = os.path.join(alice_dir(ctx), "sparse.bin")
+    with open(path, "wb") as f:
+        f.write(b"\x5a" * (1 << 20))
+        os.fsync(f.fileno())
+    os.chown(path, alice.uid, alice.gid)
+    blocks = os.stat(path).st_blocks
+    code = """
+h = chan.create(tree, 'sparse.bin', access=smb2.FILE_READ_DATA | smb2.FILE_WRITE_DATA | smb2.FILE_WRITE_ATTRIBUTES,
+                share=SHARE_ALL, disposition=smb2.FILE_OPEN).result()
+req = chan.request(obj=tree)
+smb2.SetSparseRequest(chan.fsctl_request(req, h))
+chan.connection.transceive(req.parent)
+req = chan.request(obj=tree)
+z = smb2.SetZeroDataRequest(chan.fsctl_request(req, h))
+z.file_offset = 65536
+z.beyond_final_zero = 65536 + (512 << 10)
+chan.connection.transceive(req.parent)
+chan.close(h)
+print('ZEROED', flush=True)
+"""
+    p = smblab.pike_popen(c, srv, alice, "alice", code)
+    try:
+        line = smblab.readline(p)
+        check("FSCTL_SET_SPARSE and FSCTL_SET_ZERO_DATA over SMB succeed", line == "ZEROED",
+              line or smblab.stderr_of(p))
+    finally:
+        smblab.kill_all(p)
+    with open(path, "rb") as f:
+        st = nasgwlab.statx_sync(f.fileno())  # nasgwd's answer, not FUSE's cached one
+        data = f.read()
+        hole = os.lseek(f.fileno(), 0, os.SEEK_HOLE)
+        after = os.lseek(f.fileno(), hole, os.SEEK_DATA)
+    check("the zeroed range reads as zeros through FUSE, the rest as it was",
+          data == b"\x5a" * 65536 + bytes(512 << 10) + b"\x5a" * ((1 << 20) - 65536 - (512 << 10)))
+    check("its blocks are freed (%d of %d 512-byte blocks left), the size kept" % (st["blocks"], blocks),
+          blocks - st["blocks"] == (512 << 10) // 512 and st["size"] == 1 << 20, st)
+    check("SEEK_HOLE and SEEK_DATA find the hole (%d, %d)" % (hole, after),
+          hole == 65536 and after == 65536 + (512 << 10))
+    got = smblab.smbtorture(c, srv, alice, "alice", SPARSE_TORTURE, timeout=600)
+    bad = {t: o for t, o in got.items() if o != "success"}
+    check("smbtorture's %d sparse-file tests pass on the vfs_nasgw share (%d ran)" % (len(SPARSE_TORTURE), len(got)),
+          len(got) == len(SPARSE_TORTURE) and not bad, bad)
+    os.unlink(path)
+
+
 def test_delegations(ctx):
     """An SMB open of a file an NFSv4 client holds a delegation on: nasgwd
     recalls the lease Ganesha took for it, Ganesha recalls the delegation
@@ -743,7 +802,7 @@ print('CLOSED', flush=True)
 
 TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("leases", test_leases),
          ("delegations", test_delegations), ("durable", test_durable), ("namespace", test_namespace), ("data", test_data),
-         ("case", test_case), ("unlinked", test_unlinked), ("acl", test_acl),
+         ("case", test_case), ("unlinked", test_unlinked), ("acl", test_acl), ("sparse", test_sparse),
          ("restart", test_restart)]
 
 

@@ -43,11 +43,7 @@ STACK = "acl_xattr streams_xattr"
 
 # Tests that pass on stock Samba and fail on nasgw, each with why; a key
 # ending in '*' covers every test it begins.
-REASONS = {
-    "smb2.ioctl.sparse_*": "nasgw offers no sparse files yet (allocate and punch hole are not in fs/ and the head "
-                           "protocol), so the share does not advertise FILE_SUPPORTS_SPARSE_FILES and smbtorture "
-                           "skips these",
-}
+REASONS = {}
 
 
 def reason(test):
@@ -58,19 +54,10 @@ def reason(test):
             return why
     return None
 
-RESULT = re.compile(r"^(success|failure|error|skip|xfail): (\S+)", re.M)
 # unittest -v: "test_name (pike.test.module.Class...) ... ok|FAIL|ERROR|skipped ..."
 PIKE_RESULT = re.compile(r"^(\w+) \(([\w.]+)\)\s*(?:\n[^\n]*?)?\.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)",
                          re.M)
 PIKE_TIMEOUT_S = 1800
-
-
-def results(text):
-    """{test: outcome} from smbtorture's subunit-like output."""
-    out = {}
-    for outcome, name in RESULT.findall(text):
-        out[name] = "failure" if outcome == "error" else outcome
-    return out
 
 
 def pike(client, srv, user, share):
@@ -150,11 +137,7 @@ def main():
             print("%-22s nasgw: %s | stock: %s" % (label, counts["nas"], counts["stock"]), flush=True)
 
         def torture(suite):
-            def one(share):
-                p = c.run(["smbtorture", "//%s/%s" % (srv.addr, share), "-U", user.cred(), suite], check=False,
-                          timeout=SUITE_TIMEOUT_S)
-                return results(p.stdout + p.stderr)
-            return one
+            return lambda share: smblab.smbtorture(c, srv, user, share, [suite], timeout=SUITE_TIMEOUT_S)
 
         for suite in a.suites.split(","):
             run_both(suite, suite, torture(suite))

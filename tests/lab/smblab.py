@@ -316,6 +316,21 @@ def smbpy(client, server, user, code, args=None, check=True, timeout=nfslab.CMD_
     return client.python(SMBPY_PRELUDE + code, a, check=check, timeout=timeout)
 
 
+SMBTORTURE_RESULT = re.compile(r"^(success|failure|error|skip|xfail): (\S+)", re.M)
+
+
+def smbtorture(client, server, user, share, tests, timeout=nfslab.CMD_TIMEOUT_S):
+    """Runs smbtorture's `tests` (suites or single tests) from the client
+    namespace against //server/share as user; {test: outcome}, outcome
+    success, failure (error too), skip or xfail."""
+    p = client.run(["smbtorture", "//%s/%s" % (server.addr, share), "-U", user.cred()] + list(tests), check=False,
+                   timeout=timeout)
+    out = {}
+    for outcome, name in SMBTORTURE_RESULT.findall(p.stdout + p.stderr):
+        out[name] = "failure" if outcome == "error" else outcome
+    return out
+
+
 def readline(p, timeout=nfslab.CMD_TIMEOUT_S):
     """The next line a smbpy_popen() script (or any text Popen) wrote, or
     "" if none came within `timeout` seconds or it ended: a script that
