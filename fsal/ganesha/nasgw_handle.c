@@ -1161,6 +1161,221 @@ static fsal_status_t op_commit2(struct fsal_obj_handle *obj_hdl,
 	return nasgw_status(rc);
 }
 
+/* ---- NFSv4.2: ALLOCATE, DEALLOCATE, SEEK ---------------------------------- */
+
+/* nasgwd's FALLOCATE. ALLOCATE is fallocate's mode 0, as knfsd does it (the
+ * file grows to cover the range); DEALLOCATE punches a hole, the size
+ * kept. Ganesha checked the stateid and write access; a share reservation
+ * of another open still refuses an anonymous stateid's change. */
+static fsal_status_t op_fallocate(struct fsal_obj_handle *obj_hdl,
+				  struct state_t *state, uint64_t offset,
+				  uint64_t length, bool allocate)
+{
+	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
+	nasgw_client *c;
+	nasgw_cred cr;
+	nasgw_attr a;
+	fsal_status_t st;
+	int rc;
+
+	if (obj_hdl->type != REGULAR_FILE)
+		return fsalstat(ERR_FSAL_INVAL, EINVAL);
+	CLIENT_OR_DELAY(c);
+	st = io_share_check(obj_hdl, state, false, FSAL_O_WRITE);
+	if (FSAL_IS_ERROR(st))
+		return st;
+	nasgw_creds(&cr);
+	rc = nasgw_fallocate(c, &cr, &o->h,
+			     allocate ? 0
+				      : NASGW_FALLOC_PUNCH_HOLE |
+					NASGW_FALLOC_KEEP_SIZE,
+			     offset, length, &a);
+	if (rc == 0)
+		saw_attrs(o, &a, false);
+	else
+		attrs_changed(o);	/* it may have happened */
+	return nasgw_status(rc);
+}
+
+/* nasgwd's SEEK (SEEK_DATA, SEEK_HOLE). As RFC 7862 15.11.3 and FSAL_VFS:
+ * an offset at or past the end is NFS4ERR_NXIO; no data after it is not an
+ * error but sr_eof. */
+static fsal_status_t op_seek2(struct fsal_obj_handle *obj_hdl,
+			      struct state_t *state, struct io_info *info)
+{
+	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
+	const uint64_t off = (uint64_t)info->io_content.hole.di_offset;
+	uint64_t at = 0;
+	nasgw_client *c;
+	nasgw_cred cr;
+	nasgw_attr a;
+	fsal_status_t st;
+	int rc;
+
+	if (obj_hdl->type != REGULAR_FILE)
+		return fsalstat(ERR_FSAL_INVAL, EINVAL);
+	if (info->io_content.what != NFS4_CONTENT_DATA &&
+	    info->io_content.what != NFS4_CONTENT_HOLE)
+		return fsalstat(ERR_FSAL_UNION_NOTSUPP, 0);
+	CLIENT_OR_DELAY(c);
+	st = io_share_check(obj_hdl, state, false, FSAL_O_READ);
+	if (FSAL_IS_ERROR(st))
+		return st;
+	nasgw_creds(&cr);
+	rc = nasgw_getattr(c, &cr, &o->h, &a);
+	if (rc != 0)
+		return nasgw_status(rc);
+	if (off >= a.size)
+		return fsalstat(ERR_FSAL_NXIO, ENXIO);
+	rc = nasgw_seek(c, &cr, &o->h, off,
+			info->io_content.what == NFS4_CONTENT_HOLE, &at);
+	if (rc == -ENXIO) {	/* no data after off */
+		info->io_eof = TRUE;
+		return fsalstat(ERR_FSAL_NO_ERROR, 0);
+	}
+	if (rc != 0)
+		return nasgw_status(rc);
+	info->io_content.hole.di_offset = (offset4)at;
+	info->io_eof = at >= a.size;
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+/* ---- NFSv4.2 extended attributes (RFC 8276) ------------------------------- */
+
+/* An attribute's full name: 255 bytes (Linux's XATTR_NAME_MAX) and a NUL. */
+#define NASGW_XATTR_NAME 256
+
+/* The protocol names user.* attributes without their prefix; nasgwd stores
+ * the full name and checks the caller's permissions as Linux does. */
+static int xattr_name(const xattrkey4 *k, char *out, size_t size)
+{
+	int n;
+
+	if (k->utf8string_len == 0 ||
+	    memchr(k->utf8string_val, '\0', k->utf8string_len) != NULL)
+		return -EINVAL;
+	n = snprintf(out, size, "user.%.*s", (int)k->utf8string_len,
+		     k->utf8string_val);
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+static fsal_status_t xattr_status(int rc)
+{
+	if (rc == -ENODATA)
+		return fsalstat(ERR_FSAL_NOXATTR, ENODATA);
+	if (rc == -ERANGE || rc == -E2BIG)
+		return fsalstat(ERR_FSAL_XATTR2BIG, -rc);
+	return nasgw_status(rc);
+}
+
+/* A value larger than the buffer is XATTR2BIG; Ganesha then asks with an
+ * empty one for the length, and again with a buffer that size. */
+static fsal_status_t op_getxattrs(struct fsal_obj_handle *obj_hdl,
+				  xattrkey4 *xa_name, xattrvalue4 *xa_value)
+{
+	char name[NASGW_XATTR_NAME];
+	nasgw_client *c;
+	nasgw_cred cr;
+	int64_t n;
+	int rc;
+
+	rc = xattr_name(xa_name, name, sizeof(name));
+	if (rc != 0)
+		return nasgw_status(rc);
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	n = nasgw_getxattr(c, &cr, &obj_of(obj_hdl)->h, name,
+			   xa_value->utf8string_val, xa_value->utf8string_len);
+	if (n < 0)
+		return xattr_status((int)n);
+	xa_value->utf8string_len = (u_int)n;
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
+static fsal_status_t op_setxattrs(struct fsal_obj_handle *obj_hdl,
+				  setxattr_option4 option, xattrkey4 *xa_name,
+				  xattrvalue4 *xa_value)
+{
+	char name[NASGW_XATTR_NAME];
+	uint32_t flags;
+	nasgw_client *c;
+	nasgw_cred cr;
+	int rc;
+
+	switch (option) {
+	case SETXATTR4_EITHER:
+		flags = 0;
+		break;
+	case SETXATTR4_CREATE:
+		flags = NASGW_XATTR_CREATE;
+		break;
+	case SETXATTR4_REPLACE:
+		flags = NASGW_XATTR_REPLACE;
+		break;
+	default:
+		return fsalstat(ERR_FSAL_INVAL, EINVAL);
+	}
+	rc = xattr_name(xa_name, name, sizeof(name));
+	if (rc != 0)
+		return nasgw_status(rc);
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	rc = nasgw_setxattr(c, &cr, &obj_of(obj_hdl)->h, name,
+			    xa_value->utf8string_val, xa_value->utf8string_len,
+			    flags);
+	attrs_changed(obj_of(obj_hdl));	/* the change time moved */
+	return xattr_status(rc);
+}
+
+static fsal_status_t op_removexattrs(struct fsal_obj_handle *obj_hdl,
+				     xattrkey4 *xa_name)
+{
+	char name[NASGW_XATTR_NAME];
+	nasgw_client *c;
+	nasgw_cred cr;
+	int rc;
+
+	rc = xattr_name(xa_name, name, sizeof(name));
+	if (rc != 0)
+		return nasgw_status(rc);
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	rc = nasgw_removexattr(c, &cr, &obj_of(obj_hdl)->h, name);
+	attrs_changed(obj_of(obj_hdl));
+	return xattr_status(rc);
+}
+
+/* Ganesha's helper keeps the user.* names of a Linux-style list, without
+ * their prefix, from the cookie on, as many as fit. */
+static fsal_status_t op_listxattrs(struct fsal_obj_handle *obj_hdl,
+				   count4 la_maxcount, nfs_cookie4 *la_cookie,
+				   bool_t *lr_eof, xattrlist4 *lr_names)
+{
+	nasgw_client *c;
+	nasgw_cred cr;
+	fsal_status_t st;
+	char *buf;
+	int64_t n;
+
+	CLIENT_OR_DELAY(c);
+	nasgw_creds(&cr);
+	n = nasgw_listxattr(c, &cr, &obj_of(obj_hdl)->h, NULL, 0);
+	if (n < 0)
+		return xattr_status((int)n);
+	buf = gsh_malloc((size_t)n + 1);
+	n = nasgw_listxattr(c, &cr, &obj_of(obj_hdl)->h, buf, (size_t)n + 1);
+	if (n < 0) {
+		gsh_free(buf);
+		/* grew in between: the client asks again */
+		return n == -ERANGE ? fsalstat(ERR_FSAL_DELAY, ERANGE)
+				    : xattr_status((int)n);
+	}
+	st = fsal_listxattr_helper(buf, (size_t)n, la_maxcount, la_cookie,
+				   lr_eof, lr_names);
+	gsh_free(buf);
+	return st;
+}
+
 /* ---- locks --------------------------------------------------------------- */
 
 /* Byte-range locks (NLM and NFSv4) are arbitrated in nasgwd, so every head
@@ -1385,4 +1600,10 @@ void nasgw_handle_ops_init(struct fsal_obj_ops *ops)
 	ops->handle_to_wire = op_handle_to_wire;
 	ops->handle_to_key = op_handle_to_key;
 	ops->lease_op2 = op_lease_op2;
+	ops->fallocate = op_fallocate;
+	ops->seek2 = op_seek2;
+	ops->getxattrs = op_getxattrs;
+	ops->setxattrs = op_setxattrs;
+	ops->removexattrs = op_removexattrs;
+	ops->listxattrs = op_listxattrs;
 }

@@ -42,7 +42,9 @@ struct nasgw_fsal_module NASGW = {
 			.acl_support = FSAL_ACLSUPPORT_ALLOW | FSAL_ACLSUPPORT_DENY,
 			.cansettime = true,
 			.homogenous = true,
-			.supported_attrs = ATTRS_POSIX | ATTR_ACL,
+			/* NFSv4.2 xattrs: user.* in nasgwd */
+			.supported_attrs = ATTRS_POSIX | ATTR_ACL | ATTR4_XATTR,
+			.xattr_support = true,
 			.maxread = NASGW_IO_MAX,
 			.maxwrite = NASGW_IO_MAX,
 			.umask = 0,

@@ -267,6 +267,93 @@ def test_data(ctx):
     check(open(src, "rb").read(64) == c1.nfs_cat("vol1/big.bin", version=4)[:64], "libnfs v4: nfs-cat reads it")
 
 
+V42 = """
+sys.path.insert(0, ARGS['lab_dir'])
+import nfs42
+c = connect('/vol1', '4.1')
+c.mkdir(ARGS['dir'], exist_ok=True)
+with c.open(ARGS['dir'] + '/sparse', 'wb') as f:
+    f.write(b'\\x5a' * (1 << 20))
+c.chmod(ARGS['dir'] + '/sparse', 0o644)
+r = {}
+with nfs42.Client(ARGS['server']) as v:
+    fh = v.lookup('vol1/%s/sparse' % ARGS['dir'])
+    st = lambda x: nfs42.STATUS.get(x['status'], x['status'])
+    r['deallocate'] = st(v.call(fh, nfs42.deallocate(65536, 512 << 10)))
+    # SEEK with an open's stateid: Ganesha 4.3 answers an anonymous one
+    # NFS4_OK with zeros, without asking the FSAL.
+    sid = v.open_file(fh)
+    r['seek_hole'] = v.call(fh, nfs42.seek(0, nfs42.HOLE, sid))
+    r['seek_data'] = v.call(fh, nfs42.seek(65536, nfs42.DATA, sid))
+    r['seek_end'] = st(v.call(fh, nfs42.seek(1 << 20, nfs42.DATA, sid)))
+    r['allocate'] = st(v.call(fh, nfs42.allocate(0, 2 << 20, sid)))
+    r['seek_tail'] = v.call(fh, nfs42.seek(1 << 20, nfs42.DATA, sid))
+    v.close_file(fh, sid)
+    r['set'] = st(v.call(fh, nfs42.setxattr('color', b'blue', nfs42.CREATE)))
+    r['set_again'] = st(v.call(fh, nfs42.setxattr('color', b'red', nfs42.CREATE)))
+    r['replace_missing'] = st(v.call(fh, nfs42.setxattr('shape', b'round', nfs42.REPLACE)))
+    r['get'] = v.call(fh, nfs42.getxattr('color')).get('value', b'').decode()
+    big = bytes(range(256)) * 24  # 6 KiB: past Ganesha's first buffer, under its 8 KiB XDR limit
+    r['set_big'] = st(v.call(fh, nfs42.setxattr('big', big)))
+    r['get_big'] = v.call(fh, nfs42.getxattr('big')).get('value') == big
+    r['get_missing'] = st(v.call(fh, nfs42.getxattr('none')))
+    r['list'] = sorted(v.call(fh, nfs42.listxattrs()).get('names', []))
+    r['remove'] = st(v.call(fh, nfs42.removexattr('big')))
+    r['get_removed'] = st(v.call(fh, nfs42.getxattr('big')))
+    r['remove_missing'] = st(v.call(fh, nfs42.removexattr('big')))
+with nfs42.Client(ARGS['server'], uid=65534, gid=65534) as other:
+    fh = other.lookup('vol1/%s/sparse' % ARGS['dir'])
+    r['other_set'] = nfs42.STATUS.get(other.call(fh, nfs42.setxattr('x', b'y'))['status'])
+    r['other_get'] = other.call(fh, nfs42.getxattr('color')).get('value', b'').decode()
+    r['other_deallocate'] = nfs42.STATUS.get(other.call(fh, nfs42.deallocate(0, 4096))['status'])
+for k in ('seek_hole', 'seek_data', 'seek_tail'):
+    r[k] = [nfs42.STATUS.get(r[k]['status']), r[k].get('offset'), r[k].get('eof')]
+with c.open(ARGS['dir'] + '/sparse', 'rb') as f:
+    data = f.read_at(0, 1 << 20)
+r['zeros'] = data == b'\\x5a' * 65536 + bytes(512 << 10) + b'\\x5a' * ((1 << 20) - 65536 - (512 << 10))
+r['size'] = c.stat(ARGS['dir'] + '/sparse').size
+out(r)
+"""
+
+
+def test_v42(ctx):
+    """NFSv4.2 through FSAL_NASGW, from a client of its own (tests/lab/nfs42.py):
+    DEALLOCATE punches a hole nasgwd frees, SEEK finds it (NXIO past the
+    end), ALLOCATE grows the file; GETXATTR, SETXATTR (CREATE, REPLACE),
+    LISTXATTRS, REMOVEXATTR on user.* attributes, with RFC 8276's errors and
+    another user's permissions; the attribute is nasgwd's user.color,
+    seen through FUSE."""
+    lab, node = ctx["lab"], ctx["node"]
+    c1 = lab.client(1)
+    r = py(c1, lab, V42, {"dir": "v42", "lab_dir": os.path.join(HERE, "..", "lab")})[0]
+    check(r["deallocate"] == "NFS4_OK" and r["zeros"] and r["size"] == 2 << 20,
+          "DEALLOCATE zeroes the range, ALLOCATE grows the file to 2 MiB (%s, %s)" % (r["deallocate"], r["size"]))
+    check(r["seek_hole"] == ["NFS4_OK", 65536, False] and r["seek_data"] == ["NFS4_OK", 65536 + (512 << 10), False],
+          "SEEK finds the hole and the data after it (%s, %s)" % (r["seek_hole"], r["seek_data"]))
+    check(r["seek_end"] == "NFS4ERR_NXIO", "SEEK at the end is NFS4ERR_NXIO (%s)" % r["seek_end"])
+    check(r["allocate"] == "NFS4_OK" and r["seek_tail"] == ["NFS4_OK", 1 << 20, True],
+          "after ALLOCATE past the data, SEEK for data from 1 MiB finds none: sr_eof (%s)" % r["seek_tail"])
+    check((r["set"], r["set_again"], r["replace_missing"]) == ("NFS4_OK", "NFS4ERR_EXIST", "NFS4ERR_NOXATTR"),
+          "SETXATTR: CREATE, CREATE again EXIST, REPLACE of a missing one NOXATTR (%s %s %s)" % (
+              r["set"], r["set_again"], r["replace_missing"]))
+    check(r["get"] == "blue" and r["get_big"] and r["get_missing"] == "NFS4ERR_NOXATTR",
+          "GETXATTR: the value, a 6 KiB value whole, NOXATTR for a missing one (%s %s %s)" % (
+              r["get"], r["get_big"], r["get_missing"]))
+    check(r["list"] == ["big", "color"], "LISTXATTRS lists the user attributes without the prefix (%s)" % r["list"])
+    check((r["remove"], r["get_removed"], r["remove_missing"]) == ("NFS4_OK", "NFS4ERR_NOXATTR", "NFS4ERR_NOXATTR"),
+          "REMOVEXATTR removes, then NOXATTR (%s %s %s)" % (r["remove"], r["get_removed"], r["remove_missing"]))
+    check(r["other_get"] == "blue" and r["other_set"] == "NFS4ERR_ACCESS" and
+          r["other_deallocate"] == "NFS4ERR_ACCESS",
+          "another user reads the attribute but may neither set one nor deallocate (%s %s %s)" % (
+              r["other_get"], r["other_set"], r["other_deallocate"]))
+    node.mount()
+    try:
+        got = os.getxattr(os.path.join(node.mount_path, "v42", "sparse"), "user.color")
+        check(got == b"blue", "the attribute is nasgwd's user.color, seen through FUSE (%r)" % got)
+    finally:
+        node.unmount()
+
+
 # Keeps a session (and its file handles) open across restarts: prints
 # "ready", then per line on stdin writes and reads through the handle it
 # already holds (nfs-rs; its File keeps the server's file handle).
@@ -1117,7 +1204,8 @@ def test_acl(ctx):
 
 TESTS = [("namespace", test_namespace), ("data", test_data), ("exports", test_exports),
          ("restart", test_restart), ("handles", test_handles), ("verifier", test_verifier),
-         ("setuid", test_setuid), ("orphans", test_orphans), ("acl", test_acl), ("listing", test_listing)]
+         ("setuid", test_setuid), ("orphans", test_orphans), ("acl", test_acl), ("v42", test_v42),
+         ("listing", test_listing)]
 
 
 def main():
