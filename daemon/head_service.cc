@@ -226,6 +226,10 @@ class Exec {
   // Load, then what changing the data needs: write permission, no other
   // head's lease in the way, setuid and setgid cleared as Linux does.
   bool LoadForWrite(fs::Attr& a);
+  // After LOCK, SHARE or LEASE took something in the lock table: false
+  // (EBADF, and the session's entries dropped) when the session ended
+  // meanwhile.
+  bool StillInSession();
   bool Write();
   bool Fallocate();
   bool Seek();
@@ -740,13 +744,7 @@ bool Exec::Lock() {
     case LockResult::kNoLocks:
       return Error(ENOLCK, "too many byte-range locks (head.max_locks, head.max_locks_per_session)");
   }
-  // EndSession may have run meanwhile: it set `ended` before releasing the
-  // session's locks, so either it released this one or we see the flag.
-  if (s_.ended.load()) {
-    locks_.ReleaseSession(s_.serial);
-    return Error(EBADF, "the session has ended (goodbye)");
-  }
-  return true;
+  return StillInSession();
 }
 
 // UNLOCK does not look the handle up (as RELEASE): a lock on a file deleted
@@ -808,11 +806,7 @@ bool Exec::Share() {
     case LockResult::kNoLocks:
       return Error(ENOLCK, "too many locks and share reservations (head.max_locks, head.max_locks_per_session)");
   }
-  if (s_.ended.load()) {  // as Lock: EndSession ran meanwhile
-    locks_.ReleaseSession(s_.serial);
-    return Error(EBADF, "the session has ended (goodbye)");
-  }
-  return true;
+  return StillInSession();
 }
 
 std::string LeaseName(uint32_t type) {
@@ -868,6 +862,13 @@ bool Exec::Lease() {
                    "too many locks, share reservations and leases (head.max_locks, "
                    "head.max_locks_per_session)");
   }
+  return StillInSession();
+}
+
+bool Exec::StillInSession() {
+  // EndSession may have run meanwhile: it set `ended` before releasing the
+  // session's locks, share reservations and leases, so either it released
+  // what was just taken or we see the flag.
   if (s_.ended.load()) {
     locks_.ReleaseSession(s_.serial);
     return Error(EBADF, "the session has ended (goodbye)");
