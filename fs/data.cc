@@ -1,6 +1,7 @@
 // A domain's file data: redirect-on-write records (fs/domain.h, "data").
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "base/limits.h"
 #include "block/block_device.h"
@@ -597,22 +598,28 @@ Result<uint64_t> Domain::Seek(uint32_t vol, uint64_t ino, uint64_t off, bool hol
   const uint64_t size = in->a.size, rs = v->record_bytes;
   if (off >= size) return Status::OutOfRange("ENXIO: offset at or past the end of the file");
   // Pieces in order, over the records from the one `off` falls in.
+  // Pieces in order, over the records from the one `off` falls in, until
+  // the answer is known.
   uint64_t pos = off;  // hole: the first byte not yet known to be data
-  auto recs = impl_->LoadRecords(vol, ino, off / rs);
-  if (!recs.ok()) return recs.status();
-  for (const auto& [r, m] : *recs) {
+  std::optional<uint64_t> found;
+  Status s = impl_->ScanRecords(vol, ino, off / rs, UINT64_MAX, [&](uint64_t r, RecordMap& m) {
     for (const RecordPiece& p : m.pieces) {
       const uint64_t a = r * rs + p.at, b = r * rs + p.end();
       if (b <= pos) continue;
-      if (!hole)
-        return std::max(a, pos) < size ? Result<uint64_t>(std::max(a, pos))
-                                       : Status::OutOfRange("ENXIO: no data past the offset");
-      if (a > pos) return std::min(pos, size);  // a hole before this piece
+      if (!hole || a > pos) {  // data, or a hole before this piece
+        found = hole ? pos : std::max(a, pos);
+        return false;
+      }
       pos = b;
     }
+    return true;
+  });
+  if (!s.ok()) return s;
+  if (!hole) {
+    if (!found || *found >= size) return Status::OutOfRange("ENXIO: no data past the offset");
+    return *found;
   }
-  if (!hole) return Status::OutOfRange("ENXIO: no data past the offset");
-  return std::min(pos, size);
+  return std::min(found.value_or(pos), size);
 }
 
 Status Domain::Fsync(uint32_t vol, uint64_t ino) {

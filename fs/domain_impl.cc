@@ -534,9 +534,8 @@ Result<bool> Domain::Impl::DirEmpty(uint32_t vol, uint64_t dir) {
   return empty;
 }
 
-Result<std::map<uint64_t, RecordMap>> Domain::Impl::LoadRecords(uint32_t vol, uint64_t ino, uint64_t from,
-                                                                uint64_t to) {
-  std::map<uint64_t, RecordMap> out;
+Status Domain::Impl::ScanRecords(uint32_t vol, uint64_t ino, uint64_t from, uint64_t to,
+                                 const std::function<bool(uint64_t, RecordMap&)>& fn) {
   std::string p = Prefix('E', vol, ino);
   std::string end = to == UINT64_MAX ? PrefixEnd(p) : ExtentKey(vol, ino, to + 1);
   Status bad;
@@ -551,11 +550,20 @@ Result<std::map<uint64_t, RecordMap>> Domain::Impl::LoadRecords(uint32_t vol, ui
       bad = m.status().WithContext("record " + std::to_string(r));
       return false;
     }
-    out[r] = std::move(m.value());
-    return true;
+    return fn(r, m.value());
   });
   if (s.ok()) s = bad;
   if (!s.ok()) return s.WithContext("extent maps of inode " + std::to_string(ino));
+  return Status();
+}
+
+Result<std::map<uint64_t, RecordMap>> Domain::Impl::LoadRecords(uint32_t vol, uint64_t ino, uint64_t from,
+                                                                uint64_t to) {
+  std::map<uint64_t, RecordMap> out;
+  NASGW_RETURN_IF_ERROR(ScanRecords(vol, ino, from, to, [&](uint64_t r, RecordMap& m) {
+    out[r] = std::move(m);
+    return true;
+  }));
   return out;
 }
 

@@ -276,6 +276,9 @@ struct Domain::Impl {
   // fails or a map that does not decode is an error, never a hole.
   Result<std::map<uint64_t, keys::RecordMap>> LoadRecords(uint32_t vol, uint64_t ino, uint64_t from = 0,
                                                           uint64_t to = UINT64_MAX);
+  // The same, one record at a time, in order, until `fn` returns false.
+  Status ScanRecords(uint32_t vol, uint64_t ino, uint64_t from, uint64_t to,
+                     const std::function<bool(uint64_t, keys::RecordMap&)>& fn);
   // The id of the volume called `name`: NotFound, or why it could not be read.
   Result<uint32_t> VolumeId(const std::string& name) REQUIRES_SHARED(mu);
 

@@ -462,10 +462,16 @@ TEST_F(DomainTest, PunchZeroAllocateAndSeekFollowAModel) {
     pos = *h;
   }
   for (uint64_t i = 0; i < model.size(); i++) {
-    if (model[i] == 0) continue;
     bool in = false;
     for (auto [a, b] : data) in = in || (i >= a && i < b);
-    ASSERT_TRUE(in) << "byte " << i << " holds data but no SEEK_DATA range covers it";
+    ASSERT_TRUE(in || model[i] == 0) << "byte " << i << " holds data but no SEEK_DATA range covers it";
+  }
+  // And what lies between them is a hole: zeros, from where SEEK_HOLE said.
+  for (size_t k = 0; k + 1 < data.size(); k++) {
+    ASSERT_LT(data[k].second, data[k + 1].first) << "a hole of no bytes";
+    ASSERT_TRUE(
+        std::all_of(model.begin() + data[k].second, model.begin() + data[k + 1].first, [](char c) { return c == 0; }))
+        << "the hole at " << data[k].second << " holds data";
   }
   EXPECT_EQ(dom_->Seek(vol_, f.ino, model.size(), false).status().code(), Code::kOutOfRange);
   EXPECT_EQ(dom_->Seek(vol_, f.ino, model.size(), true).status().code(), Code::kOutOfRange);
