@@ -461,32 +461,51 @@ void Domain::ReleaseSpace(uint64_t bytes) {
   if (bytes > 0) impl_->space->Unreserve(bytes);
 }
 
-Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
-  MutexLock file(impl_->FileLock(vol, ino));  // a truncation changes the extent maps
-  WriterLock lock(impl_->mu);
-  auto v = impl_->LoadVolume(vol);
+Result<Attr> Domain::Impl::ChangeFile(uint32_t vol, uint64_t ino,
+                                      const std::function<Status(Txn&, Inode&, VolumeRec&)>& change) {
+  MutexLock file(FileLock(vol, ino));  // the change may rewrite the extent maps
+  WriterLock lock(mu);
+  auto v = LoadVolume(vol);
   if (!v.ok()) return v.status();
-  auto in = impl_->LoadInode(vol, ino);
+  auto in = LoadInode(vol, ino);
   if (!in.ok()) return in.status();
-  Impl::Txn t;
-  if (s.set_mode) {
-    in->a.mode = s.mode & 07777;
-    if (!in->a.acl_access.empty()) {  // chmod rewrites the ACL's base entries (posix_acl_chmod)
-      Acl acl = DecodeKeptAcl(in->a.acl_access);
-      AclChmod(acl, in->a.mode);
-      in->a.acl_access = EncodeAcl(acl);
-    }
+  Txn t;
+  if (Status s = change(t, *in, *v); !s.ok()) {
+    t.Abandon(*space);
+    return s;
   }
-  if (s.set_uid) in->a.uid = s.uid;
-  if (s.set_gid) in->a.gid = s.gid;
-  if (s.set_atime) in->a.atime = s.atime;
-  if (s.set_mtime) in->a.mtime = s.mtime;
-  if (s.set_size && s.size != in->a.size) {
-    if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "cannot truncate a directory");
-    if (in->a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
+  PutInode(t, vol, *in);
+  PutVolume(t, vol, *v);
+  NASGW_RETURN_IF_ERROR(Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(Durable(t));
+  return in->a;
+}
+
+Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
+  return impl_->ChangeFile(vol, ino, [&](Impl::Txn& t, Inode& in, VolumeRec& v) {
+    impl_->mu.AssertHeld();  // ChangeFile holds it
+    if (s.set_mode) {
+      in.a.mode = s.mode & 07777;
+      if (!in.a.acl_access.empty()) {  // chmod rewrites the ACL's base entries (posix_acl_chmod)
+        Acl acl = DecodeKeptAcl(in.a.acl_access);
+        AclChmod(acl, in.a.mode);
+        in.a.acl_access = EncodeAcl(acl);
+      }
+    }
+    if (s.set_uid) in.a.uid = s.uid;
+    if (s.set_gid) in.a.gid = s.gid;
+    if (s.set_atime) in.a.atime = s.atime;
+    if (s.set_mtime) in.a.mtime = s.mtime;
+    if (!s.set_size || s.size == in.a.size) {
+      Impl::Touch(in, false);
+      return Status();
+    }
+    if (in.a.type == FileType::kDirectory) return Status(Code::kIsDir, "cannot truncate a directory");
+    if (in.a.type != FileType::kRegular) return Status::InvalidArgument("not a regular file");
     if (s.size > kFileSizeMax) return Status::OutOfRange("size beyond 2^63 bytes");
-    const uint64_t rs = v->record_bytes;
-    if (s.size < in->a.size) {
+    const uint64_t rs = v.record_bytes;
+    if (s.size < in.a.size) {
       // Records wholly past the end go; the one the end falls in is cut.
       auto recs = impl_->LoadRecords(vol, ino, s.size / rs);
       if (!recs.ok()) return recs.status();
@@ -494,31 +513,20 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
         if (r * rs < s.size) {
           // The bytes past the end in its block become zeros on the array,
           // so a file grown again reads zeros there.
-          Status w = impl_->ZeroRecord(t, vol, *in, *v, r, std::move(m), s.size - r * rs, rs);
-          if (!w.ok()) {
-            t.Abandon(*impl_->space);
-            return w;
-          }
+          NASGW_RETURN_IF_ERROR(impl_->ZeroRecord(t, vol, in, v, r, std::move(m), s.size - r * rs, rs));
         } else {
           t.batch.Delete(ExtentKey(vol, ino, r));
           t.Free(m);
-          in->a.blocks -= std::min<uint64_t>(in->a.blocks, m.bytes() / 512);
-          v->bytes -= std::min(v->bytes, m.bytes());
+          in.a.blocks -= std::min<uint64_t>(in.a.blocks, m.bytes() / 512);
+          v.bytes -= std::min(v.bytes, m.bytes());
         }
       }
     }
     // Growing only moves the end: the new range is a hole.
-    in->a.size = s.size;
-    Impl::Touch(*in, true);
-  } else {
-    Impl::Touch(*in, false);
-  }
-  impl_->PutInode(t, vol, *in);
-  impl_->PutVolume(t, vol, *v);
-  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
-  lock.Unlock();
-  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
-  return in->a;
+    in.a.size = s.size;
+    Impl::Touch(in, true);
+    return Status();
+  });
 }
 
 Result<Attr> Domain::Fallocate(uint32_t vol, uint64_t ino, uint32_t mode, uint64_t off, uint64_t len) {
@@ -529,63 +537,50 @@ Result<Attr> Domain::Fallocate(uint32_t vol, uint64_t ino, uint32_t mode, uint64
   }
   if (len == 0) return Status::InvalidArgument("fallocate of 0 bytes");
   if (off > kFileSizeMax || len > kFileSizeMax - off) return Status::OutOfRange("range beyond 2^63 bytes");
-  MutexLock file(impl_->FileLock(vol, ino));
-  WriterLock lock(impl_->mu);
-  auto v = impl_->LoadVolume(vol);
-  if (!v.ok()) return v.status();
-  auto in = impl_->LoadInode(vol, ino);
-  if (!in.ok()) return in.status();
-  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "fallocate of a directory");
-  if (in->a.type != FileType::kRegular) return Status::NotSupported("fallocate of something not a regular file");
-  const uint64_t rs = v->record_bytes, end = off + len;
-  const uint64_t size = (mode & kFallocKeepSize) ? in->a.size : std::max(in->a.size, end);
-  Impl::Txn t;
-  bool content = size != in->a.size;
-  if (punch || zero) {
-    // Only what lies before the old end holds data.
-    const uint64_t stop = std::min(end, in->a.size);
-    if (off < stop) {
-      auto recs = impl_->LoadRecords(vol, ino, off / rs, (stop - 1) / rs);
+  return impl_->ChangeFile(vol, ino, [&](Impl::Txn& t, Inode& in, VolumeRec& v) {
+    impl_->mu.AssertHeld();  // ChangeFile holds it
+    if (in.a.type == FileType::kDirectory) return Status(Code::kIsDir, "fallocate of a directory");
+    if (in.a.type != FileType::kRegular) return Status::NotSupported("fallocate of something not a regular file");
+    const uint64_t rs = v.record_bytes, end = off + len;
+    const uint64_t size = (mode & kFallocKeepSize) ? in.a.size : std::max(in.a.size, end);
+    bool content = size != in.a.size;
+    if (punch || zero) {
+      // Only what lies before the old end holds data.
+      const uint64_t stop = std::min(end, in.a.size);
+      if (off < stop) {
+        auto recs = impl_->LoadRecords(vol, ino, off / rs, (stop - 1) / rs);
+        if (!recs.ok()) return recs.status();
+        for (auto& [r, m] : *recs) {
+          // A range to the end takes the end's block whole: past the end it
+          // holds zeros already (truncation writes them).
+          const uint64_t start = r * rs, to = std::min(stop, start + rs) - start;
+          NASGW_RETURN_IF_ERROR(impl_->ZeroRecord(t, vol, in, v, r, std::move(m), std::max(off, start) - start,
+                                                  stop == in.a.size ? std::min(BlockUp(to), rs) : to));
+        }
+        content = true;
+      }
+    } else {
+      // The blocks of the range that hold no data, against what is free.
+      const uint64_t lo = BlockDown(off), hi = BlockUp(end);
+      uint64_t held = 0;
+      auto recs = impl_->LoadRecords(vol, ino, lo / rs, (hi - 1) / rs);
       if (!recs.ok()) return recs.status();
-      for (auto& [r, m] : *recs) {
-        // A range to the end takes the end's block whole: past the end it
-        // holds zeros already (truncation writes them).
-        const uint64_t start = r * rs, to = std::min(stop, start + rs) - start;
-        Status w = impl_->ZeroRecord(t, vol, *in, *v, r, std::move(m), std::max(off, start) - start,
-                                     stop == in->a.size ? std::min(BlockUp(to), rs) : to);
-        if (!w.ok()) {
-          t.Abandon(*impl_->space);
-          return w;
+      for (const auto& [r, m] : *recs) {
+        for (const RecordPiece& p : m.pieces) {
+          const uint64_t a = std::max(r * rs + p.at, lo), b = std::min(r * rs + p.end(), hi);
+          if (a < b) held += b - a;
         }
       }
-      content = true;
-    }
-  } else {
-    // The blocks of the range that hold no data, against what is free.
-    const uint64_t lo = BlockDown(off), hi = BlockUp(end);
-    uint64_t held = 0;
-    auto recs = impl_->LoadRecords(vol, ino, lo / rs, (hi - 1) / rs);
-    if (!recs.ok()) return recs.status();
-    for (const auto& [r, m] : *recs) {
-      for (const RecordPiece& p : m.pieces) {
-        const uint64_t a = std::max(r * rs + p.at, lo), b = std::min(r * rs + p.end(), hi);
-        if (a < b) held += b - a;
+      const uint64_t need = hi - lo - held;
+      if (need > impl_->space->available_bytes()) {
+        return Status::NoSpace("volume full: " + std::to_string(need) + " bytes to allocate, " +
+                               std::to_string(impl_->space->available_bytes()) + " free");
       }
     }
-    const uint64_t need = hi - lo - held;
-    if (need > impl_->space->available_bytes()) {
-      return Status::NoSpace("volume full: " + std::to_string(need) + " bytes to allocate, " +
-                             std::to_string(impl_->space->available_bytes()) + " free");
-    }
-  }
-  in->a.size = size;
-  Impl::Touch(*in, content);
-  impl_->PutInode(t, vol, *in);
-  impl_->PutVolume(t, vol, *v);
-  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
-  lock.Unlock();
-  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
-  return in->a;
+    in.a.size = size;
+    Impl::Touch(in, content);
+    return Status();
+  });
 }
 
 Result<uint64_t> Domain::Seek(uint32_t vol, uint64_t ino, uint64_t off, bool hole) {

@@ -301,6 +301,12 @@ struct Domain::Impl {
   // blocks and bytes.
   void PlaceBlocks(Txn& t, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t at,
                    const std::vector<Extent>& got) REQUIRES(mu);
+  // One file's change: its lock and the domain's taken, its inode and
+  // volume loaded, `change` applied, then both put, committed and durable;
+  // an error from `change` gives back what it allocated and changes
+  // nothing. SETATTR and FALLOCATE.
+  Result<Attr> ChangeFile(uint32_t vol, uint64_t ino,
+                          const std::function<Status(Txn&, keys::Inode&, keys::VolumeRec&)>& change) EXCLUDES(mu);
   // Frees what m's pieces hold of [lo, hi) (bytes from the record's start),
   // once the batch is durable; the parts of pieces outside it stay.
   void FreeRange(Txn& t, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t lo, uint64_t hi)
