@@ -1163,6 +1163,26 @@ static fsal_status_t op_commit2(struct fsal_obj_handle *obj_hdl,
 
 /* ---- NFSv4.2: ALLOCATE, DEALLOCATE, SEEK ---------------------------------- */
 
+/* What ALLOCATE, DEALLOCATE and SEEK need first: a regular file, nasgwd
+ * reachable, no share reservation of another open in the way (for an
+ * anonymous stateid), the caller's credentials. */
+static fsal_status_t file_op_begin(struct fsal_obj_handle *obj_hdl,
+				   struct state_t *state, fsal_openflags_t want,
+				   nasgw_client **c, nasgw_cred *cr)
+{
+	fsal_status_t st;
+
+	if (obj_hdl->type != REGULAR_FILE)
+		return fsalstat(ERR_FSAL_INVAL, EINVAL);
+	*c = nasgw_get_client();
+	if (*c == NULL)
+		return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
+	st = io_share_check(obj_hdl, state, false, want);
+	if (!FSAL_IS_ERROR(st))
+		nasgw_creds(cr);
+	return st;
+}
+
 /* nasgwd's FALLOCATE. ALLOCATE is fallocate's mode 0, as knfsd does it (the
  * file grows to cover the range); DEALLOCATE punches a hole, the size
  * kept. Ganesha checked the stateid and write access; a share reservation
@@ -1178,13 +1198,9 @@ static fsal_status_t op_fallocate(struct fsal_obj_handle *obj_hdl,
 	fsal_status_t st;
 	int rc;
 
-	if (obj_hdl->type != REGULAR_FILE)
-		return fsalstat(ERR_FSAL_INVAL, EINVAL);
-	CLIENT_OR_DELAY(c);
-	st = io_share_check(obj_hdl, state, false, FSAL_O_WRITE);
+	st = file_op_begin(obj_hdl, state, FSAL_O_WRITE, &c, &cr);
 	if (FSAL_IS_ERROR(st))
 		return st;
-	nasgw_creds(&cr);
 	rc = nasgw_fallocate(c, &cr, &o->h,
 			     allocate ? 0
 				      : NASGW_FALLOC_PUNCH_HOLE |
@@ -1212,16 +1228,12 @@ static fsal_status_t op_seek2(struct fsal_obj_handle *obj_hdl,
 	fsal_status_t st;
 	int rc;
 
-	if (obj_hdl->type != REGULAR_FILE)
-		return fsalstat(ERR_FSAL_INVAL, EINVAL);
 	if (info->io_content.what != NFS4_CONTENT_DATA &&
 	    info->io_content.what != NFS4_CONTENT_HOLE)
 		return fsalstat(ERR_FSAL_UNION_NOTSUPP, 0);
-	CLIENT_OR_DELAY(c);
-	st = io_share_check(obj_hdl, state, false, FSAL_O_READ);
+	st = file_op_begin(obj_hdl, state, FSAL_O_READ, &c, &cr);
 	if (FSAL_IS_ERROR(st))
 		return st;
-	nasgw_creds(&cr);
 	rc = nasgw_getattr(c, &cr, &o->h, &a);
 	if (rc != 0)
 		return nasgw_status(rc);
