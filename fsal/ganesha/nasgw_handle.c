@@ -1280,6 +1280,22 @@ static fsal_status_t xattr_status(int rc)
 	return nasgw_status(rc);
 }
 
+/* What GETXATTR, SETXATTR and REMOVEXATTR need first: the full name,
+ * nasgwd reachable, the caller's credentials. */
+static fsal_status_t xattr_begin(const xattrkey4 *k, char *name, size_t size,
+				 nasgw_client **c, nasgw_cred *cr)
+{
+	int rc = xattr_name(k, name, size);
+
+	if (rc != 0)
+		return nasgw_status(rc);
+	*c = nasgw_get_client();
+	if (*c == NULL)
+		return fsalstat(ERR_FSAL_DELAY, ENOTCONN);
+	nasgw_creds(cr);
+	return fsalstat(ERR_FSAL_NO_ERROR, 0);
+}
+
 /* A value larger than the buffer is XATTR2BIG; Ganesha then asks with an
  * empty one for the length, and again with a buffer that size. */
 static fsal_status_t op_getxattrs(struct fsal_obj_handle *obj_hdl,
@@ -1288,14 +1304,12 @@ static fsal_status_t op_getxattrs(struct fsal_obj_handle *obj_hdl,
 	char name[NASGW_XATTR_NAME];
 	nasgw_client *c;
 	nasgw_cred cr;
+	fsal_status_t st;
 	int64_t n;
-	int rc;
 
-	rc = xattr_name(xa_name, name, sizeof(name));
-	if (rc != 0)
-		return nasgw_status(rc);
-	CLIENT_OR_DELAY(c);
-	nasgw_creds(&cr);
+	st = xattr_begin(xa_name, name, sizeof(name), &c, &cr);
+	if (FSAL_IS_ERROR(st))
+		return st;
 	n = nasgw_getxattr(c, &cr, &obj_of(obj_hdl)->h, name,
 			   xa_value->utf8string_val, xa_value->utf8string_len);
 	if (n < 0)
@@ -1312,6 +1326,7 @@ static fsal_status_t op_setxattrs(struct fsal_obj_handle *obj_hdl,
 	uint32_t flags;
 	nasgw_client *c;
 	nasgw_cred cr;
+	fsal_status_t st;
 	int rc;
 
 	switch (option) {
@@ -1327,11 +1342,9 @@ static fsal_status_t op_setxattrs(struct fsal_obj_handle *obj_hdl,
 	default:
 		return fsalstat(ERR_FSAL_INVAL, EINVAL);
 	}
-	rc = xattr_name(xa_name, name, sizeof(name));
-	if (rc != 0)
-		return nasgw_status(rc);
-	CLIENT_OR_DELAY(c);
-	nasgw_creds(&cr);
+	st = xattr_begin(xa_name, name, sizeof(name), &c, &cr);
+	if (FSAL_IS_ERROR(st))
+		return st;
 	rc = nasgw_setxattr(c, &cr, &obj_of(obj_hdl)->h, name,
 			    xa_value->utf8string_val, xa_value->utf8string_len,
 			    flags);
@@ -1345,13 +1358,12 @@ static fsal_status_t op_removexattrs(struct fsal_obj_handle *obj_hdl,
 	char name[NASGW_XATTR_NAME];
 	nasgw_client *c;
 	nasgw_cred cr;
+	fsal_status_t st;
 	int rc;
 
-	rc = xattr_name(xa_name, name, sizeof(name));
-	if (rc != 0)
-		return nasgw_status(rc);
-	CLIENT_OR_DELAY(c);
-	nasgw_creds(&cr);
+	st = xattr_begin(xa_name, name, sizeof(name), &c, &cr);
+	if (FSAL_IS_ERROR(st))
+		return st;
 	rc = nasgw_removexattr(c, &cr, &obj_of(obj_hdl)->h, name);
 	attrs_changed(obj_of(obj_hdl));
 	return xattr_status(rc);
