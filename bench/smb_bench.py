@@ -67,9 +67,16 @@ def run_load(client, load, srv, user, share, workload, clients, seconds, file_mb
     return r
 
 
+# Head operations nasgwd counts under the latency kind "meta" (every op but
+# read, write and fsync), by their names in nasgw_volume_ops_total.
+META_OPS = ("getattr", "lookup", "setattr", "access", "open", "release", "getxattr", "setxattr", "listxattr",
+            "lock", "unlock", "testlock", "share", "lease", "statfs", "readdir", "findcaseless", "create", "seek",
+            "fallocate")
+
+
 def where_time_goes(client, load, srv, user, node, wls, seconds, file_mb):
     """One client per workload on nasgw, nasgwd's metrics read around it:
-    {workload: {client_ms, nasgwd: {kind: {ms, n}}, log_writes, log_write_ms}}
+    {workload: {client_ms, nasgwd: {kind: {ms, n}}, meta_ops: {op: n}, log_writes, log_write_ms}}
     (log_write_ms: the median record write since nasgwd started)."""
     out = {}
 
@@ -79,6 +86,8 @@ def where_time_goes(client, load, srv, user, node, wls, seconds, file_mb):
             d[kind] = (node.metric("nasgw_volume_latency_seconds_sum", kind=kind),
                        node.metric("nasgw_volume_latency_seconds_count", kind=kind))
         d["log"] = node.metric("nasgw_log_records_total")
+        for op in META_OPS:
+            d["op:" + op] = node.metric("nasgw_volume_ops_total", op=op)
         return d
 
     for wl in wls:
@@ -91,6 +100,9 @@ def where_time_goes(client, load, srv, user, node, wls, seconds, file_mb):
             w["nasgwd"][kind] = {"ms": ds * 1000 / dn if dn else 0.0, "n": int(dn)}
         # records written in the run; their write time is the median since
         # nasgwd started (the log keeps quantiles, not sums)
+        # which requests the "meta" kind is, by op
+        w["meta_ops"] = {op: int(after["op:" + op] - before["op:" + op]) for op in META_OPS
+                         if after["op:" + op] - before["op:" + op]}
         w["log_writes"] = int(after["log"] - before["log"])
         w["log_write_ms"] = node.metric("nasgw_log_write_latency_seconds", quantile="0.5") * 1000
         out[wl] = w
