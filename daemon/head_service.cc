@@ -226,6 +226,7 @@ class Exec {
   // Load, then what changing the data needs: write permission, no other
   // head's lease in the way, setuid and setgid cleared as Linux does.
   bool LoadForWrite(fs::Attr& a);
+  proto::Reply::EntryXattrs EntryXattrs(const fs::Attr& a, size_t* budget);
   // After LOCK, SHARE or LEASE took something in the lock table: false
   // (EBADF, and the session's entries dropped) when the session ended
   // meanwhile.
@@ -693,17 +694,46 @@ bool Exec::ReadDir() {
   if (!page.ok()) return Error(page.status());
   d_.Accessed(r_.h.volume, dir, fs::Now());
   out_.reply.eof = page->size() < r_.count;
-  const bool plus = (r_.flags & proto::kReadDirPlus) != 0;
+  const bool plus = (r_.flags & proto::kReadDirPlus) != 0, xattrs = (r_.flags & proto::kReadDirXattrs) != 0;
+  size_t budget = proto::kReadDirXattrBudget;
   for (auto& e : *page) {
     if (plus) {
       auto a = c_.Shown(r_.h.volume, [&] { return d_.GetAttr(r_.h.volume, e.ino); });
       if (!a.ok()) continue;  // removed since the listing: skip it
       out_.reply.attrs.push_back(ToWire(*a));
       out_.reply.macs.push_back(Mint(*a));
+      if (xattrs) out_.reply.xattrs.push_back(EntryXattrs(*a, &budget));
     }
     out_.reply.entries.push_back(ToWire(e));
   }
   return true;
+}
+
+// An entry's extended attributes for READDIR's kReadDirXattrs: carried when
+// the caller could read every one of them with GETXATTR (a regular file or
+// directory it may read; trusted.* only for root, as LISTXATTR shows them)
+// and they fit the entry's and the reply's bounds; else not, and the head
+// asks.
+proto::Reply::EntryXattrs Exec::EntryXattrs(const fs::Attr& a, size_t* budget) {
+  proto::Reply::EntryXattrs out;
+  if ((a.type != fs::FileType::kRegular && a.type != fs::FileType::kDirectory) ||
+      CheckAccess(a, r_.creds, proto::kAccessRead) != 0) {
+    return out;
+  }
+  auto names = d_.ListXattr(r_.h.volume, a.ino);
+  if (!names.ok()) return out;
+  for (auto& n : *names) {
+    if (r_.creds.uid != 0 && n.rfind("trusted.", 0) == 0) continue;
+    auto v = d_.GetXattr(r_.h.volume, a.ino, n);
+    if (!v.ok()) return {};  // changed meanwhile: let the head ask
+    out.list.emplace_back(std::move(n), std::move(*v));
+    if (proto::EntryXattrBytes(out) > proto::kReadDirXattrBytesMax) return {};
+  }
+  const size_t bytes = proto::EntryXattrBytes(out);
+  if (bytes > *budget) return {};
+  *budget -= bytes;
+  out.carried = true;
+  return out;
 }
 
 proto::LockInfo Describe(const HeldLock& h) {

@@ -313,6 +313,74 @@ TEST_F(HeadTest, NamespaceAndDataRoundTrip) {
   EXPECT_GT(sf.total_bytes, 0u);
 }
 
+// READDIR with each entry's extended attributes: what a head reads from the
+// listing equals what LISTXATTR and GETXATTR answer the same caller; an
+// entry the caller may not read, or whose attributes are too large, is not
+// carried.
+TEST_F(HeadTest, ReadDirCarriesEachEntrysXattrsAsGetxattrWouldAnswer) {
+  const nasgw_cred bob{1001, 100, 0, nullptr};
+  nasgw_attr d = Create(root_.handle, "xd", NASGW_TYPE_DIR, 0755);
+  nasgw_attr plain = Create(d.handle, "plain", NASGW_TYPE_REG, 0644);
+  nasgw_attr tagged = Create(d.handle, "tagged", NASGW_TYPE_REG, 0644);
+  nasgw_attr secret = Create(d.handle, "secret", NASGW_TYPE_REG, 0600);
+  nasgw_attr big = Create(d.handle, "big", NASGW_TYPE_REG, 0644);
+  ASSERT_EQ(nasgw_setxattr(client_, &kRoot, &tagged.handle, "user.DOSATTRIB", "\x01\x02\x00z", 4, 0), 0);
+  ASSERT_EQ(nasgw_setxattr(client_, &kRoot, &tagged.handle, "trusted.t", "root-only", 9, 0), 0);
+  ASSERT_EQ(nasgw_setxattr(client_, &kRoot, &secret.handle, "user.s", "x", 1, 0), 0);
+  std::string large(2000, 'L');
+  ASSERT_EQ(nasgw_setxattr(client_, &kRoot, &big.handle, "user.big", large.data(), large.size(), 0), 0);
+  (void)plain;
+  for (const nasgw_cred* who : {&kRoot, &bob}) {
+    std::vector<nasgw_dirent> ents(16);
+    std::vector<nasgw_attr> attrs(16);
+    std::vector<nasgw_entry_xattrs> xs(16);
+    uint32_t n = 0;
+    int eof = 0;
+    ASSERT_EQ(nasgw_readdir_xattrs(client_, who, &d.handle, 0, 16, NASGW_READDIR_PLUS | NASGW_READDIR_XATTRS,
+                                   ents.data(), attrs.data(), xs.data(), &n, &eof),
+              0);
+    ASSERT_EQ(n, 4u);
+    for (uint32_t i = 0; i < n; i++) {
+      const std::string name = ents[i].name;
+      SCOPED_TRACE(name + (who == &bob ? " as bob" : " as root"));
+      const bool want_carried = name != "big" && !(name == "secret" && who == &bob);
+      ASSERT_EQ(xs[i].carried != 0, want_carried);
+      if (!want_carried) {
+        EXPECT_EQ(nasgw_entry_listxattr(&xs[i], nullptr, 0), -EAGAIN);
+        continue;
+      }
+      char got[256], want[256];
+      const int64_t gl = nasgw_entry_listxattr(&xs[i], got, sizeof(got));
+      const int64_t wl = nasgw_listxattr(client_, who, &attrs[i].handle, want, sizeof(want));
+      ASSERT_EQ(gl, wl);
+      EXPECT_EQ(std::string(got, gl), std::string(want, wl)) << "the same names, trusted.* only for root";
+      for (const char* x : {"user.DOSATTRIB", "trusted.t", "user.s", "user.none"}) {
+        const int64_t g = nasgw_entry_getxattr(&xs[i], x, got, sizeof(got));
+        const int64_t w = nasgw_getxattr(client_, who, &attrs[i].handle, x, want, sizeof(want));
+        ASSERT_EQ(g, w) << x;
+        if (g > 0) {
+          EXPECT_EQ(std::string(got, g), std::string(want, w)) << x;
+        }
+      }
+      if (name == "tagged") {
+        EXPECT_EQ(nasgw_entry_getxattr(&xs[i], "user.DOSATTRIB", nullptr, 0), 4) << "size 0: the length";
+        EXPECT_EQ(nasgw_entry_getxattr(&xs[i], "user.DOSATTRIB", got, 2), -ERANGE);
+      }
+    }
+  }
+  // Without PLUS, or through the old call, the flag is refused.
+  std::vector<nasgw_dirent> ents(4);
+  std::vector<nasgw_attr> attrs(4);
+  std::vector<nasgw_entry_xattrs> xs(4);
+  uint32_t n = 0;
+  EXPECT_EQ(nasgw_readdir_xattrs(client_, &kRoot, &d.handle, 0, 4, NASGW_READDIR_XATTRS, ents.data(), attrs.data(),
+                                 xs.data(), &n, nullptr),
+            -EINVAL);
+  EXPECT_EQ(nasgw_readdir(client_, &kRoot, &d.handle, 0, 4, NASGW_READDIR_PLUS | NASGW_READDIR_XATTRS, ents.data(),
+                          attrs.data(), &n, nullptr),
+            -EINVAL);
+}
+
 // FALLOCATE and SEEK through nasgwd: unstable data still in the cache is
 // punched and found, the caller's permissions and Linux's errors hold.
 TEST_F(HeadTest, FallocateAndSeekThroughTheHead) {

@@ -655,7 +655,8 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       if (r.count == 0 || r.count > kReadDirMax) {
         s = Bad("readdir count must be 1..1024");
       } else {
-        s = CheckFlags(r.flags, kReadDirPlus);
+        s = CheckFlags(r.flags, kReadDirPlus | kReadDirXattrs);
+        if (s.ok() && r.flags == kReadDirXattrs) s = Bad("readdir xattrs without attributes (plus)");
       }
       break;
     case Op::kRead:
@@ -841,9 +842,9 @@ std::string EncodeReply(Op op, const Reply& r) {
       for (const auto& n : r.names) e.Str16(n);
       break;
     case Op::kReadDir: {
-      const bool plus = !r.attrs.empty();
+      const bool plus = !r.attrs.empty(), xattrs = plus && !r.xattrs.empty();
       e.U8(r.eof ? 1 : 0);
-      e.U8(plus ? 1 : 0);
+      e.U8((plus ? 1 : 0) | (xattrs ? 2 : 0));
       e.U32(static_cast<uint32_t>(r.entries.size()));
       for (size_t i = 0; i < r.entries.size(); i++) {
         const auto& x = r.entries[i];
@@ -852,6 +853,16 @@ std::string EncodeReply(Op op, const Reply& r) {
         e.U8(static_cast<uint8_t>(x.type));
         e.U64(x.cookie);
         if (plus) PutAttr(e, r.attrs[i], i < r.macs.size() ? r.macs[i] : Mac{});
+        if (xattrs) {
+          const bool carried = i < r.xattrs.size() && r.xattrs[i].carried;
+          e.U8(carried ? 1 : 0);
+          if (!carried) continue;
+          e.U16(static_cast<uint16_t>(r.xattrs[i].list.size()));
+          for (const auto& [name, value] : r.xattrs[i].list) {
+            e.Str16(name);
+            e.Str32(value);
+          }
+        }
       }
       break;
     }
@@ -956,7 +967,9 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
     }
     case Op::kReadDir: {
       r.eof = d.U8() != 0;
-      const bool plus = d.U8() != 0;
+      const uint8_t what = d.U8();
+      const bool plus = (what & 1) != 0, xattrs = (what & 2) != 0;
+      if (what > 3 || (xattrs && !plus)) return Bad("readdir reply with unknown contents");
       const uint32_t n = d.U32();
       if (n > kReadDirMax) return Bad("readdir reply with more than 1024 entries");
       for (uint32_t i = 0; i < n && d.ok(); i++) {
@@ -972,6 +985,25 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
           r.macs.emplace_back();
           r.attrs.push_back(GetAttr(d, r.macs.back(), ok));
         }
+        if (xattrs) {
+          Reply::EntryXattrs& xs = r.xattrs.emplace_back();
+          const uint8_t carried = d.U8();
+          if (carried > 1) ok = false;
+          xs.carried = carried == 1;
+          const uint16_t count = xs.carried ? d.U16() : 0;
+          for (uint16_t j = 0; j < count && d.ok() && ok; j++) {
+            std::string name = d.Str16();
+            if (name.empty() || name.size() > kXattrNameMax || d.remaining() < 4) ok = false;
+            if (!ok) break;
+            Decoder peek = d;
+            if (peek.U32() > kReadDirXattrBytesMax) {
+              ok = false;
+              break;
+            }
+            xs.list.emplace_back(std::move(name), d.Str32());
+          }
+          if (ok && EntryXattrBytes(xs) > kReadDirXattrBytesMax) ok = false;
+        }
       }
       break;
     }
@@ -984,6 +1016,12 @@ Result<Reply> DecodeReply(Op op, std::string_view payload) {
   if (!ok) return Bad(std::string("bad attributes, lock, stability or verifier in ") + OpName(op) + " reply");
   if (!d.done()) return Bad(std::string("malformed ") + OpName(op) + " reply");
   return r;
+}
+
+size_t EntryXattrBytes(const Reply::EntryXattrs& x) {
+  size_t n = 0;
+  for (const auto& [name, value] : x.list) n += name.size() + 1 + 4 + value.size();
+  return n;
 }
 
 void EncodeReadPrefix(bool eof, uint32_t n, uint8_t out[kReadPrefixBytes]) {

@@ -247,6 +247,15 @@ constexpr uint32_t kRenameNoReplace = 1;
 constexpr uint32_t kRenameExchange = 2;  // both names exist and trade their files
 // ReadDir flags.
 constexpr uint32_t kReadDirPlus = 1;  // attributes with every entry
+// With kReadDirPlus: every entry's extended attributes too (those the
+// caller may read: names as LISTXATTR gives them, and values), when they
+// fit in kReadDirXattrBytesMax (each name + 1 + 4 + value, summed) and the
+// reply's budget; an entry whose are not carried is marked so, and the head
+// asks with LISTXATTR/GETXATTR. Saves SMB's per-entry DOS attribute and EA
+// size requests in a listing.
+constexpr uint32_t kReadDirXattrs = 2;
+constexpr size_t kReadDirXattrBytesMax = 1024;
+constexpr size_t kReadDirXattrBudget = 256 << 10;  // per reply, all entries
 // WRITE's stability (NFS's stable_how): how durable the bytes must be when
 // the reply comes; the reply says the level reached (at least that).
 constexpr uint32_t kUnstable = 0;  // may be held in nasgwd's memory: durable after FSYNC
@@ -368,6 +377,13 @@ struct Reply {
   std::vector<Mac> macs;           // READDIR with kReadDirPlus, one per attrs entry
   std::vector<DirEntry> entries;   // READDIR
   std::vector<Attr> attrs;         // READDIR with kReadDirPlus, one per entry
+  // READDIR with kReadDirXattrs, one per entry: carried or not, and then
+  // every (name, value) the caller may read.
+  struct EntryXattrs {
+    bool carried = false;
+    std::vector<std::pair<std::string, std::string>> list;
+  };
+  std::vector<EntryXattrs> xattrs;
   bool eof = false;                // READDIR, READ
   std::string text;                // READLINK, FINDCASELESS, GETXATTR
   std::vector<std::string> names;  // LISTXATTR
@@ -382,6 +398,8 @@ struct Reply {
 };
 
 std::string EncodeReply(Op op, const Reply& r);
+// The packed size of an entry's carried attributes (kReadDirXattrBytesMax).
+size_t EntryXattrBytes(const Reply::EntryXattrs& x);
 Result<Reply> DecodeReply(Op op, std::string_view payload);
 
 // A READ reply's payload: u8 eof, u32 n, then n bytes.

@@ -569,6 +569,45 @@ TEST(HeadProtocol, FallocateAndSeekRoundTripAndAreChecked) {
   EXPECT_STREQ(OpName(Op::kFallocate), "fallocate");
 }
 
+TEST(HeadProtocol, ReadDirXattrsRoundTripAndAreBounded) {
+  Request q = Base(Op::kReadDir);
+  q.count = 10;
+  q.flags = kReadDirPlus | kReadDirXattrs;
+  std::string keep;
+  EXPECT_EQ(RoundTrip(q, &keep).flags, kReadDirPlus | kReadDirXattrs);
+  q.flags = kReadDirXattrs;
+  EXPECT_FALSE(DecodeRequest(Op::kReadDir, EncodeRequest(q)).ok()) << "xattrs need plus";
+  Reply r;
+  for (int i = 0; i < 2; i++) {
+    r.entries.push_back({"e" + std::to_string(i), uint64_t(10 + i), FileType::kRegular, uint64_t(i + 1)});
+    Attr a;
+    a.type = FileType::kRegular;
+    r.attrs.push_back(a);
+    r.macs.push_back(Mac{});
+  }
+  r.xattrs.resize(2);
+  r.xattrs[0].carried = true;
+  r.xattrs[0].list = {{"user.DOSATTRIB", std::string("\0\1", 2)}, {"user.x", "y"}};
+  auto d = DecodeReply(Op::kReadDir, EncodeReply(Op::kReadDir, r));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->xattrs.size(), 2u);
+  EXPECT_TRUE(d->xattrs[0].carried);
+  EXPECT_EQ(d->xattrs[0].list, r.xattrs[0].list);
+  EXPECT_FALSE(d->xattrs[1].carried);
+  EXPECT_EQ(EntryXattrBytes(r.xattrs[0]), 14 + 1 + 4 + 2 + 6 + 1 + 4 + 1);
+  // Past the entry's bound: a malformed reply.
+  r.xattrs[1].carried = true;
+  r.xattrs[1].list = {{"user.big", std::string(kReadDirXattrBytesMax, 'b')}};
+  EXPECT_FALSE(DecodeReply(Op::kReadDir, EncodeReply(Op::kReadDir, r)).ok());
+  // Without PLUS nothing is sent, whatever the vector holds.
+  Reply bare = r;
+  bare.attrs.clear();
+  bare.macs.clear();
+  d = DecodeReply(Op::kReadDir, EncodeReply(Op::kReadDir, bare));
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->xattrs.empty());
+}
+
 TEST(HeadProtocol, LockRepliesRoundTripAndAreStrict) {
   Reply r;
   r.lock = {kLockWrite, 100, 0, 7, 0xabcdefull};

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <deque>
 #include <functional>
 #include <map>
@@ -1081,6 +1082,50 @@ bool BadName(const char* n) {
   return n == nullptr;
 }
 
+// getxattr(2)'s and listxattr(2)'s answer: size 0 asks for the length; a
+// buffer too small is ERANGE.
+int64_t CopyOut(std::string_view v, void* buf, size_t size) {
+  if (size == 0) return static_cast<int64_t>(v.size());
+  if (buf == nullptr) return -EINVAL;
+  if (size < v.size()) return -ERANGE;
+  std::memcpy(buf, v.data(), v.size());  // NOLINT(bugprone-not-null-terminated-result)
+  return static_cast<int64_t>(v.size());
+}
+
+// An entry's attributes from a READDIR reply, packed: name, NUL, u32
+// length (little endian), value. nasgwd bounds them by the same size.
+void PackXattrs(const proto::Reply::EntryXattrs& in, nasgw_entry_xattrs* out) {
+  out->carried = 0;
+  out->len = 0;
+  if (!in.carried || proto::EntryXattrBytes(in) > sizeof(out->buf)) return;
+  for (const auto& [name, value] : in.list) {
+    char* at = out->buf + out->len;
+    std::memcpy(at, name.data(), name.size());
+    at[name.size()] = '\0';
+    const auto n = static_cast<uint32_t>(value.size());
+    for (int b = 0; b < 4; b++) at[name.size() + 1 + b] = static_cast<char>(n >> (8 * b));
+    std::memcpy(at + name.size() + 5, value.data(), value.size());
+    out->len += static_cast<uint32_t>(name.size() + 5 + value.size());
+  }
+  out->carried = 1;
+}
+
+// Calls fn(name, value) for each packed attribute until it returns false.
+template <typename Fn>
+void EachPacked(const nasgw_entry_xattrs& x, Fn fn) {
+  const size_t len = std::min<size_t>(x.len, sizeof(x.buf));
+  for (size_t at = 0; at < len;) {
+    const char* p = x.buf + at;
+    const size_t nlen = strnlen(p, len - at);
+    if (at + nlen + 5 > len) return;
+    uint32_t vlen = 0;
+    for (int b = 0; b < 4; b++) vlen |= static_cast<uint32_t>(static_cast<uint8_t>(p[nlen + 1 + b])) << (8 * b);
+    if (at + nlen + 5 + vlen > len) return;
+    if (!fn(std::string_view(p, nlen), std::string_view(p + nlen + 5, vlen))) return;
+    at += nlen + 5 + vlen;
+  }
+}
+
 int Simple(nasgw_client* c, Op op, const nasgw_cred* cr, const nasgw_handle* h,
            const std::function<void(proto::Request&)>& fill, nasgw_attr* out) {
   if (c == nullptr || (h == nullptr && op != Op::kMount && op != Op::kStatfs)) return -EINVAL;
@@ -1485,8 +1530,17 @@ int nasgw_readlink(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h,
 
 int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, uint64_t cookie, uint32_t max,
                   uint32_t flags, nasgw_dirent* entries, nasgw_attr* attrs, uint32_t* count, int* eof) {
+  if (flags & NASGW_READDIR_XATTRS) return -EINVAL;
+  return nasgw_readdir_xattrs(c, cr, dir, cookie, max, flags, entries, attrs, nullptr, count, eof);
+}
+
+int nasgw_readdir_xattrs(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, uint64_t cookie, uint32_t max,
+                         uint32_t flags, nasgw_dirent* entries, nasgw_attr* attrs, nasgw_entry_xattrs* xattrs,
+                         uint32_t* count, int* eof) {
   if (c == nullptr || dir == nullptr || entries == nullptr || count == nullptr || max == 0 || max > NASGW_READDIR_MAX ||
-      ((flags & NASGW_READDIR_PLUS) && attrs == nullptr)) {
+      ((flags & NASGW_READDIR_PLUS) && attrs == nullptr) ||
+      ((flags & NASGW_READDIR_XATTRS) && (xattrs == nullptr || !(flags & NASGW_READDIR_PLUS))) ||
+      (flags & ~(NASGW_READDIR_PLUS | NASGW_READDIR_XATTRS))) {
     return -EINVAL;
   }
   auto call = Make(Op::kReadDir, cr, dir, [&](proto::Request& r) {
@@ -1511,9 +1565,36 @@ int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir
       if (i >= rep.macs.size()) return -EPROTO;
       ToC(dir->volume, dir->scope, rep.attrs[i], rep.macs[i], &attrs[i]);
     }
+    if (flags & NASGW_READDIR_XATTRS) {
+      if (i >= rep.xattrs.size()) return -EPROTO;
+      PackXattrs(rep.xattrs[i], &xattrs[i]);
+    }
   }
   if (eof != nullptr) *eof = rep.eof ? 1 : 0;
   return 0;
+}
+
+int64_t nasgw_entry_getxattr(const nasgw_entry_xattrs* x, const char* name, void* buf, size_t size) {
+  if (x == nullptr || BadName(name)) return -EINVAL;
+  if (!x->carried) return -EAGAIN;
+  std::optional<int64_t> got;
+  EachPacked(*x, [&](std::string_view n, std::string_view v) {
+    if (n != name) return true;
+    got = CopyOut(v, buf, size);
+    return false;
+  });
+  return got.value_or(-ENODATA);
+}
+
+int64_t nasgw_entry_listxattr(const nasgw_entry_xattrs* x, char* buf, size_t size) {
+  if (x == nullptr) return -EINVAL;
+  if (!x->carried) return -EAGAIN;
+  std::string all;
+  EachPacked(*x, [&](std::string_view n, std::string_view) {
+    all.append(n).push_back('\0');
+    return true;
+  });
+  return CopyOut(all, buf, size);
 }
 
 int nasgw_find_caseless(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, const char* name, char* out,
@@ -1628,12 +1709,7 @@ int64_t nasgw_getxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle
   auto call = Make(Op::kGetXattr, cr, h, [&](proto::Request& r) { r.name = name; });
   int rc = c->c->Sync(call);
   if (rc != 0) return rc;
-  const std::string& v = call->reply.text;
-  if (size == 0) return static_cast<int64_t>(v.size());
-  if (buf == nullptr) return -EINVAL;
-  if (size < v.size()) return -ERANGE;
-  std::memcpy(buf, v.data(), v.size());
-  return static_cast<int64_t>(v.size());
+  return CopyOut(call->reply.text, buf, size);
 }
 
 int nasgw_setxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name, const void* value,
@@ -1660,12 +1736,7 @@ int64_t nasgw_listxattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handl
     all += n;
     all += '\0';
   }
-  if (size == 0) return static_cast<int64_t>(all.size());
-  if (buf == nullptr) return -EINVAL;
-  if (size < all.size()) return -ERANGE;
-  // The names, each with its NUL, as listxattr(2) returns them.
-  std::memcpy(buf, all.data(), all.size());  // NOLINT(bugprone-not-null-terminated-result)
-  return static_cast<int64_t>(all.size());
+  return CopyOut(all, buf, size);  // the names, each with its NUL, as listxattr(2) returns them
 }
 
 int nasgw_removexattr(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, const char* name) {

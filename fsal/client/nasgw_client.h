@@ -129,6 +129,7 @@ typedef struct nasgw_sattr {
 #define NASGW_RENAME_NOREPLACE 1u
 #define NASGW_RENAME_EXCHANGE 2u /* both exist and trade their files atomically */
 #define NASGW_READDIR_PLUS 1u    /* attributes with each entry */
+#define NASGW_READDIR_XATTRS 2u  /* with PLUS: each entry's extended attributes (nasgw_readdir_xattrs) */
 /* How durable a write must be when it completes (NFS's stable_how); the
  * result says the level reached, at least the one asked. */
 #define NASGW_UNSTABLE 0u                  /* may be held in nasgwd's memory until nasgw_fsync */
@@ -252,6 +253,27 @@ int nasgw_readlink(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h,
  * NULL (else max of them, with NASGW_READDIR_PLUS). */
 int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, uint64_t cookie, uint32_t max,
                   uint32_t flags, nasgw_dirent* entries, nasgw_attr* attrs, uint32_t* count, int* eof);
+/* An entry's extended attributes, from a listing with NASGW_READDIR_XATTRS:
+ * when `carried`, every attribute the caller could read of it, names and
+ * values (at most NASGW_ENTRY_XATTR_BYTES, each counted as name + 1 + 4 +
+ * value); else (too many, or the caller may not read the entry) ask with
+ * nasgw_listxattr/nasgw_getxattr. Read with nasgw_entry_listxattr and
+ * nasgw_entry_getxattr, which answer as those do. */
+#define NASGW_ENTRY_XATTR_BYTES 1024
+typedef struct nasgw_entry_xattrs {
+	int carried;
+	uint32_t len; /* bytes of buf used: name, NUL, u32 length (little endian), value; ... */
+	char buf[NASGW_ENTRY_XATTR_BYTES];
+} nasgw_entry_xattrs;
+/* nasgw_readdir, and with NASGW_READDIR_XATTRS (and PLUS) each entry's
+ * extended attributes in xattrs (max of them). */
+int nasgw_readdir_xattrs(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir, uint64_t cookie, uint32_t max,
+                         uint32_t flags, nasgw_dirent* entries, nasgw_attr* attrs, nasgw_entry_xattrs* xattrs,
+                         uint32_t* count, int* eof);
+/* -EAGAIN when x was not carried (ask nasgwd); else as nasgw_getxattr and
+ * nasgw_listxattr (size 0: the length; -ERANGE: too small; -ENODATA). */
+int64_t nasgw_entry_getxattr(const nasgw_entry_xattrs* x, const char* name, void* buf, size_t size);
+int64_t nasgw_entry_listxattr(const nasgw_entry_xattrs* x, char* buf, size_t size);
 /* The name of dir's entry that matches `name` in another case (the exact
  * name when it exists), into out; returns its length (NUL-terminated in out
  * when it fits), -ENOENT when none does. */

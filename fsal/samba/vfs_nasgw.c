@@ -90,6 +90,12 @@ struct nasgw_fh {
 	 * after every open (vfs_stat_fsp); used once. */
 	bool fresh;
 	nasgw_attr attr;
+	/* A path reference opened from a listing: the entry's extended
+	 * attributes as the listing carried them (Samba then reads the DOS
+	 * attributes and lists the attributes for the EA size of every entry
+	 * it lists); NULL once the fsp changes an attribute, or when the
+	 * listing did not carry them. */
+	nasgw_entry_xattrs *listed_xattrs;
 	/* A real open of a regular file: its owner on nasgwd (unique in
 	 * this process), for its share reservation and its lease. */
 	uint64_t owner;
@@ -122,10 +128,12 @@ struct nasgw_dir {
 	uint32_t count, at;
 	nasgw_dirent *ents;
 	nasgw_attr *attrs;
+	nasgw_entry_xattrs *xattrs; /* each entry's, when nasgwd carried them */
 	struct dirent de;
 };
 
-static bool nasgw_listed(struct nasgw_conn *nc, const nasgw_handle *dir, const char *name, nasgw_attr *out);
+static bool nasgw_listed(struct nasgw_conn *nc, const nasgw_handle *dir, const char *name, nasgw_attr *out,
+			 const nasgw_entry_xattrs **xattrs);
 
 /* ---- credentials */
 
@@ -929,6 +937,7 @@ static void nasgw_fh_destroy(void *p_data)
 	TALLOC_FREE(fh->im);
 	TALLOC_FREE(fh->poll);
 	TALLOC_FREE(fh->groups);
+	TALLOC_FREE(fh->listed_xattrs);
 }
 
 static void nasgw_lease_check_im(struct tevent_context *ev, struct tevent_immediate *im, void *private_data);
@@ -943,6 +952,7 @@ static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, c
 	const char *name = NULL;
 	struct nasgw_fh *fh;
 	nasgw_attr a;
+	const nasgw_entry_xattrs *listed_xattrs = NULL;
 	nasgw_cred cr;
 	bool created = false;
 	int fd;
@@ -991,7 +1001,7 @@ static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, c
 		/* A path reference to an entry being listed: the listing's
 		 * attributes (a real open always asks nasgwd). */
 		if (!fsp->fsp_flags.is_pathref || dfh == NULL ||
-		    !nasgw_listed(nc, &dfh->h, smb_fname->base_name, &a)) {
+		    !nasgw_listed(nc, &dfh->h, smb_fname->base_name, &a, &listed_xattrs)) {
 			rc = nasgw_resolve(handle, dirfsp, smb_fname->base_name, (flags & O_NOFOLLOW) == 0, &a);
 			if (rc != 0) {
 				goto fail;
@@ -1021,6 +1031,10 @@ static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, c
 	fh->opened = false;
 	fh->attr = a;
 	fh->fresh = !(flags & O_TRUNC) || a.size == 0;
+	if (listed_xattrs != NULL) {
+		/* freed with the extension (nasgw_fh_destroy), or at a change */
+		fh->listed_xattrs = talloc_memdup(handle->conn, listed_xattrs, sizeof(*listed_xattrs));
+	}
 	/* A real open (not a path reference) holds the file open on nasgwd:
 	 * removed while open, it lives on until closed, as on POSIX. */
 	if (!fsp->fsp_flags.is_pathref && (a.type == NASGW_TYPE_REG || a.type == NASGW_TYPE_DIR)) {
@@ -1135,7 +1149,8 @@ static DIR *nasgw_fdopendir(vfs_handle_struct *handle, files_struct *fsp, const 
 	d->h = fh->h;
 	d->ents = talloc_array(d, nasgw_dirent, NASGW_DIR_BATCH);
 	d->attrs = talloc_array(d, nasgw_attr, NASGW_DIR_BATCH);
-	if (d->ents == NULL || d->attrs == NULL) {
+	d->xattrs = talloc_array(d, nasgw_entry_xattrs, NASGW_DIR_BATCH);
+	if (d->ents == NULL || d->attrs == NULL || d->xattrs == NULL) {
 		TALLOC_FREE(d);
 		errno = ENOMEM;
 		return NULL;
@@ -1172,8 +1187,9 @@ static struct dirent *nasgw_vfs_readdir(vfs_handle_struct *handle, struct files_
 			return NULL;
 		}
 		nasgw_cred_of(handle->conn, &cr);
-		rc = nasgw_readdir(nc->client, &cr, &d->h, d->next, NASGW_DIR_BATCH, NASGW_READDIR_PLUS, d->ents,
-				   d->attrs, &d->count, &eof);
+		rc = nasgw_readdir_xattrs(nc->client, &cr, &d->h, d->next, NASGW_DIR_BATCH,
+					  NASGW_READDIR_PLUS | NASGW_READDIR_XATTRS, d->ents, d->attrs, d->xattrs,
+					  &d->count, &eof);
 		if (rc != 0) {
 			nasgw_fail(rc);
 			return NULL;
@@ -1233,7 +1249,8 @@ static int nasgw_closedir(vfs_handle_struct *handle, DIR *dirp)
 /* The attributes of entry `name` of directory `dir` as the listing under
  * way just read them; false when it has no such entry (or it is a link,
  * whose own attributes READDIR_PLUS does not give). */
-static bool nasgw_listed(struct nasgw_conn *nc, const nasgw_handle *dir, const char *name, nasgw_attr *out)
+static bool nasgw_listed(struct nasgw_conn *nc, const nasgw_handle *dir, const char *name, nasgw_attr *out,
+			 const nasgw_entry_xattrs **xattrs)
 {
 	const struct nasgw_dir *d = nc->listing;
 	uint32_t i;
@@ -1247,6 +1264,7 @@ static bool nasgw_listed(struct nasgw_conn *nc, const nasgw_handle *dir, const c
 				return false;
 			}
 			*out = d->attrs[i];
+			*xattrs = d->xattrs[i].carried ? &d->xattrs[i] : NULL;
 			return true;
 		}
 	}
@@ -2371,6 +2389,12 @@ static ssize_t nasgw_fgetxattr(vfs_handle_struct *handle, files_struct *fsp, con
 	if (fh == NULL) {
 		return -1;
 	}
+	if (fh->listed_xattrs != NULL) {
+		rc = nasgw_entry_getxattr(fh->listed_xattrs, name, value, size);
+		if (rc != -EAGAIN) {
+			return rc < 0 ? nasgw_fail((int)rc) : (ssize_t)rc;
+		}
+	}
 	rc = nasgw_getxattr(nc->client, &cr, &fh->h, name, value, size);
 	return rc < 0 ? nasgw_fail((int)rc) : (ssize_t)rc;
 }
@@ -2384,6 +2408,12 @@ static ssize_t nasgw_flistxattr(vfs_handle_struct *handle, files_struct *fsp, ch
 
 	if (fh == NULL) {
 		return -1;
+	}
+	if (fh->listed_xattrs != NULL) {
+		rc = nasgw_entry_listxattr(fh->listed_xattrs, list, size);
+		if (rc != -EAGAIN) {
+			return rc < 0 ? nasgw_fail((int)rc) : (ssize_t)rc;
+		}
 	}
 	rc = nasgw_listxattr(nc->client, &cr, &fh->h, list, size);
 	return rc < 0 ? nasgw_fail((int)rc) : (ssize_t)rc;
@@ -2400,6 +2430,7 @@ static int nasgw_fremovexattr(vfs_handle_struct *handle, files_struct *fsp, cons
 		return -1;
 	}
 	fh->fresh = false;
+	TALLOC_FREE(fh->listed_xattrs);
 	rc = nasgw_removexattr(nc->client, &cr, &fh->h, name);
 	return rc != 0 ? nasgw_fail(rc) : 0;
 }
@@ -2423,6 +2454,7 @@ static int nasgw_fsetxattr(vfs_handle_struct *handle, files_struct *fsp, const c
 		f |= NASGW_XATTR_REPLACE;
 	}
 	fh->fresh = false;
+	TALLOC_FREE(fh->listed_xattrs);
 	rc = nasgw_setxattr(nc->client, &cr, &fh->h, name, value, size, f);
 	return rc != 0 ? nasgw_fail(rc) : 0;
 }

@@ -21,7 +21,9 @@ for the client's acknowledgement and write-back, before it proceeds),
 delegations (an SMB open recalls an NFSv4 delegation, and waits for its
 return, before it proceeds), durable (a durable handle survives a pulled
 cable: reconnected with its data, lease and share mode), sparse (a hole
-punched over SMB is freed, found and zeros; smbtorture's sparse tests).
+punched over SMB is freed, found and zeros; smbtorture's sparse tests),
+listing (an `ls` of 1,000 files costs a bounded number of nasgwd requests,
+counted by operation).
 """
 
 import argparse
@@ -614,6 +616,46 @@ print('CLOSED', flush=True)
         smblab.kill_all(holder, writer)
 
 
+LIST_OPS = ("lookup", "getattr", "getxattr", "listxattr", "readdir", "open", "release", "access", "findcaseless")
+
+
+def test_listing(ctx):
+    """What a directory listing over SMB costs in nasgwd requests: an `ls`
+    of 1,000 files, each with DOS attributes set over SMB, counted by
+    operation with nasgwd's metrics. Samba reads every entry's DOS
+    attributes; the listing's READDIR batches carry them (and the
+    attributes), so the cost per entry stays under a bound."""
+    c, srv, alice, node = ctx["client"], ctx["smbd"], ctx["alice"], ctx["node"]
+    n = 1000
+    top = os.path.join(alice_dir(ctx), "many")
+    os.mkdir(top)
+    os.chown(top, alice.uid, alice.gid)
+    for i in range(n):
+        p = os.path.join(top, "f%04d" % i)
+        with open(p, "wb"):
+            pass
+        os.chown(p, alice.uid, alice.gid)
+    # DOS attributes on every file, set by Samba (user.DOSATTRIB).
+    smblab.smbclient(c, srv, "alice", alice, "cd many; " + "; ".join("setmode f%04d +a" % i for i in range(n)),
+                     timeout=600)
+    with_dos = sum(1 for i in range(n) if "user.DOSATTRIB" in os.listxattr(os.path.join(top, "f%04d" % i)))
+    check("Samba stored DOS attributes on the files (%d of %d)" % (with_dos, n), with_dos == n)
+    before = {op: node.metric("nasgw_volume_ops_total", op=op) for op in LIST_OPS}
+    p = smblab.smbclient(c, srv, "alice", alice, "cd many; ls", timeout=600)
+    after = {op: node.metric("nasgw_volume_ops_total", op=op) for op in LIST_OPS}
+    ops = {op: int(after[op] - before[op]) for op in LIST_OPS if after[op] - before[op]}
+    listed = sum(1 for line in p.stdout.splitlines() if re.match(r"\s+f\d{4}\s", line))
+    total = sum(ops.values())
+    check("ls lists the %d files (%d)" % (n, listed), listed == n)
+    # Each entry's attributes and extended attributes come in the listing's
+    # READDIR batches: a request per entry (2 before, a GETXATTR of the DOS
+    # attributes and a LISTXATTR for the EA size) would be 1,000 or more.
+    check("listing %d entries costs %d nasgwd requests (%s): at most 0.2 per entry" % (n, total, ops),
+          total <= 0.2 * n)
+    import shutil
+    shutil.rmtree(top)
+
+
 SPARSE_TORTURE = ["smb2.ioctl." + t for t in (
     "sparse_file_flag", "sparse_file_attr", "sparse_dir_flag", "sparse_set_nobuf", "sparse_set_oversize",
     "sparse_qar", "sparse_qar_malformed", "sparse_qar_multi", "sparse_qar_ob1", "sparse_qar_overflow",
@@ -803,6 +845,7 @@ print('CLOSED', flush=True)
 TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("leases", test_leases),
          ("delegations", test_delegations), ("durable", test_durable), ("namespace", test_namespace), ("data", test_data),
          ("case", test_case), ("unlinked", test_unlinked), ("acl", test_acl), ("sparse", test_sparse),
+         ("listing", test_listing),
          ("restart", test_restart)]
 
 
@@ -829,7 +872,7 @@ def main():
         shares_file = os.path.join(srv.dir, "nasgw-shares.conf")
         srv.global_options["include"] = shares_file
         srv.make_dirs()
-        node = nasgwlab.Node(bins=bins, luns=2, size="1G", tag="smb")
+        node = nasgwlab.Node(bins=bins, luns=2, size="1G", tag="smb", metrics=True)
         exports_file = os.path.join(lab.dir, "ganesha-exports.conf")
         node.start("[smb]\nshares_file = %s\nsmbd_pid_file = %s\n[nfs]\nexports_file = %s\nganesha_pid_file = %s\n" % (
             nasgwlab.toml_str(shares_file), nasgwlab.toml_str(srv.pid_file), nasgwlab.toml_str(exports_file),
