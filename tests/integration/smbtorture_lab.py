@@ -60,6 +60,17 @@ PIKE_RESULT = re.compile(r"^(\w+) \(([\w.]+)\)\s*(?:\n[^\n]*?)?\.\.\. (ok|FAIL|E
 PIKE_TIMEOUT_S = 1800
 
 
+def node_ops(node):
+    """nasgwd's completed head requests so far, by operation."""
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % node.metrics_port(), timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for m in re.finditer(r'^nasgw_volume_ops_total\{[^}]*op="([a-z]+)"[^}]*\} (\S+)$', text, re.M):
+        out[m.group(1)] = out.get(m.group(1), 0) + int(float(m.group(2)))
+    return out
+
+
 def pike(client, srv, user, share):
     """pike-smb2's test suite (PyPI, in the lab venv) against //srv/share;
     {test: outcome} as smbtorture's."""
@@ -97,7 +108,7 @@ def main():
         shares_file = os.path.join(srv.dir, "nasgw-shares.conf")
         srv.global_options["include"] = shares_file
         srv.make_dirs()
-        node = nasgwlab.Node(bins=bins, luns=2, size="2G", tag="tort")
+        node = nasgwlab.Node(bins=bins, luns=2, size="2G", tag="tort", metrics=True)
         node.start("[smb]\nshares_file = %s\n" % nasgwlab.toml_str(shares_file))
         node.format()
         node.mount()
@@ -117,14 +128,19 @@ def main():
         srv.start()
         c = lab.client(1)
         rows = []
+        ops_by_suite = {}  # nasgwd's requests by operation while each suite ran on the nasgw share
 
         def run_both(name, label, one):
             """Runs one(share) -> {test: outcome} on both shares; records
             and prints the counts and what passes on stock only."""
             per = {}
             for share in ("nas", "stock"):
+                before = node_ops(node) if share == "nas" else None
                 t0 = time.monotonic()
                 per[share] = (one(share), time.monotonic() - t0)
+                if before is not None:
+                    ops_by_suite[name] = {op: n - before.get(op, 0) for op, n in node_ops(node).items()
+                                          if n - before.get(op, 0) > 0}
             report[name] = {share: r for share, (r, _) in per.items()}
             counts = {}
             for share, (r, secs) in per.items():
@@ -135,6 +151,8 @@ def main():
                            if o == "success" and per["nas"][0].get(t) != "success")
             rows.append((name, counts, worse))
             print("%-22s nasgw: %s | stock: %s" % (label, counts["nas"], counts["stock"]), flush=True)
+            top = sorted(ops_by_suite.get(name, {}).items(), key=lambda kv: -kv[1])[:6]
+            print("%-22s nasgwd requests: %s" % ("", ", ".join("%s %d" % kv for kv in top)), flush=True)
 
         def torture(suite):
             return lambda share: smblab.smbtorture(c, srv, user, share, [suite], timeout=SUITE_TIMEOUT_S)
@@ -155,7 +173,7 @@ def main():
         print("pass on nasgw, not on stock: %d%s" % (len(better), "".join("\n  %s.%s" % x for x in better)))
         if a.out:
             with open(a.out, "w") as f:
-                json.dump(report, f, indent=1, sort_keys=True)
+                json.dump({"results": report, "nasgwd_requests": ops_by_suite}, f, indent=1, sort_keys=True)
         rc = 1 if unexplained else 0
     except Exception:
         traceback.print_exc()
