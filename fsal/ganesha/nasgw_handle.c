@@ -1192,7 +1192,7 @@ static fsal_status_t op_fallocate(struct fsal_obj_handle *obj_hdl,
 				  uint64_t length, bool allocate)
 {
 	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
-	nasgw_client *c;
+	nasgw_client *c = NULL;
 	nasgw_cred cr;
 	nasgw_attr a;
 	fsal_status_t st;
@@ -1222,7 +1222,7 @@ static fsal_status_t op_seek2(struct fsal_obj_handle *obj_hdl,
 	struct nasgw_fsal_obj *o = obj_of(obj_hdl);
 	const uint64_t off = (uint64_t)info->io_content.hole.di_offset;
 	uint64_t at = 0;
-	nasgw_client *c;
+	nasgw_client *c = NULL;
 	nasgw_cred cr;
 	nasgw_attr a;
 	fsal_status_t st;
@@ -1302,7 +1302,7 @@ static fsal_status_t op_getxattrs(struct fsal_obj_handle *obj_hdl,
 				  xattrkey4 *xa_name, xattrvalue4 *xa_value)
 {
 	char name[NASGW_XATTR_NAME];
-	nasgw_client *c;
+	nasgw_client *c = NULL;
 	nasgw_cred cr;
 	fsal_status_t st;
 	int64_t n;
@@ -1324,7 +1324,7 @@ static fsal_status_t op_setxattrs(struct fsal_obj_handle *obj_hdl,
 {
 	char name[NASGW_XATTR_NAME];
 	uint32_t flags;
-	nasgw_client *c;
+	nasgw_client *c = NULL;
 	nasgw_cred cr;
 	fsal_status_t st;
 	int rc;
@@ -1356,7 +1356,7 @@ static fsal_status_t op_removexattrs(struct fsal_obj_handle *obj_hdl,
 				     xattrkey4 *xa_name)
 {
 	char name[NASGW_XATTR_NAME];
-	nasgw_client *c;
+	nasgw_client *c = NULL;
 	nasgw_cred cr;
 	fsal_status_t st;
 	int rc;
