@@ -588,7 +588,11 @@ bool Exec::Seek() {
   fs::Attr a;
   if (!Load(r_.h, a)) return false;
   if (a.type == fs::FileType::kDirectory) return Error(EISDIR, "is a directory");
+  if (a.type != fs::FileType::kRegular) return Error(EINVAL, "seek in something not a regular file");
   if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "read")) return false;
+  // As a READ: data another head caches under a write lease is written
+  // back first, so a hole it filled is not reported.
+  if (!Uncontended(a.ino, /*write=*/false)) return false;
   auto at = c_.Seek(r_.h.volume, a.ino, r_.offset, r_.flags == proto::kSeekHole);
   if (!at.ok()) {
     if (at.status().code() == Code::kOutOfRange) return Error(ENXIO, std::string(at.status().message()));

@@ -584,32 +584,50 @@ Result<Attr> Domain::Fallocate(uint32_t vol, uint64_t ino, uint32_t mode, uint64
 }
 
 Result<uint64_t> Domain::Seek(uint32_t vol, uint64_t ino, uint64_t off, bool hole) {
-  ReaderLock lock(impl_->mu);
-  auto v = impl_->LoadVolume(vol);
-  if (!v.ok()) return v.status();
-  auto in = impl_->LoadInode(vol, ino);
-  if (!in.ok()) return in.status();
-  if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "seek in a directory");
-  const uint64_t size = in->a.size, rs = v->record_bytes;
+  uint64_t size = 0, rs = 0;
+  {
+    ReaderLock lock(impl_->mu);
+    auto v = impl_->LoadVolume(vol);
+    if (!v.ok()) return v.status();
+    auto in = impl_->LoadInode(vol, ino);
+    if (!in.ok()) return in.status();
+    if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "seek in a directory");
+    if (in->a.type != FileType::kRegular) return Status::InvalidArgument("seek in something not a regular file");
+    size = in->a.size;
+    rs = v->record_bytes;
+  }
   if (off >= size) return Status::OutOfRange("ENXIO: offset at or past the end of the file");
-  // Pieces in order, over the records from the one `off` falls in.
   // Pieces in order, over the records from the one `off` falls in, until
-  // the answer is known.
+  // the answer is known; a bounded number of records per hold of the
+  // domain lock, so that a seek through a large dense file does not hold
+  // up the domain's writers.
+  constexpr uint64_t kRecordsPerHold = 4096;
   uint64_t pos = off;  // hole: the first byte not yet known to be data
+  uint64_t next = off / rs;
   std::optional<uint64_t> found;
-  Status s = impl_->ScanRecords(vol, ino, off / rs, UINT64_MAX, [&](uint64_t r, RecordMap& m) {
-    for (const RecordPiece& p : m.pieces) {
-      const uint64_t a = r * rs + p.at, b = r * rs + p.end();
-      if (b <= pos) continue;
-      if (!hole || a > pos) {  // data, or a hole before this piece
-        found = hole ? pos : std::max(a, pos);
+  for (bool more = true; more && !found;) {
+    more = false;
+    uint64_t seen = 0;
+    ReaderLock lock(impl_->mu);
+    Status s = impl_->ScanRecords(vol, ino, next, UINT64_MAX, [&](uint64_t r, RecordMap& m) {
+      if (seen++ == kRecordsPerHold) {
+        next = r;
+        more = true;
         return false;
       }
-      pos = b;
-    }
-    return true;
-  });
-  if (!s.ok()) return s;
+      for (const RecordPiece& p : m.pieces) {
+        const uint64_t a = r * rs + p.at, b = r * rs + p.end();
+        if (b <= pos) continue;
+        if (!hole || a > pos) {  // data, or a hole before this piece
+          found = hole ? pos : std::max(a, pos);
+          return false;
+        }
+        pos = b;
+      }
+      return true;
+    });
+    if (!s.ok()) return s;
+  }
   if (!hole) {
     if (!found || *found >= size) return Status::OutOfRange("ENXIO: no data past the offset");
     return *found;

@@ -7,11 +7,11 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <optional>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>

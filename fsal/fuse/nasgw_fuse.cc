@@ -557,7 +557,12 @@ void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, f
 }
 
 // lseek's SEEK_DATA and SEEK_HOLE (the kernel answers the other whences).
+// With the kernel's write-back cache, written data may still be only in
+// its page cache, which it does not write back before asking: ENOSYS, and
+// the kernel answers these itself from then on (all data, no holes), as
+// it must not report a hole over data nasgwd has not seen.
 void Lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, fuse_file_info*) {
+  if (M(req)->writeback) return (void)fuse_reply_err(req, ENOSYS);
   Cred c(req);
   HANDLE_OR_STALE(req, ino, h);
   if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) return (void)fuse_reply_err(req, EINVAL);

@@ -126,6 +126,7 @@ struct nasgw_dir {
 	long pos;	/* telldir of the entry after the last returned */
 	bool eof;
 	uint32_t count, at;
+	uint32_t taken; /* `at` when entry at - 1 was last taken by nasgw_listed */
 	nasgw_dirent *ents;
 	nasgw_attr *attrs;
 	nasgw_entry_xattrs *xattrs; /* each entry's, when nasgwd carried them */
@@ -1194,7 +1195,7 @@ static struct dirent *nasgw_vfs_readdir(vfs_handle_struct *handle, struct files_
 			nasgw_fail(rc);
 			return NULL;
 		}
-		d->at = 0;
+		d->at = d->taken = 0;
 		d->eof = eof != 0 || d->count == 0;
 		nc->listing = d;
 		if (d->count == 0) {
@@ -1225,7 +1226,7 @@ static void nasgw_seekdir(vfs_handle_struct *handle, DIR *dirp, long offset)
 
 	d->pos = offset < 2 ? (offset < 0 ? 0 : offset) : offset;
 	d->next = offset <= 2 ? 0 : (uint64_t)offset - 2;
-	d->count = d->at = 0;
+	d->count = d->at = d->taken = 0;
 	d->eof = false;
 }
 
@@ -1252,23 +1253,25 @@ static int nasgw_closedir(vfs_handle_struct *handle, DIR *dirp)
 static bool nasgw_listed(struct nasgw_conn *nc, const nasgw_handle *dir, const char *name, nasgw_attr *out,
 			 const nasgw_entry_xattrs **xattrs)
 {
-	const struct nasgw_dir *d = nc->listing;
+	struct nasgw_dir *d = nc->listing;
 	uint32_t i;
 
-	if (d == NULL || d->h.volume != dir->volume || d->h.ino != dir->ino || strchr(name, '/') != NULL) {
+	/* Only the entry readdir returned last, and only once: Samba opens
+	 * each entry right after readdir returns it, and a later open of the
+	 * name (the directory may stay open for a long time) must see what
+	 * changed since. */
+	if (d == NULL || d->h.volume != dir->volume || d->h.ino != dir->ino || strchr(name, '/') != NULL ||
+	    d->at == 0 || d->taken == d->at) {
 		return false;
 	}
-	for (i = d->at; i-- > 0;) { /* the entry just returned first */
-		if (strcmp(d->ents[i].name, name) == 0) {
-			if (d->attrs[i].type == NASGW_TYPE_LNK) {
-				return false;
-			}
-			*out = d->attrs[i];
-			*xattrs = d->xattrs[i].carried ? &d->xattrs[i] : NULL;
-			return true;
-		}
+	i = d->at - 1;
+	if (strcmp(d->ents[i].name, name) != 0 || d->attrs[i].type == NASGW_TYPE_LNK) {
+		return false;
 	}
-	return false;
+	d->taken = d->at;
+	*out = d->attrs[i];
+	*xattrs = d->xattrs[i].carried ? &d->xattrs[i] : NULL;
+	return true;
 }
 
 /* ---- namespace changes */

@@ -847,6 +847,18 @@ def cmd_semantics(a):
             while not is_mounted(wb) and wbp.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)  # polling /proc/mounts: the mount has no event to wait on
             check("--writeback-cache mounts", is_mounted(wb))
+            # Data still in the kernel's page cache is data to SEEK_DATA
+            # and SEEK_HOLE (the kernel answers them itself on this mount).
+            seek_path = os.path.join(wb, "seek-wb")
+            fd = os.open(seek_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, b"w" * (1 << 20))
+                got = (os.lseek(fd, 0, os.SEEK_DATA), os.lseek(fd, 0, os.SEEK_HOLE))
+            finally:
+                os.close(fd)
+            os.unlink(seek_path)
+            check("write-back: data not yet written back is data to SEEK_DATA/SEEK_HOLE (%s)" % (got,),
+                  got == (0, 1 << 20))
             log_path = os.path.join(wb, "appends")
             fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             for i in range(20000):

@@ -654,6 +654,44 @@ def test_listing(ctx):
           total <= 0.2 * n)
     import shutil
     shutil.rmtree(top)
+    # What a listing carried is not used later: with the directory still
+    # open (as Explorer keeps it), an entry made read-only since refuses an
+    # open for writing.
+    stale = os.path.join(alice_dir(ctx), "stale")
+    os.mkdir(stale)
+    for name in ("aa", "zz"):
+        with open(os.path.join(stale, name), "wb"):
+            pass
+    for x in [stale] + [os.path.join(stale, n) for n in ("aa", "zz")]:
+        os.chown(x, alice.uid, alice.gid)
+    code = """
+d = chan.create(tree, 'stale', access=smb2.GENERIC_READ, disposition=smb2.FILE_OPEN,
+                options=smb2.FILE_DIRECTORY_FILE, share=SHARE_ALL).result()
+names = sorted(i.file_name for i in chan.enum_directory(d))
+h = chan.create(tree, 'stale\\zz', access=smb2.FILE_READ_ATTRIBUTES | smb2.FILE_WRITE_ATTRIBUTES,
+                disposition=smb2.FILE_OPEN, share=SHARE_ALL).result()
+with chan.set_file_info(h, smb2.FileBasicInformation) as fi:
+    fi.file_attributes = smb2.FILE_ATTRIBUTE_READONLY
+chan.close(h)
+try:
+    w = chan.create(tree, 'stale\\zz', access=smb2.FILE_WRITE_DATA, disposition=smb2.FILE_OPEN,
+                    share=SHARE_ALL).result()
+    chan.close(w)
+    got = 'OPENED'
+except Exception as e:
+    got = str(getattr(getattr(e, 'response', None), 'status', e))
+chan.close(d)
+print(got, ','.join(names), flush=True)
+"""
+    p = smblab.pike_popen(c, srv, alice, "alice", code)
+    try:
+        line = smblab.readline(p)
+        check("with the listed directory still open, a file made read-only since refuses an open for "
+              "writing (%s)" % line, line.startswith("STATUS_ACCESS_DENIED") and line.endswith("aa,zz"),
+              line or smblab.stderr_of(p))
+    finally:
+        smblab.kill_all(p)
+    shutil.rmtree(stale)
 
 
 SPARSE_TORTURE = ["smb2.ioctl." + t for t in (
