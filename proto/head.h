@@ -372,11 +372,11 @@ struct Hello {
 
 // A successful reply, all ops. READ's bytes are not here: see ReadReplyPrefix.
 struct Reply {
-  Attr attr;                       // LOOKUP GETATTR SETATTR CREATE LINK OPEN WRITE FALLOCATE
-  Mac mac{};                       // the MAC of attr's handle (MOUNT: of volume.root's)
-  std::vector<Mac> macs;           // READDIR with kReadDirPlus, one per attrs entry
-  std::vector<DirEntry> entries;   // READDIR
-  std::vector<Attr> attrs;         // READDIR with kReadDirPlus, one per entry
+  Attr attr;                      // LOOKUP GETATTR SETATTR CREATE LINK OPEN WRITE FALLOCATE
+  Mac mac{};                      // the MAC of attr's handle (MOUNT: of volume.root's)
+  std::vector<Mac> macs;          // READDIR with kReadDirPlus, one per attrs entry
+  std::vector<DirEntry> entries;  // READDIR
+  std::vector<Attr> attrs;        // READDIR with kReadDirPlus, one per entry
   // READDIR with kReadDirXattrs, one per entry: carried or not, and then
   // every (name, value) the caller may read.
   struct EntryXattrs {

@@ -261,9 +261,9 @@ int nasgw_readdir(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* dir
  * nasgw_entry_getxattr, which answer as those do. */
 #define NASGW_ENTRY_XATTR_BYTES 1024
 typedef struct nasgw_entry_xattrs {
-	int carried;
-	uint32_t len; /* bytes of buf used: name, NUL, u32 length (little endian), value; ... */
-	char buf[NASGW_ENTRY_XATTR_BYTES];
+  int carried;
+  uint32_t len; /* bytes of buf used: name, NUL, u32 length (little endian), value; ... */
+  char buf[NASGW_ENTRY_XATTR_BYTES];
 } nasgw_entry_xattrs;
 /* nasgw_readdir, and with NASGW_READDIR_XATTRS (and PLUS) each entry's
  * extended attributes in xattrs (max of them). */
