@@ -260,6 +260,12 @@ class Client {
   // names another one needs a re-open even if it resumed the session (see
   // the handshake).
   proto::SessionId reopened_instance GUARDED_BY(open_mu){};
+  // Goodbye began: the session is ending, so nothing is opened, locked,
+  // shared or leased again. A connection that reconnects meanwhile (nasgwd
+  // closes the session's connections when it ends it) would otherwise
+  // HELLO into a new session and take the closing client's share
+  // reservations and leases again, held until that session's grace ran out.
+  bool left GUARDED_BY(open_mu) = false;
   Mutex open_mu ACQUIRED_BEFORE(mu);
   std::map<std::pair<uint32_t, uint64_t>, OpenEntry> opens GUARDED_BY(open_mu);
   std::map<std::pair<uint32_t, uint64_t>, LockedFile> locks GUARDED_BY(open_mu);
@@ -485,6 +491,10 @@ class Client {
 };
 
 void Client::Goodbye() {
+  {
+    MutexLock l(open_mu);
+    left = true;
+  }
   proto::Request r;
   r.op = Op::kGoodbye;
   r.creds.uid = ::geteuid();  // our own: nasgwd accepts them from any peer
@@ -632,6 +642,10 @@ bool Conn::Connect() {
   // opens, locks, share reservations and leases are back (taking them
   // twice is harmless: they are idempotent).
   if (!reply.hello.resumed || reply.hello.instance != client_->reopened_instance) client_->reopen_pending = true;
+  if (client_->reopen_pending && client_->left) {
+    Forget(fd);  // closing: nothing to take again (Loop stops once `closing` is set)
+    return false;
+  }
   if (client_->reopen_pending) {
     client_->relock_epoch++;
     // nasgwd does not know this session (it restarted, or the session's
