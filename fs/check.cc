@@ -1,4 +1,5 @@
 // fsck of a domain (Domain::Check, fs/domain.h).
+#include <algorithm>
 #include <map>
 
 #include "fs/domain_impl.h"
@@ -51,6 +52,81 @@ Result<std::vector<std::string>> Domain::Check() {
     }
     return true;
   }));
+  // Snapshots (docs/snapshots.md): every dead extent is in the data groups
+  // and owned by nothing else, every dead entry and history key name each
+  // other, each entry is still seen by a snapshot, and the per-volume
+  // totals match.
+  std::map<uint32_t, std::vector<uint64_t>> snap_groups;
+  NASGW_RETURN_IF_ERROR(st.Scan("W", "X", [&](std::string_view k, std::string_view v) {
+    auto r = DecodeSnapshot(v);
+    if (!r.ok() || k.size() != 9) {
+      add("snapshot record: " + (r.ok() ? "key of " + std::to_string(k.size()) + " bytes" : r.status().ToString()));
+      return true;
+    }
+    const uint32_t vol = GetBE32(k, 1), id = GetBE32(k, 5);
+    snap_groups[vol].push_back(r->txg);
+    if (r->txg > impl_->rec.txg) add("snapshot " + std::to_string(id) + " is of a group not yet begun");
+    auto idb = st.Get(SnapshotNameKey(vol, r->name));
+    if (!idb.ok() || idb->size() != 4 || GetBE32(*idb, 0) != id) {
+      add("snapshot " + std::to_string(id) + " '" + r->name + "' is not in the name index");
+    }
+    return true;
+  }));
+  for (auto& [vol, g] : snap_groups) std::sort(g.begin(), g.end());
+  std::map<uint32_t, uint64_t> dead_data, dead_meta;
+  Status failed_dead;
+  NASGW_RETURN_IF_ERROR(st.Scan("Z", "[", [&](std::string_view k, std::string_view v) {
+    auto d = DecodeDead(k, v);
+    if (!d.ok()) {
+      add("dead entry: " + d.status().ToString());
+      return true;
+    }
+    const std::string at = "volume " + std::to_string(d->vol) + " dead entry (" + std::to_string(d->birth) + ", " +
+                           std::to_string(d->kill) + "]: ";
+    const auto& g = snap_groups[d->vol];
+    auto first = std::lower_bound(g.begin(), g.end(), d->birth);
+    if (first == g.end() || *first >= d->kill) add(at + "no snapshot sees it (leaked)");
+    if (d->kind == kDeadExtent) {
+      Status s = fresh.MarkUsed(d->ext);
+      if (!s.ok()) add(at + s.ToString());
+      used += d->ext.length;
+      dead_data[d->vol] += d->bytes;
+    } else {
+      dead_meta[d->vol] += d->bytes;
+      auto h = st.GetRaw(d->history_key);
+      if (!h.ok()) {
+        if (h.status().code() != Code::kNotFound) {
+          failed_dead = h.status();
+          return false;
+        }
+        add(at + "its history key is missing");
+      } else if (h->size() < kBirthBytes || GetBirth(*h) != d->birth || d->bytes != d->history_key.size() + h->size()) {
+        add(at + "its history key does not match it");
+      }
+    }
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(failed_dead);
+  NASGW_RETURN_IF_ERROR(st.ScanRaw("Y", "Z", [&](std::string_view k, std::string_view v) {
+    if (k.size() < 6 + 8 || v.size() < kBirthBytes) {
+      add("history key of " + std::to_string(k.size()) + " bytes");
+      return true;
+    }
+    auto has = impl_->Has(DeadVersionKey(GetBE32(k, 1), GetBE64(k, k.size() - 8), GetBirth(v), k));
+    if (!has.ok()) {
+      failed_dead = has.status();
+      return false;
+    }
+    if (!*has) add("history key of volume " + std::to_string(GetBE32(k, 1)) + " has no dead entry");
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(failed_dead);
+  for (const auto& [vol, n] : dead_data) {
+    auto it = impl_->snap_data_bytes.find(vol);
+    if ((it == impl_->snap_data_bytes.end() ? 0 : it->second) != n) {
+      add("volume " + std::to_string(vol) + ": snapshot space count is off");
+    }
+  }
   if (impl_->space->total_bytes() - impl_->space->free_bytes() != used) {
     add("free space count is off: the allocator has " +
         std::to_string(impl_->space->total_bytes() - impl_->space->free_bytes()) + " bytes in use, the extent maps " +

@@ -51,7 +51,7 @@ struct Unused {
 };
 }  // namespace
 
-void Domain::Impl::FreeRange(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, uint64_t lo, uint64_t hi) {
+void Domain::Impl::FreeRange(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, RecordMap& m, uint64_t lo, uint64_t hi) {
   if (lo >= hi) return;
   std::vector<RecordPiece> out;
   out.reserve(m.pieces.size() + 1);
@@ -62,7 +62,7 @@ void Domain::Impl::FreeRange(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, uint
     }
     if (p.at < lo) out.push_back({p.at, {p.ext.lun, p.ext.offset, lo - p.at}, p.birth});
     const uint64_t a = std::max<uint64_t>(p.at, lo), b = std::min(p.end(), hi);
-    t.to_free.push_back({p.ext.lun, p.ext.offset + (a - p.at), b - a});
+    t.Kill(vol, {p.ext.lun, p.ext.offset + (a - p.at), b - a}, p.birth);
     in.a.blocks -= std::min<uint64_t>(in.a.blocks, (b - a) / 512);
     v.bytes -= std::min(v.bytes, b - a);
     if (p.end() > hi) {
@@ -72,12 +72,12 @@ void Domain::Impl::FreeRange(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, uint
   m.pieces = std::move(out);
 }
 
-void Domain::Impl::PlaceBlocks(Txn& t, Inode& in, VolumeRec& v, RecordMap& m, uint64_t at,
+void Domain::Impl::PlaceBlocks(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, RecordMap& m, uint64_t at,
                                const std::vector<Extent>& got) {
   uint64_t n = 0;
   for (const Extent& e : got) n += e.length;
   // What the new blocks cover of older pieces is freed once this commits.
-  FreeRange(t, in, v, m, at, at + n);
+  FreeRange(t, vol, in, v, m, at, at + n);
   std::vector<RecordPiece> out = std::move(m.pieces);
   uint64_t pos = at;
   for (const Extent& e : got) {
@@ -105,7 +105,7 @@ Status Domain::Impl::ZeroRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, u
                                 uint64_t to) {
   // Whole blocks are freed; a block the range covers only in part is
   // rewritten, when it holds data, with zeros over the part.
-  FreeRange(t, in, v, m, BlockUp(from), std::max(BlockUp(from), BlockDown(to)));
+  FreeRange(t, vol, in, v, m, BlockUp(from), std::max(BlockUp(from), BlockDown(to)));
   for (const uint64_t b : {BlockDown(from), BlockDown(to)}) {
     const uint64_t lo = std::max(from, b), hi = std::min(to, b + kDataBlock);
     if (lo >= hi || (lo == b && hi == b + kDataBlock)) continue;  // none of it, or freed above
@@ -130,7 +130,7 @@ Status Domain::Impl::ZeroRecord(Txn& t, uint32_t vol, Inode& in, VolumeRec& v, u
       WriteExtents(io, *got, buf.data());
       NASGW_RETURN_IF_ERROR(io.Wait());
     }
-    PlaceBlocks(t, in, v, m, b, *got);
+    PlaceBlocks(t, vol, in, v, m, b, *got);
     if (BlockDown(from) == BlockDown(to)) break;  // one block: done
   }
   if (m.pieces.empty()) {
@@ -229,7 +229,7 @@ Status Domain::Impl::FillSpans(const std::map<uint64_t, RecordMap>& maps, uint64
   return io.Wait();
 }
 
-Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out) {
+Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out, uint32_t snap) {
   // Inside the fence from before the maps are read until the last device
   // read: what they name is not reused meanwhile.
   ReadFence::Reader fenced(impl_->fence);
@@ -237,15 +237,17 @@ Result<size_t> Domain::Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t 
   uint64_t rs = 0;
   {
     ReaderLock lock(impl_->mu);
-    auto v = impl_->LoadVolume(vol);
+    auto at = impl_->ReadAt(vol, snap);
+    if (!at.ok()) return at.status();
+    auto v = impl_->LoadVolume(vol, *at);
     if (!v.ok()) return v.status();
-    auto in = impl_->LoadInode(vol, ino);
+    auto in = impl_->LoadInode(vol, ino, *at);
     if (!in.ok()) return in.status();
     if (in->a.type == FileType::kDirectory) return Status(Code::kIsDir, "is a directory");
     if (offset >= in->a.size) return size_t{0};
     n = static_cast<size_t>(std::min<uint64_t>(n, in->a.size - offset));
     rs = v->record_bytes;
-    auto loaded = impl_->LoadRecords(vol, ino, offset / rs, (offset + n - 1) / rs);
+    auto loaded = impl_->LoadRecords(vol, ino, offset / rs, (offset + n - 1) / rs, *at);
     if (!loaded.ok()) return loaded.status();
     recs = std::move(*loaded);
   }
@@ -426,7 +428,7 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
   // (a removal of the file would have failed the load above).
   for (size_t i = 0; i < spans.size(); i++) {
     RecordMap& m = maps[spans[i].r];
-    PlaceBlocks(t, in, v, m, spans[i].from, spans[i].got);
+    PlaceBlocks(t, vol, in, v, m, spans[i].from, spans[i].got);
     if (i + 1 == spans.size() || spans[i + 1].r != spans[i].r)
       t.batch.Put(ExtentKey(vol, ino, spans[i].r), EncodeRecordMap(m));
   }
@@ -516,7 +518,7 @@ Result<Attr> Domain::SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s) {
           NASGW_RETURN_IF_ERROR(impl_->ZeroRecord(t, vol, in, v, r, std::move(m), s.size - r * rs, rs));
         } else {
           t.batch.Delete(ExtentKey(vol, ino, r));
-          t.Free(m);
+          t.Free(vol, m);
           in.a.blocks -= std::min<uint64_t>(in.a.blocks, m.bytes() / 512);
           v.bytes -= std::min(v.bytes, m.bytes());
         }

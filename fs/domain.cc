@@ -193,6 +193,11 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
   } else if (secret.status().code() != Code::kNotFound) {
     return secret.status().WithContext("handle secret");
   }
+  // Births on every versioned value (a domain made before snapshots gets
+  // them now), before anything reads one.
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl->UpgradeBirths(o.read_only).WithContext("give metadata values their births"));
+  lock.Lock();
   impl->space = std::make_unique<Allocator>(reserve->ag_bytes(), kDataBlock);
   for (const auto& [first, n] : impl->rec.data_groups) {
     for (uint32_t g = 0; g < n; g++) {
@@ -222,6 +227,8 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
+  // The snapshots, and the extents their dead lists keep.
+  NASGW_RETURN_IF_ERROR(impl->LoadSnapshots().WithContext("snapshots"));
   if (impl->rec.log_salt == 0 && !o.read_only) {
     // A new domain, or one made before the intent log: give it one, in up
     // to four pieces on different LUNs (the allocator rotates over them).
@@ -335,6 +342,25 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
   // Logged writes last, over the namespace as the log left it: those of a
   // file removed later find no file.
   NASGW_RETURN_IF_ERROR(impl->ApplyHeld(held));
+  if (!o.read_only) {
+    // Snapshot deletions a stop cut short are finished before anything else.
+    std::vector<std::pair<uint32_t, uint32_t>> deleting;
+    {
+      ReaderLock l(impl->mu);
+      for (const auto& [vol, ss] : impl->snaps) {
+        for (const auto& [sid, sn] : ss) {
+          if (sn.deleting) deleting.emplace_back(vol, sid);
+        }
+      }
+    }
+    for (const auto& [vol, sid] : deleting) {
+      MutexLock one(impl->snap_delete_mu);
+      auto freed = impl->ReleaseSnapshot(vol, sid);
+      if (!freed.ok()) return freed.status().WithContext("finish deleting snapshot " + std::to_string(sid));
+      NASGW_LOG(kInfo, "fs") << "snapshot deletion finished" << Kv("domain", id) << Kv("volume", vol) << Kv("id", sid)
+                             << Kv("freed_bytes", freed->first);
+    }
+  }
   impl->meta_room_checks.store(true, std::memory_order_release);
   return std::unique_ptr<Domain>(new Domain(std::move(impl)));
 }

@@ -139,6 +139,25 @@ struct VolumeInfo {
   uint64_t bytes = 0;
   bool write_through = false;  // strict mode (SetVolumeWriteThrough)
   Atime atime = Atime::kRelatime;
+  // Snapshots of the volume, and the data bytes they hold that the live
+  // volume no longer does (what deleting them all would give back). The
+  // volume's usage is bytes + snapshot_bytes.
+  uint32_t snapshots = 0;
+  uint64_t snapshot_bytes = 0;
+};
+
+// A snapshot of a volume (docs/snapshots.md): the volume as it stood at the
+// end of transaction group `txg`.
+constexpr size_t kSnapshotNameMax = 255;
+struct SnapshotInfo {
+  uint32_t id = 0;  // never reused in its volume (handles carry it)
+  std::string name;
+  uint64_t txg = 0;
+  Timespec created;
+  // What deleting it would give back now: the data bytes only it holds,
+  // and the bytes of the metadata versions only it sees.
+  uint64_t frees_bytes = 0;
+  uint64_t frees_meta_bytes = 0;
 };
 
 struct StatFs {
@@ -212,6 +231,27 @@ class Domain {
   // nothing.
   Status DeleteVolume(const std::string& name, bool force);
 
+  // ---- snapshots (docs/snapshots.md)
+  // Takes a snapshot of the volume: atomic at a transaction-group boundary
+  // (every change answered before it is in it, none after), constant time.
+  // The caller flushes what a write-back cache holds of the volume first.
+  // `name` follows directory entry rules (InvalidArgument); Exists when the
+  // volume has a snapshot of that name; NotFound for an unknown volume.
+  // Durable when it returns.
+  Result<SnapshotInfo> CreateSnapshot(const std::string& volume, const std::string& name);
+  // The volume's snapshots, oldest first, with what deleting each frees.
+  Result<std::vector<SnapshotInfo>> ListSnapshots(const std::string& volume);
+  Result<SnapshotInfo> FindSnapshot(const std::string& volume, const std::string& name);  // NotFound
+  // Deletes a snapshot: gives back what only it held, in bounded
+  // transactions, at a cost in proportion to that (not to the volume's size
+  // or the number of snapshots). The snapshot is gone to readers at once; a
+  // deletion cut short by a crash is finished by the owner's next open.
+  // Returns the snapshot with the bytes it freed. One deletion at a time.
+  Result<SnapshotInfo> DeleteSnapshot(const std::string& volume, const std::string& name);
+  // The snapshot `snap` of volume `vol` exists (NotFound otherwise; Stale
+  // for an id that was deleted).
+  Status CheckSnapshot(uint32_t vol, uint32_t snap);
+
   // ---- NFS exports (fs/export.h), kept in this domain's metadata
   // Adds an export the caller has normalised (nasgwd: NormalizeExport,
   // daemon/export_rules.h, whose rules are Ganesha's). The domain checks
@@ -245,13 +285,17 @@ class Domain {
   Result<Share> RemoveShare(const std::string& name);  // any case; returns what was removed; NotFound
 
   // ---- names
-  Result<Attr> Lookup(uint32_t vol, uint64_t dir, const std::string& name);
+  // The reads (Lookup, GetAttr, ReadLink, ReadDir, GetXattr, ListXattr,
+  // Read) take the snapshot to read at: 0, the live volume, or a snapshot's
+  // id (SnapshotInfo::id): then they answer of the volume as it was, and
+  // the attributes carry the id (Attr::snap). Stale for a deleted snapshot.
+  Result<Attr> Lookup(uint32_t vol, uint64_t dir, const std::string& name, uint32_t snap = 0);
   // Case-insensitive lookup for heads that need it (SMB): the exact name if
   // it exists, else the first entry whose name matches in another case
   // (Windows' Unicode upper-case mapping: keys::Fold).
   // Returns the entry's real name; NotFound if none.
   Result<std::string> FindCaseless(uint32_t vol, uint64_t dir, const std::string& name);
-  Result<Attr> GetAttr(uint32_t vol, uint64_t ino);
+  Result<Attr> GetAttr(uint32_t vol, uint64_t ino, uint32_t snap = 0);
   Result<Attr> GetAttr(const Handle& h);  // Stale for a deleted inode
   Result<Attr> SetAttrs(uint32_t vol, uint64_t ino, const SetAttr& s);
   // A new object's mode is `mode` narrowed, as Linux's posix_acl_create
@@ -260,7 +304,7 @@ class Domain {
   // by `umask` (heads whose clients have not applied it: FUSE).
   Result<Attr> Create(uint32_t vol, uint64_t dir, const std::string& name, FileType type, uint32_t mode, uint32_t uid,
                       uint32_t gid, uint64_t rdev = 0, const std::string& symlink = {}, uint32_t umask = 0);
-  Result<std::string> ReadLink(uint32_t vol, uint64_t ino);
+  Result<std::string> ReadLink(uint32_t vol, uint64_t ino, uint32_t snap = 0);
   Result<Attr> Link(uint32_t vol, uint64_t ino, uint64_t dir, const std::string& name);
   Status Unlink(uint32_t vol, uint64_t dir, const std::string& name);  // not directories
   Status Rmdir(uint32_t vol, uint64_t dir, const std::string& name);
@@ -270,7 +314,7 @@ class Domain {
   Status Exchange(uint32_t vol, uint64_t a_dir, const std::string& a, uint64_t b_dir, const std::string& b);
   // Entries after `cookie` (0: from the start), at most `max`. Cookies stay
   // valid across restarts and do not shift when other entries come and go.
-  Result<std::vector<DirEntry>> ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max);
+  Result<std::vector<DirEntry>> ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max, uint32_t snap = 0);
 
   // ---- POSIX ACLs (fs/acl.h), kept in the inode record
   // Sets (or, with an empty value or a header alone, removes) the access or
@@ -287,9 +331,9 @@ class Domain {
   // above: read from the inode record, listed when there, set as SetAcl
   // does (without clearing setgid: the caller's rules are nasgwd's), and
   // removing one that is not there is not an error (as XFS and ext4).
-  Result<std::string> GetXattr(uint32_t vol, uint64_t ino, const std::string& name);
+  Result<std::string> GetXattr(uint32_t vol, uint64_t ino, const std::string& name, uint32_t snap = 0);
   Status SetXattr(uint32_t vol, uint64_t ino, const std::string& name, const std::string& value, int flags);
-  Result<std::vector<std::string>> ListXattr(uint32_t vol, uint64_t ino);
+  Result<std::vector<std::string>> ListXattr(uint32_t vol, uint64_t ino, uint32_t snap = 0);
   Status RemoveXattr(uint32_t vol, uint64_t ino, const std::string& name);
 
   // ---- open files and directories
@@ -305,7 +349,7 @@ class Domain {
   Status ReleaseFile(uint32_t vol, uint64_t ino);
 
   // ---- data
-  Result<size_t> Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out);
+  Result<size_t> Read(uint32_t vol, uint64_t ino, uint64_t offset, size_t n, void* out, uint32_t snap = 0);
   Result<Attr> Write(uint32_t vol, uint64_t ino, uint64_t offset, const void* data, size_t n);
   // Several pieces of one file (sorted by offset, not overlapping) in one
   // transaction, each record they touch rewritten once: the write-back

@@ -57,7 +57,14 @@ Status Domain::Impl::Commit(Txn& t) {
   };
   if (!log) return nothing(Status::NotSupported("domain opened read-only"));
   if (Status r = MetaRoom(t.essential); !r.ok()) return nothing(r);
-  t.batch.Put(SuperKey(), EncodeDomain(rec));
+  if (Status v = Version(t); !v.ok()) return nothing(v);
+  if (t.ends_group) {
+    DomainRec next = rec;
+    next.txg++;
+    t.batch.Put(SuperKey(), EncodeDomain(next));
+  } else {
+    t.batch.Put(SuperKey(), EncodeDomain(rec));
+  }
   const size_t head = t.through != 0 ? kCoverHeaderBytes : 1;  // the entry's type (and cover)
   const size_t bytes = head + t.batch.Data().size();
   if (bytes > log->max_entry_bytes()) {
@@ -103,6 +110,9 @@ Status Domain::Impl::Commit(Txn& t) {
     entry.append(t.batch.Data());
     t.lsn = log->Append(std::move(entry));
   }
+  if (t.ends_group) rec.txg++;
+  for (const auto& [vol, n] : t.pinned_data) snap_data_bytes[vol] += n;
+  for (const auto& [vol, n] : t.pinned_meta) snap_meta_bytes[vol] += n;
   // Logged writes this change put in place, or whose file it removed: the
   // log need not keep them past this entry (a replay skips them: covered,
   // or no such file).
@@ -453,7 +463,7 @@ Status Domain::Impl::DropInode(Txn& t, uint32_t vol, const Inode& in, VolumeRec&
   for (const auto& k : xattrs) t.batch.Delete(k);
   for (auto& [r, m] : *recs) {
     t.batch.Delete(ExtentKey(vol, in.a.ino, r));
-    t.Free(m);
+    t.Free(vol, m);
     v.bytes -= std::min(v.bytes, m.bytes());
   }
   v.files -= std::min<uint64_t>(v.files, 1);
@@ -476,24 +486,24 @@ Status Domain::Impl::MetaRoom(bool essential) const {
                          " KiB kept for the metadata store's own flushes and compactions; deletes are still accepted");
 }
 
-Result<VolumeRec> Domain::Impl::LoadVolume(uint32_t vol) {
-  auto v = store->Get(VolKey(vol));
+Result<VolumeRec> Domain::Impl::LoadVolume(uint32_t vol, uint64_t at) {
+  auto v = GetAt(VolKey(vol), at);
   if (!v.ok()) {
     return v.status().code() == Code::kNotFound ? Status::NotFound("no volume " + std::to_string(vol)) : v.status();
   }
   return DecodeVolume(*v);
 }
 
-Result<Inode> Domain::Impl::LoadInode(uint32_t vol, uint64_t ino) {
-  auto v = store->Get(InodeKey(vol, ino));
+Result<Inode> Domain::Impl::LoadInode(uint32_t vol, uint64_t ino, uint64_t at) {
+  auto v = GetAt(InodeKey(vol, ino), at);
   if (!v.ok()) {
     return v.status().code() == Code::kNotFound ? Status::NotFound("no inode " + std::to_string(ino)) : v.status();
   }
   return DecodeInode(ino, *v);
 }
 
-Result<Inode> Domain::Impl::LoadDir(uint32_t vol, uint64_t dir) {
-  auto d = LoadInode(vol, dir);
+Result<Inode> Domain::Impl::LoadDir(uint32_t vol, uint64_t dir, uint64_t at) {
+  auto d = LoadInode(vol, dir, at);
   if (!d.ok()) return d.status();
   if (d->a.type != FileType::kDirectory) return Status(Code::kNotDir, "inode " + std::to_string(dir));
   // A removed directory still open somewhere: nothing may be made, found or
@@ -502,8 +512,8 @@ Result<Inode> Domain::Impl::LoadDir(uint32_t vol, uint64_t dir) {
   return d;
 }
 
-Result<Dirent> Domain::Impl::LoadDirent(uint32_t vol, uint64_t dir, const std::string& name) {
-  auto v = store->Get(DirentKey(vol, dir, name));
+Result<Dirent> Domain::Impl::LoadDirent(uint32_t vol, uint64_t dir, const std::string& name, uint64_t at) {
+  auto v = GetAt(DirentKey(vol, dir, name), at);
   if (!v.ok()) {
     return v.status().code() == Code::kNotFound ? Status::NotFound("no entry '" + name + "'") : v.status();
   }
@@ -535,11 +545,11 @@ Result<bool> Domain::Impl::DirEmpty(uint32_t vol, uint64_t dir) {
 }
 
 Status Domain::Impl::ScanRecords(uint32_t vol, uint64_t ino, uint64_t from, uint64_t to,
-                                 const std::function<bool(uint64_t, RecordMap&)>& fn) {
+                                 const std::function<bool(uint64_t, RecordMap&)>& fn, uint64_t at) {
   std::string p = Prefix('E', vol, ino);
   std::string end = to == UINT64_MAX ? PrefixEnd(p) : ExtentKey(vol, ino, to + 1);
   Status bad;
-  Status s = store->Scan(ExtentKey(vol, ino, from), end, [&](std::string_view k, std::string_view v) {
+  Status s = ScanAt(ExtentKey(vol, ino, from), end, at, SIZE_MAX, [&](std::string_view k, std::string_view v) {
     if (k.size() != p.size() + 8) {
       bad = Status::Corruption("extent key of " + std::to_string(k.size()) + " bytes");
       return false;
@@ -557,13 +567,16 @@ Status Domain::Impl::ScanRecords(uint32_t vol, uint64_t ino, uint64_t from, uint
   return Status();
 }
 
-Result<std::map<uint64_t, RecordMap>> Domain::Impl::LoadRecords(uint32_t vol, uint64_t ino, uint64_t from,
-                                                                uint64_t to) {
+Result<std::map<uint64_t, RecordMap>> Domain::Impl::LoadRecords(uint32_t vol, uint64_t ino, uint64_t from, uint64_t to,
+                                                                uint64_t at) {
   std::map<uint64_t, RecordMap> out;
-  NASGW_RETURN_IF_ERROR(ScanRecords(vol, ino, from, to, [&](uint64_t r, RecordMap& m) {
-    out[r] = std::move(m);
-    return true;
-  }));
+  NASGW_RETURN_IF_ERROR(ScanRecords(
+      vol, ino, from, to,
+      [&](uint64_t r, RecordMap& m) {
+        out[r] = std::move(m);
+        return true;
+      },
+      at));
   return out;
 }
 

@@ -57,6 +57,8 @@
 namespace nasgw::fs {
 
 constexpr uint64_t kDataBlock = kDataBlockBytes;  // data extents are whole blocks
+// The transaction group a read of the live volume sees: every one.
+constexpr uint64_t kLive = UINT64_MAX;
 
 // InvalidArgument unless `name` can be a directory entry (or a volume's name).
 Status CheckName(const std::string& name);
@@ -205,11 +207,26 @@ struct Domain::Impl {
     // accepted before it.
     bool essential = false;
     bool txg = false;  // a transaction group's: may use the log's urgent space
+    // A snapshot's: the batch is the last of the open group, and the next
+    // group begins with it (persisted in the same batch).
+    bool ends_group = false;
+    // Extents the change replaces, with their births: freed once the batch
+    // is durable, unless a snapshot still sees them (then Version keeps them
+    // on its dead list).
+    struct Killed {
+      uint32_t vol = 0;
+      Extent ext;
+      uint64_t birth = 0;
+    };
+    std::vector<Killed> killed;
+    // Data and metadata bytes the dead lists gain (or lose) per volume.
+    std::map<uint32_t, int64_t> pinned_data, pinned_meta;
     // Frees `allocated`: nothing names these extents yet.
     void Abandon(Allocator& a);
+    void Kill(uint32_t vol, const Extent& e, uint64_t birth) { killed.push_back({vol, e, birth}); }
     // A record's space, freed once the batch is durable.
-    void Free(const keys::RecordMap& m) {
-      for (const keys::RecordPiece& p : m.pieces) to_free.push_back(p.ext);
+    void Free(uint32_t vol, const keys::RecordMap& m) {
+      for (const keys::RecordPiece& p : m.pieces) Kill(vol, p.ext, p.birth);
     }
   };
 
@@ -256,13 +273,53 @@ struct Domain::Impl {
   uint64_t meta_floor = 0;
   std::atomic<bool> meta_room_checks{false};
 
+  // ---- snapshots (fs/snapshots.cc, docs/snapshots.md)
+  struct Snap {
+    uint64_t txg = 0;
+    bool deleting = false;
+  };
+  // Per volume, its snapshots by id (those being deleted too).
+  std::map<uint32_t, std::map<uint32_t, Snap>> snaps GUARDED_BY(mu);
+  // Per volume, the data and metadata bytes its dead lists pin.
+  std::map<uint32_t, uint64_t> snap_data_bytes GUARDED_BY(mu), snap_meta_bytes GUARDED_BY(mu);
+  // Values carry births (keys::BirthsDoneKey): set at open, fixed after.
+  bool births = false;
+  // One snapshot deletion at a time; before mu.
+  Mutex snap_delete_mu ACQUIRED_BEFORE(mu);
+  // The newest snapshot of `vol` not being deleted: what a kill keeps
+  // versions for (nullopt: none).
+  std::optional<uint64_t> NewestSnap(uint32_t vol) const REQUIRES_SHARED(mu);
+  // The group a read at snapshot `snap` of `vol` sees (kLive for 0); Stale
+  // for a snapshot that is gone or being deleted.
+  Result<uint64_t> ReadAt(uint32_t vol, uint32_t snap) REQUIRES_SHARED(mu);
+  // In Commit: keeps what `t` kills that a snapshot still sees (history
+  // keys and dead entries, in the same batch), frees the rest once
+  // durable, and gives the batch's new values their birth.
+  Status Version(Txn& t) REQUIRES(mu);
+  // Gives back what only snapshot `snap` of `vol` (marked deleting) holds, in
+  // transactions of at most kReleaseBatch entries, then drops its record.
+  // Returns the data and metadata bytes freed.
+  static constexpr size_t kReleaseBatch = 1024;
+  Result<std::pair<uint64_t, uint64_t>> ReleaseSnapshot(uint32_t vol, uint32_t snap) EXCLUDES(mu);
+  // At open: values get births (a domain made before snapshots), the
+  // snapshots and their dead lists are loaded (dead extents marked used).
+  Status UpgradeBirths(bool read_only) EXCLUDES(mu);
+  Status LoadSnapshots() REQUIRES(mu);
+  // The value of `key` at group `at` (kLive: the live value).
+  Result<std::string> GetAt(std::string_view key, uint64_t at) REQUIRES_SHARED(mu);
+  // The keys in [begin, end) (live keys of one tag and volume) as they were
+  // at group `at`, in order, at most `max`, until fn returns false.
+  Status ScanAt(std::string_view begin, std::string_view end, uint64_t at, size_t max,
+                const std::function<bool(std::string_view, std::string_view)>& fn) REQUIRES_SHARED(mu);
+
   // ---- reads (fs/domain_impl.cc): NotFound names what is missing; any
-  // other error is returned as is.
-  Result<keys::VolumeRec> LoadVolume(uint32_t vol);
-  Result<keys::Inode> LoadInode(uint32_t vol, uint64_t ino);
+  // other error is returned as is. `at`: the group to read at (kLive, or a
+  // snapshot's, from ReadAt).
+  Result<keys::VolumeRec> LoadVolume(uint32_t vol, uint64_t at = kLive);
+  Result<keys::Inode> LoadInode(uint32_t vol, uint64_t ino, uint64_t at = kLive);
   // NotDir for another type, NotFound for a removed one (still open).
-  Result<keys::Inode> LoadDir(uint32_t vol, uint64_t dir);
-  Result<keys::Dirent> LoadDirent(uint32_t vol, uint64_t dir, const std::string& name);
+  Result<keys::Inode> LoadDir(uint32_t vol, uint64_t dir, uint64_t at = kLive);
+  Result<keys::Dirent> LoadDirent(uint32_t vol, uint64_t dir, const std::string& name, uint64_t at = kLive);
   // True if `key` exists; an error other than NotFound is returned as is
   // (a key that could not be read is neither there nor absent).
   Result<bool> Has(std::string_view key);
@@ -275,10 +332,10 @@ struct Domain::Impl {
   // Extent maps of records [from, to] (inclusive) of a file. A scan that
   // fails or a map that does not decode is an error, never a hole.
   Result<std::map<uint64_t, keys::RecordMap>> LoadRecords(uint32_t vol, uint64_t ino, uint64_t from = 0,
-                                                          uint64_t to = UINT64_MAX);
+                                                          uint64_t to = UINT64_MAX, uint64_t at = kLive);
   // The same, one record at a time, in order, until `fn` returns false.
   Status ScanRecords(uint32_t vol, uint64_t ino, uint64_t from, uint64_t to,
-                     const std::function<bool(uint64_t, keys::RecordMap&)>& fn);
+                     const std::function<bool(uint64_t, keys::RecordMap&)>& fn, uint64_t at = kLive);
   // The id of the volume called `name`: NotFound, or why it could not be read.
   Result<uint32_t> VolumeId(const std::string& name) REQUIRES_SHARED(mu);
 
@@ -299,7 +356,7 @@ struct Domain::Impl {
   // Puts the fresh extents `got` (whole blocks, already written) in map `m`
   // at `at`: the parts of older pieces they replace go to t.to_free. Counts
   // blocks and bytes.
-  void PlaceBlocks(Txn& t, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t at,
+  void PlaceBlocks(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t at,
                    const std::vector<Extent>& got) REQUIRES(mu);
   // One file's change: its lock and the domain's taken, its inode and
   // volume loaded, `change` applied, then both put, committed and durable;
@@ -309,8 +366,8 @@ struct Domain::Impl {
                           const std::function<Status(Txn&, keys::Inode&, keys::VolumeRec&)>& change) EXCLUDES(mu);
   // Frees what m's pieces hold of [lo, hi) (bytes from the record's start),
   // once the batch is durable; the parts of pieces outside it stay.
-  void FreeRange(Txn& t, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t lo, uint64_t hi)
-      REQUIRES(mu);
+  void FreeRange(Txn& t, uint32_t vol, keys::Inode& in, keys::VolumeRec& v, keys::RecordMap& m, uint64_t lo,
+                 uint64_t hi) REQUIRES(mu);
   // Makes [from, to) of record r (map m; bytes from the record's start,
   // from < to <= the record size) read as zeros: the blocks it covers are
   // freed, and a block it covers in part is rewritten with zeros there.

@@ -996,17 +996,331 @@ TEST_F(DomainTest, ARenameOverADirectoryLoopEndsWithCorruption) {
   const Attr b = Mk(a.ino, "b", FileType::kDirectory);
   Mk(kRootIno, "c", FileType::kDirectory);
   EditStore([&](MetaStore& st, MetaBatch& batch) {
-    auto v = st.Get(keys::InodeKey(vol_, a.ino));
+    auto v = st.Get(keys::InodeKey(vol_, a.ino));  // raw: its birth at the end
     ASSERT_TRUE(v.ok());
-    auto in = keys::DecodeInode(a.ino, *v);
+    auto in = keys::DecodeInode(a.ino, std::string_view(*v).substr(0, v->size() - keys::kBirthBytes));
     ASSERT_TRUE(in.ok());
     in->parent = b.ino;  // a below b, b below a
-    batch.Put(keys::InodeKey(vol_, a.ino), keys::EncodeInode(*in));
+    std::string value = keys::EncodeInode(*in);
+    keys::PutBirth(&value, keys::GetBirth(*v));
+    batch.Put(keys::InodeKey(vol_, a.ino), value);
   });
   Reopen();
   auto moved = std::async(std::launch::async, [&] { return dom_->Rename(vol_, kRootIno, "c", b.ino, "c"); });
   ASSERT_EQ(moved.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the walk did not end";
   EXPECT_EQ(moved.get().code(), Code::kCorruption);
+}
+
+// ---- snapshots (docs/snapshots.md)
+
+// The volume's tree at a snapshot (or live, 0): path -> content for files,
+// "<dir>" for directories, plus each file's user.tag attribute.
+std::map<std::string, std::string> Tree(Domain& dom, uint32_t vol, uint32_t snap) {
+  std::map<std::string, std::string> out;
+  std::function<void(uint64_t, const std::string&)> walk = [&](uint64_t dir, const std::string& path) {
+    uint64_t cookie = 0;
+    for (;;) {
+      auto es = dom.ReadDir(vol, dir, cookie, 7, snap);  // small pages: cookies across history
+      EXPECT_TRUE(es.ok()) << es.status().ToString();
+      if (!es.ok() || es->empty()) return;
+      for (const DirEntry& e : *es) {
+        cookie = e.cookie;
+        const std::string p = path + "/" + e.name;
+        auto a = dom.Lookup(vol, dir, e.name, snap);
+        EXPECT_TRUE(a.ok()) << p << ": " << a.status().ToString();
+        if (!a.ok()) continue;
+        EXPECT_EQ(a->snap, snap);
+        if (a->type == FileType::kDirectory) {
+          out[p] = "<dir>";
+          walk(a->ino, p);
+        } else {
+          std::string data(a->size, '\0');
+          auto n = dom.Read(vol, a->ino, 0, data.size(), data.data(), snap);
+          EXPECT_TRUE(n.ok()) << p << ": " << n.status().ToString();
+          auto tag = dom.GetXattr(vol, a->ino, "user.tag", snap);
+          out[p] = data + "|" + (tag.ok() ? *tag : "-");
+        }
+      }
+    }
+  };
+  walk(kRootIno, "");
+  return out;
+}
+
+// Random changes from one thread with snapshots taken, read, deleted and
+// survived across power cuts: every snapshot reads exactly as the volume was
+// when it was taken; deleting them all gives every byte back; fsck is clean
+// throughout.
+TEST_F(DomainTest, SnapshotsReadAsTheVolumeWasAndDeletionGivesSpaceBack) {
+  Build();
+  const uint64_t free0 = dom_->Statfs().free_bytes;
+  std::mt19937 rng(7);
+  std::map<std::string, std::string> live;                                               // path -> content|tag
+  std::map<std::string, std::pair<uint32_t, std::map<std::string, std::string>>> taken;  // name -> id, tree
+  std::vector<std::string> dirs{""};
+  std::map<std::string, uint64_t> inos{{"", kRootIno}};
+  auto parent = [&](const std::string& p) { return inos[p.substr(0, p.rfind('/'))]; };
+  auto base = [](const std::string& p) { return p.substr(p.rfind('/') + 1); };
+  auto check_all = [&](const std::string& when) {
+    EXPECT_EQ(Tree(*dom_, vol_, 0), live) << when;
+    for (const auto& [name, s] : taken) EXPECT_EQ(Tree(*dom_, vol_, s.first), s.second) << when << ": " << name;
+    auto problems = dom_->Check();
+    ASSERT_TRUE(problems.ok()) << problems.status().ToString();
+    EXPECT_TRUE(problems->empty()) << when << ": " << (*problems)[0];
+  };
+  int made = 0;
+  for (int round = 0; round < 6; round++) {
+    for (int op = 0; op < 60; op++) {
+      std::vector<std::string> files;
+      for (const auto& [p, c] : live) {
+        if (c != "<dir>") files.push_back(p);
+      }
+      const int what = static_cast<int>(rng() % 8);
+      if (what == 0 || files.empty()) {
+        const std::string d = dirs[rng() % dirs.size()];
+        const std::string p = d + "/f" + std::to_string(made++);
+        Attr a = Mk(inos[d], base(p));
+        inos[p] = a.ino;
+        live[p] = "|-";
+      } else if (what == 1 && dirs.size() < 6) {
+        const std::string p = "/d" + std::to_string(made++);
+        Attr a = Mk(kRootIno, base(p), FileType::kDirectory);
+        inos[p] = a.ino;
+        dirs.push_back(p);
+        live[p] = "<dir>";
+      } else {
+        const std::string f = files[rng() % files.size()];
+        std::string& c = live[f];
+        std::string data = c.substr(0, c.rfind('|')), tag = c.substr(c.rfind('|') + 1);
+        if (what <= 4) {  // write somewhere, across records at times
+          const size_t off = rng() % 40000, n = 1 + rng() % 20000;
+          std::string bytes(n, static_cast<char>('a' + rng() % 26));
+          ASSERT_TRUE(dom_->Write(vol_, inos[f], off, bytes.data(), n).ok());
+          if (data.size() < off + n) data.resize(off + n, '\0');
+          data.replace(off, n, bytes);
+        } else if (what == 5) {  // truncate
+          SetAttr s;
+          s.set_size = true;
+          s.size = data.empty() ? 0 : rng() % data.size();
+          ASSERT_TRUE(dom_->SetAttrs(vol_, inos[f], s).ok());
+          data.resize(s.size);
+        } else if (what == 6) {
+          tag = "t" + std::to_string(rng() % 100);
+          ASSERT_TRUE(dom_->SetXattr(vol_, inos[f], "user.tag", tag, 0).ok());
+        } else {  // unlink or rename
+          if (rng() % 2) {
+            ASSERT_TRUE(dom_->Unlink(vol_, parent(f), base(f)).ok());
+            live.erase(f);
+            continue;
+          }
+          const std::string d = dirs[rng() % dirs.size()];
+          const std::string to = d + "/r" + std::to_string(made++);
+          ASSERT_TRUE(dom_->Rename(vol_, parent(f), base(f), inos[d], base(to)).ok());
+          inos[to] = inos[f];
+          live.erase(f);
+          live[to] = data + "|" + tag;
+          continue;
+        }
+        c = data + "|" + tag;
+      }
+      if (op % 15 == 14) {
+        const std::string name = "s" + std::to_string(round) + "." + std::to_string(op);
+        auto s = dom_->CreateSnapshot("vol1", name);
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        taken[name] = {s->id, live};
+      }
+    }
+    check_all("round " + std::to_string(round));
+    // One random snapshot goes; the others still read as they were.
+    if (round % 2 == 1) {
+      auto it = std::next(taken.begin(), static_cast<long>(rng() % taken.size()));
+      auto d = dom_->DeleteSnapshot("vol1", it->first);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      EXPECT_EQ(dom_->GetAttr(vol_, kRootIno, it->second.first).status().code(), Code::kStale);
+      taken.erase(it);
+      check_all("after a deletion");
+    }
+    if (round == 3) {
+      Reopen(/*power_cut=*/true);
+      check_all("after a power cut");
+    }
+  }
+  auto list = dom_->ListSnapshots("vol1");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), taken.size());
+  for (size_t i = 1; i < list->size(); i++) EXPECT_LT((*list)[i - 1].txg, (*list)[i].txg);
+  // Every snapshot and file gone: every byte back, no dead entry or history key left.
+  while (!taken.empty()) {
+    auto it = std::next(taken.begin(), static_cast<long>(rng() % taken.size()));
+    ASSERT_TRUE(dom_->DeleteSnapshot("vol1", it->first).ok());
+    taken.erase(it);
+  }
+  for (auto it = live.rbegin(); it != live.rend(); ++it) {
+    if (it->second == "<dir>") {
+      ASSERT_TRUE(dom_->Rmdir(vol_, kRootIno, base(it->first)).ok());
+    } else {
+      ASSERT_TRUE(dom_->Unlink(vol_, parent(it->first), base(it->first)).ok());
+    }
+  }
+  live.clear();
+  check_all("all gone");
+  EXPECT_EQ(dom_->Statfs().free_bytes, free0);
+  dom_.reset();
+  EditStore([&](MetaStore& st, MetaBatch&) {
+    int left = 0;
+    ASSERT_TRUE(st.Scan("Y", "[", [&](std::string_view, std::string_view) {
+                    left++;
+                    return true;
+                  }).ok());
+    EXPECT_EQ(left, 0) << "history keys or dead entries left";
+  });
+  Reopen();
+  EXPECT_EQ(dom_->Statfs().free_bytes, free0);
+}
+
+TEST_F(DomainTest, SnapshotSpaceIsHeldUntilTheLastSnapshotThatSeesItGoes) {
+  Build();
+  const Attr f = Mk(kRootIno, "f");
+  const std::string mib(kMiB, 'x'), other(kMiB, 'y');
+  ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, mib.data(), mib.size()).ok());
+  const uint64_t free1 = dom_->Statfs().free_bytes;
+  // Overwritten with no snapshot: freed at once.
+  ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, other.data(), other.size()).ok());
+  EXPECT_EQ(dom_->Statfs().free_bytes, free1);
+  ASSERT_TRUE(dom_->CreateSnapshot("vol1", "a").ok());
+  ASSERT_TRUE(dom_->CreateSnapshot("vol1", "b").ok());
+  ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, mib.data(), mib.size()).ok());
+  EXPECT_EQ(dom_->Statfs().free_bytes, free1 - kMiB) << "the snapshots keep the old MiB";
+  auto v = dom_->FindVolume("vol1");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->snapshots, 2u);
+  EXPECT_EQ(v->snapshot_bytes, kMiB);
+  auto list = dom_->ListSnapshots("vol1");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].frees_bytes, 0u) << "a and b both see it";
+  EXPECT_EQ((*list)[1].frees_bytes, 0u);
+  ASSERT_TRUE(dom_->DeleteSnapshot("vol1", "a").ok());
+  list = dom_->ListSnapshots("vol1");
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].frees_bytes, kMiB) << "b alone sees it now";
+  EXPECT_EQ(dom_->Statfs().free_bytes, free1 - kMiB);
+  std::string got(kMiB, 0);
+  ASSERT_EQ(*dom_->Read(vol_, f.ino, 0, got.size(), got.data(), (*list)[0].id), kMiB);
+  EXPECT_TRUE(got == other) << "b reads what it saw";
+  auto d = dom_->DeleteSnapshot("vol1", "b");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->frees_bytes, kMiB);
+  EXPECT_EQ(dom_->Statfs().free_bytes, free1);
+  EXPECT_EQ(dom_->FindVolume("vol1")->snapshot_bytes, 0u);
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+TEST_F(DomainTest, SnapshotErrorsAreClean) {
+  Build();
+  Mk(kRootIno, "f");
+  EXPECT_EQ(dom_->CreateSnapshot("vol1", "").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->CreateSnapshot("vol1", "a/b").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->CreateSnapshot("vol1", "..").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(dom_->CreateSnapshot("nope", "s").status().code(), Code::kNotFound);
+  auto s = dom_->CreateSnapshot("vol1", "s");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(dom_->CreateSnapshot("vol1", "s").status().code(), Code::kExists);
+  EXPECT_EQ(dom_->DeleteSnapshot("vol1", "t").status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->FindSnapshot("vol1", "t").status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->GetAttr(vol_, kRootIno, 999).status().code(), Code::kStale);
+  EXPECT_EQ(dom_->Lookup(vol_, kRootIno, "g", s->id).status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->DeleteVolume("vol1", true).code(), Code::kFailedPrecondition) << "snapshots first";
+  ASSERT_TRUE(dom_->DeleteSnapshot("vol1", "s").ok());
+  EXPECT_EQ(dom_->GetAttr(vol_, kRootIno, s->id).status().code(), Code::kStale);
+  auto again = dom_->CreateSnapshot("vol1", "s");  // the name is free again; the id is not reused
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(again->id, s->id);
+  Reopen();
+  EXPECT_EQ(dom_->FindSnapshot("vol1", "s")->id, again->id);
+  ASSERT_TRUE(dom_->DeleteSnapshot("vol1", "s").ok());
+  EXPECT_TRUE(dom_->DeleteVolume("vol1", true).ok());
+}
+
+// A deletion cut short (the record marked, nothing released yet) is
+// finished by the next open; a snapshot created just before a power cut is
+// there whole.
+TEST_F(DomainTest, ACutShortSnapshotDeletionIsFinishedAtOpen) {
+  Build();
+  const Attr f = Mk(kRootIno, "f");
+  const std::string mib(kMiB, 'x');
+  ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, mib.data(), mib.size()).ok());
+  const uint64_t free1 = dom_->Statfs().free_bytes;
+  auto s = dom_->CreateSnapshot("vol1", "s");
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, kRootIno, "f").ok());
+  Reopen(/*power_cut=*/true);
+  std::string got(kMiB, 0);
+  ASSERT_EQ(*dom_->Read(vol_, f.ino, 0, got.size(), got.data(), s->id), kMiB);
+  EXPECT_TRUE(got == mib) << "the snapshot reads the file's data";
+  EXPECT_EQ(dom_->Statfs().free_bytes, free1);
+  EditStore([&](MetaStore& st, MetaBatch& b) {
+    auto v = st.Get(keys::SnapshotKey(vol_, s->id));
+    ASSERT_TRUE(v.ok());
+    auto r = keys::DecodeSnapshot(*v);
+    ASSERT_TRUE(r.ok());
+    r->deleting = true;
+    b.Put(keys::SnapshotKey(vol_, s->id), keys::EncodeSnapshot(*r));
+  });
+  Reopen();
+  EXPECT_EQ(dom_->FindSnapshot("vol1", "s").status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->Statfs().free_bytes, free1 + kMiB);
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// A domain made before snapshots (no births in its values) gets them at its
+// owner's first open, resuming where a cut-short upgrade stopped.
+TEST_F(DomainTest, ValuesGetTheirBirthsAtTheFirstOpenAndTheUpgradeResumes) {
+  Build();
+  Attr d = Mk(kRootIno, "dir", FileType::kDirectory);
+  for (int i = 0; i < static_cast<int>(keys::kBirthUpgradeBatch) + 50; i++) Mk(d.ino, "f" + std::to_string(i));
+  const Attr f = Mk(kRootIno, "data");
+  ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, "hello", 5).ok());
+  ASSERT_TRUE(dom_->SetXattr(vol_, f.ino, "user.a", "b", 0).ok());
+  for (bool half : {false, true}) {
+    // Births stripped (all of them; or those after a progress key, as a
+    // stop half way through would leave them).
+    EditStore([&](MetaStore& st, MetaBatch& b) {
+      std::string progress;
+      int n = 0;
+      ASSERT_TRUE(st.Scan("C", "Y", [&](std::string_view k, std::string_view v) {
+                      if (!keys::HasBirth(k)) return true;
+                      if (half && n++ < 600) {
+                        progress = std::string(k);
+                        return true;
+                      }
+                      b.Put(k, v.substr(0, v.size() - keys::kBirthBytes));
+                      return true;
+                    }).ok());
+      b.Delete(keys::BirthsDoneKey());
+      if (half) b.Put(keys::BirthsProgressKey(), progress);
+    });
+    Reopen();
+    EXPECT_EQ(ReadAll(f.ino), half ? "HELLO" : "hello");
+    EXPECT_EQ(*dom_->GetXattr(vol_, f.ino, "user.a"), "b");
+    auto es = dom_->ReadDir(vol_, d.ino, 0, 100000);
+    ASSERT_TRUE(es.ok());
+    EXPECT_EQ(es->size(), keys::kBirthUpgradeBatch + 50);
+    auto s = dom_->CreateSnapshot("vol1", half ? "h" : "w");
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE(dom_->Write(vol_, f.ino, 0, "HELLO", 5).ok());
+    std::string old(5, 0);
+    ASSERT_EQ(*dom_->Read(vol_, f.ino, 0, 5, old.data(), s->id), 5u);
+    EXPECT_EQ(old, half ? "HELLO" : "hello");
+    auto problems = dom_->Check();
+    ASSERT_TRUE(problems.ok());
+    EXPECT_TRUE(problems->empty()) << (*problems)[0];
+    ASSERT_TRUE(dom_->DeleteSnapshot("vol1", s->name).ok());  // a domain made before snapshots has none
+  }
 }
 
 }  // namespace

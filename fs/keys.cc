@@ -186,6 +186,134 @@ uint32_t GetBE32(std::string_view s, size_t at) {
   for (int i = 0; i < 4; i++) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
   return v;
 }
+bool HasBirth(std::string_view key) {
+  if (key.size() < 5) return false;
+  switch (key[0]) {
+    case 'I':
+    case 'D':
+    case 'C':
+    case 'X':
+    case 'E':
+    case 'G':
+    case 'V':
+      return true;
+    default:
+      return false;
+  }
+}
+std::string BirthsDoneKey() {
+  return "K";
+}
+std::string BirthsProgressKey() {
+  return "J";
+}
+void PutBirth(std::string* raw, uint64_t birth) {
+  PutBE64(raw, birth);
+}
+uint64_t GetBirth(std::string_view raw) {
+  return GetBE64(raw, raw.size() - kBirthBytes);
+}
+std::string HistoryPrefix(std::string_view key) {
+  std::string k = "Y";
+  k.append(key.substr(1, 4));  // the volume
+  k.push_back(key[0]);         // the tag
+  k.append(key.substr(5));
+  return k;
+}
+std::string HistoryKey(std::string_view key, uint64_t kill) {
+  std::string k = HistoryPrefix(key);
+  PutBE64(&k, kill);
+  return k;
+}
+std::string LiveKey(std::string_view p) {
+  std::string k(1, p[5]);
+  k.append(p.substr(1, 4));
+  k.append(p.substr(6));
+  return k;
+}
+std::string DeadPrefix(uint32_t vol, uint64_t kill) {
+  std::string k = Prefix('Z', vol);
+  PutBE64(&k, kill);
+  return k;
+}
+std::string DeadPrefix(uint32_t vol, uint64_t kill, uint64_t birth) {
+  std::string k = DeadPrefix(vol, kill);
+  PutBE64(&k, birth);
+  return k;
+}
+std::string DeadExtentKey(uint32_t vol, uint64_t kill, uint64_t birth, const Extent& e) {
+  std::string k = DeadPrefix(vol, kill, birth);
+  k.push_back(kDeadExtent);
+  PutBE32(&k, e.lun);
+  PutBE64(&k, e.offset);
+  PutBE64(&k, e.length);
+  return k;
+}
+std::string DeadVersionKey(uint32_t vol, uint64_t kill, uint64_t birth, std::string_view history_key) {
+  std::string k = DeadPrefix(vol, kill, birth);
+  k.push_back(kDeadVersion);
+  k.append(history_key);
+  return k;
+}
+std::string EncodeU64(uint64_t v) {
+  std::string s;
+  PutBE64(&s, v);
+  return s;
+}
+Result<DeadEntry> DecodeDead(std::string_view k, std::string_view v) {
+  constexpr size_t head = 1 + 4 + 8 + 8 + 1;
+  if (k.size() < head || k[0] != 'Z' || v.size() != 8) return Status::Corruption("malformed dead entry");
+  DeadEntry d;
+  d.vol = GetBE32(k, 1);
+  d.kill = GetBE64(k, 5);
+  d.birth = GetBE64(k, 13);
+  d.kind = k[21];
+  d.bytes = GetBE64(v, 0);
+  if (d.kind == kDeadExtent) {
+    if (k.size() != head + 20) return Status::Corruption("malformed dead extent");
+    d.ext = {GetBE32(k, head), GetBE64(k, head + 4), GetBE64(k, head + 12)};
+    if (d.ext.length == 0 || d.bytes != d.ext.length) return Status::Corruption("malformed dead extent");
+  } else if (d.kind == kDeadVersion) {
+    d.history_key = std::string(k.substr(head));
+    if (d.history_key.size() < 1 + 4 + 1 + 8 || d.history_key[0] != 'Y' || GetBE32(d.history_key, 1) != d.vol ||
+        GetBE64(d.history_key, d.history_key.size() - 8) != d.kill) {
+      return Status::Corruption("malformed dead version");
+    }
+  } else {
+    return Status::Corruption("dead entry of unknown kind");
+  }
+  if (d.birth >= d.kill) return Status::Corruption("dead entry killed no later than its birth");
+  return d;
+}
+std::string SnapshotKey(uint32_t vol, uint32_t id) {
+  std::string k = Prefix('W', vol);
+  PutBE32(&k, id);
+  return k;
+}
+std::string SnapshotNameKey(uint32_t vol, const std::string& name) {
+  return Prefix('T', vol) + name;
+}
+std::string EncodeSnapshot(const SnapshotRec& r) {
+  Encoder e;
+  e.U8(kSnapshotVersion);
+  e.Str32(r.name);
+  e.U64(r.txg);
+  PutTime(e, r.created);
+  e.U8(r.deleting ? 1 : 0);
+  return e.Release();
+}
+Result<SnapshotRec> DecodeSnapshot(std::string_view v) {
+  Decoder d(v);
+  SnapshotRec r;
+  if (d.U8() != kSnapshotVersion) return Status::Corruption("snapshot record version");
+  r.name = d.Str32();
+  r.txg = d.U64();
+  r.created = GetTime(d);
+  r.deleting = (d.U8() & 1) != 0;
+  if (!d.ok() || d.remaining() != 0) return Status::Corruption("bad snapshot record");
+  return r;
+}
+
 std::string PrefixEnd(std::string p) {
   while (!p.empty() && static_cast<uint8_t>(p.back()) == 0xff) p.pop_back();
   if (!p.empty()) p.back() = static_cast<char>(static_cast<uint8_t>(p.back()) + 1);
@@ -355,6 +483,7 @@ std::string EncodeVolume(const VolumeRec& v) {
   e.U64(v.bytes);
   e.U8(v.write_through ? 1 : 0);
   e.U8(v.atime);
+  e.U32(v.next_snap);
   return e.Release();
 }
 
@@ -369,7 +498,8 @@ Result<VolumeRec> DecodeVolume(std::string_view s) {
   v.bytes = d.U64();
   if (d.remaining() > 0) v.write_through = (d.U8() & 1) != 0;
   if (d.remaining() > 0) v.atime = d.U8();
-  if (!d.ok() || v.atime > 2) return Status::Corruption("bad volume record");
+  if (d.remaining() > 0) v.next_snap = d.U32();
+  if (!d.ok() || v.atime > 2 || v.next_snap == 0) return Status::Corruption("bad volume record");
   return v;
 }
 

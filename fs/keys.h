@@ -76,6 +76,59 @@ std::string LogBarrierKey();  // L
 std::string EncodeLsn(uint64_t lsn);
 Result<uint64_t> DecodeLsn(std::string_view v);
 
+// ---- snapshots (docs/snapshots.md)
+// Keys whose values end in their birth (the transaction group that wrote
+// them, a BE64 that MetaStore strips): the volume-scoped I D C X E G V.
+bool HasBirth(std::string_view key);
+// Every value HasBirth names carries its birth once this key is there; a
+// domain made before snapshots gets them (birth 0) at its owner's first
+// open, in batches of kBirthUpgradeBatch keys, each of which also moves
+// BirthsProgressKey (the last key given one) so that a crash resumes.
+std::string BirthsDoneKey();      // K
+std::string BirthsProgressKey();  // J
+constexpr size_t kBirthUpgradeBatch = 1024;
+constexpr size_t kBirthBytes = 8;
+void PutBirth(std::string* raw, uint64_t birth);
+uint64_t GetBirth(std::string_view raw);  // raw.size() >= kBirthBytes
+// History: a version of `key` killed in group `kill` that a snapshot still
+// sees: Y vol tag rest BE64(kill), its raw value (birth included). The
+// versions of one key are contiguous and in kill order (names hold no NUL).
+std::string HistoryKey(std::string_view key, uint64_t kill);
+std::string HistoryPrefix(std::string_view key);  // Y vol tag rest
+// The live key of a history key's prefix (Y vol tag rest -> tag vol rest).
+std::string LiveKey(std::string_view history_prefix);
+// Dead entries: what a kill in group `kill` of something born in `birth`
+// keeps for the snapshots between them. Z vol BE64(kill) BE64(birth) kind
+// what; the value is the bytes it pins (u64).
+constexpr char kDeadExtent = 'x';   // what: LUN BE32, offset BE64, length BE64
+constexpr char kDeadVersion = 'y';  // what: the history key
+std::string DeadExtentKey(uint32_t vol, uint64_t kill, uint64_t birth, const Extent& e);
+std::string DeadVersionKey(uint32_t vol, uint64_t kill, uint64_t birth, std::string_view history_key);
+std::string DeadPrefix(uint32_t vol, uint64_t kill);                  // Z vol kill
+std::string DeadPrefix(uint32_t vol, uint64_t kill, uint64_t birth);  // Z vol kill birth
+struct DeadEntry {
+  uint32_t vol = 0;
+  uint64_t kill = 0, birth = 0;
+  char kind = 0;
+  Extent ext;               // kDeadExtent
+  std::string history_key;  // kDeadVersion
+  uint64_t bytes = 0;
+};
+Result<DeadEntry> DecodeDead(std::string_view key, std::string_view value);
+std::string EncodeU64(uint64_t v);
+// Snapshot records by volume and id, and their name index.
+std::string SnapshotKey(uint32_t vol, uint32_t id);                  // W vol id
+std::string SnapshotNameKey(uint32_t vol, const std::string& name);  // T vol name: BE32 id
+struct SnapshotRec {
+  std::string name;
+  uint64_t txg = 0;
+  Timespec created;
+  bool deleting = false;  // being deleted: gone to readers, released in batches
+};
+constexpr uint8_t kSnapshotVersion = 1;
+std::string EncodeSnapshot(const SnapshotRec& r);
+Result<SnapshotRec> DecodeSnapshot(std::string_view v);
+
 // ---- values
 constexpr uint8_t kRecordVersion = 1;  // inodes, volumes, the domain record (version 1)
 
@@ -141,6 +194,8 @@ struct VolumeRec {
   // When reads move atime (fs::Atime; a trailing byte after the flags,
   // absent in older records: relatime).
   uint8_t atime = 0;
+  // The next snapshot id (a trailing u32; absent: 1). Never reused.
+  uint32_t next_snap = 1;
 };
 std::string EncodeVolume(const VolumeRec& v);
 Result<VolumeRec> DecodeVolume(std::string_view s);

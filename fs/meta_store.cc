@@ -346,6 +346,23 @@ void MetaBatch::Put(std::string_view k, std::string_view v) {
 void MetaBatch::Delete(std::string_view k) {
   rep_->batch.Delete(Slice(k.data(), k.size())).PermitUncheckedError();
 }
+void MetaBatch::ForEach(const std::function<void(bool, std::string_view, std::string_view)>& fn) const {
+  struct Each : rocksdb::WriteBatch::Handler {
+    const std::function<void(bool, std::string_view, std::string_view)>* fn;
+    rocksdb::Status PutCF(uint32_t, const Slice& k, const Slice& v) override {
+      (*fn)(true, std::string_view(k.data(), k.size()), std::string_view(v.data(), v.size()));
+      return rocksdb::Status::OK();
+    }
+    rocksdb::Status DeleteCF(uint32_t, const Slice& k) override {
+      (*fn)(false, std::string_view(k.data(), k.size()), {});
+      return rocksdb::Status::OK();
+    }
+  } each;
+  each.fn = &fn;
+  // Only batches built here or checked by FromData reach this: they parse.
+  rep_->batch.Iterate(&each).PermitUncheckedError();
+}
+
 size_t MetaBatch::count() const {
   return static_cast<size_t>(rep_->batch.Count());
 }
@@ -462,6 +479,7 @@ struct MetaStore::Rep {
   std::unique_ptr<rocksdb::Env> base_env;
   std::unique_ptr<rocksdb::Env> env;
   std::unique_ptr<rocksdb::DB> db;
+  std::function<bool(std::string_view)> has_birth;
 };
 
 MetaStore::MetaStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
@@ -531,7 +549,27 @@ Result<std::unique_ptr<MetaStore>> MetaStore::Open(MetaFs* fs, const MetaStoreOp
   return std::unique_ptr<MetaStore>(new MetaStore(std::move(rep)));
 }
 
+void MetaStore::SetBirths(std::function<bool(std::string_view key)> has_birth) {
+  rep_->has_birth = std::move(has_birth);
+}
+
+namespace {
+constexpr size_t kBirthBytes = 8;
+Status NoBirth(std::string_view key) {
+  return Status::Corruption("value of a " + std::string(key.substr(0, 1)) + " key is shorter than its birth");
+}
+}  // namespace
+
 Result<std::string> MetaStore::Get(std::string_view key) {
+  auto v = GetRaw(key);
+  if (v.ok() && rep_->has_birth && rep_->has_birth(key)) {
+    if (v->size() < kBirthBytes) return NoBirth(key);
+    v->resize(v->size() - kBirthBytes);
+  }
+  return v;
+}
+
+Result<std::string> MetaStore::GetRaw(std::string_view key) {
   std::string v;
   rocksdb::Status s = rep_->db->Get(rocksdb::ReadOptions(), Slice(key.data(), key.size()), &v);
   if (s.IsNotFound()) return Status::NotFound("key");
@@ -553,6 +591,23 @@ Status MetaStore::Apply(MetaBatch& batch) {
 
 Status MetaStore::Scan(std::string_view begin, std::string_view end,
                        const std::function<bool(std::string_view, std::string_view)>& fn) {
+  if (!rep_->has_birth) return ScanRaw(begin, end, fn);
+  Status bad;
+  Status s = ScanRaw(begin, end, [&](std::string_view k, std::string_view v) {
+    if (rep_->has_birth(k)) {
+      if (v.size() < kBirthBytes) {
+        bad = NoBirth(k);
+        return false;
+      }
+      v.remove_suffix(kBirthBytes);
+    }
+    return fn(k, v);
+  });
+  return s.ok() ? bad : s;
+}
+
+Status MetaStore::ScanRaw(std::string_view begin, std::string_view end,
+                          const std::function<bool(std::string_view, std::string_view)>& fn) {
   rocksdb::ReadOptions r;
   std::string upper(end);
   Slice upper_slice(upper);

@@ -80,6 +80,9 @@ class MetaBatch {
   void Put(std::string_view key, std::string_view value);
   void Delete(std::string_view key);
   size_t count() const;
+  // Calls fn(put, key, value) for each operation in order (value empty for
+  // a delete).
+  void ForEach(const std::function<void(bool, std::string_view, std::string_view)>& fn) const;
   // The batch as bytes (RocksDB's WriteBatch representation), for the
   // intent log; FromData reads it back (Corruption if it does not parse).
   const std::string& Data() const;
@@ -97,7 +100,15 @@ class MetaStore {
   static Result<std::unique_ptr<MetaStore>> Open(MetaFs* fs, const MetaStoreOptions& options = {});
   ~MetaStore();
 
+  // Births (docs/snapshots.md): the value of every key `has_birth` answers
+  // true for ends in the transaction group that wrote it (a big-endian
+  // u64), which Get and Scan strip (Corruption for a value too short to
+  // hold one) and GetRaw and ScanRaw keep. Set once, before the store is
+  // used from several threads; unset, no value is touched.
+  void SetBirths(std::function<bool(std::string_view key)> has_birth);
+
   Result<std::string> Get(std::string_view key);
+  Result<std::string> GetRaw(std::string_view key);
   // Writes through RocksDB's own WAL; with sync, durable on return.
   Status Write(MetaBatch& batch, bool sync);
   // Applies the batch to the memtable only (no WAL): visible to reads at
@@ -109,6 +120,8 @@ class MetaStore {
   // false. An empty `end` means no upper bound.
   Status Scan(std::string_view begin, std::string_view end,
               const std::function<bool(std::string_view, std::string_view)>& fn);
+  Status ScanRaw(std::string_view begin, std::string_view end,
+                 const std::function<bool(std::string_view, std::string_view)>& fn);
   // Flushes memtables to table files and waits: everything applied before
   // the call is durable when it returns (a transaction group).
   Status Flush();

@@ -10,22 +10,32 @@ namespace nasgw::fs {
 
 using namespace keys;  // fs/keys.h: the keys and values of the metadata
 
-Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name) {
+namespace {
+// Attributes read at snapshot `snap` say so.
+Attr At(Attr a, uint32_t snap) {
+  a.snap = snap;
+  return a;
+}
+}  // namespace
+
+Result<Attr> Domain::Lookup(uint32_t vol, uint64_t dir, const std::string& name, uint32_t snap) {
   ReaderLock lock(impl_->mu);
-  auto d = impl_->LoadDir(vol, dir);
+  auto at = impl_->ReadAt(vol, snap);
+  if (!at.ok()) return at.status();
+  auto d = impl_->LoadDir(vol, dir, *at);
   if (!d.ok()) return d.status();
-  if (name == ".") return d->a;
+  if (name == ".") return At(d->a, snap);
   if (name == "..") {
-    auto p = impl_->LoadInode(vol, d->parent);
+    auto p = impl_->LoadInode(vol, d->parent, *at);
     if (!p.ok()) return p.status();
-    return p->a;
+    return At(p->a, snap);
   }
   if (name.size() > kNameMax) return Status::InvalidArgument("name longer than 255 bytes");
-  auto e = impl_->LoadDirent(vol, dir, name);
+  auto e = impl_->LoadDirent(vol, dir, name, *at);
   if (!e.ok()) return e.status();
-  auto in = impl_->LoadInode(vol, e->ino);
+  auto in = impl_->LoadInode(vol, e->ino, *at);
   if (!in.ok()) return in.status().WithContext("entry '" + name + "' names a missing inode");
-  return in->a;
+  return At(in->a, snap);
 }
 
 Attr Domain::Accessed(uint32_t vol, const Attr& seen, Timespec now) {
@@ -121,11 +131,13 @@ Result<uint64_t> Domain::Impl::UpgradeFoldIndex() {
   return indexed;
 }
 
-Result<Attr> Domain::GetAttr(uint32_t vol, uint64_t ino) {
+Result<Attr> Domain::GetAttr(uint32_t vol, uint64_t ino, uint32_t snap) {
   ReaderLock lock(impl_->mu);
-  auto in = impl_->LoadInode(vol, ino);
+  auto at = impl_->ReadAt(vol, snap);
+  if (!at.ok()) return at.status();
+  auto in = impl_->LoadInode(vol, ino, *at);
   if (!in.ok()) return in.status();
-  return in->a;
+  return At(in->a, snap);
 }
 
 Result<Attr> Domain::GetAttr(const Handle& h) {
@@ -199,9 +211,11 @@ Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name,
   return in.a;
 }
 
-Result<std::string> Domain::ReadLink(uint32_t vol, uint64_t ino) {
+Result<std::string> Domain::ReadLink(uint32_t vol, uint64_t ino, uint32_t snap) {
   ReaderLock lock(impl_->mu);
-  auto in = impl_->LoadInode(vol, ino);
+  auto at = impl_->ReadAt(vol, snap);
+  if (!at.ok()) return at.status();
+  auto in = impl_->LoadInode(vol, ino, *at);
   if (!in.ok()) return in.status();
   if (in->a.type != FileType::kSymlink) return Status::InvalidArgument("not a symlink");
   return in->symlink;
@@ -458,21 +472,23 @@ Status Domain::Exchange(uint32_t vol, uint64_t a_dir, const std::string& a, uint
   return impl_->Durable(t);
 }
 
-Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max) {
+Result<std::vector<DirEntry>> Domain::ReadDir(uint32_t vol, uint64_t dir, uint64_t cookie, size_t max, uint32_t snap) {
   ReaderLock lock(impl_->mu);
-  auto d = impl_->LoadDir(vol, dir);
+  auto at = impl_->ReadAt(vol, snap);
+  if (!at.ok()) return at.status();
+  auto d = impl_->LoadDir(vol, dir, *at);
   if (!d.ok()) return d.status();
   std::vector<DirEntry> out;
   std::string p = Prefix('C', vol, dir);
   Status bad;
-  NASGW_RETURN_IF_ERROR(
-      impl_->store->Scan(CookieKey(vol, dir, cookie + 1), PrefixEnd(p), [&](std::string_view k, std::string_view name) {
+  NASGW_RETURN_IF_ERROR(impl_->ScanAt(
+      CookieKey(vol, dir, cookie + 1), PrefixEnd(p), *at, max, [&](std::string_view k, std::string_view name) {
         if (out.size() >= max) return false;
         if (k.size() != p.size() + 8) {
           bad = Status::Corruption("directory index key of " + std::to_string(k.size()) + " bytes");
           return false;
         }
-        auto e = impl_->LoadDirent(vol, dir, std::string(name));
+        auto e = impl_->LoadDirent(vol, dir, std::string(name), *at);
         if (!e.ok()) {
           bad = e.status().WithContext("directory index");
           return false;
@@ -521,16 +537,18 @@ Result<Attr> Domain::SetAcl(uint32_t vol, uint64_t ino, bool is_default, std::st
   return in->a;
 }
 
-Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::string& name) {
+Result<std::string> Domain::GetXattr(uint32_t vol, uint64_t ino, const std::string& name, uint32_t snap) {
   ReaderLock lock(impl_->mu);
-  auto in = impl_->LoadInode(vol, ino);
+  auto at = impl_->ReadAt(vol, snap);
+  if (!at.ok()) return at.status();
+  auto in = impl_->LoadInode(vol, ino, *at);
   if (!in.ok()) return in.status();
   if (const int acl = AclName(name)) {
     const std::string& v = acl == 1 ? in->a.acl_access : in->a.acl_default;
     if (v.empty()) return Status::NotFound("no attribute " + name);
     return v;
   }
-  auto v = impl_->store->Get(XattrKey(vol, ino, name));
+  auto v = impl_->GetAt(XattrKey(vol, ino, name), *at);
   if (!v.ok()) {
     return v.status().code() == Code::kNotFound ? Status::NotFound("no attribute " + name)
                                                 : v.status().WithContext("attribute " + name);
@@ -559,15 +577,17 @@ Status Domain::SetXattr(uint32_t vol, uint64_t ino, const std::string& name, con
   return impl_->Durable(t);
 }
 
-Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino) {
+Result<std::vector<std::string>> Domain::ListXattr(uint32_t vol, uint64_t ino, uint32_t snap) {
   ReaderLock lock(impl_->mu);
-  auto in = impl_->LoadInode(vol, ino);
+  auto at = impl_->ReadAt(vol, snap);
+  if (!at.ok()) return at.status();
+  auto in = impl_->LoadInode(vol, ino, *at);
   if (!in.ok()) return in.status();
   std::vector<std::string> out;
   if (!in->a.acl_access.empty()) out.emplace_back(kAclAccessXattr);
   if (!in->a.acl_default.empty()) out.emplace_back(kAclDefaultXattr);
   std::string p = Prefix('X', vol, ino);
-  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view) {
+  NASGW_RETURN_IF_ERROR(impl_->ScanAt(p, PrefixEnd(p), *at, SIZE_MAX, [&](std::string_view k, std::string_view) {
     out.emplace_back(k.substr(p.size()));
     return true;
   }));

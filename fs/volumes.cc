@@ -9,8 +9,13 @@ namespace nasgw::fs {
 using namespace keys;  // fs/keys.h: the keys and values of the metadata
 
 namespace {
-VolumeInfo Info(uint32_t id, const VolumeRec& v) {
-  return {id, v.name, v.record_bytes, v.files, v.bytes, v.write_through, static_cast<Atime>(v.atime)};
+VolumeInfo Info(const Domain::Impl& impl, uint32_t id, const VolumeRec& v) REQUIRES_SHARED(impl.mu) {
+  VolumeInfo i{id, v.name, v.record_bytes, v.files, v.bytes, v.write_through, static_cast<Atime>(v.atime)};
+  if (auto it = impl.snaps.find(id); it != impl.snaps.end()) {
+    for (const auto& [sid, s] : it->second) i.snapshots += s.deleting ? 0 : 1;
+  }
+  if (auto it = impl.snap_data_bytes.find(id); it != impl.snap_data_bytes.end()) i.snapshot_bytes = it->second;
+  return i;
 }
 
 Status CheckRecordBytes(uint32_t record_bytes) {
@@ -50,7 +55,7 @@ Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
   lock.Unlock();
   NASGW_RETURN_IF_ERROR(impl_->Durable(t));
-  return Info(id, v);
+  return Info(*impl_, id, v);
 }
 
 Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
@@ -59,7 +64,7 @@ Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
   if (!id.ok()) return id.status();
   auto v = impl_->LoadVolume(*id);
   if (!v.ok()) return v.status();
-  return Info(*id, *v);
+  return Info(*impl_, *id, *v);
 }
 
 Result<std::vector<VolumeInfo>> Domain::ListVolumes() {
@@ -72,7 +77,7 @@ Result<std::vector<VolumeInfo>> Domain::ListVolumes() {
       bad = v.ok() ? Status::Corruption("volume key of " + std::to_string(k.size()) + " bytes") : v.status();
       return false;
     }
-    out.push_back(Info(GetBE32(k, 1), *v));
+    out.push_back(Info(*impl_, GetBE32(k, 1), *v));
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
@@ -100,7 +105,7 @@ Result<VolumeInfo> ChangeVolume(Domain::Impl& impl, const std::string& name, Cha
     lock.Unlock();
     NASGW_RETURN_IF_ERROR(impl.Durable(t));
   }
-  return Info(id, *v);
+  return Info(impl, id, *v);
 }
 }  // namespace
 
@@ -213,6 +218,10 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
   auto id = impl_->VolumeId(name);
   if (!id.ok()) return id.status();
   const uint32_t vol = *id;
+  if (auto it = impl_->snaps.find(vol); it != impl_->snaps.end() && !it->second.empty()) {
+    return Status(Code::kFailedPrecondition,
+                  "volume '" + name + "' has " + std::to_string(it->second.size()) + " snapshot(s): delete them first");
+  }
   std::string exported;
   size_t exports = 0;
   Status bad;
@@ -269,7 +278,7 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
               m.status().WithContext(k.size() >= 13 ? "inode " + std::to_string(GetBE64(k, 5)) : "extent key");
           return false;
         }
-        t.Free(*m);
+        t.Free(vol, *m);
       }
       return true;
     }));

@@ -1,0 +1,537 @@
+// Snapshots (fs/domain.h, "snapshots"; the design is docs/snapshots.md):
+// versions kept for them at commit, reads at a snapshot, create, list and
+// delete with the dead-list rule, and the upgrade that gives every value its
+// birth.
+#include <algorithm>
+#include <set>
+
+#include "base/log.h"
+#include "fs/domain_impl.h"
+
+namespace nasgw::fs {
+
+using namespace keys;  // fs/keys.h: the keys and values of the metadata
+
+std::optional<uint64_t> Domain::Impl::NewestSnap(uint32_t vol) const {
+  auto it = snaps.find(vol);
+  if (it == snaps.end()) return std::nullopt;
+  std::optional<uint64_t> newest;
+  for (const auto& [sid, s] : it->second) {
+    if (!s.deleting && (!newest || s.txg > *newest)) newest = s.txg;
+  }
+  return newest;
+}
+
+Result<uint64_t> Domain::Impl::ReadAt(uint32_t vol, uint32_t snap) {
+  if (snap == 0) return kLive;
+  auto it = snaps.find(vol);
+  if (it != snaps.end()) {
+    auto s = it->second.find(snap);
+    if (s != it->second.end() && !s->second.deleting) return s->second.txg;
+  }
+  return Status(Code::kStale, "snapshot " + std::to_string(snap) + " of volume " + std::to_string(vol) + " is gone");
+}
+
+Status Domain::Impl::Version(Txn& t) {
+  const uint64_t kill = rec.txg + 1;  // the open group (rec.txg counts those synced)
+  // Extents: kept on the dead list when a snapshot sees them (born no later
+  // than the newest), else freed once the batch is durable.
+  std::vector<std::pair<std::string, std::string>> dead;
+  for (const Txn::Killed& x : t.killed) {
+    auto newest = NewestSnap(x.vol);
+    if (newest && x.birth <= *newest) {
+      dead.emplace_back(DeadExtentKey(x.vol, kill, x.birth, x.ext), EncodeU64(x.ext.length));
+      t.pinned_data[x.vol] += static_cast<int64_t>(x.ext.length);
+    } else {
+      t.to_free.push_back(x.ext);
+    }
+  }
+  t.killed.clear();
+  if (!births) {
+    // Only before the upgrade at open, when no snapshot can exist.
+    for (const auto& [k, v] : dead) t.batch.Put(k, v);
+    return Status();
+  }
+  // Metadata: the batch again, each new value with its birth, and before a
+  // key's first change in it the version it replaces, kept when a snapshot
+  // sees it.
+  MetaBatch out;
+  std::set<std::string, std::less<>> seen;
+  Status bad;
+  t.batch.ForEach([&](bool put, std::string_view key, std::string_view value) {
+    if (!bad.ok()) return;
+    if (!HasBirth(key)) {
+      if (put) {
+        out.Put(key, value);
+      } else {
+        out.Delete(key);
+      }
+      return;
+    }
+    const uint32_t vol = GetBE32(key, 1);
+    auto newest = NewestSnap(vol);
+    if (newest && seen.emplace(key).second) {
+      auto old = store->GetRaw(key);
+      if (old.ok()) {
+        if (old->size() < kBirthBytes) {
+          bad = Status::Corruption("value of a " + std::string(key.substr(0, 1)) + " key is shorter than its birth");
+          return;
+        }
+        const uint64_t birth = GetBirth(*old);
+        if (birth <= *newest) {
+          std::string hk = HistoryKey(key, kill);
+          const uint64_t bytes = hk.size() + old->size();
+          out.Put(DeadVersionKey(vol, kill, birth, hk), EncodeU64(bytes));
+          out.Put(hk, *old);
+          t.pinned_meta[vol] += static_cast<int64_t>(bytes);
+        }
+      } else if (old.status().code() != Code::kNotFound) {
+        bad = old.status().WithContext("the version a change replaces");
+        return;
+      }
+    }
+    if (put) {
+      std::string v(value);
+      PutBirth(&v, kill);
+      out.Put(key, v);
+    } else {
+      out.Delete(key);
+    }
+  });
+  NASGW_RETURN_IF_ERROR(bad);
+  for (const auto& [k, v] : dead) out.Put(k, v);
+  t.batch = std::move(out);
+  return Status();
+}
+
+Result<std::string> Domain::Impl::GetAt(std::string_view key, uint64_t at) {
+  if (at == kLive) return store->Get(key);
+  auto raw = store->GetRaw(key);
+  if (raw.ok()) {
+    if (raw->size() < kBirthBytes) return Status::Corruption("value shorter than its birth");
+    if (GetBirth(*raw) <= at) {
+      raw->resize(raw->size() - kBirthBytes);
+      return raw;
+    }
+  } else if (raw.status().code() != Code::kNotFound) {
+    return raw.status();
+  }
+  // The first version killed after `at`, if it was born by then.
+  const std::string p = HistoryPrefix(key);
+  std::string start = p;
+  PutBE64(&start, at + 1);
+  std::optional<std::string> found;
+  Status bad;
+  NASGW_RETURN_IF_ERROR(store->ScanRaw(start, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+    if (k.size() == p.size() + 8 && v.size() >= kBirthBytes && GetBirth(v) <= at) {
+      found = std::string(v.substr(0, v.size() - kBirthBytes));
+    } else if (k.size() == p.size() + 8 && v.size() < kBirthBytes) {
+      bad = Status::Corruption("history value shorter than its birth");
+    }
+    return false;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  if (!found) return Status::NotFound("key");
+  return std::move(*found);
+}
+
+Status Domain::Impl::ScanAt(std::string_view begin, std::string_view end, uint64_t at, size_t max,
+                            const std::function<bool(std::string_view, std::string_view)>& fn) {
+  if (at == kLive) return store->Scan(begin, end, fn);
+  // The live keys born by then (at most `max`), and the kept versions of
+  // keys up to the last of those (or `end`): the two never name one key (a
+  // kept version killed after `at` means the live one was born after it).
+  std::map<std::string, std::string, std::less<>> got;
+  std::optional<std::string> last;
+  Status bad;
+  NASGW_RETURN_IF_ERROR(store->ScanRaw(begin, end, [&](std::string_view k, std::string_view v) {
+    if (v.size() < kBirthBytes) {
+      bad = Status::Corruption("value shorter than its birth");
+      return false;
+    }
+    if (GetBirth(v) > at) return true;
+    got.emplace(k, v.substr(0, v.size() - kBirthBytes));
+    if (got.size() >= max) {
+      last = std::string(k);
+      return false;
+    }
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  const std::string hb = HistoryPrefix(begin);
+  std::string he;
+  if (last) {
+    he = PrefixEnd(HistoryPrefix(*last));
+  } else if (end.size() >= 5 && end.substr(0, 5) == begin.substr(0, 5)) {
+    he = HistoryPrefix(end);
+  } else {
+    he = PrefixEnd(HistoryPrefix(begin.substr(0, 5)));
+  }
+  std::string current;
+  bool settled = false;
+  NASGW_RETURN_IF_ERROR(store->ScanRaw(hb, he, [&](std::string_view k, std::string_view v) {
+    if (k.size() < 6 + 8 || v.size() < kBirthBytes) {
+      bad = Status::Corruption("malformed history key");
+      return false;
+    }
+    std::string live = LiveKey(k.substr(0, k.size() - 8));
+    if (live != current) {
+      current = live;
+      settled = false;
+    }
+    if (settled || GetBE64(k, k.size() - 8) <= at) return true;
+    settled = true;  // the first version killed after `at`: visible if born by then
+    if (last && live > *last) return true;
+    if (GetBirth(v) <= at) got.emplace(std::move(live), v.substr(0, v.size() - kBirthBytes));
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  size_t n = 0;
+  for (const auto& [k, v] : got) {
+    if (n++ >= max || !fn(k, v)) break;
+  }
+  return Status();
+}
+
+Status Domain::Impl::UpgradeBirths(bool read_only) {
+  auto done = Has(BirthsDoneKey());
+  if (!done.ok()) return done.status();
+  if (*done) {
+    store->SetBirths(HasBirth);
+    births = true;
+    return Status();
+  }
+  std::string progress;
+  if (auto p = store->Get(BirthsProgressKey()); p.ok()) {
+    progress = *p;
+  } else if (p.status().code() != Code::kNotFound) {
+    return p.status().WithContext("births upgrade progress");
+  }
+  if (read_only) {
+    // Checking a domain its owner began to upgrade: the keys up to the
+    // progress key have their births.
+    if (!progress.empty()) {
+      store->SetBirths([progress](std::string_view k) { return HasBirth(k) && k <= progress; });
+    }
+    return Status();
+  }
+  uint64_t upgraded = 0;
+  for (;;) {
+    std::string from = progress.empty() ? std::string("C") : progress + std::string(1, '\0');
+    MetaBatch b;
+    size_t n = 0;
+    std::string last;
+    NASGW_RETURN_IF_ERROR(store->ScanRaw(from, "Y", [&](std::string_view k, std::string_view v) {
+      if (!HasBirth(k)) return true;
+      std::string raw(v);
+      PutBirth(&raw, 0);
+      b.Put(k, raw);
+      last = std::string(k);
+      return ++n < kBirthUpgradeBatch;
+    }));
+    if (n == 0) {
+      MetaBatch fin;
+      fin.Put(BirthsDoneKey(), std::string(1, '\x01'));
+      fin.Delete(BirthsProgressKey());
+      NASGW_RETURN_IF_ERROR(store->Write(fin, true).WithContext("births upgrade"));
+      break;
+    }
+    b.Put(BirthsProgressKey(), last);
+    NASGW_RETURN_IF_ERROR(store->Write(b, true).WithContext("births upgrade"));
+    progress = last;
+    upgraded += n;
+  }
+  if (upgraded > 0) {
+    NASGW_LOG(kInfo, "fs") << "metadata values given their births (snapshots)" << Kv("domain", id)
+                           << Kv("keys", upgraded);
+  }
+  store->SetBirths(HasBirth);
+  births = true;
+  return Status();
+}
+
+Status Domain::Impl::LoadSnapshots() {
+  snaps.clear();
+  snap_data_bytes.clear();
+  snap_meta_bytes.clear();
+  Status bad;
+  NASGW_RETURN_IF_ERROR(store->Scan("W", "X", [&](std::string_view k, std::string_view v) {
+    auto r = DecodeSnapshot(v);
+    if (!r.ok() || k.size() != 9) {
+      bad = r.ok() ? Status::Corruption("snapshot key of " + std::to_string(k.size()) + " bytes") : r.status();
+      return false;
+    }
+    snaps[GetBE32(k, 1)][GetBE32(k, 5)] = {r->txg, r->deleting};
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  // What the dead lists pin: their extents are in use.
+  NASGW_RETURN_IF_ERROR(store->Scan("Z", "[", [&](std::string_view k, std::string_view v) {
+    auto d = DecodeDead(k, v);
+    if (!d.ok()) {
+      bad = d.status();
+      return false;
+    }
+    if (d->kind == kDeadExtent) {
+      snap_data_bytes[d->vol] += d->bytes;
+      if (space) {
+        if (Status s = space->MarkUsed(d->ext); !s.ok()) {
+          bad = s.WithContext("dead extent");
+          return false;
+        }
+      }
+    } else {
+      snap_meta_bytes[d->vol] += d->bytes;
+    }
+    return true;
+  }));
+  return bad;
+}
+
+Result<std::pair<uint64_t, uint64_t>> Domain::Impl::ReleaseSnapshot(uint32_t vol, uint32_t snap) {
+  uint64_t freed_data = 0, freed_meta = 0;
+  uint64_t kill_from = 0;
+  for (;;) {
+    WriterLock lock(mu);
+    auto& vs = snaps[vol];
+    auto me = vs.find(snap);
+    if (me == vs.end()) return Status::NotFound("snapshot " + std::to_string(snap));
+    const uint64_t S = me->second.txg;
+    // Its neighbours among the snapshots still recorded (those being
+    // deleted too: they release their own ranges).
+    std::optional<uint64_t> P, N;
+    for (const auto& [oid, o] : vs) {
+      if (oid == snap) continue;
+      if (o.txg < S && (!P || o.txg > *P)) P = o.txg;
+      if (o.txg > S && (!N || o.txg < *N)) N = o.txg;
+    }
+    const uint64_t lo_birth = P ? *P + 1 : 0;
+    if (kill_from <= S) kill_from = S + 1;
+    // Dead entries killed in (S, N] and born in (P, S]: what only S sees.
+    // Per kill group, one seek to its first entry born after P.
+    const std::string vend = PrefixEnd(Prefix('Z', vol));
+    std::vector<DeadEntry> batch;
+    std::vector<std::string> batch_keys;
+    Status bad;
+    bool more = true;
+    while (more && batch.size() < kReleaseBatch) {
+      if (N && kill_from > *N) {
+        more = false;
+        break;
+      }
+      // The next kill group at or after kill_from.
+      std::optional<uint64_t> group;
+      NASGW_RETURN_IF_ERROR(store->ScanRaw(DeadPrefix(vol, kill_from), vend, [&](std::string_view k, std::string_view) {
+        if (k.size() >= 13) group = GetBE64(k, 5);
+        return false;
+      }));
+      if (!group || (N && *group > *N)) {
+        more = false;
+        break;
+      }
+      const std::string gend = PrefixEnd(DeadPrefix(vol, *group));
+      bool group_done = true;
+      NASGW_RETURN_IF_ERROR(
+          store->ScanRaw(DeadPrefix(vol, *group, lo_birth), gend, [&](std::string_view k, std::string_view v) {
+            auto d = DecodeDead(k, v);
+            if (!d.ok()) {
+              bad = d.status();
+              return false;
+            }
+            if (d->birth > S) return false;  // births are in order: the rest are seen by later snapshots
+            batch.push_back(std::move(*d));
+            batch_keys.emplace_back(k);
+            if (batch.size() >= kReleaseBatch) {
+              group_done = false;
+              return false;
+            }
+            return true;
+          }));
+      NASGW_RETURN_IF_ERROR(bad);
+      if (group_done) kill_from = *group + 1;
+    }
+    Txn t;
+    t.essential = true;
+    for (size_t i = 0; i < batch.size(); i++) {
+      const DeadEntry& d = batch[i];
+      t.batch.Delete(batch_keys[i]);
+      if (d.kind == kDeadExtent) {
+        t.to_free.push_back(d.ext);
+        t.pinned_data[vol] -= static_cast<int64_t>(d.bytes);
+        freed_data += d.bytes;
+      } else {
+        t.batch.Delete(d.history_key);
+        t.pinned_meta[vol] -= static_cast<int64_t>(d.bytes);
+        freed_meta += d.bytes;
+      }
+    }
+    if (!more && batch.size() < kReleaseBatch) {
+      // Everything released: the record goes in the same batch.
+      auto r = store->Get(SnapshotKey(vol, snap));
+      if (!r.ok()) return r.status().WithContext("snapshot record");
+      auto rec_s = DecodeSnapshot(*r);
+      if (!rec_s.ok()) return rec_s.status();
+      t.batch.Delete(SnapshotKey(vol, snap));
+      t.batch.Delete(SnapshotNameKey(vol, rec_s->name));
+      NASGW_RETURN_IF_ERROR(Commit(t).WithContext("delete snapshot"));
+      vs.erase(snap);
+      if (vs.empty()) snaps.erase(vol);
+      lock.Unlock();
+      NASGW_RETURN_IF_ERROR(Durable(t).WithContext("delete snapshot"));
+      return std::make_pair(freed_data, freed_meta);
+    }
+    NASGW_RETURN_IF_ERROR(Commit(t).WithContext("delete snapshot"));
+    lock.Unlock();
+    NASGW_RETURN_IF_ERROR(Durable(t).WithContext("delete snapshot"));
+  }
+}
+
+namespace {
+SnapshotInfo Info(uint32_t id, const SnapshotRec& r) {
+  SnapshotInfo i;
+  i.id = id;
+  i.name = r.name;
+  i.txg = r.txg;
+  i.created = r.created;
+  return i;
+}
+}  // namespace
+
+Result<SnapshotInfo> Domain::CreateSnapshot(const std::string& volume, const std::string& name) {
+  NASGW_RETURN_IF_ERROR(CheckName(name).WithContext("snapshot name"));
+  WriterLock lock(impl_->mu);
+  if (!impl_->births) return Status::NotSupported("domain opened read-only");
+  auto vol = impl_->VolumeId(volume);
+  if (!vol.ok()) return vol.status();
+  auto v = impl_->LoadVolume(*vol);
+  if (!v.ok()) return v.status();
+  auto taken = impl_->Has(SnapshotNameKey(*vol, name));
+  if (!taken.ok()) return taken.status();
+  if (*taken) return Status::Exists("volume '" + volume + "' has a snapshot '" + name + "'");
+  const uint32_t id = v->next_snap++;
+  SnapshotRec r;
+  r.name = name;
+  r.txg = impl_->rec.txg + 1;  // the open group, which this batch closes
+  r.created = Now();
+  Impl::Txn t;
+  t.ends_group = true;
+  impl_->PutVolume(t, *vol, *v);
+  t.batch.Put(SnapshotKey(*vol, id), EncodeSnapshot(r));
+  std::string idb;
+  PutBE32(&idb, id);
+  t.batch.Put(SnapshotNameKey(*vol, name), idb);
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t).WithContext("create snapshot"));
+  impl_->snaps[*vol][id] = {r.txg, false};
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t).WithContext("create snapshot"));
+  NASGW_LOG(kInfo, "fs") << "snapshot created" << Kv("volume", volume) << Kv("snapshot", name) << Kv("id", id)
+                         << Kv("txg", r.txg);
+  return Info(id, r);
+}
+
+Result<std::vector<SnapshotInfo>> Domain::ListSnapshots(const std::string& volume) {
+  ReaderLock lock(impl_->mu);
+  auto vol = impl_->VolumeId(volume);
+  if (!vol.ok()) return vol.status();
+  std::vector<SnapshotInfo> out;
+  Status bad;
+  const std::string p = Prefix('W', *vol);
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+    auto r = DecodeSnapshot(v);
+    if (!r.ok() || k.size() != 9) {
+      bad = r.ok() ? Status::Corruption("snapshot key") : r.status();
+      return false;
+    }
+    if (!r->deleting) out.push_back(Info(GetBE32(k, 5), *r));
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) { return a.txg < b.txg; });
+  // What deleting each would free: a dead entry born in b and killed in k
+  // is seen by the snapshots in [b, k); it is one's alone when only one is.
+  std::vector<uint64_t> groups;
+  std::map<uint64_t, size_t> by_group;
+  if (auto it = impl_->snaps.find(*vol); it != impl_->snaps.end()) {
+    for (const auto& [id, s] : it->second) groups.push_back(s.txg);
+  }
+  std::sort(groups.begin(), groups.end());
+  for (size_t i = 0; i < out.size(); i++) by_group[out[i].txg] = i;
+  const std::string zp = Prefix('Z', *vol);
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(zp, PrefixEnd(zp), [&](std::string_view k, std::string_view v) {
+    auto d = DecodeDead(k, v);
+    if (!d.ok()) {
+      bad = d.status();
+      return false;
+    }
+    auto first = std::lower_bound(groups.begin(), groups.end(), d->birth);
+    if (first == groups.end() || *first >= d->kill) return true;           // seen by none: a deletion under way
+    if (first + 1 != groups.end() && *(first + 1) < d->kill) return true;  // shared
+    auto it = by_group.find(*first);
+    if (it == by_group.end()) return true;
+    (d->kind == kDeadExtent ? out[it->second].frees_bytes : out[it->second].frees_meta_bytes) += d->bytes;
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  return out;
+}
+
+Result<SnapshotInfo> Domain::FindSnapshot(const std::string& volume, const std::string& name) {
+  auto all = ListSnapshots(volume);
+  if (!all.ok()) return all.status();
+  for (auto& s : *all) {
+    if (s.name == name) return std::move(s);
+  }
+  return Status::NotFound("volume '" + volume + "' has no snapshot '" + name + "'");
+}
+
+Status Domain::CheckSnapshot(uint32_t vol, uint32_t snap) {
+  ReaderLock lock(impl_->mu);
+  return impl_->ReadAt(vol, snap).status();
+}
+
+Result<SnapshotInfo> Domain::DeleteSnapshot(const std::string& volume, const std::string& name) {
+  MutexLock one(impl_->snap_delete_mu);
+  uint32_t vol = 0, id = 0;
+  SnapshotRec r;
+  {
+    WriterLock lock(impl_->mu);
+    if (!impl_->births) return Status::NotSupported("domain opened read-only");
+    auto v = impl_->VolumeId(volume);
+    if (!v.ok()) return v.status();
+    vol = *v;
+    auto idb = impl_->store->Get(SnapshotNameKey(vol, name));
+    if (!idb.ok()) {
+      return idb.status().code() == Code::kNotFound
+                 ? Status::NotFound("volume '" + volume + "' has no snapshot '" + name + "'")
+                 : idb.status();
+    }
+    if (idb->size() != 4) return Status::Corruption("snapshot name index of '" + name + "'");
+    id = GetBE32(*idb, 0);
+    auto rv = impl_->store->Get(SnapshotKey(vol, id));
+    if (!rv.ok()) return rv.status().WithContext("snapshot record");
+    auto dec = DecodeSnapshot(*rv);
+    if (!dec.ok()) return dec.status();
+    r = *dec;
+    if (!r.deleting) {
+      // Gone to readers at once; a crash from here on is finished at open.
+      r.deleting = true;
+      Impl::Txn t;
+      t.essential = true;
+      t.batch.Put(SnapshotKey(vol, id), EncodeSnapshot(r));
+      NASGW_RETURN_IF_ERROR(impl_->Commit(t).WithContext("delete snapshot"));
+      impl_->snaps[vol][id].deleting = true;
+      lock.Unlock();
+      NASGW_RETURN_IF_ERROR(impl_->Durable(t).WithContext("delete snapshot"));
+    }
+  }
+  auto freed = impl_->ReleaseSnapshot(vol, id);
+  if (!freed.ok()) return freed.status();
+  SnapshotInfo i = Info(id, r);
+  i.frees_bytes = freed->first;
+  i.frees_meta_bytes = freed->second;
+  NASGW_LOG(kInfo, "fs") << "snapshot deleted" << Kv("volume", volume) << Kv("snapshot", name) << Kv("id", id)
+                         << Kv("freed_bytes", i.frees_bytes);
+  return i;
+}
+
+}  // namespace nasgw::fs
