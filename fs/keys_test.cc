@@ -114,17 +114,26 @@ TEST(KeysTest, VolumeRoundTripWithAndWithoutStrictMode) {
   EXPECT_EQ(out->bytes, 1u << 20);
   EXPECT_TRUE(out->write_through);
   EXPECT_EQ(out->atime, 2);
-  auto no_atime = DecodeVolume(enc.substr(0, enc.size() - 1));
+  v.next_snap = 9;
+  EXPECT_EQ(DecodeVolume(EncodeVolume(v))->next_snap, 9u);
+  auto no_snap = DecodeVolume(enc.substr(0, enc.size() - 4));  // before snapshots: the first id is 1
+  ASSERT_TRUE(no_snap.ok()) << no_snap.status().ToString();
+  EXPECT_EQ(no_snap->next_snap, 1u);
+  EXPECT_EQ(no_snap->atime, 2);
+  for (size_t cut = 1; cut < 4; cut++) {
+    EXPECT_EQ(DecodeVolume(enc.substr(0, enc.size() - cut)).status().code(), Code::kCorruption) << cut;
+  }
+  auto no_atime = DecodeVolume(enc.substr(0, enc.size() - 5));
   ASSERT_TRUE(no_atime.ok()) << no_atime.status().ToString();
   EXPECT_TRUE(no_atime->write_through);
   EXPECT_EQ(no_atime->atime, 0) << "relatime";
-  auto old = DecodeVolume(enc.substr(0, enc.size() - 2));
+  auto old = DecodeVolume(enc.substr(0, enc.size() - 6));
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_FALSE(old->write_through);
   EXPECT_EQ(old->atime, 0);
   EXPECT_EQ(old->files, 5u);
   std::string unknown = enc;
-  unknown.back() = 3;  // no such policy
+  unknown[unknown.size() - 5] = 3;  // no such policy
   EXPECT_EQ(DecodeVolume(unknown).status().code(), Code::kCorruption);
 }
 
@@ -269,10 +278,10 @@ TEST(KeysTest, VolumeRoundTrip) {
   EXPECT_EQ(out->files, r.files);
   EXPECT_EQ(out->bytes, r.bytes);
   EXPECT_FALSE(out->write_through);
-  // The last two bytes (strict mode's flags, the atime policy) may be
-  // missing (an older record): VolumeRoundTripWithAndWithoutStrictMode.
-  // Any shorter is corrupt.
-  EveryTruncationIsCorruption(v.substr(0, v.size() - 2), [](std::string_view s) { return DecodeVolume(s); });
+  // The last six bytes (strict mode's flags, the atime policy, the next
+  // snapshot id) may be missing (an older record):
+  // VolumeRoundTripWithAndWithoutStrictMode. Any shorter is corrupt.
+  EveryTruncationIsCorruption(v.substr(0, v.size() - 6), [](std::string_view s) { return DecodeVolume(s); });
   std::string bad = v;
   bad[0] = 2;
   EXPECT_EQ(DecodeVolume(bad).status().code(), Code::kCorruption);
@@ -370,4 +379,47 @@ TEST(KeysTest, HandleSecret) {
 }
 
 }  // namespace
+// History keys keep one key's versions together and in kill order, whatever
+// names follow; dead entries round-trip and refuse what is malformed.
+TEST(KeysTest, HistoryAndDeadEntries) {
+  const std::string a = DirentKey(3, 7, "a"), ab = DirentKey(3, 7, "ab"), a1 = DirentKey(3, 7, "a\x01");
+  EXPECT_TRUE(HasBirth(a));
+  EXPECT_FALSE(HasBirth(SnapshotKey(3, 1)));
+  EXPECT_FALSE(HasBirth(ExportKey(1)));
+  EXPECT_LT(HistoryKey(a, 5), HistoryKey(a, 6));
+  EXPECT_LT(HistoryKey(a, 1ull << 40), HistoryKey(a1, 0));
+  EXPECT_LT(HistoryKey(a1, 1ull << 40), HistoryKey(ab, 0));
+  EXPECT_EQ(LiveKey(HistoryPrefix(a)), a);
+  EXPECT_EQ(LiveKey(HistoryPrefix(InodeKey(3, 9))), InodeKey(3, 9));
+  const Extent e{1, 8192, 4096};
+  auto x = DecodeDead(DeadExtentKey(3, 9, 4, e), EncodeU64(4096));
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  EXPECT_EQ(x->kind, kDeadExtent);
+  EXPECT_EQ(x->vol, 3u);
+  EXPECT_EQ(x->kill, 9u);
+  EXPECT_EQ(x->birth, 4u);
+  EXPECT_EQ(x->ext, e);
+  EXPECT_EQ(DecodeDead(DeadExtentKey(3, 9, 4, e), EncodeU64(1)).status().code(), Code::kCorruption);
+  EXPECT_EQ(DecodeDead(DeadExtentKey(3, 4, 4, e), EncodeU64(4096)).status().code(), Code::kCorruption)
+      << "killed in the group of its birth";
+  const std::string hk = HistoryKey(a, 9);
+  auto y = DecodeDead(DeadVersionKey(3, 9, 4, hk), EncodeU64(40));
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ(y->history_key, hk);
+  EXPECT_EQ(DecodeDead(DeadVersionKey(3, 8, 4, hk), EncodeU64(40)).status().code(), Code::kCorruption)
+      << "a history key of another kill";
+  EXPECT_LT(DeadPrefix(3, 9, 4), DeadPrefix(3, 9, 5));
+  EXPECT_LT(DeadExtentKey(3, 9, 5, e), DeadPrefix(3, 10));
+  SnapshotRec r;
+  r.name = "hourly-2026-11-27T08:00";
+  r.txg = 12;
+  r.created = {100, 5};
+  auto back = DecodeSnapshot(EncodeSnapshot(r));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->name, r.name);
+  EXPECT_EQ(back->txg, 12u);
+  EXPECT_FALSE(back->deleting);
+  EveryTruncationIsCorruption(EncodeSnapshot(r), [](std::string_view s) { return DecodeSnapshot(s); });
+}
+
 }  // namespace nasgw::fs::keys
