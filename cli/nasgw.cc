@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -79,6 +80,10 @@ commands:
   volume create NAME [--record-size SIZE]
   volume set NAME [--record-size SIZE] [--write-through on|off] [--atime POLICY]
   volume delete NAME [--force]       --force deletes a volume that holds files
+  snapshot list VOLUME               the volume's snapshots, oldest first
+  snapshot show VOLUME NAME          one snapshot
+  snapshot create VOLUME NAME        snapshot the volume as it stands now
+  snapshot delete VOLUME NAME        delete a snapshot (gives back what only it holds)
   export list                        the NFS exports
   export show ID|PSEUDO              one export, by id or pseudo path
   export add VOLUME[/SUBPATH] [--pseudo P] [--clients CIDR[,CIDR...]] [--ro]
@@ -182,7 +187,8 @@ const std::vector<CommandSpec>& Commands() {
        0,
        {},
        {},
-       "usage: nasgw volume list\n\nThe NAS volumes: name, id, record size, files, bytes used.\n"},
+       "usage: nasgw volume list\n\nThe NAS volumes: name, id, record size, files, bytes used, snapshots and the "
+       "bytes only they hold.\n"},
       {"volume", "show", 1, {}, {}, "usage: nasgw volume show NAME\n\nOne NAS volume.\n"},
       {"volume",
        "create",
@@ -213,6 +219,36 @@ const std::vector<CommandSpec>& Commands() {
        "usage: nasgw volume delete NAME [--force]\n\n"
        "Deletes a NAS volume.\n"
        "  --force  delete it even though it holds files (they are lost)\n"},
+      {"snapshot",
+       "list",
+       1,
+       {},
+       {},
+       "usage: nasgw snapshot list VOLUME\n\nThe volume's snapshots, oldest first: name, id, when it was taken, its "
+       "transaction group,\nand the data bytes deleting it would give back now.\n"},
+      {"snapshot",
+       "show",
+       2,
+       {},
+       {},
+       "usage: nasgw snapshot show VOLUME NAME\n\nOne snapshot of a volume, with what deleting it would give back now "
+       "(data and metadata).\n"},
+      {"snapshot",
+       "create",
+       2,
+       {},
+       {},
+       "usage: nasgw snapshot create VOLUME NAME\n\n"
+       "Takes a snapshot of VOLUME named NAME: the volume as it stands now, with every write\n"
+       "answered to a client before it (nasgwd flushes its write-back cache first). NAME is\n"
+       "1-255 bytes without '/' or NUL, not '.' or '..', unique among the volume's snapshots.\n"},
+      {"snapshot",
+       "delete",
+       2,
+       {},
+       {},
+       "usage: nasgw snapshot delete VOLUME NAME\n\n"
+       "Deletes a snapshot: it is gone to clients at once, and what only it held is given back.\n"},
       {"export",
        "list",
        0,
@@ -602,9 +638,19 @@ json ToJson(const pb::Reserve& r) {
 }
 
 json ToJson(const pb::Volume& v) {
-  return {{"id", v.id()},       {"name", v.name()},   {"record_bytes", v.record_bytes()},
-          {"files", v.files()}, {"bytes", v.bytes()}, {"write_through", v.write_through()},
-          {"atime", v.atime()}};
+  return {{"id", v.id()},       {"name", v.name()},           {"record_bytes", v.record_bytes()},
+          {"files", v.files()}, {"bytes", v.bytes()},         {"write_through", v.write_through()},
+          {"atime", v.atime()}, {"snapshots", v.snapshots()}, {"snapshot_bytes", v.snapshot_bytes()}};
+}
+
+json ToJson(const pb::Snapshot& sn) {
+  return {{"id", sn.id()},
+          {"name", sn.name()},
+          {"volume", sn.volume()},
+          {"txg", sn.txg()},
+          {"created_unix", sn.created_unix()},
+          {"frees_bytes", sn.frees_bytes()},
+          {"frees_meta_bytes", sn.frees_meta_bytes()}};
 }
 
 json ToJson(const pb::Export& e) {
@@ -689,8 +735,30 @@ void PrintVolume(const pb::Volume& v) {
               {"record size", HumanBytes(v.record_bytes())},
               {"files", std::to_string(v.files())},
               {"used", HumanBytes(v.bytes())},
+              {"snapshots", std::to_string(v.snapshots())},
+              {"snapshot used", HumanBytes(v.snapshot_bytes())},
               {"write-through", v.write_through() ? "on (strict)" : "off"},
               {"atime", v.atime()}});
+}
+
+// A time from the server, in UTC: 2026-11-23 11:18:42Z.
+std::string UtcTime(int64_t unix_seconds) {
+  const auto t = static_cast<time_t>(unix_seconds);
+  struct tm tm {};
+  if (gmtime_r(&t, &tm) == nullptr) return std::to_string(unix_seconds);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%SZ", &tm);
+  return buf;
+}
+
+void PrintSnapshot(const pb::Snapshot& sn) {
+  PrintPairs({{"name", sn.name()},
+              {"volume", sn.volume()},
+              {"id", std::to_string(sn.id())},
+              {"created", UtcTime(sn.created_unix())},
+              {"txg", std::to_string(sn.txg())},
+              {"frees", HumanBytes(sn.frees_bytes()) + " of data, " + HumanBytes(sn.frees_meta_bytes()) +
+                            " of metadata (what deleting it gives back now)"}});
 }
 
 template <typename List>
@@ -1383,6 +1451,66 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       return kExitOk;
     }
   }
+  if (c.group == "snapshot") {
+    if (c.verb == "list") {
+      pb::ListSnapshotsRequest req;
+      req.set_volume(args[0]);
+      pb::ListSnapshotsResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::ListSnapshots, req, &r)) return fail(*f);
+      if (g_json) {
+        json snaps = json::array();
+        for (const auto& sn : r.snapshots()) snaps.push_back(ToJson(sn));
+        PrintJson({{"snapshots", snaps}});
+      } else {
+        Table t({"NAME", "ID", "CREATED", "TXG", "FREES"});
+        for (const auto& sn : r.snapshots()) {
+          t.Add({sn.name(), std::to_string(sn.id()), UtcTime(sn.created_unix()), std::to_string(sn.txg()),
+                 HumanBytes(sn.frees_bytes())});
+        }
+        t.Print({1, 3, 4});
+      }
+      return kExitOk;
+    }
+    if (c.verb == "show" || c.verb == "create") {
+      pb::Snapshot sn;
+      if (c.verb == "show") {
+        pb::GetSnapshotRequest req;
+        req.set_volume(args[0]);
+        req.set_name(args[1]);
+        pb::GetSnapshotResponse r;
+        if (auto f = client->Call(&pb::Admin::Stub::GetSnapshot, req, &r)) return fail(*f);
+        sn = r.snapshot();
+      } else {
+        pb::CreateSnapshotRequest req;
+        req.set_volume(args[0]);
+        req.set_name(args[1]);
+        pb::CreateSnapshotResponse r;
+        if (auto f = client->Call(&pb::Admin::Stub::CreateSnapshot, req, &r)) return fail(*f);
+        sn = r.snapshot();
+      }
+      if (g_json) {
+        PrintJson({{"snapshot", ToJson(sn)}});
+      } else {
+        PrintSnapshot(sn);
+      }
+      return kExitOk;
+    }
+    if (c.verb == "delete") {
+      pb::DeleteSnapshotRequest req;
+      req.set_volume(args[0]);
+      req.set_name(args[1]);
+      pb::DeleteSnapshotResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::DeleteSnapshot, req, &r)) return fail(*f);
+      if (g_json) {
+        PrintJson({{"deleted", {{"snapshot", ToJson(r.snapshot())}}}});
+      } else {
+        std::cout << "deleted snapshot " << Esc(r.snapshot().name()) << " of volume " << Esc(r.snapshot().volume())
+                  << ": gave back " << HumanBytes(r.snapshot().frees_bytes()) << " of data, "
+                  << HumanBytes(r.snapshot().frees_meta_bytes()) << " of metadata\n";
+      }
+      return kExitOk;
+    }
+  }
   if (c.verb == "list") {
     pb::ListVolumesResponse r;
     if (auto f = client->Call(&pb::Admin::Stub::ListVolumes, pb::ListVolumesRequest(), &r)) return fail(*f);
@@ -1391,12 +1519,13 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       for (const auto& v : r.volumes()) vols.push_back(ToJson(v));
       PrintJson({{"volumes", vols}});
     } else {
-      Table t({"NAME", "ID", "RECORD", "FILES", "USED", "WRITE-THROUGH"});
+      Table t({"NAME", "ID", "RECORD", "FILES", "USED", "SNAPSHOTS", "SNAP-USED", "WRITE-THROUGH"});
       for (const auto& v : r.volumes()) {
         t.Add({v.name(), std::to_string(v.id()), HumanBytes(v.record_bytes()), std::to_string(v.files()),
-               HumanBytes(v.bytes()), v.write_through() ? "on" : "off"});
+               HumanBytes(v.bytes()), std::to_string(v.snapshots()), HumanBytes(v.snapshot_bytes()),
+               v.write_through() ? "on" : "off"});
       }
-      t.Print({1, 2, 3, 4, 5});
+      t.Print({1, 2, 3, 4, 5, 6, 7});
     }
     return kExitOk;
   }
@@ -1502,8 +1631,8 @@ int Main(int argc, char** argv) {
   if (p.help) {
     if (c) {
       std::cout << c->usage;
-    } else if (!p.words.empty() &&
-               (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "volume" || p.words[0] == "export")) {
+    } else if (!p.words.empty() && (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "volume" ||
+                                    p.words[0] == "snapshot" || p.words[0] == "export" || p.words[0] == "share")) {
       std::cout << GroupHelp(p.words[0]);
     } else {
       std::cout << kMainHelp;
@@ -1517,7 +1646,7 @@ int Main(int argc, char** argv) {
   }
   if (!c) {
     const std::string& g = p.words[0];
-    if (g == "node" || g == "reserve" || g == "volume" || g == "export") {
+    if (g == "node" || g == "reserve" || g == "volume" || g == "snapshot" || g == "export" || g == "share") {
       if (p.words.size() == 1) return Usage(g + " needs a command", "nasgw " + g);
       return Usage("unknown command '" + g + " " + p.words[1] + "'", "nasgw " + g);
     }
@@ -1528,7 +1657,9 @@ int Main(int argc, char** argv) {
   const size_t skip = c->verb.empty() ? 1 : 2;
   std::vector<std::string> args(p.words.begin() + static_cast<std::ptrdiff_t>(skip), p.words.end());
   if (args.size() < c->positionals) {
-    const std::string what = c->group == "volume"   ? "a volume NAME"
+    const std::string what = c->group == "volume" ? "a volume NAME"
+                             : c->group == "snapshot"
+                                 ? (c->verb == "list" ? "a VOLUME" : "a VOLUME and a snapshot NAME")
                              : c->group == "export" ? (c->verb == "add"    ? "VOLUME[/SUBPATH]"
                                                        : c->verb == "show" ? "an export ID or PSEUDO path"
                                                                            : "an export ID")
@@ -1556,10 +1687,12 @@ int Main(int argc, char** argv) {
     const std::string shown = what == "LUN URL" ? "" : " '" + Esc(value) + "'";
     return Usage(what + shown + " holds " + problem + ": control characters and invalid UTF-8 are refused", hint);
   };
-  for (const auto& a : args) {
-    const std::string what = c->group == "volume"                            ? "volume name"
-                             : c->group == "export" && c->verb == "add"      ? "VOLUME[/SUBPATH]"
-                             : c->group == "export"                          ? "export"
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    const std::string what = c->group == "volume"                       ? "volume name"
+                             : c->group == "snapshot"                   ? (i == 0 ? "volume name" : "snapshot name")
+                             : c->group == "export" && c->verb == "add" ? "VOLUME[/SUBPATH]"
+                             : c->group == "export"                     ? "export"
                              : c->group == "reserve" && c->verb == "add-lun" ? "LUN URL"
                                                                              : "argument";
     if (auto rc = text_problem(what, a)) return *rc;

@@ -80,18 +80,29 @@ grpc::Status CheckText(const std::string& what, const std::string& value) {
                  ": control characters and invalid UTF-8 are refused");
 }
 
-grpc::Status CheckVolumeName(const std::string& name) {
-  // A volume is a path component (/<volume>/...): the file system's name rules.
-  if (name.empty()) return Invalid("volume name is empty");
-  if (auto s = CheckText("volume name", name); !s.ok()) return s;
-  if (name == "." || name == "..") return Invalid("volume name cannot be '" + name + "'");
-  if (name.size() > fs::kNameMax) {
-    return Invalid("volume name is " + std::to_string(name.size()) + " bytes; at most " + std::to_string(fs::kNameMax));
+// A name that is a path component: the file system's rules for a directory
+// entry. `what` names it in the message ("volume name").
+grpc::Status CheckComponentName(const std::string& what, const std::string& name, size_t max) {
+  if (name.empty()) return Invalid(what + " is empty");
+  if (auto s = CheckText(what, name); !s.ok()) return s;
+  if (name == "." || name == "..") return Invalid(what + " cannot be '" + name + "'");
+  if (name.size() > max) {
+    return Invalid(what + " is " + std::to_string(name.size()) + " bytes; at most " + std::to_string(max));
   }
   if (name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
-    return Invalid("volume name cannot contain '/' or NUL");
+    return Invalid(what + " cannot contain '/' or NUL");
   }
   return grpc::Status::OK;
+}
+
+grpc::Status CheckVolumeName(const std::string& name) {
+  // A volume is a path component (/<volume>/...).
+  return CheckComponentName("volume name", name, fs::kNameMax);
+}
+
+grpc::Status CheckSnapshotName(const std::string& name) {
+  // A snapshot is reached as a directory entry (.snapshot/<name>).
+  return CheckComponentName("snapshot name", name, fs::kSnapshotNameMax);
 }
 
 grpc::Status CheckReserveName(const std::string& name) {
@@ -222,6 +233,18 @@ void Fill(const fs::VolumeInfo& v, pb::Volume* out) {
   out->set_bytes(v.bytes);
   out->set_write_through(v.write_through);
   out->set_atime(fs::AtimeName(v.atime));
+  out->set_snapshots(v.snapshots);
+  out->set_snapshot_bytes(v.snapshot_bytes);
+}
+
+void Fill(const fs::SnapshotInfo& sn, const std::string& volume, pb::Snapshot* out) {
+  out->set_id(sn.id);
+  out->set_name(sn.name);
+  out->set_volume(volume);
+  out->set_txg(sn.txg);
+  out->set_created_unix(sn.created.sec);
+  out->set_frees_bytes(sn.frees_bytes);
+  out->set_frees_meta_bytes(sn.frees_meta_bytes);
 }
 
 void Fill(const fs::Export& e, pb::Export* out) {
@@ -250,7 +273,8 @@ void Fill(const fs::Share& s, pb::Share* out) {
 
 class AdminService final : public pb::Admin::Service {
  public:
-  AdminService(Node* node, AdminServer::CacheStatsFn cache_stats) : node_(node), cache_stats_(std::move(cache_stats)) {}
+  AdminService(Node* node, AdminServer::CacheStatsFn cache_stats, AdminServer::CacheFlushFn cache_flush)
+      : node_(node), cache_stats_(std::move(cache_stats)), cache_flush_(std::move(cache_flush)) {}
 
   grpc::Status GetNode(grpc::ServerContext*, const pb::GetNodeRequest*, pb::GetNodeResponse* out) override {
     Fill(node_->Status(), out->mutable_node());
@@ -494,6 +518,63 @@ class AdminService final : public pb::Admin::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status CreateSnapshot(grpc::ServerContext*, const pb::CreateSnapshotRequest* req,
+                              pb::CreateSnapshotResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    if (auto s = CheckSnapshotName(req->name()); !s.ok()) return s;
+    NASGW_LOG(kInfo, "admin") << "create snapshot" << Kv("volume", req->volume()) << Kv("name", req->name());
+    // An unknown volume (or a reserve that is not online) is told before
+    // the flush below, which it would only slow down.
+    if (auto v = node_->GetVolume(req->volume()); !v.ok()) return ToGrpc(v.status());
+    // Everything answered to clients before this create began must be in
+    // the snapshot: what the write-back cache holds dirty goes to the domain
+    // first, and the flush waits for it (a file's flush already in progress
+    // included). The cache has no per-volume flush, so this is the whole
+    // cache's (every volume's dirty data), as at shutdown. The domain then
+    // takes the snapshot at a transaction-group boundary, after these
+    // flushes' transactions.
+    if (cache_flush_) {
+      if (nasgw::Status s = cache_flush_(); !s.ok()) {
+        return ToGrpc(s.WithContext("snapshot '" + req->name() + "' of volume '" + req->volume() +
+                                    "' not taken: the write-back cache could not be flushed"));
+      }
+    }
+    auto sn = node_->CreateSnapshot(req->volume(), req->name());
+    if (!sn.ok()) return ToGrpc(sn.status());
+    Fill(*sn, req->volume(), out->mutable_snapshot());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListSnapshots(grpc::ServerContext*, const pb::ListSnapshotsRequest* req,
+                             pb::ListSnapshotsResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    auto snaps = node_->ListSnapshots(req->volume());
+    if (!snaps.ok()) return ToGrpc(snaps.status());
+    for (const auto& sn : *snaps) Fill(sn, req->volume(), out->add_snapshots());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetSnapshot(grpc::ServerContext*, const pb::GetSnapshotRequest* req,
+                           pb::GetSnapshotResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    if (auto s = CheckSnapshotName(req->name()); !s.ok()) return s;
+    auto sn = node_->GetSnapshot(req->volume(), req->name());
+    if (!sn.ok()) return ToGrpc(sn.status());
+    Fill(*sn, req->volume(), out->mutable_snapshot());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DeleteSnapshot(grpc::ServerContext*, const pb::DeleteSnapshotRequest* req,
+                              pb::DeleteSnapshotResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    if (auto s = CheckSnapshotName(req->name()); !s.ok()) return s;
+    NASGW_LOG(kInfo, "admin") << "delete snapshot" << Kv("volume", req->volume()) << Kv("name", req->name());
+    auto sn = node_->DeleteSnapshot(req->volume(), req->name());
+    if (!sn.ok()) return ToGrpc(sn.status());
+    Fill(*sn, req->volume(), out->mutable_snapshot());
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetStats(grpc::ServerContext*, const pb::GetStatsRequest*, pb::GetStatsResponse* out) override {
     Fill(node_->Status(), out->mutable_node());
     const ReserveStatus r = node_->GetReserve();
@@ -542,6 +623,7 @@ class AdminService final : public pb::Admin::Service {
 
   Node* const node_;
   const AdminServer::CacheStatsFn cache_stats_;
+  const AdminServer::CacheFlushFn cache_flush_;
 };
 
 Result<std::string> ReadFile(const std::string& path, const char* what) {
@@ -618,7 +700,8 @@ int AdminServer::tcp_port() const {
   return impl_->tcp_port;
 }
 
-Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config& config, CacheStatsFn cache_stats) {
+Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config& config, CacheStatsFn cache_stats,
+                                                        CacheFlushFn cache_flush) {
   auto impl = std::make_unique<Impl>();
   impl->node = node;
   impl->socket_path = !config.admin_socket.empty() ? config.admin_socket : config.run_dir + "/admin.sock";
@@ -641,7 +724,7 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config
     ::rmdir(tmpl.c_str());
   };
 
-  impl->service = std::make_unique<AdminService>(node, std::move(cache_stats));
+  impl->service = std::make_unique<AdminService>(node, std::move(cache_stats), std::move(cache_flush));
   grpc::ServerBuilder builder;
   builder.RegisterService(impl->service.get());
   builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());

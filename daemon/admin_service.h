@@ -31,10 +31,16 @@ class AdminServer {
  public:
   // The write-back cache's counters (the head service holds the cache).
   using CacheStatsFn = std::function<cache::DataCacheStats()>;
+  // Writes what the write-back cache holds dirty to the domain and waits for
+  // it (HeadService::FlushCache): CreateSnapshot calls it first, so that
+  // every write answered before the create began is in the snapshot.
+  using CacheFlushFn = std::function<nasgw::Status()>;
   // REQUIRES: `node` outlives the server (or Shutdown()), and so does what
-  // `cache_stats` reads (null: the cache section stays empty).
+  // `cache_stats` reads (null: the cache section stays empty) and what
+  // `cache_flush` flushes (null: there is no cache to flush).
   static Result<std::unique_ptr<AdminServer>> Start(Node* node, const Config& config,
-                                                    CacheStatsFn cache_stats = nullptr);
+                                                    CacheStatsFn cache_stats = nullptr,
+                                                    CacheFlushFn cache_flush = nullptr);
   // Stops admitting, waits for RPCs in flight, removes the socket. Idempotent.
   void Shutdown();
   ~AdminServer();

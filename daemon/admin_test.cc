@@ -8,6 +8,8 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,9 +19,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "base/limits.h"
 #include "block/mem_device.h"
+#include "cache/data_cache.h"
 #include "daemon/admin_service.h"
+#include "daemon/metrics.h"
 #include "daemon/node.h"
+#include "daemon/node_metrics.h"
 #include "proto/admin.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
@@ -101,7 +107,7 @@ class AdminTest : public ::testing::Test {
     auto n = Node::Start(config_, Opener(), SmallDomain());
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     node_ = std::move(n.value());
-    auto s = AdminServer::Start(node_.get(), config_, cache_stats_);
+    auto s = AdminServer::Start(node_.get(), config_, cache_stats_, cache_flush_);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s.value());
     auto channel = grpc::CreateChannel("unix:" + config_.admin_socket, grpc::InsecureChannelCredentials());
@@ -165,6 +171,54 @@ class AdminTest : public ::testing::Test {
     auto s = Call(&pb::Admin::Stub::UpdateVolume, req, &r);
     if (out) *out = r.volume();
     return s;
+  }
+
+  grpc::Status CreateSnapshot(const std::string& volume, const std::string& name, pb::Snapshot* out = nullptr) {
+    pb::CreateSnapshotRequest req;
+    req.set_volume(volume);
+    req.set_name(name);
+    pb::CreateSnapshotResponse r;
+    auto s = Call(&pb::Admin::Stub::CreateSnapshot, req, &r);
+    if (out) *out = r.snapshot();
+    return s;
+  }
+
+  grpc::Status ListSnapshots(const std::string& volume, std::vector<pb::Snapshot>* out = nullptr) {
+    pb::ListSnapshotsRequest req;
+    req.set_volume(volume);
+    pb::ListSnapshotsResponse r;
+    auto s = Call(&pb::Admin::Stub::ListSnapshots, req, &r);
+    if (out) out->assign(r.snapshots().begin(), r.snapshots().end());
+    return s;
+  }
+
+  grpc::Status GetSnapshot(const std::string& volume, const std::string& name, pb::Snapshot* out = nullptr) {
+    pb::GetSnapshotRequest req;
+    req.set_volume(volume);
+    req.set_name(name);
+    pb::GetSnapshotResponse r;
+    auto s = Call(&pb::Admin::Stub::GetSnapshot, req, &r);
+    if (out) *out = r.snapshot();
+    return s;
+  }
+
+  grpc::Status DeleteSnapshot(const std::string& volume, const std::string& name, pb::Snapshot* out = nullptr) {
+    pb::DeleteSnapshotRequest req;
+    req.set_volume(volume);
+    req.set_name(name);
+    pb::DeleteSnapshotResponse r;
+    auto s = Call(&pb::Admin::Stub::DeleteSnapshot, req, &r);
+    if (out) *out = r.snapshot();
+    return s;
+  }
+
+  pb::Volume GetVolume(const std::string& name) {
+    pb::GetVolumeRequest req;
+    req.set_name(name);
+    pb::GetVolumeResponse r;
+    auto s = Call(&pb::Admin::Stub::GetVolume, req, &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return r.volume();
   }
 
   // Puts a file with data into a volume, as a head would.
@@ -236,12 +290,25 @@ class AdminTest : public ::testing::Test {
   std::string dir_;
   Config config_;
   AdminServer::CacheStatsFn cache_stats_;  // the head service's cache, where a test has one
+  AdminServer::CacheFlushFn cache_flush_;  // the same
   std::map<std::string, std::shared_ptr<block::MemLun>> media_;
   std::vector<std::string> opened_;
   std::unique_ptr<Node> node_;
   std::unique_ptr<AdminServer> server_;
   std::unique_ptr<pb::Admin::Stub> stub_;
 };
+
+// Bytes read, in few words: their count and runs of one value.
+std::string Summary(const std::string& bytes) {
+  std::string out = std::to_string(bytes.size()) + " bytes:";
+  for (size_t i = 0; i < bytes.size();) {
+    size_t j = i;
+    while (j < bytes.size() && bytes[j] == bytes[i]) j++;
+    out += " " + std::to_string(j - i) + "x" + std::to_string(static_cast<unsigned char>(bytes[i]));
+    i = j;
+  }
+  return out;
+}
 
 std::string Describe(const CliResult& r) {
   return "exit " + std::to_string(r.exit_code) + "\nstdout:\n" + r.out + "stderr:\n" + r.err;
@@ -409,6 +476,339 @@ TEST_F(AdminTest, RecordSizeChangesOnlyWhileEmpty) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("record size can only change while it is empty"), std::string::npos)
       << s.error_message();
+}
+
+// Snapshots through the admin API: two of a volume, listed oldest first
+// with their fields; a duplicate name, bad names and an unknown volume or
+// snapshot refused with their codes; one shown, one deleted, the list
+// again; the volume's snapshot count and bytes, and their gauges.
+TEST_F(AdminTest, SnapshotsCreateListShowAndDelete) {
+  StartAll();
+  EXPECT_EQ(ListSnapshots("v").error_code(), grpc::StatusCode::UNAVAILABLE) << "no reserve yet";
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  ASSERT_TRUE(CreateVolume("other").ok());
+  WriteFile("v", "f", 100000);
+  EXPECT_EQ(GetVolume("v").snapshots(), 0u);
+
+  const int64_t t0 = ::time(nullptr);
+  pb::Snapshot mon, tue;
+  auto s = CreateSnapshot("v", "monday", &mon);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  WriteFile("v", "g", 50000);
+  s = CreateSnapshot("v", "tuesday", &tue);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const int64_t t1 = ::time(nullptr);
+  EXPECT_EQ(mon.name(), "monday");
+  EXPECT_EQ(mon.volume(), "v");
+  EXPECT_GT(mon.id(), 0u);
+  EXPECT_GT(tue.id(), mon.id()) << "ids come from a counter and are never reused";
+  EXPECT_GT(tue.txg(), mon.txg()) << "a change committed in between";
+  EXPECT_GE(mon.created_unix(), t0);
+  EXPECT_LE(tue.created_unix(), t1);
+  EXPECT_LE(mon.created_unix(), tue.created_unix());
+
+  std::vector<pb::Snapshot> list;
+  ASSERT_TRUE(ListSnapshots("v", &list).ok());
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name(), "monday") << "oldest first";
+  EXPECT_EQ(list[1].name(), "tuesday");
+  for (size_t i = 0; i < 2; i++) {
+    const pb::Snapshot& want = i == 0 ? mon : tue;
+    EXPECT_EQ(list[i].id(), want.id());
+    EXPECT_EQ(list[i].volume(), "v");
+    EXPECT_EQ(list[i].txg(), want.txg());
+    EXPECT_EQ(list[i].created_unix(), want.created_unix());
+  }
+  ASSERT_TRUE(ListSnapshots("other", &list).ok());
+  EXPECT_TRUE(list.empty()) << "another volume's snapshots are its own";
+  EXPECT_EQ(CreateSnapshot("other", "monday").error_code(), grpc::StatusCode::OK) << "names are per volume";
+
+  // Refusals, with the domain's message intact.
+  s = CreateSnapshot("v", "monday");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+  EXPECT_NE(s.error_message().find("monday"), std::string::npos) << s.error_message();
+  for (const std::string& bad :
+       std::vector<std::string>{"", ".", "..", "a/b", std::string(256, 'n'), std::string("nul\0x", 5),
+                                "es\x1b"
+                                "c",
+                                "tab\there"}) {
+    EXPECT_EQ(CreateSnapshot("v", bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(GetSnapshot("v", bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(DeleteSnapshot("v", bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+  EXPECT_EQ(CreateSnapshot("v", std::string(255, 'n')).error_code(), grpc::StatusCode::OK) << "255 bytes is fine";
+  ASSERT_TRUE(DeleteSnapshot("v", std::string(255, 'n')).ok());
+  EXPECT_EQ(CreateSnapshot("", "x").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  s = CreateSnapshot("nope", "x");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_NE(s.error_message().find("nope"), std::string::npos) << s.error_message();
+  EXPECT_EQ(ListSnapshots("nope").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GetSnapshot("nope", "monday").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(DeleteSnapshot("nope", "monday").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GetSnapshot("v", "wednesday").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(DeleteSnapshot("v", "wednesday").error_code(), grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(ListSnapshots("v", &list).ok());
+  EXPECT_EQ(list.size(), 2u) << "no refusal left a snapshot behind";
+
+  // "g" (born after monday) deleted: only tuesday holds its data now.
+  {
+    auto d = node_->domain();
+    ASSERT_NE(d, nullptr);
+    auto vol = d->FindVolume("v");
+    ASSERT_TRUE(vol.ok());
+    ASSERT_TRUE(d->Unlink(vol->id, fs::kRootIno, "g").ok());
+  }
+  pb::Snapshot shown;
+  ASSERT_TRUE(GetSnapshot("v", "tuesday", &shown).ok());
+  EXPECT_EQ(shown.id(), tue.id());
+  EXPECT_EQ(shown.name(), "tuesday");
+  EXPECT_EQ(shown.volume(), "v");
+  EXPECT_EQ(shown.txg(), tue.txg());
+  EXPECT_EQ(shown.created_unix(), tue.created_unix());
+  EXPECT_GE(shown.frees_bytes(), 50000u) << "g's data";
+  ASSERT_TRUE(GetSnapshot("v", "monday", &shown).ok());
+  EXPECT_EQ(shown.frees_bytes(), 0u) << "monday never saw g, and f is unchanged";
+  pb::Volume v = GetVolume("v");
+  EXPECT_EQ(v.snapshots(), 2u);
+  EXPECT_GE(v.snapshot_bytes(), 50000u);
+  {
+    Metrics metrics;
+    AddNodeCollectors(&metrics, node_.get(), nullptr);
+    const std::string text = metrics.Render();
+    // The sample's value, or -1 when the series is missing.
+    auto sample = [&text](const std::string& series) {
+      const size_t at = text.find("\n" + series + " ");
+      return at == std::string::npos ? -1.0 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+    };
+    EXPECT_EQ(sample("nasgw_volume_snapshots{volume=\"v\"}"), 2.0) << text;
+    EXPECT_EQ(sample("nasgw_volume_snapshots{volume=\"other\"}"), 1.0) << text;
+    EXPECT_EQ(sample("nasgw_volume_snapshot_bytes{volume=\"v\"}"), static_cast<double>(v.snapshot_bytes())) << text;
+    EXPECT_EQ(sample("nasgw_volume_snapshot_bytes{volume=\"other\"}"), 0.0) << text;
+  }
+
+  // Deleting one: it comes back, and the list no longer has it.
+  pb::Snapshot gone;
+  s = DeleteSnapshot("v", "monday", &gone);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(gone.name(), "monday");
+  EXPECT_EQ(gone.id(), mon.id());
+  EXPECT_EQ(gone.volume(), "v");
+  ASSERT_TRUE(ListSnapshots("v", &list).ok());
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].name(), "tuesday");
+  EXPECT_EQ(list[0].id(), tue.id());
+  EXPECT_EQ(GetSnapshot("v", "monday").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(DeleteSnapshot("v", "monday").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GetVolume("v").snapshots(), 1u);
+  // The last one gives g's data back.
+  s = DeleteSnapshot("v", "tuesday", &gone);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GE(gone.frees_bytes(), 50000u) << "what the deletion gave back";
+  ASSERT_TRUE(ListSnapshots("v", &list).ok());
+  EXPECT_TRUE(list.empty());
+  v = GetVolume("v");
+  EXPECT_EQ(v.snapshots(), 0u);
+  EXPECT_EQ(v.snapshot_bytes(), 0u);
+  // A name may be used again; its id is new.
+  pb::Snapshot again;
+  ASSERT_TRUE(CreateSnapshot("v", "monday", &again).ok());
+  EXPECT_GT(again.id(), tue.id());
+
+  auto problems = node_->domain()->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// CreateSnapshot first flushes the write-back cache (the head service's):
+// writes the cache answered before the create, unstable (in memory only)
+// and stable (in the intent log), are in the snapshot; writes after it are
+// not. A flush that fails takes no snapshot; an unknown volume flushes
+// nothing.
+TEST_F(AdminTest, SnapshotHoldsWhatTheCacheAnsweredBeforeIt) {
+  std::shared_ptr<cache::DataCache> cache;
+  int flushes = 0;
+  nasgw::Status flush_fails;
+  cache_flush_ = [&]() -> nasgw::Status {
+    flushes++;
+    if (!flush_fails.ok()) return flush_fails;
+    return cache->FlushAll();
+  };
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  auto d = node_->domain();
+  ASSERT_NE(d, nullptr);
+  cache::DataCacheOptions co;
+  co.flush_after_ms = limits::kCacheFlushAfterMsMax;  // the flusher leaves it alone: only the create flushes
+  cache = std::make_shared<cache::DataCache>(d, co);
+  auto vol = d->FindVolume("v");
+  ASSERT_TRUE(vol.ok());
+  auto a = d->Create(vol->id, fs::kRootIno, "unstable", fs::FileType::kRegular, 0644, 0, 0);
+  auto b = d->Create(vol->id, fs::kRootIno, "stable", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string before_a(40000, 'a'), before_b(3000, 'b');
+  bool stable = true;
+  ASSERT_TRUE(cache->Write(vol->id, *a, 0, before_a.data(), before_a.size(), /*stable=*/false, &stable).ok());
+  EXPECT_FALSE(stable) << "answered from memory";
+  ASSERT_TRUE(cache->Write(vol->id, *b, 0, before_b.data(), before_b.size(), /*stable=*/true, &stable).ok());
+  EXPECT_TRUE(stable);
+  std::string buf(64 << 10, '\0');
+  auto n = d->Read(vol->id, a->ino, 0, buf.size(), buf.data());
+  ASSERT_TRUE(n.ok());
+  ASSERT_EQ(*n, 0u) << "still only in the cache: the test would prove nothing";
+
+  // An unknown volume is refused before any flush.
+  EXPECT_EQ(CreateSnapshot("nope", "s").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(flushes, 0);
+
+  pb::Snapshot snap;
+  auto s = CreateSnapshot("v", "s1", &snap);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(flushes, 1);
+  EXPECT_EQ(cache->stats().dirty_bytes, 0u);
+
+  n = d->Read(vol->id, a->ino, 0, buf.size(), buf.data(), snap.id());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(std::string(buf.data(), *n) == before_a)
+      << "the unstable write answered before the create: " << Summary(std::string(buf.data(), *n));
+  n = d->Read(vol->id, b->ino, 0, buf.size(), buf.data(), snap.id());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(std::string(buf.data(), *n) == before_b)
+      << "the stable (logged) write answered before the create: " << Summary(std::string(buf.data(), *n));
+
+  // Written (and flushed) after the create: the live volume has it, the
+  // snapshot still what it had.
+  const std::string after(40000, 'A');
+  ASSERT_TRUE(cache->Write(vol->id, *a, 0, after.data(), after.size(), false, &stable).ok());
+  ASSERT_TRUE(cache->Flush(vol->id, a->ino).ok());
+  n = d->Read(vol->id, a->ino, 0, buf.size(), buf.data());
+  ASSERT_TRUE(n.ok());
+  EXPECT_TRUE(std::string(buf.data(), *n) == after) << "the live volume: " << Summary(std::string(buf.data(), *n));
+  n = d->Read(vol->id, a->ino, 0, buf.size(), buf.data(), snap.id());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_TRUE(std::string(buf.data(), *n) == before_a)
+      << "the snapshot after the live file was overwritten: " << Summary(std::string(buf.data(), *n));
+
+  // A failed flush: no snapshot, the flush's code and why.
+  flush_fails = nasgw::Status::NoSpace("no space for the flush");
+  s = CreateSnapshot("v", "s2");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("write-back cache"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("no space for the flush"), std::string::npos) << s.error_message();
+  EXPECT_EQ(GetSnapshot("v", "s2").error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// `nasgw snapshot ...`: tables and --json, exit codes; `volume list` and
+// `volume show` count the snapshots.
+TEST_F(AdminTest, CliSnapshots) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  WriteFile("v", "f", 10000);
+  CliResult r = Cli({"snapshot", "create", "v", "first"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("first"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("txg"), std::string::npos) << r.out;
+  r = Cli({"--json", "snapshot", "create", "v", "second"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["snapshot"]["name"], "second") << r.out;
+  EXPECT_EQ(j["snapshot"]["volume"], "v") << r.out;
+  for (const char* k : {"id", "txg", "created_unix", "frees_bytes", "frees_meta_bytes"}) {
+    EXPECT_TRUE(j["snapshot"][k].is_number()) << k << ": " << r.out;
+  }
+  const uint64_t second_id = j["snapshot"]["id"];
+
+  r = Cli({"snapshot", "list", "v"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::istringstream lines(r.out);
+  std::string header, row1, row2;
+  std::getline(lines, header);
+  std::getline(lines, row1);
+  std::getline(lines, row2);
+  std::vector<std::string> cols;
+  {
+    std::istringstream h(header);
+    for (std::string w; h >> w;) cols.push_back(w);
+  }
+  EXPECT_EQ(cols, (std::vector<std::string>{"NAME", "ID", "CREATED", "TXG", "FREES"})) << r.out;
+  EXPECT_EQ(row1.rfind("first", 0), 0u) << "oldest first: " << r.out;
+  EXPECT_EQ(row2.rfind("second", 0), 0u) << r.out;
+  r = Cli({"--json", "snapshot", "list", "v"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  j = json::parse(r.out);
+  ASSERT_EQ(j["snapshots"].size(), 2u) << r.out;
+  EXPECT_EQ(j["snapshots"][0]["name"], "first");
+  EXPECT_EQ(j["snapshots"][1]["id"], second_id);
+
+  r = Cli({"snapshot", "show", "v", "first"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("created"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("frees"), std::string::npos) << r.out;
+  r = Cli({"--json", "snapshot", "show", "v", "second"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(json::parse(r.out)["snapshot"]["id"], second_id) << r.out;
+
+  // The volume counts them.
+  r = Cli({"--json", "volume", "show", "v"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  j = json::parse(r.out);
+  EXPECT_EQ(j["volume"]["snapshots"], 2) << r.out;
+  EXPECT_TRUE(j["volume"]["snapshot_bytes"].is_number()) << r.out;
+  r = Cli({"volume", "show", "v"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("snapshots      2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("snapshot used"), std::string::npos) << r.out;
+  r = Cli({"volume", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("SNAPSHOTS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SNAP-USED"), std::string::npos) << r.out;
+  r = Cli({"--json", "volume", "list"});
+  EXPECT_EQ(json::parse(r.out)["volumes"][0]["snapshots"], 2) << r.out;
+
+  // Exit codes: exists 5, not found 4, usage 2.
+  r = Cli({"snapshot", "create", "v", "first"});
+  EXPECT_EQ(r.exit_code, 5) << Describe(r);
+  r = Cli({"--json", "snapshot", "create", "v", "first"});
+  EXPECT_EQ(json::parse(r.out)["error"]["code"], "ALREADY_EXISTS") << r.out;
+  r = Cli({"snapshot", "create", "nope", "x"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"snapshot", "list", "nope"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"snapshot", "show", "v", "nope"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"snapshot", "delete", "v", "nope"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"snapshot", "create", "v", "a/b"});
+  EXPECT_EQ(r.exit_code, 2) << "nasgwd refuses it: " << Describe(r);
+  r = Cli({"snapshot", "create", "v", "evil\x1b[2J"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_NE(r.err.find("snapshot name 'evil\\x1b[2J' holds a control character"), std::string::npos) << Describe(r);
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"snapshot"},
+                                                               {"snapshot", "frobnicate"},
+                                                               {"snapshot", "list"},
+                                                               {"snapshot", "create", "v"},
+                                                               {"snapshot", "create", "v", "x", "y"},
+                                                               {"snapshot", "delete", "v", "x", "--force"}}) {
+    r = Cli(bad);
+    EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  }
+  r = Cli({"snapshot", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("snapshot delete VOLUME NAME"), std::string::npos) << r.out;
+
+  r = Cli({"snapshot", "delete", "v", "first"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("deleted snapshot first of volume v"), std::string::npos) << r.out;
+  r = Cli({"--json", "snapshot", "delete", "v", "second"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  j = json::parse(r.out);
+  EXPECT_EQ(j["deleted"]["snapshot"]["name"], "second") << r.out;
+  EXPECT_EQ(j["deleted"]["snapshot"]["id"], second_id) << r.out;
+  r = Cli({"--json", "snapshot", "list", "v"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(json::parse(r.out)["snapshots"].size(), 0u) << r.out;
 }
 
 TEST_F(AdminTest, AddLunGrowsCapacityAndIsRemembered) {

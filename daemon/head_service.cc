@@ -1014,6 +1014,18 @@ cache::DataCacheStats HeadService::CacheStats() const {
   return cache_ == nullptr ? cache::DataCacheStats{} : cache_->stats();
 }
 
+Status HeadService::FlushCache() {
+  const uint64_t verifier = domain_().write_verifier;
+  std::shared_ptr<cache::DataCache> c;
+  {
+    MutexLock l(cache_mu_);
+    // No cache of this opening yet: no write was answered through it.
+    if (verifier == 0 || cache_ == nullptr || cache_verifier_ != verifier) return Status();
+    c = cache_;
+  }
+  return c->FlushAll();  // outside cache_mu_: it waits for the array
+}
+
 Status HeadService::Close() {
   std::shared_ptr<cache::DataCache> c;
   {

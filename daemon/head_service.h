@@ -141,6 +141,14 @@ class HeadService {
   const DirParents& dir_parents() const { return parents_; }
   // The cache's figures (zero while no domain is open).
   cache::DataCacheStats CacheStats() const;
+  // Writes what the cache of the domain's current opening holds dirty to the
+  // domain and waits for it (a flush of a file already in progress
+  // included): when it returns OK, every write answered before the call is
+  // in the domain. A snapshot is taken after it (the admin service). The
+  // whole cache, every volume's files: cache::DataCache has no per-volume
+  // flush. The first error. Nothing to do while no domain is open, or when
+  // the cache is an earlier opening's (its data went with that opening).
+  Status FlushCache();
   // Flushes the cache and stops it (orderly shutdown, before the node closes
   // the domain); later requests are written through. The first error.
   Status Close();

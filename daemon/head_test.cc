@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/limits.h"
 #include "base/log.h"
 #include "block/mem_device.h"
 #include "daemon/head_server.h"
@@ -2002,6 +2003,45 @@ TEST_F(HeadTest, LockArgumentsAndFiles) {
   EXPECT_EQ(service_->locks().Locks({f.handle.volume, f.handle.ino}).size(), 1u);
   EXPECT_EQ(nasgw_unlock(client_, &alice, &f.handle, 1, 0, kToEnd), 0);
   EXPECT_TRUE(service_->locks().Locks({f.handle.volume, f.handle.ino}).empty());
+}
+
+// FlushCache (what the admin service runs before taking a snapshot) puts
+// what the cache of the current opening holds dirty into the domain, every
+// volume's, and waits for it; with no domain open it has nothing to do.
+TEST_F(HeadTest, FlushCacheWritesWhatTheCacheHoldsIntoTheDomain) {
+  server_->Shutdown(std::chrono::milliseconds(0));
+  server_.reset();
+  cache::DataCacheOptions co;
+  co.flush_after_ms = limits::kCacheFlushAfterMsMax;  // the flusher leaves it alone
+  service_ = std::make_unique<HeadService>([this] { return HeadDomain{domain_, verifier_.load()}; }, LockLimits{}, co);
+  EXPECT_TRUE(service_->FlushCache().ok()) << "no cache yet: nothing to flush";
+  StartServer();
+  ASSERT_TRUE(domain_->CreateVolume("vol2", 16 << 10).ok());
+  nasgw_attr root2{};
+  ASSERT_EQ(nasgw_mount(client_, &kRoot, "vol2", &root2), 0) << nasgw_client_last_message();
+  nasgw_attr f = Create(root_.handle, "dirty");
+  nasgw_attr g = Create(root2.handle, "dirty2");
+  const std::string data(20000, 'q'), data2(7000, 'r');
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, data.data(), static_cast<uint32_t>(data.size()), NASGW_UNSTABLE,
+                        nullptr),
+            static_cast<int64_t>(data.size()));
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &g.handle, 100, data2.data(), static_cast<uint32_t>(data2.size()),
+                        NASGW_UNSTABLE, nullptr),
+            static_cast<int64_t>(data2.size()));
+  std::string buf(32 << 10, '\0');
+  auto n = domain_->Read(f.handle.volume, f.handle.ino, 0, buf.size(), buf.data());
+  ASSERT_TRUE(n.ok());
+  ASSERT_EQ(*n, 0u) << "answered from the cache, not yet in the domain";
+  EXPECT_GT(service_->CacheStats().dirty_bytes, 0u);
+
+  ASSERT_TRUE(service_->FlushCache().ok());
+  EXPECT_EQ(service_->CacheStats().dirty_bytes, 0u);
+  n = domain_->Read(f.handle.volume, f.handle.ino, 0, buf.size(), buf.data());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(std::string(buf.data(), *n), data);
+  n = domain_->Read(g.handle.volume, g.handle.ino, 100, buf.size(), buf.data());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(std::string(buf.data(), *n), data2) << "the other volume's too";
 }
 
 // Past head.max_locks_per_session a lock (or a splitting unlock) is ENOLCK.

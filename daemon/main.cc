@@ -138,7 +138,8 @@ int Run(const Config& cfg) {
     (*node)->Shutdown();
     return 1;
   }
-  auto admin = AdminServer::Start(n, cfg, [&service] { return service.CacheStats(); });
+  auto admin = AdminServer::Start(
+      n, cfg, [&service] { return service.CacheStats(); }, [&service] { return service.FlushCache(); });
   if (!admin.ok()) {
     std::fprintf(stderr, "nasgwd: cannot start: %s\n", admin.status().ToString().c_str());
     (*head)->Shutdown(std::chrono::milliseconds(0));

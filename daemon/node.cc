@@ -798,6 +798,30 @@ nasgw::Status Node::DeleteVolume(const std::string& name, bool force) {
   return (*d)->DeleteVolume(name, force);
 }
 
+Result<std::vector<fs::SnapshotInfo>> Node::ListSnapshots(const std::string& volume) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->ListSnapshots(volume);
+}
+
+Result<fs::SnapshotInfo> Node::GetSnapshot(const std::string& volume, const std::string& name) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->FindSnapshot(volume, name);
+}
+
+Result<fs::SnapshotInfo> Node::CreateSnapshot(const std::string& volume, const std::string& name) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->CreateSnapshot(volume, name);
+}
+
+Result<fs::SnapshotInfo> Node::DeleteSnapshot(const std::string& volume, const std::string& name) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->DeleteSnapshot(volume, name);
+}
+
 Result<std::vector<fs::Export>> Node::ListExports() {
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();

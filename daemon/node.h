@@ -144,6 +144,14 @@ class Node {
   Result<fs::VolumeInfo> SetVolumeAtime(const std::string& name, fs::Atime atime);
   nasgw::Status DeleteVolume(const std::string& name, bool force);
 
+  // ---- snapshots (Unavailable unless the reserve is online; the rules are
+  // fs::Domain's). CreateSnapshot takes what the domain holds: the caller
+  // flushes the write-back cache first (the admin service does).
+  Result<std::vector<fs::SnapshotInfo>> ListSnapshots(const std::string& volume);  // oldest first
+  Result<fs::SnapshotInfo> GetSnapshot(const std::string& volume, const std::string& name);
+  Result<fs::SnapshotInfo> CreateSnapshot(const std::string& volume, const std::string& name);
+  Result<fs::SnapshotInfo> DeleteSnapshot(const std::string& volume, const std::string& name);
+
   // ---- NFS exports (Unavailable unless the reserve is online; the rules
   // are fs::Domain's). A change that committed stays committed even if the
   // exports file cannot be written then: *publish_error (when given) says

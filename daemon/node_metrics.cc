@@ -212,6 +212,11 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                   static_cast<double>(v.bytes));
           s.Gauge("nasgw_volume_files", "Files and directories in the volume.", {{"volume", v.name}},
                   static_cast<double>(v.files));
+          s.Gauge("nasgw_volume_snapshots", "Snapshots of the volume.", {{"volume", v.name}},
+                  static_cast<double>(v.snapshots));
+          s.Gauge("nasgw_volume_snapshot_bytes",
+                  "Data bytes only the volume's snapshots hold (what deleting them all would give back).",
+                  {{"volume", v.name}}, static_cast<double>(v.snapshot_bytes));
         }
       }
       if (auto d = node->domain()) {
