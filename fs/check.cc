@@ -1,6 +1,7 @@
 // fsck of a domain (Domain::Check, fs/domain.h).
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "fs/domain_impl.h"
 
@@ -121,10 +122,17 @@ Result<std::vector<std::string>> Domain::Check() {
     return true;
   }));
   NASGW_RETURN_IF_ERROR(failed_dead);
-  for (const auto& [vol, n] : dead_data) {
-    auto it = impl_->snap_data_bytes.find(vol);
-    if ((it == impl_->snap_data_bytes.end() ? 0 : it->second) != n) {
-      add("volume " + std::to_string(vol) + ": snapshot space count is off");
+  // The counts kept in memory against what the dead lists hold, both ways.
+  for (auto [kept, found] : {std::pair{&impl_->snap_data_bytes, &dead_data}, {&impl_->snap_meta_bytes, &dead_meta}}) {
+    std::set<uint32_t> vols_seen;
+    for (const auto& [vol, n] : *kept) vols_seen.insert(vol);
+    for (const auto& [vol, n] : *found) vols_seen.insert(vol);
+    for (uint32_t vol : vols_seen) {
+      const uint64_t a = kept->count(vol) ? kept->at(vol) : 0, b = found->count(vol) ? found->at(vol) : 0;
+      if (a != b) {
+        add("volume " + std::to_string(vol) + ": snapshot space count is " + std::to_string(a) +
+            " bytes, the dead lists hold " + std::to_string(b));
+      }
     }
   }
   if (impl_->space->total_bytes() - impl_->space->free_bytes() != used) {

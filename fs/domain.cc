@@ -129,6 +129,7 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
     } else if (b.status().code() != Code::kNotFound) {
       return b.status().WithContext("log barrier");
     }
+    NASGW_RETURN_IF_ERROR(impl->LoadUpgradeState().WithContext("births upgrade"));
     Impl* i = impl.get();
     auto log = IntentLog::Open(
         devices, rec->log_extents, rec->log_salt,

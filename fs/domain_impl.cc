@@ -271,6 +271,23 @@ Status Domain::Impl::ReplayEntry(uint64_t lsn, std::string_view entry, uint64_t 
   if (lsn <= barrier || batch.empty()) return Status();  // in the store already (a large change's flush)
   auto b = MetaBatch::FromData(std::string(batch));
   if (!b.ok()) return b.status().WithContext(where);
+  if (lsn <= old_format_through && upgraded) {
+    // Written before the births upgrade, replayed over keys it has done:
+    // they get birth 0 as the upgrade gave them.
+    MetaBatch with;
+    b->ForEach([&](bool put, std::string_view k, std::string_view v) {
+      if (!put) {
+        with.Delete(k);
+      } else if (upgraded(k)) {
+        std::string raw(v);
+        PutBirth(&raw, 0);
+        with.Put(k, raw);
+      } else {
+        with.Put(k, v);
+      }
+    });
+    return store->Apply(with);
+  }
   return store->Apply(*b);
 }
 

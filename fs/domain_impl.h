@@ -300,7 +300,14 @@ struct Domain::Impl {
   // transactions of at most kReleaseBatch entries, then drops its record.
   // Returns the data and metadata bytes freed.
   static constexpr size_t kReleaseBatch = 1024;
-  Result<std::pair<uint64_t, uint64_t>> ReleaseSnapshot(uint32_t vol, uint32_t snap) EXCLUDES(mu);
+  Result<std::pair<uint64_t, uint64_t>> ReleaseSnapshot(uint32_t vol, uint32_t snap) REQUIRES(snap_delete_mu)
+      EXCLUDES(mu);
+  // Before replay: which logged batches were written before the births
+  // upgrade (LSN up to old_format_through) and which of their keys the
+  // upgrade has done (`upgraded`; null: none).
+  Status LoadUpgradeState();
+  uint64_t old_format_through = 0;
+  std::function<bool(std::string_view)> upgraded;
   // At open: values get births (a domain made before snapshots), the
   // snapshots and their dead lists are loaded (dead extents marked used).
   Status UpgradeBirths(bool read_only) EXCLUDES(mu);

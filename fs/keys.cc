@@ -207,6 +207,9 @@ std::string BirthsDoneKey() {
 std::string BirthsProgressKey() {
   return "J";
 }
+std::string BirthsLogKey() {
+  return "Jl";
+}
 void PutBirth(std::string* raw, uint64_t birth) {
   PutBE64(raw, birth);
 }

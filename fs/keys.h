@@ -86,6 +86,10 @@ bool HasBirth(std::string_view key);
 // BirthsProgressKey (the last key given one) so that a crash resumes.
 std::string BirthsDoneKey();      // K
 std::string BirthsProgressKey();  // J
+// The intent log's last LSN when the upgrade began (EncodeLsn): entries up
+// to it hold batches without births, which a replay gives birth 0 where
+// the upgrade already did.
+std::string BirthsLogKey();  // Jl
 constexpr size_t kBirthUpgradeBatch = 1024;
 constexpr size_t kBirthBytes = 8;
 void PutBirth(std::string* raw, uint64_t birth);

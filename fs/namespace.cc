@@ -146,13 +146,15 @@ Result<Attr> Domain::GetAttr(const Handle& h) {
   if (!v.ok()) {
     return v.status().code() == Code::kNotFound ? Status(Code::kStale, "volume of handle is gone") : v.status();
   }
-  auto in = impl_->LoadInode(h.volume, h.ino);
+  auto at = impl_->ReadAt(h.volume, h.snap);  // Stale for a snapshot that is gone
+  if (!at.ok()) return at.status();
+  auto in = impl_->LoadInode(h.volume, h.ino, *at);
   if (!in.ok()) {
     return in.status().code() == Code::kNotFound ? Status(Code::kStale, "inode " + std::to_string(h.ino) + " is gone")
                                                  : in.status();
   }
   if (in->a.gen != h.gen) return Status(Code::kStale, "inode " + std::to_string(h.ino) + " was reused");
-  return in->a;
+  return At(in->a, h.snap);
 }
 
 Result<Attr> Domain::Create(uint32_t vol, uint64_t dir, const std::string& name, FileType type, uint32_t mode,

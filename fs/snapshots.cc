@@ -59,6 +59,7 @@ Status Domain::Impl::Version(Txn& t) {
   std::set<std::string, std::less<>> seen;
   Status bad;
   t.batch.ForEach([&](bool put, std::string_view key, std::string_view value) {
+    mu.AssertHeld();  // called here, under Commit's lock
     if (!bad.ok()) return;
     if (!HasBirth(key)) {
       if (put) {
@@ -193,6 +194,30 @@ Status Domain::Impl::ScanAt(std::string_view begin, std::string_view end, uint64
   return Status();
 }
 
+Status Domain::Impl::LoadUpgradeState() {
+  auto done = Has(BirthsDoneKey());
+  if (!done.ok()) return done.status();
+  auto lsn = store->Get(BirthsLogKey());
+  if (!lsn.ok()) {
+    if (lsn.status().code() != Code::kNotFound) return lsn.status().WithContext("births upgrade");
+    return Status();  // not begun: every logged batch is older, and the upgrade does all their keys after
+  }
+  auto through = DecodeLsn(*lsn);
+  if (!through.ok()) return through.status();
+  old_format_through = *through;
+  if (*done) {
+    upgraded = HasBirth;
+    return Status();
+  }
+  auto p = store->Get(BirthsProgressKey());
+  if (p.ok()) {
+    upgraded = [progress = *p](std::string_view k) { return HasBirth(k) && k <= progress; };
+  } else if (p.status().code() != Code::kNotFound) {
+    return p.status().WithContext("births upgrade progress");
+  }
+  return Status();
+}
+
 Status Domain::Impl::UpgradeBirths(bool read_only) {
   auto done = Has(BirthsDoneKey());
   if (!done.ok()) return done.status();
@@ -215,7 +240,13 @@ Status Domain::Impl::UpgradeBirths(bool read_only) {
     }
     return Status();
   }
-  uint64_t upgraded = 0;
+  if (auto has = Has(BirthsLogKey()); !has.ok() || !*has) {
+    if (!has.ok()) return has.status();
+    MetaBatch b;
+    b.Put(BirthsLogKey(), EncodeLsn(log ? log->appended_lsn() : 0));
+    NASGW_RETURN_IF_ERROR(store->Write(b, true).WithContext("births upgrade"));
+  }
+  uint64_t given = 0;
   for (;;) {
     std::string from = progress.empty() ? std::string("C") : progress + std::string(1, '\0');
     MetaBatch b;
@@ -239,11 +270,10 @@ Status Domain::Impl::UpgradeBirths(bool read_only) {
     b.Put(BirthsProgressKey(), last);
     NASGW_RETURN_IF_ERROR(store->Write(b, true).WithContext("births upgrade"));
     progress = last;
-    upgraded += n;
+    given += n;
   }
-  if (upgraded > 0) {
-    NASGW_LOG(kInfo, "fs") << "metadata values given their births (snapshots)" << Kv("domain", id)
-                           << Kv("keys", upgraded);
+  if (given > 0) {
+    NASGW_LOG(kInfo, "fs") << "metadata values given their births (snapshots)" << Kv("domain", id) << Kv("keys", given);
   }
   store->SetBirths(HasBirth);
   births = true;
@@ -256,6 +286,7 @@ Status Domain::Impl::LoadSnapshots() {
   snap_meta_bytes.clear();
   Status bad;
   NASGW_RETURN_IF_ERROR(store->Scan("W", "X", [&](std::string_view k, std::string_view v) {
+    mu.AssertHeld();  // called here, under the caller's lock
     auto r = DecodeSnapshot(v);
     if (!r.ok() || k.size() != 9) {
       bad = r.ok() ? Status::Corruption("snapshot key of " + std::to_string(k.size()) + " bytes") : r.status();
@@ -267,6 +298,7 @@ Status Domain::Impl::LoadSnapshots() {
   NASGW_RETURN_IF_ERROR(bad);
   // What the dead lists pin: their extents are in use.
   NASGW_RETURN_IF_ERROR(store->Scan("Z", "[", [&](std::string_view k, std::string_view v) {
+    mu.AssertHeld();  // called here, under the caller's lock
     auto d = DecodeDead(k, v);
     if (!d.ok()) {
       bad = d.status();
@@ -314,7 +346,10 @@ Result<std::pair<uint64_t, uint64_t>> Domain::Impl::ReleaseSnapshot(uint32_t vol
     std::vector<std::string> batch_keys;
     Status bad;
     bool more = true;
-    while (more && batch.size() < kReleaseBatch) {
+    // Bounded by what it releases and by the kill groups it visits (each a
+    // seek, perhaps releasing nothing), so the lock is let go often.
+    size_t groups = 0;
+    while (more && batch.size() < kReleaseBatch && groups++ < kReleaseBatch) {
       if (N && kill_from > *N) {
         more = false;
         break;
@@ -365,7 +400,7 @@ Result<std::pair<uint64_t, uint64_t>> Domain::Impl::ReleaseSnapshot(uint32_t vol
         freed_meta += d.bytes;
       }
     }
-    if (!more && batch.size() < kReleaseBatch) {
+    if (!more) {
       // Everything released: the record goes in the same batch.
       auto r = store->Get(SnapshotKey(vol, snap));
       if (!r.ok()) return r.status().WithContext("snapshot record");

@@ -53,9 +53,10 @@ Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record
   impl_->PutVolume(t, id, v);
   impl_->PutInode(t, id, root);
   NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  const VolumeInfo info = Info(*impl_, id, v);
   lock.Unlock();
   NASGW_RETURN_IF_ERROR(impl_->Durable(t));
-  return Info(*impl_, id, v);
+  return info;
 }
 
 Result<VolumeInfo> Domain::FindVolume(const std::string& name) {
@@ -77,6 +78,7 @@ Result<std::vector<VolumeInfo>> Domain::ListVolumes() {
       bad = v.ok() ? Status::Corruption("volume key of " + std::to_string(k.size()) + " bytes") : v.status();
       return false;
     }
+    impl_->mu.AssertReaderHeld();  // the scan runs under the lock taken above
     out.push_back(Info(*impl_, GetBE32(k, 1), *v));
     return true;
   }));
@@ -98,6 +100,7 @@ Result<VolumeInfo> ChangeVolume(Domain::Impl& impl, const std::string& name, Cha
   if (!v.ok()) return v.status();
   Result<bool> changed = change(id, *v);
   if (!changed.ok()) return changed.status();
+  const VolumeInfo info = Info(impl, id, *v);
   if (*changed) {
     Domain::Impl::Txn t;
     impl.PutVolume(t, id, *v);
@@ -105,7 +108,7 @@ Result<VolumeInfo> ChangeVolume(Domain::Impl& impl, const std::string& name, Cha
     lock.Unlock();
     NASGW_RETURN_IF_ERROR(impl.Durable(t));
   }
-  return Info(impl, id, *v);
+  return info;
 }
 }  // namespace
 
