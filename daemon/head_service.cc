@@ -174,14 +174,18 @@ class Exec {
   // deleted object (the generation must match; there is no wildcard), a
   // snapshot that does not exist, or a directory outside the scope.
   bool Load(const proto::Handle& h, fs::Attr& a) {
-    if (h.snap != 0) return Error(ESTALE, "no snapshot " + std::to_string(h.snap));
-    Result<fs::Attr> got = c_.Shown(h.volume, [&] { return d_.GetAttr(FromWire(h)); });
+    if (h.snap == fs::kSnapshotDir) return LoadSnapshotDir(h, a);
+    // A snapshot's objects never change: the domain answers, not the cache.
+    Result<fs::Attr> got =
+        h.snap != 0 ? d_.GetAttr(FromWire(h)) : c_.Shown(h.volume, [&] { return d_.GetAttr(FromWire(h)); });
     if (!got.ok()) {
       if (got.status().code() == Code::kNotFound) return Error(ESTALE, got.status().ToString());
       return Error(got.status());
     }
     a = *got;
-    if (h.scope != fs::kRootIno && a.type == fs::FileType::kDirectory && a.ino != h.scope) {
+    // (A snapshot's directories were reached from the scope's, and ".."
+    // stops at the scope's directory in a snapshot too.)
+    if (h.snap == 0 && h.scope != fs::kRootIno && a.type == fs::FileType::kDirectory && a.ino != h.scope) {
       auto in = parents_.Within(d_, h.volume, a.ino, h.scope);
       if (!in.ok())
         return Error(in.status().code() == Code::kNotFound ? ESTALE : ErrnoOf(in.status()), in.status().ToString());
@@ -189,6 +193,71 @@ class Exec {
     }
     return true;
   }
+  // The `.snapshot` directory of a live directory: read-only, listing the
+  // volume's snapshots (each the directory as it was then).
+  bool LoadSnapshotDir(const proto::Handle& h, fs::Attr& a) {
+    proto::Handle live = h;
+    live.snap = 0;
+    if (!Load(live, a)) return false;
+    if (a.type != fs::FileType::kDirectory) return Error(ESTALE, "a .snapshot directory of something not a directory");
+    SnapshotDirOf(a);
+    return true;
+  }
+  static void SnapshotDirOf(fs::Attr& a) {
+    a.snap = fs::kSnapshotDir;
+    a.mode &= 0555;
+    a.nlink = 2;
+    a.size = 0;
+    a.blocks = 0;
+    a.acl_access.clear();
+    a.acl_default.clear();
+  }
+  // Snapshots are read-only: EROFS for anything that would change one
+  // (checked once, before any op runs).
+  bool ReadOnlySnapshot() {
+    const bool linked = r_.op == Op::kLink || r_.op == Op::kRename;
+    if (r_.h.snap == 0 && !(linked && r_.h2.snap != 0)) {
+      // In the live volume, `.snapshot` is taken in every directory.
+      const bool makes = r_.op == Op::kCreate || r_.op == Op::kLink;
+      if ((makes && r_.name == kSnapshotName) || (r_.op == Op::kRename && r_.name2 == kSnapshotName)) {
+        return Error(EEXIST, "'.snapshot' is the snapshots' directory");
+      }
+      return true;
+    }
+    bool writes = false;
+    switch (r_.op) {
+      case Op::kSetAttr:
+      case Op::kCreate:
+      case Op::kLink:
+      case Op::kUnlink:
+      case Op::kRmdir:
+      case Op::kRename:
+      case Op::kWrite:
+      case Op::kFallocate:
+      case Op::kSetXattr:
+      case Op::kRemoveXattr:
+        writes = true;
+        break;
+      case Op::kOpen:
+        writes = (r_.count & proto::kAccessWrite) != 0;
+        break;
+      case Op::kLock:
+        writes = r_.lock_type == proto::kLockWrite;
+        break;
+      case Op::kShare:
+        writes = (r_.share_access & (proto::kShareWrite | proto::kShareDelete)) != 0;
+        break;
+      case Op::kLease:
+        writes = (r_.lease & proto::kLeaseWrite) != 0;
+        break;
+      case Op::kGetInode:
+        return Error(ESTALE, "snapshot objects are not found by number");
+      default:
+        break;
+    }
+    return !writes || Error(EROFS, "snapshots are read-only");
+  }
+  static constexpr const char* kSnapshotName = ".snapshot";
   bool LoadDir(const proto::Handle& h, fs::Attr& a) {
     if (!Load(h, a)) return false;
     if (a.type != fs::FileType::kDirectory) return Error(ENOTDIR, "not a directory");
@@ -202,7 +271,7 @@ class Exec {
   }
   bool Set(const Result<fs::Attr>& a) {
     if (!a.ok()) return Error(a.status());
-    const fs::Attr shown = c_.Overlay(r_.h.volume, *a);
+    const fs::Attr shown = a->snap != 0 ? *a : c_.Overlay(r_.h.volume, *a);
     out_.reply.attr = ToWire(shown);
     out_.reply.mac = Mint(shown);
     return true;
@@ -218,6 +287,9 @@ class Exec {
   bool Run();
 
  private:
+  // LOOKUP in a directory: live, a snapshot's, or a `.snapshot` directory.
+  bool LookupIn(const fs::Attr& dir);
+  bool ReadSnapshotDir(const fs::Attr& dir);
   bool Create();
   bool Rename();
   bool Exchange(const fs::Attr& from_dir, const fs::Attr& to_dir, const fs::Attr& a);
@@ -264,7 +336,7 @@ class Exec {
 bool Exec::Run() {
   const uint32_t vol = r_.h.volume;
   fs::Attr a, dir;
-  if (!VerifyHandles()) return false;
+  if (!VerifyHandles() || !ReadOnlySnapshot()) return false;
   switch (r_.op) {
     case Op::kHello:
       return Error(EPROTO, "hello is answered by the transport");
@@ -287,8 +359,8 @@ bool Exec::Run() {
       }
       // Nothing above the scope's directory: its ".." is itself (as an
       // NFS server answers at an export's root).
-      if (r_.name == ".." && dir.ino == r_.h.scope) return Set(dir);
-      return Set(d_.Lookup(vol, dir.ino, r_.name));
+      if (r_.name == ".." && dir.ino == r_.h.scope && dir.snap != fs::kSnapshotDir) return Set(dir);
+      return LookupIn(dir);
     case Op::kGetAttr:
       if (!Load(r_.h, a)) return false;
       return Set(a);
@@ -316,6 +388,7 @@ bool Exec::Run() {
     case Op::kAccess:
       if (!Load(r_.h, a)) return false;
       out_.reply.u32 = Granted(a, r_.creds, r_.count);
+      if (a.snap != 0) out_.reply.u32 &= ~proto::kAccessWrite;  // read-only
       return true;
     case Op::kCreate:
       return Create();
@@ -339,10 +412,10 @@ bool Exec::Run() {
       return Rename();
     case Op::kReadLink: {
       if (!Load(r_.h, a)) return false;
-      auto t = d_.ReadLink(vol, a.ino);
+      auto t = d_.ReadLink(vol, a.ino, a.snap);
       if (!t.ok()) return Error(t.status());
       out_.reply.text = *t;
-      d_.Accessed(vol, a, fs::Now());
+      if (a.snap == 0) d_.Accessed(vol, a, fs::Now());
       return true;
     }
     case Op::kReadDir:
@@ -350,6 +423,12 @@ bool Exec::Run() {
     case Op::kFindCaseless: {
       if (!LoadDir(r_.h, dir) || !Deny(CheckAccess(dir, r_.creds, proto::kAccessExec), "search directory")) {
         return false;
+      }
+      if (dir.snap != 0) {
+        // In a snapshot: the exact name only.
+        if (!LookupIn(dir)) return false;
+        out_.reply.text = r_.name;
+        return true;
       }
       auto t = d_.FindCaseless(vol, dir.ino, r_.name);
       if (!t.ok()) return Error(t.status());
@@ -365,8 +444,10 @@ bool Exec::Run() {
     case Op::kWrite:
       return Write();
     case Op::kFsync:
-      // The file's dirty data (and the metadata of its flush) on the SAN.
-      if (!Load(r_.h, a) || !Done(c_.Flush(vol, a.ino)) || !Done(d_.Fsync(vol, a.ino))) return false;
+      // The file's dirty data (and the metadata of its flush) on the SAN;
+      // a snapshot's are there already.
+      if (!Load(r_.h, a)) return false;
+      if (a.snap == 0 && (!Done(c_.Flush(vol, a.ino)) || !Done(d_.Fsync(vol, a.ino)))) return false;
       out_.reply.verifier = verifier_;
       return true;
     case Op::kFallocate:
@@ -391,6 +472,56 @@ bool Exec::Run() {
       return Error(EPROTO, "recall is nasgwd's notice");
   }
   return Error(ENOSYS, "unknown op");
+}
+
+bool Exec::LookupIn(const fs::Attr& dir) {
+  const uint32_t vol = r_.h.volume;
+  if (dir.snap == fs::kSnapshotDir) {
+    if (r_.name == ".") return Set(dir);
+    if (r_.name == "..") return Set(d_.GetAttr(vol, dir.ino));  // the live directory it is in
+    auto snaps = d_.ListSnapshotsOf(vol);
+    if (!snaps.ok()) return Error(snaps.status());
+    for (const fs::SnapshotInfo& s : *snaps) {
+      if (s.name != r_.name) continue;
+      // The directory as it was then; younger than the snapshot: none.
+      auto at = d_.GetAttr(vol, dir.ino, s.id);
+      if (!at.ok() && at.status().code() == Code::kNotFound) return Error(ENOENT, "not in snapshot '" + s.name + "'");
+      return Set(at);
+    }
+    return Error(ENOENT, "no snapshot '" + r_.name + "'");
+  }
+  if (dir.snap == 0 && r_.name == kSnapshotName) {
+    fs::Attr s = dir;
+    SnapshotDirOf(s);
+    return Set(s);
+  }
+  return Set(d_.Lookup(vol, dir.ino, r_.name, dir.snap));
+}
+
+// A `.snapshot` directory lists the snapshots in which its directory
+// existed, by id (the cookie), each a directory.
+bool Exec::ReadSnapshotDir(const fs::Attr& dir) {
+  const uint32_t vol = r_.h.volume;
+  auto snaps = d_.ListSnapshotsOf(vol);
+  if (!snaps.ok()) return Error(snaps.status());
+  const bool plus = (r_.flags & proto::kReadDirPlus) != 0;
+  out_.reply.eof = true;
+  for (const fs::SnapshotInfo& s : *snaps) {
+    if (s.id <= r_.offset) continue;
+    if (out_.reply.entries.size() >= r_.count) {
+      out_.reply.eof = false;
+      break;
+    }
+    auto at = d_.GetAttr(vol, dir.ino, s.id);
+    if (!at.ok()) continue;  // the directory is younger than the snapshot (or it went meanwhile)
+    if (plus) {
+      out_.reply.attrs.push_back(ToWire(*at));
+      out_.reply.macs.push_back(Mint(*at));
+      if (r_.flags & proto::kReadDirXattrs) out_.reply.xattrs.emplace_back();  // not carried: asked for
+    }
+    out_.reply.entries.push_back({s.name, dir.ino, proto::FileType::kDirectory, s.id});
+  }
+  return true;
 }
 
 bool Exec::Create() {
@@ -508,6 +639,7 @@ bool Exec::Open() {
   if (!Load(r_.h, a)) return false;
   if (a.type == fs::FileType::kDirectory && (r_.count & proto::kAccessWrite)) return Error(EISDIR, "is a directory");
   if (!Deny(CheckAccess(a, r_.creds, r_.count), "open")) return false;
+  if (a.snap != 0) return Set(a);  // read-only and never removed: nothing to hold
   if (a.type == fs::FileType::kRegular && (r_.count & (proto::kAccessRead | proto::kAccessWrite)) &&
       !Uncontended(a.ino, (r_.count & proto::kAccessWrite) != 0)) {
     return false;
@@ -531,6 +663,7 @@ bool Exec::AddOpen(uint64_t ino) {
 }
 
 bool Exec::Release() {
+  if (r_.h.snap != 0) return true;  // a snapshot's opens are not held
   MutexLock l(s_.mu);
   auto it = s_.opens.find({r_.h.volume, r_.h.ino});
   if (it == s_.opens.end() || it->second.erase(r_.open_id) == 0) return true;  // a resend, or never opened
@@ -544,6 +677,15 @@ bool Exec::Read() {
   if (!Load(r_.h, a)) return false;
   if (a.type == fs::FileType::kDirectory) return Error(EISDIR, "is a directory");
   if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "read")) return false;
+  if (a.snap != 0) {
+    out_.data.resize(r_.count);
+    auto n = d_.Read(r_.h.volume, a.ino, r_.offset, r_.count, out_.data.data(), a.snap);
+    if (!n.ok()) return Error(n.status());
+    out_.data.resize(*n);
+    out_.bytes = *n;
+    out_.reply.eof = r_.offset + *n >= a.size;
+    return true;
+  }
   if (!Uncontended(a.ino, /*write=*/false)) return false;
   out_.data.resize(r_.count);
   uint64_t size = 0;
@@ -590,6 +732,13 @@ bool Exec::Seek() {
   if (a.type == fs::FileType::kDirectory) return Error(EISDIR, "is a directory");
   if (a.type != fs::FileType::kRegular) return Error(EINVAL, "seek in something not a regular file");
   if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "read")) return false;
+  if (a.snap != 0) {
+    // A snapshot's file is reported as all data (as lseek may): holes
+    // only at its end.
+    if (r_.offset >= a.size) return Error(ENXIO, "at or past the end of the file");
+    out_.reply.offset = r_.flags == proto::kSeekHole ? a.size : r_.offset;
+    return true;
+  }
   // As a READ: data another head caches under a write lease is written
   // back first, so a hole it filled is not reported.
   if (!Uncontended(a.ino, /*write=*/false)) return false;
@@ -633,7 +782,7 @@ bool Exec::Xattr() {
   const std::string& n = r_.name;
   auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
   if (r_.op == Op::kListXattr) {
-    auto names = d_.ListXattr(vol, a.ino);
+    auto names = d_.ListXattr(vol, a.ino, a.snap);
     if (!names.ok()) return Error(names.status());
     for (auto& x : *names) {
       if (root || x.rfind("trusted.", 0) != 0) out_.reply.names.push_back(std::move(x));
@@ -658,7 +807,7 @@ bool Exec::Xattr() {
   Status s;
   switch (r_.op) {
     case Op::kGetXattr: {
-      auto v = d_.GetXattr(vol, a.ino, n);
+      auto v = d_.GetXattr(vol, a.ino, n, a.snap);
       if (!v.ok()) return Error(v.status().code() == Code::kNotFound ? ENODATA : ErrnoOf(v.status()), "no " + n);
       out_.reply.text = std::move(*v);
       return true;
@@ -694,15 +843,17 @@ bool Exec::Acl(const fs::Attr& a) {
 bool Exec::ReadDir() {
   fs::Attr dir;
   if (!LoadDir(r_.h, dir) || !Deny(CheckAccess(dir, r_.creds, proto::kAccessRead), "read directory")) return false;
-  auto page = d_.ReadDir(r_.h.volume, dir.ino, r_.offset, r_.count);
+  if (dir.snap == fs::kSnapshotDir) return ReadSnapshotDir(dir);
+  auto page = d_.ReadDir(r_.h.volume, dir.ino, r_.offset, r_.count, dir.snap);
   if (!page.ok()) return Error(page.status());
-  d_.Accessed(r_.h.volume, dir, fs::Now());
+  if (dir.snap == 0) d_.Accessed(r_.h.volume, dir, fs::Now());
   out_.reply.eof = page->size() < r_.count;
   const bool plus = (r_.flags & proto::kReadDirPlus) != 0, xattrs = (r_.flags & proto::kReadDirXattrs) != 0;
   size_t budget = proto::kReadDirXattrBudget;
   for (auto& e : *page) {
     if (plus) {
-      auto a = c_.Shown(r_.h.volume, [&] { return d_.GetAttr(r_.h.volume, e.ino); });
+      auto a = dir.snap != 0 ? d_.GetAttr(r_.h.volume, e.ino, dir.snap)
+                             : c_.Shown(r_.h.volume, [&] { return d_.GetAttr(r_.h.volume, e.ino); });
       if (!a.ok()) continue;  // removed since the listing: skip it
       out_.reply.attrs.push_back(ToWire(*a));
       out_.reply.macs.push_back(Mint(*a));
@@ -724,11 +875,11 @@ proto::Reply::EntryXattrs Exec::EntryXattrs(const fs::Attr& a, size_t* budget) {
       CheckAccess(a, r_.creds, proto::kAccessRead) != 0) {
     return out;
   }
-  auto names = d_.ListXattr(r_.h.volume, a.ino);
+  auto names = d_.ListXattr(r_.h.volume, a.ino, a.snap);
   if (!names.ok()) return out;
   for (auto& n : *names) {
     if (r_.creds.uid != 0 && n.rfind("trusted.", 0) == 0) continue;
-    auto v = d_.GetXattr(r_.h.volume, a.ino, n);
+    auto v = d_.GetXattr(r_.h.volume, a.ino, n, a.snap);
     if (!v.ok()) return {};  // changed meanwhile: let the head ask
     out.list.emplace_back(std::move(n), std::move(*v));
     if (proto::EntryXattrBytes(out) > proto::kReadDirXattrBytesMax) return {};
@@ -759,6 +910,9 @@ bool Exec::Lock() {
   if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "lock")) return false;
   proto::LockRange want{r_.offset, 0, r_.lock_type};
   if (!proto::LockRangeEnd(r_.offset, r_.length, &want.end)) return Error(EINVAL, "lock range beyond 2^64 - 1");
+  // A snapshot's file never changes: a read lock on it conflicts with
+  // nothing and needs no keeping (a write lock was EROFS).
+  if (a.snap != 0) return true;
   const LockFile file{r_.h.volume, a.ino};
   const LockOwner who{s_.serial, r_.owner};
   HeldLock conflict;
@@ -784,6 +938,7 @@ bool Exec::Lock() {
 // UNLOCK does not look the handle up (as RELEASE): a lock on a file deleted
 // since can still be released.
 bool Exec::Unlock() {
+  if (r_.h.snap != 0) return true;  // nothing was kept (Lock)
   uint64_t end = 0;
   if (!proto::LockRangeEnd(r_.offset, r_.length, &end)) return Error(EINVAL, "lock range beyond 2^64 - 1");
   switch (locks_.Unlock({r_.h.volume, r_.h.ino}, {s_.serial, r_.owner}, r_.offset, end)) {
@@ -812,6 +967,15 @@ std::string ShareBits(uint32_t bits) {
 bool Exec::Share() {
   const LockFile file{r_.h.volume, r_.h.ino};
   const LockOwner who{s_.serial, r_.owner};
+  if (r_.h.snap != 0) {
+    // Read access to what never changes: granted, nothing kept (a deny of
+    // reading or writing is met by every snapshot reader anyway).
+    fs::Attr a;
+    if (r_.share_access == 0 && r_.share_deny == 0) return true;
+    if (!Load(r_.h, a)) return false;
+    if (a.type != fs::FileType::kRegular) return Error(EINVAL, "share reservations are for regular files only");
+    return Deny(CheckData(a, r_.creds, proto::kAccessRead), "share (read)");
+  }
   if (r_.share_access == 0 && r_.share_deny == 0) {
     locks_.Share(file, who, {}, nullptr);
     return true;
@@ -873,6 +1037,7 @@ bool Exec::Uncontended(uint64_t ino, bool write) {
 bool Exec::Lease() {
   const LockFile file{r_.h.volume, r_.h.ino};
   const LockOwner who{s_.serial, r_.owner};
+  if (r_.lease == 0 && r_.h.snap != 0) return true;  // nothing was kept
   if (r_.lease == 0) {
     locks_.SetLease(file, who, s_.domain, 0, nullptr);
     return true;
@@ -881,6 +1046,7 @@ bool Exec::Lease() {
   if (!Load(r_.h, a)) return false;
   if (a.type != fs::FileType::kRegular) return Error(EINVAL, "leases are for regular files only");
   if (!Deny(CheckData(a, r_.creds, proto::kAccessRead), "lease (read)")) return false;
+  if (a.snap != 0) return true;  // a read lease on what never changes: never recalled, nothing kept
   if ((r_.lease & proto::kLeaseWrite) && !Deny(CheckData(a, r_.creds, proto::kAccessWrite), "lease (write)")) {
     return false;
   }

@@ -2044,6 +2044,110 @@ TEST_F(HeadTest, FlushCacheWritesWhatTheCacheHoldsIntoTheDomain) {
   EXPECT_EQ(std::string(buf.data(), *n), data2) << "the other volume's too";
 }
 
+// Snapshots through the head: `.snapshot` in every directory (absent from
+// listings) lists the volume's snapshots; each is the directory as it was,
+// read through the same calls as the live one, and refuses every change
+// with EROFS; a live directory refuses a new `.snapshot`.
+TEST_F(HeadTest, SnapshotsAreReachedThroughDotSnapshotAndAreReadOnly) {
+  nasgw_attr d = Create(root_.handle, "docs", NASGW_TYPE_DIR, 0755);
+  nasgw_attr f = Create(d.handle, "a.txt");
+  Create(d.handle, "gone.txt");
+  const std::string before(50'000, 'b'), after(50'000, 'A');
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, before.data(), static_cast<uint32_t>(before.size()),
+                        NASGW_UNSTABLE, nullptr),
+            static_cast<int64_t>(before.size()));
+  ASSERT_EQ(nasgw_setxattr(client_, &kRoot, &f.handle, "user.tag", "old", 3, 0), 0);
+  ASSERT_TRUE(service_->FlushCache().ok());  // as the admin API does before a create
+  auto s1 = domain_->CreateSnapshot("vol1", "s1");
+  ASSERT_TRUE(s1.ok()) << s1.status().ToString();
+  // The live volume moves on.
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, after.data(), static_cast<uint32_t>(after.size()),
+                        NASGW_UNSTABLE, nullptr),
+            static_cast<int64_t>(after.size()));
+  ASSERT_EQ(nasgw_setxattr(client_, &kRoot, &f.handle, "user.tag", "new", 3, 0), 0);
+  ASSERT_EQ(nasgw_unlink(client_, &kRoot, &d.handle, "gone.txt"), 0);
+  Create(d.handle, "later.txt");
+  ASSERT_TRUE(service_->FlushCache().ok());
+  ASSERT_TRUE(domain_->CreateSnapshot("vol1", "s2").ok());
+
+  // `.snapshot` is found by name but not listed.
+  std::vector<nasgw_dirent> ents(16);
+  uint32_t n = 0;
+  int eof = 0;
+  ASSERT_EQ(nasgw_readdir(client_, &kRoot, &d.handle, 0, 16, 0, ents.data(), nullptr, &n, &eof), 0);
+  for (uint32_t i = 0; i < n; i++) EXPECT_STRNE(ents[i].name, ".snapshot");
+  nasgw_attr sd{};
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &d.handle, ".snapshot", &sd), 0) << nasgw_client_last_message();
+  EXPECT_EQ(sd.type, static_cast<uint32_t>(NASGW_TYPE_DIR));
+  EXPECT_EQ(sd.mode & 0222, 0u);
+  ASSERT_EQ(nasgw_readdir(client_, &kRoot, &sd.handle, 0, 16, 0, ents.data(), nullptr, &n, &eof), 0);
+  ASSERT_EQ(n, 2u);
+  EXPECT_STREQ(ents[0].name, "s1");
+  EXPECT_STREQ(ents[1].name, "s2");
+  EXPECT_EQ(eof, 1);
+  nasgw_attr up{};
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &sd.handle, "..", &up), 0);
+  EXPECT_EQ(up.handle.ino, d.handle.ino);
+  EXPECT_EQ(up.handle.snap, 0u);
+
+  // The directory at s1: its files as they were.
+  nasgw_attr at1{}, old{}, was{};
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &sd.handle, "s1", &at1), 0) << nasgw_client_last_message();
+  EXPECT_EQ(at1.handle.snap, s1->id);
+  EXPECT_EQ(at1.handle.ino, d.handle.ino);
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &at1.handle, "a.txt", &old), 0) << nasgw_client_last_message();
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &at1.handle, "gone.txt", &was), 0) << "removed since, there then";
+  EXPECT_EQ(nasgw_lookup(client_, &kRoot, &at1.handle, "later.txt", &was), -ENOENT);
+  EXPECT_EQ(nasgw_lookup(client_, &kRoot, &at1.handle, ".snapshot", &was), -ENOENT) << "no snapshots of snapshots";
+  std::string back(before.size(), '\0');
+  ASSERT_EQ(nasgw_read(client_, &kRoot, &old.handle, 0, back.data(), static_cast<uint32_t>(back.size()), &eof),
+            static_cast<int64_t>(before.size()));
+  EXPECT_TRUE(back == before);
+  char v[8] = {};
+  EXPECT_EQ(nasgw_getxattr(client_, &kRoot, &old.handle, "user.tag", v, sizeof(v)), 3);
+  EXPECT_STREQ(v, "old");
+  std::vector<nasgw_attr> attrs(16);
+  ASSERT_EQ(nasgw_readdir(client_, &kRoot, &at1.handle, 0, 16, NASGW_READDIR_PLUS, ents.data(), attrs.data(), &n, &eof),
+            0);
+  std::set<std::string> names;
+  for (uint32_t i = 0; i < n; i++) {
+    names.insert(ents[i].name);
+    EXPECT_EQ(attrs[i].handle.snap, s1->id);
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"a.txt", "gone.txt"}));
+  // Reading opens and read locks work (and keep nothing).
+  nasgw_attr opened{};
+  ASSERT_EQ(nasgw_open(client_, &kRoot, &old.handle, NASGW_ACCESS_READ, &opened), 0) << nasgw_client_last_message();
+  EXPECT_EQ(nasgw_lock(client_, &kRoot, &old.handle, 1, NASGW_LOCK_READ, 0, 10, nullptr), 0);
+  EXPECT_EQ(nasgw_share(client_, &kRoot, &old.handle, 1, NASGW_SHARE_READ, 0), 0);
+  EXPECT_TRUE(service_->locks().Locks({f.handle.volume, f.handle.ino}).empty()) << "nothing kept on the live file";
+  EXPECT_EQ(nasgw_release(client_, &kRoot, &old.handle), 0);
+
+  // Every change is EROFS.
+  EXPECT_EQ(nasgw_write(client_, &kRoot, &old.handle, 0, "x", 1, NASGW_FILE_SYNC, nullptr), -EROFS);
+  EXPECT_EQ(nasgw_open(client_, &kRoot, &old.handle, NASGW_ACCESS_WRITE, &opened), -EROFS);
+  EXPECT_EQ(nasgw_setxattr(client_, &kRoot, &old.handle, "user.tag", "x", 1, 0), -EROFS);
+  EXPECT_EQ(nasgw_lock(client_, &kRoot, &old.handle, 1, NASGW_LOCK_WRITE, 0, 10, nullptr), -EROFS);
+  EXPECT_EQ(nasgw_create(client_, &kRoot, &at1.handle, "new", NASGW_TYPE_REG, 0644, 0, nullptr, 0, nullptr), -EROFS);
+  EXPECT_EQ(nasgw_unlink(client_, &kRoot, &at1.handle, "a.txt"), -EROFS);
+  EXPECT_EQ(nasgw_rename(client_, &kRoot, &at1.handle, "a.txt", &d.handle, "stolen", 0), -EROFS);
+  EXPECT_EQ(nasgw_link(client_, &kRoot, &old.handle, &d.handle, "linked", nullptr), -EROFS);
+  EXPECT_EQ(nasgw_create(client_, &kRoot, &sd.handle, "s3", NASGW_TYPE_DIR, 0755, 0, nullptr, 0, nullptr), -EROFS);
+  nasgw_sattr trunc{};
+  trunc.mask = NASGW_SET_SIZE;
+  EXPECT_EQ(nasgw_setattr(client_, &kRoot, &old.handle, &trunc, nullptr), -EROFS);
+  EXPECT_EQ(nasgw_create(client_, &kRoot, &d.handle, ".snapshot", NASGW_TYPE_DIR, 0755, 0, nullptr, 0, nullptr),
+            -EEXIST);
+  // The live file is what it became.
+  ASSERT_EQ(nasgw_read(client_, &kRoot, &f.handle, 0, back.data(), static_cast<uint32_t>(back.size()), &eof),
+            static_cast<int64_t>(after.size()));
+  EXPECT_TRUE(back == after);
+  // A deleted snapshot's handles are stale.
+  ASSERT_TRUE(domain_->DeleteSnapshot("vol1", "s1").ok());
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &old.handle, &was), -ESTALE);
+  EXPECT_EQ(nasgw_lookup(client_, &kRoot, &sd.handle, "s1", &was), -ENOENT);
+}
+
 // Past head.max_locks_per_session a lock (or a splitting unlock) is ENOLCK.
 TEST_F(HeadTest, LockLimits) {
   server_->Shutdown(std::chrono::milliseconds(0));

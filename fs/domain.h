@@ -149,6 +149,10 @@ struct VolumeInfo {
 // A snapshot of a volume (docs/snapshots.md): the volume as it stood at the
 // end of transaction group `txg`.
 constexpr size_t kSnapshotNameMax = 255;
+// A handle's snapshot id that names no snapshot but the `.snapshot`
+// directory of its inode (a directory of the live volume): the heads'
+// way into the snapshots. Snapshot ids stay below it.
+constexpr uint32_t kSnapshotDir = 0xFFFFFFFF;
 struct SnapshotInfo {
   uint32_t id = 0;  // never reused in its volume (handles carry it)
   std::string name;
@@ -242,6 +246,9 @@ class Domain {
   // The volume's snapshots, oldest first, with what deleting each frees.
   Result<std::vector<SnapshotInfo>> ListSnapshots(const std::string& volume);
   Result<SnapshotInfo> FindSnapshot(const std::string& volume, const std::string& name);  // NotFound
+  // The snapshots of volume `vol` by id, oldest first, without the space
+  // figures (which cost a scan): the heads' `.snapshot` listings.
+  Result<std::vector<SnapshotInfo>> ListSnapshotsOf(uint32_t vol);
   // Deletes a snapshot: gives back what only it held, in bounded
   // transactions, at a cost in proportion to that (not to the volume's size
   // or the number of snapshots). The snapshot is gone to readers at once; a

@@ -443,6 +443,7 @@ Result<SnapshotInfo> Domain::CreateSnapshot(const std::string& volume, const std
   auto taken = impl_->Has(SnapshotNameKey(*vol, name));
   if (!taken.ok()) return taken.status();
   if (*taken) return Status::Exists("volume '" + volume + "' has a snapshot '" + name + "'");
+  if (v->next_snap >= kSnapshotDir) return Status::NoSpace("volume '" + volume + "' has used every snapshot id");
   const uint32_t id = v->next_snap++;
   SnapshotRec r;
   r.name = name;
@@ -462,6 +463,24 @@ Result<SnapshotInfo> Domain::CreateSnapshot(const std::string& volume, const std
   NASGW_LOG(kInfo, "fs") << "snapshot created" << Kv("volume", volume) << Kv("snapshot", name) << Kv("id", id)
                          << Kv("txg", r.txg);
   return Info(id, r);
+}
+
+Result<std::vector<SnapshotInfo>> Domain::ListSnapshotsOf(uint32_t vol) {
+  ReaderLock lock(impl_->mu);
+  std::vector<SnapshotInfo> out;
+  Status bad;
+  const std::string p = Prefix('W', vol);
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+    auto r = DecodeSnapshot(v);
+    if (!r.ok() || k.size() != 9) {
+      bad = r.ok() ? Status::Corruption("snapshot key") : r.status();
+      return false;
+    }
+    if (!r->deleting) out.push_back(Info(GetBE32(k, 5), *r));
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  return out;
 }
 
 Result<std::vector<SnapshotInfo>> Domain::ListSnapshots(const std::string& volume) {
