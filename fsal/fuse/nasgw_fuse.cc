@@ -104,6 +104,16 @@ struct Cred {
 // root, as its write-back WRITEs come.
 const nasgw_cred kKernel{0, 0, 0, nullptr};
 
+// The kernel's node id (and st_ino) of an object: its inode number in the
+// live volume; in a snapshot (or a `.snapshot` directory), the inode number
+// (below 2^40) with the snapshot id (its low 23 bits) above it and the top
+// bit set, so that the same file in the live volume and in each snapshot is
+// a node of its own.
+uint64_t NodeId(const nasgw_handle& h) {
+  if (h.snap == 0) return h.ino;
+  return (1ull << 63) | (static_cast<uint64_t>(h.snap & 0x7FFFFF) << 40) | (h.ino & ((1ull << 40) - 1));
+}
+
 // The handle of node `ino`: the root's, or one an entry reply gave the
 // kernel. False for a node we never gave out.
 bool H(fuse_req_t req, fuse_ino_t ino, nasgw_handle* out) {
@@ -121,9 +131,9 @@ bool H(fuse_req_t req, fuse_ino_t ino, nasgw_handle* out) {
 
 // An entry reply gives the kernel one more lookup of the node.
 void Remember(Mount* m, const nasgw_attr& a) {
-  if (a.handle.ino == FUSE_ROOT_ID) return;
+  if (NodeId(a.handle) == FUSE_ROOT_ID) return;
   MutexLock l(m->mu);
-  auto& n = m->nodes[a.handle.ino];
+  auto& n = m->nodes[NodeId(a.handle)];
   n.handle = a.handle;
   n.lookups++;
 }
@@ -217,7 +227,7 @@ uint32_t TypeOf(mode_t mode) {
 
 struct stat Stat(const nasgw_attr& a) {
   struct stat st {};
-  st.st_ino = a.handle.ino;
+  st.st_ino = NodeId(a.handle);
   st.st_mode = TypeBits(a.type) | a.mode;
   st.st_nlink = a.nlink;
   st.st_uid = a.uid;
@@ -234,7 +244,7 @@ struct stat Stat(const nasgw_attr& a) {
 
 fuse_entry_param Entry(fuse_req_t req, const nasgw_attr& a) {
   fuse_entry_param e{};
-  e.ino = a.handle.ino;
+  e.ino = NodeId(a.handle);
   e.generation = a.handle.gen;
   e.attr = Stat(a);
   e.attr_timeout = M(req)->timeout;
@@ -607,7 +617,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   if (off < 2) {
     nasgw_attr parent{};
     int rc = nasgw_lookup(M(req)->client, &c, &h, "..", &parent);
-    if (!add("..", rc == 0 ? parent.handle.ino : ino, NASGW_TYPE_DIR, 2)) {
+    if (!add("..", rc == 0 ? NodeId(parent.handle) : ino, NASGW_TYPE_DIR, 2)) {
       return (void)fuse_reply_buf(req, buf.data(), used);
     }
   }
@@ -621,7 +631,9 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       break;
     }
     for (uint32_t i = 0; i < n; i++) {
-      if (!add(ents[i].name, ents[i].ino, ents[i].type, static_cast<off_t>(ents[i].cookie + 2))) {
+      nasgw_handle child = h;  // its node id: the directory's snapshot, the entry's inode
+      child.ino = ents[i].ino;
+      if (!add(ents[i].name, NodeId(child), ents[i].type, static_cast<off_t>(ents[i].cookie + 2))) {
         return (void)fuse_reply_buf(req, buf.data(), used);
       }
       cookie = ents[i].cookie;

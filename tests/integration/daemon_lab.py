@@ -12,6 +12,7 @@ Prints one line per check and "N passed, N failed".
 """
 import argparse
 import json
+import errno
 import os
 import re
 import shutil
@@ -189,8 +190,9 @@ def cmd_admin(a):
 
         # Data into alpha through the head path, so it is not empty.
         node.mount("alpha")
+        data1 = os.urandom(1 << 20)
         with open(os.path.join(node.mount_path, "data"), "wb") as f:
-            f.write(os.urandom(1 << 20))
+            f.write(data1)
         show = node.cli("volume", "show", "alpha", json_out=True)
         c("volume show counts the file", "1" in str(show), show)
 
@@ -219,6 +221,39 @@ def cmd_admin(a):
         c("snapshot show", show.get("snapshot", {}).get("id") == snap["snapshot"]["id"], show)
         show = node.cli("volume", "show", "alpha", json_out=True)
         c("volume show counts the snapshots", show["volume"].get("snapshots") == 2, show)
+
+        # The snapshots through the kernel (FUSE): .snapshot in every
+        # directory, found by name, not listed; each read-only, as it was.
+        m = node.mount_path
+        data2 = os.urandom(1 << 20)
+        with open(os.path.join(m, "data"), "r+b") as f:
+            f.write(data2)
+        with open(os.path.join(m, "newer"), "wb") as f:
+            f.write(b"after the snapshots")
+        c("ls of the volume does not list .snapshot", ".snapshot" not in os.listdir(m), os.listdir(m))
+        snapdir = os.path.join(m, ".snapshot")
+        c("ls .snapshot lists the snapshots", sorted(os.listdir(snapdir)) == ["s1", "s2"], os.listdir(snapdir))
+        with open(os.path.join(snapdir, "s1", "data"), "rb") as f:
+            c("a file read from .snapshot/s1 is its content when s1 was taken", f.read() == data1)
+        with open(os.path.join(m, "data"), "rb") as f:
+            c("the live file is what it became", f.read() == data2)
+        c("a file made after the snapshot is not in it", sorted(os.listdir(os.path.join(snapdir, "s1"))) == ["data"],
+          os.listdir(os.path.join(snapdir, "s1")))
+        c("the snapshot's file is a node of its own (st_ino)",
+          os.stat(os.path.join(snapdir, "s1", "data")).st_ino != os.stat(os.path.join(m, "data")).st_ino)
+        for what, fn in [("open for writing", lambda: open(os.path.join(snapdir, "s1", "data"), "r+b")),
+                         ("mkdir", lambda: os.mkdir(os.path.join(snapdir, "s1", "x"))),
+                         ("unlink", lambda: os.unlink(os.path.join(snapdir, "s1", "data"))),
+                         ("chmod", lambda: os.chmod(os.path.join(snapdir, "s1", "data"), 0o600)),
+                         ("mkdir .snapshot", lambda: os.mkdir(snapdir))]:
+            try:
+                fn()
+                got = "succeeded"
+            except OSError as e:
+                got = errno.errorcode.get(e.errno, e.errno)
+            want = "EEXIST" if what == "mkdir .snapshot" else "EROFS"
+            where = "in the live volume" if what == "mkdir .snapshot" else "in a snapshot"
+            c("%s %s: %s" % (what, where, want), got == want, got)
 
         # Garbage on the real head socket while the FUSE client works.
         for junk in [b"\x00" * 24, os.urandom(5000), b"NHP1" + os.urandom(100)]:
