@@ -75,6 +75,16 @@ typedef struct nasgw_handle {
   uint8_t mac[NASGW_MAC_BYTES];
 } nasgw_handle;
 
+/* The number a head shows for an object (st_ino, an NFS fileid, a FUSE node
+ * id): its inode number in the live volume; in a snapshot (or a .snapshot
+ * directory, snap 0xFFFFFFFF) the inode number (below 2^40) with the
+ * snapshot id's low 23 bits above it and the top bit set, so the same file
+ * live and in each snapshot are different objects to clients. */
+static inline uint64_t nasgw_shown_ino(const nasgw_handle* h) {
+  if (h->snap == 0) return h->ino;
+  return (1ull << 63) | ((uint64_t)(h->snap & 0x7FFFFFu) << 40) | (h->ino & ((1ull << 40) - 1));
+}
+
 typedef struct nasgw_time {
   int64_t sec;
   uint32_t nsec;

@@ -104,14 +104,10 @@ struct Cred {
 // root, as its write-back WRITEs come.
 const nasgw_cred kKernel{0, 0, 0, nullptr};
 
-// The kernel's node id (and st_ino) of an object: its inode number in the
-// live volume; in a snapshot (or a `.snapshot` directory), the inode number
-// (below 2^40) with the snapshot id (its low 23 bits) above it and the top
-// bit set, so that the same file in the live volume and in each snapshot is
-// a node of its own.
+// The kernel's node id (and st_ino) of an object: nasgw_shown_ino, so that
+// the same file in the live volume and in each snapshot is a node of its own.
 uint64_t NodeId(const nasgw_handle& h) {
-  if (h.snap == 0) return h.ino;
-  return (1ull << 63) | (static_cast<uint64_t>(h.snap & 0x7FFFFF) << 40) | (h.ino & ((1ull << 40) - 1));
+  return nasgw_shown_ino(&h);
 }
 
 // The handle of node `ino`: the root's, or one an entry reply gave the

@@ -307,7 +307,7 @@ void nasgw_to_attrs(const nasgw_attr *a, struct fsal_attrlist *out)
 	out->filesize = a->size;
 	out->fsid.major = a->handle.volume;
 	out->fsid.minor = 0;
-	out->fileid = a->handle.ino;
+	out->fileid = nasgw_shown_ino(&a->handle);
 	out->mode = a->mode & 07777;
 	out->numlinks = a->nlink;
 	out->owner = a->uid;
@@ -406,7 +406,7 @@ struct nasgw_fsal_obj *nasgw_alloc_obj(struct fsal_export *exp,
 	o->obj_handle.obj_ops = &NASGW.handle_ops;
 	o->obj_handle.fsid.major = a->handle.volume;
 	o->obj_handle.fsid.minor = 0;
-	o->obj_handle.fileid = a->handle.ino;
+	o->obj_handle.fileid = nasgw_shown_ino(&a->handle);
 	o->fd.openflags = FSAL_O_CLOSED;
 	o->change_seen = a->change;
 	return o;

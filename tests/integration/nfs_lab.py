@@ -1202,10 +1202,65 @@ def test_acl(ctx):
         node.unmount()
 
 
+SNAP_BEFORE = """
+c = connect('/vol1', '3')
+c.mkdir('snapdir', exist_ok=True)
+with c.open('snapdir/f', 'wb') as f:
+    f.write(b'before' * 10000)
+out(0)
+"""
+
+SNAP_AFTER = """
+c = connect('/vol1', ARGS['version'])
+r = {}
+if ARGS['version'] == '3':
+    with c.open('snapdir/f', 'r+b') as f:
+        f.write(b'AFTER!' * 10000)
+    with c.open('snapdir/later', 'wb') as f:
+        f.write(b'made after the snapshot')
+r['listed'] = '.snapshot' in c.listdir('snapdir')
+r['snapshots'] = sorted(c.listdir('snapdir/.snapshot'))
+r['in_snapshot'] = sorted(c.listdir('snapdir/.snapshot/nfs1'))
+with c.open('snapdir/.snapshot/nfs1/f', 'rb') as f:
+    r['old'] = f.read() == b'before' * 10000
+with c.open('snapdir/f', 'rb') as f:
+    r['live'] = f.read() == b'AFTER!' * 10000
+r['e_write'] = err(lambda: c.open('snapdir/.snapshot/nfs1/f', 'r+b').write(b'x'))
+r['e_mkdir'] = err(lambda: c.mkdir('snapdir/.snapshot/nfs1/d'))
+r['e_unlink'] = err(lambda: c.remove('snapdir/.snapshot/nfs1/f'))
+r['e_chmod'] = err(lambda: c.chmod('snapdir/.snapshot/nfs1/f', 0o600))
+r['e_make_dot_snapshot'] = err(lambda: c.mkdir('snapdir/.snapshot'))
+out(r)
+"""
+
+
+def test_snapshots(ctx):
+    """Snapshots over NFS, v3 and v4.1: `.snapshot/<name>` in every directory
+    (not listed) reads as the directory was; every change is ROFS."""
+    lab, node = ctx["lab"], ctx["node"]
+    c1 = lab.client(1)
+    py(c1, lab, SNAP_BEFORE)
+    node.cli("snapshot", "create", "vol1", "nfs1")
+    try:
+        for version in ("3", "4.1"):
+            r = py(c1, lab, SNAP_AFTER, {"version": version})[0]
+            check(not r["listed"] and r["snapshots"] == ["nfs1"],
+                  "v%s: .snapshot is not listed and lists the snapshot (%s)" % (version, r))
+            check(r["in_snapshot"] == ["f"], "v%s: the snapshot holds what was there (%s)" % (version, r))
+            check(r["old"] and r["live"], "v%s: .snapshot/nfs1/f reads as it was, the live file as it is" % version)
+            check(all(r[k] == errno.EROFS for k in ("e_write", "e_mkdir", "e_unlink", "e_chmod")),
+                  "v%s: every change in a snapshot is EROFS (%s)" % (version, r))
+            check(r["e_make_dot_snapshot"] == errno.EEXIST, "v%s: .snapshot cannot be made (%s)" % (version, r))
+    finally:
+        node.cli("snapshot", "delete", "vol1", "nfs1", check=False)
+        py(c1, lab, "c = connect('/vol1', '3')\nfor n in ('f', 'later'):\n    c.remove('snapdir/' + n, "
+                    "missing_ok=True)\nc.rmdir('snapdir')\nout(0)\n", check_rc=False)
+
+
 TESTS = [("namespace", test_namespace), ("data", test_data), ("exports", test_exports),
          ("restart", test_restart), ("handles", test_handles), ("verifier", test_verifier),
          ("setuid", test_setuid), ("orphans", test_orphans), ("acl", test_acl), ("v42", test_v42),
-         ("listing", test_listing)]
+         ("listing", test_listing), ("snapshots", test_snapshots)]
 
 
 def main():
