@@ -530,9 +530,7 @@ TEST_F(AdminTest, SnapshotsCreateListShowAndDelete) {
   EXPECT_NE(s.error_message().find("monday"), std::string::npos) << s.error_message();
   for (const std::string& bad :
        std::vector<std::string>{"", ".", "..", "a/b", std::string(256, 'n'), std::string("nul\0x", 5),
-                                "es\x1b"
-                                "c",
-                                "tab\there"}) {
+                                std::string("es\x1b") + "c", "tab\there"}) {
     EXPECT_EQ(CreateSnapshot("v", bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
     EXPECT_EQ(GetSnapshot("v", bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
     EXPECT_EQ(DeleteSnapshot("v", bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;

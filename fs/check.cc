@@ -58,6 +58,7 @@ Result<std::vector<std::string>> Domain::Check() {
   // other, each entry is still seen by a snapshot, and the per-volume
   // totals match.
   std::map<uint32_t, std::vector<uint64_t>> snap_groups;
+  const uint64_t synced = impl_->rec.txg;
   NASGW_RETURN_IF_ERROR(st.Scan("W", "X", [&](std::string_view k, std::string_view v) {
     auto r = DecodeSnapshot(v);
     if (!r.ok() || k.size() != 9) {
@@ -66,7 +67,7 @@ Result<std::vector<std::string>> Domain::Check() {
     }
     const uint32_t vol = GetBE32(k, 1), id = GetBE32(k, 5);
     snap_groups[vol].push_back(r->txg);
-    if (r->txg > impl_->rec.txg) add("snapshot " + std::to_string(id) + " is of a group not yet begun");
+    if (r->txg > synced) add("snapshot " + std::to_string(id) + " is of a group not yet begun");
     auto idb = st.Get(SnapshotNameKey(vol, r->name));
     if (!idb.ok() || idb->size() != 4 || GetBE32(*idb, 0) != id) {
       add("snapshot " + std::to_string(id) + " '" + r->name + "' is not in the name index");

@@ -313,11 +313,13 @@ struct Domain::Impl {
   Status UpgradeBirths(bool read_only) EXCLUDES(mu);
   Status LoadSnapshots() REQUIRES(mu);
   // The value of `key` at group `at` (kLive: the live value).
-  Result<std::string> GetAt(std::string_view key, uint64_t at) REQUIRES_SHARED(mu);
+  // (Neither touches state `mu` guards; callers hold it so that the store
+  // is one state throughout.)
+  Result<std::string> GetAt(std::string_view key, uint64_t at);
   // The keys in [begin, end) (live keys of one tag and volume) as they were
   // at group `at`, in order, at most `max`, until fn returns false.
   Status ScanAt(std::string_view begin, std::string_view end, uint64_t at, size_t max,
-                const std::function<bool(std::string_view, std::string_view)>& fn) REQUIRES_SHARED(mu);
+                const std::function<bool(std::string_view, std::string_view)>& fn);
 
   // ---- reads (fs/domain_impl.cc): NotFound names what is missing; any
   // other error is returned as is. `at`: the group to read at (kLive, or a

@@ -228,7 +228,8 @@ std::string HistoryKey(std::string_view key, uint64_t kill) {
   PutBE64(&k, kill);
   return k;
 }
-std::string LiveKey(std::string_view p) {
+std::string LiveKey(std::string_view history_prefix) {
+  std::string_view p = history_prefix;
   std::string k(1, p[5]);
   k.append(p.substr(1, 4));
   k.append(p.substr(6));
