@@ -123,6 +123,21 @@ Result<std::vector<std::string>> Domain::Check() {
     return true;
   }));
   NASGW_RETURN_IF_ERROR(failed_dead);
+  NASGW_RETURN_IF_ERROR(st.Scan("A", "B", [&](std::string_view k, std::string_view v) {
+    auto s = DecodeSchedule(v);
+    if (!s.ok() || k.size() < 6) {
+      add("snapshot schedule: " + (s.ok() ? std::string("key too short") : s.status().ToString()));
+      return true;
+    }
+    auto named = impl_->Has(VolKey(GetBE32(k, 1)));
+    if (!named.ok()) {
+      failed_dead = named.status();
+      return false;
+    }
+    if (!*named) add("snapshot schedule '" + std::string(k.substr(5)) + "' names a volume that does not exist");
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(failed_dead);
   // The counts kept in memory against what the dead lists hold, both ways.
   for (auto [kept, found] : {std::pair{&impl_->snap_data_bytes, &dead_data}, {&impl_->snap_meta_bytes, &dead_meta}}) {
     std::set<uint32_t> vols_seen;

@@ -146,6 +146,20 @@ struct VolumeInfo {
   uint64_t snapshot_bytes = 0;
 };
 
+// A snapshot schedule of a volume (docs/snapshots.md, "Schedules"): nasgwd
+// takes a snapshot named `<name>-<UTC time, YYYYMMDDTHHMMSSZ>` every `every_s`
+// seconds and deletes that schedule's oldest beyond the newest `keep`.
+constexpr size_t kScheduleNameMax = 64;  // [A-Za-z0-9._-]
+constexpr uint64_t kScheduleEveryMax = 366ull * 24 * 3600;
+constexpr uint32_t kScheduleKeepMax = 10000;
+struct SnapshotSchedule {
+  std::string volume;  // filled in by the list
+  std::string name;
+  uint64_t every_s = 0;  // 1..kScheduleEveryMax
+  uint32_t keep = 0;     // 1..kScheduleKeepMax
+  int64_t last_run = 0;  // Unix seconds of its last snapshot (0: never)
+};
+
 // A snapshot of a volume (docs/snapshots.md): the volume as it stood at the
 // end of transaction group `txg`.
 constexpr size_t kSnapshotNameMax = 255;
@@ -255,6 +269,14 @@ class Domain {
   // deletion cut short by a crash is finished by the owner's next open.
   // Returns the snapshot with the bytes it freed. One deletion at a time.
   Result<SnapshotInfo> DeleteSnapshot(const std::string& volume, const std::string& name);
+  // Schedules, kept with the volume (nasgwd runs them). Add: InvalidArgument
+  // for a bad name, interval or count, NotFound for an unknown volume,
+  // Exists for a name the volume's schedules have. Remove: NotFound.
+  // MarkScheduleRun records when it last took a snapshot.
+  Result<SnapshotSchedule> AddSnapshotSchedule(const std::string& volume, const SnapshotSchedule& s);
+  Result<std::vector<SnapshotSchedule>> ListSnapshotSchedules();  // every volume's, by volume id then name
+  Status RemoveSnapshotSchedule(const std::string& volume, const std::string& name);
+  Status MarkScheduleRun(const std::string& volume, const std::string& name, int64_t when);
   // The snapshot `snap` of volume `vol` exists (NotFound otherwise; Stale
   // for an id that was deleted).
   Status CheckSnapshot(uint32_t vol, uint32_t snap);

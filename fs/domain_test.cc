@@ -1323,5 +1323,54 @@ TEST_F(DomainTest, ValuesGetTheirBirthsAtTheFirstOpenAndTheUpgradeResumes) {
   }
 }
 
+TEST_F(DomainTest, SnapshotSchedulesAreKeptWithTheVolume) {
+  Build();
+  SnapshotSchedule h;
+  h.name = "hourly";
+  h.every_s = 3600;
+  h.keep = 24;
+  auto added = dom_->AddSnapshotSchedule("vol1", h);
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  EXPECT_EQ(added->volume, "vol1");
+  EXPECT_EQ(added->last_run, 0);
+  EXPECT_EQ(dom_->AddSnapshotSchedule("vol1", h).status().code(), Code::kExists);
+  EXPECT_EQ(dom_->AddSnapshotSchedule("nope", h).status().code(), Code::kNotFound);
+  for (auto bad : std::vector<std::function<void(SnapshotSchedule&)>>{
+           [](SnapshotSchedule& s) { s.name = ""; }, [](SnapshotSchedule& s) { s.name = "a/b"; },
+           [](SnapshotSchedule& s) { s.name = std::string(65, 'n'); }, [](SnapshotSchedule& s) { s.every_s = 0; },
+           [](SnapshotSchedule& s) { s.every_s = kScheduleEveryMax + 1; }, [](SnapshotSchedule& s) { s.keep = 0; },
+           [](SnapshotSchedule& s) { s.keep = kScheduleKeepMax + 1; }}) {
+    SnapshotSchedule x = h;
+    x.name = "x";
+    bad(x);
+    EXPECT_EQ(dom_->AddSnapshotSchedule("vol1", x).status().code(), Code::kInvalidArgument) << x.name;
+  }
+  SnapshotSchedule d = h;
+  d.name = "daily";
+  d.every_s = 86400;
+  d.keep = 7;
+  ASSERT_TRUE(dom_->AddSnapshotSchedule("vol1", d).ok());
+  ASSERT_TRUE(dom_->MarkScheduleRun("vol1", "hourly", 1234).ok());
+  EXPECT_EQ(dom_->MarkScheduleRun("vol1", "nope", 1).code(), Code::kNotFound);
+  Reopen(/*power_cut=*/true);  // stored with the reserve, durable
+  auto all = dom_->ListSnapshotSchedules();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].name, "daily");
+  EXPECT_EQ((*all)[0].every_s, 86400u);
+  EXPECT_EQ((*all)[0].keep, 7u);
+  EXPECT_EQ((*all)[1].name, "hourly");
+  EXPECT_EQ((*all)[1].last_run, 1234);
+  EXPECT_EQ((*all)[1].volume, "vol1");
+  EXPECT_EQ(dom_->DeleteVolume("vol1", true).code(), Code::kFailedPrecondition) << "schedules first";
+  ASSERT_TRUE(dom_->RemoveSnapshotSchedule("vol1", "hourly").ok());
+  EXPECT_EQ(dom_->RemoveSnapshotSchedule("vol1", "hourly").code(), Code::kNotFound);
+  ASSERT_TRUE(dom_->RemoveSnapshotSchedule("vol1", "daily").ok());
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+  EXPECT_TRUE(dom_->DeleteVolume("vol1", true).ok());
+}
+
 }  // namespace
 }  // namespace nasgw::fs

@@ -297,6 +297,28 @@ std::string SnapshotKey(uint32_t vol, uint32_t id) {
 std::string SnapshotNameKey(uint32_t vol, const std::string& name) {
   return Prefix('T', vol) + name;
 }
+std::string ScheduleKey(uint32_t vol, const std::string& name) {
+  return Prefix('A', vol) + name;
+}
+std::string EncodeSchedule(const SnapshotSchedule& s) {
+  Encoder e;
+  e.U8(kScheduleVersion);
+  e.U64(s.every_s);
+  e.U32(s.keep);
+  e.U64(static_cast<uint64_t>(s.last_run));
+  return e.Release();
+}
+Result<SnapshotSchedule> DecodeSchedule(std::string_view v) {
+  Decoder d(v);
+  SnapshotSchedule s;
+  if (d.U8() != kScheduleVersion) return Status::Corruption("snapshot schedule version");
+  s.every_s = d.U64();
+  s.keep = d.U32();
+  s.last_run = static_cast<int64_t>(d.U64());
+  if (!d.ok() || d.remaining() != 0 || s.every_s == 0 || s.keep == 0)
+    return Status::Corruption("bad snapshot schedule");
+  return s;
+}
 std::string EncodeSnapshot(const SnapshotRec& r) {
   Encoder e;
   e.U8(kSnapshotVersion);

@@ -130,6 +130,12 @@ struct SnapshotRec {
   bool deleting = false;  // being deleted: gone to readers, released in batches
 };
 constexpr uint8_t kSnapshotVersion = 1;
+// Snapshot schedules: A vol name -> u8 version (1), u64 every_s, u32 keep,
+// i64 last_run.
+std::string ScheduleKey(uint32_t vol, const std::string& name);
+constexpr uint8_t kScheduleVersion = 1;
+std::string EncodeSchedule(const SnapshotSchedule& s);        // not volume or name
+Result<SnapshotSchedule> DecodeSchedule(std::string_view v);  // name and volume left empty
 std::string EncodeSnapshot(const SnapshotRec& r);
 Result<SnapshotRec> DecodeSnapshot(std::string_view v);
 

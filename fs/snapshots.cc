@@ -3,6 +3,7 @@
 // delete with the dead-list rule, and the upgrade that gives every value its
 // birth.
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include "base/log.h"
@@ -586,6 +587,118 @@ Result<SnapshotInfo> Domain::DeleteSnapshot(const std::string& volume, const std
   NASGW_LOG(kInfo, "fs") << "snapshot deleted" << Kv("volume", volume) << Kv("snapshot", name) << Kv("id", id)
                          << Kv("freed_bytes", i.frees_bytes);
   return i;
+}
+
+namespace {
+Status CheckSchedule(const SnapshotSchedule& s) {
+  if (s.name.empty() || s.name.size() > kScheduleNameMax) {
+    return Status::InvalidArgument("schedule name must be 1-" + std::to_string(kScheduleNameMax) + " bytes");
+  }
+  for (char c : s.name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return Status::InvalidArgument("schedule name '" + s.name + "': letters, digits, '.', '_' and '-' only");
+    }
+  }
+  if (s.every_s == 0 || s.every_s > kScheduleEveryMax) {
+    return Status::InvalidArgument("a schedule runs every 1 s to 366 days");
+  }
+  if (s.keep == 0 || s.keep > kScheduleKeepMax) {
+    return Status::InvalidArgument("a schedule keeps 1 to " + std::to_string(kScheduleKeepMax) + " snapshots");
+  }
+  return Status();
+}
+}  // namespace
+
+Result<SnapshotSchedule> Domain::AddSnapshotSchedule(const std::string& volume, const SnapshotSchedule& spec) {
+  NASGW_RETURN_IF_ERROR(CheckSchedule(spec));
+  WriterLock lock(impl_->mu);
+  auto vol = impl_->VolumeId(volume);
+  if (!vol.ok()) return vol.status();
+  auto taken = impl_->Has(ScheduleKey(*vol, spec.name));
+  if (!taken.ok()) return taken.status();
+  if (*taken) return Status::Exists("volume '" + volume + "' has a schedule '" + spec.name + "'");
+  SnapshotSchedule s = spec;
+  s.volume = volume;
+  s.last_run = 0;
+  Impl::Txn t;
+  t.batch.Put(ScheduleKey(*vol, s.name), EncodeSchedule(s));
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t));
+  return s;
+}
+
+Result<std::vector<SnapshotSchedule>> Domain::ListSnapshotSchedules() {
+  ReaderLock lock(impl_->mu);
+  std::map<uint32_t, std::string> names;  // volume ids to names
+  Status bad;
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan("V", "W", [&](std::string_view k, std::string_view v) {
+    auto rec = DecodeVolume(v);
+    if (!rec.ok() || k.size() != 5) {
+      bad = rec.ok() ? Status::Corruption("volume key") : rec.status();
+      return false;
+    }
+    names[GetBE32(k, 1)] = rec->name;
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  std::vector<SnapshotSchedule> out;
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan("A", "B", [&](std::string_view k, std::string_view v) {
+    auto s = DecodeSchedule(v);
+    if (!s.ok() || k.size() < 6) {
+      bad = s.ok() ? Status::Corruption("schedule key") : s.status();
+      return false;
+    }
+    auto vn = names.find(GetBE32(k, 1));
+    if (vn == names.end()) {
+      bad = Status::Corruption("a snapshot schedule of a volume that does not exist");
+      return false;
+    }
+    s->volume = vn->second;
+    s->name = std::string(k.substr(5));
+    out.push_back(std::move(*s));
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  return out;
+}
+
+namespace {
+// The schedule `name` of `volume` changed by `change` (erase: removed).
+template <typename Change>
+Status ChangeSchedule(Domain::Impl& impl, const std::string& volume, const std::string& name, Change change) {
+  WriterLock lock(impl.mu);
+  auto vol = impl.VolumeId(volume);
+  if (!vol.ok()) return vol.status();
+  auto v = impl.store->Get(ScheduleKey(*vol, name));
+  if (!v.ok()) {
+    return v.status().code() == Code::kNotFound
+               ? Status::NotFound("volume '" + volume + "' has no schedule '" + name + "'")
+               : v.status();
+  }
+  auto s = DecodeSchedule(*v);
+  if (!s.ok()) return s.status();
+  Domain::Impl::Txn t;
+  if (change(*s)) {
+    t.batch.Put(ScheduleKey(*vol, name), EncodeSchedule(*s));
+  } else {
+    t.batch.Delete(ScheduleKey(*vol, name));
+  }
+  NASGW_RETURN_IF_ERROR(impl.Commit(t));
+  lock.Unlock();
+  return impl.Durable(t);
+}
+}  // namespace
+
+Status Domain::RemoveSnapshotSchedule(const std::string& volume, const std::string& name) {
+  return ChangeSchedule(*impl_, volume, name, [](SnapshotSchedule&) { return false; });
+}
+
+Status Domain::MarkScheduleRun(const std::string& volume, const std::string& name, int64_t when) {
+  return ChangeSchedule(*impl_, volume, name, [&](SnapshotSchedule& s) {
+    s.last_run = when;
+    return true;
+  });
 }
 
 }  // namespace nasgw::fs

@@ -225,6 +225,16 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
     return Status(Code::kFailedPrecondition,
                   "volume '" + name + "' has " + std::to_string(it->second.size()) + " snapshot(s): delete them first");
   }
+  std::string scheduled;
+  const std::string sp = Prefix('A', vol);
+  NASGW_RETURN_IF_ERROR(impl_->store->Scan(sp, PrefixEnd(sp), [&](std::string_view k, std::string_view) {
+    scheduled += (scheduled.empty() ? "" : ", ") + std::string(k.substr(sp.size()));
+    return true;
+  }));
+  if (!scheduled.empty()) {
+    return Status(Code::kFailedPrecondition,
+                  "volume '" + name + "' has snapshot schedules (" + scheduled + "): remove them first");
+  }
   std::string exported;
   size_t exports = 0;
   Status bad;
