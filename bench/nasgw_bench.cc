@@ -325,13 +325,15 @@ int Main(int argc, char** argv) {
 }  // namespace nasgw::bench
 
 namespace nasgw::bench {
-int FsMain(int argc, char** argv);  // bench/fs_bench.cc
-}
+int FsMain(int argc, char** argv);        // bench/fs_bench.cc
+int SnapshotMain(int argc, char** argv);  // bench/snapshot_bench.cc
+}  // namespace nasgw::bench
 
 int main(int argc, char** argv) {
   if (argc >= 2 && (std::string(argv[1]) == "fs" || std::string(argv[1]) == "posix" ||
                     std::string(argv[1]) == "client" || std::string(argv[1]) == "uds")) {
     return nasgw::bench::FsMain(argc, argv);
   }
+  if (argc >= 2 && std::string(argv[1]) == "snapshots") return nasgw::bench::SnapshotMain(argc, argv);
   return nasgw::bench::Main(argc, argv);
 }

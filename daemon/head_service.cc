@@ -479,16 +479,12 @@ bool Exec::LookupIn(const fs::Attr& dir) {
   if (dir.snap == fs::kSnapshotDir) {
     if (r_.name == ".") return Set(dir);
     if (r_.name == "..") return Set(d_.GetAttr(vol, dir.ino));  // the live directory it is in
-    auto snaps = d_.ListSnapshotsOf(vol);
-    if (!snaps.ok()) return Error(snaps.status());
-    for (const fs::SnapshotInfo& s : *snaps) {
-      if (s.name != r_.name) continue;
-      // The directory as it was then; younger than the snapshot: none.
-      auto at = d_.GetAttr(vol, dir.ino, s.id);
-      if (!at.ok() && at.status().code() == Code::kNotFound) return Error(ENOENT, "not in snapshot '" + s.name + "'");
-      return Set(at);
-    }
-    return Error(ENOENT, "no snapshot '" + r_.name + "'");
+    auto s = d_.SnapshotOf(vol, r_.name);
+    if (!s.ok()) return Error(s.status());
+    // The directory as it was then; younger than the snapshot: none.
+    auto at = d_.GetAttr(vol, dir.ino, s->id);
+    if (!at.ok() && at.status().code() == Code::kNotFound) return Error(ENOENT, "not in snapshot '" + s->name + "'");
+    return Set(at);
   }
   if (dir.snap == 0 && r_.name == kSnapshotName) {
     fs::Attr s = dir;

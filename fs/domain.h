@@ -263,6 +263,9 @@ class Domain {
   // The snapshots of volume `vol` by id, oldest first, without the space
   // figures (which cost a scan): the heads' `.snapshot` listings.
   Result<std::vector<SnapshotInfo>> ListSnapshotsOf(uint32_t vol);
+  // Volume `vol`'s snapshot called `name` (NotFound; one being deleted is
+  // gone), without the space figures: a head's lookup in `.snapshot`.
+  Result<SnapshotInfo> SnapshotOf(uint32_t vol, const std::string& name);
   // Deletes a snapshot: gives back what only it held, in bounded
   // transactions, at a cost in proportion to that (not to the volume's size
   // or the number of snapshots). The snapshot is gone to readers at once; a

@@ -16,11 +16,12 @@ using namespace keys;  // fs/keys.h: the keys and values of the metadata
 std::optional<uint64_t> Domain::Impl::NewestSnap(uint32_t vol) const {
   auto it = snaps.find(vol);
   if (it == snaps.end()) return std::nullopt;
-  std::optional<uint64_t> newest;
-  for (const auto& [sid, s] : it->second) {
-    if (!s.deleting && (!newest || s.txg > *newest)) newest = s.txg;
+  // Ids and groups grow together: the newest is the highest id not being
+  // deleted (every commit asks, so this is not a walk of them all).
+  for (auto s = it->second.rbegin(); s != it->second.rend(); ++s) {
+    if (!s->second.deleting) return s->second.txg;
   }
-  return newest;
+  return std::nullopt;
 }
 
 Result<uint64_t> Domain::Impl::ReadAt(uint32_t vol, uint32_t snap) {
@@ -464,6 +465,22 @@ Result<SnapshotInfo> Domain::CreateSnapshot(const std::string& volume, const std
   NASGW_LOG(kInfo, "fs") << "snapshot created" << Kv("volume", volume) << Kv("snapshot", name) << Kv("id", id)
                          << Kv("txg", r.txg);
   return Info(id, r);
+}
+
+Result<SnapshotInfo> Domain::SnapshotOf(uint32_t vol, const std::string& name) {
+  ReaderLock lock(impl_->mu);
+  auto idb = impl_->store->Get(SnapshotNameKey(vol, name));
+  if (!idb.ok()) {
+    return idb.status().code() == Code::kNotFound ? Status::NotFound("no snapshot '" + name + "'") : idb.status();
+  }
+  if (idb->size() != 4) return Status::Corruption("snapshot name index of '" + name + "'");
+  const uint32_t id = GetBE32(*idb, 0);
+  auto rv = impl_->store->Get(SnapshotKey(vol, id));
+  if (!rv.ok()) return rv.status().WithContext("snapshot record");
+  auto r = DecodeSnapshot(*rv);
+  if (!r.ok()) return r.status();
+  if (r->deleting) return Status::NotFound("snapshot '" + name + "' is being deleted");
+  return Info(id, *r);
 }
 
 Result<std::vector<SnapshotInfo>> Domain::ListSnapshotsOf(uint32_t vol) {
