@@ -777,6 +777,12 @@ bool Exec::Xattr() {
   const bool root = r_.creds.uid == 0, owner = r_.creds.uid == a.uid;
   const std::string& n = r_.name;
   auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+  if (a.snap == fs::kSnapshotDir) {
+    // A `.snapshot` directory has no attributes of its own (its ACL is
+    // its mode: a kernel checking permission asks for it).
+    if (r_.op == Op::kListXattr) return true;
+    return Error(ENODATA, "no " + n);
+  }
   if (r_.op == Op::kListXattr) {
     auto names = d_.ListXattr(vol, a.ino, a.snap);
     if (!names.ok()) return Error(names.status());

@@ -2057,6 +2057,11 @@ TEST_F(HeadTest, SnapshotsAreReachedThroughDotSnapshotAndAreReadOnly) {
                         NASGW_UNSTABLE, nullptr),
             static_cast<int64_t>(before.size()));
   ASSERT_EQ(nasgw_setxattr(client_, &kRoot, &f.handle, "user.tag", "old", 3, 0), 0);
+  nasgw_sattr own{};  // a directory another user owns (its snapshot keeps that)
+  own.mask = NASGW_SET_UID | NASGW_SET_GID;
+  own.uid = 1001;
+  own.gid = 1001;
+  ASSERT_EQ(nasgw_setattr(client_, &kRoot, &d.handle, &own, nullptr), 0);
   ASSERT_TRUE(service_->FlushCache().ok());  // as the admin API does before a create
   auto s1 = domain_->CreateSnapshot("vol1", "s1");
   ASSERT_TRUE(s1.ok()) << s1.status().ToString();
@@ -2080,6 +2085,9 @@ TEST_F(HeadTest, SnapshotsAreReachedThroughDotSnapshotAndAreReadOnly) {
   ASSERT_EQ(nasgw_lookup(client_, &kRoot, &d.handle, ".snapshot", &sd), 0) << nasgw_client_last_message();
   EXPECT_EQ(sd.type, static_cast<uint32_t>(NASGW_TYPE_DIR));
   EXPECT_EQ(sd.mode & 0222, 0u);
+  char acl[64];  // what a kernel checking a non-owner's permission asks
+  EXPECT_EQ(nasgw_getxattr(client_, &kRoot, &sd.handle, "system.posix_acl_access", acl, sizeof(acl)), -ENODATA);
+  EXPECT_EQ(nasgw_listxattr(client_, &kRoot, &sd.handle, acl, sizeof(acl)), 0);
   ASSERT_EQ(nasgw_readdir(client_, &kRoot, &sd.handle, 0, 16, 0, ents.data(), nullptr, &n, &eof), 0);
   ASSERT_EQ(n, 2u);
   EXPECT_STREQ(ents[0].name, "s1");

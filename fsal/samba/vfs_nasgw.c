@@ -35,6 +35,11 @@
  * Writes are DATA_SYNC: SMB has no write verifier to tell a client that
  * acknowledged data was lost, so a write is answered once nasgwd holds it
  * durably (its intent log for small writes, docs/cache.md).
+ *
+ * Previous Versions: the volume's snapshots whose names carry a UTC time
+ * are listed by that time (FSCTL_SRV_ENUMERATE_SNAPSHOTS), and a name
+ * with that @GMT label (Samba's twrp) resolves under the share's root's
+ * `.snapshot/<snapshot>`, read-only ("snapshots" below; docs/smb.md).
  */
 
 #include "includes.h"
@@ -47,6 +52,7 @@
 #include "locking/share_mode_lock.h"
 #include "lib/util/dlinklist.h"
 #include "librpc/gen_ndr/open_files.h"
+#include "include/ntioctl.h"
 
 #include "nasgw_client.h"
 
@@ -69,6 +75,14 @@ static unsigned g_client_refs;
 static struct tevent_context *g_ev;
 static struct tevent_threaded_context *g_tctx;
 
+/* A snapshot as Previous Versions shows it. */
+struct nasgw_snap {
+	time_t at; /* its label's time, UTC: @GMT-YYYY.MM.DD-HH.MM.SS */
+	uint32_t id;
+	const char *name;
+	nasgw_handle root; /* the share's root as it was in it */
+};
+
 struct nasgw_conn {
 	nasgw_client *client;
 	char *connectpath; /* the share's path, as Samba names it */
@@ -79,6 +93,11 @@ struct nasgw_conn {
 	 * entry's attributes) answers the path-reference open Samba makes of
 	 * every entry it lists (for its DOS attributes) without a LOOKUP. */
 	struct nasgw_dir *listing;
+	/* The snapshots Previous Versions shows (see "snapshots" below),
+	 * newest first, one per label; NULL until first listed. */
+	TALLOC_CTX *snap_ctx;
+	struct nasgw_snap *snaps;
+	size_t nsnaps;
 };
 
 /* An fsp's file. */
@@ -185,7 +204,10 @@ static void nasgw_to_stat(const nasgw_attr *a, SMB_STRUCT_STAT *st)
 	/* The device number names the volume: file ids (dev, ino) are unique
 	 * per volume, as inode numbers are. */
 	st->st_ex_dev = (dev_t)0x6e610000u + a->handle.volume;
-	st->st_ex_ino = a->handle.ino;
+	/* A snapshot's objects have numbers of their own (the snapshot id
+	 * above the inode number): Samba's file ids, and so its share modes
+	 * and leases, must not take them for the live files. */
+	st->st_ex_ino = nasgw_shown_ino(&a->handle);
 	st->st_ex_mode = nasgw_type_mode(a->type) | (a->mode & 07777);
 	st->st_ex_nlink = a->nlink;
 	st->st_ex_uid = a->uid;
@@ -277,15 +299,16 @@ static const char *nasgw_below_share(struct nasgw_conn *nc, const char *path)
 }
 
 /*
- * Walks `path` from `start` (or, when it is absolute, from the share's root)
- * to *out. Symbolic links met on the way are followed, and the last one
- * too when `follow`: a relative target from the link's directory, an
- * absolute one from the share's root when it points into the share (else
- * ENOENT: outside the share is nothing nasgw serves). ".." at the share's
- * root stays there (nasgwd answers it with the root itself).
+ * Walks `path` from `start` (or, when it is absolute, from `root`: the
+ * share's root, live or in a snapshot) to *out. Symbolic links met on the
+ * way are followed, and the last one too when `follow`: a relative target
+ * from the link's directory, an absolute one from `root` when it points
+ * into the share (else ENOENT: outside the share is nothing nasgw serves).
+ * ".." at the share's root stays there (nasgwd answers it with the root
+ * itself, in a snapshot too).
  */
 static int nasgw_walk(vfs_handle_struct *handle, struct nasgw_conn *nc, const nasgw_handle *start,
-		      const char *path, bool follow, nasgw_attr *out)
+		      const nasgw_handle *root, const char *path, bool follow, nasgw_attr *out)
 {
 	TALLOC_CTX *frame = talloc_stackframe();
 	nasgw_cred cr;
@@ -305,7 +328,7 @@ static int nasgw_walk(vfs_handle_struct *handle, struct nasgw_conn *nc, const na
 			return -ENOENT;
 		}
 		path = rel;
-		start = &nc->root;
+		start = root;
 	}
 	names = nasgw_split(frame, path, &n);
 	if (names == NULL) {
@@ -366,7 +389,7 @@ static int nasgw_walk(vfs_handle_struct *handle, struct nasgw_conn *nc, const na
 				return -ENOENT;
 			}
 			memset(&cur, 0, sizeof(cur));
-			cur.handle = nc->root;
+			cur.handle = *root;
 			cur.type = NASGW_TYPE_DIR;
 			looked_up = false;
 			tnames = nasgw_split(frame, rel, &tn);
@@ -417,43 +440,389 @@ static int nasgw_start(vfs_handle_struct *handle, struct nasgw_conn *nc, const f
 	return 0;
 }
 
-static int nasgw_resolve(vfs_handle_struct *handle, const files_struct *dirfsp, const char *path, bool follow,
-			 nasgw_attr *out)
+/* ---- snapshots: SMB Previous Versions
+ *
+ * nasgwd shows a volume's snapshots the NetApp way: LOOKUP of `.snapshot`
+ * in a live directory gives a read-only directory whose entries are the
+ * snapshots in which that directory existed, each the directory as it was
+ * then (docs/head-protocol.md, Handles). Previous Versions needs a time
+ * for each snapshot, its label @GMT-YYYY.MM.DD-HH.MM.SS (UTC), which is
+ * also how a client names one (an @GMT path token or an SMB2 TWrp create
+ * context: Samba's smb_filename twrp). The head protocol carries no
+ * snapshot's creation time (the attributes of `.snapshot/<name>` are its
+ * directory's), so the label comes from the snapshot's name, which nasgwd
+ * never changes: a name that ends in a UTC time, `<anything>-` or `_`
+ * then YYYYMMDDTHHMMSSZ (the names nasgwd's schedules give their
+ * snapshots, `<schedule>-YYYYMMDDTHHMMSSZ`), or that is the time alone,
+ * or that is an @GMT label itself (vfs_shadow_copy2's default format) is
+ * labelled with that time. Other snapshots have no time to show and are
+ * not offered to SMB (NFS and FUSE reach them by name). Two snapshots with
+ * one label (two schedules at the same second) show once, as the first
+ * taken (the lower id): a later snapshot never takes over a label, so a
+ * label names one snapshot for as long as that one exists.
+ *
+ * The list (the share's root's `.snapshot`, one LOOKUP and a READDIR_PLUS
+ * per 128 snapshots, whose attributes give each snapshot's root handle) is
+ * kept per tree connect. FSCTL_SRV_ENUMERATE_SNAPSHOTS lists again; a label
+ * not in the list lists again (a snapshot taken since); a root handle that
+ * is stale (a snapshot deleted since) lists again once, then the label is
+ * ENOENT. A label stays right as long as it is listed, so no timer.
+ */
+
+#define NASGW_SNAPSHOT_DIR ".snapshot"
+
+static bool nasgw_digits(const char *s, size_t n, int *out)
+{
+	int v = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9') {
+			return false;
+		}
+		v = v * 10 + (s[i] - '0');
+	}
+	*out = v;
+	return true;
+}
+
+/* The UTC time of a valid date and time (no 31 February), in range of a label. */
+static bool nasgw_utc(const int f[6], time_t *out)
+{
+	struct tm tm, back;
+	time_t t;
+
+	if (f[0] < 1970 || f[1] < 1 || f[1] > 12 || f[2] < 1 || f[2] > 31 || f[3] > 23 || f[4] > 59 || f[5] > 59) {
+		return false;
+	}
+	memset(&tm, 0, sizeof(tm));
+	tm.tm_year = f[0] - 1900;
+	tm.tm_mon = f[1] - 1;
+	tm.tm_mday = f[2];
+	tm.tm_hour = f[3];
+	tm.tm_min = f[4];
+	tm.tm_sec = f[5];
+	t = timegm(&tm);
+	if (t == (time_t)-1 || gmtime_r(&t, &back) == NULL || back.tm_mday != f[2] || back.tm_mon != f[1] - 1) {
+		return false;
+	}
+	*out = t;
+	return true;
+}
+
+/* The time a snapshot's name carries (above), or false. */
+static bool nasgw_snapshot_time(const char *name, time_t *out)
+{
+	size_t len = strlen(name);
+	int f[6];
+
+	if (len >= 16) {
+		/* [<anything>- or _]YYYYMMDDTHHMMSSZ */
+		const char *s = name + len - 16;
+
+		if ((s == name || s[-1] == '-' || s[-1] == '_') && nasgw_digits(s, 4, &f[0]) &&
+		    nasgw_digits(s + 4, 2, &f[1]) && nasgw_digits(s + 6, 2, &f[2]) && s[8] == 'T' &&
+		    nasgw_digits(s + 9, 2, &f[3]) && nasgw_digits(s + 11, 2, &f[4]) && nasgw_digits(s + 13, 2, &f[5]) &&
+		    s[15] == 'Z') {
+			return nasgw_utc(f, out);
+		}
+	}
+	/* @GMT-YYYY.MM.DD-HH.MM.SS */
+	if (len == 24 && strncmp(name, "@GMT-", 5) == 0 && name[9] == '.' && name[12] == '.' && name[15] == '-' &&
+	    name[18] == '.' && name[21] == '.' && nasgw_digits(name + 5, 4, &f[0]) && nasgw_digits(name + 10, 2, &f[1]) &&
+	    nasgw_digits(name + 13, 2, &f[2]) && nasgw_digits(name + 16, 2, &f[3]) &&
+	    nasgw_digits(name + 19, 2, &f[4]) && nasgw_digits(name + 22, 2, &f[5])) {
+		return nasgw_utc(f, out);
+	}
+	return false;
+}
+
+/* Newest first; for one label, the first taken first. */
+static int nasgw_snap_cmp(const void *x, const void *y)
+{
+	const struct nasgw_snap *a = x, *b = y;
+
+	if (a->at != b->at) {
+		return a->at > b->at ? -1 : 1;
+	}
+	return a->id < b->id ? -1 : (a->id > b->id ? 1 : 0);
+}
+
+/* Lists the share's snapshots again (nc->snaps), as the caller. */
+static int nasgw_snaps_fetch(vfs_handle_struct *handle, struct nasgw_conn *nc)
+{
+	TALLOC_CTX *ctx = talloc_new(nc);
+	nasgw_dirent *ents = NULL;
+	nasgw_attr *attrs = NULL;
+	struct nasgw_snap *v = NULL;
+	size_t n = 0, cap = 0, i, kept;
+	uint64_t cookie = 0;
+	nasgw_attr dir;
+	nasgw_cred cr;
+	int eof = 0;
+	int rc;
+
+	if (ctx == NULL) {
+		return -ENOMEM;
+	}
+	ents = talloc_array(ctx, nasgw_dirent, NASGW_DIR_BATCH);
+	attrs = talloc_array(ctx, nasgw_attr, NASGW_DIR_BATCH);
+	if (ents == NULL || attrs == NULL) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	nasgw_cred_of(handle->conn, &cr);
+	rc = nasgw_lookup(nc->client, &cr, &nc->root, NASGW_SNAPSHOT_DIR, &dir);
+	if (rc != 0) {
+		goto fail;
+	}
+	while (!eof) {
+		uint32_t count = 0;
+
+		rc = nasgw_readdir(nc->client, &cr, &dir.handle, cookie, NASGW_DIR_BATCH, NASGW_READDIR_PLUS, ents,
+				   attrs, &count, &eof);
+		if (rc != 0) {
+			goto fail;
+		}
+		if (count == 0) {
+			break;
+		}
+		for (i = 0; i < count; i++) {
+			time_t at;
+
+			cookie = ents[i].cookie;
+			if (attrs[i].type != NASGW_TYPE_DIR || !nasgw_snapshot_time(ents[i].name, &at)) {
+				DBG_DEBUG("nasgw: snapshot '%s' carries no time in its name: not shown\n", ents[i].name);
+				continue;
+			}
+			if (n == cap) {
+				cap = cap == 0 ? 16 : cap * 2;
+				v = talloc_realloc(ctx, v, struct nasgw_snap, cap);
+				if (v == NULL) {
+					rc = -ENOMEM;
+					goto fail;
+				}
+			}
+			v[n].at = at;
+			v[n].id = attrs[i].handle.snap;
+			v[n].name = talloc_strdup(ctx, ents[i].name);
+			v[n].root = attrs[i].handle;
+			if (v[n].name == NULL) {
+				rc = -ENOMEM;
+				goto fail;
+			}
+			n++;
+		}
+	}
+	if (n > 0) {
+		qsort(v, n, sizeof(*v), nasgw_snap_cmp);
+	}
+	for (i = 0, kept = 0; i < n; i++) {
+		if (kept > 0 && v[kept - 1].at == v[i].at) {
+			DBG_INFO("nasgw: snapshots '%s' and '%s' have one label; '%s' is shown\n", v[kept - 1].name,
+				 v[i].name, v[kept - 1].name);
+			continue;
+		}
+		v[kept++] = v[i];
+	}
+	TALLOC_FREE(ents);
+	TALLOC_FREE(attrs);
+	TALLOC_FREE(nc->snap_ctx);
+	nc->snap_ctx = ctx;
+	nc->snaps = v;
+	nc->nsnaps = kept;
+	return 0;
+
+fail:
+	TALLOC_FREE(ctx);
+	return rc;
+}
+
+/* The root of the share in the snapshot whose label is twrp: from the list
+ * kept, else (taken since) from a new one; `refetch`: list again first (a
+ * handle of it went stale). -ENOENT when no snapshot has that label. */
+static int nasgw_snap_root(vfs_handle_struct *handle, struct nasgw_conn *nc, NTTIME twrp, bool refetch,
+			   nasgw_handle *root)
+{
+	time_t at = nt_time_to_unix(twrp);
+	bool fetched = false;
+	size_t i;
+	int rc;
+
+	if (refetch || nc->snap_ctx == NULL) {
+		rc = nasgw_snaps_fetch(handle, nc);
+		if (rc != 0) {
+			return rc;
+		}
+		fetched = true;
+	}
+	for (;;) {
+		for (i = 0; i < nc->nsnaps; i++) {
+			if (nc->snaps[i].at == at) {
+				*root = nc->snaps[i].root;
+				return 0;
+			}
+		}
+		if (fetched) {
+			DBG_DEBUG("nasgw: no snapshot has the label of %s\n", nt_time_string(talloc_tos(), twrp));
+			return -ENOENT;
+		}
+		rc = nasgw_snaps_fetch(handle, nc);
+		if (rc != 0) {
+			return rc;
+		}
+		fetched = true;
+	}
+}
+
+/* FSCTL_SRV_ENUMERATE_SNAPSHOTS: the share's snapshots' labels, newest
+ * first (as vfs_shadow_copy2 and vfs_snapper sort them). The list is the
+ * share's root's, whichever file asks (Windows then looks at the file in
+ * each, by its label). */
+static int nasgw_get_shadow_copy_data(vfs_handle_struct *handle, files_struct *fsp,
+				      struct shadow_copy_data *shadow_copy_data, bool labels)
 {
 	struct nasgw_conn *nc = handle->data;
-	nasgw_handle start;
-	int rc = nasgw_start(handle, nc, dirfsp, &start);
+	size_t i;
+	int rc = nasgw_snaps_fetch(handle, nc);
+
+	if (rc != 0) {
+		DBG_NOTICE("nasgw: cannot list the snapshots of %s: %s\n", handle->conn->connectpath,
+			   nasgw_client_last_message());
+		return nasgw_fail(rc);
+	}
+	shadow_copy_data->num_volumes = nc->nsnaps;
+	shadow_copy_data->labels = NULL;
+	if (!labels || nc->nsnaps == 0) {
+		return 0;
+	}
+	shadow_copy_data->labels = talloc_zero_array(shadow_copy_data, SHADOW_COPY_LABEL, nc->nsnaps);
+	if (shadow_copy_data->labels == NULL) {
+		errno = ENOMEM;
+		return -1;
+	}
+	for (i = 0; i < nc->nsnaps; i++) {
+		struct tm tm;
+
+		if (gmtime_r(&nc->snaps[i].at, &tm) == NULL ||
+		    strftime(shadow_copy_data->labels[i], sizeof(SHADOW_COPY_LABEL), "@GMT-%Y.%m.%d-%H.%M.%S",
+			     &tm) == 0) {
+			TALLOC_FREE(shadow_copy_data->labels);
+			errno = EINVAL;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Where `path`, relative to dirfsp (or Samba's current directory) or
+ * absolute, is walked from, in the snapshot labelled twrp (0: the live
+ * volume): *start for the names *rest, *root for an absolute name (a
+ * link's target). Samba 4.17 opens the directories of an @GMT path in the
+ * live volume and only its last name with the label (its
+ * filename_convert_dirfsp), so dirfsp may be a live directory: then its
+ * path under the share (Samba's fsp names are relative to the share's
+ * path) is walked from the snapshot's root.
+ */
+static int nasgw_at(vfs_handle_struct *handle, struct nasgw_conn *nc, const files_struct *dirfsp, const char *path,
+		    NTTIME twrp, bool refetch, TALLOC_CTX *mem_ctx, nasgw_handle *start, nasgw_handle *root,
+		    const char **rest)
+{
+	nasgw_handle dir;
+	const char *below;
+	char *abs;
+	int rc = nasgw_start(handle, nc, dirfsp, &dir);
 
 	if (rc != 0) {
 		return rc;
 	}
-	return nasgw_walk(handle, nc, &start, path, follow, out);
+	*rest = path;
+	if (twrp == 0) {
+		*start = dir;
+		*root = nc->root;
+		return 0;
+	}
+	rc = nasgw_snap_root(handle, nc, twrp, refetch, root);
+	if (rc != 0) {
+		return rc;
+	}
+	if (path[0] == '/' || dir.snap == root->snap) {
+		*start = path[0] == '/' ? *root : dir; /* absolute, or dirfsp is in that snapshot */
+		return 0;
+	}
+	if (nasgw_is_cwd_fsp(dirfsp)) {
+		abs = talloc_asprintf(mem_ctx, "%s/%s", nc->cwd, path);
+	} else if (dirfsp->fsp_name->base_name[0] == '/') {
+		abs = talloc_asprintf(mem_ctx, "%s/%s", dirfsp->fsp_name->base_name, path);
+	} else {
+		abs = talloc_asprintf(mem_ctx, "%s/%s/%s", nc->connectpath, dirfsp->fsp_name->base_name, path);
+	}
+	if (abs == NULL) {
+		return -ENOMEM;
+	}
+	below = nasgw_below_share(nc, abs);
+	if (below == NULL) {
+		return -ENOENT;
+	}
+	*start = *root;
+	*rest = below;
+	return 0;
 }
 
-/* The directory that holds the last name of `path` (relative to dirfsp),
- * and that name. */
-static int nasgw_parent(vfs_handle_struct *handle, const files_struct *dirfsp, const char *path,
+/* Resolves `path` (relative to dirfsp) in the live volume or, twrp != 0, in
+ * the snapshot with that label. */
+static int nasgw_resolve(vfs_handle_struct *handle, const files_struct *dirfsp, const char *path, NTTIME twrp,
+			 bool follow, nasgw_attr *out)
+{
+	struct nasgw_conn *nc = handle->data;
+	TALLOC_CTX *frame = talloc_stackframe();
+	nasgw_handle start, root;
+	const char *rest;
+	int attempt;
+	int rc;
+
+	for (attempt = 0;; attempt++) {
+		rc = nasgw_at(handle, nc, dirfsp, path, twrp, attempt > 0, frame, &start, &root, &rest);
+		if (rc == 0) {
+			rc = nasgw_walk(handle, nc, &start, &root, rest, follow, out);
+		}
+		if (rc != -ESTALE || twrp == 0 || attempt > 0) {
+			break;
+		}
+		/* The snapshot was deleted since it was listed: list again
+		 * (another may have its label). */
+	}
+	TALLOC_FREE(frame);
+	return twrp != 0 && rc == -ESTALE ? -ENOENT : rc;
+}
+
+/* The directory that holds the last name of `path` (relative to dirfsp;
+ * in the snapshot labelled twrp, if not 0), and that name. */
+static int nasgw_parent(vfs_handle_struct *handle, const files_struct *dirfsp, const char *path, NTTIME twrp,
 			TALLOC_CTX *mem_ctx, nasgw_handle *dir, const char **name)
 {
 	const char *slash = strrchr(path, '/');
+	const char *head = ".";
 	nasgw_attr a;
-	char *head;
 	int rc;
 
-	if (slash == NULL) {
+	if (slash == NULL && twrp == 0) {
 		struct nasgw_conn *nc = handle->data;
 
 		*name = path;
 		return nasgw_start(handle, nc, dirfsp, dir);
 	}
-	if (slash[1] == '\0') {
-		return -EINVAL;
+	if (slash != NULL) {
+		if (slash[1] == '\0') {
+			return -EINVAL;
+		}
+		head = slash == path ? "/" : talloc_strndup(mem_ctx, path, slash - path);
+		if (head == NULL) {
+			return -ENOMEM;
+		}
 	}
-	head = talloc_strndup(mem_ctx, path, slash - path);
-	if (head == NULL) {
-		return -ENOMEM;
-	}
-	rc = nasgw_resolve(handle, dirfsp, head[0] == '\0' ? "/" : head, true, &a);
+	rc = nasgw_resolve(handle, dirfsp, head, twrp, true, &a);
 	if (rc != 0) {
 		return rc;
 	}
@@ -461,7 +830,7 @@ static int nasgw_parent(vfs_handle_struct *handle, const files_struct *dirfsp, c
 		return -ENOTDIR;
 	}
 	*dir = a.handle;
-	*name = slash + 1;
+	*name = slash != NULL ? slash + 1 : path;
 	return 0;
 }
 
@@ -653,7 +1022,9 @@ static int nasgw_chdir(vfs_handle_struct *handle, const struct smb_filename *smb
 		errno = ENOENT;
 		return -1;
 	}
-	rc = nasgw_walk(handle, nc, &nc->cwd_h, path, true, &a);
+	/* In a snapshot (twrp) too: the current directory is then the
+	 * snapshot's, and the names Samba opens from it are resolved there. */
+	rc = nasgw_resolve(handle, NULL, path, smb_fname->twrp, true, &a);
 	if (rc != 0) {
 		return nasgw_fail(rc);
 	}
@@ -708,9 +1079,21 @@ static struct smb_filename *nasgw_realpath(vfs_handle_struct *handle, TALLOC_CTX
 	size_t n = 0, depth = 0, i;
 	int links = 0;
 	struct smb_filename *result;
+	nasgw_handle root = nc->root;
 	nasgw_cred cr;
 
 	nasgw_cred_of(handle->conn, &cr);
+	if (smb_fname->twrp != 0) {
+		/* In a snapshot: resolved there, named as in the share (what
+		 * Samba checks is that the name stays in the share). */
+		int rc = nasgw_snap_root(handle, nc, smb_fname->twrp, false, &root);
+
+		if (rc != 0) {
+			TALLOC_FREE(frame);
+			errno = -rc;
+			return NULL;
+		}
+	}
 	abs = path[0] == '/' ? talloc_strdup(frame, path) : talloc_asprintf(frame, "%s/%s", nc->cwd, path);
 	if (abs == NULL) {
 		goto nomem;
@@ -763,10 +1146,10 @@ static struct smb_filename *nasgw_realpath(vfs_handle_struct *handle, TALLOC_CTX
 		if (sofar == NULL) {
 			goto nomem;
 		}
-		rc = nasgw_walk(handle, nc, &nc->root, sofar, false, &a);
+		rc = nasgw_walk(handle, nc, &root, &root, sofar, false, &a);
 		if (rc != 0) {
 			TALLOC_FREE(frame);
-			errno = -rc;
+			errno = rc == -ESTALE && smb_fname->twrp != 0 ? ENOENT : -rc;
 			return NULL;
 		}
 		if (a.type != NASGW_TYPE_LNK) {
@@ -843,11 +1226,11 @@ static const char *nasgw_connectpath(vfs_handle_struct *handle, const struct smb
 
 /* ---- stat */
 
-static int nasgw_stat_path(vfs_handle_struct *handle, const files_struct *dirfsp, const char *path, bool follow,
-			   SMB_STRUCT_STAT *st)
+static int nasgw_stat_path(vfs_handle_struct *handle, const files_struct *dirfsp, const char *path, NTTIME twrp,
+			   bool follow, SMB_STRUCT_STAT *st)
 {
 	nasgw_attr a;
-	int rc = nasgw_resolve(handle, dirfsp, path, follow, &a);
+	int rc = nasgw_resolve(handle, dirfsp, path, twrp, follow, &a);
 
 	if (rc != 0) {
 		return nasgw_fail(rc);
@@ -862,7 +1245,7 @@ static int nasgw_stat(vfs_handle_struct *handle, struct smb_filename *smb_fname)
 		errno = ENOENT;
 		return -1;
 	}
-	return nasgw_stat_path(handle, NULL, smb_fname->base_name, true, &smb_fname->st);
+	return nasgw_stat_path(handle, NULL, smb_fname->base_name, smb_fname->twrp, true, &smb_fname->st);
 }
 
 static int nasgw_lstat(vfs_handle_struct *handle, struct smb_filename *smb_fname)
@@ -871,13 +1254,14 @@ static int nasgw_lstat(vfs_handle_struct *handle, struct smb_filename *smb_fname
 		errno = ENOENT;
 		return -1;
 	}
-	return nasgw_stat_path(handle, NULL, smb_fname->base_name, false, &smb_fname->st);
+	return nasgw_stat_path(handle, NULL, smb_fname->base_name, smb_fname->twrp, false, &smb_fname->st);
 }
 
 static int nasgw_fstatat(vfs_handle_struct *handle, const files_struct *dirfsp,
 			 const struct smb_filename *smb_fname, SMB_STRUCT_STAT *sbuf, int flags)
 {
-	return nasgw_stat_path(handle, dirfsp, smb_fname->base_name, (flags & AT_SYMLINK_NOFOLLOW) == 0, sbuf);
+	return nasgw_stat_path(handle, dirfsp, smb_fname->base_name, smb_fname->twrp, (flags & AT_SYMLINK_NOFOLLOW) == 0,
+			       sbuf);
 }
 
 static int nasgw_fstat(vfs_handle_struct *handle, files_struct *fsp, SMB_STRUCT_STAT *sbuf)
@@ -973,7 +1357,9 @@ static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, c
 	}
 	nasgw_cred_of(handle->conn, &cr);
 	if (flags & O_CREAT) {
-		rc = nasgw_parent(handle, dirfsp, smb_fname->base_name, frame, &dir, &name);
+		/* In a snapshot (twrp) the create is nasgwd's EROFS, and an
+		 * open of an existing file for writing too. */
+		rc = nasgw_parent(handle, dirfsp, smb_fname->base_name, smb_fname->twrp, frame, &dir, &name);
 		if (rc != 0) {
 			goto fail;
 		}
@@ -1000,10 +1386,12 @@ static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, c
 		const struct nasgw_fh *dfh = nasgw_is_cwd_fsp(dirfsp) ? NULL : nasgw_fh_of(handle, dirfsp);
 
 		/* A path reference to an entry being listed: the listing's
-		 * attributes (a real open always asks nasgwd). */
-		if (!fsp->fsp_flags.is_pathref || dfh == NULL ||
+		 * attributes (a real open always asks nasgwd). A name in a
+		 * snapshot is never one of a live directory's listing. */
+		if (!fsp->fsp_flags.is_pathref || dfh == NULL || (smb_fname->twrp != 0 && dfh->h.snap == 0) ||
 		    !nasgw_listed(nc, &dfh->h, smb_fname->base_name, &a, &listed_xattrs)) {
-			rc = nasgw_resolve(handle, dirfsp, smb_fname->base_name, (flags & O_NOFOLLOW) == 0, &a);
+			rc = nasgw_resolve(handle, dirfsp, smb_fname->base_name, smb_fname->twrp, (flags & O_NOFOLLOW) == 0,
+					   &a);
 			if (rc != 0) {
 				goto fail;
 			}
@@ -1047,9 +1435,12 @@ static int nasgw_openat(vfs_handle_struct *handle, const files_struct *dirfsp, c
 			goto fail;
 		}
 		fh->opened = true;
-		if (a.type == NASGW_TYPE_REG) {
+		if (a.type == NASGW_TYPE_REG && a.handle.snap == 0) {
 			/* Leasable: once Samba has granted (or not) an oplock
-			 * or lease for this open, nasgwd is told (below). */
+			 * or lease for this open, nasgwd is told (below). A
+			 * snapshot's file takes no lease and no share
+			 * reservation: nothing can change it, and nasgwd
+			 * keeps none for it. */
 			fh->owner = ++g_last_owner;
 			fh->fsp = fsp;
 			fh->handle = handle;
@@ -1210,7 +1601,7 @@ static struct dirent *nasgw_vfs_readdir(vfs_handle_struct *handle, struct files_
 	d->next = e->cookie;
 	d->pos = (long)(e->cookie + 2);
 	snprintf(d->de.d_name, sizeof(d->de.d_name), "%s", e->name);
-	d->de.d_ino = e->ino;
+	d->de.d_ino = nasgw_shown_ino(&d->attrs[d->at - 1].handle); /* as nasgw_to_stat numbers it */
 	d->de.d_type = IFTODT(nasgw_type_mode(e->type));
 	return &d->de;
 }
@@ -1260,7 +1651,8 @@ static bool nasgw_listed(struct nasgw_conn *nc, const nasgw_handle *dir, const c
 	 * each entry right after readdir returns it, and a later open of the
 	 * name (the directory may stay open for a long time) must see what
 	 * changed since. */
-	if (d == NULL || d->h.volume != dir->volume || d->h.ino != dir->ino || strchr(name, '/') != NULL ||
+	if (d == NULL || d->h.volume != dir->volume || d->h.ino != dir->ino || d->h.snap != dir->snap ||
+	    strchr(name, '/') != NULL ||
 	    d->at == 0 || d->taken == d->at) {
 		return false;
 	}
@@ -1286,7 +1678,12 @@ static int nasgw_make(vfs_handle_struct *handle, files_struct *dirfsp, const str
 	nasgw_cred cr;
 	int rc;
 
-	rc = nasgw_parent(handle, dirfsp, smb_fname->base_name, frame, &dir, &name);
+	if (smb_fname->twrp != 0) {
+		TALLOC_FREE(frame);
+		errno = EROFS; /* in a snapshot */
+		return -1;
+	}
+	rc = nasgw_parent(handle, dirfsp, smb_fname->base_name, 0, frame, &dir, &name);
 	if (rc == 0) {
 		nasgw_cred_of(handle->conn, &cr);
 		rc = nasgw_create(nc->client, &cr, &dir, name, type, mode & 07777, rdev, target, 0, NULL);
@@ -1339,7 +1736,12 @@ static int nasgw_unlinkat(vfs_handle_struct *handle, struct files_struct *dirfsp
 		errno = ENOENT;
 		return -1;
 	}
-	rc = nasgw_parent(handle, dirfsp, smb_fname->base_name, frame, &dir, &name);
+	if (smb_fname->twrp != 0) {
+		TALLOC_FREE(frame);
+		errno = EROFS; /* in a snapshot */
+		return -1;
+	}
+	rc = nasgw_parent(handle, dirfsp, smb_fname->base_name, 0, frame, &dir, &name);
 	if (rc == 0) {
 		nasgw_cred_of(handle->conn, &cr);
 		rc = (flags & AT_REMOVEDIR) ? nasgw_rmdir(nc->client, &cr, &dir, name)
@@ -1364,9 +1766,14 @@ static int nasgw_renameat(vfs_handle_struct *handle, files_struct *srcfsp, const
 		errno = ENOENT;
 		return -1;
 	}
-	rc = nasgw_parent(handle, srcfsp, smb_fname_src->base_name, frame, &sdir, &sname);
+	if (smb_fname_src->twrp != 0 || smb_fname_dst->twrp != 0) {
+		TALLOC_FREE(frame);
+		errno = EROFS; /* out of or into a snapshot */
+		return -1;
+	}
+	rc = nasgw_parent(handle, srcfsp, smb_fname_src->base_name, 0, frame, &sdir, &sname);
 	if (rc == 0) {
-		rc = nasgw_parent(handle, dstfsp, smb_fname_dst->base_name, frame, &ddir, &dname);
+		rc = nasgw_parent(handle, dstfsp, smb_fname_dst->base_name, 0, frame, &ddir, &dname);
 	}
 	if (rc == 0) {
 		nasgw_cred_of(handle->conn, &cr);
@@ -1387,9 +1794,14 @@ static int nasgw_linkat(vfs_handle_struct *handle, files_struct *srcfsp, const s
 	nasgw_cred cr;
 	int rc;
 
-	rc = nasgw_resolve(handle, srcfsp, old_smb_fname->base_name, (flags & AT_SYMLINK_FOLLOW) != 0, &src);
+	if (old_smb_fname->twrp != 0 || new_smb_fname->twrp != 0) {
+		TALLOC_FREE(frame);
+		errno = EROFS; /* a snapshot's file, or into a snapshot */
+		return -1;
+	}
+	rc = nasgw_resolve(handle, srcfsp, old_smb_fname->base_name, 0, (flags & AT_SYMLINK_FOLLOW) != 0, &src);
 	if (rc == 0) {
-		rc = nasgw_parent(handle, dstfsp, new_smb_fname->base_name, frame, &ddir, &dname);
+		rc = nasgw_parent(handle, dstfsp, new_smb_fname->base_name, 0, frame, &ddir, &dname);
 	}
 	if (rc == 0) {
 		nasgw_cred_of(handle->conn, &cr);
@@ -1408,7 +1820,7 @@ static int nasgw_readlinkat(vfs_handle_struct *handle, const files_struct *dirfs
 	nasgw_cred cr;
 	int rc;
 
-	rc = nasgw_resolve(handle, dirfsp, smb_fname->base_name, false, &a);
+	rc = nasgw_resolve(handle, dirfsp, smb_fname->base_name, smb_fname->twrp, false, &a);
 	if (rc != 0) {
 		return nasgw_fail(rc);
 	}
@@ -1442,6 +1854,11 @@ static NTSTATUS nasgw_get_real_filename_at(vfs_handle_struct *handle, struct fil
 
 	if (fh == NULL && !nasgw_is_cwd_fsp(dirfsp)) {
 		return NT_STATUS_INVALID_HANDLE;
+	}
+	if (dir->snap != 0) {
+		/* In a snapshot (or its .snapshot) nasgwd finds the exact name
+		 * only: Samba then scans the directory itself. */
+		return NT_STATUS_NOT_SUPPORTED;
 	}
 	nasgw_cred_of(handle->conn, &cr);
 	rc = nasgw_find_caseless(nc->client, &cr, dir, name, found, sizeof(found));
@@ -1507,8 +1924,12 @@ static int nasgw_lchown(vfs_handle_struct *handle, const struct smb_filename *sm
 	nasgw_cred cr;
 	int rc;
 
+	if (smb_fname->twrp != 0) {
+		errno = EROFS; /* in a snapshot */
+		return -1;
+	}
 	nasgw_owner_sattr(uid, gid, &s);
-	rc = nasgw_resolve(handle, NULL, smb_fname->base_name, false, &a);
+	rc = nasgw_resolve(handle, NULL, smb_fname->base_name, 0, false, &a);
 	if (rc == 0 && s.mask != 0) {
 		nasgw_cred_of(handle->conn, &cr);
 		rc = nasgw_setattr(nc->client, &cr, &a.handle, &s, NULL);
@@ -2863,7 +3284,7 @@ static struct vfs_fn_pointers nasgw_fns = {
 	.disk_free_fn = nasgw_disk_free,
 	.get_quota_fn = vfs_not_implemented_get_quota,
 	.set_quota_fn = vfs_not_implemented_set_quota,
-	.get_shadow_copy_data_fn = vfs_not_implemented_get_shadow_copy_data,
+	.get_shadow_copy_data_fn = nasgw_get_shadow_copy_data,
 	.statvfs_fn = nasgw_statvfs,
 	.fs_capabilities_fn = nasgw_fs_capabilities,
 	.get_dfs_referrals_fn = vfs_not_implemented_get_dfs_referrals,
@@ -2952,7 +3373,8 @@ static struct vfs_fn_pointers nasgw_fns = {
 	 * Left to Samba's generic code (vfs_default), which reaches the file
 	 * system only through the entries above: create_file, file ids,
 	 * streams (one unnamed stream, or streams_xattr's), offload copy,
-	 * compression, snapshots, name translation, parent paths, FSCTLs,
+	 * compression, making snapshots over FSRVP (not supported), name
+	 * translation, parent paths, FSCTLs,
 	 * DOS attributes (user.DOSATTRIB), NT ACLs (from POSIX ACLs),
 	 * Windows byte-range locks (locking.tdb, over the POSIX locks above),
 	 * durable handles' disconnect (the cookie and reconnect above wrap

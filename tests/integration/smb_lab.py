@@ -23,15 +23,20 @@ return, before it proceeds), durable (a durable handle survives a pulled
 cable: reconnected with its data, lease and share mode), sparse (a hole
 punched over SMB is freed, found and zeros; smbtorture's sparse tests),
 listing (an `ls` of 1,000 files costs a bounded number of nasgwd requests,
-counted by operation).
+counted by operation), snapshots (Previous Versions: snapshots named with
+a UTC time are listed as @GMT labels, an @GMT path or TWrp context reads
+the file as it was, read-only; snapshots taken and deleted while a client
+stays connected).
 """
 
 import argparse
+import json
 import os
 import random
 import re
 import subprocess
 import sys
+import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -880,10 +885,238 @@ print('CLOSED', flush=True)
         smblab.kill_all(holder)
 
 
+def snap_stamp(t):
+    """A snapshot name's UTC time, as nasgwd's schedules write it."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(t))
+
+
+def gmt_label(t):
+    """The @GMT label SMB shows for a snapshot of time t (UTC)."""
+    return time.strftime("@GMT-%Y.%m.%d-%H.%M.%S", time.gmtime(t))
+
+
+def next_second(after):
+    """Waits until the clock is past second `after`; the new second."""
+    while int(time.time()) <= after:
+        time.sleep(0.05)
+    return int(time.time())
+
+
+# A client that stays connected (one smbd process, whose list of snapshots
+# is kept) while the test takes and deletes snapshots. Each line it reads
+# is a JSON object: "read", label times (Unix seconds) at which to read
+# pv.txt (SMB2 TWrp create context), and "labels", whether to enumerate the
+# labels (FSCTL_SRV_ENUMERATE_SNAPSHOTS) after the reads; it answers with
+# one JSON line: {"reads": [content or 'status 0x...'], "labels": [...]}.
+SNAP_CLIENT = r"""
+import pike.exceptions
+def twrp(t):
+    return (t + 11644473600) * 10000000
+def labels():
+    h = chan.create(tree, 'pv.txt', access=smb2.FILE_READ_DATA | smb2.FILE_READ_ATTRIBUTES, share=SHARE_ALL,
+                    disposition=smb2.FILE_OPEN).result()
+    try:
+        return [l for l in chan.enumerate_snapshots_list(h) if l]
+    finally:
+        chan.close(h)
+def read_at(t):
+    try:
+        h = chan.create(tree, 'pv.txt', access=smb2.FILE_READ_DATA, share=SHARE_ALL, disposition=smb2.FILE_OPEN,
+                        timewarp=twrp(t)).result()
+    except pike.exceptions.ResponseError as e:
+        return 'status 0x%08x' % e.response.status
+    try:
+        return chan.read(h, 4096, 0).tobytes().decode()
+    finally:
+        chan.close(h)
+for line in sys.stdin:
+    ask = json.loads(line)
+    got = {'reads': [read_at(t) for t in ask.get('read', [])]}
+    if ask.get('labels'):
+        got['labels'] = labels()
+    print(json.dumps(got), flush=True)
+"""
+NOT_FOUND = "status 0x%08x" % 0xC0000034
+
+
+def test_snapshots(ctx):
+    """SMB Previous Versions (docs/smb.md, Snapshots). A file written over
+    SMB, snapshots taken with the CLI (named as nasgwd's schedules name
+    theirs, `<name>-YYYYMMDDTHHMMSSZ`; named with a bare time and with an
+    @GMT label; one with the same time as another, taken later; one without
+    a time), the file overwritten after the first two: allinfo
+    (FSCTL_SRV_ENUMERATE_SNAPSHOTS) shows one label per time, newest first,
+    with the file's size in each; `get @GMT-.../pv.txt` reads each old
+    content (the first snapshot taken, for a shared label) while the live
+    file reads the new, in a directory of the share too, and `ls` lists a
+    snapshot; writes, creates, mkdirs, deletes and renames at an @GMT path
+    fail with MEDIA_WRITE_PROTECTED and change nothing; a label of no
+    snapshot is not found. Then one client stays connected while a snapshot
+    is taken (its label reads at once) and snapshots are deleted (a shared
+    label passes to the other snapshot, then is gone)."""
+    c, srv, alice, node, lab = ctx["client"], ctx["smbd"], ctx["alice"], ctx["node"], ctx["lab"]
+    d = lab.dir
+    v1, v2, v3 = "first version\n", "second version, longer\n", "third\n"
+    made = []
+
+    def put(text, remote):
+        local = os.path.join(d, "pv-put")
+        with open(local, "w") as f:
+            f.write(text)
+        smblab.smbclient(c, srv, "alice", alice, "put %s %s" % (local, remote))
+
+    def get(remote):
+        local = os.path.join(d, "pv-got")
+        if os.path.exists(local):
+            os.unlink(local)
+        p = smblab.smbclient(c, srv, "alice", alice, "get %s %s" % (remote, local), check=False)
+        return (open(local).read() if p.returncode == 0 and os.path.exists(local) else None), p
+
+    def snapshot(name):
+        node.cli("snapshot", "create", "vol1", name)
+        made.append(name)
+
+    def delete(name):
+        node.cli("snapshot", "delete", "vol1", name)
+        made.remove(name)
+
+    holder = None
+    try:
+        smblab.smbclient(c, srv, "alice", alice, "mkdir pvdir")
+        put(v1, "pv.txt")
+        put("inner " + v1, "pvdir/inner.txt")
+        ta = int(time.time())
+        name_a = "smbtest-" + snap_stamp(ta)
+        snapshot(name_a)
+        put(v2, "pv.txt")
+        put("inner " + v2, "pvdir/inner.txt")
+        tb = next_second(ta)
+        name_b = "hourly-" + snap_stamp(tb)
+        snapshot(name_b)
+        put(v3, "pv.txt")
+        # Named by hand: a bare time, an @GMT label (times in the past: the
+        # name's time is the label), the first snapshot's time again (its
+        # label stays the first's), no time at all (not offered to SMB).
+        t_bare, t_gmt = 1609459200, 1577934245  # 2021-01-01 00:00:00, 2020-01-02 03:04:05 UTC
+        name_dup = "daily_" + snap_stamp(ta)
+        for name in (snap_stamp(t_bare), gmt_label(t_gmt), name_dup, "before-upgrade"):
+            snapshot(name)
+        listed = {x["name"]: x for x in node.cli("snapshot", "list", "vol1", json_out=True)["snapshots"]}
+        check("a schedule-style name's time is the snapshot's creation time (%s)" % listed,
+              abs(listed[name_a]["created_unix"] - ta) <= 2 and abs(listed[name_b]["created_unix"] - tb) <= 2)
+        la, lb = gmt_label(ta), gmt_label(tb)
+        want = [lb, la, gmt_label(t_bare), gmt_label(t_gmt)]
+
+        p = smblab.smbclient(c, srv, "alice", alice, "allinfo pv.txt")
+        shown = re.findall(r"^(@GMT-\S+)\s*$", p.stdout, re.M)
+        check("allinfo lists one label per time, newest first, none for the name without a time (%s)" % shown,
+              shown == want, p.stdout + p.stderr)
+        sizes, label = [], None
+        for line in p.stdout.splitlines():
+            if line.startswith("@GMT-"):
+                label = line.strip()
+            elif line.startswith("size: ") and label is not None:
+                sizes.append(line.split()[1])
+                label = None
+        check("... with the file's size in each (%s)" % sizes,
+              sizes == [str(len(v2)), str(len(v1)), str(len(v3)), str(len(v3))], p.stdout)
+
+        got, p = get("%s/pv.txt" % la)
+        check("get @GMT-<first>/pv.txt reads the first version (the first snapshot with that time)", got == v1,
+              (got, p.stdout + p.stderr))
+        got, p = get("%s/pv.txt" % lb)
+        check("get @GMT-<second>/pv.txt reads the second version", got == v2, (got, p.stdout + p.stderr))
+        got, p = get("%s/pv.txt" % gmt_label(t_gmt))
+        check("a snapshot named with an @GMT label reads by that label", got == v3, (got, p.stdout + p.stderr))
+        got, p = get("pv.txt")
+        check("the live file reads the third", got == v3, (got, p.stdout + p.stderr))
+        got, p = get("%s/pvdir/inner.txt" % la)
+        check("a file in a directory of the share reads as it was", got == "inner " + v1, (got, p.stdout + p.stderr))
+        p = smblab.smbclient(c, srv, "alice", alice, "ls %s/*" % la)
+        sizes = dict(re.findall(r"^\s+(\S+)\s+[A-Z]*\s+(\d+)\s", p.stdout, re.M))
+        check("ls @GMT-<first>/* lists the snapshot, the file at its old size (%s)" % sizes,
+              sizes.get("pv.txt") == str(len(v1)) and "pvdir" in sizes and ".snapshot" not in sizes, p.stdout)
+
+        local = os.path.join(d, "pv-put")
+        with open(local, "w") as f:
+            f.write("overwrite\n")
+        for what, cmd in (("a write", "put %s %s/pv.txt" % (local, la)),
+                          ("a create", "put %s %s/new.txt" % (local, la)),
+                          ("a mkdir", "mkdir %s/newdir" % la),
+                          ("a delete", "del %s/pv.txt" % la),
+                          # (out of the snapshot: smbclient sends a rename's
+                          # target as a plain name, with no TWrp)
+                          ("a rename", "rename %s/pv.txt moved.txt" % la)):
+            p = smblab.smbclient(c, srv, "alice", alice, cmd, check=False)
+            # (smbclient's exit status says nothing for mkdir and del)
+            check("%s at an @GMT path fails: MEDIA_WRITE_PROTECTED (%s)" % (what, smblab.statuses(p)),
+                  smblab.statuses(p) == ["NT_STATUS_MEDIA_WRITE_PROTECTED"], p.stdout + p.stderr)
+        got, p = get("%s/pv.txt" % la)
+        check("... and the snapshot's file is as it was", got == v1, (got, p.stdout + p.stderr))
+        got, p = get("pv.txt")
+        check("... and the live file too", got == v3 and not os.path.exists(os.path.join(alice_dir(ctx), "moved.txt")),
+              (got, p.stdout + p.stderr))
+        p = smblab.smbclient(c, srv, "alice", alice, "ls %s/*" % la)
+        check("... and nothing was made in the snapshot", "new.txt" not in p.stdout and "newdir" not in p.stdout
+              and "moved.txt" not in p.stdout, p.stdout)
+        # A directory removed since is in the snapshot (Samba 4.17 reaches
+        # its files only while it exists live: docs/smb.md).
+        os.unlink(os.path.join(alice_dir(ctx), "pvdir", "inner.txt"))
+        os.rmdir(os.path.join(alice_dir(ctx), "pvdir"))
+        p = smblab.smbclient(c, srv, "alice", alice, "ls %s/pvdir/*" % la, check=False)
+        check("a directory removed since is listed in the snapshot", "inner.txt" in p.stdout, p.stdout + p.stderr)
+        got, p = get("@GMT-2001.02.03-04.05.06/pv.txt")
+        check("a label of no snapshot is not found (%s)" % smblab.statuses(p),
+              got is None and "NT_STATUS_OBJECT_NAME_NOT_FOUND" in smblab.statuses(p), p.stdout + p.stderr)
+
+        # One smbd process throughout: a snapshot taken since the list it
+        # keeps is found; one deleted since is gone (its label passes to a
+        # snapshot with the same time, if there is one).
+        holder = smblab.pike_popen(c, srv, alice, "alice", SNAP_CLIENT)
+
+        def ask(**what):
+            holder.stdin.write(json.dumps(what) + "\n")
+            holder.stdin.flush()
+            line = smblab.readline(holder)
+            return (json.loads(line) if line.startswith("{") else {}), line or smblab.stderr_of(holder)
+
+        r, raw = ask(read=[ta], labels=True)
+        check("a connected client lists the labels (%s) and reads the first version by TWrp" % r.get("labels"),
+              r.get("labels") == want and r.get("reads") == [v1], raw)
+        tc = next_second(max(tb, int(time.time())))
+        snapshot("smbtest-" + snap_stamp(tc))
+        r, raw = ask(read=[tc])
+        check("a snapshot taken since the client listed them reads by its label at once (%s)" % r,
+              r.get("reads") == [v3], raw)
+        delete(name_a)
+        r, raw = ask(read=[ta, tb], labels=True)
+        check("the first snapshot deleted, its label names the later one with its time (%s)" % r,
+              r.get("reads") == [v3, v2] and r.get("labels") == [gmt_label(tc)] + want, raw)
+        delete(name_dup)
+        r, raw = ask(read=[ta, tb], labels=True)
+        check("that one deleted too, the label is not found and leaves the list (%s)" % r,
+              r.get("reads") == [NOT_FOUND, v2] and r.get("labels") == [gmt_label(tc)] + want[:1] + want[2:], raw)
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    finally:
+        smblab.kill_all(holder)
+        for name in list(made):
+            node.cli("snapshot", "delete", "vol1", name, check=False)
+        for x in ("pv.txt", os.path.join("pvdir", "inner.txt")):
+            try:
+                os.unlink(os.path.join(alice_dir(ctx), x))
+            except OSError:
+                pass
+        try:
+            os.rmdir(os.path.join(alice_dir(ctx), "pvdir"))
+        except OSError:
+            pass
+
+
 TESTS = [("shares", test_shares), ("cross", test_cross), ("sharemodes", test_sharemodes), ("leases", test_leases),
          ("delegations", test_delegations), ("durable", test_durable), ("namespace", test_namespace), ("data", test_data),
          ("case", test_case), ("unlinked", test_unlinked), ("acl", test_acl), ("sparse", test_sparse),
-         ("listing", test_listing),
+         ("listing", test_listing), ("snapshots", test_snapshots),
          ("restart", test_restart)]
 
 

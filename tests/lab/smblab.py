@@ -383,11 +383,12 @@ RWH = smb2.SMB2_LEASE_READ_CACHING | smb2.SMB2_LEASE_WRITE_CACHING | smb2.SMB2_L
 """
 
 
-def pike_popen(client, server, user, share, code):
+def pike_popen(client, server, user, share, code, args=None):
     """Starts `code` after PIKE_PRELUDE (logged in as `user` on `share`), with
-    pipes, as smbpy_popen does."""
-    return _script_popen(client, PIKE_PRELUDE + code,
-                         {"server": server.addr, "cred": user.cred(), "share": share})
+    pipes, as smbpy_popen does; the script sees `args` in ARGS too."""
+    a = dict(args or {})
+    a.update({"server": server.addr, "cred": user.cred(), "share": share})
+    return _script_popen(client, PIKE_PRELUDE + code, a)
 
 
 def kill_all(*procs):
