@@ -84,6 +84,11 @@ commands:
   snapshot show VOLUME NAME          one snapshot
   snapshot create VOLUME NAME        snapshot the volume as it stands now
   snapshot delete VOLUME NAME        delete a snapshot (gives back what only it holds)
+  snapshot schedule add VOLUME --every DURATION --keep N [--name NAME]
+                                     snapshot the volume every DURATION, keeping its newest N
+  snapshot schedule list [VOLUME]    the snapshot schedules: every volume's, or one's
+  snapshot schedule remove VOLUME NAME
+                                     stop a schedule (its snapshots are kept)
   export list                        the NFS exports
   export show ID|PSEUDO              one export, by id or pseudo path
   export add VOLUME[/SUBPATH] [--pseudo P] [--clients CIDR[,CIDR...]] [--ro]
@@ -108,6 +113,8 @@ global options:
   -h, --help         help; also after any command: nasgw volume create --help
 
 SIZE takes a suffix: 4K, 128K, 1M, 1G (powers of 1024).
+DURATION is a whole number and a unit: 30s, 15m, 1h, 1d, 1w (--every also
+takes hourly, daily, weekly).
 
 exit codes:
   0 ok                      4 not found
@@ -117,11 +124,12 @@ exit codes:
 )";
 
 struct CommandSpec {
-  std::string group, verb;
+  std::string group, verb;          // a verb may be two words: "schedule add"
   size_t positionals;               // required positional arguments
   std::vector<std::string> flags;   // boolean options
   std::vector<std::string> valued;  // options taking a value
   std::string usage;
+  size_t optional = 0;  // optional positional arguments after the required ones
 };
 
 const std::vector<CommandSpec>& Commands() {
@@ -249,6 +257,40 @@ const std::vector<CommandSpec>& Commands() {
        {},
        "usage: nasgw snapshot delete VOLUME NAME\n\n"
        "Deletes a snapshot: it is gone to clients at once, and what only it held is given back.\n"},
+      {"snapshot",
+       "schedule add",
+       1,
+       {},
+       {"--every", "--keep", "--name"},
+       "usage: nasgw snapshot schedule add VOLUME --every DURATION --keep N [--name NAME]\n\n"
+       "Has nasgwd snapshot VOLUME every DURATION, keeping the schedule's newest N snapshots\n"
+       "(older ones it took are deleted; snapshots taken by hand or by other schedules never\n"
+       "are). The first is taken at once. Snapshots are named NAME-YYYYMMDDTHHMMSSZ (UTC), so\n"
+       "they sort by time. The schedule is kept with the reserve: it survives restarts and\n"
+       "moves with the reserve to another node.\n"
+       "  --every DURATION  a whole number and a unit, s, m, h, d or w (30s, 15m, 1h, 1d, 1w),\n"
+       "                    from 1s to 366d; or hourly, daily, weekly\n"
+       "  --keep N          how many of its snapshots to keep, 1 to 10000\n"
+       "  --name NAME       the schedule's name, unique in the volume: letters, digits, '.', '_',\n"
+       "                    '-', up to 64 (default: hourly, daily or weekly for those intervals,\n"
+       "                    else every-DURATION)\n"},
+      {"snapshot",
+       "schedule list",
+       0,
+       {},
+       {},
+       "usage: nasgw snapshot schedule list [VOLUME]\n\n"
+       "The snapshot schedules of every volume, or of VOLUME: the interval, how many snapshots\n"
+       "each keeps, when it last took one and when it takes the next (UTC).\n",
+       1},
+      {"snapshot",
+       "schedule remove",
+       2,
+       {},
+       {},
+       "usage: nasgw snapshot schedule remove VOLUME NAME\n\n"
+       "Removes a snapshot schedule, after a run of it under way has finished: it takes no more\n"
+       "snapshots. The snapshots it took are kept (nasgw snapshot delete removes them).\n"},
       {"export",
        "list",
        0,
@@ -328,10 +370,14 @@ const std::vector<CommandSpec>& Commands() {
   return specs;
 }
 
-std::string GroupHelp(const std::string& group) {
-  std::string s = "usage: nasgw " + group + " <command>\n\ncommands:\n";
+// `sub`: the first word of two-word verbs ("schedule"), or "" for the whole group.
+std::string GroupHelp(const std::string& group, const std::string& sub = "") {
+  const std::string name = group + (sub.empty() ? "" : " " + sub);
+  std::string s = "usage: nasgw " + name + " <command>\n\ncommands:\n";
   for (const auto& c : Commands()) {
-    if (c.group == group) s += "  " + c.usage.substr(7, c.usage.find('\n') - 7) + "\n";
+    if (c.group == group && (sub.empty() || c.verb.rfind(sub + " ", 0) == 0)) {
+      s += "  " + c.usage.substr(7, c.usage.find('\n') - 7) + "\n";
+    }
   }
   s += "\nSee nasgw --help for global options and exit codes.\n";
   return s;
@@ -441,6 +487,53 @@ std::string HumanUs(uint64_t us) {
     std::snprintf(buf, sizeof(buf), "%.2fs", static_cast<double>(us) / 1e6);
   }
   return buf;
+}
+
+// --every: a whole number and a unit (s, m, h, d, w), or hourly, daily,
+// weekly. Seconds, and the text as the default schedule name gives it (the
+// number without leading zeros); nullopt with *error set otherwise.
+struct Every {
+  uint64_t seconds = 0;
+  std::string text;
+};
+constexpr uint64_t kDay = 86400, kWeek = 7 * kDay;
+constexpr uint64_t kEveryMax = 366 * kDay;  // fs/domain.h kScheduleEveryMax
+std::optional<Every> ParseEvery(const std::string& text, std::string* error) {
+  if (text == "hourly") return Every{3600, "1h"};
+  if (text == "daily") return Every{kDay, "1d"};
+  if (text == "weekly") return Every{kWeek, "1w"};
+  *error =
+      "--every takes a whole number and a unit, s, m, h, d or w (30s, 15m, 1h, 1d, 1w), or hourly, daily "
+      "or weekly, not '" +
+      nasgw::EscapeForTerminal(text) + "'";
+  size_t pos = 0;
+  uint64_t v = 0;
+  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+    if (v <= kEveryMax) v = v * 10 + static_cast<uint64_t>(text[pos] - '0');  // past it: too long, said below
+    pos++;
+  }
+  if (pos == 0 || pos + 1 != text.size()) {
+    if (pos > 0 && pos == text.size()) *error += " (the unit is missing)";
+    return std::nullopt;
+  }
+  static const std::map<char, uint64_t> kUnits = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', kDay}, {'w', kWeek}};
+  auto unit = kUnits.find(text[pos]);
+  if (unit == kUnits.end()) return std::nullopt;
+  if (v == 0 || v > kEveryMax / unit->second) {
+    *error = "--every must be from 1s to 366d, not '" + nasgw::EscapeForTerminal(text) + "'";
+    return std::nullopt;
+  }
+  error->clear();
+  return Every{v * unit->second, std::to_string(v) + text[pos]};
+}
+
+// An interval in the largest unit that says it exactly: 1h, 90m, 1w.
+std::string EveryText(uint64_t s) {
+  for (const auto& [unit, n] :
+       std::vector<std::pair<char, uint64_t>>{{'w', kWeek}, {'d', kDay}, {'h', 3600}, {'m', 60}}) {
+    if (s != 0 && s % n == 0) return std::to_string(s / n) + unit;
+  }
+  return std::to_string(s) + "s";
 }
 
 std::string HumanDuration(uint64_t s) {
@@ -653,6 +746,15 @@ json ToJson(const pb::Snapshot& sn) {
           {"frees_meta_bytes", sn.frees_meta_bytes()}};
 }
 
+json ToJson(const pb::SnapshotSchedule& s) {
+  return {{"volume", s.volume()},
+          {"name", s.name()},
+          {"every_seconds", s.every_seconds()},
+          {"keep", s.keep()},
+          {"last_run_unix", s.last_run_unix()},
+          {"next_run_unix", s.next_run_unix()}};
+}
+
 json ToJson(const pb::Export& e) {
   return {{"id", e.id()},
           {"volume", e.volume()},
@@ -759,6 +861,16 @@ void PrintSnapshot(const pb::Snapshot& sn) {
               {"txg", std::to_string(sn.txg())},
               {"frees", HumanBytes(sn.frees_bytes()) + " of data, " + HumanBytes(sn.frees_meta_bytes()) +
                             " of metadata (what deleting it gives back now)"}});
+}
+
+void PrintSchedule(const pb::SnapshotSchedule& s) {
+  PrintPairs({{"volume", s.volume()},
+              {"name", s.name()},
+              {"every", EveryText(s.every_seconds())},
+              {"keep", std::to_string(s.keep()) + " of its snapshots"},
+              {"snapshots", s.name() + "-YYYYMMDDTHHMMSSZ (UTC)"},
+              {"last run", s.last_run_unix() == 0 ? "never" : UtcTime(s.last_run_unix())},
+              {"next run", s.next_run_unix() == 0 ? "now (within a second)" : UtcTime(s.next_run_unix())}});
 }
 
 template <typename List>
@@ -963,9 +1075,9 @@ struct Parsed {
 
 const std::set<std::string> kGlobalValued = {"--socket",   "--server",  "--tls-ca",
                                              "--tls-cert", "--tls-key", "--timeout"};
-const std::set<std::string> kCommandValued = {"--name",    "--ag-size", "--record-size", "--pseudo",
-                                              "--clients", "--sec",     "--protocols",   "--write-through",
-                                              "--atime",   "--comment", "--valid-users"};
+const std::set<std::string> kCommandValued = {
+    "--name",          "--ag-size", "--record-size", "--pseudo",      "--clients", "--sec", "--protocols",
+    "--write-through", "--atime",   "--comment",     "--valid-users", "--every",   "--keep"};
 const std::set<std::string> kCommandFlags = {"--force",      "--ro",     "--no-root-squash", "--read-only",
                                              "--browseable", "--hidden", "--encrypt",        "--guest-ok"};
 
@@ -1039,10 +1151,20 @@ std::string Parse(int argc, char** argv, Parsed* p) {
   return "";
 }
 
+// Words the verb takes: 0 (a group alone, "stats"), 1, or 2 ("schedule add").
+size_t VerbWords(const CommandSpec& c) {
+  return c.verb.empty() ? 0 : 1 + static_cast<size_t>(std::count(c.verb.begin(), c.verb.end(), ' '));
+}
+
 const CommandSpec* Find(const std::vector<std::string>& words) {
   for (const auto& c : Commands()) {
     if (words.empty() || words[0] != c.group) continue;
-    if (c.verb.empty() || (words.size() > 1 && words[1] == c.verb)) return &c;
+    if (c.verb.empty()) return &c;
+    const size_t n = VerbWords(c);
+    if (words.size() <= n) continue;
+    std::string verb = words[1];
+    for (size_t i = 2; i <= n; i++) verb += " " + words[i];
+    if (verb == c.verb) return &c;
   }
   return nullptr;
 }
@@ -1208,6 +1330,36 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     if (p.flags.contains("--hidden")) add_share.set_browseable(false);
     add_share.set_encrypt(p.flags.contains("--encrypt"));
     add_share.set_guest_ok(p.flags.contains("--guest-ok"));
+  }
+
+  // Schedule arguments, checked before connecting.
+  pb::AddSnapshotScheduleRequest add_schedule;
+  if (c.group == "snapshot" && c.verb == "schedule add") {
+    add_schedule.set_volume(args[0]);
+    auto every = p.values.find("--every");
+    auto keep = p.values.find("--keep");
+    if (every == p.values.end() || keep == p.values.end()) {
+      return Usage("snapshot schedule add needs --every DURATION and --keep N", hint);
+    }
+    std::string error;
+    const auto e = ParseEvery(every->second, &error);
+    if (!e) return Usage(error, hint);
+    add_schedule.set_every_seconds(e->seconds);
+    const std::string& k = keep->second;
+    if (k.empty() || k.size() > 5 || k.find_first_not_of("0123456789") != std::string::npos || std::stoul(k) == 0 ||
+        std::stoul(k) > 10000) {
+      return Usage("--keep takes how many snapshots to keep, 1 to 10000, not '" + Esc(k) + "'", hint);
+    }
+    add_schedule.set_keep(static_cast<uint32_t>(std::stoul(k)));
+    if (auto n = p.values.find("--name"); n != p.values.end()) {
+      if (n->second.empty()) return Usage("--name is empty", hint);
+      add_schedule.set_name(n->second);
+    } else {
+      add_schedule.set_name(e->seconds == 3600    ? "hourly"
+                            : e->seconds == kDay  ? "daily"
+                            : e->seconds == kWeek ? "weekly"
+                                                  : "every-" + e->text);
+    }
   }
 
   std::unique_ptr<Client> client;
@@ -1451,6 +1603,50 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       return kExitOk;
     }
   }
+  if (c.group == "snapshot" && c.verb == "schedule add") {
+    pb::AddSnapshotScheduleResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::AddSnapshotSchedule, add_schedule, &r)) return fail(*f);
+    if (g_json) {
+      PrintJson({{"schedule", ToJson(r.schedule())}});
+    } else {
+      PrintSchedule(r.schedule());
+    }
+    return kExitOk;
+  }
+  if (c.group == "snapshot" && c.verb == "schedule list") {
+    pb::ListSnapshotSchedulesRequest req;
+    if (!args.empty()) req.set_volume(args[0]);
+    pb::ListSnapshotSchedulesResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::ListSnapshotSchedules, req, &r)) return fail(*f);
+    if (g_json) {
+      json list = json::array();
+      for (const auto& s : r.schedules()) list.push_back(ToJson(s));
+      PrintJson({{"schedules", list}});
+    } else {
+      Table t({"VOLUME", "NAME", "EVERY", "KEEP", "LAST", "NEXT"});
+      for (const auto& s : r.schedules()) {
+        t.Add({s.volume(), s.name(), EveryText(s.every_seconds()), std::to_string(s.keep()),
+               s.last_run_unix() == 0 ? "never" : UtcTime(s.last_run_unix()),
+               s.next_run_unix() == 0 ? "now" : UtcTime(s.next_run_unix())});
+      }
+      t.Print({3});
+    }
+    return kExitOk;
+  }
+  if (c.group == "snapshot" && c.verb == "schedule remove") {
+    pb::RemoveSnapshotScheduleRequest req;
+    req.set_volume(args[0]);
+    req.set_name(args[1]);
+    pb::RemoveSnapshotScheduleResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::RemoveSnapshotSchedule, req, &r)) return fail(*f);
+    if (g_json) {
+      PrintJson({{"removed", {{"schedule", ToJson(r.schedule())}}}});
+    } else {
+      std::cout << "removed schedule " << Esc(r.schedule().name()) << " of volume " << Esc(r.schedule().volume())
+                << " (the snapshots it took are kept)\n";
+    }
+    return kExitOk;
+  }
   if (c.group == "snapshot") {
     if (c.verb == "list") {
       pb::ListSnapshotsRequest req;
@@ -1631,6 +1827,8 @@ int Main(int argc, char** argv) {
   if (p.help) {
     if (c) {
       std::cout << c->usage;
+    } else if (p.words.size() >= 2 && p.words[0] == "snapshot" && p.words[1] == "schedule") {
+      std::cout << GroupHelp("snapshot", "schedule");
     } else if (!p.words.empty() && (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "volume" ||
                                     p.words[0] == "snapshot" || p.words[0] == "export" || p.words[0] == "share")) {
       std::cout << GroupHelp(p.words[0]);
@@ -1648,25 +1846,33 @@ int Main(int argc, char** argv) {
     const std::string& g = p.words[0];
     if (g == "node" || g == "reserve" || g == "volume" || g == "snapshot" || g == "export" || g == "share") {
       if (p.words.size() == 1) return Usage(g + " needs a command", "nasgw " + g);
+      if (g == "snapshot" && p.words[1] == "schedule") {
+        if (p.words.size() == 2) return Usage("snapshot schedule needs a command", "nasgw snapshot schedule");
+        return Usage("unknown command 'snapshot schedule " + p.words[2] + "'", "nasgw snapshot schedule");
+      }
       return Usage("unknown command '" + g + " " + p.words[1] + "'", "nasgw " + g);
     }
     return Usage("unknown command '" + g + "'", "nasgw");
   }
   const std::string hint = "nasgw " + c->group + (c->verb.empty() ? "" : " " + c->verb);
   if (!error.empty()) return Usage(error, hint);
-  const size_t skip = c->verb.empty() ? 1 : 2;
+  const size_t skip = 1 + VerbWords(*c);
   std::vector<std::string> args(p.words.begin() + static_cast<std::ptrdiff_t>(skip), p.words.end());
   if (args.size() < c->positionals) {
     const std::string what = c->group == "volume" ? "a volume NAME"
                              : c->group == "snapshot"
-                                 ? (c->verb == "list" ? "a VOLUME" : "a VOLUME and a snapshot NAME")
+                                 ? (c->verb == "list" || c->verb == "schedule add" ? "a VOLUME"
+                                    : c->verb == "schedule remove"                 ? "a VOLUME and a schedule NAME"
+                                                                                   : "a VOLUME and a snapshot NAME")
                              : c->group == "export" ? (c->verb == "add"    ? "VOLUME[/SUBPATH]"
                                                        : c->verb == "show" ? "an export ID or PSEUDO path"
                                                                            : "an export ID")
                                                     : "a URL";
     return Usage(hint + " needs " + what, hint);
   }
-  if (args.size() > c->positionals) return Usage("unexpected argument '" + args[c->positionals] + "'", hint);
+  if (args.size() > c->positionals + c->optional) {
+    return Usage("unexpected argument '" + args[c->positionals + c->optional] + "'", hint);
+  }
   for (const auto& [k, v] : p.values) {
     if (std::find(c->valued.begin(), c->valued.end(), k) == c->valued.end()) {
       return Usage("option " + k + " does not apply to " + hint, hint);
@@ -1689,12 +1895,14 @@ int Main(int argc, char** argv) {
   };
   for (size_t i = 0; i < args.size(); i++) {
     const std::string& a = args[i];
-    const std::string what = c->group == "volume"                       ? "volume name"
-                             : c->group == "snapshot"                   ? (i == 0 ? "volume name" : "snapshot name")
-                             : c->group == "export" && c->verb == "add" ? "VOLUME[/SUBPATH]"
-                             : c->group == "export"                     ? "export"
-                             : c->group == "reserve" && c->verb == "add-lun" ? "LUN URL"
-                                                                             : "argument";
+    const std::string what = c->group == "volume"                                          ? "volume name"
+                             : c->group == "snapshot" && i == 0                            ? "volume name"
+                             : c->group == "snapshot" && c->verb.rfind("schedule", 0) == 0 ? "schedule name"
+                             : c->group == "snapshot"                                      ? "snapshot name"
+                             : c->group == "export" && c->verb == "add"                    ? "VOLUME[/SUBPATH]"
+                             : c->group == "export"                                        ? "export"
+                             : c->group == "reserve" && c->verb == "add-lun"               ? "LUN URL"
+                                                                                           : "argument";
     if (auto rc = text_problem(what, a)) return *rc;
   }
   for (const auto& [k, v] : p.values) {

@@ -105,6 +105,13 @@ grpc::Status CheckSnapshotName(const std::string& name) {
   return CheckComponentName("snapshot name", name, fs::kSnapshotNameMax);
 }
 
+grpc::Status CheckScheduleName(const std::string& name) {
+  // The domain has the rules ([A-Za-z0-9._-], 1..64); what cannot be shown
+  // as typed is refused here first, in the words the other names get.
+  if (name.empty()) return Invalid("schedule name is empty");
+  return CheckText("schedule name", name);
+}
+
 grpc::Status CheckReserveName(const std::string& name) {
   if (name.empty()) return Invalid("reserve name is empty");
   if (auto s = CheckText("reserve name", name); !s.ok()) return s;
@@ -245,6 +252,16 @@ void Fill(const fs::SnapshotInfo& sn, const std::string& volume, pb::Snapshot* o
   out->set_created_unix(sn.created.sec);
   out->set_frees_bytes(sn.frees_bytes);
   out->set_frees_meta_bytes(sn.frees_meta_bytes);
+}
+
+void Fill(const fs::SnapshotSchedule& s, pb::SnapshotSchedule* out) {
+  out->set_volume(s.volume);
+  out->set_name(s.name);
+  out->set_every_seconds(s.every_s);
+  out->set_keep(s.keep);
+  out->set_last_run_unix(s.last_run);
+  // Never run: due at once (the scheduler's next tick), said as 0.
+  out->set_next_run_unix(s.last_run == 0 ? 0 : s.last_run + static_cast<int64_t>(s.every_s));
 }
 
 void Fill(const fs::Export& e, pb::Export* out) {
@@ -572,6 +589,49 @@ class AdminService final : public pb::Admin::Service {
     auto sn = node_->DeleteSnapshot(req->volume(), req->name());
     if (!sn.ok()) return ToGrpc(sn.status());
     Fill(*sn, req->volume(), out->mutable_snapshot());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AddSnapshotSchedule(grpc::ServerContext*, const pb::AddSnapshotScheduleRequest* req,
+                                   pb::AddSnapshotScheduleResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    if (auto s = CheckScheduleName(req->name()); !s.ok()) return s;
+    // The domain checks the name's characters and the bounds.
+    NASGW_LOG(kInfo, "admin") << "add snapshot schedule" << Kv("volume", req->volume()) << Kv("name", req->name())
+                              << Kv("every_s", req->every_seconds()) << Kv("keep", req->keep());
+    fs::SnapshotSchedule spec;
+    spec.name = req->name();
+    spec.every_s = req->every_seconds();
+    spec.keep = req->keep();
+    auto added = node_->AddSnapshotSchedule(req->volume(), spec);
+    if (!added.ok()) return ToGrpc(added.status());
+    Fill(*added, out->mutable_schedule());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListSnapshotSchedules(grpc::ServerContext*, const pb::ListSnapshotSchedulesRequest* req,
+                                     pb::ListSnapshotSchedulesResponse* out) override {
+    if (!req->volume().empty()) {
+      if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+      // An unknown volume is NOT_FOUND, as ListSnapshots says it.
+      if (auto v = node_->GetVolume(req->volume()); !v.ok()) return ToGrpc(v.status());
+    }
+    auto all = node_->ListSnapshotSchedules();
+    if (!all.ok()) return ToGrpc(all.status());
+    for (const auto& s : *all) {
+      if (req->volume().empty() || s.volume == req->volume()) Fill(s, out->add_schedules());
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RemoveSnapshotSchedule(grpc::ServerContext*, const pb::RemoveSnapshotScheduleRequest* req,
+                                      pb::RemoveSnapshotScheduleResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    if (auto s = CheckScheduleName(req->name()); !s.ok()) return s;
+    NASGW_LOG(kInfo, "admin") << "remove snapshot schedule" << Kv("volume", req->volume()) << Kv("name", req->name());
+    auto gone = node_->RemoveSnapshotSchedule(req->volume(), req->name());
+    if (!gone.ok()) return ToGrpc(gone.status());
+    Fill(*gone, out->mutable_schedule());
     return grpc::Status::OK;
   }
 

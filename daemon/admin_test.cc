@@ -8,6 +8,8 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -20,12 +22,15 @@
 #include <nlohmann/json.hpp>
 
 #include "base/limits.h"
+#include "base/log.h"
+#include "base/mutex.h"
 #include "block/mem_device.h"
 #include "cache/data_cache.h"
 #include "daemon/admin_service.h"
 #include "daemon/metrics.h"
 #include "daemon/node.h"
 #include "daemon/node_metrics.h"
+#include "daemon/snapshot_scheduler.h"
 #include "proto/admin.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
@@ -72,6 +77,8 @@ class AdminTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    scheduler_.reset();
+    SetLogSink(nullptr);
     server_.reset();
     node_.reset();
     std::error_code ec;
@@ -112,9 +119,25 @@ class AdminTest : public ::testing::Test {
     server_ = std::move(s.value());
     auto channel = grpc::CreateChannel("unix:" + config_.admin_socket, grpc::InsecureChannelCredentials());
     stub_ = pb::Admin::NewStub(channel);
+    if (run_scheduler_) {
+      SetLogSink([this](std::string_view line) {
+        std::fwrite(line.data(), 1, line.size(), stderr);
+        MutexLock l(log_mu_);
+        log_.emplace_back(line);
+      });
+      scheduler_ = SnapshotScheduler::Start(
+          node_.get(),
+          [this]() -> nasgw::Status {
+            scheduler_flushes_++;
+            if (scheduler_flush_fails_) return nasgw::Status::NoSpace("no space for the flush");
+            return cache_flush_ ? cache_flush_() : nasgw::Status();
+          },
+          &metrics_);
+    }
   }
 
   void StopAll() {
+    scheduler_.reset();
     stub_.reset();
     server_.reset();
     node_.reset();
@@ -212,6 +235,69 @@ class AdminTest : public ::testing::Test {
     return s;
   }
 
+  grpc::Status AddSchedule(const std::string& volume, const std::string& name, uint64_t every_s, uint32_t keep,
+                           pb::SnapshotSchedule* out = nullptr) {
+    pb::AddSnapshotScheduleRequest req;
+    req.set_volume(volume);
+    req.set_name(name);
+    req.set_every_seconds(every_s);
+    req.set_keep(keep);
+    pb::AddSnapshotScheduleResponse r;
+    auto s = Call(&pb::Admin::Stub::AddSnapshotSchedule, req, &r);
+    if (out) *out = r.schedule();
+    return s;
+  }
+
+  grpc::Status ListSchedules(const std::string& volume, std::vector<pb::SnapshotSchedule>* out = nullptr) {
+    pb::ListSnapshotSchedulesRequest req;
+    req.set_volume(volume);
+    pb::ListSnapshotSchedulesResponse r;
+    auto s = Call(&pb::Admin::Stub::ListSnapshotSchedules, req, &r);
+    if (out) out->assign(r.schedules().begin(), r.schedules().end());
+    return s;
+  }
+
+  grpc::Status RemoveSchedule(const std::string& volume, const std::string& name, pb::SnapshotSchedule* out = nullptr) {
+    pb::RemoveSnapshotScheduleRequest req;
+    req.set_volume(volume);
+    req.set_name(name);
+    pb::RemoveSnapshotScheduleResponse r;
+    auto s = Call(&pb::Admin::Stub::RemoveSnapshotSchedule, req, &r);
+    if (out) *out = r.schedule();
+    return s;
+  }
+
+  // The names of the volume's snapshots, oldest first.
+  std::vector<std::string> SnapshotNames(const std::string& volume) {
+    std::vector<pb::Snapshot> list;
+    auto s = ListSnapshots(volume, &list);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::vector<std::string> out;
+    out.reserve(list.size());
+    for (const auto& sn : list) out.push_back(sn.name());
+    return out;
+  }
+
+  // The scheduler's counter `family` for the schedule; -1 when it has none.
+  double ScheduleCounter(const std::string& family, const std::string& volume, const std::string& schedule) {
+    const std::string text = metrics_.Render();
+    const std::string series = family + "{schedule=\"" + schedule + "\",volume=\"" + volume + "\"}";
+    const size_t at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+  }
+
+  // Lines the scheduler's run logged that hold every one of `words`.
+  std::vector<std::string> Logged(const std::vector<std::string>& words) {
+    MutexLock l(log_mu_);
+    std::vector<std::string> out;
+    for (const auto& line : log_) {
+      if (std::all_of(words.begin(), words.end(), [&](const std::string& w) { return line.find(w) != line.npos; })) {
+        out.push_back(line);
+      }
+    }
+    return out;
+  }
+
   pb::Volume GetVolume(const std::string& name) {
     pb::GetVolumeRequest req;
     req.set_name(name);
@@ -296,6 +382,17 @@ class AdminTest : public ::testing::Test {
   std::unique_ptr<Node> node_;
   std::unique_ptr<AdminServer> server_;
   std::unique_ptr<pb::Admin::Stub> stub_;
+  // With run_scheduler_, StartAll runs the snapshot scheduler as nasgwd
+  // does: its flushes counted (then cache_flush_'s, where a test has one;
+  // failing while scheduler_flush_fails_), its counters in metrics_, and
+  // every log line kept in log_ (and still printed).
+  bool run_scheduler_ = false;
+  std::atomic<int> scheduler_flushes_{0};
+  std::atomic<bool> scheduler_flush_fails_{false};
+  Metrics metrics_;
+  std::unique_ptr<SnapshotScheduler> scheduler_;
+  Mutex log_mu_;
+  std::vector<std::string> log_ GUARDED_BY(log_mu_);
 };
 
 // Bytes read, in few words: their count and runs of one value.
@@ -807,6 +904,416 @@ TEST_F(AdminTest, CliSnapshots) {
   r = Cli({"--json", "snapshot", "list", "v"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(json::parse(r.out)["snapshots"].size(), 0u) << r.out;
+}
+
+// The names scheduled snapshots get: `<schedule>-YYYYMMDDTHHMMSSZ` (UTC),
+// sorting by time; retention takes only names of exactly that form.
+TEST(SnapshotScheduleNamesTest, SortByTimeAndBelongToOneSchedule) {
+  EXPECT_EQ(ScheduledSnapshotName("hourly", 0), "hourly-19700101T000000Z");
+  EXPECT_EQ(ScheduledSnapshotName("hourly", 1795000000), "hourly-20261118T110640Z");
+  EXPECT_EQ(ScheduledSnapshotName("a.b_c-d", 1798761599), "a.b_c-d-20261231T235959Z");
+  std::string last;
+  for (int64_t t : {int64_t{0}, int64_t{9}, int64_t{59}, int64_t{3599}, int64_t{86399}, int64_t{1798761599},
+                    int64_t{1798761600}, int64_t{1798761601}, int64_t{4102444800}}) {
+    const std::string n = ScheduledSnapshotName("s", t);
+    EXPECT_LT(last, n) << "names sort by time: " << t;
+    EXPECT_TRUE(IsScheduledSnapshotOf("s", n)) << n;
+    last = n;
+  }
+  EXPECT_TRUE(IsScheduledSnapshotOf("hourly", "hourly-20261123T111842Z"));
+  EXPECT_TRUE(IsScheduledSnapshotOf("hourly-x", "hourly-x-20261123T111842Z"));
+  for (const char* other :
+       {"hourly", "", "hourly-", "hourly-20261123T111842", "hourly-20261123T111842ZZ", "hourlyx20261123T111842Z",
+        "daily-20261123T111842Z", "hourly-x-20261123T111842Z", "hourly-2026112xT111842Z", "hourly-20261123t111842Z",
+        "hourly-20261123T11184xZ", "Hourly-20261123T111842Z", "hourly-20261123-111842Z"}) {
+    EXPECT_FALSE(IsScheduledSnapshotOf("hourly", other)) << other;
+  }
+}
+
+// Schedules through the RPCs: add, list (every volume's or one's), remove;
+// the refusals with their codes; kept with the reserve across a restart;
+// a volume with schedules is not deleted.
+TEST_F(AdminTest, SnapshotSchedulesAddListAndRemove) {
+  StartAll();
+  EXPECT_EQ(ListSchedules("").error_code(), grpc::StatusCode::UNAVAILABLE) << "no reserve yet";
+  EXPECT_EQ(AddSchedule("v", "hourly", 3600, 24).error_code(), grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  ASSERT_TRUE(CreateVolume("w").ok());
+
+  pb::SnapshotSchedule got;
+  auto s = AddSchedule("v", "hourly", 3600, 24, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got.volume(), "v");
+  EXPECT_EQ(got.name(), "hourly");
+  EXPECT_EQ(got.every_seconds(), 3600u);
+  EXPECT_EQ(got.keep(), 24u);
+  EXPECT_EQ(got.last_run_unix(), 0) << "never ran";
+  EXPECT_EQ(got.next_run_unix(), 0) << "due at once";
+  ASSERT_TRUE(AddSchedule("v", "daily", 86400, 7).ok());
+  ASSERT_TRUE(AddSchedule("w", "hourly", 3600, 1).ok()) << "names are per volume";
+  ASSERT_TRUE(AddSchedule("v", std::string(64, 'n'), uint64_t{366} * 86400, 10000).ok()) << "the limits themselves";
+
+  std::vector<pb::SnapshotSchedule> list;
+  ASSERT_TRUE(ListSchedules("", &list).ok());
+  std::vector<std::string> names;
+  names.reserve(list.size());
+  for (const auto& x : list) names.push_back(x.volume() + "/" + x.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"v/daily", "v/hourly", "v/" + std::string(64, 'n'), "w/hourly"}))
+      << "by volume, then name";
+  EXPECT_EQ(list[0].every_seconds(), 86400u);
+  EXPECT_EQ(list[0].keep(), 7u);
+  ASSERT_TRUE(ListSchedules("w", &list).ok());
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].volume(), "w");
+  EXPECT_EQ(list[0].keep(), 1u);
+  s = ListSchedules("nope");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_EQ(ListSchedules("a/b").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // Refusals, each with the domain's (or the service's) words.
+  struct Bad {
+    std::string volume, name;
+    uint64_t every;
+    uint32_t keep;
+    grpc::StatusCode code;
+    std::string says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"v", "x", 0, 1, grpc::StatusCode::INVALID_ARGUMENT, "every 1 s to 366 days"},
+           {"v", "x", uint64_t{366} * 86400 + 1, 1, grpc::StatusCode::INVALID_ARGUMENT, "every 1 s to 366 days"},
+           {"v", "x", 60, 0, grpc::StatusCode::INVALID_ARGUMENT, "keeps 1 to 10000"},
+           {"v", "x", 60, 10001, grpc::StatusCode::INVALID_ARGUMENT, "keeps 1 to 10000"},
+           {"v", "", 60, 1, grpc::StatusCode::INVALID_ARGUMENT, "schedule name is empty"},
+           {"v", "a/b", 60, 1, grpc::StatusCode::INVALID_ARGUMENT, "letters, digits"},
+           {"v", "sp ace", 60, 1, grpc::StatusCode::INVALID_ARGUMENT, "letters, digits"},
+           {"v", "caf\xc3\xa9", 60, 1, grpc::StatusCode::INVALID_ARGUMENT, "letters, digits"},
+           {"v", std::string(65, 'n'), 60, 1, grpc::StatusCode::INVALID_ARGUMENT, "1-64 bytes"},
+           {"v", std::string("es\x1b") + "c", 60, 1, grpc::StatusCode::INVALID_ARGUMENT, "control character"},
+           {"", "x", 60, 1, grpc::StatusCode::INVALID_ARGUMENT, "volume name is empty"},
+           {"nope", "x", 60, 1, grpc::StatusCode::NOT_FOUND, "nope"},
+           {"v", "hourly", 60, 1, grpc::StatusCode::ALREADY_EXISTS, "hourly"},
+       }) {
+    s = AddSchedule(b.volume, b.name, b.every, b.keep);
+    EXPECT_EQ(s.error_code(), b.code) << b.volume << "/" << b.name << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(b.says), std::string::npos) << s.error_message();
+  }
+  ASSERT_TRUE(ListSchedules("", &list).ok());
+  EXPECT_EQ(list.size(), 4u) << "no refusal added one";
+
+  // A volume with schedules stays, even with force.
+  s = DeleteVolume("w", true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("schedule"), std::string::npos) << s.error_message();
+
+  // Kept with the reserve.
+  StopAll();
+  StartAll();
+  ASSERT_TRUE(ListSchedules("", &list).ok());
+  EXPECT_EQ(list.size(), 4u) << "schedules survive a restart";
+
+  pb::SnapshotSchedule gone;
+  s = RemoveSchedule("v", "daily", &gone);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(gone.volume(), "v");
+  EXPECT_EQ(gone.name(), "daily");
+  EXPECT_EQ(gone.every_seconds(), 86400u);
+  EXPECT_EQ(gone.keep(), 7u);
+  s = RemoveSchedule("v", "daily");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_NE(s.error_message().find("daily"), std::string::npos) << s.error_message();
+  EXPECT_EQ(RemoveSchedule("nope", "hourly").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(RemoveSchedule("v", "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(RemoveSchedule("w", "hourly").ok());
+  ASSERT_TRUE(ListSchedules("w", &list).ok());
+  EXPECT_TRUE(list.empty());
+  s = DeleteVolume("w", false);
+  EXPECT_TRUE(s.ok()) << "without its schedule it goes: " << s.error_message();
+  ASSERT_TRUE(ListSchedules("", &list).ok());
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name(), "hourly");
+  EXPECT_TRUE(SnapshotNames("v").empty()) << "no scheduler ran here";
+
+  auto problems = node_->domain()->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// `nasgw snapshot schedule add|list|remove`: durations, default names,
+// tables and --json, exit codes.
+TEST_F(AdminTest, CliSnapshotSchedules) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  ASSERT_TRUE(CreateVolume("w").ok());
+  CliResult r = Cli({"snapshot", "schedule", "add", "v", "--every", "1h", "--keep", "24"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* want : {"hourly", "1h", "24 of its snapshots", "hourly-YYYYMMDDTHHMMSSZ", "never"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << ": " << r.out;
+  }
+  r = Cli({"--json", "snapshot", "schedule", "add", "v", "--every", "daily", "--keep", "7"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["schedule"]["name"], "daily") << r.out;
+  EXPECT_EQ(j["schedule"]["volume"], "v") << r.out;
+  EXPECT_EQ(j["schedule"]["every_seconds"], 86400) << r.out;
+  EXPECT_EQ(j["schedule"]["keep"], 7) << r.out;
+  EXPECT_EQ(j["schedule"]["last_run_unix"], 0) << r.out;
+  EXPECT_EQ(j["schedule"]["next_run_unix"], 0) << r.out;
+  // Default names: hourly, daily, weekly for exactly those intervals, else
+  // every-DURATION.
+  for (const auto& [every, name] : std::vector<std::pair<std::string, std::string>>{
+           {"1w", "weekly"}, {"15m", "every-15m"}, {"090m", "every-90m"}, {"2d", "every-2d"}, {"45s", "every-45s"}}) {
+    r = Cli({"--json", "snapshot", "schedule", "add", "v", "--every", every, "--keep", "3"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(json::parse(r.out)["schedule"]["name"], name) << every << ": " << r.out;
+  }
+  r = Cli({"snapshot", "schedule", "add", "v", "--every", "60m", "--keep", "2"});
+  EXPECT_EQ(r.exit_code, 5) << "60m is hourly, which exists: " << Describe(r);
+  r = Cli({"--json", "snapshot", "schedule", "add", "w", "--every", "30s", "--keep", "3", "--name", "fast"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(json::parse(r.out)["schedule"]["every_seconds"], 30) << r.out;
+  EXPECT_EQ(json::parse(r.out)["schedule"]["name"], "fast") << r.out;
+
+  r = Cli({"snapshot", "schedule", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::istringstream lines(r.out);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    rows.emplace_back();
+    for (std::string w; words >> w;) rows.back().push_back(w);
+  }
+  ASSERT_EQ(rows.size(), 9u) << r.out;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"VOLUME", "NAME", "EVERY", "KEEP", "LAST", "NEXT"})) << r.out;
+  EXPECT_EQ(rows[1], (std::vector<std::string>{"v", "daily", "1d", "7", "never", "now"})) << r.out;
+  EXPECT_EQ(rows[3], (std::vector<std::string>{"v", "every-2d", "2d", "3", "never", "now"})) << r.out;
+  EXPECT_EQ(rows[5], (std::vector<std::string>{"v", "every-90m", "90m", "3", "never", "now"})) << r.out;
+  EXPECT_EQ(rows[7], (std::vector<std::string>{"v", "weekly", "1w", "3", "never", "now"})) << r.out;
+  EXPECT_EQ(rows[8], (std::vector<std::string>{"w", "fast", "30s", "3", "never", "now"})) << r.out;
+  r = Cli({"snapshot", "schedule", "list", "w"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("fast"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("hourly"), std::string::npos) << "only w's: " << r.out;
+  r = Cli({"--json", "snapshot", "schedule", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  j = json::parse(r.out);
+  ASSERT_EQ(j["schedules"].size(), 8u) << r.out;
+  EXPECT_EQ(j["schedules"][7]["volume"], "w") << r.out;
+  r = Cli({"--json", "snapshot", "schedule", "list", "v"});
+  EXPECT_EQ(json::parse(r.out)["schedules"].size(), 7u) << r.out;
+
+  // Usage errors (exit 2, before nasgwd is asked, but for the name's rules).
+  for (const auto& [bad, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--every", "bogus", "--keep", "2"}, "--every takes a whole number and a unit"},
+           {{"--every", "10", "--keep", "2"}, "the unit is missing"},
+           {{"--every", "1y", "--keep", "2"}, "--every takes"},
+           {{"--every", "1H", "--keep", "2"}, "--every takes"},
+           {{"--every", "h", "--keep", "2"}, "--every takes"},
+           {{"--every", "-1h", "--keep", "2"}, "--every takes"},
+           {{"--every", "1.5h", "--keep", "2"}, "--every takes"},
+           {{"--every", "0s", "--keep", "2"}, "from 1s to 366d"},
+           {{"--every", "367d", "--keep", "2"}, "from 1s to 366d"},
+           {{"--every", "99999999999999999999w", "--keep", "2"}, "from 1s to 366d"},
+           {{"--every", "1h", "--keep", "0"}, "1 to 10000"},
+           {{"--every", "1h", "--keep", "10001"}, "1 to 10000"},
+           {{"--every", "1h", "--keep", "x"}, "1 to 10000"},
+           {{"--every", "1h", "--keep", "-1"}, "1 to 10000"},
+           {{"--every", "1h"}, "needs --every DURATION and --keep N"},
+           {{"--keep", "2"}, "needs --every DURATION and --keep N"},
+           {{"--every", "1h", "--keep", "2", "--name", ""}, "--name is empty"},
+           {{"--every", "1h", "--keep", "2", "--name", "a b"}, "letters, digits"},
+           {{"--every", "1h", "--keep", "2", "--name", "a/b"}, "letters, digits"},
+           {{"--every", "1h", "--keep", "2", "--name", std::string("es\x1b") + "c"}, "control character"},
+           {{"--every", "1h", "--keep", "2", "--force"}, "does not apply"},
+       }) {
+    std::vector<std::string> args = {"snapshot", "schedule", "add", "v"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    r = Cli(args);
+    EXPECT_EQ(r.exit_code, 2) << Describe(r);
+    EXPECT_NE(r.err.find(says), std::string::npos) << says << ": " << Describe(r);
+  }
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"snapshot", "schedule"},
+                                                               {"snapshot", "schedule", "frobnicate"},
+                                                               {"snapshot", "schedule", "add"},
+                                                               {"snapshot", "schedule", "add", "v", "x"},
+                                                               {"snapshot", "schedule", "list", "v", "w"},
+                                                               {"snapshot", "schedule", "remove", "v"},
+                                                               {"snapshot", "schedule", "remove", "v", "x", "y"}}) {
+    r = Cli(bad);
+    EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  }
+  r = Cli({"--json", "snapshot", "schedule", "add", "v", "--every", "0s", "--keep", "2"});
+  EXPECT_EQ(json::parse(r.out)["error"]["code"], "USAGE") << r.out;
+  // Not found 4, exists 5.
+  r = Cli({"snapshot", "schedule", "add", "nope", "--every", "1h", "--keep", "2"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"snapshot", "schedule", "add", "v", "--every", "daily", "--keep", "2"});
+  EXPECT_EQ(r.exit_code, 5) << Describe(r);
+  r = Cli({"snapshot", "schedule", "list", "nope"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"snapshot", "schedule", "remove", "v", "nope"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"--json", "snapshot", "schedule", "remove", "v", "nope"});
+  EXPECT_EQ(json::parse(r.out)["error"]["code"], "NOT_FOUND") << r.out;
+  // Refused 6: a volume with schedules is not deleted.
+  r = Cli({"volume", "delete", "w", "--force"});
+  EXPECT_EQ(r.exit_code, 6) << Describe(r);
+  EXPECT_NE(r.err.find("schedule"), std::string::npos) << Describe(r);
+
+  // Help.
+  r = Cli({"snapshot", "schedule", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("snapshot schedule add VOLUME --every DURATION --keep N [--name NAME]"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("snapshot schedule remove VOLUME NAME"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("snapshot create"), std::string::npos) << "only the schedule commands: " << r.out;
+  r = Cli({"snapshot", "--help"});
+  EXPECT_NE(r.out.find("snapshot schedule list [VOLUME]"), std::string::npos) << r.out;
+  r = Cli({"snapshot", "schedule", "add", "--help"});
+  EXPECT_NE(r.out.find("hourly, daily, weekly"), std::string::npos) << r.out;
+  r = Cli({"--help"});
+  EXPECT_NE(r.out.find("snapshot schedule add VOLUME"), std::string::npos) << r.out;
+
+  r = Cli({"snapshot", "schedule", "remove", "v", "weekly"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("removed schedule weekly of volume v"), std::string::npos) << r.out;
+  r = Cli({"--json", "snapshot", "schedule", "remove", "w", "fast"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  j = json::parse(r.out);
+  EXPECT_EQ(j["removed"]["schedule"]["name"], "fast") << r.out;
+  EXPECT_EQ(j["removed"]["schedule"]["every_seconds"], 30) << r.out;
+  r = Cli({"--json", "snapshot", "schedule", "list"});
+  EXPECT_EQ(json::parse(r.out)["schedules"].size(), 6u) << r.out;
+  r = Cli({"volume", "delete", "w"});
+  EXPECT_EQ(r.exit_code, 0) << "no schedule left on it: " << Describe(r);
+}
+
+// The scheduler as nasgwd runs it: a schedule every second keeping 2 takes
+// a snapshot each run (the cache flushed first), named by the time, and
+// deletes its oldest beyond 2; snapshots made by hand, even named almost
+// like the schedule's, are never touched; the runs are counted and logged;
+// once the schedule is removed no run follows.
+TEST_F(AdminTest, SchedulerTakesSnapshotsAndKeepsTheNewest) {
+  run_scheduler_ = true;
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  WriteFile("v", "f", 10000);
+  const std::vector<std::string> by_hand = {"by-hand", "sec-extra", "sec-2026", "sec-x-20200101T000000Z",
+                                            "other-20200101T000000Z"};
+  for (const auto& n : by_hand) ASSERT_TRUE(CreateSnapshot("v", n).ok()) << n;
+  const int64_t t0 = ::time(nullptr);
+  ASSERT_TRUE(AddSchedule("v", "sec", 1, 2).ok());
+
+  // At least 4 runs (the first at once, then one a second).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ScheduleCounter("nasgw_snapshot_schedule_runs_total", "v", "sec") < 4 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(ScheduleCounter("nasgw_snapshot_schedule_runs_total", "v", "sec"), 4) << metrics_.Render();
+  std::vector<pb::SnapshotSchedule> list;
+  ASSERT_TRUE(ListSchedules("v", &list).ok());
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_GE(list[0].last_run_unix(), t0) << "the runs are recorded";
+  EXPECT_EQ(list[0].next_run_unix(), list[0].last_run_unix() + 1);
+
+  // Removed: it returns once no run is under way, and none begins.
+  pb::SnapshotSchedule gone;
+  ASSERT_TRUE(RemoveSchedule("v", "sec", &gone).ok());
+  const double runs = ScheduleCounter("nasgw_snapshot_schedule_runs_total", "v", "sec");
+  const int64_t t1 = ::time(nullptr);
+  std::vector<pb::Snapshot> snaps;
+  ASSERT_TRUE(ListSnapshots("v", &snaps).ok());
+  std::vector<pb::Snapshot> mine;
+  std::vector<std::string> others;
+  for (const auto& sn : snaps) {
+    if (IsScheduledSnapshotOf("sec", sn.name())) {
+      mine.push_back(sn);
+    } else {
+      others.push_back(sn.name());
+    }
+  }
+  ASSERT_EQ(mine.size(), 2u) << "keep 2";
+  EXPECT_LT(mine[0].name(), mine[1].name()) << "oldest first, and the names sort by time";
+  EXPECT_LT(mine[0].id(), mine[1].id());
+  EXPECT_GE(mine[0].name(), ScheduledSnapshotName("sec", t0));
+  EXPECT_LE(mine[1].name(), ScheduledSnapshotName("sec", t1));
+  EXPECT_EQ(mine[1].name(), ScheduledSnapshotName("sec", gone.last_run_unix())) << "the last run's";
+  for (const auto& sn : mine) {
+    EXPECT_GE(sn.created_unix(), t0);
+    EXPECT_LE(sn.created_unix(), t1);
+  }
+  EXPECT_EQ(others, by_hand) << "snapshots made by hand are untouched";
+
+  // Counted: every run beyond the 2 kept deleted one; the cache was
+  // flushed before each; nothing failed. Logged, each.
+  EXPECT_EQ(ScheduleCounter("nasgw_snapshot_schedule_deleted_total", "v", "sec"), runs - 2);
+  EXPECT_EQ(ScheduleCounter("nasgw_snapshot_schedule_failures_total", "v", "sec"), 0);
+  EXPECT_GE(scheduler_flushes_.load(), static_cast<int>(runs));
+  EXPECT_EQ(static_cast<double>(Logged({"INFO", "snapshots", "scheduled snapshot taken", "schedule=sec"}).size()),
+            runs);
+  const auto deleted = Logged({"INFO", "snapshots", "scheduled snapshot deleted", "schedule=sec", "volume=v"});
+  EXPECT_EQ(static_cast<double>(deleted.size()), runs - 2);
+  EXPECT_TRUE(Logged({"WARN", "snapshots"}).empty());
+
+  // No run after the removal: over 2.5 s (two and a half ticks), the list
+  // and the counter stay as they are. A bounded wait is the assertion here.
+  const std::vector<std::string> after = SnapshotNames("v");
+  const auto quiet_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+  while (std::chrono::steady_clock::now() < quiet_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(SnapshotNames("v"), after) << "a snapshot after the schedule was removed";
+  }
+  EXPECT_EQ(ScheduleCounter("nasgw_snapshot_schedule_runs_total", "v", "sec"), runs);
+
+  // The scheduler stops at once (it waits on a condition variable, not a sleep).
+  const auto stop0 = std::chrono::steady_clock::now();
+  scheduler_->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - stop0, std::chrono::milliseconds(500));
+
+  auto problems = node_->domain()->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// A run that fails (here the cache flush) takes no snapshot, is counted and
+// logged, and is tried again (a second later for a schedule every second);
+// the thread carries on, and once the flush works the runs resume.
+TEST_F(AdminTest, SchedulerCarriesOnAfterAFailedRun) {
+  run_scheduler_ = true;
+  scheduler_flush_fails_ = true;
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  ASSERT_TRUE(AddSchedule("v", "sec", 1, 1).ok());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ScheduleCounter("nasgw_snapshot_schedule_failures_total", "v", "sec") < 2 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(ScheduleCounter("nasgw_snapshot_schedule_failures_total", "v", "sec"), 2) << metrics_.Render();
+  EXPECT_EQ(ScheduleCounter("nasgw_snapshot_schedule_runs_total", "v", "sec"), 0);
+  EXPECT_TRUE(SnapshotNames("v").empty()) << "a failed flush takes no snapshot";
+  std::vector<pb::SnapshotSchedule> list;
+  ASSERT_TRUE(ListSchedules("v", &list).ok());
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].last_run_unix(), 0) << "a failed run is not recorded";
+  const auto warned = Logged({"WARN", "snapshots", "could not be flushed", "schedule=sec", "no space for the flush"});
+  EXPECT_GE(warned.size(), 2u);
+
+  scheduler_flush_fails_ = false;
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ScheduleCounter("nasgw_snapshot_schedule_runs_total", "v", "sec") < 2 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(ScheduleCounter("nasgw_snapshot_schedule_runs_total", "v", "sec"), 2) << metrics_.Render();
+  ASSERT_TRUE(RemoveSchedule("v", "sec").ok());
+  const std::vector<std::string> left = SnapshotNames("v");
+  ASSERT_EQ(left.size(), 1u) << "keep 1";
+  EXPECT_TRUE(IsScheduledSnapshotOf("sec", left[0])) << left[0];
 }
 
 TEST_F(AdminTest, AddLunGrowsCapacityAndIsRemembered) {

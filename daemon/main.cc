@@ -31,6 +31,7 @@
 #include "daemon/metrics.h"
 #include "daemon/node.h"
 #include "daemon/node_metrics.h"
+#include "daemon/snapshot_scheduler.h"
 
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -147,11 +148,16 @@ int Run(const Config& cfg) {
     return 1;
   }
   AddNodeCollectors(&metrics, n, head->get(), &service);
+  // The snapshot schedules: flushed through the same cache as the admin
+  // CreateSnapshot. Stopped first at shutdown, before the cache closes.
+  std::unique_ptr<SnapshotScheduler> scheduler = SnapshotScheduler::Start(
+      n, [&service] { return service.FlushCache(); }, &metrics);
   std::unique_ptr<MetricsHttpServer> http;
   if (!cfg.metrics_listen.empty()) {
     auto h = MetricsHttpServer::Start(cfg.metrics_listen, &metrics);
     if (!h.ok()) {
       std::fprintf(stderr, "nasgwd: cannot start: %s\n", h.status().ToString().c_str());
+      scheduler->Stop();
       (*admin)->Shutdown();
       (*head)->Shutdown(std::chrono::milliseconds(0));
       (*node)->Shutdown();
@@ -181,6 +187,8 @@ int Run(const Config& cfg) {
     NASGW_LOG(kInfo, "nasgwd") << "stopping" << Kv("signal", strsignal(sig)) << Kv("drain_ms", cfg.drain_ms);
     break;
   }
+  // No scheduled snapshot begins from here on; one under way finishes first.
+  scheduler->Stop();
   (*admin)->Shutdown();
   (*head)->Shutdown(std::chrono::milliseconds(cfg.drain_ms));
   // What the cache holds goes to the SAN before the domain closes.

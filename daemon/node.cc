@@ -804,6 +804,14 @@ Result<std::vector<fs::SnapshotInfo>> Node::ListSnapshots(const std::string& vol
   return (*d)->ListSnapshots(volume);
 }
 
+Result<std::vector<fs::SnapshotInfo>> Node::ListSnapshotsOf(const std::string& volume) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  auto v = (*d)->FindVolume(volume);
+  if (!v.ok()) return v.status();
+  return (*d)->ListSnapshotsOf(v->id);
+}
+
 Result<fs::SnapshotInfo> Node::GetSnapshot(const std::string& volume, const std::string& name) {
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();
@@ -820,6 +828,50 @@ Result<fs::SnapshotInfo> Node::DeleteSnapshot(const std::string& volume, const s
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();
   return (*d)->DeleteSnapshot(volume, name);
+}
+
+Result<fs::SnapshotSchedule> Node::AddSnapshotSchedule(const std::string& volume, const fs::SnapshotSchedule& s) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->AddSnapshotSchedule(volume, s);
+}
+
+Result<std::vector<fs::SnapshotSchedule>> Node::ListSnapshotSchedules() {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->ListSnapshotSchedules();
+}
+
+Result<fs::SnapshotSchedule> Node::RemoveSnapshotSchedule(const std::string& volume, const std::string& name) {
+  MutexLock lock(schedule_mu_);  // after a run under way
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  auto all = (*d)->ListSnapshotSchedules();
+  if (!all.ok()) return all.status();
+  fs::SnapshotSchedule gone;
+  for (const fs::SnapshotSchedule& s : *all) {
+    if (s.volume == volume && s.name == name) gone = s;
+  }
+  // An unknown volume or schedule: the domain's NotFound.
+  NASGW_RETURN_IF_ERROR((*d)->RemoveSnapshotSchedule(volume, name));
+  return gone;
+}
+
+nasgw::Status Node::RunSnapshotSchedule(const std::string& volume, const std::string& name,
+                                        const std::function<nasgw::Status(const fs::SnapshotSchedule&)>& run) {
+  MutexLock lock(schedule_mu_);
+  auto all = ListSnapshotSchedules();
+  if (!all.ok()) return all.status();
+  for (const fs::SnapshotSchedule& s : *all) {
+    if (s.volume == volume && s.name == name) return run(s);
+  }
+  return nasgw::Status::NotFound("volume '" + volume + "' has no schedule '" + name + "'");
+}
+
+nasgw::Status Node::MarkScheduleRun(const std::string& volume, const std::string& name, int64_t when) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->MarkScheduleRun(volume, name, when);
 }
 
 Result<std::vector<fs::Export>> Node::ListExports() {

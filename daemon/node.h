@@ -148,9 +148,28 @@ class Node {
   // fs::Domain's). CreateSnapshot takes what the domain holds: the caller
   // flushes the write-back cache first (the admin service does).
   Result<std::vector<fs::SnapshotInfo>> ListSnapshots(const std::string& volume);  // oldest first
+  // The same without the space figures (which cost a scan of the volume's
+  // dead entries): for the schedules' retention.
+  Result<std::vector<fs::SnapshotInfo>> ListSnapshotsOf(const std::string& volume);
   Result<fs::SnapshotInfo> GetSnapshot(const std::string& volume, const std::string& name);
   Result<fs::SnapshotInfo> CreateSnapshot(const std::string& volume, const std::string& name);
   Result<fs::SnapshotInfo> DeleteSnapshot(const std::string& volume, const std::string& name);
+
+  // ---- snapshot schedules (Unavailable unless the reserve is online; the
+  // rules are fs::Domain's; daemon/snapshot_scheduler.h runs them). A
+  // schedule's run and its removal exclude each other: once
+  // RemoveSnapshotSchedule returns, no run of the schedule is under way, and
+  // none begins.
+  Result<fs::SnapshotSchedule> AddSnapshotSchedule(const std::string& volume, const fs::SnapshotSchedule& s);
+  Result<std::vector<fs::SnapshotSchedule>> ListSnapshotSchedules();  // every volume's, by volume id then name
+  // Returns the schedule as it was when removed.
+  Result<fs::SnapshotSchedule> RemoveSnapshotSchedule(const std::string& volume, const std::string& name);
+  // Calls `run` with the schedule `volume`/`name` as it is stored now,
+  // holding it against removal (and other runs); NotFound, without calling
+  // `run`, when it is gone. Returns what `run` returns.
+  nasgw::Status RunSnapshotSchedule(const std::string& volume, const std::string& name,
+                                    const std::function<nasgw::Status(const fs::SnapshotSchedule&)>& run);
+  nasgw::Status MarkScheduleRun(const std::string& volume, const std::string& name, int64_t when);
 
   // ---- NFS exports (Unavailable unless the reserve is online; the rules
   // are fs::Domain's). A change that committed stays committed even if the
@@ -227,12 +246,16 @@ class Node {
   LunOpener opener_;
   fs::DomainOptions domain_options_;
   int64_t started_unix_ = 0;
-  // The lock order (docs/architecture.md): admin_mu_, exports_mu_, mu_, then
-  // the reserve's and the domain's locks; lost_mu_ is a leaf.
+  // The lock order (docs/architecture.md): admin_mu_, exports_mu_ (or
+  // schedule_mu_), mu_, then the reserve's and the domain's locks; lost_mu_
+  // is a leaf.
   mutable Mutex admin_mu_ ACQUIRED_BEFORE(exports_mu_);  // Format, AddLun, takeover, shutdown
   // Export and share changes and their files, one at a time, so that each
   // file always follows the last change.
   Mutex exports_mu_ ACQUIRED_BEFORE(mu_);
+  // A schedule's run (a cache flush, a snapshot, deletions) or removal, one
+  // at a time.
+  Mutex schedule_mu_ ACQUIRED_BEFORE(mu_);
   mutable SharedMutex mu_;
   std::vector<std::string> added_urls_ GUARDED_BY(admin_mu_);  // <state_dir>/luns, as given
   std::vector<std::string> urls_ GUARDED_BY(mu_);              // configured + added, as opened (may hold secrets)

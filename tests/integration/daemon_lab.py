@@ -255,6 +255,50 @@ def cmd_admin(a):
             where = "in the live volume" if what == "mkdir .snapshot" else "in a snapshot"
             c("%s %s: %s" % (what, where, want), got == want, got)
 
+        # A snapshot schedule: nasgwd snapshots alpha every second (the FUSE
+        # writes above flushed first) and keeps the schedule's newest two;
+        # s1 and s2, made by hand, are not its own and stay.
+        sched = node.cli("snapshot", "schedule", "add", "alpha", "--every", "1s", "--keep", "2", json_out=True)
+        c("snapshot schedule add --json: named every-1s, every second, keep 2, never run yet",
+          sched.get("schedule", {}).get("name") == "every-1s" and sched["schedule"].get("every_seconds") == 1 and
+          sched["schedule"].get("keep") == 2 and sched["schedule"].get("last_run_unix") == 0, sched)
+        stamped = re.compile(r"^every-1s-\d{8}T\d{6}Z$")
+        seen, current = [], []  # the schedule's snapshots: in the order they appeared; now
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            names = [x["name"] for x in node.cli("snapshot", "list", "alpha", json_out=True)["snapshots"]]
+            current = [n for n in names if stamped.match(n)]
+            seen += [n for n in current if n not in seen]
+            if len(seen) >= 3 and len(current) == 2 and seen[0] not in current:
+                break
+            time.sleep(0.2)
+        c("the schedule took a snapshot each second, named by the UTC time, and its third run deleted the oldest",
+          len(seen) >= 3 and len(current) == 2 and seen[0] not in current and seen == sorted(seen), (seen, current))
+        scheds = node.cli("snapshot", "schedule", "list", "alpha", json_out=True).get("schedules", [])
+        c("schedule list: the last run recorded, the next a second after it",
+          len(scheds) == 1 and scheds[0].get("last_run_unix", 0) > 0 and
+          scheds[0].get("next_run_unix") == scheds[0]["last_run_unix"] + 1, scheds)
+        p = node.cli("snapshot", "schedule", "list")
+        c("schedule list prints a table", p.stdout.split()[:6] == ["VOLUME", "NAME", "EVERY", "KEEP", "LAST", "NEXT"]
+          and "every-1s" in p.stdout, p.stdout)
+        log = node.log_tail(400000).splitlines()
+        c("each scheduled snapshot taken and deleted is logged (INFO snapshots)",
+          all(any("INFO snapshots scheduled snapshot taken" in l and "snapshot=" + n in l for l in log)
+              for n in seen) and
+          any("INFO snapshots scheduled snapshot deleted" in l and "snapshot=" + seen[0] in l for l in log),
+          [l for l in log if "snapshots" in l][-10:])
+        node.cli("snapshot", "schedule", "remove", "alpha", "every-1s")
+        kept = [x["name"] for x in node.cli("snapshot", "list", "alpha", json_out=True)["snapshots"]]
+        time.sleep(2.5)  # no run after the removal: the one place a wait is the check
+        later = [x["name"] for x in node.cli("snapshot", "list", "alpha", json_out=True)["snapshots"]]
+        scheduled = [n for n in kept if stamped.match(n)]
+        c("once the schedule is removed no snapshot follows; its newest two stay, s1 and s2 untouched",
+          later == kept and len(scheduled) == 2 and kept[:2] == ["s1", "s2"], (kept, later))
+        c("...and .snapshot lists them", sorted(os.listdir(snapdir)) == sorted(["s1", "s2"] + scheduled),
+          os.listdir(snapdir))
+        p = node.cli("snapshot", "schedule", "remove", "alpha", "every-1s", check=False)
+        c("removing it again: exit 4", p.returncode == 4, (p.returncode, p.stderr))
+
         # Garbage on the real head socket while the FUSE client works.
         for junk in [b"\x00" * 24, os.urandom(5000), b"NHP1" + os.urandom(100)]:
             s = socket.socket(socket.AF_UNIX)
@@ -343,9 +387,14 @@ def cmd_admin(a):
         c("space and health exported", "nasgw_reserve_capacity_bytes" in text and "nasgw_up{" in text, text[:2000])
         c("latency histograms exported", "nasgw_volume_latency_seconds_bucket{" in text, text[:2000])
         c("snapshot gauges exported per volume",
-          'nasgw_volume_snapshots{volume="alpha"} 2' in text and 'nasgw_volume_snapshots{volume="beta"} 0' in text and
+          'nasgw_volume_snapshots{volume="alpha"} %d' % (2 + len(scheduled)) in text and 'nasgw_volume_snapshots{volume="beta"} 0' in text and
           'nasgw_volume_snapshot_bytes{volume="alpha"} ' in text,
           [l for l in text.splitlines() if "snapshot" in l])
+        runs = node.metric("nasgw_snapshot_schedule_runs_total", volume="alpha", schedule="every-1s")
+        deleted = node.metric("nasgw_snapshot_schedule_deleted_total", volume="alpha", schedule="every-1s")
+        failures = node.metric("nasgw_snapshot_schedule_failures_total", volume="alpha", schedule="every-1s")
+        c("the schedule's runs and deletions counted, no failure", runs >= 3 and deleted == runs - 2 and failures == 0,
+          (runs, deleted, failures))
         # The changes above went through the intent log: entries, records
         # (group commits), no more records than entries.
         def metric(name):
@@ -372,6 +421,8 @@ def cmd_admin(a):
         c("snapshot delete --json gives what was deleted", gone.get("deleted", {}).get("snapshot", {}).get("name") ==
           "s1", gone)
         node.cli("snapshot", "delete", "alpha", "s2")
+        for n in scheduled:
+            node.cli("snapshot", "delete", "alpha", n)
         p = node.cli("snapshot", "delete", "alpha", "s2", check=False)
         c("deleting a missing snapshot: exit 4", p.returncode == 4, (p.returncode, p.stderr))
         snaps = node.cli("snapshot", "list", "alpha", json_out=True)
@@ -397,11 +448,29 @@ def cmd_admin(a):
         c("an unreachable daemon: exit 3 and the socket named", p.returncode == 3 and "/nonexistent.sock" in p.stderr,
           (p.returncode, p.stderr))
 
+        # A daily schedule on gamma: its first snapshot at once, then none
+        # for a day, across a restart too (the schedule and its last run
+        # are kept with the reserve).
+        node.cli("snapshot", "schedule", "add", "gamma", "--every", "daily", "--keep", "7")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not node.cli("snapshot", "list", "gamma", json_out=True)["snapshots"]:
+            time.sleep(0.2)
+        daily0 = node.cli("snapshot", "schedule", "list", "gamma", json_out=True)["schedules"]
+        snaps0 = [x["name"] for x in node.cli("snapshot", "list", "gamma", json_out=True)["snapshots"]]
+        c("a daily schedule takes its first snapshot at once, named daily-<time>",
+          len(snaps0) == 1 and re.match(r"^daily-\d{8}T\d{6}Z$", snaps0[0]) and len(daily0) == 1 and
+          daily0[0]["last_run_unix"] > 0 and daily0[0]["next_run_unix"] == daily0[0]["last_run_unix"] + 86400,
+          (snaps0, daily0))
+
         # Restart: everything persisted.
         node.stop()
         node.start()
         vols = node.cli("volume", "list", json_out=True)
         c("volumes persist across a restart", "gamma" in str(vols), vols)
+        daily1 = node.cli("snapshot", "schedule", "list", "gamma", json_out=True)["schedules"]
+        snaps1 = [x["name"] for x in node.cli("snapshot", "list", "gamma", json_out=True)["snapshots"]]
+        c("the schedule persists across a restart with its last run, and does not run again before it is due",
+          daily1 == daily0 and snaps1 == snaps0, (daily0, daily1, snaps0, snaps1))
         cap1 = node.cli("reserve", "status", json_out=True)
         c("reserve identity persists", cap0["reserve"]["uuid"] == cap1["reserve"]["uuid"] != "",
           (cap0["reserve"]["uuid"], cap1["reserve"]["uuid"]))
