@@ -483,12 +483,13 @@ Result<SnapshotInfo> Domain::SnapshotOf(uint32_t vol, const std::string& name) {
   return Info(id, *r);
 }
 
-Result<std::vector<SnapshotInfo>> Domain::ListSnapshotsOf(uint32_t vol) {
-  ReaderLock lock(impl_->mu);
+namespace {
+// The snapshots of `vol` not being deleted, by id (which is their order).
+Result<std::vector<SnapshotInfo>> ScanSnapshots(MetaStore& store, uint32_t vol) {
   std::vector<SnapshotInfo> out;
   Status bad;
   const std::string p = Prefix('W', vol);
-  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+  NASGW_RETURN_IF_ERROR(store.Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
     auto r = DecodeSnapshot(v);
     if (!r.ok() || k.size() != 9) {
       bad = r.ok() ? Status::Corruption("snapshot key") : r.status();
@@ -500,24 +501,21 @@ Result<std::vector<SnapshotInfo>> Domain::ListSnapshotsOf(uint32_t vol) {
   NASGW_RETURN_IF_ERROR(bad);
   return out;
 }
+}  // namespace
+
+Result<std::vector<SnapshotInfo>> Domain::ListSnapshotsOf(uint32_t vol) {
+  ReaderLock lock(impl_->mu);
+  return ScanSnapshots(*impl_->store, vol);
+}
 
 Result<std::vector<SnapshotInfo>> Domain::ListSnapshots(const std::string& volume) {
   ReaderLock lock(impl_->mu);
   auto vol = impl_->VolumeId(volume);
   if (!vol.ok()) return vol.status();
-  std::vector<SnapshotInfo> out;
+  auto listed = ScanSnapshots(*impl_->store, *vol);
+  if (!listed.ok()) return listed.status();
+  std::vector<SnapshotInfo>& out = *listed;
   Status bad;
-  const std::string p = Prefix('W', *vol);
-  NASGW_RETURN_IF_ERROR(impl_->store->Scan(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
-    auto r = DecodeSnapshot(v);
-    if (!r.ok() || k.size() != 9) {
-      bad = r.ok() ? Status::Corruption("snapshot key") : r.status();
-      return false;
-    }
-    if (!r->deleting) out.push_back(Info(GetBE32(k, 5), *r));
-    return true;
-  }));
-  NASGW_RETURN_IF_ERROR(bad);
   std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) { return a.txg < b.txg; });
   // What deleting each would free: a dead entry born in b and killed in k
   // is seen by the snapshots in [b, k); it is one's alone when only one is.
