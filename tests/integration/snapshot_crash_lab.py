@@ -123,8 +123,15 @@ def main():
         print("an uncut create takes %.3f s, a deletion %.3f s" % (t_create, t_delete), flush=True)
         expected = {}  # snapshot name -> {file: bytes} it must read as
         created = deleted_whole = deleted_gone = created_gone = 0
-        for rnd in range(2 * a.rounds):
-            deleting = rnd % 2 == 1 and expected
+        creates = deletes = rnd = 0
+        while creates < a.rounds or deletes < a.rounds:
+            rnd += 1
+            # Alternate; a deletion needs a snapshot to delete.
+            deleting = bool(expected) and deletes < a.rounds and (creates >= a.rounds or rnd % 2 == 0)
+            if deleting:
+                deletes += 1
+            else:
+                creates += 1
             if deleting:
                 # Work for the deletion: dead entries of the victim over
                 # several release batches (1,024 entries each).
