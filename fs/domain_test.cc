@@ -1335,7 +1335,7 @@ TEST_F(DomainTest, SnapshotSchedulesAreKeptWithTheVolume) {
   EXPECT_EQ(added->last_run, 0);
   EXPECT_EQ(dom_->AddSnapshotSchedule("vol1", h).status().code(), Code::kExists);
   EXPECT_EQ(dom_->AddSnapshotSchedule("nope", h).status().code(), Code::kNotFound);
-  for (auto bad : std::vector<std::function<void(SnapshotSchedule&)>>{
+  for (const auto& bad : std::vector<std::function<void(SnapshotSchedule&)>>{
            [](SnapshotSchedule& s) { s.name = ""; }, [](SnapshotSchedule& s) { s.name = "a/b"; },
            [](SnapshotSchedule& s) { s.name = std::string(65, 'n'); }, [](SnapshotSchedule& s) { s.every_s = 0; },
            [](SnapshotSchedule& s) { s.every_s = kScheduleEveryMax + 1; }, [](SnapshotSchedule& s) { s.keep = 0; },
