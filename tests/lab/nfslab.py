@@ -1014,6 +1014,24 @@ def parse_size(s):
     return int(s)
 
 
+def stop_smbd_helpers(conf_path):
+    """samba-dcerpcd and its rpcd_* workers, which smbd starts on demand in
+    sessions of their own, outlive it: stops those started with this lab's
+    smb.conf (their command line names it), each by its pid."""
+    want = ("--configfile=" + conf_path).encode()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if want in args:
+            pid = int(d)
+            stop_pid(pid, proc_start_time(pid), SMBD_STOP_TIMEOUT_S, "samba-dcerpcd")
+
+
 def teardown(st):
     """Everything a lab made, in reverse: processes, mounts, loops, namespaces,
     files, state. Keeps going past errors; returns them."""
@@ -1024,6 +1042,11 @@ def teardown(st):
         try:
             stop_pid(st.get(key + "_pid"), st.get(key + "_start"), t, what)
             st[key + "_pid"] = None
+        except NfsLabError as e:
+            errors.append(str(e))
+    if st.get("dir"):
+        try:
+            stop_smbd_helpers(os.path.join(st["dir"], "smb", "smb.conf"))
         except NfsLabError as e:
             errors.append(str(e))
     # Users and groups smblab made for the lab.

@@ -235,6 +235,7 @@ class Smbd:
         nfslab.stop_pid(st.get("smbd_pid"), st.get("smbd_start"), nfslab.SMBD_STOP_TIMEOUT_S, "smbd")
         st["smbd_pid"] = None
         self.lab.save()
+        nfslab.stop_smbd_helpers(self.conf_path)
 
     def share_log(self, client_addr):
         """The log of smbd's process serving a client (log.<address>)."""
