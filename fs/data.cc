@@ -377,9 +377,14 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
   MutexLock file(FileLock(vol, ino));
   std::map<uint64_t, RecordMap> maps;
   std::vector<Span> spans;
-  uint64_t rs = 0, old_size = 0, file_gen = 0;
+  uint64_t rs = 0, old_size = 0, file_gen = 0, rolled = 0;
+  auto rollbacks_of = [&]() REQUIRES_SHARED(mu) {
+    auto it = rollbacks.find(vol);
+    return it == rollbacks.end() ? 0 : it->second;
+  };
   {
     ReaderLock lock(mu);
+    rolled = rollbacks_of();
     VolumeRec v;
     Inode in;
     NASGW_RETURN_IF_ERROR(load(v, in));
@@ -423,6 +428,11 @@ Result<Attr> Domain::Impl::WritePieces(uint32_t vol, uint64_t ino, uint64_t gen,
   if (Status s = load(v, in); !s.ok()) return abandon(s);
   if (in.a.gen != file_gen) {
     return abandon(Status(gen != 0 ? Code::kStale : Code::kNotFound, "inode " + std::to_string(ino) + " was removed"));
+  }
+  if (rollbacks_of() != rolled) {
+    // The maps planned from are gone: the write is placed again (the cache
+    // keeps it and tries again), after the rollback.
+    return abandon(Status::Busy("volume " + std::to_string(vol) + " was rolled back while the write was placed"));
   }
   // The maps are as planned: only a holder of the file's lock changes them
   // (a removal of the file would have failed the load above).

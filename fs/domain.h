@@ -178,6 +178,15 @@ struct SnapshotInfo {
   uint64_t frees_meta_bytes = 0;
 };
 
+// What a rollback did (Domain::RollbackSnapshot).
+struct RollbackInfo {
+  SnapshotInfo snapshot;       // the snapshot the volume went back to (it stays)
+  uint64_t removed_keys = 0;   // metadata written after it, removed
+  uint64_t restored_keys = 0;  // metadata versions it saw, put back
+  uint64_t freed_bytes = 0;    // data written after it, freed
+  uint64_t orphans = 0;        // files it saw open but unlinked, reclaimed
+};
+
 struct StatFs {
   uint64_t total_bytes = 0;
   uint64_t free_bytes = 0;
@@ -272,6 +281,19 @@ class Domain {
   // deletion cut short by a crash is finished by the owner's next open.
   // Returns the snapshot with the bytes it freed. One deletion at a time.
   Result<SnapshotInfo> DeleteSnapshot(const std::string& volume, const std::string& name);
+  // Rolls the volume back to its newest snapshot `name` (as ZFS rollback
+  // without -r): every change after it is undone, exactly, in one atomic
+  // transaction; the snapshot stays. Files created since are gone (their
+  // handles Stale), inode numbers are not reused, the volume's settings
+  // and snapshot ids are not rolled back. The caller flushes the volume's
+  // write-back cache first and drops what it cached of the volume after.
+  // NotFound (volume, snapshot); FailedPrecondition when newer snapshots
+  // exist (named; delete them first) or one is being deleted, or when the
+  // changes since the snapshot exceed kRollbackBytesMax of metadata.
+  // Costs a scan of the volume's metadata keys (not its data) plus what
+  // changed since the snapshot; the domain's other changes wait meanwhile.
+  Result<RollbackInfo> RollbackSnapshot(const std::string& volume, const std::string& name);
+  static constexpr uint64_t kRollbackBytesMax = 256ull << 20;
   // Schedules, kept with the volume (nasgwd runs them). Add: InvalidArgument
   // for a bad name, interval or count, NotFound for an unknown volume,
   // Exists for a name the volume's schedules have. Remove: NotFound.

@@ -210,6 +210,9 @@ struct Domain::Impl {
     // A snapshot's: the batch is the last of the open group, and the next
     // group begins with it (persisted in the same batch).
     bool ends_group = false;
+    // A rollback's: the values of versioned keys carry their births already
+    // (versions put back), and nothing it replaces is kept for a snapshot.
+    bool raw_values = false;
     // Extents the change replaces, with their births: freed once the batch
     // is durable, unless a snapshot still sees them (then Version keeps them
     // on its dead list).
@@ -302,6 +305,13 @@ struct Domain::Impl {
   static constexpr size_t kReleaseBatch = 1024;
   Result<std::pair<uint64_t, uint64_t>> ReleaseSnapshot(uint32_t vol, uint32_t snap) REQUIRES(snap_delete_mu)
       EXCLUDES(mu);
+  // Undoes every change to `vol` after group S, its newest snapshot's, in
+  // one transaction (Domain::RollbackSnapshot); `t` is committed by the
+  // caller. Orphans it restores that nobody has open go to `orphans`.
+  Status Rollback(Txn& t, uint32_t vol, uint64_t S, RollbackInfo* info, std::vector<uint64_t>* orphans) REQUIRES(mu);
+  // Rollbacks of each volume so far: a write that planned its change before
+  // one must plan again (WritePieces).
+  std::map<uint32_t, uint64_t> rollbacks GUARDED_BY(mu);
   // Before replay: which logged batches were written before the births
   // upgrade (LSN up to old_format_through) and which of their keys the
   // upgrade has done (`upgraded`; null: none).

@@ -1129,6 +1129,26 @@ TEST_F(DomainTest, SnapshotsReadAsTheVolumeWasAndDeletionGivesSpaceBack) {
         ASSERT_TRUE(s.ok()) << s.status().ToString();
         taken[name] = {s->id, live};
       }
+      // Back to the newest snapshot, with changes since: the live tree is
+      // what it saw; a power cut right after keeps the rollback.
+      if ((round == 2 || round == 4) && op == 40) {
+        auto newest = std::max_element(taken.begin(), taken.end(),
+                                       [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
+        ASSERT_NE(newest, taken.end());
+        auto r = dom_->RollbackSnapshot("vol1", newest->first);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        EXPECT_GT(r->removed_keys + r->restored_keys, 0u);
+        live = newest->second.second;
+        dirs = {""};
+        for (const auto& [p, c] : live) {
+          if (c == "<dir>") dirs.push_back(p);
+        }
+        check_all("after a rollback");
+        if (round == 4) {
+          Reopen(/*power_cut=*/true);
+          check_all("after a rollback and a power cut");
+        }
+      }
     }
     check_all("round " + std::to_string(round));
     // One random snapshot goes; the others still read as they were.
@@ -1214,6 +1234,95 @@ TEST_F(DomainTest, SnapshotSpaceIsHeldUntilTheLastSnapshotThatSeesItGoes) {
   EXPECT_EQ(dom_->Statfs().free_bytes, free1);
   EXPECT_EQ(dom_->FindVolume("vol1")->snapshot_bytes, 0u);
   auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// A rollback undoes exactly what came after the newest snapshot: contents,
+// names, attributes, files made and removed since; the data written since
+// is freed, a file the snapshot saw open and unlinked is reclaimed, numbers
+// are not reused, and it is refused cleanly where it cannot go.
+TEST_F(DomainTest, RollbackUndoesEverythingAfterTheNewestSnapshot) {
+  Build();
+  const uint64_t free0 = dom_->Statfs().free_bytes;
+  const Attr kept = Mk(kRootIno, "kept");
+  const Attr gone = Mk(kRootIno, "gone");  // removed after the snapshot: comes back
+  const Attr open_unlinked = Mk(kRootIno, "orphan");
+  const Attr d = Mk(kRootIno, "d", FileType::kDirectory);
+  const std::string a(100000, 'a'), b(70000, 'b'), c(kMiB, 'c');
+  ASSERT_TRUE(dom_->Write(vol_, kept.ino, 0, a.data(), a.size()).ok());
+  ASSERT_TRUE(dom_->Write(vol_, gone.ino, 0, b.data(), b.size()).ok());
+  ASSERT_TRUE(dom_->Write(vol_, open_unlinked.ino, 0, b.data(), b.size()).ok());
+  ASSERT_TRUE(dom_->SetXattr(vol_, kept.ino, "user.tag", "before", 0).ok());
+  ASSERT_TRUE(dom_->OpenFile(vol_, open_unlinked.ino).ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, kRootIno, "orphan").ok());
+  ASSERT_TRUE(dom_->CreateSnapshot("vol1", "old").ok());
+  ASSERT_TRUE(dom_->CreateSnapshot("vol1", "s").ok());
+  const auto at_snapshot = Tree(*dom_, vol_, 0);
+  const auto vol_at_snapshot = dom_->FindVolume("vol1");
+  ASSERT_TRUE(vol_at_snapshot.ok());
+  const uint64_t free_at_snapshot = dom_->Statfs().free_bytes;
+  EXPECT_EQ(dom_->RollbackSnapshot("vol1", "old").status().code(), Code::kFailedPrecondition) << "not the newest";
+  // Changes of every kind after it.
+  ASSERT_TRUE(dom_->Write(vol_, kept.ino, 4096, c.data(), c.size()).ok());
+  SetAttr sa;
+  sa.set_mode = true;
+  sa.mode = 0600;
+  ASSERT_TRUE(dom_->SetAttrs(vol_, kept.ino, sa).ok());
+  ASSERT_TRUE(dom_->SetXattr(vol_, kept.ino, "user.tag", "after", 0).ok());
+  ASSERT_TRUE(dom_->SetXattr(vol_, kept.ino, "user.new", "x", 0).ok());
+  ASSERT_TRUE(dom_->Rename(vol_, kRootIno, "kept", d.ino, "moved").ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, kRootIno, "gone").ok());
+  const Attr made = Mk(d.ino, "made");
+  ASSERT_TRUE(dom_->Write(vol_, made.ino, 0, c.data(), c.size()).ok());
+  Mk(kRootIno, "newdir", FileType::kDirectory);
+  ASSERT_TRUE(dom_->ReleaseFile(vol_, open_unlinked.ino).ok());  // the orphan goes (the snapshots keep it)
+  EXPECT_NE(Tree(*dom_, vol_, 0), at_snapshot);
+  auto r = dom_->RollbackSnapshot("vol1", "s");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->snapshot.name, "s");
+  EXPECT_GE(r->freed_bytes, 2 * kMiB) << "the MiBs written since";
+  EXPECT_EQ(r->orphans, 1u) << "the snapshot's open, unlinked file is reclaimed: nobody has it open";
+  EXPECT_EQ(Tree(*dom_, vol_, 0), at_snapshot);
+  auto k = dom_->GetAttr(vol_, kept.ino);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->mode & 07777, 0644u);
+  EXPECT_EQ(k->size, a.size());
+  EXPECT_EQ(dom_->GetXattr(vol_, kept.ino, "user.new").status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->GetAttr(vol_, made.ino).status().code(), Code::kNotFound) << "made after the snapshot";
+  EXPECT_EQ(dom_->Lookup(vol_, d.ino, "made").status().code(), Code::kNotFound);
+  EXPECT_TRUE(dom_->GetAttr(vol_, gone.ino).ok()) << "removed after the snapshot: back";
+  auto v = dom_->FindVolume("vol1");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->files, vol_at_snapshot->files - 1) << "less the reclaimed orphan";
+  EXPECT_EQ(v->bytes, vol_at_snapshot->bytes - (b.size() + 4095) / 4096 * 4096);
+  EXPECT_EQ(dom_->Statfs().free_bytes, free_at_snapshot) << "what came after is freed, what the snapshot holds kept";
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+  // Numbers are not used twice; the volume works on.
+  const Attr after = Mk(kRootIno, "after");
+  EXPECT_GT(after.ino, made.ino);
+  ASSERT_TRUE(dom_->Write(vol_, kept.ino, 0, c.data(), c.size()).ok());
+  // Twice in a row: back to the snapshot again; then durable across a power cut.
+  auto again = dom_->RollbackSnapshot("vol1", "s");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  Reopen(/*power_cut=*/true);
+  EXPECT_EQ(Tree(*dom_, vol_, 0), at_snapshot);
+  problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+  // Errors.
+  EXPECT_EQ(dom_->RollbackSnapshot("nope", "s").status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->RollbackSnapshot("vol1", "t").status().code(), Code::kNotFound);
+  // Everything gone: every byte back.
+  ASSERT_TRUE(dom_->DeleteSnapshot("vol1", "s").ok());
+  ASSERT_TRUE(dom_->DeleteSnapshot("vol1", "old").ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, d.ino, "moved").ok() || dom_->Unlink(vol_, kRootIno, "kept").ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, kRootIno, "gone").ok());
+  ASSERT_TRUE(dom_->Rmdir(vol_, kRootIno, "d").ok());
+  EXPECT_EQ(dom_->Statfs().free_bytes, free0);
+  problems = dom_->Check();
   ASSERT_TRUE(problems.ok());
   EXPECT_TRUE(problems->empty()) << (*problems)[0];
 }

@@ -49,8 +49,10 @@ Status Domain::Impl::Version(Txn& t) {
     }
   }
   t.killed.clear();
-  if (!births) {
-    // Only before the upgrade at open, when no snapshot can exist.
+  if (!births || t.raw_values) {
+    // Before the upgrade at open, when no snapshot can exist; or a rollback,
+    // whose values carry their births and which replaces only what was
+    // written after the newest snapshot.
     for (const auto& [k, v] : dead) t.batch.Put(k, v);
     return Status();
   }
@@ -502,6 +504,212 @@ Result<std::vector<SnapshotInfo>> ScanSnapshots(MetaStore& store, uint32_t vol) 
   return out;
 }
 }  // namespace
+
+Status Domain::Impl::Rollback(Txn& t, uint32_t vol, uint64_t S, RollbackInfo* info, std::vector<uint64_t>* orphans) {
+  Status bad;
+  auto too_big = [&]() {
+    if (t.batch.Data().size() <= kRollbackBytesMax) return false;
+    bad =
+        Status::FailedPrecondition("the changes since the snapshot exceed " + std::to_string(kRollbackBytesMax >> 20) +
+                                   " MiB of metadata, more than one rollback transaction may hold");
+    return true;
+  };
+  // 1. What was written after S goes: every live key born after it (S saw
+  // either nothing there or a version the history keeps), and the data
+  // pieces born after it. Pieces born by S in a map written since are in
+  // the version put back below (pieces never move between records).
+  std::set<uint64_t> removed_inodes;
+  for (char tag : {'C', 'D', 'E', 'G', 'I', 'X'}) {
+    const std::string p = Prefix(tag, vol);
+    NASGW_RETURN_IF_ERROR(store->ScanRaw(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
+      if (v.size() < kBirthBytes) {
+        bad = Status::Corruption("value shorter than its birth");
+        return false;
+      }
+      if (GetBirth(v) <= S) return true;
+      const std::string_view value = v.substr(0, v.size() - kBirthBytes);
+      if (tag == 'E') {
+        auto m = DecodeRecordMap(value);
+        if (!m.ok()) {
+          bad = m.status().WithContext("rollback");
+          return false;
+        }
+        for (const RecordPiece& piece : m->pieces) {
+          if (piece.birth <= S) continue;
+          t.Kill(vol, piece.ext, piece.birth);  // born after the newest snapshot: freed
+          info->freed_bytes += piece.ext.length;
+        }
+      } else if (tag == 'I' && k.size() == 13) {
+        auto in = DecodeInode(GetBE64(k, 5), value);
+        if (!in.ok()) {
+          bad = in.status().WithContext("rollback");
+          return false;
+        }
+        removed_inodes.insert(in->a.ino);
+        t.dropped.push_back({vol, in->a.ino, in->a.gen});  // its logged writes go with it
+      }
+      t.batch.Delete(k);
+      info->removed_keys++;
+      return !too_big();
+    }));
+    NASGW_RETURN_IF_ERROR(bad);
+  }
+  // 2. What S saw and a change since killed comes back: the dead entries
+  // killed after S (all born by S: S is the newest snapshot and none is
+  // being deleted). Extents are named again by the versions put back;
+  // history versions become the live ones, with their births.
+  std::set<std::string, std::less<>> restored;
+  std::map<uint64_t, uint32_t> restored_nlink;
+  const std::string zend = PrefixEnd(Prefix('Z', vol));
+  NASGW_RETURN_IF_ERROR(store->ScanRaw(DeadPrefix(vol, S + 1), zend, [&](std::string_view k, std::string_view v) {
+    auto d = DecodeDead(k, v);
+    if (!d.ok()) {
+      bad = d.status();
+      return false;
+    }
+    if (d->birth > S) {
+      bad = Status::Corruption("a dead entry born after the newest snapshot");
+      return false;
+    }
+    if (d->kind == kDeadExtent) {
+      t.batch.Delete(k);
+      t.pinned_data[vol] -= static_cast<int64_t>(d->bytes);
+      return !too_big();
+    }
+    const std::string live = LiveKey(std::string_view(d->history_key).substr(0, d->history_key.size() - 8));
+    // The volume record keeps its settings and ids, and its counters are set
+    // below; the version S saw stays in the history, for S.
+    if (live == VolKey(vol)) return true;
+    t.batch.Delete(k);
+    t.pinned_meta[vol] -= static_cast<int64_t>(d->bytes);
+    t.batch.Delete(d->history_key);
+    // A key's first version killed after S is the one S saw (dead entries
+    // are in kill order).
+    if (!restored.insert(live).second) return !too_big();
+    auto raw = store->GetRaw(d->history_key);
+    if (!raw.ok()) {
+      bad = raw.status().WithContext("history version to restore");
+      return false;
+    }
+    if (raw->size() < kBirthBytes) {
+      bad = Status::Corruption("history value shorter than its birth");
+      return false;
+    }
+    if (live[0] == 'I' && live.size() == 13) {
+      auto in = DecodeInode(GetBE64(live, 5), std::string_view(*raw).substr(0, raw->size() - kBirthBytes));
+      if (!in.ok()) {
+        bad = in.status().WithContext("rollback");
+        return false;
+      }
+      restored_nlink[in->a.ino] = in->a.nlink;
+    }
+    t.batch.Put(live, *raw);
+    info->restored_keys++;
+    return !too_big();
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  // 3. The volume's counters as S saw them; its name, settings, and the
+  // next inode number and snapshot id stay (no number is used twice).
+  auto raw_v = store->GetRaw(VolKey(vol));
+  if (!raw_v.ok()) return raw_v.status().WithContext("volume record");
+  if (raw_v->size() < kBirthBytes) return Status::Corruption("volume record shorter than its birth");
+  if (GetBirth(*raw_v) > S) {
+    auto now = LoadVolume(vol);
+    if (!now.ok()) return now.status();
+    auto then = LoadVolume(vol, S);
+    if (!then.ok()) return then.status().WithContext("volume record at the snapshot");
+    now->files = then->files;
+    now->bytes = then->bytes;
+    std::string nv = EncodeVolume(*now);
+    PutBirth(&nv, rec.txg + 1);
+    t.batch.Put(VolKey(vol), nv);
+    t.vol_files[vol] = now->files;
+  }
+  // 4. Orphan keys (not versioned) follow the inodes: a removed inode's
+  // goes, a restored inode's goes when S saw it linked and comes back when
+  // S saw it open but unlinked.
+  const std::string op = Prefix('O', vol);
+  std::set<uint64_t> has_orphan_key;
+  NASGW_RETURN_IF_ERROR(store->ScanRaw(op, PrefixEnd(op), [&](std::string_view k, std::string_view) {
+    if (k.size() != 13) {
+      bad = Status::Corruption("orphan key of " + std::to_string(k.size()) + " bytes");
+      return false;
+    }
+    const uint64_t ino = GetBE64(k, 5);
+    has_orphan_key.insert(ino);
+    auto r = restored_nlink.find(ino);
+    if (r != restored_nlink.end() ? r->second > 0 : removed_inodes.count(ino) > 0) t.batch.Delete(k);
+    return true;
+  }));
+  NASGW_RETURN_IF_ERROR(bad);
+  for (const auto& [ino, nlink] : restored_nlink) {
+    if (nlink != 0) continue;
+    if (!has_orphan_key.count(ino)) t.batch.Put(OrphanKey(vol, ino), "");
+    if (!open_count.count({vol, ino})) orphans->push_back(ino);
+  }
+  return Status();
+}
+
+Result<RollbackInfo> Domain::RollbackSnapshot(const std::string& volume, const std::string& name) {
+  MutexLock one(impl_->snap_delete_mu);  // no deletion meanwhile
+  WriterLock lock(impl_->mu);
+  if (!impl_->births) return Status::NotSupported("domain opened read-only");
+  auto vol = impl_->VolumeId(volume);
+  if (!vol.ok()) return vol.status();
+  auto listed = ScanSnapshots(*impl_->store, *vol);
+  if (!listed.ok()) return listed.status();
+  const SnapshotInfo* target = nullptr;
+  for (const SnapshotInfo& s : *listed) {
+    if (s.name == name) target = &s;
+  }
+  if (target == nullptr) return Status::NotFound("volume '" + volume + "' has no snapshot '" + name + "'");
+  std::string newer;
+  for (const SnapshotInfo& s : *listed) {
+    if (s.txg > target->txg) newer += (newer.empty() ? "'" : ", '") + s.name + "'";
+  }
+  if (!newer.empty()) {
+    return Status::FailedPrecondition("volume '" + volume + "' has snapshots newer than '" + name + "' (" + newer +
+                                      "): a rollback goes to the newest snapshot only; delete them first");
+  }
+  for (const auto& [sid, sn] : impl_->snaps[*vol]) {
+    if (sn.deleting) {
+      return Status::FailedPrecondition(
+          "a snapshot of volume '" + volume +
+          "' is still being deleted (its deletion failed part way); delete it again first");
+    }
+  }
+  RollbackInfo info;
+  info.snapshot = *target;
+  std::vector<uint64_t> orphans;
+  Impl::Txn t;
+  t.essential = true;  // it gives back what it replaces
+  t.raw_values = true;
+  NASGW_RETURN_IF_ERROR(impl_->Rollback(t, *vol, target->txg, &info, &orphans).WithContext("rollback"));
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t).WithContext("rollback"));
+  impl_->rollbacks[*vol]++;
+  // Files the snapshot saw open but unlinked that nobody has open here are
+  // reclaimed now, as at an open (the orphan keys stay if this fails).
+  for (uint64_t ino : orphans) {
+    auto in = impl_->LoadInode(*vol, ino);
+    auto v = impl_->LoadVolume(*vol);
+    if (!in.ok() || !v.ok()) break;
+    Impl::Txn d;
+    d.essential = true;
+    if (!impl_->DropInode(d, *vol, *in, *v).ok()) break;
+    d.batch.Delete(OrphanKey(*vol, ino));
+    impl_->PutVolume(d, *vol, *v);
+    if (!impl_->Commit(d).ok()) break;
+    info.orphans++;
+    t.lsn = std::max(t.lsn, d.lsn);
+    t.to_free.insert(t.to_free.end(), d.to_free.begin(), d.to_free.end());
+  }
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t).WithContext("rollback"));
+  NASGW_LOG(kInfo, "fs") << "volume rolled back" << Kv("volume", volume) << Kv("snapshot", name)
+                         << Kv("txg", target->txg) << Kv("removed_keys", info.removed_keys)
+                         << Kv("restored_keys", info.restored_keys) << Kv("freed_bytes", info.freed_bytes);
+  return info;
+}
 
 Result<std::vector<SnapshotInfo>> Domain::ListSnapshotsOf(uint32_t vol) {
   ReaderLock lock(impl_->mu);
