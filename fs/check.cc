@@ -35,8 +35,15 @@ Result<std::vector<std::string>> Domain::Check() {
     if (!s.ok()) add("intent log extent: " + s.ToString());
     used += e.length;
   }
+  struct Borrowed {
+    uint32_t vol;
+    uint64_t ino;
+    Extent e;
+  };
+  std::vector<Borrowed> borrowed;
   NASGW_RETURN_IF_ERROR(st.Scan("E", "F", [&](std::string_view k, std::string_view v) {
-    if (k.size() != 21) {  // 'E', volume, inode, record
+    impl_->mu.AssertHeld();  // called here, under Check's lock
+    if (k.size() != 21) {    // 'E', volume, inode, record
       add("extent key of " + std::to_string(k.size()) + " bytes");
       return true;
     }
@@ -47,6 +54,10 @@ Result<std::vector<std::string>> Domain::Check() {
     }
     for (const RecordPiece& p : m->pieces) {
       const Extent& e = p.ext;
+      if (impl_->Borrowed(GetBE32(k, 1), p.birth)) {
+        borrowed.push_back({GetBE32(k, 1), GetBE64(k, 5), e});  // a clone's: its origin's snapshot holds it
+        continue;
+      }
       Status s = fresh.MarkUsed(e);
       if (!s.ok()) add("inode " + std::to_string(GetBE64(k, 5)) + ": " + s.ToString());
       used += e.length;
@@ -109,6 +120,19 @@ Result<std::vector<std::string>> Domain::Check() {
     return true;
   }));
   NASGW_RETURN_IF_ERROR(failed_dead);
+  // Clones: their origin snapshot is there, and holds (live or dead-listed)
+  // every piece they borrow from it.
+  for (const auto& [vol, o] : impl_->clones) {
+    auto has = impl_->Has(SnapshotKey(o.vol, o.snap));
+    if (!has.ok()) return has.status();
+    if (!*has) add("clone volume " + std::to_string(vol) + ": its origin snapshot is gone");
+  }
+  for (const Borrowed& b : borrowed) {
+    if (!fresh.Free(b.e).ok() || !fresh.MarkUsed(b.e).ok()) {
+      add("clone volume " + std::to_string(b.vol) + " inode " + std::to_string(b.ino) +
+          ": a piece it shares is not held by its origin");
+    }
+  }
   NASGW_RETURN_IF_ERROR(st.ScanRaw("Y", "Z", [&](std::string_view k, std::string_view v) {
     if (k.size() < 6 + 8 || v.size() < kBirthBytes) {
       add("history key of " + std::to_string(k.size()) + " bytes");

@@ -210,14 +210,17 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
   for (const Extent& e : impl->rec.log_extents) {
     NASGW_RETURN_IF_ERROR(impl->space->MarkUsed(e).WithContext("intent log extent"));
   }
+  NASGW_RETURN_IF_ERROR(impl->LoadClones().WithContext("clones"));
   Status bad;
-  NASGW_RETURN_IF_ERROR(impl->store->Scan("E", "F", [&](std::string_view, std::string_view v) {
+  NASGW_RETURN_IF_ERROR(impl->store->Scan("E", "F", [&](std::string_view k, std::string_view v) {
     auto m = DecodeRecordMap(v);
-    if (!m.ok()) {
-      bad = m.status();
+    if (!m.ok() || k.size() < 5) {
+      bad = m.ok() ? Status::Corruption("extent key") : m.status();
       return false;
     }
+    impl->mu.AssertHeld();  // called here, under the lock above
     for (const RecordPiece& p : m->pieces) {
+      if (impl->Borrowed(GetBE32(k, 1), p.birth)) continue;  // the origin's: marked there
       const Extent& e = p.ext;
       Status s = impl->space->MarkUsed(e);
       if (!s.ok()) {

@@ -144,6 +144,9 @@ struct VolumeInfo {
   // volume's usage is bytes + snapshot_bytes.
   uint32_t snapshots = 0;
   uint64_t snapshot_bytes = 0;
+  // A clone's origin: the volume and snapshot it was made from (empty: not
+  // a clone). Its data written by then is shared with that snapshot.
+  std::string origin_volume, origin_snapshot;
 };
 
 // A snapshot schedule of a volume (docs/snapshots.md, "Schedules"): nasgwd
@@ -294,6 +297,14 @@ class Domain {
   // changed since the snapshot; the domain's other changes wait meanwhile.
   Result<RollbackInfo> RollbackSnapshot(const std::string& volume, const std::string& name);
   static constexpr uint64_t kRollbackBytesMax = 256ull << 20;
+  static constexpr size_t kRollbackBatch = 1024;  // keys a scan page holds
+  // Makes a writable clone of a snapshot: a new volume `clone` whose files
+  // are the snapshot's, sharing its data (nothing is copied but metadata,
+  // in one atomic transaction; FailedPrecondition beyond kRollbackBytesMax
+  // of it). Clone and origin change independently; the snapshot cannot be
+  // deleted while the clone exists. Settings are the defaults. Exists for a
+  // volume name taken; NotFound for the volume or snapshot.
+  Result<VolumeInfo> CloneSnapshot(const std::string& volume, const std::string& snapshot, const std::string& clone);
   // Schedules, kept with the volume (nasgwd runs them). Add: InvalidArgument
   // for a bad name, interval or count, NotFound for an unknown volume,
   // Exists for a name the volume's schedules have. Remove: NotFound.

@@ -312,6 +312,19 @@ struct Domain::Impl {
   // Rollbacks of each volume so far: a write that planned its change before
   // one must plan again (WritePieces).
   std::map<uint32_t, uint64_t> rollbacks GUARDED_BY(mu);
+  // Clones by volume: their origin volume, snapshot id and its group.
+  struct Origin {
+    uint32_t vol = 0, snap = 0;
+    uint64_t txg = 0;
+  };
+  std::map<uint32_t, Origin> clones GUARDED_BY(mu);
+  // A data piece of `vol` born in `birth` that belongs to a clone's origin
+  // snapshot: never freed or kept by this volume.
+  bool Borrowed(uint32_t vol, uint64_t birth) const REQUIRES_SHARED(mu) {
+    auto it = clones.find(vol);
+    return it != clones.end() && birth <= it->second.txg;
+  }
+  Status LoadClones() REQUIRES(mu);
   // Before replay: which logged batches were written before the births
   // upgrade (LSN up to old_format_through) and which of their keys the
   // upgrade has done (`upgraded`; null: none).

@@ -1327,6 +1327,102 @@ TEST_F(DomainTest, RollbackUndoesEverythingAfterTheNewestSnapshot) {
   EXPECT_TRUE(problems->empty()) << (*problems)[0];
 }
 
+// A clone is the snapshot made writable: it reads as the snapshot, costs no
+// data, changes apart from its origin (and the origin apart from it), keeps
+// its origin's snapshot while it lives, and gives back only its own data
+// when it goes. A clone of a clone's snapshot works the same.
+TEST_F(DomainTest, ClonesShareTheSnapshotsDataAndDivergeIndependently) {
+  Build();
+  const uint64_t free0 = dom_->Statfs().free_bytes;
+  const Attr a = Mk(kRootIno, "a");
+  const Attr d = Mk(kRootIno, "d", FileType::kDirectory);
+  const auto b = dom_->Create(vol_, d.ino, "b", FileType::kRegular, 0644, 1000, 1000);
+  ASSERT_TRUE(b.ok());
+  const Attr orphan = Mk(kRootIno, "orphan");
+  const std::string x(kMiB, 'x'), y(300000, 'y'), z(kMiB, 'z');
+  ASSERT_TRUE(dom_->Write(vol_, a.ino, 0, x.data(), x.size()).ok());
+  ASSERT_TRUE(dom_->Write(vol_, b->ino, 0, y.data(), y.size()).ok());
+  ASSERT_TRUE(dom_->Write(vol_, orphan.ino, 0, y.data(), y.size()).ok());
+  ASSERT_TRUE(dom_->SetXattr(vol_, a.ino, "user.tag", "t", 0).ok());
+  ASSERT_TRUE(dom_->OpenFile(vol_, orphan.ino).ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, kRootIno, "orphan").ok());
+  auto s = dom_->CreateSnapshot("vol1", "s");
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(dom_->ReleaseFile(vol_, orphan.ino).ok());
+  const auto at_s = Tree(*dom_, vol_, s->id);
+  const uint64_t free1 = dom_->Statfs().free_bytes;
+
+  EXPECT_EQ(dom_->CloneSnapshot("vol1", "nope", "c").status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->CloneSnapshot("nope", "s", "c").status().code(), Code::kNotFound);
+  EXPECT_EQ(dom_->CloneSnapshot("vol1", "s", "vol1").status().code(), Code::kExists);
+  EXPECT_EQ(dom_->CloneSnapshot("vol1", "s", "a/b").status().code(), Code::kInvalidArgument);
+  auto c = dom_->CloneSnapshot("vol1", "s", "c");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->origin_volume, "vol1");
+  EXPECT_EQ(c->origin_snapshot, "s");
+  EXPECT_EQ(c->files, 4u) << "root, a, d, b: not the snapshot's unlinked open file";
+  EXPECT_EQ(dom_->Statfs().free_bytes, free1) << "no data copied";
+  EXPECT_EQ(Tree(*dom_, c->id, 0), at_s);
+  EXPECT_EQ(dom_->DeleteSnapshot("vol1", "s").status().code(), Code::kFailedPrecondition) << "the clone needs it";
+  auto check = [&](const std::string& when) {
+    auto problems = dom_->Check();
+    ASSERT_TRUE(problems.ok()) << problems.status().ToString();
+    EXPECT_TRUE(problems->empty()) << when << ": " << (*problems)[0];
+  };
+  check("after the clone");
+
+  // Apart: the clone's changes do not reach the origin or the snapshot, nor
+  // the origin's the clone.
+  ASSERT_TRUE(dom_->Write(c->id, a.ino, 4096, z.data(), 8192).ok());
+  auto made = dom_->Create(c->id, kRootIno, "new", FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(made.ok());
+  ASSERT_TRUE(dom_->Write(c->id, made->ino, 0, z.data(), z.size()).ok());
+  ASSERT_TRUE(dom_->Unlink(c->id, d.ino, "b").ok());
+  ASSERT_TRUE(dom_->Write(vol_, a.ino, 0, y.data(), y.size()).ok());
+  auto origin_now = Tree(*dom_, vol_, 0);
+  std::string ca(kMiB, 0);
+  ASSERT_EQ(*dom_->Read(c->id, a.ino, 0, ca.size(), ca.data()), kMiB);
+  std::string want_ca = x;
+  want_ca.replace(4096, 8192, z.substr(0, 8192));
+  EXPECT_TRUE(ca == want_ca) << "the clone's own write over the shared data";
+  EXPECT_EQ(Tree(*dom_, vol_, s->id), at_s);
+  EXPECT_EQ(origin_now.at("/a").substr(0, y.size()), y);
+  EXPECT_EQ(origin_now.count("/new"), 0u);
+  EXPECT_EQ(origin_now.count("/d/b"), 1u);
+  check("after changes on both sides");
+  Reopen(/*power_cut=*/true);
+  check("after a power cut");
+  EXPECT_EQ(Tree(*dom_, vol_, 0), origin_now);
+  EXPECT_EQ(Tree(*dom_, vol_, s->id), at_s);
+  EXPECT_EQ(dom_->FindVolume("c")->origin_snapshot, "s");
+
+  // A clone of the clone's own snapshot.
+  ASSERT_TRUE(dom_->CreateSnapshot("c", "cs").ok());
+  const auto c_at_cs = Tree(*dom_, c->id, 0);
+  auto c2 = dom_->CloneSnapshot("c", "cs", "c2");
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
+  EXPECT_EQ(Tree(*dom_, c2->id, 0), c_at_cs);
+  ASSERT_TRUE(dom_->Unlink(c->id, kRootIno, "a").ok());  // shared three ways
+  ASSERT_TRUE(dom_->Write(c2->id, a.ino, 0, z.data(), z.size()).ok());
+  EXPECT_EQ(Tree(*dom_, vol_, s->id), at_s);
+  check("with a clone of a clone");
+
+  // Going: each gives back only its own data.
+  EXPECT_EQ(dom_->DeleteSnapshot("c", "cs").status().code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(dom_->DeleteVolume("c2", true).ok());
+  ASSERT_TRUE(dom_->DeleteSnapshot("c", "cs").ok());
+  ASSERT_TRUE(dom_->DeleteVolume("c", true).ok());
+  check("clones gone");
+  ASSERT_TRUE(dom_->DeleteSnapshot("vol1", "s").ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, kRootIno, "a").ok());
+  ASSERT_TRUE(dom_->Unlink(vol_, d.ino, "b").ok());
+  ASSERT_TRUE(dom_->Rmdir(vol_, kRootIno, "d").ok());
+  EXPECT_EQ(dom_->Statfs().free_bytes, free0);
+  check("all gone");
+  Reopen();
+  EXPECT_EQ(dom_->Statfs().free_bytes, free0);
+}
+
 TEST_F(DomainTest, SnapshotErrorsAreClean) {
   Build();
   Mk(kRootIno, "f");

@@ -510,6 +510,11 @@ std::string EncodeVolume(const VolumeRec& v) {
   e.U8(v.write_through ? 1 : 0);
   e.U8(v.atime);
   e.U32(v.next_snap);
+  if (v.origin_vol != 0) {
+    e.U32(v.origin_vol);
+    e.U32(v.origin_snap);
+    e.U64(v.origin_txg);
+  }
   return e.Release();
 }
 
@@ -525,7 +530,13 @@ Result<VolumeRec> DecodeVolume(std::string_view s) {
   if (d.remaining() > 0) v.write_through = (d.U8() & 1) != 0;
   if (d.remaining() > 0) v.atime = d.U8();
   if (d.remaining() > 0) v.next_snap = d.U32();
-  if (!d.ok() || v.atime > 2 || v.next_snap == 0) return Status::Corruption("bad volume record");
+  if (d.remaining() > 0) {
+    v.origin_vol = d.U32();
+    v.origin_snap = d.U32();
+    v.origin_txg = d.U64();
+    if (v.origin_vol == 0) return Status::Corruption("bad volume record: a clone of volume 0");
+  }
+  if (!d.ok() || d.remaining() != 0 || v.atime > 2 || v.next_snap == 0) return Status::Corruption("bad volume record");
   return v;
 }
 

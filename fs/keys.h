@@ -206,6 +206,11 @@ struct VolumeRec {
   uint8_t atime = 0;
   // The next snapshot id (a trailing u32; absent: 1). Never reused.
   uint32_t next_snap = 1;
+  // A clone's origin (trailing u32 volume, u32 snapshot id, u64 group;
+  // absent or volume 0: not a clone): its data pieces born by that group
+  // belong to the origin's snapshot, which the clone never frees.
+  uint32_t origin_vol = 0, origin_snap = 0;
+  uint64_t origin_txg = 0;
 };
 std::string EncodeVolume(const VolumeRec& v);
 Result<VolumeRec> DecodeVolume(std::string_view s);

@@ -123,6 +123,23 @@ TEST(KeysTest, VolumeRoundTripWithAndWithoutStrictMode) {
   for (size_t cut = 1; cut < 4; cut++) {
     EXPECT_EQ(DecodeVolume(enc.substr(0, enc.size() - cut)).status().code(), Code::kCorruption) << cut;
   }
+  // A clone's origin: absent in a volume that is not one; whole or refused.
+  v.origin_vol = 3;
+  v.origin_snap = 4;
+  v.origin_txg = 5;
+  const std::string clone = EncodeVolume(v);
+  EXPECT_EQ(clone.size(), EncodeVolume(VolumeRec{v.name, v.record_bytes, v.next_ino, v.files, v.bytes, v.write_through,
+                                                 v.atime, v.next_snap})
+                                  .size() +
+                              16);
+  auto c = DecodeVolume(clone);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->origin_vol, 3u);
+  EXPECT_EQ(c->origin_snap, 4u);
+  EXPECT_EQ(c->origin_txg, 5u);
+  for (size_t cut = 1; cut < 16; cut++) {
+    EXPECT_EQ(DecodeVolume(clone.substr(0, clone.size() - cut)).status().code(), Code::kCorruption) << cut;
+  }
   auto no_atime = DecodeVolume(enc.substr(0, enc.size() - 5));
   ASSERT_TRUE(no_atime.ok()) << no_atime.status().ToString();
   EXPECT_TRUE(no_atime->write_through);

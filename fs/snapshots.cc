@@ -40,6 +40,7 @@ Status Domain::Impl::Version(Txn& t) {
   // than the newest), else freed once the batch is durable.
   std::vector<std::pair<std::string, std::string>> dead;
   for (const Txn::Killed& x : t.killed) {
+    if (Borrowed(x.vol, x.birth)) continue;  // the origin's snapshot holds it
     auto newest = NewestSnap(x.vol);
     if (newest && x.birth <= *newest) {
       dead.emplace_back(DeadExtentKey(x.vol, kill, x.birth, x.ext), EncodeU64(x.ext.length));
@@ -711,6 +712,131 @@ Result<RollbackInfo> Domain::RollbackSnapshot(const std::string& volume, const s
   return info;
 }
 
+Status Domain::Impl::LoadClones() {
+  clones.clear();
+  Status bad;
+  NASGW_RETURN_IF_ERROR(store->Scan("V", "W", [&](std::string_view k, std::string_view val) {
+    mu.AssertHeld();  // called here, under the caller's lock
+    auto v = DecodeVolume(val);
+    if (!v.ok() || k.size() != 5) {
+      bad = v.ok() ? Status::Corruption("volume key of " + std::to_string(k.size()) + " bytes") : v.status();
+      return false;
+    }
+    if (v->origin_vol != 0) clones[GetBE32(k, 1)] = {v->origin_vol, v->origin_snap, v->origin_txg};
+    return true;
+  }));
+  return bad;
+}
+
+Result<VolumeInfo> Domain::CloneSnapshot(const std::string& volume, const std::string& snapshot,
+                                         const std::string& clone) {
+  NASGW_RETURN_IF_ERROR(CheckName(clone).WithContext("volume name"));
+  MutexLock one(impl_->snap_delete_mu);  // the snapshot stays meanwhile
+  WriterLock lock(impl_->mu);
+  if (!impl_->births) return Status::NotSupported("domain opened read-only");
+  auto vol = impl_->VolumeId(volume);
+  if (!vol.ok()) return vol.status();
+  auto idb = impl_->store->Get(SnapshotNameKey(*vol, snapshot));
+  if (!idb.ok()) {
+    return idb.status().code() == Code::kNotFound
+               ? Status::NotFound("volume '" + volume + "' has no snapshot '" + snapshot + "'")
+               : idb.status();
+  }
+  if (idb->size() != 4) return Status::Corruption("snapshot name index of '" + snapshot + "'");
+  const uint32_t snap = GetBE32(*idb, 0);
+  auto at = impl_->ReadAt(*vol, snap);
+  if (!at.ok()) return Status::NotFound("snapshot '" + snapshot + "' is being deleted");
+  const uint64_t S = *at;
+  auto taken = impl_->Has(VolNameKey(clone));
+  if (!taken.ok()) return taken.status();
+  if (*taken) return Status::Exists("volume '" + clone + "' exists");
+  auto then = impl_->LoadVolume(*vol, S);
+  if (!then.ok()) return then.status().WithContext("volume record at the snapshot");
+  VolumeRec cv;
+  cv.name = clone;
+  cv.record_bytes = then->record_bytes;
+  cv.next_ino = then->next_ino;
+  cv.files = then->files;
+  cv.bytes = then->bytes;
+  cv.origin_vol = *vol;
+  cv.origin_snap = snap;
+  cv.origin_txg = S;
+  const uint32_t id = impl_->rec.next_volume;
+  Impl::Txn t;
+  Status bad;
+  // The snapshot's keys under the clone's id. Files the snapshot saw open
+  // but unlinked are left out: nobody has them open in the clone.
+  std::set<uint64_t> left_out;
+  auto copy = [&](char tag) -> Status {
+    const std::string p = Prefix(tag, *vol), end = PrefixEnd(p);
+    std::string from = p;
+    for (;;) {
+      size_t n = 0;
+      std::string last;
+      NASGW_RETURN_IF_ERROR(impl_->ScanAt(from, end, S, kRollbackBatch, [&](std::string_view k, std::string_view v) {
+        n++;
+        last = std::string(k);
+        if (k.size() < 13) {
+          bad = Status::Corruption("key of " + std::to_string(k.size()) + " bytes");
+          return false;
+        }
+        const uint64_t ino = GetBE64(k, 5);
+        if (tag == 'I') {
+          auto in = DecodeInode(ino, v);
+          if (!in.ok()) {
+            bad = in.status().WithContext("clone");
+            return false;
+          }
+          if (in->a.nlink == 0) {
+            left_out.insert(ino);
+            cv.files -= std::min<uint64_t>(cv.files, 1);
+            return true;
+          }
+        } else if (left_out.count(ino)) {
+          if (tag == 'E') {
+            auto m = DecodeRecordMap(v);
+            if (!m.ok()) {
+              bad = m.status().WithContext("clone");
+              return false;
+            }
+            cv.bytes -= std::min(cv.bytes, m->bytes());
+          }
+          return true;
+        }
+        std::string key = Prefix(tag, id);
+        key.append(k.substr(5));
+        t.batch.Put(key, v);
+        if (t.batch.Data().size() > kRollbackBytesMax) {
+          bad =
+              Status::FailedPrecondition("the snapshot's metadata exceeds " + std::to_string(kRollbackBytesMax >> 20) +
+                                         " MiB, more than one clone transaction may hold");
+          return false;
+        }
+        return true;
+      }));
+      NASGW_RETURN_IF_ERROR(bad);
+      if (n < kRollbackBatch) return Status();
+      from = last + std::string(1, '\0');
+    }
+  };
+  for (char tag : {'I', 'C', 'D', 'E', 'G', 'X'}) NASGW_RETURN_IF_ERROR(copy(tag).WithContext("clone"));
+  std::string idb2;
+  PutBE32(&idb2, id);
+  t.batch.Put(VolNameKey(clone), idb2);
+  impl_->PutVolume(t, id, cv);
+  impl_->rec.next_volume++;
+  if (Status s = impl_->Commit(t); !s.ok()) {
+    impl_->rec.next_volume--;
+    return s.WithContext("clone");
+  }
+  impl_->clones[id] = {*vol, snap, S};
+  lock.Unlock();
+  NASGW_RETURN_IF_ERROR(impl_->Durable(t).WithContext("clone"));
+  NASGW_LOG(kInfo, "fs") << "clone made" << Kv("volume", volume) << Kv("snapshot", snapshot) << Kv("clone", clone)
+                         << Kv("id", id) << Kv("files", cv.files);
+  return FindVolume(clone);
+}
+
 Result<std::vector<SnapshotInfo>> Domain::ListSnapshotsOf(uint32_t vol) {
   ReaderLock lock(impl_->mu);
   return ScanSnapshots(*impl_->store, vol);
@@ -785,6 +911,16 @@ Result<SnapshotInfo> Domain::DeleteSnapshot(const std::string& volume, const std
     }
     if (idb->size() != 4) return Status::Corruption("snapshot name index of '" + name + "'");
     id = GetBE32(*idb, 0);
+    std::string clones;
+    for (const auto& [cid, o] : impl_->clones) {
+      if (o.vol != vol || o.snap != id) continue;
+      auto cv = impl_->LoadVolume(cid);
+      clones += (clones.empty() ? "'" : ", '") + (cv.ok() ? cv->name : std::to_string(cid)) + "'";
+    }
+    if (!clones.empty()) {
+      return Status::FailedPrecondition("snapshot '" + name + "' of volume '" + volume + "' has clones (" + clones +
+                                        "): delete them first");
+    }
     auto rv = impl_->store->Get(SnapshotKey(vol, id));
     if (!rv.ok()) return rv.status().WithContext("snapshot record");
     auto dec = DecodeSnapshot(*rv);

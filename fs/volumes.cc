@@ -15,6 +15,17 @@ VolumeInfo Info(const Domain::Impl& impl, uint32_t id, const VolumeRec& v) REQUI
     for (const auto& [sid, s] : it->second) i.snapshots += s.deleting ? 0 : 1;
   }
   if (auto it = impl.snap_data_bytes.find(id); it != impl.snap_data_bytes.end()) i.snapshot_bytes = it->second;
+  if (v.origin_vol != 0) {
+    // Names as they are now (a record that cannot be read shows the id).
+    i.origin_volume = std::to_string(v.origin_vol);
+    i.origin_snapshot = std::to_string(v.origin_snap);
+    if (auto ov = impl.store->Get(VolKey(v.origin_vol)); ov.ok()) {
+      if (auto o = DecodeVolume(*ov); o.ok()) i.origin_volume = o->name;
+    }
+    if (auto os = impl.store->Get(SnapshotKey(v.origin_vol, v.origin_snap)); os.ok()) {
+      if (auto o = DecodeSnapshot(*os); o.ok()) i.origin_snapshot = o->name;
+    }
+  }
   return i;
 }
 
@@ -300,8 +311,9 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
   t.batch.Delete(VolKey(vol));
   t.batch.Delete(VolNameKey(name));
   t.vol_files[vol] = std::nullopt;
-  t.essential = true;  // a delete: allowed into the metadata headroom
-  NASGW_RETURN_IF_ERROR(impl_->Commit(t));
+  t.essential = true;                       // a delete: allowed into the metadata headroom
+  NASGW_RETURN_IF_ERROR(impl_->Commit(t));  // a clone's borrowed pieces stay (Version)
+  impl_->clones.erase(vol);
   lock.Unlock();
   return impl_->Durable(t);
 }
