@@ -734,6 +734,12 @@ Status DataCache::FlushAll() {
   return first;
 }
 
+uint64_t DataCache::ForgetVolume(uint32_t vol) {
+  // Shown loads attributes again across it, as across a flush.
+  epoch_.fetch_add(1);
+  return rc_.DropVolume(vol);
+}
+
 Status DataCache::Close() {
   {
     MutexLock l(mu_);

@@ -137,6 +137,16 @@ class DataCache {
   Result<uint64_t> Seek(uint32_t vol, uint64_t ino, uint64_t off, bool hole);
   // Every file's (orderly shutdown). The first error.
   Status FlushAll();
+  // Volume `vol` was rolled back to a snapshot (fs::Domain::RollbackSnapshot):
+  // its files' committed data and attributes changed in ways no flush of
+  // this cache said. The clean blocks held of them are dropped (reads and
+  // read-aheads that began before cache nothing), and attributes loaded
+  // before are loaded again (Shown). Dirty data stays: the caller flushed
+  // the cache before the rollback, so whatever is dirty now was written
+  // while it ran, and is flushed after it (over the rolled-back file; or
+  // dropped at its flush, when the rollback took the file away). Returns the
+  // clean bytes dropped.
+  uint64_t ForgetVolume(uint32_t vol);
   // FlushAll, then stops the flusher; later writes are written through.
   Status Close();
 

@@ -252,6 +252,23 @@ void ReadCache::Drop(const FileKey& k) {
   MaybeForget(f);
 }
 
+uint64_t ReadCache::DropVolume(uint32_t vol) {
+  MutexLock l(mu_);
+  const uint64_t before = bytes_[kProbation] + bytes_[kProtected];
+  auto it = files_.lower_bound(FileKey{vol, 0, 0});
+  while (it != files_.end() && it->first.vol == vol) {
+    File& f = *(it++)->second;  // MaybeForget may erase it
+    DropBlocks(f);
+    // Pinned files stay, with a new version: fills and read-aheads begun
+    // before are refused.
+    f.version++;
+    f.next = f.window = f.ahead_to = 0;
+    f.run = 0;
+    MaybeForget(f);
+  }
+  return before - (bytes_[kProbation] + bytes_[kProtected]);
+}
+
 void ReadCache::Trim() {
   MutexLock l(mu_);
   Evict();

@@ -20,7 +20,9 @@
 // write-back cache, which bumps the file's version; a read that filled from
 // the SAN takes a Fill first and its blocks are refused if the version
 // moved meanwhile. So a block read before a change can never be cached
-// after it.
+// after it. The one change that does not go through DataCache, a rollback
+// of a volume to a snapshot, calls DropVolume once it committed (nasgwd's
+// admin service, through DataCache::ForgetVolume).
 //
 // Read-ahead: Sequential() recognises a stream per file (three reads in a
 // row that each follow on from the last, allowing for the reordering of a
@@ -117,6 +119,9 @@ class ReadCache {
   // The file changed in a way Update does not say (a truncation): all of
   // its blocks dropped, fills begun before refused.
   void Drop(const FileKey& k) EXCLUDES(mu_);
+  // Every file of volume `vol` changed in ways nobody said (a rollback to a
+  // snapshot): Drop for each of them. Returns the bytes dropped.
+  uint64_t DropVolume(uint32_t vol) EXCLUDES(mu_);
   // Evicts down to the capacity (the dirty data grew).
   void Trim() EXCLUDES(mu_);
 

@@ -122,6 +122,37 @@ TEST_F(ReadCacheTest, AFillBegunBeforeAChangeIsRefused) {
   EXPECT_EQ(e4, 2 * kB);
 }
 
+// A rollback of a volume (DataCache::ForgetVolume): every block of its
+// files goes, fills begun before are refused, other volumes keep theirs.
+TEST_F(ReadCacheTest, DroppingAVolumeDropsItsFilesOnly) {
+  ReadCache rc(1 << 20, 0, nullptr);
+  Read(rc, 1, 0, 2 * kB);  // volume 1
+  Read(rc, 2, 0, kB);
+  std::vector<uint8_t> out(kB);
+  auto other = Bytes(1, 0);
+  for (uint32_t vol : {0u, 2u}) {
+    ReadCache::Fill f;
+    rc.Get({vol, 0, 1}, kGen, 0, kB, out.data(), &f);
+    rc.Insert(f, kGen, 0, other.data(), kB, false);
+  }
+  ASSERT_EQ(rc.stats().bytes, 5 * kB);
+  ReadCache::Fill inflight;  // a read of volume 1 fetching from the SAN
+  auto [first, end] = rc.Get({1, 0, 3}, kGen, 0, kB, out.data(), &inflight);
+  ASSERT_EQ(end - first, kB);
+  EXPECT_EQ(rc.DropVolume(1), 3 * kB);
+  auto old = Bytes(3, 0);
+  rc.Insert(inflight, kGen, 0, old.data(), kB, false);
+  EXPECT_EQ(rc.stats().refused_fills, 1u) << "read before the rollback, cached after it";
+  EXPECT_EQ(rc.stats().bytes, 2 * kB) << "volumes 0 and 2 keep theirs";
+  EXPECT_EQ(Read(rc, 1, 0, 2 * kB), 2u) << "fetched again";
+  for (uint32_t vol : {0u, 2u}) {
+    ReadCache::Fill f;
+    auto [f2, e2] = rc.Get({vol, 0, 1}, kGen, 0, kB, out.data(), &f);
+    EXPECT_EQ(f2, e2) << "volume " << vol;
+  }
+  EXPECT_EQ(rc.DropVolume(9), 0u);
+}
+
 TEST_F(ReadCacheTest, AnotherGenerationFindsNothing) {
   ReadCache rc(1 << 20, 0, nullptr);
   Read(rc, 1, 0, kB);
