@@ -84,6 +84,7 @@ commands:
   snapshot show VOLUME NAME          one snapshot
   snapshot create VOLUME NAME        snapshot the volume as it stands now
   snapshot delete VOLUME NAME        delete a snapshot (gives back what only it holds)
+  snapshot rollback VOLUME NAME      undo every change made since NAME, the newest snapshot
   snapshot schedule add VOLUME --every DURATION --keep N [--name NAME]
                                      snapshot the volume every DURATION, keeping its newest N
   snapshot schedule list [VOLUME]    the snapshot schedules: every volume's, or one's
@@ -257,6 +258,18 @@ const std::vector<CommandSpec>& Commands() {
        {},
        "usage: nasgw snapshot delete VOLUME NAME\n\n"
        "Deletes a snapshot: it is gone to clients at once, and what only it held is given back.\n"},
+      {"snapshot",
+       "rollback",
+       2,
+       {},
+       {},
+       "usage: nasgw snapshot rollback VOLUME NAME\n\n"
+       "Rolls VOLUME back to NAME, its newest snapshot (delete newer ones first): every change\n"
+       "made since is undone, in one atomic step; the snapshot stays. Files created since are\n"
+       "gone (clients' handles to them go stale) and what was written since is lost. nasgwd\n"
+       "flushes its write-back cache first and drops what it caches of the volume after; NFS\n"
+       "and SMB clients may still hold data they cached: stop their applications first, and\n"
+       "remount to be sure (as for ZFS rollback). No confirmation is asked.\n"},
       {"snapshot",
        "schedule add",
        1,
@@ -1688,6 +1701,28 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
         PrintJson({{"snapshot", ToJson(sn)}});
       } else {
         PrintSnapshot(sn);
+      }
+      return kExitOk;
+    }
+    if (c.verb == "rollback") {
+      pb::RollbackSnapshotRequest req;
+      req.set_volume(args[0]);
+      req.set_name(args[1]);
+      pb::RollbackSnapshotResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::RollbackSnapshot, req, &r)) return fail(*f);
+      if (g_json) {
+        PrintJson({{"rolled_back",
+                    {{"snapshot", ToJson(r.snapshot())},
+                     {"removed_keys", r.removed_keys()},
+                     {"restored_keys", r.restored_keys()},
+                     {"freed_bytes", r.freed_bytes()},
+                     {"orphans", r.orphans()}}}});
+      } else {
+        std::cout << "volume " << Esc(r.snapshot().volume()) << " rolled back to snapshot " << Esc(r.snapshot().name())
+                  << ": " << r.removed_keys() << " keys removed, " << r.restored_keys() << " restored, "
+                  << HumanBytes(r.freed_bytes()) << " freed";
+        if (r.orphans() != 0) std::cout << ", " << r.orphans() << " unlinked open files reclaimed";
+        std::cout << "\n";
       }
       return kExitOk;
     }

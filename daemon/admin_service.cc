@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -290,8 +291,12 @@ void Fill(const fs::Share& s, pb::Share* out) {
 
 class AdminService final : public pb::Admin::Service {
  public:
-  AdminService(Node* node, AdminServer::CacheStatsFn cache_stats, AdminServer::CacheFlushFn cache_flush)
-      : node_(node), cache_stats_(std::move(cache_stats)), cache_flush_(std::move(cache_flush)) {}
+  AdminService(Node* node, AdminServer::CacheStatsFn cache_stats, AdminServer::CacheFlushFn cache_flush,
+               AdminServer::CacheForgetFn cache_forget)
+      : node_(node),
+        cache_stats_(std::move(cache_stats)),
+        cache_flush_(std::move(cache_flush)),
+        cache_forget_(std::move(cache_forget)) {}
 
   grpc::Status GetNode(grpc::ServerContext*, const pb::GetNodeRequest*, pb::GetNodeResponse* out) override {
     Fill(node_->Status(), out->mutable_node());
@@ -592,6 +597,63 @@ class AdminService final : public pb::Admin::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status RollbackSnapshot(grpc::ServerContext*, const pb::RollbackSnapshotRequest* req,
+                                pb::RollbackSnapshotResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    if (auto s = CheckSnapshotName(req->name()); !s.ok()) return s;
+    NASGW_LOG(kInfo, "admin") << "rollback snapshot" << Kv("volume", req->volume()) << Kv("name", req->name());
+    // An unknown volume or snapshot (or a reserve that is not online) is
+    // told before the flush below, which it would only slow down.
+    auto v = node_->GetVolume(req->volume());
+    if (!v.ok()) return ToGrpc(v.status());
+    {
+      auto snaps = node_->ListSnapshotsOf(req->volume());  // without the space figures: no scan
+      if (!snaps.ok()) return ToGrpc(snaps.status());
+      if (std::none_of(snaps->begin(), snaps->end(),
+                       [&](const fs::SnapshotInfo& s) { return s.name == req->name(); })) {
+        return ToGrpc(nasgw::Status::NotFound("volume '" + req->volume() + "' has no snapshot '" + req->name() + "'"));
+      }
+    }
+    // As for a create: what the write-back cache holds dirty goes to the
+    // domain first (every volume's: the cache has no per-volume flush), so
+    // that the rollback undoes every write answered before it began, and
+    // no flush of such a write lands after it. A write that arrives while
+    // the rollback runs is flushed after it (over the rolled-back volume).
+    if (cache_flush_) {
+      if (nasgw::Status s = cache_flush_(); !s.ok()) {
+        return ToGrpc(s.WithContext("volume '" + req->volume() + "' not rolled back to snapshot '" + req->name() +
+                                    "': the write-back cache could not be flushed"));
+      }
+    }
+    auto rb = node_->RollbackSnapshot(req->volume(), req->name());
+    // What nasgwd caches of the volume is stale once the rollback committed:
+    // dropped, also after a failure whose outcome is unknown (an I/O error
+    // may come after the commit); a refusal changed nothing.
+    const bool refused =
+        !rb.ok() && (rb.status().code() == Code::kNotFound || rb.status().code() == Code::kFailedPrecondition ||
+                     rb.status().code() == Code::kInvalidArgument);
+    uint64_t dropped = 0;
+    if (cache_forget_ && !refused) dropped = cache_forget_(v->id);
+    if (!rb.ok()) {
+      if (!refused) {
+        NASGW_LOG(kWarn, "snapshots") << "snapshot rollback failed" << Kv("volume", req->volume())
+                                      << Kv("snapshot", req->name()) << Kv("error", rb.status().ToString());
+      }
+      return ToGrpc(rb.status());
+    }
+    NASGW_LOG(kInfo, "snapshots") << "snapshot rollback" << Kv("volume", req->volume())
+                                  << Kv("snapshot", rb->snapshot.name) << Kv("id", rb->snapshot.id)
+                                  << Kv("txg", rb->snapshot.txg) << Kv("removed_keys", rb->removed_keys)
+                                  << Kv("restored_keys", rb->restored_keys) << Kv("freed_bytes", rb->freed_bytes)
+                                  << Kv("orphans", rb->orphans) << Kv("cache_dropped_bytes", dropped);
+    Fill(rb->snapshot, req->volume(), out->mutable_snapshot());
+    out->set_removed_keys(rb->removed_keys);
+    out->set_restored_keys(rb->restored_keys);
+    out->set_freed_bytes(rb->freed_bytes);
+    out->set_orphans(rb->orphans);
+    return grpc::Status::OK;
+  }
+
   grpc::Status AddSnapshotSchedule(grpc::ServerContext*, const pb::AddSnapshotScheduleRequest* req,
                                    pb::AddSnapshotScheduleResponse* out) override {
     if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
@@ -684,6 +746,7 @@ class AdminService final : public pb::Admin::Service {
   Node* const node_;
   const AdminServer::CacheStatsFn cache_stats_;
   const AdminServer::CacheFlushFn cache_flush_;
+  const AdminServer::CacheForgetFn cache_forget_;
 };
 
 Result<std::string> ReadFile(const std::string& path, const char* what) {
@@ -761,7 +824,7 @@ int AdminServer::tcp_port() const {
 }
 
 Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config& config, CacheStatsFn cache_stats,
-                                                        CacheFlushFn cache_flush) {
+                                                        CacheFlushFn cache_flush, CacheForgetFn cache_forget) {
   auto impl = std::make_unique<Impl>();
   impl->node = node;
   impl->socket_path = !config.admin_socket.empty() ? config.admin_socket : config.run_dir + "/admin.sock";
@@ -784,7 +847,8 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(Node* node, const Config
     ::rmdir(tmpl.c_str());
   };
 
-  impl->service = std::make_unique<AdminService>(node, std::move(cache_stats), std::move(cache_flush));
+  impl->service =
+      std::make_unique<AdminService>(node, std::move(cache_stats), std::move(cache_flush), std::move(cache_forget));
   grpc::ServerBuilder builder;
   builder.RegisterService(impl->service.get());
   builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());

@@ -33,14 +33,20 @@ class AdminServer {
   using CacheStatsFn = std::function<cache::DataCacheStats()>;
   // Writes what the write-back cache holds dirty to the domain and waits for
   // it (HeadService::FlushCache): CreateSnapshot calls it first, so that
-  // every write answered before the create began is in the snapshot.
+  // every write answered before the create began is in the snapshot, and
+  // RollbackSnapshot, so that the rollback undoes every such write.
   using CacheFlushFn = std::function<nasgw::Status()>;
+  // Drops what nasgwd caches of volume `vol` (its id) that a rollback made
+  // stale (HeadService::ForgetVolume): RollbackSnapshot calls it after the
+  // rollback. Returns the cached bytes dropped (for the log).
+  using CacheForgetFn = std::function<uint64_t(uint32_t vol)>;
   // REQUIRES: `node` outlives the server (or Shutdown()), and so does what
   // `cache_stats` reads (null: the cache section stays empty) and what
-  // `cache_flush` flushes (null: there is no cache to flush).
+  // `cache_flush` flushes and `cache_forget` drops (null: there is no cache).
   static Result<std::unique_ptr<AdminServer>> Start(Node* node, const Config& config,
                                                     CacheStatsFn cache_stats = nullptr,
-                                                    CacheFlushFn cache_flush = nullptr);
+                                                    CacheFlushFn cache_flush = nullptr,
+                                                    CacheForgetFn cache_forget = nullptr);
   // Stops admitting, waits for RPCs in flight, removes the socket. Idempotent.
   void Shutdown();
   ~AdminServer();

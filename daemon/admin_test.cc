@@ -114,17 +114,13 @@ class AdminTest : public ::testing::Test {
     auto n = Node::Start(config_, Opener(), SmallDomain());
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     node_ = std::move(n.value());
-    auto s = AdminServer::Start(node_.get(), config_, cache_stats_, cache_flush_);
+    auto s = AdminServer::Start(node_.get(), config_, cache_stats_, cache_flush_, cache_forget_);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s.value());
     auto channel = grpc::CreateChannel("unix:" + config_.admin_socket, grpc::InsecureChannelCredentials());
     stub_ = pb::Admin::NewStub(channel);
     if (run_scheduler_) {
-      SetLogSink([this](std::string_view line) {
-        std::fwrite(line.data(), 1, line.size(), stderr);
-        MutexLock l(log_mu_);
-        log_.emplace_back(line);
-      });
+      KeepLog();
       scheduler_ = SnapshotScheduler::Start(
           node_.get(),
           [this]() -> nasgw::Status {
@@ -233,6 +229,36 @@ class AdminTest : public ::testing::Test {
     auto s = Call(&pb::Admin::Stub::DeleteSnapshot, req, &r);
     if (out) *out = r.snapshot();
     return s;
+  }
+
+  grpc::Status Rollback(const std::string& volume, const std::string& name,
+                        pb::RollbackSnapshotResponse* out = nullptr) {
+    pb::RollbackSnapshotRequest req;
+    req.set_volume(volume);
+    req.set_name(name);
+    pb::RollbackSnapshotResponse r;
+    auto s = Call(&pb::Admin::Stub::RollbackSnapshot, req, &r);
+    if (out) *out = r;
+    return s;
+  }
+
+  // Every log line from now on kept in log_ (and still printed).
+  void KeepLog() {
+    SetLogSink([this](std::string_view line) {
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      MutexLock l(log_mu_);
+      log_.emplace_back(line);
+    });
+  }
+
+  // A file's bytes in the live volume (or a snapshot), read from the domain.
+  std::string ReadAll(uint32_t vol, uint64_t ino, uint32_t snap = 0) {
+    auto d = node_->domain();
+    std::string buf(4 << 20, '\0');
+    auto n = d->Read(vol, ino, 0, buf.size(), buf.data(), snap);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    buf.resize(n.ok() ? *n : 0);
+    return buf;
   }
 
   grpc::Status AddSchedule(const std::string& volume, const std::string& name, uint64_t every_s, uint32_t keep,
@@ -375,8 +401,9 @@ class AdminTest : public ::testing::Test {
 
   std::string dir_;
   Config config_;
-  AdminServer::CacheStatsFn cache_stats_;  // the head service's cache, where a test has one
-  AdminServer::CacheFlushFn cache_flush_;  // the same
+  AdminServer::CacheStatsFn cache_stats_;    // the head service's cache, where a test has one
+  AdminServer::CacheFlushFn cache_flush_;    // the same
+  AdminServer::CacheForgetFn cache_forget_;  // the same
   std::map<std::string, std::shared_ptr<block::MemLun>> media_;
   std::vector<std::string> opened_;
   std::unique_ptr<Node> node_;
@@ -904,6 +931,272 @@ TEST_F(AdminTest, CliSnapshots) {
   r = Cli({"--json", "snapshot", "list", "v"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(json::parse(r.out)["snapshots"].size(), 0u) << r.out;
+}
+
+// RollbackSnapshot through gRPC: the volume reads as at the newest
+// snapshot again (contents, a file removed since back, a file made since
+// gone, its handle stale), the snapshot stays, the counts come back and
+// are logged; the refusals: unknown volume or snapshot, a snapshot that is
+// not the newest (naming the newer one), bad names.
+TEST_F(AdminTest, RollbackGoesBackToTheNewestSnapshot) {
+  StartAll();
+  KeepLog();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  ASSERT_TRUE(CreateVolume("other").ok());
+  auto d = node_->domain();
+  ASSERT_NE(d, nullptr);
+  auto vol = d->FindVolume("v");
+  auto other = d->FindVolume("other");
+  ASSERT_TRUE(vol.ok() && other.ok());
+  auto f = d->Create(vol->id, fs::kRootIno, "f", fs::FileType::kRegular, 0644, 0, 0);
+  auto h = d->Create(vol->id, fs::kRootIno, "h", fs::FileType::kRegular, 0644, 0, 0);
+  auto o = d->Create(other->id, fs::kRootIno, "o", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(f.ok() && h.ok() && o.ok());
+  const std::string before(20000, 'a'), kept(5000, 'h');
+  ASSERT_TRUE(d->Write(vol->id, f->ino, 0, before.data(), before.size()).ok());
+  ASSERT_TRUE(d->Write(vol->id, h->ino, 0, kept.data(), kept.size()).ok());
+  ASSERT_TRUE(d->Write(other->id, o->ino, 0, kept.data(), kept.size()).ok());
+  pb::Snapshot mon;
+  ASSERT_TRUE(CreateSnapshot("v", "monday", &mon).ok());
+  ASSERT_TRUE(CreateSnapshot("other", "monday").ok());
+
+  // Since: f overwritten and grown, h removed, g made; the other volume changes too.
+  const std::string after(300000, 'B');
+  ASSERT_TRUE(d->Write(vol->id, f->ino, 0, after.data(), after.size()).ok());
+  ASSERT_TRUE(d->Unlink(vol->id, fs::kRootIno, "h").ok());
+  auto g = d->Create(vol->id, fs::kRootIno, "g", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(d->Write(vol->id, g->ino, 0, after.data(), after.size()).ok());
+  const std::string other_after(7000, 'O');
+  ASSERT_TRUE(d->Write(other->id, o->ino, 0, other_after.data(), other_after.size()).ok());
+
+  pb::RollbackSnapshotResponse r;
+  auto s = Rollback("v", "monday", &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(r.snapshot().name(), "monday");
+  EXPECT_EQ(r.snapshot().volume(), "v");
+  EXPECT_EQ(r.snapshot().id(), mon.id());
+  EXPECT_EQ(r.snapshot().txg(), mon.txg());
+  EXPECT_GT(r.removed_keys() + r.restored_keys(), 0u);
+  EXPECT_GE(r.freed_bytes(), 2 * after.size() - before.size()) << "what was written since";
+
+  EXPECT_TRUE(ReadAll(vol->id, f->ino) == before) << Summary(ReadAll(vol->id, f->ino));
+  auto fa = d->GetAttr(vol->id, f->ino);
+  ASSERT_TRUE(fa.ok());
+  EXPECT_EQ(fa->size, before.size());
+  auto back = d->Lookup(vol->id, fs::kRootIno, "h");
+  ASSERT_TRUE(back.ok()) << "removed since the snapshot: back";
+  EXPECT_EQ(back->ino, h->ino);
+  EXPECT_TRUE(ReadAll(vol->id, h->ino) == kept);
+  EXPECT_EQ(d->Lookup(vol->id, fs::kRootIno, "g").status().code(), Code::kNotFound) << "made since the snapshot";
+  EXPECT_EQ(d->GetAttr(vol->id, g->ino).status().code(), Code::kNotFound);
+  EXPECT_TRUE(ReadAll(other->id, o->ino) == other_after) << "another volume is not rolled back";
+  EXPECT_EQ(SnapshotNames("v"), std::vector<std::string>{"monday"}) << "the snapshot stays";
+  EXPECT_EQ(
+      Logged({"snapshot rollback", "volume=v", "snapshot=monday", "removed_keys=", "restored_keys=", "freed_bytes="})
+          .size(),
+      1u);
+
+  // Again, with nothing changed since: fine, and nothing to free.
+  s = Rollback("v", "monday", &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(r.freed_bytes(), 0u);
+  EXPECT_TRUE(ReadAll(vol->id, f->ino) == before);
+
+  // Refusals, with the domain's message intact, and nothing rolled back.
+  ASSERT_TRUE(d->Write(vol->id, f->ino, 0, after.data(), after.size()).ok());
+  s = Rollback("nope", "monday");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_NE(s.error_message().find("nope"), std::string::npos) << s.error_message();
+  s = Rollback("v", "sunday");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_NE(s.error_message().find("sunday"), std::string::npos) << s.error_message();
+  ASSERT_TRUE(CreateSnapshot("v", "tuesday").ok());
+  s = Rollback("v", "monday");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("tuesday"), std::string::npos) << "names the newer one: " << s.error_message();
+  for (const std::string& bad : std::vector<std::string>{"", ".", "..", "a/b", std::string(256, 'n'),
+                                                         std::string("nul\0x", 5), std::string("es\x1b") + "c"}) {
+    EXPECT_EQ(Rollback("v", bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(Rollback(bad, "monday").error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+  EXPECT_TRUE(ReadAll(vol->id, f->ino) == after) << "no refusal rolled anything back";
+  // To the newest: fine.
+  ASSERT_TRUE(Rollback("v", "tuesday").ok());
+  EXPECT_TRUE(ReadAll(vol->id, f->ino) == after);
+  EXPECT_EQ(SnapshotNames("v"), (std::vector<std::string>{"monday", "tuesday"}));
+
+  auto problems = node_->domain()->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// RollbackSnapshot and the write-back cache (the head service's): the
+// cache is flushed first, so writes it answered before the rollback are
+// rolled back too; its clean data of the volume is dropped after, so a
+// read through it returns the snapshot's bytes, not those it held; a
+// write that came in after the flush (racing the rollback) stays dirty and
+// lands after it. A failed flush rolls nothing back; an unknown volume or
+// snapshot flushes nothing.
+TEST_F(AdminTest, RollbackFlushesTheCacheFirstAndDropsItsDataAfter) {
+  std::shared_ptr<cache::DataCache> cache;
+  int flushes = 0, forgets = 0;
+  nasgw::Status flush_fails;
+  std::function<void()> after_flush;  // a write racing the rollback
+  cache_flush_ = [&]() -> nasgw::Status {
+    flushes++;
+    if (!flush_fails.ok()) return flush_fails;
+    nasgw::Status s = cache->FlushAll();
+    if (after_flush) after_flush();
+    return s;
+  };
+  cache_forget_ = [&](uint32_t vol) -> uint64_t {
+    forgets++;
+    return cache->ForgetVolume(vol);
+  };
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  auto d = node_->domain();
+  ASSERT_NE(d, nullptr);
+  cache::DataCacheOptions co;
+  co.flush_after_ms = limits::kCacheFlushAfterMsMax;  // the flusher leaves it alone: only the admin calls flush
+  cache = std::make_shared<cache::DataCache>(d, co);
+  auto vol = d->FindVolume("v");
+  ASSERT_TRUE(vol.ok());
+  auto a = d->Create(vol->id, fs::kRootIno, "a", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(a.ok());
+  const std::string before(40000, 'a');
+  bool stable = true;
+  ASSERT_TRUE(cache->Write(vol->id, *a, 0, before.data(), before.size(), /*stable=*/false, &stable).ok());
+  ASSERT_TRUE(CreateSnapshot("v", "s1").ok());
+  EXPECT_EQ(flushes, 1);
+  // Reads through the cache, whose clean blocks hold what a flush put there.
+  auto read = [&](const fs::Attr& at) {
+    auto shown = cache->Shown(vol->id, [&] { return d->GetAttr(vol->id, at.ino); });
+    EXPECT_TRUE(shown.ok()) << shown.status().ToString();
+    if (!shown.ok()) return std::string();
+    std::string buf(1 << 20, '\0');
+    uint64_t size = 0;
+    auto n = cache->Read(vol->id, *shown, 0, buf.size(), buf.data(), &size);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    buf.resize(n.ok() ? *n : 0);
+    return buf;
+  };
+  EXPECT_TRUE(read(*a) == before);
+
+  // Answered from memory after the snapshot: overwritten and grown, and a new file.
+  const std::string after(60000, 'A');
+  ASSERT_TRUE(cache->Write(vol->id, *a, 0, after.data(), after.size(), false, &stable).ok());
+  EXPECT_FALSE(stable);
+  auto n = d->Create(vol->id, fs::kRootIno, "new", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(n.ok());
+  ASSERT_TRUE(cache->Write(vol->id, *n, 0, after.data(), after.size(), false, &stable).ok());
+  EXPECT_TRUE(read(*a) == after);
+
+  // Refused before any flush: an unknown volume or snapshot.
+  EXPECT_EQ(Rollback("nope", "s1").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Rollback("v", "s9").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(flushes, 1);
+  EXPECT_EQ(forgets, 0);
+  // A failed flush: nothing rolled back, the flush's code and why.
+  flush_fails = nasgw::Status::NoSpace("no space for the flush");
+  auto s = Rollback("v", "s1");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("write-back cache"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("no space for the flush"), std::string::npos) << s.error_message();
+  EXPECT_EQ(forgets, 0);
+  EXPECT_TRUE(read(*a) == after) << "not rolled back";
+  EXPECT_TRUE(d->Lookup(vol->id, fs::kRootIno, "new").ok());
+  flush_fails = nasgw::Status();
+
+  pb::RollbackSnapshotResponse r;
+  s = Rollback("v", "s1", &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(flushes, 3);
+  EXPECT_EQ(forgets, 1);
+  EXPECT_GE(r.freed_bytes(), 2 * after.size() - before.size()) << "the cached writes were flushed, then undone";
+  EXPECT_EQ(cache->stats().dirty_bytes, 0u);
+  EXPECT_TRUE(read(*a) == before) << "through the cache: " << Summary(read(*a));
+  EXPECT_TRUE(ReadAll(vol->id, a->ino) == before);
+  EXPECT_EQ(d->Lookup(vol->id, fs::kRootIno, "new").status().code(), Code::kNotFound);
+  EXPECT_EQ(d->GetAttr(vol->id, n->ino).status().code(), Code::kNotFound);
+
+  // A write that arrives after the flush, while the rollback runs: kept
+  // dirty, and flushed over the rolled-back file.
+  ASSERT_TRUE(CreateSnapshot("v", "s2").ok());
+  const std::string racing(1000, 'R');
+  after_flush = [&] {
+    bool st = true;
+    EXPECT_TRUE(cache->Write(vol->id, *a, 0, racing.data(), racing.size(), false, &st).ok());
+  };
+  ASSERT_TRUE(cache->Write(vol->id, *a, 0, after.data(), after.size(), false, &stable).ok());
+  s = Rollback("v", "s2");
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  after_flush = nullptr;
+  EXPECT_EQ(cache->stats().dirty_bytes, racing.size()) << "the racing write stays dirty";
+  const std::string want = racing + before.substr(racing.size());
+  EXPECT_TRUE(read(*a) == want) << Summary(read(*a));
+  ASSERT_TRUE(cache->Flush(vol->id, a->ino).ok());
+  EXPECT_TRUE(ReadAll(vol->id, a->ino) == want) << Summary(ReadAll(vol->id, a->ino));
+
+  auto problems = node_->domain()->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// `nasgw snapshot rollback`: its line and --json, exit codes.
+TEST_F(AdminTest, CliSnapshotRollback) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  WriteFile("v", "f", 10000);
+  ASSERT_EQ(Cli({"snapshot", "create", "v", "first"}).exit_code, 0);
+  WriteFile("v", "g", 50000);
+  CliResult r = Cli({"snapshot", "rollback", "v", "first"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.out.rfind("volume v rolled back to snapshot first: ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(" keys removed, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" freed"), std::string::npos) << r.out;
+  EXPECT_EQ(node_->domain()->Lookup(GetVolume("v").id(), fs::kRootIno, "g").status().code(), Code::kNotFound);
+
+  WriteFile("v", "g", 50000);
+  r = Cli({"--json", "snapshot", "rollback", "v", "first"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["rolled_back"]["snapshot"]["name"], "first") << r.out;
+  EXPECT_EQ(j["rolled_back"]["snapshot"]["volume"], "v") << r.out;
+  for (const char* k : {"removed_keys", "restored_keys", "freed_bytes", "orphans"}) {
+    EXPECT_TRUE(j["rolled_back"][k].is_number()) << k << ": " << r.out;
+  }
+  EXPECT_GE(j["rolled_back"]["freed_bytes"].get<uint64_t>(), 50000u) << r.out;
+
+  // Exit codes: not found 4, refused 6 (a newer snapshot, named), usage 2.
+  r = Cli({"snapshot", "rollback", "nope", "first"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"snapshot", "rollback", "v", "nope"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  ASSERT_EQ(Cli({"snapshot", "create", "v", "second"}).exit_code, 0);
+  r = Cli({"snapshot", "rollback", "v", "first"});
+  EXPECT_EQ(r.exit_code, 6) << Describe(r);
+  EXPECT_NE(r.err.find("second"), std::string::npos) << Describe(r);
+  r = Cli({"--json", "snapshot", "rollback", "v", "first"});
+  EXPECT_EQ(json::parse(r.out)["error"]["code"], "FAILED_PRECONDITION") << r.out;
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"snapshot", "rollback", "v"},
+                                                               {"snapshot", "rollback", "v", "x", "y"},
+                                                               {"snapshot", "rollback", "v", "second", "--force"}}) {
+    r = Cli(bad);
+    EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  }
+  r = Cli({"snapshot", "rollback", "v", "evil\x1b[2J"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  r = Cli({"snapshot", "--help"});
+  EXPECT_NE(r.out.find("snapshot rollback VOLUME NAME"), std::string::npos) << r.out;
+  r = Cli({"--help"});
+  EXPECT_NE(r.out.find("snapshot rollback VOLUME NAME"), std::string::npos) << r.out;
+  r = Cli({"snapshot", "rollback", "v", "second"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
 }
 
 // The names scheduled snapshots get: `<schedule>-YYYYMMDDTHHMMSSZ` (UTC),

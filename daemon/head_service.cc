@@ -1194,6 +1194,18 @@ Status HeadService::FlushCache() {
   return c->FlushAll();  // outside cache_mu_: it waits for the array
 }
 
+uint64_t HeadService::ForgetVolume(uint32_t vol) {
+  // A directory may have another parent now (or none): the scope checks
+  // walk the chains again.
+  parents_.Moved();
+  std::shared_ptr<cache::DataCache> c;
+  {
+    MutexLock l(cache_mu_);
+    c = cache_;
+  }
+  return c == nullptr ? 0 : c->ForgetVolume(vol);
+}
+
 Status HeadService::Close() {
   std::shared_ptr<cache::DataCache> c;
   {

@@ -70,8 +70,8 @@ struct HeadSession {
 
 // The parent of each directory, cached for the scope check. A directory
 // changes parent only through RENAME, which every head sends through the
-// HeadService: it calls Moved(), which empties the cache; a walk that read a
-// parent before that does not store it. (With several nodes serving one
+// HeadService, or a rollback of its volume: both call Moved(), which empties
+// the cache; a walk that read a parent before that does not store it. (With several nodes serving one
 // domain, the cluster issue must carry Moved() to the other nodes.)
 class DirParents {
  public:
@@ -149,6 +149,13 @@ class HeadService {
   // flush. The first error. Nothing to do while no domain is open, or when
   // the cache is an earlier opening's (its data went with that opening).
   Status FlushCache();
+  // Volume `vol` was rolled back to a snapshot (the admin service, after
+  // FlushCache and fs::Domain::RollbackSnapshot): drops what is cached of
+  // it that the rollback made stale, the cache's clean data of its files
+  // (DataCache::ForgetVolume; dirty data written meanwhile stays, to be
+  // flushed after the rollback) and the directory parents (DirParents).
+  // Returns the clean bytes dropped.
+  uint64_t ForgetVolume(uint32_t vol);
   // Flushes the cache and stops it (orderly shutdown, before the node closes
   // the domain); later requests are written through. The first error.
   Status Close();

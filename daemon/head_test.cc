@@ -2156,6 +2156,56 @@ TEST_F(HeadTest, SnapshotsAreReachedThroughDotSnapshotAndAreReadOnly) {
   EXPECT_EQ(nasgw_lookup(client_, &kRoot, &sd.handle, "s1", &was), -ENOENT);
 }
 
+// After a rollback of the volume (as the admin service runs it: the cache
+// flushed, the domain rolled back, then ForgetVolume), nothing the service
+// cached from after the snapshot is used: reads give the snapshot's bytes,
+// not the read cache's, and a directory moved into a scope since is outside
+// it again (the scope check's parents are read again).
+TEST_F(HeadTest, ARollbackLeavesNothingStaleCached) {
+  nasgw_attr f = Create(root_.handle, "f");
+  nasgw_attr d = Create(root_.handle, "d", NASGW_TYPE_DIR, 0755);
+  nasgw_attr x = Create(root_.handle, "x", NASGW_TYPE_DIR, 0755);
+  const std::string before(40000, 'b'), after(50000, 'A');
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, before.data(), static_cast<uint32_t>(before.size()),
+                        NASGW_FILE_SYNC, nullptr),
+            static_cast<int64_t>(before.size()));
+  ASSERT_TRUE(service_->FlushCache().ok());  // as the admin service does first (a stable write may be only logged)
+  ASSERT_TRUE(domain_->CreateSnapshot("vol1", "s").ok());
+  auto read_all = [&] {
+    std::string buf(1 << 20, '\0');
+    int eof = 0;
+    const int64_t n = nasgw_read(client_, &kRoot, &f.handle, 0, buf.data(), static_cast<uint32_t>(buf.size()), &eof);
+    EXPECT_GE(n, 0) << nasgw_client_last_message();
+    buf.resize(n < 0 ? 0 : static_cast<size_t>(n));
+    return buf;
+  };
+  // Since: overwritten (unstable: the cache holds it), read (its blocks in
+  // the read cache once flushed), x moved into d and seen there through
+  // d's scope.
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, after.data(), static_cast<uint32_t>(after.size()),
+                        NASGW_UNSTABLE, nullptr),
+            static_cast<int64_t>(after.size()));
+  EXPECT_TRUE(read_all() == after);
+  ASSERT_EQ(nasgw_rename(client_, &kRoot, &root_.handle, "x", &d.handle, "x", 0), 0) << nasgw_client_last_message();
+  nasgw_attr scoped{}, a{};
+  ASSERT_EQ(nasgw_mount_path(client_, &kRoot, "vol1", "d", &scoped), 0) << nasgw_client_last_message();
+  ASSERT_EQ(nasgw_get_inode(client_, &kRoot, &scoped.handle, x.handle.ino, &a), 0) << "moved into d";
+  nasgw_attr later = Create(root_.handle, "later");
+
+  ASSERT_TRUE(service_->FlushCache().ok());
+  EXPECT_TRUE(read_all() == after) << "now from the read cache";
+  EXPECT_GT(service_->CacheStats().read.bytes, 0u);
+  ASSERT_TRUE(domain_->RollbackSnapshot("vol1", "s").ok());
+  EXPECT_GT(service_->ForgetVolume(f.handle.volume), 0u) << "the read cache held f's blocks";
+  EXPECT_EQ(service_->dir_parents().size(), 0u);
+
+  EXPECT_TRUE(read_all() == before) << read_all().size() << " bytes";
+  EXPECT_EQ(nasgw_get_inode(client_, &kRoot, &scoped.handle, x.handle.ino, &a), -ESTALE) << "outside d again";
+  EXPECT_EQ(nasgw_lookup(client_, &kRoot, &root_.handle, "x", &a), 0) << "where it was";
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &later.handle, &a), -ESTALE) << "made since the snapshot";
+  EXPECT_EQ(nasgw_lookup(client_, &kRoot, &root_.handle, "later", &a), -ENOENT);
+}
+
 // Past head.max_locks_per_session a lock (or a splitting unlock) is ENOLCK.
 TEST_F(HeadTest, LockLimits) {
   server_->Shutdown(std::chrono::milliseconds(0));

@@ -140,7 +140,8 @@ int Run(const Config& cfg) {
     return 1;
   }
   auto admin = AdminServer::Start(
-      n, cfg, [&service] { return service.CacheStats(); }, [&service] { return service.FlushCache(); });
+      n, cfg, [&service] { return service.CacheStats(); }, [&service] { return service.FlushCache(); },
+      [&service](uint32_t vol) { return service.ForgetVolume(vol); });
   if (!admin.ok()) {
     std::fprintf(stderr, "nasgwd: cannot start: %s\n", admin.status().ToString().c_str());
     (*head)->Shutdown(std::chrono::milliseconds(0));

@@ -830,6 +830,12 @@ Result<fs::SnapshotInfo> Node::DeleteSnapshot(const std::string& volume, const s
   return (*d)->DeleteSnapshot(volume, name);
 }
 
+Result<fs::RollbackInfo> Node::RollbackSnapshot(const std::string& volume, const std::string& name) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->RollbackSnapshot(volume, name);
+}
+
 Result<fs::SnapshotSchedule> Node::AddSnapshotSchedule(const std::string& volume, const fs::SnapshotSchedule& s) {
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();

@@ -154,6 +154,11 @@ class Node {
   Result<fs::SnapshotInfo> GetSnapshot(const std::string& volume, const std::string& name);
   Result<fs::SnapshotInfo> CreateSnapshot(const std::string& volume, const std::string& name);
   Result<fs::SnapshotInfo> DeleteSnapshot(const std::string& volume, const std::string& name);
+  // The volume back to its newest snapshot `name` (fs::Domain::
+  // RollbackSnapshot). As for CreateSnapshot the caller flushes the
+  // write-back cache first; it also drops what it caches of the volume
+  // after (the admin service does both).
+  Result<fs::RollbackInfo> RollbackSnapshot(const std::string& volume, const std::string& name);
 
   // ---- snapshot schedules (Unavailable unless the reserve is online; the
   // rules are fs::Domain's; daemon/snapshot_scheduler.h runs them). A
