@@ -21,7 +21,13 @@
 // entries is never removed. The store runs without a block cache and with a
 // small memtable so that reads reach the LUNs.
 //
-//   nasgw-fsx --mem --seed N --ops N [--remount-every N] [--read-faults PCT] [--max-file BYTES]
+//   nasgw-fsx --mem --seed N --ops N [--remount-every N] [--read-faults PCT] [--max-file BYTES] [--snapshots]
+//
+// With --snapshots (--mem only) the steps also take, read, delete and roll
+// back to snapshots of the volume, and clone them: every snapshot's tree
+// (read through `.snapshot/NAME/...`) and every clone's must equal the model
+// copied when the snapshot was taken, at once and at every tree check; a
+// rollback makes the live tree the newest snapshot's model again.
 //
 // Prints the failing step and its seed on the first mismatch and exits 1.
 #include <dirent.h>
@@ -84,6 +90,12 @@ class Target {
   virtual bool faulted() const { return false; }
   // Remounts; false (with why in *err) if that failed.
   virtual bool Remount(std::string* err) = 0;
+  // Snapshots of the volume: `op` is "create", "delete", "rollback" (to
+  // snapshot `name`), "clone" (a volume from it) or "unclone" (that volume
+  // deleted); 0 or an errno, ENOTSUP where the target takes none. A
+  // snapshot's tree is read at ".snapshot/NAME/<path>", a clone's at
+  // ".clone/NAME/<path>", with the calls above.
+  virtual int SnapshotOp(const std::string& /*op*/, const std::string& /*name*/) { return ENOTSUP; }
   // Problems an fsck finds (empty: clean, or not available).
   virtual std::vector<std::string> Check() { return {}; }
 };
@@ -230,10 +242,14 @@ class DomainTarget : public Target {
       auto a = Resolve(p);
       if (!a.ok()) return Errno(a.status());
       if (a->type == fs::FileType::kDirectory && (flags & O_ACCMODE) != O_RDONLY) return EISDIR;
-      Status s = dom_->OpenFile(vol_, a->ino);
-      if (!s.ok()) return Errno(s);
+      f.vol = rvol_;
       f.ino = a->ino;
-      f.counted = true;
+      f.snap = a->snap;
+      if (a->snap == 0) {  // a snapshot's files are read-only and kept: nothing to count
+        Status s = dom_->OpenFile(rvol_, a->ino);
+        if (!s.ok()) return Errno(s);
+        f.counted = true;
+      }
     }
     *fd = next_fd_++;
     files_[*fd] = f;
@@ -262,7 +278,7 @@ class DomainTarget : public Target {
     *done = 0;
     auto it = files_.find(fd);
     if (it == files_.end()) return EBADF;
-    auto r = dom_->Read(it->second.vol, it->second.ino, off, n, buf);
+    auto r = dom_->Read(it->second.vol, it->second.ino, off, n, buf, it->second.snap);
     if (!r.ok()) return Errno(r.status());
     *done = *r;
     return 0;
@@ -291,7 +307,7 @@ class DomainTarget : public Target {
     auto a = Resolve(p);
     if (a.ok() && a->type == fs::FileType::kSymlink) {
       // One level, relative to the link's directory (all the exerciser makes).
-      auto target = dom_->ReadLink(vol_, a->ino);
+      auto target = dom_->ReadLink(rvol_, a->ino, a->snap);
       if (!target.ok()) return Errno(target.status());
       const auto slash = p.rfind('/');
       a = Resolve((slash == std::string::npos ? "" : p.substr(0, slash + 1)) + *target);
@@ -349,7 +365,7 @@ class DomainTarget : public Target {
     Begin();
     auto a = Resolve(p);
     if (!a.ok()) return Errno(a.status());
-    auto t = dom_->ReadLink(vol_, a->ino);
+    auto t = dom_->ReadLink(rvol_, a->ino, a->snap);
     if (!t.ok()) return Errno(t.status());
     *out = *t;
     return 0;
@@ -364,7 +380,7 @@ class DomainTarget : public Target {
     Begin();
     auto a = Resolve(p);
     if (!a.ok()) return Errno(a.status());
-    auto v = dom_->GetXattr(vol_, a->ino, name);
+    auto v = dom_->GetXattr(rvol_, a->ino, name, a->snap);
     if (!v.ok()) return v.status().code() == Code::kNotFound ? ENODATA : Errno(v.status());
     *out = *v;
     return 0;
@@ -382,7 +398,7 @@ class DomainTarget : public Target {
     if (!a.ok()) return Errno(a.status());
     names->clear();
     for (uint64_t cookie = 0;;) {
-      auto e = dom_->ReadDir(vol_, a->ino, cookie, 64);
+      auto e = dom_->ReadDir(rvol_, a->ino, cookie, 64, a->snap);
       if (!e.ok()) return Errno(e.status());
       if (e->empty()) return 0;
       for (const auto& x : *e) names->push_back(x.name);
@@ -400,6 +416,15 @@ class DomainTarget : public Target {
     dom_ = std::move(d.value());
     return true;
   }
+  int SnapshotOp(const std::string& op, const std::string& name) override {
+    Begin();
+    if (op == "create") return Errno(dom_->CreateSnapshot("fsx", name).status());
+    if (op == "delete") return Errno(dom_->DeleteSnapshot("fsx", name).status());
+    if (op == "rollback") return Errno(dom_->RollbackSnapshot("fsx", name).status());
+    if (op == "clone") return Errno(dom_->CloneSnapshot("fsx", name, "clone-" + name).status());
+    if (op == "unclone") return Errno(dom_->DeleteVolume("clone-" + name, /*force=*/true));
+    return EINVAL;
+  }
   std::vector<std::string> Check() override {
     auto p = dom_->Check();
     if (!p.ok()) return {"fsck: " + p.status().ToString()};
@@ -410,6 +435,7 @@ class DomainTarget : public Target {
   struct File {
     uint32_t vol = 0;
     uint64_t ino = 0;
+    uint32_t snap = 0;     // read at a snapshot
     bool counted = false;  // OpenFile'd: ReleaseFile at close
   };
 
@@ -441,13 +467,35 @@ class DomainTarget : public Target {
     return false;
   }
 
+  // The path's attributes; rvol_ becomes the volume it is in. Paths under
+  // ".snapshot/NAME/" are read at that snapshot, under ".clone/NAME/" in
+  // that clone.
   nasgw::Result<fs::Attr> Resolve(const std::string& p) {
-    auto a = dom_->GetAttr(vol_, fs::kRootIno);
+    rvol_ = vol_;
+    uint32_t snap = 0;
     size_t at = 0;
+    for (const char* view : {".snapshot/", ".clone/"}) {
+      const std::string v = view;
+      if (p.rfind(v, 0) != 0) continue;
+      size_t end = p.find('/', v.size());
+      if (end == std::string::npos) end = p.size();
+      const std::string name = p.substr(v.size(), end - v.size());
+      if (v == ".snapshot/") {
+        auto s = dom_->SnapshotOf(vol_, name);
+        if (!s.ok()) return s.status();
+        snap = s->id;
+      } else {
+        auto c = dom_->FindVolume("clone-" + name);
+        if (!c.ok()) return c.status();
+        rvol_ = c->id;
+      }
+      at = end + 1;
+    }
+    auto a = dom_->GetAttr(rvol_, fs::kRootIno, snap);
     while (a.ok() && at < p.size()) {
       size_t end = p.find('/', at);
       if (end == std::string::npos) end = p.size();
-      a = dom_->Lookup(vol_, a->ino, p.substr(at, end - at));
+      a = dom_->Lookup(rvol_, a->ino, p.substr(at, end - at), snap);
       at = end + 1;
     }
     return a;
@@ -507,6 +555,7 @@ class DomainTarget : public Target {
   std::shared_ptr<fs::Reserve> reserve_;
   std::unique_ptr<fs::Domain> dom_;
   uint32_t vol_ = 0;
+  uint32_t rvol_ = 0;  // the volume of the path Resolve resolved last
   std::map<int, File> files_;
   int next_fd_ = 3;
   std::thread::id main_;
@@ -531,7 +580,8 @@ struct Fail {
 
 class Fsx {
  public:
-  Fsx(Target* fs, uint64_t seed, size_t max_file) : fs_(fs), rng_(seed), max_file_(max_file) {
+  Fsx(Target* fs, uint64_t seed, size_t max_file, bool snapshots)
+      : fs_(fs), rng_(seed), max_file_(max_file), snapshots_(snapshots) {
     paths_[""] = std::make_shared<Node>();
     paths_[""]->kind = Node::kDir;
   }
@@ -585,6 +635,12 @@ class Fsx {
       case 17:
         OpenUnlinked();
         break;
+      case 18:
+        if (snapshots_) {
+          Snapshot();
+          break;
+        }
+        [[fallthrough]];
       default:
         Write();
         break;
@@ -593,12 +649,23 @@ class Fsx {
 
   void CheckTree() {
     // Every model path exists with its type and content; nothing else does.
-    std::set<std::string> seen;
-    Walk("", &seen);
-    for (const auto& [p, n] : paths_) {
-      if (!seen.contains(p)) throw Fail{"'" + p + "' missing from the file system"};
+    CheckTreeAt("", paths_);
+    // And every snapshot and clone as it was taken.
+    for (const auto& [name, m] : snaps_) {
+      CheckTreeAt(".snapshot/" + name, m);
+      if (clones_.contains(name)) CheckTreeAt(".clone/" + name, m);
     }
   }
+
+  void CheckTreeAt(const std::string& at, const std::map<std::string, NodeRef>& model) {
+    std::set<std::string> seen;
+    if (!Walk(at, model, "", &seen)) return;
+    for (const auto& [p, n] : model) {
+      if (!seen.contains(p)) throw Fail{"'" + Join(at, p) + "' missing from the file system"};
+    }
+  }
+
+  uint64_t snapshots_taken = 0, rollbacks = 0, clones = 0;
 
   uint64_t ops_ok = 0, ops_err = 0;
   uint64_t ops_faulted = 0;        // failed with EIO over an injected read error
@@ -924,37 +991,130 @@ class Fsx {
     // Other names, if any, keep the data (checked by the tree walk).
   }
 
-  void Walk(const std::string& dir, std::set<std::string>* seen) {
+  static std::string Join(const std::string& a, const std::string& b) {
+    return a.empty() ? b : (b.empty() ? a : a + "/" + b);
+  }
+
+  // The tree under `at` (the live root: "") against `model`; false if a
+  // failed read cut it short.
+  bool Walk(const std::string& at, const std::map<std::string, NodeRef>& model, const std::string& dir,
+            std::set<std::string>* seen) {
     std::vector<std::string> names;
-    int e = fs_->List(dir, &names);
-    if (e != 0) throw Fail{"cannot list directory '" + dir + "': " + std::strerror(e)};
+    // A read that failed during a step (reads failing) cuts the walk short.
+    if (!Expect("list", Join(at, dir), fs_->List(Join(at, dir), &names), 0)) return false;
     seen->insert(dir);
     std::set<std::string> unique(names.begin(), names.end());
-    if (unique.size() != names.size()) throw Fail{"directory '" + dir + "' lists a name twice"};
+    if (unique.size() != names.size()) throw Fail{"directory '" + Join(at, dir) + "' lists a name twice"};
     for (const auto& name : names) {
       std::string p = dir.empty() ? name : dir + "/" + name;
-      auto it = paths_.find(p);
-      if (it == paths_.end()) throw Fail{"'" + p + "' exists but the model has no such path"};
+      auto it = model.find(p);
+      if (it == model.end()) throw Fail{"'" + Join(at, p) + "' exists but the model has no such path"};
       seen->insert(p);
       if (it->second->kind == Node::kDir) {
-        Walk(p, seen);
+        if (!Walk(at, model, p, seen)) return false;
       } else if (it->second->kind == Node::kFile) {
-        CheckContent(p, it->second);
+        CheckContent(Join(at, p), it->second);
+      } else {
+        std::string target;
+        if (Expect("readlink", Join(at, p), fs_->Readlink(Join(at, p), &target), 0) && target != it->second->data) {
+          throw Fail{"'" + Join(at, p) + "' readlink differs"};
+        }
       }
+    }
+    return true;
+  }
+
+  // The model as it stands, copied (names of one file share one copy).
+  std::map<std::string, NodeRef> Copy(const std::map<std::string, NodeRef>& from) const {
+    std::map<const Node*, NodeRef> made;
+    std::map<std::string, NodeRef> out;
+    for (const auto& [p, n] : from) {
+      NodeRef& c = made[n.get()];
+      if (!c) c = std::make_shared<Node>(*n);
+      out[p] = c;
+    }
+    return out;
+  }
+
+  // Snapshots: take one, read one, delete one, roll back, clone.
+  void Snapshot() {
+    // A deletion a failed read cut short has made the snapshot gone to
+    // readers; it is finished by deleting again (or is done: ENOENT).
+    while (!unfinished_.empty()) {
+      const std::string name = *unfinished_.begin();
+      const int rc = fs_->SnapshotOp("delete", name);
+      if (!Expect("snapshot delete again", name, rc, rc == ENOENT ? ENOENT : 0)) return;
+      unfinished_.erase(name);
+    }
+    std::vector<std::string> names;
+    for (const auto& [n, m] : snaps_) names.push_back(n);
+    const uint64_t what = rng_() % 10;
+    if (names.empty() || (what < 4 && names.size() < 8)) {
+      const std::string name = "s" + std::to_string(step_);
+      if (Expect("snapshot create", name, fs_->SnapshotOp("create", name), 0)) {
+        snaps_[name] = Copy(paths_);
+        order_.push_back(name);
+        snapshots_taken++;
+        CheckTreeAt(".snapshot/" + name, snaps_[name]);
+      }
+      return;
+    }
+    const std::string name = Pick(names);
+    if (what < 6) {
+      // A snapshot a clone needs stays.
+      const bool deleted =
+          Expect("snapshot delete", name, fs_->SnapshotOp("delete", name), clones_.contains(name) ? EPERM : 0);
+      if (!deleted && !clones_.contains(name)) {
+        // Failed part way: gone to readers already (deletion marks it
+        // first), or not begun; either way deleting again finishes it.
+        snaps_.erase(name);
+        order_.erase(std::find(order_.begin(), order_.end(), name));
+        unfinished_.insert(name);
+      } else if (deleted && !clones_.contains(name)) {
+        snaps_.erase(name);
+        order_.erase(std::find(order_.begin(), order_.end(), name));
+        std::vector<std::string> unused;
+        if (fs_->List(".snapshot/" + name, &unused) != ENOENT) throw Fail{"deleted snapshot '" + name + "' is there"};
+      }
+    } else if (what < 8) {
+      CheckTreeAt(".snapshot/" + name, snaps_[name]);
+    } else if (what == 8) {
+      // Only to the newest; an older one is refused and changes nothing.
+      const std::string& to = rng_() % 2 ? order_.back() : name;
+      const bool newest = to == order_.back();
+      if (Expect("snapshot rollback", to, fs_->SnapshotOp("rollback", to), newest ? 0 : EPERM) && newest) {
+        paths_ = Copy(snaps_[to]);
+        rollbacks++;
+        CheckTreeAt("", paths_);
+      }
+    } else if (!clones_.contains(name)) {
+      if (Expect("snapshot clone", name, fs_->SnapshotOp("clone", name), 0)) {
+        clones_.insert(name);
+        clones++;
+        CheckTreeAt(".clone/" + name, snaps_[name]);
+      }
+    } else if (Expect("clone delete", name, fs_->SnapshotOp("unclone", name), 0)) {
+      clones_.erase(name);
     }
   }
 
   Target* fs_;
   std::mt19937_64 rng_;
   size_t max_file_;
+  bool snapshots_;
   uint64_t step_ = 0;
-  std::map<std::string, NodeRef> paths_;  // "" is the root
+  std::map<std::string, NodeRef> paths_;                         // "" is the root
+  std::map<std::string, std::map<std::string, NodeRef>> snaps_;  // the model when each was taken
+  std::vector<std::string> order_;                               // snapshot names, oldest first
+  std::set<std::string> clones_;                                 // snapshots with a clone
+  std::set<std::string> unfinished_;                             // deletions a failed read cut short
 };
 
 void Usage() {
   std::fprintf(stderr,
                "usage: nasgw-fsx --dir DIR --seed N --ops N [--remount-every N --remount-cmd CMD] [--max-file BYTES]\n"
-               "       nasgw-fsx --mem --seed N --ops N [--remount-every N] [--read-faults PCT] [--max-file BYTES]\n");
+               "       nasgw-fsx --mem --seed N --ops N [--remount-every N] [--read-faults PCT] [--max-file BYTES] "
+               "[--snapshots]\n");
 }
 
 }  // namespace
@@ -962,7 +1122,7 @@ void Usage() {
 // An exception other than Fail is a bug of the exerciser: it aborts, with a core.
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   std::string dir, remount_cmd;
-  bool mem = false;
+  bool mem = false, snapshots = false;
   int read_faults = 0;
   uint64_t seed = 1, ops = 10000, remount_every = 0, check_every = 500;
   size_t max_file = 300 << 10;
@@ -979,6 +1139,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       dir = next();
     } else if (a == "--mem") {
       mem = true;
+    } else if (a == "--snapshots") {
+      snapshots = true;
     } else if (a == "--read-faults") {
       read_faults = std::atoi(next().c_str());
     } else if (a == "--seed") {
@@ -998,11 +1160,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       return 2;
     }
   }
-  if (mem == !dir.empty() || (!mem && remount_every && remount_cmd.empty()) || (!mem && read_faults) ||
+  if (mem == !dir.empty() || (!mem && remount_every && remount_cmd.empty()) || (!mem && (read_faults || snapshots)) ||
       read_faults < 0 || read_faults > 100 || max_file == 0) {
     std::fprintf(stderr,
                  "nasgw-fsx: give --dir or --mem; --remount-every on a directory needs --remount-cmd; "
-                 "--read-faults (0-100) needs --mem\n");
+                 "--read-faults (0-100) and --snapshots need --mem\n");
     Usage();
     return 2;
   }
@@ -1021,7 +1183,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     target = std::make_unique<PosixTarget>(dir, remount_cmd);
   }
   std::mt19937_64 fault_steps(seed * 31 + 7);  // apart from the model's generator
-  Fsx fsx(target.get(), seed, max_file);
+  Fsx fsx(target.get(), seed, max_file, snapshots);
   uint64_t remounts = 0, faulted_steps = 0;
   auto fsck = [&](const char* when) {
     auto problems = target->Check();
@@ -1066,6 +1228,15 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       static_cast<unsigned long long>(seed), static_cast<unsigned long long>(ops),
       static_cast<unsigned long long>(fsx.ops_ok), static_cast<unsigned long long>(fsx.ops_err),
       static_cast<unsigned long long>(remounts));
+  if (snapshots) {
+    std::printf("nasgw-fsx: %llu snapshots taken, %llu rollbacks, %llu clones, each read as its model\n",
+                static_cast<unsigned long long>(fsx.snapshots_taken), static_cast<unsigned long long>(fsx.rollbacks),
+                static_cast<unsigned long long>(fsx.clones));
+    if (fsx.snapshots_taken == 0 || fsx.rollbacks == 0 || fsx.clones == 0) {
+      std::fprintf(stderr, "nasgw-fsx: --snapshots took no snapshot, rollback or clone: run more --ops\n");
+      return 1;
+    }
+  }
   if (domain && read_faults) {
     std::printf(
         "nasgw-fsx: %llu steps with reads failing, %llu reads failed (%llu of metadata): %llu calls failed "
