@@ -1,6 +1,7 @@
 #include "fs/domain.h"
 
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <map>
@@ -1233,6 +1234,110 @@ TEST_F(DomainTest, SnapshotSpaceIsHeldUntilTheLastSnapshotThatSeesItGoes) {
   EXPECT_EQ(d->frees_bytes, kMiB);
   EXPECT_EQ(dom_->Statfs().free_bytes, free1);
   EXPECT_EQ(dom_->FindVolume("vol1")->snapshot_bytes, 0u);
+  auto problems = dom_->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// Snapshots taken while several writers change files and another makes
+// files: each is cut at one group boundary. Every file in it holds one whole
+// version (no torn write), no older than the last that finished before the
+// create began and no newer than the last that had begun when it returned;
+// the files made are exactly a prefix of those made, within the same bounds.
+// Read while the writers go on; then a rollback to the newest gives it back.
+TEST_F(DomainTest, SnapshotsTakenDuringConcurrentWritesAreCutAtOneGroup) {
+  Build();
+  constexpr int kWriters = 3;
+  constexpr size_t kBytes = 40000;  // three 16 KiB records: a version spans them
+  std::vector<Attr> files;
+  for (int i = 0; i < kWriters; i++) files.push_back(Mk(kRootIno, "w" + std::to_string(i)));
+  const Attr made_dir = Mk(kRootIno, "made", FileType::kDirectory);
+  auto version = [](uint64_t v) {
+    std::string s(kBytes, '\0');
+    for (size_t at = 0; at + 8 <= kBytes; at += 8) std::memcpy(s.data() + at, &v, 8);
+    return s;
+  };
+  std::atomic<uint64_t> started[kWriters + 1] = {}, done[kWriters + 1] = {};  // the last: the maker
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWriters; i++) {
+    threads.emplace_back([&, i] {
+      for (uint64_t v = 1; !stop.load(); v++) {
+        started[i].store(v);
+        const std::string data = version(v);
+        auto w = dom_->Write(vol_, files[i].ino, 0, data.data(), data.size());
+        ASSERT_TRUE(w.ok()) << w.status().ToString();
+        done[i].store(v);
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (uint64_t n = 1; !stop.load(); n++) {
+      started[kWriters].store(n);
+      auto a = dom_->Create(vol_, made_dir.ino, "c" + std::to_string(n), FileType::kRegular, 0644, 0, 0);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      done[kWriters].store(n);
+    }
+  });
+  struct Taken {
+    std::string name;
+    uint32_t id = 0;
+    uint64_t lo[kWriters + 1], hi[kWriters + 1];
+  };
+  std::vector<Taken> taken;
+  auto verify = [&](const Taken& t) {
+    for (int i = 0; i < kWriters; i++) {
+      auto a = dom_->GetAttr(vol_, files[i].ino, t.id);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      uint64_t v = 0;
+      if (a->size != 0) {
+        ASSERT_EQ(a->size, kBytes) << t.name << " w" << i;
+        std::string got(kBytes, '\0');
+        ASSERT_EQ(*dom_->Read(vol_, files[i].ino, 0, kBytes, got.data(), t.id), kBytes);
+        std::memcpy(&v, got.data(), 8);
+        EXPECT_TRUE(got == version(v)) << t.name << " w" << i << ": a torn version";
+      }
+      EXPECT_GE(v, t.lo[i]) << t.name << " w" << i << ": older than a write finished before it";
+      EXPECT_LE(v, t.hi[i]) << t.name << " w" << i << ": newer than any write begun by then";
+    }
+    std::set<uint64_t> seen;
+    for (uint64_t cookie = 0;;) {
+      auto es = dom_->ReadDir(vol_, made_dir.ino, cookie, 100, t.id);
+      ASSERT_TRUE(es.ok()) << es.status().ToString();
+      if (es->empty()) break;
+      for (const DirEntry& e : *es) seen.insert(std::stoull(e.name.substr(1)));
+      cookie = es->back().cookie;
+    }
+    const uint64_t n = seen.empty() ? 0 : *seen.rbegin();
+    EXPECT_EQ(seen.size(), n) << t.name << ": the files made are not a prefix";
+    EXPECT_GE(n, t.lo[kWriters]) << t.name;
+    EXPECT_LE(n, t.hi[kWriters]) << t.name;
+  };
+  for (int k = 0; k < 12; k++) {
+    Taken t;
+    t.name = "c" + std::to_string(k);
+    for (int i = 0; i <= kWriters; i++) t.lo[i] = done[i].load();
+    auto s = dom_->CreateSnapshot("vol1", t.name);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    for (int i = 0; i <= kWriters; i++) t.hi[i] = started[i].load();
+    t.id = s->id;
+    verify(t);  // while the writers go on
+    taken.push_back(t);
+    if (k % 4 == 3) {
+      ASSERT_TRUE(dom_->DeleteSnapshot("vol1", taken[k - 2].name).ok());  // one goes among them
+    }
+    std::this_thread::yield();
+  }
+  stop.store(true);
+  for (auto& th : threads) th.join();
+  for (int i = 0; i <= kWriters; i++) {
+    EXPECT_GT(done[i].load(), taken.front().hi[i]) << i << ": no change went on while snapshots were taken";
+  }
+  for (size_t k = 0; k < taken.size(); k++) {
+    if (k % 4 != 1) verify(taken[k]);  // the deleted ones (k-2 for k%4==3) are gone
+  }
+  ASSERT_TRUE(dom_->RollbackSnapshot("vol1", taken.back().name).ok());
+  EXPECT_EQ(Tree(*dom_, vol_, 0), Tree(*dom_, vol_, taken.back().id));
   auto problems = dom_->Check();
   ASSERT_TRUE(problems.ok());
   EXPECT_TRUE(problems->empty()) << (*problems)[0];
