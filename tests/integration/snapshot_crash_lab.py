@@ -1,21 +1,28 @@
 #!/usr/bin/env python3
-"""Snapshots survive nasgwd being killed while it creates or deletes one
-(issue 14's crash test), through the real path: tgtd LUNs -> nasgwd ->
-nasgw-fuse.
+"""Snapshots survive nasgwd being killed while it creates or deletes one, or
+rolls the volume back to one (issue 14's crash test), through the real
+path: tgtd LUNs -> nasgwd -> nasgw-fuse.
 
 Each round changes files through FUSE (fsynced: what the model holds is
-durable), starts `nasgw snapshot create` or `nasgw snapshot delete` and
-SIGKILLs nasgwd (and the FUSE head) a random moment later. Then:
+durable), starts `nasgw snapshot create`, `nasgw snapshot delete` or
+`nasgw snapshot rollback` and SIGKILLs nasgwd (and the FUSE head) a random
+moment later. Then:
 
   - nasgw-fsck checks the reserve read-only as the crash left it;
   - nasgwd starts again (replaying its log, finishing a deletion it had
     begun) and every snapshot is either fully there, reading through
     `.snapshot/<name>` exactly what the files held when it was taken, or
     fully gone: a snapshot being created is there or not, one being deleted
-    is gone (its deletion finished at the open) or still whole.
+    is gone (its deletion finished at the open) or still whole;
+  - after a rollback the volume reads either exactly as at the snapshot
+    (the rollback happened: a file made since is gone) or exactly as before
+    the rollback (it did not: that file is there), never anything between:
+    a rollback is one transaction. Both outcomes are counted.
 
 A deletion has work for the kill to land in: before each, thousands of 4 KiB
-overwrites give the snapshot dead entries across several release batches.
+overwrites give the snapshot dead entries across several release batches;
+a rollback too: thousands of overwrites since the newest snapshot, and a
+new file, for it to undo.
 At the end nasgwd stops cleanly, every snapshot is deleted, and nasgw-fsck
 checks that no dead entry, history key or byte of their space is left.
 
@@ -23,6 +30,7 @@ checks that no dead entry, history key or byte of their space is left.
 """
 
 import argparse
+import math
 import os
 import random
 import subprocess
@@ -67,6 +75,23 @@ def snapshot_reads_as(root, name, files):
     return None
 
 
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def reads_as(root, files):
+    """None when the live files f0.. hold `files`, else which one differs."""
+    for f, want in files.items():
+        with open(os.path.join(root, "f%d" % f), "rb") as fh:
+            if fh.read() != want:
+                return "f%d differs" % f
+    return None
+
+
 def listed(node):
     return {s["name"] for s in node.cli("snapshot", "list", "vol1", json_out=True).get("snapshots", [])}
 
@@ -89,7 +114,7 @@ def crash_during(node, args, delay):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
-    ap.add_argument("--rounds", type=int, default=20, help="rounds of each: create, delete")
+    ap.add_argument("--rounds", type=int, default=20, help="rounds of each: create, delete, rollback")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     a = ap.parse_args()
     b = os.path.abspath(a.build)
@@ -120,19 +145,62 @@ def main():
         t0 = time.monotonic()
         node.cli("snapshot", "delete", "vol1", "calibrate")
         t_delete = time.monotonic() - t0
-        print("an uncut create takes %.3f s, a deletion %.3f s" % (t_create, t_delete), flush=True)
+        # ... and a rollback with as much to undo (outside the mount: the
+        # kernel's caches of the files it changes are not the question). Its
+        # commit comes early, a bare CLI call and the scan after the start,
+        # and most of the call is after it (the space given back): so its
+        # kills are spread evenly over the logarithm of the time, from a
+        # quarter of a bare CLI call to 1.5 times the uncut rollback, and
+        # land before the commit about a third of the time.
+        t0 = time.monotonic()
+        listed(node)
+        t_cli = time.monotonic() - t0
+        frozen = {f: bytes(v) for f, v in model.items()}
+        node.cli("snapshot", "create", "vol1", "calibrate")
+        overwrite(root, model, rng, 3000)
+        node.unmount()
+        t0 = time.monotonic()
+        node.cli("snapshot", "rollback", "vol1", "calibrate")
+        t_rollback = time.monotonic() - t0
+        node.mount()
+        model = {f: bytearray(v) for f, v in frozen.items()}
+        c("an uncut rollback: the files read as at the snapshot", reads_as(root, model) is None, reads_as(root, model))
+        node.cli("snapshot", "delete", "vol1", "calibrate")
+        print("an uncut create takes %.3f s, a deletion %.3f s, a rollback %.3f s; a bare CLI call %.3f s" % (
+            t_create, t_delete, t_rollback, t_cli), flush=True)
         expected = {}  # snapshot name -> {file: bytes} it must read as
-        created = deleted_whole = deleted_gone = created_gone = 0
-        creates = deletes = rnd = 0
-        while creates < a.rounds or deletes < a.rounds:
+        created = deleted_whole = deleted_gone = created_gone = rolled_back = not_rolled_back = 0
+        creates = deletes = rollbacks = rnd = 0
+        while creates < a.rounds or deletes < a.rounds or rollbacks < a.rounds:
             rnd += 1
-            # Alternate; a deletion needs a snapshot to delete.
-            deleting = bool(expected) and deletes < a.rounds and (creates >= a.rounds or rnd % 2 == 0)
+            # In turn: create, delete, rollback; the latter two need a
+            # snapshot (one more create when there is none).
+            turn = ["create", "delete", "rollback"][rnd % 3]
+            left = [k for k, n in (("create", creates), ("delete", deletes), ("rollback", rollbacks))
+                    if n < a.rounds and (k == "create" or expected)]
+            kind = turn if turn in left else left[0] if left else "create"
+            deleting, rolling = kind == "delete", kind == "rollback"
             if deleting:
                 deletes += 1
+            elif rolling:
+                rollbacks += 1
             else:
                 creates += 1
-            if deleting:
+            if rolling:
+                # Work for the rollback: overwrites since the newest snapshot
+                # and a file made since; both must go, or both stay.
+                victim = sorted(expected)[-1]
+                overwrite(root, model, rng, 3000)
+                made, made_data = "n%03d" % rnd, rng.randbytes(rng.randrange(1, 300000))
+                with open(os.path.join(root, made), "wb") as fh:
+                    fh.write(made_data)
+                    fh.flush()  # out of Python's buffer before the fsync
+                    os.fsync(fh.fileno())
+                fsync_dir(root)
+                before = {f: bytes(v) for f, v in model.items()}
+                delay = math.exp(rng.uniform(math.log(t_cli / 4), math.log(1.5 * t_rollback)))
+                ok, said = crash_during(node, ["rollback", "vol1", victim], delay)
+            elif deleting:
                 # Work for the deletion: dead entries of the victim over
                 # several release batches (1,024 entries each).
                 victim = sorted(expected)[-1]
@@ -147,12 +215,36 @@ def main():
                 ok, said = crash_during(node, ["create", "vol1", victim], delay)
             fsck = node.fsck(check=False)
             c("round %d (%s %s, killed after %.3f s): fsck of the crashed reserve is clean" % (
-                rnd, "delete" if deleting else "create", victim, delay), fsck.returncode == 0,
-              (fsck.stdout + fsck.stderr)[-2000:])
+                rnd, kind, victim, delay), fsck.returncode == 0, (fsck.stdout + fsck.stderr)[-2000:])
             node.start()
             node.mount()
             now = listed(node)
-            if deleting:
+            if rolling:
+                # Exactly one of the two states, whole: the files and the
+                # file made since agree on which.
+                at_snapshot = reads_as(root, expected[victim]) is None
+                as_before = reads_as(root, before) is None
+                try:
+                    with open(os.path.join(root, made), "rb") as fh:
+                        made_now = fh.read()
+                except FileNotFoundError:
+                    made_now = None
+                if at_snapshot and made_now is None:
+                    rolled_back += 1
+                    model = {f: bytearray(v) for f, v in expected[victim].items()}
+                elif as_before and made_now == made_data and not ok:
+                    not_rolled_back += 1
+                    os.unlink(os.path.join(root, made))  # the model has only the f files
+                    fsync_dir(root)
+                else:
+                    c("round %d: the volume reads as at snapshot %s or as before the rollback, nothing between" % (
+                        rnd, victim), False,
+                      {"answered": ok, "files at the snapshot": at_snapshot, "files as before": as_before,
+                       "made since": "gone" if made_now is None else
+                       "whole" if made_now == made_data else "%d bytes, differs" % len(made_now),
+                       "files": reads_as(root, before), "said": said})
+                    break
+            elif deleting:
                 if victim in now:
                     deleted_whole += 1
                     c("round %d: the snapshot being deleted is still whole" % rnd,
@@ -179,10 +271,13 @@ def main():
                 with open(os.path.join(root, "f%d" % f), "rb") as fh:
                     if fh.read() != model[f]:
                         c("round %d: f%d reads as written" % (rnd, f), False)
-        print("creates: %d whole, %d gone; deletes: %d finished (at the call or the open), %d still whole" % (
-            created, created_gone, deleted_gone, deleted_whole), flush=True)
+        print("creates: %d whole, %d gone; deletes: %d finished (at the call or the open), %d still whole; "
+              "rollbacks: %d done, %d not" % (created, created_gone, deleted_gone, deleted_whole, rolled_back,
+                                               not_rolled_back), flush=True)
         c("the kills landed both before and after the creates' commit", created > 0 and created_gone > 0,
           (created, created_gone))
+        c("the kills landed both before and after the rollbacks' commit", rolled_back > 0 and not_rolled_back > 0,
+          (rolled_back, not_rolled_back))
         # A deletion the kill cut after it began is finished by the next
         # open, which says so in the log.
         with open(node.log_path) as lf:
