@@ -188,7 +188,13 @@ Status Domain::Impl::ScanAt(std::string_view begin, std::string_view end, uint64
     if (settled || GetBE64(k, k.size() - 8) <= at) return true;
     settled = true;  // the first version killed after `at`: visible if born by then
     if (last && live > *last) return true;
-    if (GetBirth(v) <= at) got.emplace(std::move(live), v.substr(0, v.size() - kBirthBytes));
+    // Only the first `max` keys of the merge are wanted: past them, stop
+    // (a page costs what it returns, not the directory's history).
+    if (got.size() >= max && live > got.rbegin()->first) return false;
+    if (GetBirth(v) <= at) {
+      got.emplace(std::move(live), v.substr(0, v.size() - kBirthBytes));
+      if (got.size() > max) got.erase(std::prev(got.end()));
+    }
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
