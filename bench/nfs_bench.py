@@ -29,6 +29,22 @@ the bytes that crossed the array link per client byte. Output: a table, JSON
   python3 bench/nfs_bench.py --build build/release --out nfs.json
   python3 bench/nfs_bench.py --quick --build build/debug     # smoke: 1 and 2 clients, a second each
 
+--snapshots is another mode: the nasgw target alone, the 8K random 70/30
+workload at one client count (--clients, default 4), unlimited link, in
+--runs rounds (default 5) of three variants run interleaved (the first
+rotating): `none` (no snapshot of the volume), `one` (one snapshot taken
+after the layout, just before the measurement: every block the run
+overwrites is shared with it) and `hundred` (--snap-keep, 100, snapshots
+taken back to back before the run, and one every --snap-every, 3, s during
+it by a thread calling the CLI, the oldest deleted beyond 100). Before each
+variant the previous one's snapshots are deleted and the file sets laid out
+again, so every variant starts from freshly written files. Reported per
+variant: write IOPS and total IOPS, fio's write p50/p99 latency, and the
+ratio of write IOPS to the same round's `none`; medians over the rounds.
+
+  python3 bench/nfs_bench.py --snapshots --build build/release --out snap-nfs.json   # ~15 min
+  python3 bench/nfs_bench.py --snapshots --quick --build build/release               # smoke, ~2 min
+
 Needs root, fio with the nfs and libiscsi engines (deploy/build-fio.sh, run
 on demand), for the nasgw target <build>/fsal/ganesha/libfsalnasgw.so,
 <build>/daemon/nasgwd and <build>/cli/nasgw, for san-vfs
@@ -500,13 +516,29 @@ def parse_fio(path):
         "p50_us": pct.get("50.000000", 0) / 1000.0, "p99_us": pct.get("99.000000", 0) / 1000.0,
         "read_iops": job["read"]["iops"], "write_iops": job["write"]["iops"],
         "read_ios": job["read"]["total_ios"], "write_ios": job["write"]["total_ios"],
+        # Per direction (--snapshots reports writes): completion latency
+        # (clat, submission to completion) where fio gave its percentiles,
+        # else the total latency's.
+        **{k % d: v for d in ("read", "write") for k, v in dir_percentiles(job[d]).items()},
     }
+
+
+def dir_percentiles(d):
+    """p50/p99 (us) of one direction of a fio job, and which latency they
+    are of (clat or lat)."""
+    for kind in ("clat_ns", "lat_ns"):
+        pct = d.get(kind, {}).get("percentile")
+        if pct:
+            return {"%s_p50_us": pct.get("50.000000", 0) / 1000.0, "%s_p99_us": pct.get("99.000000", 0) / 1000.0,
+                    "%s_latency": kind[:-3]}
+    return {}
 
 
 class Bench:
     def __init__(self, a):
         self.a = a
         self.fio = None
+        self.node = None
         self.res = {"config": {k: v for k, v in vars(a).items()}, "settings": []}
 
     # ---- one link setting
@@ -563,6 +595,7 @@ class Bench:
                 node = Node({"nasgwd": self.bins["nasgwd"], "cli": self.bins["cli"]},
                             urls=[l["url"] for l in san["luns"][:2]], tag="nfsbench", netns=host, metrics=True)
                 node.start(nasgw_config(a))
+                self.node = node
                 node.cli("reserve", "format", "--name", "bench", "--ag-size", a.ag_size, "--force")
                 create = ["volume", "create", VOLUME]
                 if a.record_kib:
@@ -617,7 +650,10 @@ class Bench:
                     out["targets"][t]["error"] = "layout: %s" % str(e)[-3000:]
                     targets.remove(t)
             out["measured"] = list(targets)
-            self.matrix(out, targets)
+            if a.snapshots:
+                self.snap_matrix(out, targets)
+            else:
+                self.matrix(out, targets)
         finally:
             errors = []
             sanvfs = self.sanvfs
@@ -944,12 +980,321 @@ class Bench:
             ("  clients started %.1f s apart, ran together %.1f s (fio alone: %.0f IOPS)"
              % (row["start_skew_s"], row["overlap_s"], row["iops_fio"])) if row.get("overlap_short") else "", drain))
 
+    # ---- --snapshots: 8K random 70/30 with 0, 1 and ~100 snapshots of the volume
+    def snap_list(self):
+        return [x["name"] for x in self.node.cli("snapshot", "list", VOLUME, json_out=True).get("snapshots", [])]
+
+    def snap_create(self, name):
+        t0 = time.monotonic()
+        self.node.cli("snapshot", "create", VOLUME, name)
+        return time.monotonic() - t0
+
+    def snap_delete(self, name):
+        t0 = time.monotonic()
+        self.node.cli("snapshot", "delete", VOLUME, name)
+        return time.monotonic() - t0
+
+    def snap_clear(self):
+        """Deletes every snapshot of the volume (the previous variant's).
+        Returns (how many, seconds)."""
+        t0 = time.monotonic()
+        names = self.snap_list()
+        for nm in names:
+            self.snap_delete(nm)
+        left = self.snap_list()
+        if left:
+            raise RuntimeError("snapshots left after deleting them all: %s" % left[:5])
+        return len(names), time.monotonic() - t0
+
+    def snap_matrix(self, out, targets):
+        """Rounds of the three variants, interleaved (the first rotating each
+        round), on the nasgw target, the randrw workload, one client count.
+        Before every variant: the previous one's snapshots deleted, the file
+        sets laid out again (the first variant of the run uses the setup's
+        layout), the array link quiet. Then the variant's snapshots: none;
+        one (taken now, so every block the run overwrites is shared with it);
+        or --snap-keep made back to back, plus one every --snap-every s during
+        the measurement, the oldest deleted beyond --snap-keep."""
+        a = self.a
+        if targets != ["nasgw"]:
+            raise RuntimeError("--snapshots measures the nasgw target only; it did not start (%s)" %
+                               out["targets"].get("nasgw", {}).get("error", "?"))
+        n = a.clients[0]
+        out["snap_variants"] = list(SNAP_VARIANTS)
+        first = True
+        for r in range(a.runs):
+            order = SNAP_VARIANTS[r % 3:] + SNAP_VARIANTS[:r % 3]
+            for v in order:
+                row = {"target": "nasgw", "workload": "randrw", "clients": n, "run": r + 1, "variant": v}
+                try:
+                    row["cleared_snapshots"], row["clear_s"] = self.snap_clear()
+                    if not first:
+                        t0 = time.monotonic()
+                        self.layout("nasgw")
+                        row["relayout_s"] = round(time.monotonic() - t0, 2)
+                    first = False
+                    row["pre_drain"] = self.drain("nasgw")
+                    creates = []
+                    if v == "one":
+                        creates.append(self.snap_create("one-r%d" % (r + 1)))
+                    elif v == "hundred":
+                        for i in range(a.snap_keep):
+                            creates.append(self.snap_create("pre-r%d-%03d" % (r + 1, i)))
+                    row["pre_snapshots"] = len(self.snap_list())
+                    row["pre_create_ms"] = sorted(1000 * x for x in creates)
+                    ticker = SnapTicker(self, "tick-r%d" % (r + 1), a.snap_every, a.snap_keep, self.snap_list()) \
+                        if v == "hundred" else None
+                    perf = None
+                    if a.perf and r == 0:
+                        perf = self.perf_start(v)
+                    san0 = self.san_bytes()
+                    self.counters.start()
+                    if ticker:
+                        ticker.start()
+                    try:
+                        row.update(self.measure("nasgw", "randrw", n))
+                    finally:
+                        if ticker:
+                            ticker.stop()
+                        self.counters.stop()
+                        if perf:
+                            row["perf"] = self.perf_finish(perf)
+                    san1 = self.san_bytes()
+                    row.pop("window", None)
+                    row["san_read_mb"] = (san1[0] - san0[0]) / 1e6
+                    row["san_write_mb"] = (san1[1] - san0[1]) / 1e6
+                    # fio's write IOPS summed over jobs; the headline is the
+                    # span's IOPS (as the other modes') times fio's write share.
+                    row["write_iops_fio"] = row["write_iops"]
+                    ios = row["read_ios"] + row["write_ios"]
+                    row["write_iops"] = row["iops"] * row["write_ios"] / ios if ios else 0.0
+                    if ticker:
+                        row["ticks"] = ticker.events
+                        row["tick_errors"] = ticker.errors
+                        row["snapshots_taken"] = sum(1 for e in ticker.events if e["what"] == "create")
+                        row["snapshots_deleted"] = sum(1 for e in ticker.events if e["what"] == "delete")
+                    row["post_snapshots"] = len(self.snap_list())
+                    row.update(self.drain("nasgw"))
+                    self.snap_log_row(row)
+                except Exception as e:
+                    row["error"] = str(e)[-3000:]
+                    if self.lab.server:
+                        srv = self.lab.server
+                        up = srv.pid and nfslab.alive(srv.pid, srv.st.get("ganesha_start"))
+                        row["error"] += "\n--- ganesha %s; log tail:\n%s" % ("running" if up else "NOT RUNNING",
+                                                                            srv.log_tail(1500))
+                    if self.node:
+                        row["error"] += "\n--- nasgwd log tail:\n%s" % self.node.log_tail(1500)
+                    log("FAILED: run %d %s: %s" % (r + 1, v, str(e)[-800:]))
+                out["runs"].append(row)
+                self.save()
+        try:
+            out["final_cleared_snapshots"], _ = self.snap_clear()
+        except Exception as e:
+            out["final_clear_error"] = str(e)[-1000:]
+        out["medians"] = snap_medians(out["runs"])
+        self.save()
+
+    def perf_start(self, variant):
+        """perf record -g of nasgwd for --perf s from the measurement's start
+        (--perf: profile round 1's variants; a separate run from the one whose
+        figures are reported, perf costs CPU on this 2-core machine)."""
+        base = os.path.splitext(self.a.out)[0] if self.a.out else os.path.join(self.lab.dir, "snap")
+        data = "%s-perf-%s.data" % (base, variant)
+        p = subprocess.Popen(["perf", "record", "-g", "-o", data, "-p", str(self.node.s["daemon_pid"]), "--",
+                              "sleep", str(self.a.perf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+        return p, data
+
+    def perf_finish(self, perf):
+        p, data = perf
+        try:
+            _, err = p.communicate(timeout=self.a.perf + 60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        rep = sh(["perf", "report", "--stdio", "--no-children", "-g", "none", "--percent-limit", "0.7",
+                  "-i", data], check=False, timeout=600)
+        top = [ln for ln in rep.stdout.splitlines() if ln.strip() and not ln.startswith("#")][:30]
+        log("perf (%s):\n%s" % (data, "\n".join(top)))
+        return {"data": data, "exit": p.returncode, "stderr": err[-500:], "top": top}
+
+    def snap_log_row(self, row):
+        extra = ""
+        if row["variant"] == "hundred":
+            c = [e["ms"] for e in row["ticks"] if e["what"] == "create"]
+            extra = "  %d snapshots taken during it (create p50 %.0f ms, max %.0f ms), %d deleted%s" % (
+                row["snapshots_taken"], statistics.median(c) if c else 0, max(c) if c else 0,
+                row["snapshots_deleted"], ", %d errors" % len(row["tick_errors"]) if row["tick_errors"] else "")
+        log("run %d %-7s %d snapshot(s): write %6.0f IOPS (total %6.0f) write p50 %6.0f us p99 %7.0f us; "
+            "relayout %s s; SAN %.0f/%.0f MB r/w%s" % (
+                row["run"], row["variant"], row["pre_snapshots"], row["write_iops"], row["iops"],
+                row.get("write_p50_us", 0), row.get("write_p99_us", 0), row.get("relayout_s", "-"),
+                row["san_read_mb"], row["san_write_mb"], extra))
+
     def save(self):
         if self.a.out:
             tmp = self.a.out + ".tmp"
             with open(tmp, "w") as f:
                 json.dump(self.res, f, indent=1)
             os.replace(tmp, self.a.out)
+
+
+# ---- --snapshots ------------------------------------------------------------------
+
+SNAP_VARIANTS = ("none", "one", "hundred")
+SNAP_MEDIAN_KEYS = ("write_iops", "iops", "write_iops_fio", "read_iops", "write_p50_us", "write_p99_us",
+                    "read_p50_us", "read_p99_us", "ratio", "ratio_total", "san_read_mb", "san_write_mb",
+                    "drain_s", "relayout_s", "clear_s", "snapshots_taken", "tick_create_ms", "tick_delete_ms",
+                    "pre_create_ms_p50")
+
+
+class SnapTicker:
+    """The `hundred` variant's snapshotter: a thread that every `every` s
+    takes a snapshot with the CLI and deletes the oldest while more than
+    `keep` exist (names: the ones there before, oldest first, then its own).
+    Records each call's time; errors are recorded and it goes on."""
+
+    def __init__(self, bench, prefix, every, keep, names):
+        self.bench, self.prefix, self.every, self.keep = bench, prefix, every, keep
+        self.names = list(names)
+        self.events, self.errors = [], []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+    def _call(self, what, fn, name):
+        t = time.time()
+        try:
+            s = fn(name)
+            self.events.append({"what": what, "name": name, "t": t, "ms": s * 1000})
+            return True
+        except Exception as e:
+            self.errors.append("%s %s: %s" % (what, name, str(e)[-300:]))
+            return False
+
+    def _run(self):
+        i = 0
+        while not self._stop.wait(self.every):   # the period of the schedule, not a wait for an event
+            name = "%s-%04d" % (self.prefix, i)
+            i += 1
+            if self._call("create", self.bench.snap_create, name):
+                self.names.append(name)
+            while len(self.names) > self.keep and not self._stop.is_set():
+                if not self._call("delete", self.bench.snap_delete, self.names[0]):
+                    break
+                self.names.pop(0)
+
+
+def snap_medians(runs):
+    """Per variant, medians over the rounds; the ratio is each round's
+    variant against that round's `none`."""
+    none = {x["run"]: x for x in runs if x["variant"] == "none" and "error" not in x}
+    med = {}
+    for v in SNAP_VARIANTS:
+        rows = [x for x in runs if x["variant"] == v and "error" not in x]
+        for x in rows:
+            base = none.get(x["run"])
+            if base and base["write_iops"] > 0:
+                x["ratio"] = x["write_iops"] / base["write_iops"]
+                x["ratio_total"] = x["iops"] / base["iops"]
+            ticks = x.get("ticks") or []
+            for what in ("create", "delete"):
+                ms = [e["ms"] for e in ticks if e["what"] == what]
+                if ms:
+                    x["tick_%s_ms" % what] = statistics.median(ms)
+            if x.get("pre_create_ms"):
+                x["pre_create_ms_p50"] = statistics.median(x["pre_create_ms"])
+        if not rows:
+            continue
+        m = {}
+        for key in SNAP_MEDIAN_KEYS:
+            vals = [x[key] for x in rows if isinstance(x.get(key), (int, float))]
+            if vals:
+                m[key] = statistics.median(vals)
+                if key in ("write_iops", "ratio"):
+                    m[key + "_min"], m[key + "_max"] = min(vals), max(vals)
+        m["runs"] = len(rows)
+        m["latency"] = rows[0].get("write_latency")
+        m["snapshots_present"] = statistics.median([x["pre_snapshots"] for x in rows])
+        med[v] = m
+    return med
+
+
+def snap_table(res):
+    s = res["settings"][0] if res["settings"] else {"medians": {}, "runs": []}
+    cfg = res["config"]
+    lines = ["== 8K random 70/30 over NFS (nasgw), %d clients, iodepth %d, %d round(s) of %s s, variants "
+             "interleaved" % (cfg["clients"][0], cfg["iodepth"], cfg["runs"], cfg["seconds"]),
+             "%-8s %5s %5s %13s %19s %13s %9s %9s %9s %9s" % (
+                 "variant", "snaps", "runs", "write IOPS", "(min-max)", "total IOPS", "ratio", "ratio min",
+                 "w p50 ms", "w p99 ms")]
+    for v in SNAP_VARIANTS:
+        m = s["medians"].get(v)
+        if not m:
+            lines.append("%-8s %s" % (v, "not measured"))
+            continue
+        lines.append("%-8s %5s %5d %13.0f %19s %13.0f %9s %9s %9.2f %9.2f" % (
+            v, "%g" % m["snapshots_present"], m["runs"], m["write_iops"],
+            "(%.0f-%.0f)" % (m["write_iops_min"], m["write_iops_max"]), m["iops"],
+            "%.3f" % m["ratio"] if "ratio" in m else "-", "%.3f" % m["ratio_min"] if "ratio_min" in m else "-",
+            m.get("write_p50_us", 0) / 1000, m.get("write_p99_us", 0) / 1000))
+    h = s["medians"].get("hundred")
+    if h and "snapshots_taken" in h:
+        lines.append("hundred: %g snapshots taken during each measurement (median), create p50 %.0f ms, "
+                     "delete of the oldest p50 %.0f ms (CLI wall time)" % (
+                         h["snapshots_taken"], h.get("tick_create_ms", 0), h.get("tick_delete_ms", 0)))
+    lines.append("write IOPS: the clients' I/O over the span from the first one's start to the last one's end "
+                 "times fio's write share; ratio: write IOPS over the same round's `none`, median over rounds; "
+                 "w p50/p99: fio's write %s latency percentiles (all clients)." % (
+                     (s["medians"].get("none") or {}).get("latency") or "completion"))
+    return "\n".join(lines)
+
+
+def snap_problems(res):
+    bad = []
+    for s in res["settings"]:
+        for e in s.get("teardown_errors", []):
+            bad.append("teardown: %s" % e[:300])
+        if "error" in s["targets"].get("nasgw", {}):
+            bad.append("nasgw: %s" % s["targets"]["nasgw"]["error"][:300])
+        if s.get("final_clear_error"):
+            bad.append("deleting the snapshots at the end: %s" % s["final_clear_error"][:300])
+        want = {"none": 0, "one": 1, "hundred": res["config"]["snap_keep"]}
+        for v in SNAP_VARIANTS:
+            if not any(x["variant"] == v and "error" not in x for x in s["runs"]):
+                bad.append("%s: not measured" % v)
+        for x in s["runs"]:
+            where = "run %d %s" % (x["run"], x["variant"])
+            if "error" in x:
+                bad.append("%s: %s" % (where, x["error"][:300]))
+                continue
+            if x["pre_snapshots"] != want[x["variant"]]:
+                bad.append("%s: %d snapshots before the measurement, expected %d" % (
+                    where, x["pre_snapshots"], want[x["variant"]]))
+            if not x["read_ios"] > x["write_ios"] > 0:
+                bad.append("%s: a 70/30 mix must do both, mostly reads" % where)
+            if not 0 < x.get("write_p50_us", 0) <= x.get("write_p99_us", 0):
+                bad.append("%s: implausible write latency %s/%s" % (where, x.get("write_p50_us"),
+                                                                     x.get("write_p99_us")))
+            if x["variant"] == "hundred":
+                if x.get("tick_errors"):
+                    bad.append("%s: snapshotter: %s" % (where, x["tick_errors"][:3]))
+                if not x.get("snapshots_taken"):
+                    bad.append("%s: no snapshot taken during the measurement" % where)
+                if not want["hundred"] <= x["post_snapshots"] <= want["hundred"] + 1:
+                    bad.append("%s: %d snapshots after it, expected ~%d" % (where, x["post_snapshots"],
+                                                                             want["hundred"]))
+            elif x["post_snapshots"] != want[x["variant"]]:
+                bad.append("%s: %d snapshots after it, expected %d" % (where, x["post_snapshots"],
+                                                                        want[x["variant"]]))
+    return bad
 
 
 # ---- report -----------------------------------------------------------------------
@@ -1141,15 +1486,15 @@ def main():
                     help="build dir with daemon/nasgwd, cli/nasgw, fsal/ganesha/libfsalnasgw.so")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
-    ap.add_argument("--clients", default="1,2,4,8,16", help="client steps")
+    ap.add_argument("--clients", default=None, help="client steps (default 1,2,4,8,16; --snapshots: 4)")
     ap.add_argument("--file-mib", type=float, default=1.0,
                     help="size of each file (%d per client)" % files_per_client())
     ap.add_argument("--iodepth", type=int, default=4, help="I/Os (meta: requests) in flight per client")
     ap.add_argument("--meta-files", type=int, default=2000, help="meta: empty files each client creates, "
                     "stats and removes")
-    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--seconds", type=float, default=None, help="per step (default 10; --snapshots: 20)")
     ap.add_argument("--ramp", type=float, default=2)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=None, help="rounds (default 3; --snapshots: 5)")
     ap.add_argument("--rate", default="150mbit",
                     help="tbf rate of the shaped array link ('none': unlimited only)")
     ap.add_argument("--links", default="unlimited,shaped", help="which link settings to run")
@@ -1176,6 +1521,15 @@ def main():
     ap.add_argument("--chart", help="PNG chart (default: --out with .png)")
     ap.add_argument("--fio", help="fio with the nfs and libiscsi engines (default: deploy/build-fio.sh)")
     ap.add_argument("--chart-from", help=argparse.SUPPRESS)   # draw the chart of a results JSON, nothing else
+    ap.add_argument("--snapshots", action="store_true",
+                    help="the snapshot mode: nasgw only, 8K random 70/30 at one client count (--clients), "
+                    "unlimited link; per round, interleaved: no snapshot, one taken after the layout, "
+                    "--snap-keep present plus one every --snap-every s during the run (oldest deleted)")
+    ap.add_argument("--snap-keep", type=int, default=100, help="--snapshots: snapshots of the `hundred` variant")
+    ap.add_argument("--snap-every", type=float, default=3.0, help="--snapshots: seconds between snapshots "
+                    "during the `hundred` measurement")
+    ap.add_argument("--perf", type=float, default=0, help="--snapshots: perf record -g nasgwd for this many "
+                    "seconds during each variant of round 1 (a profiling run; not for the figures)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke: 1 and 2 clients, 1 s per run, 128 KiB files, 100 meta files, one run, "
                     "with sanity checks; every target and workload must run")
@@ -1184,7 +1538,18 @@ def main():
         with open(a.chart_from) as f:
             chart(json.load(f), a.chart)
         return 0
-    if a.quick:
+    if a.snapshots:
+        a.clients = a.clients or "4"
+        a.seconds, a.runs = a.seconds or 20, a.runs or 5
+        if a.quick:   # smoke: one round of 4 s on 256 KiB files, 20 snapshots for `hundred`
+            a.seconds, a.ramp, a.runs, a.file_mib, a.snap_keep, a.snap_every = 4, 1, 1, 0.25, 20, 1
+        a.targets, a.workloads, a.links, a.rate = "nasgw", "randrw", "unlimited", "none"
+        if "," in a.clients:
+            ap.error("--snapshots: one client count")
+    else:
+        a.clients = a.clients or "1,2,4,8,16"
+        a.seconds, a.runs = a.seconds or 10, a.runs or 3
+    if a.quick and not a.snapshots:
         a.clients, a.seconds, a.ramp, a.runs, a.file_mib, a.meta_files = "1,2", 1, 0.25, 1, 0.125, 100
     a.targets = [t for t in a.targets.split(",") if t]
     a.workloads = [w for w in a.workloads.split(",") if w]
@@ -1212,7 +1577,7 @@ def main():
             rate_bytes_per_s(a.rate)
         except ValueError as e:
             ap.error(str(e))
-    if a.out and not a.chart:
+    if a.out and not a.chart and not a.snapshots:
         a.chart = os.path.splitext(a.out)[0] + ".png"
 
     b = Bench(a)
@@ -1261,7 +1626,7 @@ def main():
         b.setting(name, rate)
     b.res["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     b.save()
-    log(table(b.res))
+    log(snap_table(b.res) if a.snapshots else table(b.res))
     if a.chart:
         try:
             chart(b.res, a.chart)
@@ -1269,7 +1634,7 @@ def main():
         except Exception as e:
             log("chart failed: %s" % e)
 
-    bad = smoke_problems(b.res)
+    bad = snap_problems(b.res) if a.snapshots else smoke_problems(b.res)
     if a.quick:
         for x in bad:
             log("FAILED: %s" % x)
