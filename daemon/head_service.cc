@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <ctime>
 
 #include "base/clock.h"
@@ -782,6 +783,17 @@ bool Exec::Xattr() {
     // its mode: a kernel checking permission asks for it).
     if (r_.op == Op::kListXattr) return true;
     return Error(ENODATA, "no " + n);
+  }
+  if (n == fs::kSnapshotCreatedXattr && r_.op != Op::kListXattr) {
+    // What a snapshot's objects tell of it: when it was taken.
+    if (r_.op != Op::kGetXattr) return Error(EPERM, n + " is not set");
+    if (a.snap == 0) return Error(ENODATA, "no " + n + ": not in a snapshot");
+    auto s = d_.SnapshotById(vol, a.snap);
+    if (!s.ok()) return Error(s.status());
+    char buf[40];
+    std::snprintf(buf, sizeof(buf), "%lld.%09u", static_cast<long long>(s->created.sec), s->created.nsec);
+    out_.reply.text = buf;
+    return true;
   }
   if (r_.op == Op::kListXattr) {
     auto names = d_.ListXattr(vol, a.ino, a.snap);

@@ -2107,6 +2107,27 @@ TEST_F(HeadTest, SnapshotsAreReachedThroughDotSnapshotAndAreReadOnly) {
   ASSERT_EQ(nasgw_lookup(client_, &kRoot, &at1.handle, "gone.txt", &was), 0) << "removed since, there then";
   EXPECT_EQ(nasgw_lookup(client_, &kRoot, &at1.handle, "later.txt", &was), -ENOENT);
   EXPECT_EQ(nasgw_lookup(client_, &kRoot, &at1.handle, ".snapshot", &was), -ENOENT) << "no snapshots of snapshots";
+  // When it was taken: an attribute of every object in it, not listed, not
+  // settable, absent live (vfs_nasgw labels Previous Versions by it).
+  EXPECT_STREQ(NASGW_XATTR_SNAPSHOT_CREATED, fs::kSnapshotCreatedXattr);
+  char when[64] = {};
+  const nasgw_cred anyone{1002, 1002, 0, nullptr};
+  for (const nasgw_attr* o : {&at1, &old}) {
+    const int64_t wn = nasgw_getxattr(client_, &anyone, &o->handle, NASGW_XATTR_SNAPSHOT_CREATED, when, sizeof(when));
+    ASSERT_GT(wn, 0) << nasgw_client_last_message();
+    char want[64];
+    std::snprintf(want, sizeof(want), "%lld.%09u", static_cast<long long>(s1->created.sec), s1->created.nsec);
+    EXPECT_EQ(std::string(when, static_cast<size_t>(wn)), want);
+  }
+  EXPECT_EQ(nasgw_getxattr(client_, &kRoot, &f.handle, NASGW_XATTR_SNAPSHOT_CREATED, when, sizeof(when)), -ENODATA);
+  EXPECT_EQ(nasgw_setxattr(client_, &kRoot, &f.handle, NASGW_XATTR_SNAPSHOT_CREATED, "1", 1, 0), -EPERM);
+  EXPECT_EQ(nasgw_setxattr(client_, &kRoot, &old.handle, NASGW_XATTR_SNAPSHOT_CREATED, "1", 1, 0), -EROFS);
+  {
+    char names[256];
+    const int64_t ln = nasgw_listxattr(client_, &kRoot, &old.handle, names, sizeof(names));
+    ASSERT_GE(ln, 0);
+    EXPECT_EQ(std::string(names, static_cast<size_t>(ln)).find("snapshot_created"), std::string::npos);
+  }
   std::string back(before.size(), '\0');
   ASSERT_EQ(nasgw_read(client_, &kRoot, &old.handle, 0, back.data(), static_cast<uint32_t>(back.size()), &eof),
             static_cast<int64_t>(before.size()));

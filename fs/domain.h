@@ -170,6 +170,11 @@ constexpr size_t kSnapshotNameMax = 255;
 // directory of its inode (a directory of the live volume): the heads'
 // way into the snapshots. Snapshot ids stay below it.
 constexpr uint32_t kSnapshotDir = 0xFFFFFFFF;
+// An attribute every object reached through a snapshot has (and nothing
+// else): the snapshot's creation time, "SECONDS.NANOSECONDS" since the Unix
+// epoch. Not listed, not settable (the heads; vfs_nasgw labels Previous
+// Versions by it; NASGW_XATTR_SNAPSHOT_CREATED in the client header).
+constexpr char kSnapshotCreatedXattr[] = "system.nasgw.snapshot_created";
 struct SnapshotInfo {
   uint32_t id = 0;  // never reused in its volume (handles carry it)
   std::string name;
@@ -278,6 +283,8 @@ class Domain {
   // Volume `vol`'s snapshot called `name` (NotFound; one being deleted is
   // gone), without the space figures: a head's lookup in `.snapshot`.
   Result<SnapshotInfo> SnapshotOf(uint32_t vol, const std::string& name);
+  // The same by id (Stale for one deleted or being deleted).
+  Result<SnapshotInfo> SnapshotById(uint32_t vol, uint32_t id);
   // Deletes a snapshot: gives back what only it held, in bounded
   // transactions, at a cost in proportion to that (not to the volume's size
   // or the number of snapshots). The snapshot is gone to readers at once; a

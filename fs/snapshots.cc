@@ -492,6 +492,19 @@ Result<SnapshotInfo> Domain::SnapshotOf(uint32_t vol, const std::string& name) {
   return Info(id, *r);
 }
 
+Result<SnapshotInfo> Domain::SnapshotById(uint32_t vol, uint32_t id) {
+  ReaderLock lock(impl_->mu);
+  auto rv = impl_->store->Get(SnapshotKey(vol, id));
+  if (!rv.ok()) {
+    return rv.status().code() == Code::kNotFound ? Status(Code::kStale, "snapshot " + std::to_string(id) + " is gone")
+                                                 : rv.status().WithContext("snapshot record");
+  }
+  auto r = DecodeSnapshot(*rv);
+  if (!r.ok()) return r.status();
+  if (r->deleting) return Status(Code::kStale, "snapshot " + std::to_string(id) + " is being deleted");
+  return Info(id, *r);
+}
+
 namespace {
 // The snapshots of `vol` not being deleted, by id (which is their order).
 Result<std::vector<SnapshotInfo>> ScanSnapshots(MetaStore& store, uint32_t vol) {

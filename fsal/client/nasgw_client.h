@@ -80,6 +80,11 @@ typedef struct nasgw_handle {
  * directory, snap 0xFFFFFFFF) the inode number (below 2^40) with the
  * snapshot id's low 23 bits above it and the top bit set, so the same file
  * live and in each snapshot are different objects to clients. */
+/* Every object reached through a snapshot has this attribute (nasgw_getxattr;
+ * not listed, not settable): the snapshot's creation time as
+ * "SECONDS.NANOSECONDS" since the Unix epoch (fs::kSnapshotCreatedXattr). */
+#define NASGW_XATTR_SNAPSHOT_CREATED "system.nasgw.snapshot_created"
+
 static inline uint64_t nasgw_shown_ino(const nasgw_handle* h) {
   if (h->snap == 0) return h->ino;
   return (1ull << 63) | ((uint64_t)(h->snap & 0x7FFFFFu) << 40) | (h->ino & ((1ull << 40) - 1));

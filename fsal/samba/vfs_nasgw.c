@@ -36,8 +36,9 @@
  * acknowledged data was lost, so a write is answered once nasgwd holds it
  * durably (its intent log for small writes, docs/cache.md).
  *
- * Previous Versions: the volume's snapshots whose names carry a UTC time
- * are listed by that time (FSCTL_SRV_ENUMERATE_SNAPSHOTS), and a name
+ * Previous Versions: the volume's snapshots are listed by the UTC time
+ * their names carry, else by when they were taken
+ * (FSCTL_SRV_ENUMERATE_SNAPSHOTS), and a name
  * with that @GMT label (Samba's twrp) resolves under the share's root's
  * `.snapshot/<snapshot>`, read-only ("snapshots" below; docs/smb.md).
  */
@@ -448,18 +449,18 @@ static int nasgw_start(vfs_handle_struct *handle, struct nasgw_conn *nc, const f
  * then (docs/head-protocol.md, Handles). Previous Versions needs a time
  * for each snapshot, its label @GMT-YYYY.MM.DD-HH.MM.SS (UTC), which is
  * also how a client names one (an @GMT path token or an SMB2 TWrp create
- * context: Samba's smb_filename twrp). The head protocol carries no
- * snapshot's creation time (the attributes of `.snapshot/<name>` are its
- * directory's), so the label comes from the snapshot's name, which nasgwd
- * never changes: a name that ends in a UTC time, `<anything>-` or `_`
- * then YYYYMMDDTHHMMSSZ (the names nasgwd's schedules give their
- * snapshots, `<schedule>-YYYYMMDDTHHMMSSZ`), or that is the time alone,
- * or that is an @GMT label itself (vfs_shadow_copy2's default format) is
- * labelled with that time. Other snapshots have no time to show and are
- * not offered to SMB (NFS and FUSE reach them by name). Two snapshots with
- * one label (two schedules at the same second) show once, as the first
- * taken (the lower id): a later snapshot never takes over a label, so a
- * label names one snapshot for as long as that one exists.
+ * context: Samba's smb_filename twrp). A name that ends in a UTC time,
+ * `<anything>-` or `_` then YYYYMMDDTHHMMSSZ (the names nasgwd's schedules
+ * give their snapshots, `<schedule>-YYYYMMDDTHHMMSSZ`), or that is the
+ * time alone, or that is an @GMT label itself (vfs_shadow_copy2's default
+ * format) is labelled with that time, so an admin can name a snapshot for
+ * the time it stands for. Any other snapshot is labelled with the second
+ * it was taken in, which every object of a snapshot tells as the attribute
+ * NASGW_XATTR_SNAPSHOT_CREATED (one GETXATTR of its root per listing).
+ * Neither changes while the snapshot exists. Two snapshots with one label
+ * (two schedules at the same second) show once, as the first taken (the
+ * lower id): a later snapshot never takes over a label, so a label names
+ * one snapshot for as long as that one exists.
  *
  * The list (the share's root's `.snapshot`, one LOOKUP and a READDIR_PLUS
  * per 128 snapshots, whose attributes give each snapshot's root handle) is
@@ -537,6 +538,29 @@ static bool nasgw_snapshot_time(const char *name, time_t *out)
 	return false;
 }
 
+/* When the snapshot whose root is `root` was taken (nasgwd tells it as an
+ * attribute of the snapshot's objects), or false. */
+static bool nasgw_snapshot_created(struct nasgw_conn *nc, const nasgw_cred *cr, const nasgw_handle *root,
+				   time_t *out)
+{
+	char buf[48];
+	char *end = NULL;
+	long long sec;
+	int64_t n = nasgw_getxattr(nc->client, cr, root, NASGW_XATTR_SNAPSHOT_CREATED, buf, sizeof(buf) - 1);
+
+	if (n <= 0) {
+		return false;
+	}
+	buf[n] = '\0';
+	errno = 0;
+	sec = strtoll(buf, &end, 10);
+	if (errno != 0 || end == buf || (*end != '.' && *end != '\0') || sec < 0) {
+		return false;
+	}
+	*out = (time_t)sec;
+	return true;
+}
+
 /* Newest first; for one label, the first taken first. */
 static int nasgw_snap_cmp(const void *x, const void *y)
 {
@@ -591,8 +615,12 @@ static int nasgw_snaps_fetch(vfs_handle_struct *handle, struct nasgw_conn *nc)
 			time_t at;
 
 			cookie = ents[i].cookie;
-			if (attrs[i].type != NASGW_TYPE_DIR || !nasgw_snapshot_time(ents[i].name, &at)) {
-				DBG_DEBUG("nasgw: snapshot '%s' carries no time in its name: not shown\n", ents[i].name);
+			if (attrs[i].type != NASGW_TYPE_DIR) {
+				continue;
+			}
+			if (!nasgw_snapshot_time(ents[i].name, &at) &&
+			    !nasgw_snapshot_created(nc, &cr, &attrs[i].handle, &at)) {
+				DBG_DEBUG("nasgw: snapshot '%s' has no time to show: not shown\n", ents[i].name);
 				continue;
 			}
 			if (n == cap) {
