@@ -243,6 +243,8 @@ void Fill(const fs::VolumeInfo& v, pb::Volume* out) {
   out->set_atime(fs::AtimeName(v.atime));
   out->set_snapshots(v.snapshots);
   out->set_snapshot_bytes(v.snapshot_bytes);
+  out->set_origin_volume(v.origin_volume);
+  out->set_origin_snapshot(v.origin_snapshot);
 }
 
 void Fill(const fs::SnapshotInfo& sn, const std::string& volume, pb::Snapshot* out) {
@@ -651,6 +653,36 @@ class AdminService final : public pb::Admin::Service {
     out->set_restored_keys(rb->restored_keys);
     out->set_freed_bytes(rb->freed_bytes);
     out->set_orphans(rb->orphans);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CloneSnapshot(grpc::ServerContext*, const pb::CloneSnapshotRequest* req,
+                             pb::CloneSnapshotResponse* out) override {
+    if (auto s = CheckVolumeName(req->volume()); !s.ok()) return s;
+    if (auto s = CheckSnapshotName(req->snapshot()); !s.ok()) return s;
+    if (auto s = CheckVolumeName(req->clone()); !s.ok()) return s;  // a new volume: volume create's rules
+    NASGW_LOG(kInfo, "admin") << "clone snapshot" << Kv("volume", req->volume()) << Kv("snapshot", req->snapshot())
+                              << Kv("clone", req->clone());
+    // No flush of the write-back cache, unlike a create or a rollback: the
+    // clone is made from the snapshot, which already holds everything
+    // answered before it was taken (its create flushed the cache) and
+    // nothing after, so what the cache holds now is not the clone's. Nor is
+    // there anything to drop after: the clone is a new volume id (ids are
+    // never reused), of which nothing is cached yet.
+    auto v = node_->CloneSnapshot(req->volume(), req->snapshot(), req->clone());
+    if (!v.ok()) {
+      const Code c = v.status().code();
+      if (c != Code::kNotFound && c != Code::kExists && c != Code::kInvalidArgument && c != Code::kFailedPrecondition) {
+        NASGW_LOG(kWarn, "snapshots") << "snapshot clone failed" << Kv("volume", req->volume())
+                                      << Kv("snapshot", req->snapshot()) << Kv("clone", req->clone())
+                                      << Kv("error", v.status().ToString());
+      }
+      return ToGrpc(v.status());
+    }
+    NASGW_LOG(kInfo, "snapshots") << "snapshot clone" << Kv("volume", req->volume()) << Kv("snapshot", req->snapshot())
+                                  << Kv("clone", v->name) << Kv("id", v->id) << Kv("files", v->files)
+                                  << Kv("bytes", v->bytes);
+    Fill(*v, out->mutable_volume());
     return grpc::Status::OK;
   }
 

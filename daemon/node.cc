@@ -836,6 +836,13 @@ Result<fs::RollbackInfo> Node::RollbackSnapshot(const std::string& volume, const
   return (*d)->RollbackSnapshot(volume, name);
 }
 
+Result<fs::VolumeInfo> Node::CloneSnapshot(const std::string& volume, const std::string& snapshot,
+                                           const std::string& clone) {
+  auto d = OnlineDomain();
+  if (!d.ok()) return d.status();
+  return (*d)->CloneSnapshot(volume, snapshot, clone);
+}
+
 Result<fs::SnapshotSchedule> Node::AddSnapshotSchedule(const std::string& volume, const fs::SnapshotSchedule& s) {
   auto d = OnlineDomain();
   if (!d.ok()) return d.status();

@@ -159,6 +159,12 @@ class Node {
   // write-back cache first; it also drops what it caches of the volume
   // after (the admin service does both).
   Result<fs::RollbackInfo> RollbackSnapshot(const std::string& volume, const std::string& name);
+  // A writable clone of `snapshot`: the new volume `clone`, sharing the
+  // snapshot's data (fs::Domain::CloneSnapshot). Unlike CreateSnapshot and
+  // RollbackSnapshot nothing is flushed or dropped around it: the snapshot
+  // already holds what it holds, and the clone's volume id is new.
+  Result<fs::VolumeInfo> CloneSnapshot(const std::string& volume, const std::string& snapshot,
+                                       const std::string& clone);
 
   // ---- snapshot schedules (Unavailable unless the reserve is online; the
   // rules are fs::Domain's; daemon/snapshot_scheduler.h runs them). A
