@@ -85,6 +85,8 @@ commands:
   snapshot create VOLUME NAME        snapshot the volume as it stands now
   snapshot delete VOLUME NAME        delete a snapshot (gives back what only it holds)
   snapshot rollback VOLUME NAME      undo every change made since NAME, the newest snapshot
+  snapshot clone VOLUME SNAPSHOT NEWVOLUME
+                                     a new, writable volume made from a snapshot, sharing its data
   snapshot schedule add VOLUME --every DURATION --keep N [--name NAME]
                                      snapshot the volume every DURATION, keeping its newest N
   snapshot schedule list [VOLUME]    the snapshot schedules: every volume's, or one's
@@ -270,6 +272,19 @@ const std::vector<CommandSpec>& Commands() {
        "flushes its write-back cache first and drops what it caches of the volume after; NFS\n"
        "and SMB clients may still hold data they cached: stop their applications first, and\n"
        "remount to be sure (as for ZFS rollback). No confirmation is asked.\n"},
+      {"snapshot",
+       "clone",
+       3,
+       {},
+       {},
+       "usage: nasgw snapshot clone VOLUME SNAPSHOT NEWVOLUME\n\n"
+       "Makes NEWVOLUME, a writable volume whose files are those of VOLUME's snapshot SNAPSHOT.\n"
+       "Nothing but metadata is copied: the clone shares the snapshot's data, and only what is\n"
+       "written to it afterwards takes space of its own. The clone and VOLUME then change\n"
+       "apart. NEWVOLUME is a volume like any other (a volume name's rules; export, share and\n"
+       "snapshot it); volume show and volume list give its origin. SNAPSHOT cannot be deleted\n"
+       "while the clone exists: delete the clone first (nasgw volume delete NEWVOLUME --force).\n"
+       "Its record size is VOLUME's; strict mode and atime start at the defaults.\n"},
       {"snapshot",
        "schedule add",
        1,
@@ -743,10 +758,20 @@ json ToJson(const pb::Reserve& r) {
           {"luns", luns}};
 }
 
+// origin_volume and origin_snapshot: a clone's origin; empty for a volume
+// that is not a clone.
 json ToJson(const pb::Volume& v) {
-  return {{"id", v.id()},       {"name", v.name()},           {"record_bytes", v.record_bytes()},
-          {"files", v.files()}, {"bytes", v.bytes()},         {"write_through", v.write_through()},
-          {"atime", v.atime()}, {"snapshots", v.snapshots()}, {"snapshot_bytes", v.snapshot_bytes()}};
+  return {{"id", v.id()},
+          {"name", v.name()},
+          {"record_bytes", v.record_bytes()},
+          {"files", v.files()},
+          {"bytes", v.bytes()},
+          {"write_through", v.write_through()},
+          {"atime", v.atime()},
+          {"snapshots", v.snapshots()},
+          {"snapshot_bytes", v.snapshot_bytes()},
+          {"origin_volume", v.origin_volume()},
+          {"origin_snapshot", v.origin_snapshot()}};
 }
 
 json ToJson(const pb::Snapshot& sn) {
@@ -844,16 +869,25 @@ void PrintLuns(const pb::Reserve& r) {
   t.Print({0, 3, 4, 7, 8, 9});
 }
 
+// A clone's origin, VOLUME@SNAPSHOT; "-" for a volume that is not a clone.
+std::string OriginText(const pb::Volume& v) {
+  if (v.origin_volume().empty() && v.origin_snapshot().empty()) return "-";
+  return v.origin_volume() + "@" + v.origin_snapshot();
+}
+
 void PrintVolume(const pb::Volume& v) {
-  PrintPairs({{"name", v.name()},
-              {"id", std::to_string(v.id())},
-              {"record size", HumanBytes(v.record_bytes())},
-              {"files", std::to_string(v.files())},
-              {"used", HumanBytes(v.bytes())},
-              {"snapshots", std::to_string(v.snapshots())},
-              {"snapshot used", HumanBytes(v.snapshot_bytes())},
-              {"write-through", v.write_through() ? "on (strict)" : "off"},
-              {"atime", v.atime()}});
+  std::vector<std::pair<std::string, std::string>> p = {{"name", v.name()},
+                                                        {"id", std::to_string(v.id())},
+                                                        {"record size", HumanBytes(v.record_bytes())},
+                                                        {"files", std::to_string(v.files())},
+                                                        {"used", HumanBytes(v.bytes())},
+                                                        {"snapshots", std::to_string(v.snapshots())},
+                                                        {"snapshot used", HumanBytes(v.snapshot_bytes())},
+                                                        {"write-through", v.write_through() ? "on (strict)" : "off"},
+                                                        {"atime", v.atime()}};
+  // Only a clone has the line: the snapshot it was made from (its data is shared).
+  if (OriginText(v) != "-") p.push_back({"origin", OriginText(v) + " (a clone)"});
+  PrintPairs(p);
 }
 
 // A time from the server, in UTC: 2026-11-23 11:18:42Z.
@@ -1384,6 +1418,10 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     // deletion is refused even with --force).
     const bool forceable = f.message.find("force") != std::string::npos;
     if ((f.exit_code == kExitRefused || f.exit_code == kExitExists) && forceable) f.message += ForceHint(c, args);
+    if (f.exit_code == kExitRefused && c.group == "snapshot" && c.verb == "delete" &&
+        f.message.find("has clones") != std::string::npos) {
+      f.message += " (a clone is a volume: nasgw volume delete NAME --force)";
+    }
     if (f.exit_code == kExitRefused && c.group == "volume" && c.verb == "delete" && !forceable) {
       if (f.message.find("NFS") != std::string::npos) {
         f.message += " (nasgw export list shows them; nasgw export remove ID)";
@@ -1726,6 +1764,21 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       }
       return kExitOk;
     }
+    if (c.verb == "clone") {
+      pb::CloneSnapshotRequest req;
+      req.set_volume(args[0]);
+      req.set_snapshot(args[1]);
+      req.set_clone(args[2]);
+      pb::CloneSnapshotResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::CloneSnapshot, req, &r)) return fail(*f);
+      if (g_json) {
+        PrintJson({{"volume", ToJson(r.volume())}});
+      } else {
+        std::cout << "volume " << Esc(r.volume().name()) << " cloned from " << Esc(args[0]) << "@" << Esc(args[1])
+                  << " (" << r.volume().files() << " files, shares its data)\n";
+      }
+      return kExitOk;
+    }
     if (c.verb == "delete") {
       pb::DeleteSnapshotRequest req;
       req.set_volume(args[0]);
@@ -1750,11 +1803,11 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       for (const auto& v : r.volumes()) vols.push_back(ToJson(v));
       PrintJson({{"volumes", vols}});
     } else {
-      Table t({"NAME", "ID", "RECORD", "FILES", "USED", "SNAPSHOTS", "SNAP-USED", "WRITE-THROUGH"});
+      Table t({"NAME", "ID", "RECORD", "FILES", "USED", "SNAPSHOTS", "SNAP-USED", "WRITE-THROUGH", "ORIGIN"});
       for (const auto& v : r.volumes()) {
         t.Add({v.name(), std::to_string(v.id()), HumanBytes(v.record_bytes()), std::to_string(v.files()),
                HumanBytes(v.bytes()), std::to_string(v.snapshots()), HumanBytes(v.snapshot_bytes()),
-               v.write_through() ? "on" : "off"});
+               v.write_through() ? "on" : "off", OriginText(v)});
       }
       t.Print({1, 2, 3, 4, 5, 6, 7});
     }
@@ -1898,7 +1951,8 @@ int Main(int argc, char** argv) {
                              : c->group == "snapshot"
                                  ? (c->verb == "list" || c->verb == "schedule add" ? "a VOLUME"
                                     : c->verb == "schedule remove"                 ? "a VOLUME and a schedule NAME"
-                                                                                   : "a VOLUME and a snapshot NAME")
+                                    : c->verb == "clone" ? "a VOLUME, a SNAPSHOT and a NEWVOLUME name"
+                                                         : "a VOLUME and a snapshot NAME")
                              : c->group == "export" ? (c->verb == "add"    ? "VOLUME[/SUBPATH]"
                                                        : c->verb == "show" ? "an export ID or PSEUDO path"
                                                                            : "an export ID")
@@ -1932,6 +1986,7 @@ int Main(int argc, char** argv) {
     const std::string& a = args[i];
     const std::string what = c->group == "volume"                                          ? "volume name"
                              : c->group == "snapshot" && i == 0                            ? "volume name"
+                             : c->group == "snapshot" && c->verb == "clone" && i == 2      ? "volume name"
                              : c->group == "snapshot" && c->verb.rfind("schedule", 0) == 0 ? "schedule name"
                              : c->group == "snapshot"                                      ? "snapshot name"
                              : c->group == "export" && c->verb == "add"                    ? "VOLUME[/SUBPATH]"
