@@ -242,6 +242,18 @@ class AdminTest : public ::testing::Test {
     return s;
   }
 
+  grpc::Status Clone(const std::string& volume, const std::string& snapshot, const std::string& clone,
+                     pb::Volume* out = nullptr) {
+    pb::CloneSnapshotRequest req;
+    req.set_volume(volume);
+    req.set_snapshot(snapshot);
+    req.set_clone(clone);
+    pb::CloneSnapshotResponse r;
+    auto s = Call(&pb::Admin::Stub::CloneSnapshot, req, &r);
+    if (out) *out = r.volume();
+    return s;
+  }
+
   // Every log line from now on kept in log_ (and still printed).
   void KeepLog() {
     SetLogSink([this](std::string_view line) {
@@ -1196,6 +1208,274 @@ TEST_F(AdminTest, CliSnapshotRollback) {
   r = Cli({"--help"});
   EXPECT_NE(r.out.find("snapshot rollback VOLUME NAME"), std::string::npos) << r.out;
   r = Cli({"snapshot", "rollback", "v", "second"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+}
+
+// CloneSnapshot through gRPC: the clone is a new volume that reads as the
+// snapshot (not as the origin since), with its origin in GetVolume and
+// ListVolumes and a volume's gauges; writes to it leave the origin and the
+// snapshot alone, and the origin's leave it alone; nothing is flushed; the
+// snapshot cannot be deleted while the clone exists (FAILED_PRECONDITION
+// naming it), and can once the clone is deleted as any volume. Refusals:
+// unknown volume or snapshot, a name taken, bad names.
+TEST_F(AdminTest, CloneSnapshotMakesAWritableVolumeThatSharesTheSnapshot) {
+  int flushes = 0;
+  cache_flush_ = [&]() -> nasgw::Status {
+    flushes++;
+    return nasgw::Status();
+  };
+  StartAll();
+  KeepLog();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  auto d = node_->domain();
+  ASSERT_NE(d, nullptr);
+  auto vol = d->FindVolume("v");
+  ASSERT_TRUE(vol.ok());
+  auto f = d->Create(vol->id, fs::kRootIno, "f", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(f.ok());
+  const std::string before(200000, 'a');
+  ASSERT_TRUE(d->Write(vol->id, f->ino, 0, before.data(), before.size()).ok());
+  pb::Snapshot s1;
+  ASSERT_TRUE(CreateSnapshot("v", "s1", &s1).ok());
+  EXPECT_EQ(flushes, 1);
+  // The origin changes after the snapshot: the clone must not see it.
+  const std::string after(300000, 'B');
+  ASSERT_TRUE(d->Write(vol->id, f->ino, 0, after.data(), after.size()).ok());
+  auto later = d->Create(vol->id, fs::kRootIno, "later", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(later.ok());
+
+  pb::Volume c;
+  auto s = Clone("v", "s1", "c", &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(flushes, 1) << "a clone flushes nothing";
+  EXPECT_EQ(c.name(), "c");
+  EXPECT_NE(c.id(), vol->id);
+  EXPECT_EQ(c.origin_volume(), "v");
+  EXPECT_EQ(c.origin_snapshot(), "s1");
+  EXPECT_EQ(c.files(), 2u) << "the root and f, as at the snapshot";
+  EXPECT_EQ(c.snapshots(), 0u);
+  EXPECT_EQ(c.record_bytes(), GetVolume("v").record_bytes());
+  EXPECT_TRUE(ReadAll(c.id(), f->ino) == before) << Summary(ReadAll(c.id(), f->ino));
+  EXPECT_EQ(d->Lookup(c.id(), fs::kRootIno, "later").status().code(), Code::kNotFound) << "made after s1";
+  pb::Volume shown = GetVolume("c");
+  EXPECT_EQ(shown.origin_volume(), "v");
+  EXPECT_EQ(shown.origin_snapshot(), "s1");
+  shown = GetVolume("v");
+  EXPECT_EQ(shown.origin_volume(), "") << "not a clone";
+  EXPECT_EQ(shown.origin_snapshot(), "");
+  {
+    pb::ListVolumesResponse r;
+    ASSERT_TRUE(Call(&pb::Admin::Stub::ListVolumes, pb::ListVolumesRequest(), &r).ok());
+    std::map<std::string, std::string> origins;
+    for (const auto& v : r.volumes()) origins[v.name()] = v.origin_volume() + "@" + v.origin_snapshot();
+    EXPECT_EQ(origins, (std::map<std::string, std::string>{{"c", "v@s1"}, {"v", "@"}}));
+  }
+  EXPECT_EQ(Logged({"INFO admin clone snapshot", "volume=v", "snapshot=s1", "clone=c"}).size(), 1u);
+  EXPECT_EQ(Logged({"INFO snapshots snapshot clone", "volume=v", "snapshot=s1", "clone=c", "files=2"}).size(), 1u);
+  {
+    // A clone has a volume's gauges, as any volume.
+    Metrics metrics;
+    AddNodeCollectors(&metrics, node_.get(), nullptr);
+    const std::string text = metrics.Render();
+    auto sample = [&text](const std::string& series) {
+      const size_t at = text.find("\n" + series + " ");
+      return at == std::string::npos ? -1.0 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+    };
+    EXPECT_EQ(sample("nasgw_volume_files{volume=\"c\"}"), 2.0) << text;
+    EXPECT_EQ(sample("nasgw_volume_used_bytes{volume=\"c\"}"), static_cast<double>(c.bytes())) << text;
+    EXPECT_EQ(sample("nasgw_volume_snapshots{volume=\"c\"}"), 0.0) << text;
+  }
+
+  // Apart: the clone's writes reach neither the origin nor the snapshot.
+  const std::string mine(5000, 'C');
+  ASSERT_TRUE(d->Write(c.id(), f->ino, 4096, mine.data(), mine.size()).ok());
+  auto made = d->Create(c.id(), fs::kRootIno, "made", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(made.ok());
+  ASSERT_TRUE(d->Write(c.id(), made->ino, 0, mine.data(), mine.size()).ok());
+  std::string want = before;
+  want.replace(4096, mine.size(), mine);
+  EXPECT_TRUE(ReadAll(c.id(), f->ino) == want) << Summary(ReadAll(c.id(), f->ino));
+  EXPECT_TRUE(ReadAll(vol->id, f->ino) == after) << "the origin unchanged";
+  EXPECT_TRUE(ReadAll(vol->id, f->ino, s1.id()) == before) << "the snapshot unchanged";
+  EXPECT_EQ(d->Lookup(vol->id, fs::kRootIno, "made").status().code(), Code::kNotFound);
+  EXPECT_EQ(GetVolume("c").files(), 3u);
+
+  // The snapshot stays while the clone needs it; the clone is named.
+  s = DeleteSnapshot("v", "s1");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("'c'"), std::string::npos) << s.error_message();
+  EXPECT_EQ(SnapshotNames("v"), std::vector<std::string>{"s1"});
+
+  // Refusals, with nothing made.
+  s = Clone("nope", "s1", "x");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_NE(s.error_message().find("nope"), std::string::npos) << s.error_message();
+  s = Clone("v", "sunday", "x");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_NE(s.error_message().find("sunday"), std::string::npos) << s.error_message();
+  s = Clone("v", "s1", "c");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+  s = Clone("v", "s1", "v");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+  for (const std::string& bad : std::vector<std::string>{"", ".", "..", "a/b", std::string(256, 'n'),
+                                                         std::string("nul\0x", 5), std::string("es\x1b") + "c"}) {
+    EXPECT_EQ(Clone("v", "s1", bad).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(Clone("v", bad, "x").error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(Clone(bad, "s1", "x").error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+  s = Clone("v", "s1",
+            "es\x1b"
+            "c");
+  EXPECT_NE(s.error_message().find("volume name"), std::string::npos) << s.error_message();
+  {
+    pb::ListVolumesResponse r;
+    ASSERT_TRUE(Call(&pb::Admin::Stub::ListVolumes, pb::ListVolumesRequest(), &r).ok());
+    EXPECT_EQ(r.volumes_size(), 2) << "no refusal made a volume";
+  }
+
+  // A clone of a clone's snapshot, one link at a time.
+  ASSERT_TRUE(CreateSnapshot("c", "cs").ok());
+  pb::Volume c2;
+  ASSERT_TRUE(Clone("c", "cs", "c2", &c2).ok());
+  EXPECT_EQ(c2.origin_volume(), "c");
+  EXPECT_EQ(c2.origin_snapshot(), "cs");
+  EXPECT_TRUE(ReadAll(c2.id(), f->ino) == want);
+  EXPECT_EQ(DeleteSnapshot("c", "cs").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  // Deleted as any volume: only with force (it holds files); then the
+  // snapshots it needed can go.
+  EXPECT_EQ(DeleteVolume("c2", false).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(DeleteVolume("c2", true).ok());
+  ASSERT_TRUE(DeleteSnapshot("c", "cs").ok());
+  ASSERT_TRUE(DeleteVolume("c", true).ok());
+  s = DeleteSnapshot("v", "s1");
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(ReadAll(vol->id, f->ino) == after) << "the origin lives on";
+
+  auto problems = node_->domain()->Check();
+  ASSERT_TRUE(problems.ok());
+  EXPECT_TRUE(problems->empty()) << (*problems)[0];
+}
+
+// `nasgw snapshot clone`: its line and --json, the origin in `volume show`
+// and `volume list`, the refused snapshot delete, exit codes, help.
+TEST_F(AdminTest, CliSnapshotClone) {
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("v").ok());
+  WriteFile("v", "f", 10000);
+  ASSERT_EQ(Cli({"snapshot", "create", "v", "first"}).exit_code, 0);
+  WriteFile("v", "g", 50000);
+  CliResult r = Cli({"snapshot", "clone", "v", "first", "c"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.out, "volume c cloned from v@first (2 files, shares its data)\n") << r.out;
+  const uint32_t cid = GetVolume("c").id();
+  EXPECT_TRUE(node_->domain()->Lookup(cid, fs::kRootIno, "f").ok());
+  EXPECT_EQ(node_->domain()->Lookup(cid, fs::kRootIno, "g").status().code(), Code::kNotFound);
+
+  r = Cli({"--json", "snapshot", "clone", "v", "first", "c2"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["volume"]["name"], "c2") << r.out;
+  EXPECT_EQ(j["volume"]["origin_volume"], "v") << r.out;
+  EXPECT_EQ(j["volume"]["origin_snapshot"], "first") << r.out;
+  EXPECT_EQ(j["volume"]["files"], 2) << r.out;
+  EXPECT_TRUE(j["volume"]["id"].is_number()) << r.out;
+
+  // The origin in volume show and volume list, also in --json.
+  r = Cli({"volume", "show", "c"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("origin         v@first (a clone)\n"), std::string::npos) << r.out;
+  r = Cli({"volume", "show", "v"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.out.find("origin"), std::string::npos) << "not a clone: " << r.out;
+  r = Cli({"--json", "volume", "show", "c"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  j = json::parse(r.out);
+  EXPECT_EQ(j["volume"]["origin_volume"], "v") << r.out;
+  EXPECT_EQ(j["volume"]["origin_snapshot"], "first") << r.out;
+  r = Cli({"--json", "volume", "show", "v"});
+  j = json::parse(r.out);
+  EXPECT_EQ(j["volume"]["origin_volume"], "") << r.out;
+  EXPECT_EQ(j["volume"]["origin_snapshot"], "") << r.out;
+  r = Cli({"volume", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  {
+    std::istringstream lines(r.out);
+    std::map<std::string, std::string> last;  // NAME -> the last column
+    std::string header, line;
+    std::getline(lines, header);
+    std::istringstream h(header);
+    std::vector<std::string> cols;
+    for (std::string w; h >> w;) cols.push_back(w);
+    ASSERT_FALSE(cols.empty()) << r.out;
+    EXPECT_EQ(cols.back(), "ORIGIN") << r.out;
+    while (std::getline(lines, line)) {
+      std::istringstream l(line);
+      std::vector<std::string> cells;
+      for (std::string w; l >> w;) cells.push_back(w);
+      if (!cells.empty()) last[cells.front()] = cells.back();
+    }
+    EXPECT_EQ(last, (std::map<std::string, std::string>{{"c", "v@first"}, {"c2", "v@first"}, {"v", "-"}})) << r.out;
+  }
+  r = Cli({"--json", "volume", "list"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  j = json::parse(r.out);
+  ASSERT_EQ(j["volumes"].size(), 3u) << r.out;
+  for (const auto& v : j["volumes"]) {
+    EXPECT_EQ(v["origin_volume"], v["name"] == "v" ? "" : "v") << r.out;
+    EXPECT_EQ(v["origin_snapshot"], v["name"] == "v" ? "" : "first") << r.out;
+  }
+
+  // The snapshot cannot go while clones need it: refused, exit 6, both named.
+  r = Cli({"snapshot", "delete", "v", "first"});
+  EXPECT_EQ(r.exit_code, 6) << Describe(r);
+  EXPECT_NE(r.err.find("'c'"), std::string::npos) << Describe(r);
+  EXPECT_NE(r.err.find("'c2'"), std::string::npos) << Describe(r);
+  EXPECT_NE(r.err.find("nasgw volume delete NAME --force"), std::string::npos) << Describe(r);
+  r = Cli({"--json", "snapshot", "delete", "v", "first"});
+  EXPECT_EQ(json::parse(r.out)["error"]["code"], "FAILED_PRECONDITION") << r.out;
+
+  // Exit codes: not found 4, exists 5, usage 2.
+  r = Cli({"snapshot", "clone", "nope", "first", "x"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"snapshot", "clone", "v", "nope", "x"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Cli({"snapshot", "clone", "v", "first", "c"});
+  EXPECT_EQ(r.exit_code, 5) << Describe(r);
+  r = Cli({"--json", "snapshot", "clone", "v", "first", "v"});
+  EXPECT_EQ(json::parse(r.out)["error"]["code"], "ALREADY_EXISTS") << r.out;
+  r = Cli({"snapshot", "clone", "v", "first", "a/b"});
+  EXPECT_EQ(r.exit_code, 2) << "nasgwd refuses it: " << Describe(r);
+  r = Cli({"snapshot", "clone", "v", "first", "evil\x1b[2J"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_NE(r.err.find("volume name 'evil\\x1b[2J' holds a control character"), std::string::npos) << Describe(r);
+  r = Cli({"snapshot", "clone", "v", "evil\x1b[2J", "x"});
+  EXPECT_NE(r.err.find("snapshot name 'evil\\x1b[2J'"), std::string::npos) << Describe(r);
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"snapshot", "clone", "v", "first"},
+                                                               {"snapshot", "clone", "v", "first", "x", "y"},
+                                                               {"snapshot", "clone", "v", "first", "x", "--force"}}) {
+    r = Cli(bad);
+    EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  }
+  r = Cli({"snapshot", "clone", "v", "first"});
+  EXPECT_NE(r.err.find("a VOLUME, a SNAPSHOT and a NEWVOLUME name"), std::string::npos) << Describe(r);
+  r = Cli({"snapshot", "--help"});
+  EXPECT_NE(r.out.find("snapshot clone VOLUME SNAPSHOT NEWVOLUME"), std::string::npos) << r.out;
+  r = Cli({"--help"});
+  EXPECT_NE(r.out.find("snapshot clone VOLUME SNAPSHOT NEWVOLUME"), std::string::npos) << r.out;
+  r = Cli({"snapshot", "clone", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("usage: nasgw snapshot clone VOLUME SNAPSHOT NEWVOLUME"), std::string::npos) << r.out;
+
+  // A clone is deleted as any volume (it holds files: --force), then the snapshot.
+  r = Cli({"volume", "delete", "c"});
+  EXPECT_EQ(r.exit_code, 6) << Describe(r);
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << Describe(r);
+  ASSERT_EQ(Cli({"volume", "delete", "c", "--force"}).exit_code, 0);
+  ASSERT_EQ(Cli({"volume", "delete", "c2", "--force"}).exit_code, 0);
+  r = Cli({"snapshot", "delete", "v", "first"});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
 }
 
