@@ -24,7 +24,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nasgwlab import Checks, Node, sh  # noqa: E402
+from nasgwlab import Checks, Node, is_mounted, sh  # noqa: E402
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -337,6 +337,89 @@ def cmd_admin(a):
         c("rollback prints what it did", p.stdout.startswith("volume alpha rolled back to snapshot r1: ") and
           "keys removed" in p.stdout, p.stdout)
         node.cli("snapshot", "delete", "alpha", "r1")  # the snapshot stayed; gone again for the checks below
+
+        # A clone of a snapshot through the CLI, mounted through FUSE beside
+        # alpha (a second nasgw-fuse, daemonized, as beta's below): it reads
+        # as at the snapshot, not as alpha since; a write to it leaves alpha
+        # and the snapshot alone; the snapshot cannot be deleted while the
+        # clone exists; the clone goes as any volume, then the snapshot.
+        node.cli("snapshot", "create", "alpha", "c1")
+        with open(os.path.join(m, "data"), "rb") as f:
+            at_c1 = f.read()
+        files_c1 = sorted(os.listdir(m))
+        with open(os.path.join(m, "data"), "r+b") as f:
+            f.write(os.urandom(8192))  # alpha after c1 (unstable: in the write-back cache, which a clone needs not)
+        with open(os.path.join(m, "data"), "rb") as f:
+            alpha_now = f.read()
+        p = node.cli("snapshot", "clone", "alpha", "c1", "alpha-c1")
+        made = re.match(r"^volume alpha-c1 cloned from alpha@c1 \((\d+) files, shares its data\)$", p.stdout.strip())
+        c("snapshot clone prints what it made", made is not None and int(made.group(1)) == len(files_c1) + 1,
+          (p.stdout, files_c1))
+        show = node.cli("volume", "show", "alpha-c1", json_out=True)
+        c("volume show --json gives the clone's origin",
+          show["volume"].get("origin_volume") == "alpha" and show["volume"].get("origin_snapshot") == "c1", show)
+        p = node.cli("volume", "show", "alpha-c1")
+        c("volume show says the origin", re.search(r"(?m)^origin +alpha@c1 \(a clone\)$", p.stdout) is not None,
+          p.stdout)
+        p = node.cli("volume", "list")
+        rows = {l.split()[0]: l.split()[-1] for l in p.stdout.splitlines()[1:] if l.strip()}
+        c("volume list: an ORIGIN column, alpha@c1 for the clone, - for the others",
+          p.stdout.split("\n")[0].split()[-1] == "ORIGIN" and rows.get("alpha-c1") == "alpha@c1" and
+          rows.get("alpha") == "-", p.stdout)
+        p = node.cli("snapshot", "clone", "alpha", "c1", "beta", check=False)
+        c("a clone over an existing volume name: exit 5", p.returncode == 5, (p.returncode, p.stderr))
+        p = node.cli("snapshot", "clone", "alpha", "nosuch", "x", check=False)
+        c("a clone of a missing snapshot: exit 4", p.returncode == 4, (p.returncode, p.stderr))
+        cm = node.mount_path + "-clone"
+        os.makedirs(cm, exist_ok=True)
+        p = subprocess.run([a.fuse, "--socket", node.head_socket, "--volume", "alpha-c1", cm], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        try:
+            deadline = time.monotonic() + 30
+            while p.returncode == 0 and not is_mounted(cm) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            c("nasgw-fuse mounts the clone", p.returncode == 0 and is_mounted(cm), p.stdout)
+            c("the clone holds the snapshot's files", sorted(os.listdir(cm)) == files_c1, (os.listdir(cm), files_c1))
+            with open(os.path.join(cm, "data"), "rb") as f:
+                got = f.read()
+            c("through FUSE the clone's file reads as at the snapshot, not as alpha since",
+              got == at_c1 and got != alpha_now, (len(got), len(at_c1)))
+            mine = os.urandom(4096)
+            with open(os.path.join(cm, "data"), "r+b") as f:
+                f.write(mine)
+            with open(os.path.join(cm, "clone-only"), "wb") as f:
+                f.write(b"made in the clone")
+            with open(os.path.join(cm, "data"), "rb") as f:
+                c("the clone takes writes", f.read() == mine + at_c1[4096:])
+            with open(os.path.join(m, "data"), "rb") as f:
+                c("alpha's file is unchanged by the clone's write", f.read() == alpha_now)
+            c("a file made in the clone is not in alpha", not os.path.exists(os.path.join(m, "clone-only")))
+            with open(os.path.join(m, ".snapshot", "c1", "data"), "rb") as f:
+                c("...and the snapshot still reads as it was", f.read() == at_c1)
+        finally:
+            subprocess.run(["fusermount3", "-u", cm])
+            os.rmdir(cm)
+        status, text = scrape(node.metrics_port())
+        c("the clone has a volume's gauges",
+          'nasgw_volume_files{volume="alpha-c1"} %d' % (len(files_c1) + 2) in text and
+          'nasgw_volume_used_bytes{volume="alpha-c1"} ' in text, [l for l in text.splitlines() if "alpha-c1" in l])
+        p = node.cli("snapshot", "delete", "alpha", "c1", check=False)
+        c("snapshot delete refused while the clone exists (exit 6, the clone named)",
+          p.returncode == 6 and "'alpha-c1'" in p.stderr and "nasgw volume delete" in p.stderr,
+          (p.returncode, p.stderr))
+        c("the clone logged (INFO snapshots snapshot clone)",
+          any("INFO snapshots snapshot clone" in l and "volume=alpha" in l and "snapshot=c1" in l and
+              "clone=alpha-c1" in l for l in node.log_tail(400000).splitlines()),
+          [l for l in node.log_tail(400000).splitlines() if "clone" in l][-5:])
+        p = node.cli("volume", "delete", "alpha-c1", check=False)
+        c("the clone holds files: volume delete without --force is refused (exit 6)",
+          p.returncode == 6 and "--force" in p.stderr, (p.returncode, p.stderr))
+        node.cli("volume", "delete", "alpha-c1", "--force")
+        gone = node.cli("snapshot", "delete", "alpha", "c1", json_out=True)
+        c("once the clone is deleted the snapshot can be",
+          gone.get("deleted", {}).get("snapshot", {}).get("name") == "c1", gone)
+        with open(os.path.join(m, "data"), "rb") as f:
+            c("...and alpha still reads as it is", f.read() == alpha_now)
 
         # Garbage on the real head socket while the FUSE client works.
         for junk in [b"\x00" * 24, os.urandom(5000), b"NHP1" + os.urandom(100)]:
