@@ -36,9 +36,12 @@ rotating): `none` (no snapshot of the volume), `one` (one snapshot taken
 after the layout, just before the measurement: every block the run
 overwrites is shared with it) and `hundred` (--snap-keep, 100, snapshots
 taken back to back before the run, and one every --snap-every, 3, s during
-it by a thread calling the CLI, the oldest deleted beyond 100). Before each
-variant the previous one's snapshots are deleted and the file sets laid out
-again, so every variant starts from freshly written files. Reported per
+it by a thread calling the CLI, the oldest deleted beyond 100; --snap-pace
+rate, the default: one due every 3 s, the next at once when a create, which
+flushes the write-back cache, outlasts that; gap: 3 s of pause after each).
+Before each variant the previous one's snapshots are deleted and the file
+sets laid out again, so every variant starts from freshly written files,
+and the array link is let go quiet. Reported per
 variant: write IOPS and total IOPS, fio's write p50/p99 latency, and the
 ratio of write IOPS to the same round's `none`; medians over the rounds.
 
@@ -1042,8 +1045,8 @@ class Bench:
                             creates.append(self.snap_create("pre-r%d-%03d" % (r + 1, i)))
                     row["pre_snapshots"] = len(self.snap_list())
                     row["pre_create_ms"] = sorted(1000 * x for x in creates)
-                    ticker = SnapTicker(self, "tick-r%d" % (r + 1), a.snap_every, a.snap_keep, self.snap_list()) \
-                        if v == "hundred" else None
+                    ticker = SnapTicker(self, "tick-r%d" % (r + 1), a.snap_every, a.snap_keep, self.snap_list(),
+                                        a.snap_pace) if v == "hundred" else None
                     perf = None
                     if a.perf and r == 0:
                         perf = self.perf_start(v)
@@ -1150,13 +1153,17 @@ SNAP_MEDIAN_KEYS = ("write_iops", "iops", "write_iops_fio", "read_iops", "write_
 
 
 class SnapTicker:
-    """The `hundred` variant's snapshotter: a thread that every `every` s
-    takes a snapshot with the CLI and deletes the oldest while more than
-    `keep` exist (names: the ones there before, oldest first, then its own).
-    Records each call's time; errors are recorded and it goes on."""
+    """The `hundred` variant's snapshotter: a thread that takes a snapshot
+    with the CLI and deletes the oldest while more than `keep` exist (names:
+    the ones there before, oldest first, then its own). pace "rate": one is
+    due every `every` s from the start; when a create (which flushes the
+    write-back cache) and its delete outlast that, the next starts as soon as
+    they end (no catching up on missed ones). pace "gap": `every` s of pause
+    after each create and delete. Records each call's time; errors are
+    recorded and it goes on."""
 
-    def __init__(self, bench, prefix, every, keep, names):
-        self.bench, self.prefix, self.every, self.keep = bench, prefix, every, keep
+    def __init__(self, bench, prefix, every, keep, names, pace="rate"):
+        self.bench, self.prefix, self.every, self.keep, self.pace = bench, prefix, every, keep, pace
         self.names = list(names)
         self.events, self.errors = [], []
         self._stop = threading.Event()
@@ -1181,7 +1188,10 @@ class SnapTicker:
 
     def _run(self):
         i = 0
-        while not self._stop.wait(self.every):   # the period of the schedule, not a wait for an event
+        due = time.monotonic() + self.every
+        # The schedule's period, not a wait for an event.
+        while not self._stop.wait(max(0.0, due - time.monotonic()) if self.pace == "rate" else self.every):
+            due = max(due + self.every, time.monotonic())
             name = "%s-%04d" % (self.prefix, i)
             i += 1
             if self._call("create", self.bench.snap_create, name):
@@ -1247,9 +1257,10 @@ def snap_table(res):
             m.get("write_p50_us", 0) / 1000, m.get("write_p99_us", 0) / 1000))
     h = s["medians"].get("hundred")
     if h and "snapshots_taken" in h:
-        lines.append("hundred: %g snapshots taken during each measurement (median), create p50 %.0f ms, "
-                     "delete of the oldest p50 %.0f ms (CLI wall time)" % (
-                         h["snapshots_taken"], h.get("tick_create_ms", 0), h.get("tick_delete_ms", 0)))
+        lines.append("hundred: %g snapshots taken during each measurement (median; pace %s, every %g s), create "
+                     "p50 %.0f ms, delete of the oldest p50 %.0f ms (CLI wall time)" % (
+                         h["snapshots_taken"], cfg.get("snap_pace", "gap"), cfg.get("snap_every", 3),
+                         h.get("tick_create_ms", 0), h.get("tick_delete_ms", 0)))
     lines.append("write IOPS: the clients' I/O over the span from the first one's start to the last one's end "
                  "times fio's write share; ratio: write IOPS over the same round's `none`, median over rounds; "
                  "w p50/p99: fio's write %s latency percentiles (all clients)." % (
@@ -1528,6 +1539,9 @@ def main():
     ap.add_argument("--snap-keep", type=int, default=100, help="--snapshots: snapshots of the `hundred` variant")
     ap.add_argument("--snap-every", type=float, default=3.0, help="--snapshots: seconds between snapshots "
                     "during the `hundred` measurement")
+    ap.add_argument("--snap-pace", choices=("rate", "gap"), default="rate",
+                    help="--snapshots: rate: a snapshot due every --snap-every s (one that outlasts it is "
+                    "followed at once by the next); gap: --snap-every s of pause after each")
     ap.add_argument("--perf", type=float, default=0, help="--snapshots: perf record -g nasgwd for this many "
                     "seconds during each variant of round 1 (a profiling run; not for the figures)")
     ap.add_argument("--quick", action="store_true",
