@@ -875,6 +875,19 @@ bool Exec::ReadDir() {
     }
     out_.reply.entries.push_back(ToWire(e));
   }
+  // Shown, where the export asks: `.snapshot` last, once.
+  if ((r_.flags & proto::kReadDirSnapshotDir) != 0 && dir.snap == 0 && out_.reply.eof &&
+      r_.offset < proto::kSnapshotDirCookie) {
+    fs::Attr sd = dir;
+    SnapshotDirOf(sd);
+    if (plus) {
+      out_.reply.attrs.push_back(ToWire(sd));
+      out_.reply.macs.push_back(Mint(sd));
+      if (xattrs) out_.reply.xattrs.push_back({});  // none, and so not carried: a head asking finds none
+    }
+    out_.reply.entries.push_back(
+        ToWire(fs::DirEntry{".snapshot", dir.ino, fs::FileType::kDirectory, proto::kSnapshotDirCookie}));
+  }
   return true;
 }
 

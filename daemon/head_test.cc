@@ -2098,6 +2098,40 @@ TEST_F(HeadTest, SnapshotsAreReachedThroughDotSnapshotAndAreReadOnly) {
   EXPECT_EQ(up.handle.ino, d.handle.ino);
   EXPECT_EQ(up.handle.snap, 0u);
 
+  // Listed too where the export asks (Show_Snapshot_Dir): last, once, the
+  // `.snapshot` directory; never in a snapshot's directory.
+  {
+    std::vector<nasgw_dirent> all(16);
+    std::vector<nasgw_attr> attrs(16);
+    uint32_t m = 0;
+    int end = 0;
+    ASSERT_EQ(nasgw_readdir(client_, &kRoot, &d.handle, 0, 16, NASGW_READDIR_PLUS | NASGW_READDIR_SNAPSHOT_DIR,
+                            all.data(), attrs.data(), &m, &end),
+              0)
+        << nasgw_client_last_message();
+    ASSERT_GE(m, 1u);
+    EXPECT_STREQ(all[m - 1].name, ".snapshot");
+    EXPECT_EQ(attrs[m - 1].handle.snap, fs::kSnapshotDir);
+    EXPECT_EQ(attrs[m - 1].type, static_cast<uint32_t>(NASGW_TYPE_DIR));
+    EXPECT_EQ(end, 1);
+    for (uint32_t i = 0; i + 1 < m; i++) EXPECT_STRNE(all[i].name, ".snapshot");
+    std::vector<nasgw_dirent> snaps(16);  // the listed handle works: its listing is the snapshots
+    uint32_t k = 0;
+    ASSERT_EQ(nasgw_readdir(client_, &kRoot, &attrs[m - 1].handle, 0, 16, 0, snaps.data(), nullptr, &k, &end), 0);
+    EXPECT_EQ(k, 2u);
+    ASSERT_EQ(nasgw_readdir(client_, &kRoot, &d.handle, all[m - 1].cookie, 16, NASGW_READDIR_SNAPSHOT_DIR, all.data(),
+                            nullptr, &m, &end),
+              0);
+    EXPECT_EQ(m, 0u) << "nothing after it";
+    EXPECT_EQ(end, 1);
+    nasgw_attr in_snap{};
+    ASSERT_EQ(nasgw_lookup(client_, &kRoot, &sd.handle, "s1", &in_snap), 0);
+    ASSERT_EQ(nasgw_readdir(client_, &kRoot, &in_snap.handle, 0, 16, NASGW_READDIR_SNAPSHOT_DIR, all.data(), nullptr,
+                            &m, &end),
+              0);
+    for (uint32_t i = 0; i < m; i++) EXPECT_STRNE(all[i].name, ".snapshot") << "not in a snapshot";
+  }
+
   // The directory at s1: its files as they were.
   nasgw_attr at1{}, old{}, was{};
   ASSERT_EQ(nasgw_lookup(client_, &kRoot, &sd.handle, "s1", &at1), 0) << nasgw_client_last_message();

@@ -118,7 +118,7 @@ std::string RenderGaneshaExports(const std::vector<fs::Export>& exports, const s
     // head (SMB, FUSE) recalls it before it proceeds. Ganesha grants them
     // only where ganesha.conf's NFSV4 block says Delegations = true.
     out += "  Delegations = RW;\n";
-    out += "  FSAL { Name = NASGW; }\n";
+    out += std::string("  FSAL { Name = NASGW;") + (e.show_snapshot_dir ? " Show_Snapshot_Dir = true;" : "") + " }\n";
     out += "}\n";
   }
   return out;

@@ -111,6 +111,7 @@ TEST_F(NfsExportsTest, RendersTheContractExactly) {
   e.root_squash = false;
   e.sec = {"krb5p", "sys"};
   e.protocols = {4};
+  e.show_snapshot_dir = true;
   exports.push_back(e);
   std::vector<std::string> problems;
   const std::string text = RenderGaneshaExports(exports, "gw-a", &problems);
@@ -144,7 +145,7 @@ EXPORT {
   CLIENT { Clients = 198.18.2.0/24, 198.18.3.7, 2001:db8::/32; Access_Type = RO; }
   MaxOffsetRead = 18446744073709551615;
   Delegations = RW;
-  FSAL { Name = NASGW; }
+  FSAL { Name = NASGW; Show_Snapshot_Dir = true; }
 }
 )";
   const size_t first = text.find("\nEXPORT {");

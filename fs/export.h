@@ -32,6 +32,8 @@ struct Export {
   bool root_squash = true;
   std::vector<std::string> sec = {"sys"};    // among sys, krb5, krb5i, krb5p; empty: sys
   std::vector<uint32_t> protocols = {3, 4};  // NFS versions among 3 and 4; empty: both
+  // READDIR lists every directory's `.snapshot` (always found by name).
+  bool show_snapshot_dir = false;
 
   bool operator==(const Export&) const = default;
 };

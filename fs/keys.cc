@@ -591,7 +591,7 @@ std::string EncodeExport(const ExportRec& r) {
   e.U32(r.vol);
   e.Str16(r.e.path);
   e.Str16(r.e.pseudo);
-  e.U8(static_cast<uint8_t>((r.e.read_only ? 1 : 0) | (r.e.root_squash ? 2 : 0)));
+  e.U8(static_cast<uint8_t>((r.e.read_only ? 1 : 0) | (r.e.root_squash ? 2 : 0) | (r.e.show_snapshot_dir ? 4 : 0)));
   e.U8(static_cast<uint8_t>(r.e.protocols.size()));
   for (uint32_t p : r.e.protocols) e.U8(static_cast<uint8_t>(p));
   e.U8(static_cast<uint8_t>(r.e.sec.size()));
@@ -615,12 +615,13 @@ Result<ExportRec> DecodeExport(uint32_t id, std::string_view v) {
   const uint8_t flags = d.U8();
   r.e.read_only = (flags & 1) != 0;
   r.e.root_squash = (flags & 2) != 0;
+  r.e.show_snapshot_dir = (flags & 4) != 0;
   r.e.protocols.clear();
   for (uint8_t i = 0, n = d.U8(); i < n && d.ok(); i++) r.e.protocols.push_back(d.U8());
   r.e.sec.clear();
   for (uint8_t i = 0, n = d.U8(); i < n && d.ok(); i++) r.e.sec.push_back(d.Str16());
   for (uint16_t i = 0, n = d.U16(); i < n && d.ok(); i++) r.e.clients.push_back(d.Str16());
-  if (!d.done() || (flags & ~3) != 0) return Status::Corruption("export " + std::to_string(id) + ": bad record");
+  if (!d.done() || (flags & ~7) != 0) return Status::Corruption("export " + std::to_string(id) + ": bad record");
   return r;
 }
 

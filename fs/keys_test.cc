@@ -370,8 +370,15 @@ TEST(KeysTest, ExportRoundTrip) {
       << unknown.status().ToString();
   bad = v;
   const size_t flags_at = 1 + 4 + 2 + r.e.path.size() + 2 + r.e.pseudo.size();
-  bad[flags_at] = 4;
+  bad[flags_at] = 8;
   EXPECT_EQ(DecodeExport(3, bad).status().code(), Code::kCorruption);
+  // Flag 4: `.snapshot` listed.
+  ExportRec shown = r;
+  shown.e.show_snapshot_dir = true;
+  auto back = DecodeExport(3, EncodeExport(shown));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->e.show_snapshot_dir);
+  EXPECT_EQ(back->e, shown.e);
 }
 
 TEST(KeysTest, ExportCounterRoundTrip) {

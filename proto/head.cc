@@ -655,7 +655,7 @@ Result<Request> DecodeRequest(Op op, std::string_view payload) {
       if (r.count == 0 || r.count > kReadDirMax) {
         s = Bad("readdir count must be 1..1024");
       } else {
-        s = CheckFlags(r.flags, kReadDirPlus | kReadDirXattrs);
+        s = CheckFlags(r.flags, kReadDirPlus | kReadDirXattrs | kReadDirSnapshotDir);
         if (s.ok() && r.flags == kReadDirXattrs) s = Bad("readdir xattrs without attributes (plus)");
       }
       break;

@@ -254,6 +254,11 @@ constexpr uint32_t kReadDirPlus = 1;  // attributes with every entry
 // asks with LISTXATTR/GETXATTR. Saves SMB's per-entry DOS attribute and EA
 // size requests in a listing.
 constexpr uint32_t kReadDirXattrs = 2;
+// A live directory lists its `.snapshot` directory too (an export option
+// shows it): after every other entry, with cookie kSnapshotDirCookie, which
+// no entry of a directory takes.
+constexpr uint32_t kReadDirSnapshotDir = 4;
+constexpr uint64_t kSnapshotDirCookie = uint64_t{1} << 62;
 constexpr size_t kReadDirXattrBytesMax = 1024;
 constexpr size_t kReadDirXattrBudget = 256 << 10;  // per reply, all entries
 // WRITE's stability (NFS's stable_how): how durable the bytes must be when

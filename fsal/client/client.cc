@@ -1554,7 +1554,7 @@ int nasgw_readdir_xattrs(nasgw_client* c, const nasgw_cred* cr, const nasgw_hand
   if (c == nullptr || dir == nullptr || entries == nullptr || count == nullptr || max == 0 || max > NASGW_READDIR_MAX ||
       ((flags & NASGW_READDIR_PLUS) && attrs == nullptr) ||
       ((flags & NASGW_READDIR_XATTRS) && (xattrs == nullptr || !(flags & NASGW_READDIR_PLUS))) ||
-      (flags & ~(NASGW_READDIR_PLUS | NASGW_READDIR_XATTRS))) {
+      (flags & ~(NASGW_READDIR_PLUS | NASGW_READDIR_XATTRS | NASGW_READDIR_SNAPSHOT_DIR))) {
     return -EINVAL;
   }
   auto call = Make(Op::kReadDir, cr, dir, [&](proto::Request& r) {

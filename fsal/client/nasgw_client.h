@@ -145,6 +145,9 @@ typedef struct nasgw_sattr {
 #define NASGW_RENAME_EXCHANGE 2u /* both exist and trade their files atomically */
 #define NASGW_READDIR_PLUS 1u    /* attributes with each entry */
 #define NASGW_READDIR_XATTRS 2u  /* with PLUS: each entry's extended attributes (nasgw_readdir_xattrs) */
+/* A live directory lists its `.snapshot` directory too, after every other
+ * entry (an NFS export's Show_Snapshot_Dir). */
+#define NASGW_READDIR_SNAPSHOT_DIR 4u
 /* How durable a write must be when it completes (NFS's stable_how); the
  * result says the level reached, at least the one asked. */
 #define NASGW_UNSTABLE 0u                  /* may be held in nasgwd's memory until nasgw_fsync */

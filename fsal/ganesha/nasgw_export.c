@@ -215,6 +215,10 @@ static void nasgw_export_ops_init(struct export_ops *ops)
 
 static struct config_item nasgw_export_params[] = {
 	CONF_ITEM_NOOP("name"),
+	/* Every directory's `.snapshot` is found by name; this lists it too
+	 * (NetApp's snapdir visible, ZFS's snapdir=visible). */
+	CONF_ITEM_BOOL("Show_Snapshot_Dir", false, nasgw_fsal_export,
+		       show_snapshot_dir),
 	CONFIG_EOL
 };
 

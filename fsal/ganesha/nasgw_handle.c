@@ -88,6 +88,12 @@ static fsal_status_t op_readdir(struct fsal_obj_handle *dir_hdl,
 	nasgw_client *c;
 	nasgw_cred cr;
 	int rc = 0, end = 0;
+	const struct nasgw_fsal_export *exp =
+		container_of(op_ctx->fsal_export, struct nasgw_fsal_export,
+			     export);
+	const uint32_t flags = NASGW_READDIR_PLUS |
+			       (exp->show_snapshot_dir ?
+					NASGW_READDIR_SNAPSHOT_DIR : 0);
 
 	CLIENT_OR_DELAY(c);
 	nasgw_creds(&cr);
@@ -100,7 +106,7 @@ static fsal_status_t op_readdir(struct fsal_obj_handle *dir_hdl,
 		uint32_t n = 0, i;
 
 		rc = nasgw_readdir(c, &cr, &obj_of(dir_hdl)->h, cookie,
-				   READDIR_BATCH, NASGW_READDIR_PLUS, ents,
+				   READDIR_BATCH, flags, ents,
 				   attrs, &n, &end);
 		if (rc != 0)
 			break;

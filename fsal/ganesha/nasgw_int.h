@@ -75,6 +75,7 @@ struct nasgw_fsal_export {
 	char *path;		/* the export's path: /<volume>[/sub/path] */
 	nasgw_handle root;	/* the exported directory (the scope of its handles) */
 	uint16_t export_id;	/* Ganesha's id of the export (in MDCACHE keys) */
+	bool show_snapshot_dir;	/* READDIR lists `.snapshot` (Show_Snapshot_Dir) */
 };
 
 struct nasgw_fsal_obj {
