@@ -335,10 +335,11 @@ const std::vector<CommandSpec>& Commands() {
       {"export",
        "add",
        1,
-       {"--ro", "--no-root-squash"},
+       {"--ro", "--no-root-squash", "--show-snapshot-dir"},
        {"--pseudo", "--clients", "--sec", "--protocols"},
        "usage: nasgw export add VOLUME[/SUBPATH] [--pseudo P] [--clients CIDR[,CIDR...]] [--ro]\n"
-       "                        [--no-root-squash] [--sec sys[,krb5...]] [--protocols 3,4]\n\n"
+       "                        [--no-root-squash] [--sec sys[,krb5...]] [--protocols 3,4]\n"
+       "                        [--show-snapshot-dir]\n\n"
        "Exports a volume, or a directory in it (SUBPATH must exist), over NFS. nasgwd assigns\n"
        "the export an id, keeps it with the reserve and has NFS-Ganesha reload its exports.\n"
        "  --pseudo P          NFSv4 pseudo path, unique (default /VOLUME/SUBPATH)\n"
@@ -347,7 +348,9 @@ const std::vector<CommandSpec>& Commands() {
        "  --ro                read-only (default read-write)\n"
        "  --no-root-squash    root stays root (default: root is squashed to 65534)\n"
        "  --sec LIST          security flavours among sys, krb5, krb5i, krb5p (default sys)\n"
-       "  --protocols LIST    NFS versions among 3 and 4 (default 3,4)\n"},
+       "  --protocols LIST    NFS versions among 3 and 4 (default 3,4)\n"
+       "  --show-snapshot-dir every directory lists its .snapshot (default: reachable by\n"
+       "                      name only, as NetApp's and ZFS's snapdir hidden)\n"},
       {"export",
        "remove",
        1,
@@ -802,7 +805,8 @@ json ToJson(const pb::Export& e) {
           {"read_only", e.read_only()},
           {"root_squash", e.root_squash()},
           {"sec", json(std::vector<std::string>(e.sec().begin(), e.sec().end()))},
-          {"protocols", json(std::vector<uint32_t>(e.protocols().begin(), e.protocols().end()))}};
+          {"protocols", json(std::vector<uint32_t>(e.protocols().begin(), e.protocols().end()))},
+          {"show_snapshot_dir", e.show_snapshot_dir()}};
 }
 
 json ToJson(const pb::Share& sh) {
@@ -945,7 +949,8 @@ void PrintExport(const pb::Export& e) {
               {"clients", e.clients().empty() ? "every client" : JoinList(e.clients(), ", ")},
               {"root squash", e.root_squash() ? "yes (root is 65534)" : "no"},
               {"security", JoinList(e.sec(), ", ")},
-              {"protocols", versions}});
+              {"protocols", versions},
+              {".snapshot", e.show_snapshot_dir() ? "listed in every directory" : "reachable by name, not listed"}});
 }
 
 void PrintShare(const pb::Share& sh) {
@@ -1125,8 +1130,9 @@ const std::set<std::string> kGlobalValued = {"--socket",   "--server",  "--tls-c
 const std::set<std::string> kCommandValued = {
     "--name",          "--ag-size", "--record-size", "--pseudo",      "--clients", "--sec", "--protocols",
     "--write-through", "--atime",   "--comment",     "--valid-users", "--every",   "--keep"};
-const std::set<std::string> kCommandFlags = {"--force",      "--ro",     "--no-root-squash", "--read-only",
-                                             "--browseable", "--hidden", "--encrypt",        "--guest-ok"};
+const std::set<std::string> kCommandFlags = {"--force",     "--ro",         "--no-root-squash",
+                                             "--read-only", "--browseable", "--hidden",
+                                             "--encrypt",   "--guest-ok",   "--show-snapshot-dir"};
 
 // Returns a usage message, or "" when the arguments parse.
 std::string Parse(int argc, char** argv, Parsed* p) {
@@ -1335,6 +1341,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     }
     add_export.set_read_only(p.flags.contains("--ro"));
     if (p.flags.contains("--no-root-squash")) add_export.set_root_squash(false);
+    add_export.set_show_snapshot_dir(p.flags.contains("--show-snapshot-dir"));
   } else if (c.group == "export" && c.verb == "show") {
     if (auto id = ParseExportId(args[0])) {
       get_export.set_id(*id);

@@ -277,6 +277,7 @@ void Fill(const fs::Export& e, pb::Export* out) {
   out->set_root_squash(e.root_squash);
   for (const auto& f : e.sec) out->add_sec(f);
   for (uint32_t p : e.protocols) out->add_protocols(p);
+  out->set_show_snapshot_dir(e.show_snapshot_dir);
 }
 
 void Fill(const fs::Share& s, pb::Share* out) {
@@ -435,6 +436,7 @@ class AdminService final : public pb::Admin::Service {
     e.root_squash = req->has_root_squash() ? req->root_squash() : true;
     e.sec.assign(req->sec().begin(), req->sec().end());
     e.protocols.assign(req->protocols().begin(), req->protocols().end());
+    e.show_snapshot_dir = req->show_snapshot_dir();
     NASGW_LOG(kInfo, "admin") << "add export" << Kv("volume", e.volume) << Kv("path", e.path) << Kv("pseudo", e.pseudo)
                               << Kv("clients", e.clients.size()) << Kv("read_only", e.read_only);
     std::string publish_error;

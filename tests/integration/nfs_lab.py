@@ -1251,6 +1251,27 @@ def test_snapshots(ctx):
             check(all(r[k] == errno.EROFS for k in ("e_write", "e_mkdir", "e_unlink", "e_chmod")),
                   "v%s: every change in a snapshot is EROFS (%s)" % (version, r))
             check(r["e_make_dot_snapshot"] == errno.EEXIST, "v%s: .snapshot cannot be made (%s)" % (version, r))
+        # An export that shows it (--show-snapshot-dir): every directory
+        # lists .snapshot, which is the same directory; the snapshots'
+        # directories do not.
+        added = node.cli("export", "add", "vol1", "--pseudo", "/snapshown", "--no-root-squash",
+                         "--show-snapshot-dir", json_out=True)
+        shown_id = (added.get("export") or added)["id"]
+        check((added.get("export") or added).get("show_snapshot_dir") is True,
+              "export add --show-snapshot-dir: kept (%s)" % added)
+        check(until(lambda: export_visible(c1, "snapshown")), "the export that shows .snapshot is served")
+        for version in ("3", "4.1"):
+            r = py(c1, lab, "c = connect('/snapshown', ARGS['version'])\n"
+                            "def ls(p):\n"
+                            "    try:\n"
+                            "        return sorted(c.listdir(p))\n"
+                            "    except Exception as e:\n"
+                            "        return '%s: %s' % (p, e)\n"
+                            "out([ls('snapdir'), ls('snapdir/.snapshot'), ls('snapdir/.snapshot/nfs1')])\n",
+                   {"version": version})[0]
+            check(r[0] == [".snapshot", "f", "later"] and r[1] == ["nfs1"] and r[2] == ["f"],
+                  "v%s: the export lists .snapshot in a live directory, not in a snapshot's (%s)" % (version, r))
+        node.cli("export", "remove", str(shown_id))
     finally:
         node.cli("snapshot", "delete", "vol1", "nfs1", check=False)
         py(c1, lab, "c = connect('/vol1', '3')\nfor n in ('f', 'later'):\n    c.remove('snapdir/' + n, "
