@@ -210,7 +210,7 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
   for (const Extent& e : impl->rec.log_extents) {
     NASGW_RETURN_IF_ERROR(impl->space->MarkUsed(e).WithContext("intent log extent"));
   }
-  NASGW_RETURN_IF_ERROR(impl->LoadClones().WithContext("clones"));
+  NASGW_RETURN_IF_ERROR(impl->LoadVolumes().WithContext("volume records"));
   Status bad;
   NASGW_RETURN_IF_ERROR(impl->store->Scan("E", "F", [&](std::string_view k, std::string_view v) {
     auto m = DecodeRecordMap(v);
@@ -298,22 +298,6 @@ Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& res
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
-  // Each volume's file count, for Statfs.
-  std::map<uint32_t, uint64_t> vol_files;
-  NASGW_RETURN_IF_ERROR(impl->store->Scan("V", "W", [&](std::string_view k, std::string_view val) {
-    auto v = DecodeVolume(val);
-    if (!v.ok() || k.size() != 5) {
-      bad = v.ok() ? Status::Corruption("volume key of " + std::to_string(k.size()) + " bytes") : v.status();
-      return false;
-    }
-    vol_files[GetBE32(k, 1)] = v->files;
-    MutexLock strict(impl->strict_mu);
-    if (v->write_through) impl->strict_vols.insert(GetBE32(k, 1));
-    if (v->atime != 0) impl->vol_atime[GetBE32(k, 1)] = static_cast<Atime>(v->atime);
-    return true;
-  }));
-  NASGW_RETURN_IF_ERROR(bad);
-  impl->vol_files = std::move(vol_files);
   if (o.read_only) orphans.clear();  // the owner reclaims them when it opens the domain
   for (const auto& [vol, ino] : orphans) {
     // An orphan whose inode or volume is gone only needs its key removed;

@@ -324,7 +324,9 @@ struct Domain::Impl {
     auto it = clones.find(vol);
     return it != clones.end() && birth <= it->second.txg;
   }
-  Status LoadClones() REQUIRES(mu);
+  // At open, from the volume records: each volume's file count (Statfs),
+  // strict mode, atime policy and, for a clone, its origin.
+  Status LoadVolumes() REQUIRES(mu);
   // Before replay: which logged batches were written before the births
   // upgrade (LSN up to old_format_through) and which of their keys the
   // upgrade has done (`upgraded`; null: none).

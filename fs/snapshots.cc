@@ -731,8 +731,9 @@ Result<RollbackInfo> Domain::RollbackSnapshot(const std::string& volume, const s
   return info;
 }
 
-Status Domain::Impl::LoadClones() {
+Status Domain::Impl::LoadVolumes() {
   clones.clear();
+  vol_files.clear();
   Status bad;
   NASGW_RETURN_IF_ERROR(store->Scan("V", "W", [&](std::string_view k, std::string_view val) {
     mu.AssertHeld();  // called here, under the caller's lock
@@ -741,7 +742,12 @@ Status Domain::Impl::LoadClones() {
       bad = v.ok() ? Status::Corruption("volume key of " + std::to_string(k.size()) + " bytes") : v.status();
       return false;
     }
-    if (v->origin_vol != 0) clones[GetBE32(k, 1)] = {v->origin_vol, v->origin_snap, v->origin_txg};
+    const uint32_t vol = GetBE32(k, 1);
+    vol_files[vol] = v->files;
+    if (v->origin_vol != 0) clones[vol] = {v->origin_vol, v->origin_snap, v->origin_txg};
+    MutexLock strict(strict_mu);
+    if (v->write_through) strict_vols.insert(vol);
+    if (v->atime != 0) vol_atime[vol] = static_cast<Atime>(v->atime);
     return true;
   }));
   return bad;
