@@ -1104,7 +1104,7 @@ class Bench:
         figures are reported, perf costs CPU on this 2-core machine)."""
         base = os.path.splitext(self.a.out)[0] if self.a.out else os.path.join(self.lab.dir, "snap")
         data = "%s-perf-%s.data" % (base, variant)
-        p = subprocess.Popen(["perf", "record", "-g", "-o", data, "-p", str(self.node.s["daemon_pid"]), "--",
+        p = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-g", "-o", data, "-p", str(self.node.s["daemon_pid"]), "--",
                               "sleep", str(self.a.perf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True)
         return p, data
@@ -1116,11 +1116,14 @@ class Bench:
         except subprocess.TimeoutExpired:
             p.kill()
             _, err = p.communicate()
-        rep = sh(["perf", "report", "--stdio", "--no-children", "-g", "none", "--percent-limit", "0.7",
-                  "-i", data], check=False, timeout=600)
-        top = [ln for ln in rep.stdout.splitlines() if ln.strip() and not ln.startswith("#")][:30]
-        log("perf (%s):\n%s" % (data, "\n".join(top)))
-        return {"data": data, "exit": p.returncode, "stderr": err[-500:], "top": top}
+        tops = {}
+        for kind in ("self", "children"):
+            rep = sh(["perf", "report", "--stdio", "--no-children" if kind == "self" else "--children", "-g", "none",
+                      "--percent-limit", "0.7", "-i", data], check=False, timeout=600)
+            tops[kind] = [ln for ln in rep.stdout.splitlines() if ln.strip() and not ln.startswith("#")][:40]
+        log("perf (%s), self:\n%s" % (data, "\n".join(tops["self"][:25])))
+        return {"data": data, "exit": p.returncode, "stderr": err[-500:], "top": tops["self"],
+                "top_children": tops["children"]}
 
     def snap_log_row(self, row):
         extra = ""
