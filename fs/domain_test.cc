@@ -1250,6 +1250,7 @@ TEST_F(DomainTest, SnapshotsTakenDuringConcurrentWritesAreCutAtOneGroup) {
   constexpr int kWriters = 3;
   constexpr size_t kBytes = 40000;  // three 16 KiB records: a version spans them
   std::vector<Attr> files;
+  files.reserve(kWriters);
   for (int i = 0; i < kWriters; i++) files.push_back(Mk(kRootIno, "w" + std::to_string(i)));
   const Attr made_dir = Mk(kRootIno, "made", FileType::kDirectory);
   auto version = [](uint64_t v) {
@@ -1260,6 +1261,7 @@ TEST_F(DomainTest, SnapshotsTakenDuringConcurrentWritesAreCutAtOneGroup) {
   std::atomic<uint64_t> started[kWriters + 1] = {}, done[kWriters + 1] = {};  // the last: the maker
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
+  threads.reserve(kWriters + 1);
   for (int i = 0; i < kWriters; i++) {
     threads.emplace_back([&, i] {
       for (uint64_t v = 1; !stop.load(); v++) {

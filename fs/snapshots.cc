@@ -658,14 +658,14 @@ Status Domain::Impl::Rollback(Txn& t, uint32_t vol, uint64_t S, RollbackInfo* in
     const uint64_t ino = GetBE64(k, 5);
     has_orphan_key.insert(ino);
     auto r = restored_nlink.find(ino);
-    if (r != restored_nlink.end() ? r->second > 0 : removed_inodes.count(ino) > 0) t.batch.Delete(k);
+    if (r != restored_nlink.end() ? r->second > 0 : removed_inodes.contains(ino)) t.batch.Delete(k);
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
   for (const auto& [ino, nlink] : restored_nlink) {
     if (nlink != 0) continue;
-    if (!has_orphan_key.count(ino)) t.batch.Put(OrphanKey(vol, ino), "");
-    if (!open_count.count({vol, ino})) orphans->push_back(ino);
+    if (!has_orphan_key.contains(ino)) t.batch.Put(OrphanKey(vol, ino), "");
+    if (!open_count.contains({vol, ino})) orphans->push_back(ino);
   }
   return Status();
 }
@@ -817,7 +817,7 @@ Result<VolumeInfo> Domain::CloneSnapshot(const std::string& volume, const std::s
             cv.files -= std::min<uint64_t>(cv.files, 1);
             return true;
           }
-        } else if (left_out.count(ino)) {
+        } else if (left_out.contains(ino)) {
           if (tag == 'E') {
             auto m = DecodeRecordMap(v);
             if (!m.ok()) {
