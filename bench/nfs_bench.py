@@ -45,8 +45,8 @@ and the array link is let go quiet. Reported per
 variant: write IOPS and total IOPS, fio's write p50/p99 latency, and the
 ratio of write IOPS to the same round's `none`; medians over the rounds.
 
-  python3 bench/nfs_bench.py --snapshots --build build/release --out snap-nfs.json   # ~15 min
-  python3 bench/nfs_bench.py --snapshots --quick --build build/release               # smoke, ~2 min
+  python3 bench/nfs_bench.py --snapshots --build build/release --out snap-nfs.json   # 11-13 min
+  python3 bench/nfs_bench.py --snapshots --quick --build build/release               # smoke, under 1 min
 
 Needs root, fio with the nfs and libiscsi engines (deploy/build-fio.sh, run
 on demand), for the nasgw target <build>/fsal/ganesha/libfsalnasgw.so,
