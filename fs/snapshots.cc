@@ -181,6 +181,9 @@ Status Domain::Impl::ScanAt(std::string_view begin, std::string_view end, uint64
       return false;
     }
     std::string live = LiveKey(k.substr(0, k.size() - 8));
+    // A page that goes on after a key (begin = that key and a NUL) also
+    // meets that key's own history: not in this page.
+    if (std::string_view(live) < begin) return true;
     if (live != current) {
       current = live;
       settled = false;
@@ -538,7 +541,7 @@ Status Domain::Impl::Rollback(Txn& t, uint32_t vol, uint64_t S, RollbackInfo* in
   // either nothing there or a version the history keeps), and the data
   // pieces born after it. Pieces born by S in a map written since are in
   // the version put back below (pieces never move between records).
-  std::set<uint64_t> removed_inodes;
+  std::map<uint64_t, uint64_t> removed_inodes;  // ino -> generation
   for (char tag : {'C', 'D', 'E', 'G', 'I', 'X'}) {
     const std::string p = Prefix(tag, vol);
     NASGW_RETURN_IF_ERROR(store->ScanRaw(p, PrefixEnd(p), [&](std::string_view k, std::string_view v) {
@@ -565,8 +568,7 @@ Status Domain::Impl::Rollback(Txn& t, uint32_t vol, uint64_t S, RollbackInfo* in
           bad = in.status().WithContext("rollback");
           return false;
         }
-        removed_inodes.insert(in->a.ino);
-        t.dropped.push_back({vol, in->a.ino, in->a.gen});  // its logged writes go with it
+        removed_inodes[in->a.ino] = in->a.gen;
       }
       t.batch.Delete(k);
       info->removed_keys++;
@@ -662,6 +664,12 @@ Status Domain::Impl::Rollback(Txn& t, uint32_t vol, uint64_t S, RollbackInfo* in
     return true;
   }));
   NASGW_RETURN_IF_ERROR(bad);
+  // A file gone with the rollback takes its logged writes with it; one put
+  // back (the same number and generation) keeps them: they are placed after
+  // the rollback, live and at a replay alike.
+  for (const auto& [ino, gen] : removed_inodes) {
+    if (!restored_nlink.contains(ino)) t.dropped.push_back({vol, ino, gen});
+  }
   for (const auto& [ino, nlink] : restored_nlink) {
     if (nlink != 0) continue;
     if (!has_orphan_key.contains(ino)) t.batch.Put(OrphanKey(vol, ino), "");
