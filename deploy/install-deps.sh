@@ -42,6 +42,9 @@ PACKAGES=(
   libldb-dev libjansson-dev libarchive-dev libicu-dev
   # nasgw-smb-load, the SMB benchmark's clients (bench/smb_load.c)
   libsmbclient-dev
+  # the controller pair (cluster/): Corosync membership and quorum over the
+  # interconnect, through libcpg and libvotequorum
+  corosync libcpg-dev libvotequorum-dev
 )
 
 missing=()

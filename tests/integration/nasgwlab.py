@@ -420,8 +420,16 @@ def finish(failures, node=None, lab=None, server=None, after=None):
         node.close()
     if after is not None:
         after()
-    print("%d failure(s)" % len(failures) if failures else "all passed")
+    print(summary(failures))
     return 1 if failures else 0
+
+
+def summary(failures):
+    """The last line of a suite: "all passed", or the count and every failed
+    check's name, so that a log cut in the middle still names them."""
+    if not failures:
+        return "all passed"
+    return "%d failure(s):\n" % len(failures) + "\n".join("  " + str(f)[:300] for f in failures)
 
 
 def matplotlib_or_redraw(script, res, path):

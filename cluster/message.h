@@ -1,0 +1,48 @@
+#pragma once
+
+// What nasgwd nodes say to each other over the interconnect's membership
+// ring (Corosync CPG): small control messages, never bulk data (the cache
+// mirror's stream is nasgwd's own connection). Format: docs/cluster.md.
+//
+// Every message starts with a version byte and a kind byte; a decoder
+// ignores bytes after the fields it knows and kinds it does not know, so a
+// newer node's messages (more fields, new kinds) do not confuse an older one
+// during a rolling upgrade.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/uuid.h"
+
+namespace nasgw::cluster {
+
+constexpr uint8_t kMessageVersion = 1;
+constexpr size_t kMessageBytesMax = 4096;  // far below CPG's limits; a control message, not data
+
+enum class MessageKind : uint8_t {
+  kHeartbeat = 1,  // every heartbeat interval: who I am and what I serve
+  kRelease = 2,    // (reserved) planned giveback: "I released domain D of reserve R to you"
+};
+
+// What a node says about itself in each heartbeat. `state` is nasgwd's
+// ReserveState as a number (0 unformatted, 1 online, 2 failed, 3 standby,
+// 4 fenced): the wire keeps its own numbering, not a C++ enum's.
+struct Heartbeat {
+  Uuid node_id;     // the node's persistent id (<state_dir>/node-id)
+  Uuid reserve;     // the reserve it serves or stands by for (nil: none yet)
+  uint8_t state = 0;
+  uint64_t seq = 0;          // bumps per heartbeat from one process
+  uint64_t incarnation = 0;  // random per process start
+  std::string name;          // node_name, for people (<= 255 bytes)
+  std::string reason;        // why fenced or failed (<= 1024 bytes)
+  bool operator==(const Heartbeat&) const = default;
+};
+
+std::string EncodeHeartbeat(const Heartbeat& h);
+// nullopt: not a heartbeat this version understands (wrong version, another
+// kind, truncated); the caller counts it and carries on.
+std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes);
+
+}  // namespace nasgw::cluster
