@@ -72,8 +72,8 @@ constexpr size_t kSecretFileBytesMax = 4096;
 constexpr size_t kErrorsShownMax = 10;
 
 constexpr std::string_view kDefaultInitiatorPrefix = "iqn.2026-11.org.nasgw:";
-constexpr std::string_view kSections[] = {"node",    "reserve",  "head", "cache", "admin",
-                                          "metrics", "shutdown", "nfs",  "smb"};
+constexpr std::string_view kSections[] = {"node",     "reserve", "head", "cache",  "admin",
+                                          "metrics",  "shutdown", "nfs", "smb", "cluster"};
 
 // Text from the file as it may appear in a message: control characters as '?'.
 std::string Printable(std::string_view s) {
@@ -603,11 +603,32 @@ void ParseReserve(const Section& s, Config* c, Errors* errors) {
   s.Integer("connect_timeout_ms", limits::kConnectTimeoutMsMin, limits::kConnectTimeoutMsMax, &c->connect_timeout_ms);
   s.Integer("renew_interval_ms", fs::kRenewIntervalMsMin, fs::kRenewIntervalMsMax, &c->renew_interval_ms);
   s.Integer("lease_ms", int64_t{fs::kRenewIntervalMsMin} * fs::kLeaseRenewalsMin, fs::kLeaseMsMax, &c->lease_ms);
+  s.Integer("preempt_settle_ms", 0, fs::kPreemptSettleMsMax, &c->preempt_settle_ms);
   const uint64_t lease_min_ms = uint64_t{fs::kLeaseRenewalsMin} * c->renew_interval_ms;
   if (c->lease_ms < lease_min_ms) {
     errors->Add("reserve.lease_ms", std::to_string(c->lease_ms) + " is shorter than " +
                                         std::to_string(fs::kLeaseRenewalsMin) + " renewal intervals (" +
                                         std::to_string(lease_min_ms) + ")");
+  }
+}
+
+void ParseCluster(const Section& s, Config* c, Errors* errors) {
+  s.Bool("enabled", &c->cluster_enabled);
+  s.Bool("auto_takeover", &c->cluster_auto_takeover);
+  if (s.String("group", &c->cluster_group)) {
+    const std::string& g = c->cluster_group;
+    const bool ok = !g.empty() && g.size() <= 127 && std::all_of(g.begin(), g.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+    });
+    if (!ok) errors->Add("cluster.group", "'" + Printable(g) + "' is not 1..127 bytes of [A-Za-z0-9._-]");
+  }
+  s.Integer("heartbeat_interval_ms", kClusterHeartbeatMsMin, kClusterHeartbeatMsMax,
+            &c->cluster_heartbeat_interval_ms);
+  s.Integer("network_dead_ms", int64_t{kClusterHeartbeatMsMin} * 3, kClusterDeadMsMax, &c->cluster_network_dead_ms);
+  if (c->cluster_network_dead_ms < 3 * uint64_t{c->cluster_heartbeat_interval_ms}) {
+    errors->Add("cluster.network_dead_ms", std::to_string(c->cluster_network_dead_ms) +
+                                               " is shorter than 3 heartbeat intervals (" +
+                                               std::to_string(3 * uint64_t{c->cluster_heartbeat_interval_ms}) + ")");
   }
 }
 
@@ -790,7 +811,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
       errors.Add(name, "expected a table ([" + name + "]), got " + std::string(Describe(value)));
     } else if (!known && value.is_table()) {
       errors.Add(name,
-                 "unknown section [" + name + "] (known: node, reserve, head, cache, admin, metrics, shutdown, nfs)");
+                 "unknown section [" + name + "] (known: node, reserve, head, cache, admin, metrics, shutdown, nfs, smb, cluster)");
     } else if (!known) {
       errors.Add(name, "unknown key at the top level (every key belongs in a section: [node], [reserve], ...)");
     }
@@ -804,7 +825,8 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseNode(Section("node", table("node"), {"name", "run_dir", "state_dir", "log_level"}, &errors), &c, &errors);
   ParseReserve(Section("reserve", table("reserve"),
                        {"luns", "initiator", "chap_user", "chap_secret", "chap_secret_file", "io_timeout_ms",
-                        "queue_depth", "bulk_target_ms", "connect_timeout_ms", "renew_interval_ms", "lease_ms"},
+                        "queue_depth", "bulk_target_ms", "connect_timeout_ms", "renew_interval_ms", "lease_ms",
+                        "preempt_settle_ms"},
                        &errors),
                &c, &errors);
   ParseHead(Section("head", table("head"),
@@ -844,6 +866,9 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   shutdown.Integer("drain_ms", 0, kShutdownDrainMsMax, &c.drain_ms);
   ParseNfs(Section("nfs", table("nfs"), {"exports_file", "ganesha_pid_file"}, &errors), &c, &errors);
   ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
+  ParseCluster(Section("cluster", table("cluster"),
+                       {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover"}, &errors),
+               &c, &errors);
 
   // Defaults that depend on other fields.
   if (c.initiator.empty() && !c.node_name.empty()) {

@@ -43,6 +43,9 @@ constexpr uint32_t kHeadLocksMax = 1u << 24;
 constexpr uint32_t kHeadLocksPerSessionDefault = 1u << 18;
 constexpr uint32_t kShutdownDrainMsDefault = 10'000;
 constexpr uint32_t kShutdownDrainMsMax = 600'000;
+constexpr uint32_t kClusterHeartbeatMsMin = 50;
+constexpr uint32_t kClusterHeartbeatMsMax = 10'000;
+constexpr uint32_t kClusterDeadMsMax = 600'000;
 
 struct Config {
   // [node]
@@ -67,6 +70,17 @@ struct Config {
   // force once the owner has been silent for lease_ms (>= 3 intervals).
   uint32_t renew_interval_ms = 2'000;  // fs::kRenewIntervalMs{Min,Max}
   uint32_t lease_ms = 10'000;          // 3 * renew_interval_ms .. fs::kLeaseMsMax
+  // After preempting another node's key with plain PREEMPT (the LUN has no
+  // PREEMPT AND ABORT, as tgt), wait this long before the first write: the
+  // commands the old owner had queued at the array are done by then.
+  uint32_t preempt_settle_ms = 2'000;  // 0..fs::kPreemptSettleMsMax
+
+  // [cluster]: the controller pair (docs/cluster.md). Off: a single node.
+  bool cluster_enabled = false;
+  std::string cluster_group = "nasgw";           // Corosync CPG group; [A-Za-z0-9._-], 1..127 bytes
+  uint32_t cluster_heartbeat_interval_ms = 500;  // kClusterHeartbeatMs{Min,Max}
+  uint32_t cluster_network_dead_ms = 3'000;      // >= 3 heartbeats, <= kClusterDeadMsMax
+  bool cluster_auto_takeover = true;             // a standby takes over an owner silent on both heartbeats
 
   // [head]
   std::string head_socket;                                                // default: <run_dir>/head.sock

@@ -30,6 +30,11 @@
 
 namespace nasgw::daemon {
 
+// The heartbeat's state byte is ReserveState's number (cluster/message.h).
+static_assert(static_cast<uint8_t>(ReserveState::kOnline) == cluster::kStateOnline);
+static_assert(static_cast<uint8_t>(ReserveState::kStandby) == cluster::kStateStandby);
+static_assert(static_cast<uint8_t>(ReserveState::kFenced) == cluster::kStateFenced);
+
 const char* ReserveStateName(ReserveState s) {
   switch (s) {
     case ReserveState::kUnformatted:
@@ -253,7 +258,8 @@ uint64_t NewWriteVerifier() {
 }  // namespace
 
 Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener,
-                                          const fs::DomainOptions& domain_options) {
+                                          const fs::DomainOptions& domain_options,
+                                          std::unique_ptr<cluster::Interconnect> interconnect) {
   std::unique_ptr<Node> node(new Node());
   node->config_ = config;
   node->opener_ = opener ? std::move(opener) : IscsiOpener(config);
@@ -265,6 +271,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   node->started_unix_ = NowUnix();
   node->ownership_options_.renew_interval_ms = config.renew_interval_ms;
   node->ownership_options_.lease_ms = config.lease_ms;
+  node->ownership_options_.preempt_settle_ms = config.preempt_settle_ms;
   NASGW_RETURN_IF_ERROR(node->ownership_options_.Validate().WithContext("[reserve]"));
   auto lock_fd = LockStateDir(config);
   if (!lock_fd.ok()) return lock_fd.status();
@@ -311,6 +318,38 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   lock.Unlock();
   admin.Unlock();
   node->owner_thread_ = std::thread([n = node.get()] { n->OwnerLoop(); });
+  if (config.cluster_enabled) {
+    node->interconnect_ = interconnect ? std::move(interconnect)
+                                       : cluster::NewCorosyncInterconnect(config.cluster_group, /*retry_ms=*/1000);
+    cluster::MonitorOptions mo;
+    mo.network_dead_ms = config.cluster_network_dead_ms;
+    // Our own reads of the owner record happen every renewal interval.
+    mo.disk_read_fresh_ms = 2 * config.renew_interval_ms + config.io_timeout_ms / 4;
+    Node* n = node.get();
+    {
+      MutexLock cl(n->cluster_mu_);
+      n->monitor_ = std::make_unique<cluster::PeerMonitor>(n->identity_.id, mo, MonotonicNanos());
+    }
+    n->interconnect_->Start(
+        {[n](const cluster::Member& from, std::string_view msg) {
+           auto h = cluster::DecodeHeartbeat(msg);
+           if (!h) return;  // another kind, or a newer version: not ours to judge
+           MutexLock cl(n->cluster_mu_);
+           n->monitor_->OnHeartbeat(from, *h, MonotonicNanos());
+         },
+         [n](const std::vector<cluster::Member>& members, const std::vector<cluster::Member>& left) {
+           MutexLock cl(n->cluster_mu_);
+           const uint64_t now = MonotonicNanos();
+           if (members.empty()) n->monitor_->OnDisconnected(now);
+           for (const auto& m : left) n->monitor_->OnLeft(m, now);
+           n->cluster_cv_.NotifyAll();  // judge at once: a leave is the fast path of detection
+         }});
+    NASGW_LOG(kInfo, "cluster") << "controller pair enabled" << Kv("interconnect", n->interconnect_->Describe())
+                                << Kv("heartbeat_ms", config.cluster_heartbeat_interval_ms)
+                                << Kv("network_dead_ms", config.cluster_network_dead_ms)
+                                << Kv("lease_ms", config.lease_ms) << Kv("auto_takeover", config.cluster_auto_takeover);
+    n->cluster_thread_ = std::thread([n] { n->ClusterLoop(); });
+  }
   // A failure is logged; the file is written again at the next change.
   node->PublishExports().IgnoreError();
   node->PublishShares().IgnoreError();
@@ -430,7 +469,172 @@ void Node::ObserveOwnerLocked() {
     return;
   }
   watch_.Observe(*v, MonotonicNanos(), WallNanos());
+  owner_read_ok_mono_ns_ = MonotonicNanos();
   owner_text_ = v->Describe(WallNanos());
+}
+
+void Node::ClusterLoop() {
+  uint64_t seq = 0;
+  MutexLock lock(cluster_mu_);
+  while (!cluster_stop_) {
+    cluster_cv_.WaitFor(cluster_mu_, std::chrono::milliseconds(config_.cluster_heartbeat_interval_ms),
+                        [&]() REQUIRES(cluster_mu_) { return cluster_stop_; });
+    if (cluster_stop_) break;
+    lock.Unlock();
+    ClusterStep(++seq);
+    lock.Lock();
+  }
+}
+
+void Node::ClusterStep(uint64_t seq) {
+  cluster::Heartbeat h;
+  h.node_id = identity_.id;
+  h.incarnation = identity_.incarnation;
+  h.name = config_.node_name;
+  h.seq = seq;
+  cluster::DiskView disk;
+  bool standby = false;
+  const uint64_t now = MonotonicNanos();
+  {
+    ReaderLock lock(mu_);
+    h.state = static_cast<uint8_t>(state_);
+    h.reserve = reserve_uuid_;
+    if (state_ == ReserveState::kFenced || state_ == ReserveState::kFailed) h.reason = reason_;
+    standby = state_ == ReserveState::kStandby;
+    if (standby && owner_read_ok_mono_ns_ != 0) {
+      const auto& v = watch_.view();
+      disk.have = true;
+      disk.held = v.held();
+      if (v.record) {
+        disk.owner = v.record->node_id;
+        disk.lease_ms = v.record->lease_ms;
+      }
+      disk.silent_ms = watch_.SilentMs(now);
+      disk.read_age_ms = now > owner_read_ok_mono_ns_ ? (now - owner_read_ok_mono_ns_) / 1'000'000 : 0;
+    }
+  }
+  nasgw::Status sent = interconnect_->Send(cluster::EncodeHeartbeat(h));
+  cluster::Judgement j;
+  {
+    MutexLock lock(cluster_mu_);
+    if (standby) {
+      j = monitor_->Judge(disk, now);
+    } else {
+      j.verdict = cluster::Verdict::kOwnerAlive;
+      j.why = h.state == static_cast<uint8_t>(ReserveState::kOnline) ? "this node owns the reserve"
+                                                                     : std::string("this node is ") +
+                                                                           ReserveStateName(ReserveState(h.state));
+    }
+    if (j.verdict != judgement_.verdict) {
+      const std::string sent_text = sent.ok() ? std::string("yes") : sent.ToString();
+      if (j.verdict == cluster::Verdict::kOwnerAlive) {
+        NASGW_LOG(kInfo, "cluster") << "verdict on the owner" << Kv("verdict", cluster::VerdictName(j.verdict))
+                                    << Kv("why", j.why) << Kv("heartbeat_sent", sent_text);
+      } else {
+        NASGW_LOG(kWarn, "cluster") << "verdict on the owner" << Kv("verdict", cluster::VerdictName(j.verdict))
+                                    << Kv("why", j.why) << Kv("heartbeat_sent", sent_text);
+      }
+    }
+    judgement_ = j;
+  }
+  if (!standby || !config_.cluster_auto_takeover) return;
+  if (!cluster::ShouldTakeOver(j.verdict) && j.verdict != cluster::Verdict::kNoOwner) return;
+  {
+    // After a failed attempt, the next waits a lease: no storm of preempts
+    // and log lines while something is wrong with this node's SAN path.
+    MutexLock lock(cluster_mu_);
+    if (now < next_takeover_mono_ns_) return;
+    next_takeover_mono_ns_ = now + uint64_t{config_.lease_ms} * 1'000'000;
+  }
+  AutoTakeover(j);
+}
+
+void Node::ClusterEventLocked(uint64_t start_mono_ns, std::string what) {
+  ClusterEvent e;
+  e.wall_ns = static_cast<int64_t>(WallNanos());
+  const uint64_t now = MonotonicNanos();
+  e.after_ms = now > start_mono_ns ? (now - start_mono_ns) / 1'000'000 : 0;
+  e.what = std::move(what);
+  NASGW_LOG(kWarn, "cluster") << "takeover" << Kv("after_ms", e.after_ms) << Kv("event", e.what);
+  last_takeover_.push_back(std::move(e));
+}
+
+void Node::AutoTakeover(const cluster::Judgement& j) {
+  const uint64_t start = MonotonicNanos();
+  const bool force = cluster::ShouldTakeOver(j.verdict);
+  {
+    MutexLock lock(cluster_mu_);
+    last_takeover_.clear();
+    ClusterEventLocked(start, std::string("detected: ") + cluster::VerdictName(j.verdict) + ": " + j.why);
+  }
+  nasgw::Status s = TakeoverReserve(force);
+  uint64_t preempted = 0, settled = 0;
+  {
+    ReaderLock lock(mu_);
+    if (owner_) {
+      preempted = owner_->preempted_key();
+      settled = owner_->settled_ms();
+    }
+  }
+  MutexLock lock(cluster_mu_);
+  if (!s.ok()) {
+    ClusterEventLocked(start, "failed: " + s.ToString());
+    return;
+  }
+  takeovers_++;
+  ClusterEventLocked(start, std::string("fenced: ") +
+                                (preempted ? "preempted key " + fs::OwnerKeyText(preempted) : "nothing to preempt") +
+                                (settled ? ", waited " + std::to_string(settled) + " ms for its queued commands" : ""));
+  ClusterEventLocked(start, "online: the domain is open here (its intent log replayed) and the exports published");
+}
+
+ClusterStatus Node::GetCluster() const {
+  ClusterStatus c;
+  c.enabled = config_.cluster_enabled;
+  c.auto_takeover = config_.cluster_auto_takeover;
+  c.mirror = "none: writes are acknowledged once in the SAN intent log (the cache mirror is not built yet)";
+  if (!c.enabled) return c;
+  const uint64_t now = MonotonicNanos();
+  cluster::InterconnectStatus is = interconnect_->status();
+  c.interconnect = interconnect_->Describe();
+  c.connected = is.connected;
+  c.quorate = is.quorate;
+  c.interconnect_reason = is.reason;
+  c.ring_node = is.local_node;
+  c.members = static_cast<uint32_t>(is.members.size());
+  {
+    ReaderLock lock(mu_);
+    c.owned_here = state_ == ReserveState::kOnline;
+    c.owner = state_ == ReserveState::kOnline ? "this node" : owner_text_;
+    if (state_ != ReserveState::kOnline) {
+      c.disk_silent_ms = watch_.SilentMs(now);
+      if (watch_.view().record) c.lease_ms = watch_.view().record->lease_ms;
+    }
+  }
+  MutexLock lock(cluster_mu_);
+  bool peer_live = false;
+  for (const auto& [id, p] : monitor_->peers()) {
+    ClusterPeerStatus ps;
+    ps.name = p.last.name;
+    ps.node_id = id.ToString();
+    ps.state = p.last.state <= static_cast<uint8_t>(ReserveState::kFenced)
+                   ? ReserveStateName(static_cast<ReserveState>(p.last.state))
+                   : "unknown(" + std::to_string(p.last.state) + ")";
+    ps.reason = p.last.reason;
+    ps.ring_node = p.from.node;
+    ps.heard_ms_ago = now > p.heard_mono_ns ? (now - p.heard_mono_ns) / 1'000'000 : 0;
+    ps.heartbeats = p.heartbeats;
+    ps.left = p.left;
+    peer_live |= !p.left && ps.heard_ms_ago < config_.cluster_network_dead_ms;
+    c.peers.push_back(std::move(ps));
+  }
+  c.verdict = cluster::VerdictName(judgement_.verdict);
+  c.why = judgement_.why;
+  c.network_silent_ms = judgement_.network_silent_ms;
+  c.degraded = c.owned_here ? !peer_live : judgement_.verdict != cluster::Verdict::kOwnerAlive;
+  c.takeovers = takeovers_;
+  c.last_takeover = last_takeover_;
+  return c;
 }
 
 void Node::OwnerLoop() {
@@ -1024,6 +1228,13 @@ std::shared_ptr<fs::Domain> Node::domain(uint64_t* write_verifier) const {
 }
 
 void Node::Shutdown() {
+  {
+    MutexLock lock(cluster_mu_);
+    cluster_stop_ = true;
+  }
+  cluster_cv_.NotifyAll();
+  if (cluster_thread_.joinable()) cluster_thread_.join();
+  if (interconnect_) interconnect_->Stop();
   {
     MutexLock lock(lost_mu_);
     owner_stop_ = true;

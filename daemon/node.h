@@ -35,6 +35,8 @@
 #include "base/status.h"
 #include "block/block_device.h"
 #include "block/gated_device.h"
+#include "cluster/interconnect.h"
+#include "cluster/peer_monitor.h"
 #include "daemon/config.h"
 #include "fs/domain.h"
 #include "fs/ownership.h"
@@ -98,6 +100,50 @@ struct NodeStatus {
   uint64_t head_requests = 0;
 };
 
+// The controller pair as this node sees it (docs/cluster.md; `nasgw cluster
+// status`).
+struct ClusterPeerStatus {
+  std::string name;
+  std::string node_id;
+  std::string state;  // the peer's reserve state, as it says
+  std::string reason;
+  uint32_t ring_node = 0;       // Corosync node id
+  uint64_t heard_ms_ago = 0;    // since its last heartbeat
+  uint64_t heartbeats = 0;
+  bool left = false;            // CPG saw it leave since
+};
+struct ClusterEvent {
+  int64_t wall_ns = 0;
+  uint64_t after_ms = 0;  // since the takeover's first event (detection)
+  std::string what;
+};
+struct ClusterStatus {
+  bool enabled = false;
+  std::string interconnect;  // "corosync cpg group 'nasgw'"
+  bool connected = false;
+  bool quorate = false;
+  std::string interconnect_reason;  // why not connected
+  uint32_t ring_node = 0;
+  uint32_t members = 0;
+  std::vector<ClusterPeerStatus> peers;
+  // The owner of the reserve and the verdict on it (cluster::PeerMonitor).
+  std::string owner;             // as in ReserveStatus
+  bool owned_here = false;
+  std::string verdict;           // cluster::VerdictName
+  std::string why;
+  uint64_t network_silent_ms = 0;  // the owner's interconnect heartbeat (standby)
+  uint64_t disk_silent_ms = 0;     // the owner's record (standby)
+  uint64_t lease_ms = 0;
+  bool auto_takeover = false;
+  // Degraded: the partner is not heard on the interconnect (an owner), or
+  // one of the owner's heartbeats is silent (a standby). Writes are then
+  // acknowledged from the SAN only (today always: no mirror yet).
+  bool degraded = false;
+  std::string mirror;  // what acknowledges a write
+  uint64_t takeovers = 0;                 // automatic takeovers by this node since it started
+  std::vector<ClusterEvent> last_takeover;  // its timeline
+};
+
 // Opens one LUN by URL (the real one: IscsiDevice). Tests inject MemDevices.
 using LunOpener = std::function<Result<std::shared_ptr<block::BlockDevice>>(const std::string& url)>;
 
@@ -108,8 +154,11 @@ class Node {
   // secret), then the reserve and its domain if there is one. `opener`
   // defaults to IscsiDevice::Open with the config's [reserve] settings;
   // `domain_options` lets tests run with tiny limits.
+  // With [cluster] enabled, `interconnect` is the group the node joins
+  // (null: Corosync's CPG group [cluster] group; tests give a MemHub member).
   static Result<std::unique_ptr<Node>> Start(const Config& config, LunOpener opener = {},
-                                             const fs::DomainOptions& domain_options = {});
+                                             const fs::DomainOptions& domain_options = {},
+                                             std::unique_ptr<cluster::Interconnect> interconnect = nullptr);
   ~Node();
 
   const Config& config() const { return config_; }
@@ -230,6 +279,8 @@ class Node {
   // reserve is already online here.
   nasgw::Status TakeoverReserve(bool force);
 
+  ClusterStatus GetCluster() const;
+
   // Head server statistics feed NodeStatus.
   std::atomic<uint32_t> head_connections{0};
   std::atomic<uint64_t> head_requests{0};
@@ -252,6 +303,12 @@ class Node {
   void OwnerLoop();
   // Reads the owner record for the watch.
   void ObserveOwnerLocked() REQUIRES(mu_);
+  // The cluster thread: sends this node's heartbeat every interval and, on
+  // a standby, takes over when the peer monitor says so.
+  void ClusterLoop();
+  void ClusterStep(uint64_t seq);
+  void AutoTakeover(const cluster::Judgement& j);
+  void ClusterEventLocked(uint64_t start_mono_ns, std::string what) REQUIRES(cluster_mu_);
 
   Config config_;
   LunOpener opener_;
@@ -294,6 +351,20 @@ class Node {
   bool owner_stop_ GUARDED_BY(lost_mu_) = false;
   std::optional<nasgw::Status> lost_ GUARDED_BY(lost_mu_);
   std::thread owner_thread_;
+  uint64_t owner_read_ok_mono_ns_ GUARDED_BY(mu_) = 0;  // the last successful read of the owner record
+
+  // The controller pair ([cluster] enabled). cluster_mu_ is a leaf: the
+  // interconnect's handlers take it from their own thread.
+  std::unique_ptr<cluster::Interconnect> interconnect_;
+  mutable Mutex cluster_mu_ ACQUIRED_AFTER(mu_);
+  CondVar cluster_cv_;
+  bool cluster_stop_ GUARDED_BY(cluster_mu_) = false;
+  std::unique_ptr<cluster::PeerMonitor> monitor_ GUARDED_BY(cluster_mu_);
+  cluster::Judgement judgement_ GUARDED_BY(cluster_mu_);
+  uint64_t takeovers_ GUARDED_BY(cluster_mu_) = 0;
+  uint64_t next_takeover_mono_ns_ GUARDED_BY(cluster_mu_) = 0;
+  std::vector<ClusterEvent> last_takeover_ GUARDED_BY(cluster_mu_);
+  std::thread cluster_thread_;
 };
 
 }  // namespace nasgw::daemon

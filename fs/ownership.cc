@@ -255,6 +255,9 @@ Status OwnershipOptions::Validate() const {
     return Status::InvalidArgument("lease_ms must be at least " + std::to_string(kLeaseRenewalsMin) +
                                    " renewal intervals and at most " + std::to_string(kLeaseMsMax));
   }
+  if (preempt_settle_ms > kPreemptSettleMsMax) {
+    return Status::InvalidArgument("preempt_settle_ms must be at most " + std::to_string(kPreemptSettleMsMax));
+  }
   return Status();
 }
 
@@ -303,6 +306,7 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   // acquiring is an answer here, not a loss of ownership we never had.
   o->pr_supported_ = view->pr_supported;
   std::vector<size_t> registered;
+  bool preempted_without_abort = false;  // another node's commands may still be queued at the array
   auto undo = [&](Status why) -> Status {
     for (size_t i : registered) {
       // Best effort: a registration left behind is preempted by the next
@@ -339,6 +343,7 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
         if (!f.ok()) return undo(f.status().WithContext("preempt key " + Hex(resv->key) + " on " + dev.info().name));
         NASGW_LOG(kWarn, "fs") << "preempted the owner's key" << Kv("lun", dev.info().name) << Kv("key", Hex(resv->key))
                                << Kv("aborted", f->aborted);
+        if (!f->aborted) preempted_without_abort = true;
         continue;
       }
       s = block::PrOutSync(dev, {PrAction::kReserve, kPrType, my_key, 0});
@@ -358,6 +363,7 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
         if (keys.ok() && std::find(keys->keys.begin(), keys->keys.end(), victim) != keys->keys.end()) {
           auto f = block::FenceSync(dev, my_key, victim, kPrType);
           if (!f.ok()) return undo(f.status().WithContext("preempt key " + Hex(victim) + " on " + dev.info().name));
+          if (!f->aborted) preempted_without_abort = true;
         }
       }
     }
@@ -365,6 +371,16 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   if (!o->pr_supported_) {
     NASGW_LOG(kWarn, "fs") << "LUN 0 has no persistent reservations: ownership rests on the owner record alone"
                            << Kv("lun", luns[0]->info().name);
+  }
+
+  // Plain PREEMPT stops the old owner's new commands but not those the
+  // array had already accepted: let them finish before anything of ours
+  // (the owner record first) is written where they might land.
+  if (preempted_without_abort && options.preempt_settle_ms > 0) {
+    NASGW_LOG(kWarn, "fs") << "waiting out the preempted node's queued commands (the LUN has no PREEMPT AND ABORT)"
+                           << Kv("settle_ms", options.preempt_settle_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(options.preempt_settle_ms));
+    o->settled_ms_ = options.preempt_settle_ms;
   }
 
   OwnerRecord r;

@@ -70,7 +70,8 @@ constexpr uint32_t kRenewIntervalMsMin = 50;
 constexpr uint32_t kRenewIntervalMsMax = 60'000;
 constexpr uint32_t kLeaseMsDefault = 10'000;
 constexpr uint32_t kLeaseMsMax = 600'000;
-constexpr uint32_t kLeaseRenewalsMin = 3;  // lease_ms >= 3 * renew_interval_ms
+constexpr uint32_t kLeaseRenewalsMin = 3;
+constexpr uint32_t kPreemptSettleMsMax = 60'000;  // lease_ms >= 3 * renew_interval_ms
 
 // Persistent-reservation keys: "NG" (0x4e47) in the top 16 bits, then 48
 // bits of the node id; never 0.
@@ -162,6 +163,11 @@ class OwnerWatch {
 struct OwnershipOptions {
   uint32_t renew_interval_ms = kRenewIntervalMsDefault;
   uint32_t lease_ms = kLeaseMsDefault;
+  // A takeover that preempted another node's key with plain PREEMPT (no
+  // PREEMPT AND ABORT: tgt) waits this long before its first write, so that
+  // commands the old owner had queued at the array are done and cannot land
+  // on what we write. Not waited where the array aborted them.
+  uint32_t preempt_settle_ms = 0;
   Status Validate() const;
 };
 
@@ -201,6 +207,8 @@ class Ownership {
   uint64_t renew_failures() const { return renew_failures_.load(); }
   // The holder we preempted (0: none).
   uint64_t preempted_key() const { return preempted_key_; }
+  // How long Acquire waited after a PREEMPT without ABORT (0: none).
+  uint64_t settled_ms() const { return settled_ms_; }
 
  private:
   Ownership() = default;
@@ -220,6 +228,7 @@ class Ownership {
   OwnerRecord record_ GUARDED_BY(luns_mu_);  // what we last wrote
   bool pr_supported_ = false;
   uint64_t preempted_key_ = 0;
+  uint64_t settled_ms_ = 0;
   // Shared with the gate's close callback, which may outlive us: a gate
   // closed by Release() or after destruction does not report a loss.
   struct LostHook {
