@@ -75,6 +75,8 @@ commands:
                                      label the node's LUNs as a new reserve
   reserve add-lun URL [--force]      add a LUN to the online reserve (grows it)
   reserve takeover [--force]         take the reserve from the node that owns it
+  cluster status                     the controller pair: interconnect, peers, the verdict on the
+                                     reserve's owner, degraded or not, automatic takeovers
   volume list                        the NAS volumes
   volume show NAME                   one volume
   volume create NAME [--record-size SIZE]
@@ -193,6 +195,17 @@ const std::vector<CommandSpec>& Commands() {
        "Adds the LUN at URL (iscsi://[user%password@]host[:port]/target-iqn/lun) to the online\n"
        "reserve and grows the file system onto it. nasgwd remembers it across restarts.\n"
        "  --force  overwrite a LUN that carries a nasgw label\n"},
+      {"cluster",
+       "status",
+       0,
+       {},
+       {},
+       "usage: nasgw cluster status\n\n"
+       "The controller pair as this node sees it: the interconnect (Corosync CPG group, ring\n"
+       "node, quorum, members), who owns the reserve and the verdict on it from its two\n"
+       "heartbeats (the interconnect and the owner record on the LUNs), whether the pair runs\n"
+       "degraded, what acknowledges a write, the peers heard, and this node's automatic\n"
+       "takeovers with the last one's timeline. Without [cluster] enabled it says so (exit 0).\n"},
       {"volume",
        "list",
        0,
@@ -967,6 +980,95 @@ void PrintShare(const pb::Share& sh) {
   PrintPairs(p);
 }
 
+json ToJson(const pb::Cluster& c) {
+  json peers = json::array();
+  for (const auto& p : c.peers()) {
+    peers.push_back({{"name", p.name()},
+                     {"node_id", p.node_id()},
+                     {"state", p.state()},
+                     {"reason", p.reason()},
+                     {"ring_node", p.ring_node()},
+                     {"heard_ms_ago", p.heard_ms_ago()},
+                     {"heartbeats", p.heartbeats()},
+                     {"left", p.left()}});
+  }
+  json events = json::array();
+  for (const auto& e : c.last_takeover()) {
+    events.push_back({{"wall_unix_ns", e.wall_unix_ns()}, {"after_ms", e.after_ms()}, {"what", e.what()}});
+  }
+  return {{"enabled", c.enabled()},
+          {"interconnect", c.interconnect()},
+          {"connected", c.connected()},
+          {"quorate", c.quorate()},
+          {"interconnect_reason", c.interconnect_reason()},
+          {"ring_node", c.ring_node()},
+          {"members", c.members()},
+          {"peers", peers},
+          {"owner", c.owner()},
+          {"owned_here", c.owned_here()},
+          {"verdict", c.verdict()},
+          {"why", c.why()},
+          {"network_silent_ms", c.network_silent_ms()},
+          {"disk_silent_ms", c.disk_silent_ms()},
+          {"lease_ms", c.lease_ms()},
+          {"auto_takeover", c.auto_takeover()},
+          {"degraded", c.degraded()},
+          {"mirror", c.mirror()},
+          {"takeovers", c.takeovers()},
+          {"last_takeover", events}};
+}
+
+void PrintCluster(const pb::Cluster& c) {
+  if (!c.enabled()) {
+    // Aligned as the full report's first line.
+    std::cout << "cluster        disabled (single node: [cluster] enabled = false)\n";
+    return;
+  }
+  std::vector<std::pair<std::string, std::string>> p;
+  std::string head = "enabled (" + c.interconnect() + ")";
+  if (c.connected()) {
+    head += ", joined as ring node " + std::to_string(c.ring_node()) + ", " +
+            (c.quorate() ? "quorate" : "NOT quorate") + ", " + std::to_string(c.members()) +
+            (c.members() == 1 ? " member" : " members");
+  } else {
+    head += ", NOT joined" + (c.interconnect_reason().empty() ? "" : ": " + c.interconnect_reason());
+  }
+  p.push_back({"cluster", head});
+  p.push_back({"owner", c.owner().empty() ? "none known" : c.owner()});
+  p.push_back({"verdict", c.verdict() + (c.why().empty() ? "" : ": " + c.why())});
+  if (!c.owned_here()) {
+    // The owner's two heartbeats, as this node hears them.
+    p.push_back({"heartbeats", "network silent " + std::to_string(c.network_silent_ms()) + " ms, disk silent " +
+                                   std::to_string(c.disk_silent_ms()) + " ms (lease " + std::to_string(c.lease_ms()) +
+                                   " ms)"});
+  }
+  std::string degraded = "no";
+  if (c.degraded()) {
+    degraded = c.owned_here() ? "yes: the partner is not heard on the interconnect"
+                              : "yes: the owner's heartbeats: " + c.verdict();
+  }
+  p.push_back({"degraded", degraded});
+  p.push_back({"mirror", c.mirror()});
+  p.push_back({"auto-takeover", c.auto_takeover() ? "on" : "off"});
+  p.push_back({"takeovers", std::to_string(c.takeovers())});
+  if (c.peers().empty()) p.push_back({"peers", "none heard"});
+  for (const auto& peer : c.peers()) {
+    std::string v = peer.state();
+    if (!peer.reason().empty()) v += " (" + peer.reason() + ")";
+    v += ", ring node " + std::to_string(peer.ring_node());
+    v += peer.left() ? ", left the group, last heard " : ", heard ";
+    v += std::to_string(peer.heard_ms_ago()) + " ms ago (" + std::to_string(peer.heartbeats()) +
+         (peer.heartbeats() == 1 ? " heartbeat)" : " heartbeats)");
+    p.push_back({"peer " + (peer.name().empty() ? peer.node_id() : peer.name()), v});
+  }
+  bool first = true;
+  for (const auto& e : c.last_takeover()) {
+    p.push_back({first ? "last takeover" : "", "+" + std::to_string(e.after_ms()) + " ms " + e.what()});
+    first = false;
+  }
+  PrintPairs(p);
+}
+
 // ---- the connection
 
 struct Options {
@@ -1486,6 +1588,16 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     }
     return kExitOk;
   }
+  if (c.group == "cluster" && c.verb == "status") {
+    pb::GetClusterResponse r;
+    if (auto f = client->Call(&pb::Admin::Stub::GetCluster, pb::GetClusterRequest(), &r)) return fail(*f);
+    if (g_json) {
+      PrintJson({{"cluster", ToJson(r.cluster())}});
+    } else {
+      PrintCluster(r.cluster());
+    }
+    return kExitOk;
+  }
   if (c.verb == "format") {
     pb::FormatReserveRequest req;
     req.set_name(p.values.at("--name"));
@@ -1924,8 +2036,9 @@ int Main(int argc, char** argv) {
       std::cout << c->usage;
     } else if (p.words.size() >= 2 && p.words[0] == "snapshot" && p.words[1] == "schedule") {
       std::cout << GroupHelp("snapshot", "schedule");
-    } else if (!p.words.empty() && (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "volume" ||
-                                    p.words[0] == "snapshot" || p.words[0] == "export" || p.words[0] == "share")) {
+    } else if (!p.words.empty() &&
+               (p.words[0] == "node" || p.words[0] == "reserve" || p.words[0] == "cluster" || p.words[0] == "volume" ||
+                p.words[0] == "snapshot" || p.words[0] == "export" || p.words[0] == "share")) {
       std::cout << GroupHelp(p.words[0]);
     } else {
       std::cout << kMainHelp;
@@ -1939,7 +2052,8 @@ int Main(int argc, char** argv) {
   }
   if (!c) {
     const std::string& g = p.words[0];
-    if (g == "node" || g == "reserve" || g == "volume" || g == "snapshot" || g == "export" || g == "share") {
+    if (g == "node" || g == "reserve" || g == "cluster" || g == "volume" || g == "snapshot" || g == "export" ||
+        g == "share") {
       if (p.words.size() == 1) return Usage(g + " needs a command", "nasgw " + g);
       if (g == "snapshot" && p.words[1] == "schedule") {
         if (p.words.size() == 2) return Usage("snapshot schedule needs a command", "nasgw snapshot schedule");

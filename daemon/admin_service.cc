@@ -292,6 +292,44 @@ void Fill(const fs::Share& s, pb::Share* out) {
   for (const auto& u : s.valid_users) out->add_valid_users(u);
 }
 
+void Fill(const ClusterStatus& c, pb::Cluster* out) {
+  out->set_enabled(c.enabled);
+  out->set_interconnect(c.interconnect);
+  out->set_connected(c.connected);
+  out->set_quorate(c.quorate);
+  out->set_interconnect_reason(c.interconnect_reason);
+  out->set_ring_node(c.ring_node);
+  out->set_members(c.members);
+  for (const auto& p : c.peers) {
+    auto* q = out->add_peers();
+    q->set_name(p.name);
+    q->set_node_id(p.node_id);
+    q->set_state(p.state);
+    q->set_reason(p.reason);
+    q->set_ring_node(p.ring_node);
+    q->set_heard_ms_ago(p.heard_ms_ago);
+    q->set_heartbeats(p.heartbeats);
+    q->set_left(p.left);
+  }
+  out->set_owner(c.owner);
+  out->set_owned_here(c.owned_here);
+  out->set_verdict(c.verdict);
+  out->set_why(c.why);
+  out->set_network_silent_ms(c.network_silent_ms);
+  out->set_disk_silent_ms(c.disk_silent_ms);
+  out->set_lease_ms(c.lease_ms);
+  out->set_auto_takeover(c.auto_takeover);
+  out->set_degraded(c.degraded);
+  out->set_mirror(c.mirror);
+  out->set_takeovers(c.takeovers);
+  for (const auto& e : c.last_takeover) {
+    auto* q = out->add_last_takeover();
+    q->set_wall_unix_ns(e.wall_ns);
+    q->set_after_ms(e.after_ms);
+    q->set_what(e.what);
+  }
+}
+
 class AdminService final : public pb::Admin::Service {
  public:
   AdminService(Node* node, AdminServer::CacheStatsFn cache_stats, AdminServer::CacheFlushFn cache_flush,
@@ -308,6 +346,11 @@ class AdminService final : public pb::Admin::Service {
 
   grpc::Status GetReserve(grpc::ServerContext*, const pb::GetReserveRequest*, pb::GetReserveResponse* out) override {
     Fill(node_->GetReserve(), out->mutable_reserve());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetCluster(grpc::ServerContext*, const pb::GetClusterRequest*, pb::GetClusterResponse* out) override {
+    Fill(node_->GetCluster(), out->mutable_cluster());
     return grpc::Status::OK;
   }
 

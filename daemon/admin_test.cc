@@ -2032,6 +2032,457 @@ TEST_F(AdminTest, SecondNodeStandsByAndForcedTakeoverFencesTheFirst) {
   EXPECT_EQ(std::string(buf, *got), "after!");
 }
 
+// ---- the controller pair: `nasgw cluster status`, its RPC and gauges
+
+// The sample's value in a rendering of `metrics`, or -1 when the series is
+// missing.
+double Sample(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1.0 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+}
+
+TEST_F(AdminTest, ClusterStatusSaysDisabledOnASingleNode) {
+  StartAll();
+  pb::GetClusterResponse r;
+  auto s = Call(&pb::Admin::Stub::GetCluster, pb::GetClusterRequest(), &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const pb::Cluster& c = r.cluster();
+  EXPECT_FALSE(c.enabled());
+  EXPECT_FALSE(c.connected());
+  EXPECT_TRUE(c.auto_takeover()) << "the default";
+  EXPECT_FALSE(c.mirror().empty());
+  EXPECT_EQ(c.peers_size(), 0);
+  EXPECT_EQ(c.takeovers(), 0u);
+  EXPECT_EQ(c.last_takeover_size(), 0);
+
+  CliResult cli = Cli({"cluster", "status"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
+  EXPECT_EQ(cli.out, "cluster        disabled (single node: [cluster] enabled = false)\n") << Describe(cli);
+  cli = Cli({"--json", "cluster", "status"});
+  ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+  json j = json::parse(cli.out);
+  EXPECT_EQ(j["cluster"]["enabled"], false) << cli.out;
+  EXPECT_EQ(j["cluster"]["takeovers"], 0) << cli.out;
+  EXPECT_TRUE(j["cluster"]["peers"].is_array()) << cli.out;
+  EXPECT_TRUE(j["cluster"]["last_takeover"].empty()) << cli.out;
+
+  // The command group's usage errors and help, as the other groups'.
+  for (const auto& bad : std::vector<std::vector<std::string>>{
+           {"cluster"}, {"cluster", "frobnicate"}, {"cluster", "status", "extra"}, {"cluster", "status", "--force"}}) {
+    cli = Cli(bad);
+    EXPECT_EQ(cli.exit_code, 2) << bad.back() << "\n" << Describe(cli);
+  }
+  cli = Cli({"cluster", "frobnicate"});
+  EXPECT_NE(cli.err.find("unknown command 'cluster frobnicate'"), std::string::npos) << cli.err;
+  cli = Cli({"--json", "cluster"});
+  EXPECT_EQ(cli.exit_code, 2) << Describe(cli);
+  EXPECT_EQ(json::parse(cli.out)["error"]["code"], "USAGE") << cli.out;
+  cli = Cli({"cluster", "-h"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
+  EXPECT_NE(cli.out.find("cluster status"), std::string::npos) << cli.out;
+  cli = Cli({"cluster", "status", "--help"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
+  EXPECT_NE(cli.out.find("usage: nasgw cluster status"), std::string::npos) << cli.out;
+  cli = Cli({"--help"});
+  EXPECT_NE(cli.out.find("cluster status"), std::string::npos) << cli.out;
+
+  Metrics metrics;
+  AddNodeCollectors(&metrics, node_.get(), nullptr);
+  const std::string text = metrics.Render();
+  EXPECT_EQ(Sample(text, "nasgw_cluster_enabled"), 0.0) << text;
+  EXPECT_EQ(Sample(text, "nasgw_cluster_connected"), 0.0) << text;
+  EXPECT_EQ(Sample(text, "nasgw_cluster_takeovers_total"), 0.0) << text;
+  EXPECT_EQ(Sample(text, "nasgw_cluster_last_takeover_seconds"), 0.0) << text;
+  EXPECT_EQ(text.find("nasgw_cluster_peer_heard_seconds{"), std::string::npos) << text;
+  EXPECT_NE(text.find("# HELP nasgw_cluster_degraded "), std::string::npos) << text;
+}
+
+// Two nodes on the same in-memory LUNs, joined by an in-memory interconnect
+// (cluster::MemHub): A (node_, "n1", ring node 1) formats and owns the
+// reserve, B ("n2", ring node 2) stands by. Each has its own admin socket.
+// A's LUN devices can be made to fail every request (a dead node's I/O).
+class AdminClusterTest : public AdminTest {
+ protected:
+  static constexpr uint32_t kA = 1, kB = 2;
+  static constexpr uint32_t kLeaseMs = 200;
+
+  void SetUp() override {
+    AdminTest::SetUp();
+    Cluster(&config_);
+  }
+
+  void TearDown() override {
+    b_server_.reset();
+    b_stub_.reset();
+    b_node_.reset();
+    AdminTest::TearDown();
+  }
+
+  static void Cluster(Config* c) {
+    c->cluster_enabled = true;
+    c->cluster_heartbeat_interval_ms = 50;
+    c->cluster_network_dead_ms = 150;
+    c->cluster_auto_takeover = true;
+    c->renew_interval_ms = 50;
+    c->lease_ms = kLeaseMs;
+    c->preempt_settle_ms = 50;
+  }
+
+  // A: the fixture's node, its admin server and stub_, over devices that
+  // fail every request once a_dead_ is set.
+  void StartA() {
+    auto dead = a_dead_;
+    LunOpener opener = [this, dead](const std::string& url) -> Result<std::shared_ptr<block::BlockDevice>> {
+      auto it = media_.find(url);
+      if (it == media_.end()) return Status::Unavailable("connection refused");
+      auto dev = std::make_shared<block::MemDevice>(it->second, /*initiator=*/1);
+      dev->SetFault([dead](const block::IoRequest&) {
+        return dead->load() ? Status::IoError("the node is dead (test)") : Status();
+      });
+      return std::shared_ptr<block::BlockDevice>(dev);
+    };
+    auto ic = hub_->NewMember(kA);
+    a_ic_ = ic.get();
+    auto n = Node::Start(config_, opener, SmallDomain(), std::move(ic));
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    node_ = std::move(n.value());
+    auto s = AdminServer::Start(node_.get(), config_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s.value());
+    stub_ = pb::Admin::NewStub(grpc::CreateChannel("unix:" + config_.admin_socket, grpc::InsecureChannelCredentials()));
+  }
+
+  void StartB() {
+    b_config_ = config_;
+    b_config_.node_name = "n2";
+    b_config_.state_dir = dir_ + "/state2";
+    b_config_.admin_socket = dir_ + "/admin2.sock";
+    LunOpener opener = [this](const std::string& url) -> Result<std::shared_ptr<block::BlockDevice>> {
+      auto it = media_.find(url);
+      if (it == media_.end()) return Status::Unavailable("connection refused");
+      return std::shared_ptr<block::BlockDevice>(std::make_shared<block::MemDevice>(it->second, /*initiator=*/2));
+    };
+    auto n = Node::Start(b_config_, opener, SmallDomain(), hub_->NewMember(kB));
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    b_node_ = std::move(n.value());
+    auto s = AdminServer::Start(b_node_.get(), b_config_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    b_server_ = std::move(s.value());
+    b_stub_ =
+        pb::Admin::NewStub(grpc::CreateChannel("unix:" + b_config_.admin_socket, grpc::InsecureChannelCredentials()));
+  }
+
+  // A formats the reserve with volume v1, then B starts and stands by.
+  void StartPair() {
+    StartA();
+    ASSERT_TRUE(Format("tank").ok());
+    ASSERT_TRUE(CreateVolume("v1").ok());
+    StartB();
+    ASSERT_EQ(b_node_->GetReserve().state, ReserveState::kStandby) << b_node_->GetReserve().reason;
+  }
+
+  static pb::Cluster ClusterOf(pb::Admin::Stub* stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    pb::GetClusterResponse r;
+    grpc::Status s = stub->GetCluster(&ctx, pb::GetClusterRequest(), &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return r.cluster();
+  }
+  static pb::Reserve ReserveOf(pb::Admin::Stub* stub) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    pb::GetReserveResponse r;
+    grpc::Status s = stub->GetReserve(&ctx, pb::GetReserveRequest(), &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return r.reserve();
+  }
+  static const pb::ClusterPeer* Peer(const pb::Cluster& c, const std::string& name) {
+    for (const auto& p : c.peers()) {
+      if (p.name() == name) return &p;
+    }
+    return nullptr;
+  }
+
+  // Polls `done` every 20 ms until it holds or `limit` passes; returns
+  // whether it held.
+  template <typename F>
+  static bool WaitFor(F done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+
+  // Both nodes hear each other and B judges A alive.
+  void WaitBothUp() {
+    pb::Cluster a, b;
+    const bool up = WaitFor([&] {
+      a = ClusterOf(stub_.get());
+      b = ClusterOf(b_stub_.get());
+      const pb::ClusterPeer* pa = Peer(b, "n1");
+      const pb::ClusterPeer* pb_ = Peer(a, "n2");
+      return b.verdict() == "owner-alive" && !b.degraded() && pa != nullptr && !pa->left() &&
+             pa->heard_ms_ago() < 150 && pb_ != nullptr && !pb_->left() && !a.degraded();
+    });
+    ASSERT_TRUE(up) << "A: " << a.DebugString() << "\nB: " << b.DebugString();
+  }
+
+  // Creates `name` in v1 through the domain `d` holding `data`, and syncs it.
+  static void WriteSynced(fs::Domain* d, const std::string& name, const std::string& data) {
+    ASSERT_NE(d, nullptr);
+    auto vol = d->FindVolume("v1");
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    auto f = d->Create(vol->id, fs::kRootIno, name, fs::FileType::kRegular, 0644, 0, 0);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE(d->Write(vol->id, f->ino, 0, data.data(), data.size()).ok());
+    auto s = d->SyncTxg();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  static std::string ReadFile(fs::Domain* d, const std::string& name) {
+    auto vol = d->FindVolume("v1");
+    EXPECT_TRUE(vol.ok()) << vol.status().ToString();
+    if (!vol.ok()) return "";
+    auto a = d->Lookup(vol->id, fs::kRootIno, name);
+    EXPECT_TRUE(a.ok()) << name << ": " << a.status().ToString();
+    if (!a.ok()) return "";
+    std::string buf(4096, '\0');
+    auto n = d->Read(vol->id, a->ino, 0, buf.size(), buf.data());
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    buf.resize(n.ok() ? *n : 0);
+    return buf;
+  }
+
+  std::shared_ptr<cluster::MemHub> hub_ = cluster::MemHub::Make();
+  cluster::Interconnect* a_ic_ = nullptr;  // A's member; A's node owns it
+  std::shared_ptr<std::atomic<bool>> a_dead_ = std::make_shared<std::atomic<bool>>(false);
+  Config b_config_;
+  std::unique_ptr<Node> b_node_;
+  std::unique_ptr<AdminServer> b_server_;
+  std::unique_ptr<pb::Admin::Stub> b_stub_;
+};
+
+TEST_F(AdminClusterTest, PairSeesEachOtherAndACutLinkIsReportedNotActedOn) {
+  StartPair();
+  WaitBothUp();
+
+  // (a) Both up.
+  pb::Cluster b = ClusterOf(b_stub_.get());
+  EXPECT_TRUE(b.enabled());
+  EXPECT_TRUE(b.connected());
+  EXPECT_TRUE(b.quorate());
+  EXPECT_EQ(b.ring_node(), kB);
+  EXPECT_EQ(b.members(), 2u);
+  EXPECT_FALSE(b.owned_here());
+  EXPECT_NE(b.owner().find("node 'n1'"), std::string::npos) << b.owner();
+  EXPECT_EQ(b.verdict(), "owner-alive") << b.why();
+  EXPECT_FALSE(b.degraded());
+  EXPECT_EQ(b.lease_ms(), kLeaseMs);
+  EXPECT_TRUE(b.auto_takeover());
+  EXPECT_EQ(b.takeovers(), 0u);
+  EXPECT_EQ(b.last_takeover_size(), 0);
+  ASSERT_EQ(b.peers_size(), 1) << b.DebugString();
+  EXPECT_EQ(b.peers(0).name(), "n1");
+  EXPECT_EQ(b.peers(0).state(), "online");
+  EXPECT_EQ(b.peers(0).ring_node(), kA);
+  EXPECT_GT(b.peers(0).heartbeats(), 0u);
+  pb::Cluster a = ClusterOf(stub_.get());
+  EXPECT_TRUE(a.owned_here());
+  EXPECT_EQ(a.owner(), "this node");
+  EXPECT_EQ(a.ring_node(), kA);
+  EXPECT_FALSE(a.degraded());
+  ASSERT_NE(Peer(a, "n2"), nullptr) << a.DebugString();
+  EXPECT_EQ(Peer(a, "n2")->state(), "standby");
+  EXPECT_EQ(Peer(a, "n2")->ring_node(), kB);
+
+  // The CLI on B, aligned as the other `show` commands, and as JSON.
+  CliResult cli = Cli({"--socket", b_config_.admin_socket, "cluster", "status"}, false);
+  ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+  EXPECT_EQ(
+      cli.out.rfind("cluster        enabled (in-memory group, node 2), joined as ring node 2, quorate, 2 members\n", 0),
+      0u)
+      << cli.out;
+  for (const std::string line :
+       {"\nverdict        owner-alive", "\ndegraded       no\n", "\nauto-takeover  on\n", "\ntakeovers      0\n",
+        "\npeer n1        online, ring node 1, heard ", "\nheartbeats     network silent ", "\nmirror         none"}) {
+    EXPECT_NE(cli.out.find(line), std::string::npos) << line << "\n" << cli.out;
+  }
+  EXPECT_EQ(cli.out.find("last takeover"), std::string::npos) << cli.out;
+  cli = Cli({"--json", "cluster", "status"});
+  ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+  json j = json::parse(cli.out);
+  EXPECT_EQ(j["cluster"]["owner"], "this node") << cli.out;
+  EXPECT_EQ(j["cluster"]["owned_here"], true) << cli.out;
+  EXPECT_EQ(j["cluster"]["ring_node"], kA) << cli.out;
+  ASSERT_EQ(j["cluster"]["peers"].size(), 1u) << cli.out;
+  EXPECT_EQ(j["cluster"]["peers"][0]["name"], "n2") << cli.out;
+  EXPECT_EQ(j["cluster"]["peers"][0]["state"], "standby") << cli.out;
+
+  // (b) The interconnect is cut, both nodes alive: B reports the owner's
+  // network heartbeat silent and does nothing about it; A keeps writing.
+  hub_->Cut(kA, kB);
+  ASSERT_TRUE(WaitFor([&] { return ClusterOf(b_stub_.get()).verdict() == "network-silent"; }))
+      << ClusterOf(b_stub_.get()).DebugString();
+  // That nothing happens is asserted over 5 leases (5 x 200 ms): B would
+  // take over a dead owner once its disk heartbeat was silent for one lease
+  // (network already silent), so a standby that wrongly acted would have
+  // done so well within this window.
+  const auto window_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(5 * kLeaseMs);
+  int checks = 0;
+  while (std::chrono::steady_clock::now() < window_end) {
+    b = ClusterOf(b_stub_.get());
+    ASSERT_EQ(b.verdict(), "network-silent") << b.DebugString();
+    ASSERT_TRUE(b.degraded()) << b.DebugString();
+    ASSERT_EQ(b.takeovers(), 0u) << b.DebugString();
+    ASSERT_EQ(b.last_takeover_size(), 0) << b.DebugString();
+    ASSERT_EQ(ReserveOf(b_stub_.get()).state(), pb::RESERVE_STATE_STANDBY);
+    ASSERT_EQ(ReserveOf(stub_.get()).state(), pb::RESERVE_STATE_ONLINE);
+    checks++;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GT(checks, 5);
+  EXPECT_GE(b.network_silent_ms(), 4u * kLeaseMs) << b.DebugString();
+  EXPECT_LT(b.disk_silent_ms(), kLeaseMs) << "A still renews: " << b.DebugString();
+  EXPECT_EQ(b.members(), 1u);
+  ASSERT_NE(Peer(b, "n1"), nullptr);
+  EXPECT_TRUE(Peer(b, "n1")->left()) << b.DebugString();
+  a = ClusterOf(stub_.get());
+  EXPECT_TRUE(a.owned_here());
+  EXPECT_TRUE(a.degraded()) << "A hears no partner: " << a.DebugString();
+  {
+    auto d = node_->domain();
+    WriteSynced(d.get(), "during-cut", "written while cut");
+  }
+  EXPECT_EQ(ReserveOf(stub_.get()).state(), pb::RESERVE_STATE_ONLINE);
+  cli = Cli({"--socket", b_config_.admin_socket, "cluster", "status"}, false);
+  ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+  EXPECT_NE(cli.out.find("\nverdict        network-silent"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("\ndegraded       yes"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("left the group, last heard "), std::string::npos) << cli.out;
+  {
+    Metrics metrics;
+    AddNodeCollectors(&metrics, b_node_.get(), nullptr);
+    const std::string text = metrics.Render();
+    EXPECT_EQ(Sample(text, "nasgw_cluster_enabled"), 1.0) << text;
+    EXPECT_EQ(Sample(text, "nasgw_cluster_connected"), 1.0) << text;
+    EXPECT_EQ(Sample(text, "nasgw_cluster_quorate"), 1.0) << text;
+    EXPECT_EQ(Sample(text, "nasgw_cluster_degraded"), 1.0) << text;
+    EXPECT_EQ(Sample(text, "nasgw_cluster_takeovers_total"), 0.0) << text;
+    EXPECT_GE(Sample(text, "nasgw_cluster_owner_network_silent_seconds"), 0.8) << text;
+    EXPECT_GE(Sample(text, "nasgw_cluster_owner_disk_silent_seconds"), 0.0) << text;
+    EXPECT_LT(Sample(text, "nasgw_cluster_owner_disk_silent_seconds"), kLeaseMs / 1e3) << text;
+    EXPECT_GE(Sample(text, "nasgw_cluster_peer_heard_seconds{peer=\"n1\"}"), 0.8) << text;
+    EXPECT_EQ(Sample(text, "nasgw_cluster_last_takeover_seconds"), 0.0) << text;
+  }
+
+  // Healed: back to both heartbeats live, nobody degraded.
+  hub_->Heal(kA, kB);
+  WaitBothUp();
+  b = ClusterOf(b_stub_.get());
+  EXPECT_LT(b.network_silent_ms(), 150u) << "heard again: " << b.DebugString();
+  EXPECT_EQ(b.takeovers(), 0u);
+  EXPECT_EQ(b.members(), 2u);
+  EXPECT_EQ(ReserveOf(b_stub_.get()).state(), pb::RESERVE_STATE_STANDBY);
+  auto d = node_->domain();
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(ReadFile(d.get(), "during-cut"), "written while cut");
+}
+
+TEST_F(AdminClusterTest, DeadOwnerIsTakenOverAutomatically) {
+  StartPair();
+  WaitBothUp();
+  {
+    auto d = node_->domain();
+    WriteSynced(d.get(), "kept", "before the crash");
+  }
+
+  // A dies: it leaves the interconnect (as a dead process's CPG member
+  // does) and its LUN I/O fails from then on, so its lease is renewed no
+  // more (A fences itself when its renewal fails). The member leaves first:
+  // a fenced A heard saying so would be taken over at once, without the
+  // dead-owner verdict this test is about.
+  a_ic_->Stop();
+  a_dead_->store(true);
+  const auto died = std::chrono::steady_clock::now();
+  pb::Reserve rb;
+  ASSERT_TRUE(WaitFor([&] {
+    rb = ReserveOf(b_stub_.get());
+    return rb.state() == pb::RESERVE_STATE_ONLINE;
+  })) << "B: "
+      << rb.DebugString() << "\n"
+      << ClusterOf(b_stub_.get()).DebugString();
+  const auto took_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - died).count();
+  // Not before the owner's disk heartbeat was silent for a lease: B counts
+  // the silence from its own read that saw A's last renewal, which may have
+  // come up to a renewal interval (50 ms) before A died.
+  EXPECT_GE(took_ms, kLeaseMs - 50) << "took over " << took_ms << " ms after A died";
+
+  // The cluster thread records the takeover (the count, the "fenced" and
+  // "online" steps) just after the reserve came online: a GetCluster in
+  // between still shows only "detected".
+  pb::Cluster b;
+  ASSERT_TRUE(WaitFor([&] {
+    b = ClusterOf(b_stub_.get());
+    return b.takeovers() >= 1;
+  })) << b.DebugString();
+  EXPECT_EQ(b.takeovers(), 1u) << b.DebugString();
+  EXPECT_TRUE(b.owned_here());
+  EXPECT_EQ(b.owner(), "this node");
+  EXPECT_TRUE(b.degraded()) << "B owns the reserve and hears no partner: " << b.DebugString();
+  ASSERT_EQ(b.last_takeover_size(), 3) << b.DebugString();
+  EXPECT_EQ(b.last_takeover(0).what().rfind("detected: owner-dead", 0), 0u) << b.DebugString();
+  EXPECT_EQ(b.last_takeover(1).what().rfind("fenced: ", 0), 0u) << b.DebugString();
+  EXPECT_EQ(b.last_takeover(2).what().rfind("online: ", 0), 0u) << b.DebugString();
+  EXPECT_EQ(b.last_takeover(0).after_ms(), 0u) << b.DebugString();
+  for (int i = 1; i < b.last_takeover_size(); i++) {
+    EXPECT_GE(b.last_takeover(i).after_ms(), b.last_takeover(i - 1).after_ms()) << b.DebugString();
+    EXPECT_GE(b.last_takeover(i).wall_unix_ns(), b.last_takeover(i - 1).wall_unix_ns()) << b.DebugString();
+  }
+  EXPECT_GT(b.last_takeover(0).wall_unix_ns(), 0);
+
+  // What A wrote and synced before it died is on B.
+  auto d = b_node_->domain();
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(ReadFile(d.get(), "kept"), "before the crash");
+  WriteSynced(d.get(), "after", "B writes");
+
+  // A fenced itself: its renewals failed.
+  ASSERT_TRUE(WaitFor([&] { return node_->GetReserve().state == ReserveState::kFenced; }))
+      << ReserveStateName(node_->GetReserve().state) << ": " << node_->GetReserve().reason;
+  EXPECT_EQ(node_->domain(), nullptr);
+
+  // The CLI on B: the takeover and its timeline, aligned.
+  CliResult cli = Cli({"--socket", b_config_.admin_socket, "cluster", "status"}, false);
+  ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+  EXPECT_NE(cli.out.find("\nowner          this node\n"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("\ntakeovers      1\n"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("\nlast takeover  +0 ms detected: owner-dead"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find(" ms fenced: "), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("\n               +" + std::to_string(b.last_takeover(2).after_ms()) + " ms online: "),
+            std::string::npos)
+      << cli.out;
+  EXPECT_EQ(cli.out.find("\nheartbeats "), std::string::npos) << "the owner's own: " << cli.out;
+  cli = Cli({"--socket", b_config_.admin_socket, "--json", "cluster", "status"}, false);
+  ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+  json j = json::parse(cli.out);
+  EXPECT_EQ(j["cluster"]["takeovers"], 1) << cli.out;
+  ASSERT_EQ(j["cluster"]["last_takeover"].size(), 3u) << cli.out;
+  EXPECT_EQ(j["cluster"]["last_takeover"][2]["after_ms"], b.last_takeover(2).after_ms()) << cli.out;
+
+  Metrics metrics;
+  AddNodeCollectors(&metrics, b_node_.get(), nullptr);
+  const std::string text = metrics.Render();
+  EXPECT_EQ(Sample(text, "nasgw_cluster_takeovers_total"), 1.0) << text;
+  EXPECT_EQ(Sample(text, "nasgw_cluster_degraded"), 1.0) << text;
+  EXPECT_DOUBLE_EQ(Sample(text, "nasgw_cluster_last_takeover_seconds"), b.last_takeover(2).after_ms() / 1e3) << text;
+  EXPECT_GE(Sample(text, "nasgw_cluster_peer_heard_seconds{peer=\"n1\"}"), kLeaseMs / 1e3) << text;
+  EXPECT_EQ(Sample(text, "nasgw_reserve_owned"), 1.0) << text;
+}
+
 TEST_F(AdminTest, OneNasgwdPerStateDir) {
   StartAll();
   auto again = Node::Start(config_, Opener(), SmallDomain());

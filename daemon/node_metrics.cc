@@ -1,5 +1,8 @@
 #include "daemon/node_metrics.h"
 
+#include <algorithm>
+#include <map>
+
 #include "base/mutex.h"
 
 namespace nasgw::daemon {
@@ -170,6 +173,40 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
     s.Gauge("nasgw_reserve_holder_silent_seconds",
             "Standby or fenced: seconds since the holder last renewed its lease, on this node's clock.", {},
             static_cast<double>(r.holder_silent_ms) / 1e3);
+    // The controller pair ([cluster]; docs/cluster.md): every family is
+    // emitted with [cluster] disabled too (0s), so dashboards need no
+    // special case; the peer series only for peers heard.
+    const ClusterStatus cl = node->GetCluster();
+    s.Gauge("nasgw_cluster_enabled", "1 when [cluster] is enabled (a controller pair), 0 for a single node.", {},
+            cl.enabled ? 1 : 0);
+    s.Gauge("nasgw_cluster_connected", "1 while this node is joined to the interconnect's group.", {},
+            cl.connected ? 1 : 0);
+    s.Gauge("nasgw_cluster_quorate", "1 while the interconnect says the group is quorate.", {}, cl.quorate ? 1 : 0);
+    s.Gauge("nasgw_cluster_degraded",
+            "1 while the pair runs degraded: the owner does not hear its partner, or a standby hears one of the "
+            "owner's heartbeats no more.",
+            {}, cl.degraded ? 1 : 0);
+    s.Counter("nasgw_cluster_takeovers_total", "Automatic takeovers of the reserve by this node since it started.", {},
+              cl.takeovers);
+    std::map<std::string, uint64_t> heard;  // by peer name: the freshest, should a name be heard under two ids
+    for (const auto& p : cl.peers) {
+      const std::string name = p.name.empty() ? p.node_id : p.name;
+      auto [it, fresh] = heard.emplace(name, p.heard_ms_ago);
+      if (!fresh) it->second = std::min(it->second, p.heard_ms_ago);
+    }
+    for (const auto& [name, ms] : heard) {
+      s.Gauge("nasgw_cluster_peer_heard_seconds", "Seconds since the peer's last heartbeat on the interconnect.",
+              {{"peer", name}}, static_cast<double>(ms) / 1e3);
+    }
+    s.Gauge("nasgw_cluster_owner_network_silent_seconds",
+            "Standby: seconds since the owner's last interconnect heartbeat.", {},
+            static_cast<double>(cl.network_silent_ms) / 1e3);
+    s.Gauge("nasgw_cluster_owner_disk_silent_seconds",
+            "Standby: seconds the owner's record on the LUNs (its disk heartbeat) has not changed.", {},
+            static_cast<double>(cl.disk_silent_ms) / 1e3);
+    s.Gauge("nasgw_cluster_last_takeover_seconds",
+            "How long this node's last automatic takeover took, detection to its last step; 0: none.", {},
+            cl.last_takeover.empty() ? 0.0 : static_cast<double>(cl.last_takeover.back().after_ms) / 1e3);
     s.Gauge("nasgw_reserve_capacity_bytes", "Data capacity of the reserve.", {}, static_cast<double>(r.capacity_bytes));
     s.Gauge("nasgw_reserve_free_bytes", "Free data space of the reserve.", {}, static_cast<double>(r.free_bytes));
     for (const auto& l : r.luns) {
