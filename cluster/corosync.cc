@@ -52,7 +52,8 @@ class CorosyncInterconnect : public Interconnect {
     MutexLock lock(mu_);
     InterconnectStatus s;
     s.connected = connected_;
-    s.quorate = quorate_;
+    // Asked now: votequorum settles after CPG's membership change is delivered.
+    s.quorate = connected_ && Quorate(vq_, local_node_);
     s.local_node = local_node_;
     s.members = members_;
     s.reason = connected_ ? "" : reason_;
@@ -94,28 +95,21 @@ class CorosyncInterconnect : public Interconnect {
     self->Membership(std::move(m), std::move(l));
   }
 
+  static bool Quorate(votequorum_handle_t vq, uint32_t local) {
+    if (vq == 0) return false;
+    votequorum_info info{};
+    return votequorum_getinfo(vq, local, &info) == CS_OK && (info.flags & VOTEQUORUM_INFO_QUORATE) != 0;
+  }
+
   // From the dispatch thread only.
   void Membership(std::vector<Member> members, std::vector<Member> left) {
-    bool quorate = false;
-    votequorum_handle_t vq = 0;
-    uint32_t local = 0;
-    {
-      MutexLock lock(mu_);
-      vq = vq_;
-      local = local_node_;
-    }
-    if (vq != 0) {
-      votequorum_info info{};
-      if (votequorum_getinfo(vq, local, &info) == CS_OK) quorate = (info.flags & VOTEQUORUM_INFO_QUORATE) != 0;
-    }
     {
       MutexLock lock(mu_);
       members_ = members;
-      quorate_ = quorate;
       changes_++;
     }
     NASGW_LOG(kInfo, "cluster") << "interconnect membership" << Kv("members", members.size())
-                                << Kv("left", left.size()) << Kv("quorate", quorate);
+                                << Kv("left", left.size());
     if (handlers_.membership) handlers_.membership(members, left);
   }
 
@@ -168,7 +162,6 @@ class CorosyncInterconnect : public Interconnect {
     vq_ = 0;
     fd_ = -1;
     connected_ = false;
-    quorate_ = false;
   }
 
   void Run() {
@@ -224,7 +217,6 @@ class CorosyncInterconnect : public Interconnect {
   mutable Mutex mu_;
   bool stop_ GUARDED_BY(mu_) = false;
   bool connected_ GUARDED_BY(mu_) = false;
-  bool quorate_ GUARDED_BY(mu_) = false;
   cpg_handle_t cpg_ GUARDED_BY(mu_) = 0;
   votequorum_handle_t vq_ GUARDED_BY(mu_) = 0;
   int fd_ GUARDED_BY(mu_) = -1;

@@ -22,6 +22,7 @@
 
 #include "base/limits.h"
 #include "block/iscsi_url.h"
+#include "cluster/vip.h"
 #include "fs/label.h"
 #include "fs/ownership.h"
 
@@ -625,6 +626,41 @@ void ParseCluster(const Section& s, Config* c, Errors* errors) {
   s.Integer("heartbeat_interval_ms", kClusterHeartbeatMsMin, kClusterHeartbeatMsMax,
             &c->cluster_heartbeat_interval_ms);
   s.Integer("network_dead_ms", int64_t{kClusterHeartbeatMsMin} * 3, kClusterDeadMsMax, &c->cluster_network_dead_ms);
+  if (const toml::node* n = s.Node("vips")) {
+    const toml::array* arr = n->as_array();
+    if (arr == nullptr || arr->size() > kClusterVipsMax) {
+      errors->Add("cluster.vips", "expected an array of at most " + std::to_string(kClusterVipsMax) +
+                                      " addresses (\"A.B.C.D/N\")");
+    } else {
+      for (size_t i = 0; i < arr->size(); ++i) {
+        const std::string field = "cluster.vips[" + std::to_string(i) + "]";
+        const auto* str = arr->get(i)->as_string();
+        if (str == nullptr) {
+          errors->Add(field, "expected a string, got " + std::string(Describe(*arr->get(i))));
+          continue;
+        }
+        auto v = cluster::ParseVip(str->get());
+        if (!v.ok()) {
+          errors->Add(field, Printable(v.status().message()));
+          continue;
+        }
+        if (std::find(c->cluster_vips.begin(), c->cluster_vips.end(), v->text) != c->cluster_vips.end()) {
+          errors->Add(field, "'" + v->text + "' is listed twice");
+          continue;
+        }
+        c->cluster_vips.push_back(v->text);
+      }
+    }
+  }
+  if (s.String("vip_interface", &c->cluster_vip_interface)) {
+    const std::string& i = c->cluster_vip_interface;
+    if (i.empty() || i.size() >= 16 || i.find_first_of("/ \t\n:") != std::string::npos) {
+      errors->Add("cluster.vip_interface", "'" + Printable(i) + "' is not an interface name");
+    }
+  }
+  if (!c->cluster_vips.empty() && c->cluster_vip_interface.empty()) {
+    errors->Add("cluster.vip_interface", "required with cluster.vips (the LAN interface the addresses go on)");
+  }
   if (c->cluster_network_dead_ms < 3 * uint64_t{c->cluster_heartbeat_interval_ms}) {
     errors->Add("cluster.network_dead_ms", std::to_string(c->cluster_network_dead_ms) +
                                                " is shorter than 3 heartbeat intervals (" +
@@ -867,7 +903,8 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseNfs(Section("nfs", table("nfs"), {"exports_file", "ganesha_pid_file"}, &errors), &c, &errors);
   ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
   ParseCluster(Section("cluster", table("cluster"),
-                       {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover"}, &errors),
+                       {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips",
+                        "vip_interface"}, &errors),
                &c, &errors);
 
   // Defaults that depend on other fields.

@@ -46,6 +46,7 @@ constexpr uint32_t kShutdownDrainMsMax = 600'000;
 constexpr uint32_t kClusterHeartbeatMsMin = 50;
 constexpr uint32_t kClusterHeartbeatMsMax = 10'000;
 constexpr uint32_t kClusterDeadMsMax = 600'000;
+constexpr size_t kClusterVipsMax = 64;
 
 struct Config {
   // [node]
@@ -81,6 +82,10 @@ struct Config {
   uint32_t cluster_heartbeat_interval_ms = 500;  // kClusterHeartbeatMs{Min,Max}
   uint32_t cluster_network_dead_ms = 3'000;      // >= 3 heartbeats, <= kClusterDeadMsMax
   bool cluster_auto_takeover = true;             // a standby takes over an owner silent on both heartbeats
+  // Client-access addresses ("A.B.C.D/N"): held by the node that serves the
+  // reserve, on vip_interface; moved on takeover (docs/cluster.md).
+  std::vector<std::string> cluster_vips;  // at most kClusterVipsMax
+  std::string cluster_vip_interface;      // required with vips
 
   // [head]
   std::string head_socket;                                                // default: <run_dir>/head.sock

@@ -348,6 +348,17 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
                                 << Kv("heartbeat_ms", config.cluster_heartbeat_interval_ms)
                                 << Kv("network_dead_ms", config.cluster_network_dead_ms)
                                 << Kv("lease_ms", config.lease_ms) << Kv("auto_takeover", config.cluster_auto_takeover);
+    if (!config.cluster_vips.empty()) {
+      std::vector<cluster::Vip> vips;
+      for (const auto& t : config.cluster_vips) {
+        auto v = cluster::ParseVip(t);
+        if (v.ok()) vips.push_back(*v);  // checked by ParseConfig
+      }
+      n->vips_ = std::make_unique<cluster::VipSet>(config.cluster_vip_interface, std::move(vips));
+      // Addresses an earlier incarnation of this node left (it was killed):
+      // not ours until we serve again.
+      n->vips_held_ = true;
+    }
     n->cluster_thread_ = std::thread([n] { n->ClusterLoop(); });
   }
   // A failure is logged; the file is written again at the next change.
@@ -513,6 +524,7 @@ void Node::ClusterStep(uint64_t seq) {
       disk.read_age_ms = now > owner_read_ok_mono_ns_ ? (now - owner_read_ok_mono_ns_) / 1'000'000 : 0;
     }
   }
+  ReconcileVips(h.state == static_cast<uint8_t>(ReserveState::kOnline));
   nasgw::Status sent = interconnect_->Send(cluster::EncodeHeartbeat(h));
   cluster::Judgement j;
   {
@@ -549,6 +561,30 @@ void Node::ClusterStep(uint64_t seq) {
   AutoTakeover(j);
 }
 
+void Node::ReconcileVips(bool online) {
+  if (!vips_ || online == vips_held_) return;
+  nasgw::Status s = online ? vips_->Hold() : vips_->Release();
+  MutexLock lock(cluster_mu_);
+  if (!s.ok()) {
+    if (s.ToString() != vip_error_) {
+      NASGW_LOG(kError, "cluster") << (online ? "cannot add the client addresses" : "cannot remove the client addresses")
+                                   << Kv("interface", vips_->interface()) << Kv("error", s.ToString());
+    }
+    vip_error_ = s.ToString();
+    return;  // again at the next heartbeat
+  }
+  vip_error_.clear();
+  vips_held_ = online;
+  NASGW_LOG(kWarn, "cluster") << (online ? "client addresses added and announced" : "client addresses removed")
+                              << Kv("interface", vips_->interface()) << Kv("vips", vips_->vips().size());
+  if (online && takeover_start_mono_ns_ != 0) {
+    ClusterEventLocked(takeover_start_mono_ns_, "vips: " + std::to_string(vips_->vips().size()) +
+                                                    " addresses added on " + vips_->interface() +
+                                                    " and announced (gratuitous ARP)");
+  }
+  takeover_start_mono_ns_ = 0;
+}
+
 void Node::ClusterEventLocked(uint64_t start_mono_ns, std::string what) {
   ClusterEvent e;
   e.wall_ns = static_cast<int64_t>(WallNanos());
@@ -582,6 +618,7 @@ void Node::AutoTakeover(const cluster::Judgement& j) {
     return;
   }
   takeovers_++;
+  takeover_start_mono_ns_ = start;  // ReconcileVips adds the addresses' event
   ClusterEventLocked(start, std::string("fenced: ") +
                                 (preempted ? "preempted key " + fs::OwnerKeyText(preempted) : "nothing to preempt") +
                                 (settled ? ", waited " + std::to_string(settled) + " ms for its queued commands" : ""));
@@ -611,7 +648,14 @@ ClusterStatus Node::GetCluster() const {
       if (watch_.view().record) c.lease_ms = watch_.view().record->lease_ms;
     }
   }
+  if (vips_) {
+    c.vip_interface = vips_->interface();
+    for (const auto& v : vips_->vips()) c.vips.push_back(v.text);
+    auto present = vips_->Present();
+    if (present.ok()) c.vips_held = *present;
+  }
   MutexLock lock(cluster_mu_);
+  c.vip_error = vip_error_;
   bool peer_live = false;
   for (const auto& [id, p] : monitor_->peers()) {
     ClusterPeerStatus ps;
@@ -646,14 +690,20 @@ void Node::OwnerLoop() {
     std::optional<nasgw::Status> lost = std::move(lost_);
     lost_.reset();
     lock.Unlock();
+    // Destroyed after the node's lock is given up: closing waits for I/O in
+    // flight, which on a dead SAN path takes the I/O timeout, and the state
+    // must say fenced (to admins and to the partner's heartbeats) at once.
+    std::shared_ptr<fs::Domain> old_domain;
+    std::shared_ptr<fs::Reserve> old_reserve;
+    std::unique_ptr<fs::Ownership> old_owner;
     {
       WriterLock node_lock(mu_);
       if (lost && state_ == ReserveState::kOnline) {
         // Heads in flight keep the domain object until they finish; every
         // write they make fails at the closed gate. Nothing is flushed.
-        domain_.reset();
-        reserve_.reset();
-        owner_.reset();
+        old_domain = std::move(domain_);
+        old_reserve = std::move(reserve_);
+        old_owner = std::move(owner_);
         state_ = ReserveState::kFenced;
         reason_ = "this node lost the reserve and stopped writing: " + lost->ToString();
         fenced_total_++;
@@ -663,6 +713,9 @@ void Node::OwnerLoop() {
       }
       if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) ObserveOwnerLocked();
     }
+    old_domain.reset();
+    old_reserve.reset();
+    old_owner.reset();
     lock.Lock();
   }
 }
@@ -1235,6 +1288,13 @@ void Node::Shutdown() {
   cluster_cv_.NotifyAll();
   if (cluster_thread_.joinable()) cluster_thread_.join();
   if (interconnect_) interconnect_->Stop();
+  // A node that stops serves nothing: its client addresses go before the
+  // domain is released, so that the partner's takeover finds them free.
+  if (vips_) {
+    nasgw::Status s = vips_->Release();
+    if (!s.ok()) NASGW_LOG(kWarn, "cluster") << "cannot remove the client addresses" << Kv("error", s.ToString());
+    vips_held_ = false;
+  }
   {
     MutexLock lock(lost_mu_);
     owner_stop_ = true;

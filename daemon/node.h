@@ -37,6 +37,7 @@
 #include "block/gated_device.h"
 #include "cluster/interconnect.h"
 #include "cluster/peer_monitor.h"
+#include "cluster/vip.h"
 #include "daemon/config.h"
 #include "fs/domain.h"
 #include "fs/ownership.h"
@@ -140,6 +141,11 @@ struct ClusterStatus {
   // acknowledged from the SAN only (today always: no mirror yet).
   bool degraded = false;
   std::string mirror;  // what acknowledges a write
+  // Client-access addresses ([cluster] vips): held here while online.
+  std::string vip_interface;
+  std::vector<std::string> vips;
+  std::vector<std::string> vips_held;  // on the interface now
+  std::string vip_error;               // the last failure to add or remove them
   uint64_t takeovers = 0;                 // automatic takeovers by this node since it started
   std::vector<ClusterEvent> last_takeover;  // its timeline
 };
@@ -309,6 +315,8 @@ class Node {
   void ClusterStep(uint64_t seq);
   void AutoTakeover(const cluster::Judgement& j);
   void ClusterEventLocked(uint64_t start_mono_ns, std::string what) REQUIRES(cluster_mu_);
+  // Adds the VIPs while online, removes them otherwise (cluster thread).
+  void ReconcileVips(bool online);
 
   Config config_;
   LunOpener opener_;
@@ -365,6 +373,11 @@ class Node {
   uint64_t next_takeover_mono_ns_ GUARDED_BY(cluster_mu_) = 0;
   std::vector<ClusterEvent> last_takeover_ GUARDED_BY(cluster_mu_);
   std::thread cluster_thread_;
+  // Touched by the cluster thread only (and Shutdown after it has ended).
+  std::unique_ptr<cluster::VipSet> vips_;
+  bool vips_held_ = false;
+  std::string vip_error_ GUARDED_BY(cluster_mu_);
+  uint64_t takeover_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;  // of the takeover whose VIPs are not added yet
 };
 
 }  // namespace nasgw::daemon

@@ -410,7 +410,9 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   o->gate_->OnClose([hook = o->lost_hook_](const Status& why) {
     if (!hook->quiet.load() && hook->fn) hook->fn(why);
   });
+  o->last_renewed_ns_ = MonotonicNanos();
   o->renewer_ = std::thread([p = o.get()] { p->RenewLoop(); });
+  o->watchdog_ = std::thread([p = o.get()] { p->LeaseWatchdog(); });
   return o;
 }
 
@@ -474,6 +476,31 @@ Status Ownership::RenewOnce() {
   return Status();
 }
 
+// Closes the gate once no renewal has succeeded for lease - renew interval,
+// whatever the renewer is doing: a renewal stuck in I/O (a SAN path down
+// waits for the I/O timeout, 30 s by default) must not keep this node
+// writing past the lease others go by. Then the node says it is fenced
+// (heartbeats), and a partner may take over at once.
+void Ownership::LeaseWatchdog() {
+  const uint64_t give_up_ns = uint64_t{options_.lease_ms - options_.renew_interval_ms} * kNanosPerMilli;
+  const auto tick = std::chrono::milliseconds(std::max<uint32_t>(options_.renew_interval_ms / 4, 10));
+  MutexLock lock(mu_);
+  while (!stop_) {
+    cv_.WaitFor(mu_, tick, [&]() REQUIRES(mu_) { return stop_; });
+    if (stop_ || !gate_->is_open()) break;
+    const uint64_t now = MonotonicNanos();
+    const uint64_t last = last_renewed_ns_.load();
+    if (now - last < give_up_ns) continue;
+    Status lost = Status::Fenced("lease not renewed for " + Seconds(now - last) +
+                                 " (a renewal is still waiting on the SAN); another node may take the domain over");
+    NASGW_LOG(kError, "fs") << "ownership lost" << Kv("error", lost.ToString());
+    lock.Unlock();
+    gate_->Close(lost);
+    lock.Lock();
+    break;
+  }
+}
+
 void Ownership::RenewLoop() {
   const auto interval = std::chrono::milliseconds(options_.renew_interval_ms);
   uint64_t last_ok = MonotonicNanos();
@@ -491,6 +518,7 @@ void Ownership::RenewLoop() {
     if (s.ok()) {
       renewals_++;
       last_ok = MonotonicNanos();
+      last_renewed_ns_.store(last_ok);
       continue;
     }
     renew_failures_++;
@@ -520,6 +548,7 @@ void Ownership::Stop() {
     stop_ = true;
   }
   cv_.NotifyAll();
+  if (watchdog_.joinable()) watchdog_.join();
   if (renewer_.joinable()) renewer_.join();
 }
 

@@ -213,6 +213,7 @@ class Ownership {
  private:
   Ownership() = default;
   void RenewLoop();
+  void LeaseWatchdog();
   Status RenewOnce();
   Status WriteRecord(const OwnerRecord& r);
   void Stop();
@@ -244,6 +245,8 @@ class Ownership {
   bool stop_ GUARDED_BY(mu_) = false;
   bool released_ GUARDED_BY(mu_) = false;
   std::thread renewer_;
+  std::thread watchdog_;
+  std::atomic<uint64_t> last_renewed_ns_{0};  // monotonic, of the last renewal that succeeded
 };
 
 }  // namespace nasgw::fs

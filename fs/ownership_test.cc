@@ -296,6 +296,34 @@ TEST(Ownership, UnrenewableLeaseFencesItself) {
   EXPECT_NE((*o1)->lost_reason().ToString().find("lease not renewed"), std::string::npos);
 }
 
+TEST(Ownership, RenewalStuckInIoStillFencesBeforeTheLease) {
+  // A SAN path down: the renewal's write waits for the I/O timeout (30 s by
+  // default), far past the lease. The node must stop writing anyway, before
+  // the lease runs out for others.
+  Array a;
+  TestNode n1(a, "node-a", 1);
+  std::atomic<int> lost{0};
+  auto o1 = Own(a, n1, AcquireMode::kNormal, [&](const Status&) { lost++; });
+  ASSERT_TRUE(o1.ok());
+  std::atomic<bool> release{false};
+  const uint64_t start = MonotonicNanos();
+  for (auto& d : n1.raw) {
+    d->SetFault([&release](const block::IoRequest& r) {
+      if (r.op != block::Op::kWrite) return Status();
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the stuck I/O
+      return Status::Unavailable("connection lost");
+    });
+  }
+  const bool fenced = WaitFor([&] { return lost.load() == 1; }, 2000);
+  const uint64_t took_ms = (MonotonicNanos() - start) / kNanosPerMilli;
+  release = true;  // lets the stuck renewal return, so the renewer can stop
+  ASSERT_TRUE(fenced) << "a renewal stuck in I/O kept the node writing";
+  EXPECT_LT(took_ms, Fast().lease_ms) << "must stop before the lease runs out for others";
+  EXPECT_NE((*o1)->lost_reason().ToString().find("still waiting on the SAN"), std::string::npos)
+      << (*o1)->lost_reason().ToString();
+  EXPECT_FALSE(WriteData(n1, 0, 7).ok()) << "the gate is closed";
+}
+
 TEST(OwnerWatch, ExpiresAfterTheLeaseOfSilence) {
   OwnerView v;
   v.record = OwnerRecord{};

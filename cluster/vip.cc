@@ -1,0 +1,215 @@
+#include "cluster/vip.h"
+
+#include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "base/log.h"
+
+namespace nasgw::cluster {
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::string Errno(const std::string& what, int e) { return what + ": " + std::strerror(e); }
+
+// One request, one acknowledgement: RTM_NEWADDR or RTM_DELADDR. The
+// kernel's answer (0 or an errno) or a failure to ask.
+Result<int> AddrRequest(uint16_t type, uint16_t flags, int ifindex, const Vip& v) {
+  Fd fd(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (fd.get() < 0) return Status::IoError(Errno("netlink socket", errno));
+  struct {
+    nlmsghdr nh;
+    ifaddrmsg ifa;
+    char attrs[64];
+  } req{};
+  req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(ifaddrmsg));
+  req.nh.nlmsg_type = type;
+  req.nh.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | NLM_F_ACK | flags);
+  req.nh.nlmsg_seq = 1;
+  req.ifa.ifa_family = AF_INET;
+  req.ifa.ifa_prefixlen = v.prefix;
+  req.ifa.ifa_scope = RT_SCOPE_UNIVERSE;
+  req.ifa.ifa_index = static_cast<uint32_t>(ifindex);
+  const uint32_t be = htonl(v.addr);
+  for (uint16_t attr : {static_cast<uint16_t>(IFA_LOCAL), static_cast<uint16_t>(IFA_ADDRESS)}) {
+    auto* rta = reinterpret_cast<rtattr*>(reinterpret_cast<char*>(&req) + NLMSG_ALIGN(req.nh.nlmsg_len));
+    rta->rta_type = attr;
+    rta->rta_len = RTA_LENGTH(sizeof(be));
+    std::memcpy(RTA_DATA(rta), &be, sizeof(be));
+    req.nh.nlmsg_len = NLMSG_ALIGN(req.nh.nlmsg_len) + RTA_ALIGN(rta->rta_len);
+  }
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (sendto(fd.get(), &req, req.nh.nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
+    return Status::IoError(Errno("netlink send", errno));
+  }
+  char buf[4096];
+  const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
+  if (n < 0) return Status::IoError(Errno("netlink receive", errno));
+  auto* nh = reinterpret_cast<nlmsghdr*>(buf);
+  if (!NLMSG_OK(nh, static_cast<uint32_t>(n)) || nh->nlmsg_type != NLMSG_ERROR) {
+    return Status::IoError("netlink: unexpected answer");
+  }
+  return -reinterpret_cast<nlmsgerr*>(NLMSG_DATA(nh))->error;
+}
+
+// A gratuitous ARP request (sender and target both the VIP), broadcast, so
+// that neighbours and switches learn where the address lives now.
+Status Announce(const std::string& iface, int ifindex, const Vip& v) {
+  Fd fd(socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ARP)));
+  if (fd.get() < 0) return Status::IoError(Errno("packet socket", errno));
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, iface.c_str(), IFNAMSIZ - 1);
+  if (ioctl(fd.get(), SIOCGIFHWADDR, &ifr) < 0) return Status::IoError(Errno("hardware address of " + iface, errno));
+  struct __attribute__((packed)) {
+    arphdr h;
+    uint8_t sha[6];
+    uint32_t spa;
+    uint8_t tha[6];
+    uint32_t tpa;
+  } arp{};
+  arp.h.ar_hrd = htons(ARPHRD_ETHER);
+  arp.h.ar_pro = htons(ETH_P_IP);
+  arp.h.ar_hln = 6;
+  arp.h.ar_pln = 4;
+  arp.h.ar_op = htons(ARPOP_REQUEST);
+  std::memcpy(arp.sha, ifr.ifr_hwaddr.sa_data, 6);
+  arp.spa = arp.tpa = htonl(v.addr);
+  sockaddr_ll to{};
+  to.sll_family = AF_PACKET;
+  to.sll_protocol = htons(ETH_P_ARP);
+  to.sll_ifindex = ifindex;
+  to.sll_halen = 6;
+  std::memset(to.sll_addr, 0xff, 6);
+  for (int i = 0; i < 2; i++) {
+    if (sendto(fd.get(), &arp, sizeof(arp), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0) {
+      return Status::IoError(Errno("gratuitous ARP for " + v.text, errno));
+    }
+  }
+  return Status();
+}
+
+Result<int> IfIndex(const std::string& iface) {
+  const unsigned idx = if_nametoindex(iface.c_str());
+  if (idx == 0) return Status::NotFound(Errno("interface '" + iface + "'", errno));
+  return static_cast<int>(idx);
+}
+
+}  // namespace
+
+Result<Vip> ParseVip(std::string_view text) {
+  Vip v;
+  v.text = std::string(text);
+  std::string_view addr = text;
+  if (auto slash = text.find('/'); slash != std::string_view::npos) {
+    addr = text.substr(0, slash);
+    std::string_view p = text.substr(slash + 1);
+    unsigned n = 0;
+    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
+    if (ec != std::errc() || end != p.data() + p.size() || n < 1 || n > 32) {
+      return Status::InvalidArgument("'" + v.text + "': the prefix length must be 1..32");
+    }
+    v.prefix = static_cast<uint8_t>(n);
+  }
+  in_addr a{};
+  if (inet_pton(AF_INET, std::string(addr).c_str(), &a) != 1) {
+    return Status::InvalidArgument("'" + v.text + "' is not an IPv4 address (A.B.C.D/N)");
+  }
+  v.addr = ntohl(a.s_addr);
+  if (v.addr == 0 || (v.addr >> 24) == 127 || (v.addr >> 28) >= 14) {
+    return Status::InvalidArgument("'" + v.text + "' cannot be a client-access address (0, loopback, multicast)");
+  }
+  return v;
+}
+
+Status VipSet::Hold() {
+  auto idx = IfIndex(iface_);
+  if (!idx.ok()) return idx.status();
+  for (const Vip& v : vips_) {
+    auto err = AddrRequest(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, *idx, v);
+    if (!err.ok()) return err.status();
+    if (*err != 0 && *err != EEXIST) return Status::IoError(Errno("add " + v.text + " to " + iface_, *err));
+    NASGW_RETURN_IF_ERROR(Announce(iface_, *idx, v));
+  }
+  return Status();
+}
+
+Status VipSet::Release() {
+  auto idx = IfIndex(iface_);
+  if (!idx.ok()) return Status();  // no interface, no address on it
+  Status first;
+  for (const Vip& v : vips_) {
+    auto err = AddrRequest(RTM_DELADDR, 0, *idx, v);
+    Status s = !err.ok() ? err.status()
+               : (*err != 0 && *err != EADDRNOTAVAIL) ? Status::IoError(Errno("remove " + v.text + " from " + iface_, *err))
+                                                      : Status();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Result<std::vector<std::string>> VipSet::Present() const {
+  auto found = IfIndex(iface_);
+  if (!found.ok()) return found.status();
+  const int idx = *found;
+  Fd fd(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (fd.get() < 0) return Status::IoError(Errno("netlink socket", errno));
+  struct {
+    nlmsghdr nh;
+    ifaddrmsg ifa;
+  } req{};
+  req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(ifaddrmsg));
+  req.nh.nlmsg_type = RTM_GETADDR;
+  req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.ifa.ifa_family = AF_INET;
+  if (send(fd.get(), &req, req.nh.nlmsg_len, 0) < 0) return Status::IoError(Errno("netlink send", errno));
+  std::vector<std::string> present;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
+    if (n < 0) return Status::IoError(Errno("netlink receive", errno));
+    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, static_cast<uint32_t>(n));
+         nh = NLMSG_NEXT(nh, n)) {
+      if (nh->nlmsg_type == NLMSG_DONE) return present;
+      if (nh->nlmsg_type == NLMSG_ERROR) return Status::IoError("netlink: address dump failed");
+      if (nh->nlmsg_type != RTM_NEWADDR) continue;
+      auto* ifa = reinterpret_cast<ifaddrmsg*>(NLMSG_DATA(nh));
+      if (static_cast<int>(ifa->ifa_index) != idx) continue;
+      int len = static_cast<int>(IFA_PAYLOAD(nh));
+      for (auto* rta = IFA_RTA(ifa); RTA_OK(rta, len); rta = RTA_NEXT(rta, len)) {
+        if (rta->rta_type != IFA_LOCAL) continue;
+        uint32_t be = 0;
+        std::memcpy(&be, RTA_DATA(rta), sizeof(be));
+        for (const Vip& v : vips_) {
+          if (v.addr == ntohl(be) && v.prefix == ifa->ifa_prefixlen) present.push_back(v.text);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace nasgw::cluster

@@ -1,0 +1,48 @@
+#pragma once
+
+// Virtual IPs: the client-access addresses of the pair (brief, decision 7).
+// The node that serves a domain holds its addresses on its LAN interface;
+// when it stops serving (fenced, shut down, taken over) it lets them go, and
+// the node that takes over adds them and announces them with gratuitous ARP
+// so that clients and switches send to it at once.
+//
+// Through rtnetlink (RTM_NEWADDR / RTM_DELADDR) and an AF_PACKET socket: no
+// `ip` command, no shell. Needs CAP_NET_ADMIN and CAP_NET_RAW.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace nasgw::cluster {
+
+struct Vip {
+  uint32_t addr = 0;   // IPv4, host order
+  uint8_t prefix = 32;
+  std::string text;    // "198.18.1.100/24", as configured
+};
+
+// "A.B.C.D/N" (N 1..32; without /N, 32).
+Result<Vip> ParseVip(std::string_view text);
+
+class VipSet {
+ public:
+  VipSet(std::string interface, std::vector<Vip> vips) : iface_(std::move(interface)), vips_(std::move(vips)) {}
+  // Adds every address (one already there is fine) and announces each with
+  // gratuitous ARP. Stops at the first failure and says which.
+  Status Hold();
+  // Removes every address (one not there is fine).
+  Status Release();
+  // Which of our addresses the interface has now.
+  Result<std::vector<std::string>> Present() const;
+  const std::string& interface() const { return iface_; }
+  const std::vector<Vip>& vips() const { return vips_; }
+
+ private:
+  std::string iface_;
+  std::vector<Vip> vips_;
+};
+
+}  // namespace nasgw::cluster

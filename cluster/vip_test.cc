@@ -1,0 +1,110 @@
+// VipSet on a real interface: each test moves into a network namespace of
+// its own (unshare, as root, which make test is) and makes a veth pair there.
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "cluster/vip.h"
+
+namespace nasgw::cluster {
+namespace {
+
+class VipTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(unshare(CLONE_NEWNET), 0) << "unshare(CLONE_NEWNET) needs root";
+    ASSERT_EQ(std::system("ip link add vip0 type veth peer name vip1 && ip link set vip0 up && ip link set vip1 up"),
+              0);
+  }
+  static std::vector<Vip> Vips(std::initializer_list<const char*> texts) {
+    std::vector<Vip> out;
+    for (const char* t : texts) {
+      auto v = ParseVip(t);
+      EXPECT_TRUE(v.ok()) << v.status().ToString();
+      if (v.ok()) out.push_back(*v);
+    }
+    return out;
+  }
+};
+
+TEST(VipParse, AddressesAndErrors) {
+  auto v = ParseVip("198.18.1.100/24");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->addr, (198u << 24) | (18u << 16) | (1u << 8) | 100u);
+  EXPECT_EQ(v->prefix, 24);
+  EXPECT_EQ(ParseVip("198.18.1.7")->prefix, 32);
+  for (const char* bad : {"", "198.18.1", "198.18.1.1/0", "198.18.1.1/33", "198.18.1.1/x", "127.0.0.1/8",
+                          "0.0.0.0/24", "224.0.0.1/4", "fe80::1/64", "198.18.1.1/24/1"}) {
+    EXPECT_FALSE(ParseVip(bad).ok()) << bad;
+  }
+}
+
+// The VIPs announced on the far end of the veth pair: sender and target
+// address of each gratuitous ARP seen within a second.
+std::vector<uint32_t> ArpsSeen(int fd) {
+  std::vector<uint32_t> seen;
+  uint8_t buf[128];
+  for (;;) {
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 28) return seen;
+    uint32_t spa, tpa;
+    std::memcpy(&spa, buf + 14, 4);
+    std::memcpy(&tpa, buf + 24, 4);
+    if (spa == tpa) seen.push_back(ntohl(spa));
+  }
+}
+
+TEST_F(VipTest, HoldAddsAndAnnouncesReleaseRemovesBothIdempotent) {
+  VipSet set("vip0", Vips({"198.18.9.10/24", "198.18.9.11/24"}));
+  int arp = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_ARP));
+  ASSERT_GE(arp, 0);
+  sockaddr_ll at{};
+  at.sll_family = AF_PACKET;
+  at.sll_protocol = htons(ETH_P_ARP);
+  at.sll_ifindex = static_cast<int>(if_nametoindex("vip1"));
+  ASSERT_EQ(bind(arp, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+  timeval tv{1, 0};
+  setsockopt(arp, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ASSERT_TRUE(set.Present().ok());
+  EXPECT_TRUE(set.Present()->empty());
+  ASSERT_TRUE(set.Hold().ok()) << set.Hold().ToString();
+  auto p = set.Present();
+  ASSERT_TRUE(p.ok());
+  std::sort(p->begin(), p->end());
+  EXPECT_EQ(*p, (std::vector<std::string>{"198.18.9.10/24", "198.18.9.11/24"}));
+  auto seen = ArpsSeen(arp);
+  close(arp);
+  for (const Vip& v : set.vips()) {
+    EXPECT_NE(std::find(seen.begin(), seen.end(), v.addr), seen.end()) << v.text << " was not announced";
+  }
+  EXPECT_TRUE(set.Hold().ok()) << "holding again is fine";
+  ASSERT_TRUE(set.Release().ok());
+  EXPECT_TRUE(set.Present()->empty());
+  EXPECT_TRUE(set.Release().ok()) << "releasing again is fine";
+  // Another address on the interface is never touched.
+  ASSERT_EQ(std::system("ip addr add 198.18.9.99/24 dev vip0"), 0);
+  ASSERT_TRUE(set.Hold().ok());
+  ASSERT_TRUE(set.Release().ok());
+  EXPECT_EQ(std::system("ip -o addr show dev vip0 | grep -q '198.18.9.99/24'"), 0);
+}
+
+TEST_F(VipTest, AMissingInterfaceIsAClearError) {
+  VipSet set("nosuch0", Vips({"198.18.9.10/24"}));
+  Status s = set.Hold();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("nosuch0"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(set.Release().ok()) << "nothing to release";
+}
+
+}  // namespace
+}  // namespace nasgw::cluster
