@@ -1067,6 +1067,76 @@ TEST_F(HeadTest, CallsQueuedWhileAwayAllComplete) {
   EXPECT_EQ(ok, kCalls);
 }
 
+// A completion that calls the library back synchronously (as Ganesha's
+// did: an ESTALE READ closed the file's states, RELEASE) runs on the
+// connection's reader thread; the reply to that call would come on the same
+// connection, which only that thread reads, so the connection, and every
+// call later sent on it, hung for good. The call fails at once instead; a
+// synchronous call on another client works, and the client carries on.
+TEST_F(HeadTest, SynchronousCallFromAnAsyncCallbackFailsInsteadOfHanging) {
+  nasgw_attr f = Create(root_.handle, "reentrant");
+  nasgw_client_options co{};
+  co.socket_path = socket_.c_str();
+  co.client_name = "head_test_reentrant";
+  co.connections = 1;  // the sync call could only take the caller's connection
+  co.reconnect_timeout_ms = 20'000;
+  nasgw_client* c = nullptr;
+  ASSERT_EQ(nasgw_client_open(&co, &c), 0) << nasgw_client_last_message();
+  struct Ctx {
+    nasgw_client* self;
+    nasgw_client* other;
+    nasgw_handle h;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    int result = 1, same = 1, other_rc = 1;
+    std::string message;
+  };
+  auto ctx = std::make_shared<Ctx>();  // outlives a hung callback (leaked below)
+  ctx->self = c;
+  ctx->other = client_;
+  ctx->h = f.handle;
+  auto* leak = new std::shared_ptr<Ctx>(ctx);
+  ASSERT_EQ(nasgw_getattr_async(
+                c, &kRoot, &f.handle,
+                [](void* arg, int result, const nasgw_attr*) {
+                  auto& x = **static_cast<std::shared_ptr<Ctx>*>(arg);
+                  nasgw_attr a{};
+                  const int same = nasgw_getattr(x.self, &kRoot, &x.h, &a);
+                  std::string message = same != 0 ? nasgw_client_last_message() : "";
+                  const int other = nasgw_getattr(x.other, &kRoot, &x.h, &a);
+                  std::lock_guard<std::mutex> l(x.mu);
+                  x.result = result;
+                  x.same = same;
+                  x.message = std::move(message);
+                  x.other_rc = other;
+                  x.done = true;
+                  x.cv.notify_all();
+                },
+                leak),
+            0);
+  bool done = false;
+  {
+    std::unique_lock<std::mutex> l(ctx->mu);
+    done = ctx->cv.wait_for(l, std::chrono::seconds(10), [&] { return ctx->done; });
+  }
+  if (!done) {
+    // The reader waits for itself: the client cannot be closed (its
+    // threads cannot be joined), so it and the context are left behind.
+    ADD_FAILURE() << "the synchronous call made in the callback never returned";
+    return;
+  }
+  delete leak;
+  EXPECT_EQ(ctx->result, 0);
+  EXPECT_EQ(ctx->same, -EDEADLK);
+  EXPECT_NE(ctx->message.find("async callback"), std::string::npos) << ctx->message;
+  EXPECT_EQ(ctx->other_rc, 0);
+  nasgw_attr a{};
+  EXPECT_EQ(nasgw_getattr(c, &kRoot, &f.handle, &a), 0) << nasgw_client_last_message();
+  EXPECT_EQ(a.handle.ino, f.handle.ino);
+  nasgw_client_close(c);
+}
+
 // A reply that would not fit the protocol is an error, not a broken
 // connection (a file can hold more xattr names than one frame carries).
 class HeadBigTest : public HeadTest {

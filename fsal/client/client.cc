@@ -43,6 +43,10 @@ thread_local std::string t_message;
 // nasgwd (nasgwd may be blocked writing replies they are to read), so what
 // they (re)submit goes to the client's sender thread.
 thread_local bool t_reader = false;
+// The client whose own thread (a connection's reader, or the sender) this
+// is: async callbacks run there, and a synchronous call made from one on
+// the same client could wait for itself (Client::Sync).
+thread_local const void* t_library_of = nullptr;
 
 constexpr uint32_t kResendMax = 8;
 // Write verifiers remembered (one per opening of the domain this client saw).
@@ -393,6 +397,7 @@ class Client {
   // The sender thread: sends what readers handed over, and fails waiting
   // calls whose reconnect time ran out.
   void SenderLoop() {
+    t_library_of = this;
     for (;;) {
       std::deque<CallPtr> batch;
       std::vector<CallPtr> shut;
@@ -468,6 +473,19 @@ class Client {
   }
 
   int Sync(const CallPtr& call) {
+    if (t_library_of == this) {
+      // An async callback (or the recall or verifier callback) calling us
+      // back synchronously. On a reader thread the reply may come on its
+      // own connection, which nobody else reads: that connection, and every
+      // call later sent on it, would hang for good. On the sender thread, a
+      // call that had to wait for a connection would wait for this thread.
+      // So it fails at once, whatever connection it would have taken.
+      t_message = std::string("synchronous ") + proto::OpName(call->op) +
+                  " refused on the client library's own thread (an async callback): it could wait for itself";
+      NASGW_LOG(kError, "client") << "synchronous call made from an async callback refused"
+                                  << Kv("op", proto::OpName(call->op));
+      return -EDEADLK;
+    }
     Mutex m;
     CondVar done_cv;
     bool finished = false;
@@ -961,6 +979,7 @@ void Conn::Fail() {
 
 void Conn::Loop() {
   t_reader = true;
+  t_library_of = client_;
   uint32_t backoff_ms = 20;
   for (;;) {
     {

@@ -27,7 +27,10 @@
  *
  * Thread-safety: every function may be called from any thread. Async
  * callbacks run on the library's threads: they must not block, and must not
- * make synchronous calls on the same client.
+ * make synchronous calls on the same client (on a reader thread such a call
+ * could wait for a reply only that thread would read: it fails at once with
+ * -EDEADLK). A head whose completions may call back in (Ganesha's) hands
+ * them to its own threads.
  */
 #ifndef NASGW_CLIENT_H
 #define NASGW_CLIENT_H

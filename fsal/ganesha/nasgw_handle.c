@@ -931,6 +931,7 @@ struct nasgw_io {
 	struct req_op_context *req_ctx;	/* the request's (lives until it completes) */
 	struct gsh_export *ctx_export;
 	struct fsal_export *fsal_export;
+	fsal_status_t st;	/* the result, for the completion (io_done) */
 	nasgw_cred cred;
 	uint32_t groups[];
 };
@@ -990,15 +991,42 @@ static void wrote(struct fsal_obj_handle *obj_hdl, struct fsal_io_arg *arg,
 	saw_attrs(obj_of(obj_hdl), &r->post, true);
 }
 
-/* Runs on a client-library thread: give Ganesha an op context there. */
-static void io_finish(struct nasgw_io *io, fsal_status_t st)
+/* Completes the request on a thread of NASGW.io_fridge: gives Ganesha an
+ * op context there. */
+static void io_done(struct fridgethr_context *fctx)
 {
+	struct nasgw_io *io = fctx->arg;
 	struct req_op_context ctx;
 
 	init_op_context_simple(&ctx, io->ctx_export, io->fsal_export);
-	io->done_cb(io->obj_hdl, st, io->arg, io->caller_arg);
+	io->done_cb(io->obj_hdl, io->st, io->arg, io->caller_arg);
 	release_op_context();	/* drops the export reference io_new took */
 	gsh_free(io);
+}
+
+/* Runs on a client library thread (a connection's reader, mostly), which
+ * must not block nor call the library synchronously (nasgw_client.h): a
+ * reader would wait for a reply only it can read, and that connection, and
+ * every call sent on it, would hang for good. Ganesha's completion may do
+ * just that (an ESTALE READ has MDCACHE kill the entry, whose states are
+ * closed: close2, nasgw_release), so it runs on the FSAL's own threads. */
+static void io_finish(struct nasgw_io *io, fsal_status_t st)
+{
+	struct fridgethr_context inline_ctx = { .arg = io };
+	int rc = EPIPE;
+
+	io->st = st;
+	if (NASGW.io_fridge != NULL)
+		rc = fridgethr_submit(NASGW.io_fridge, io_done, io);
+	if (rc != 0) {
+		/* The fridge is stopped (the plugin is being unloaded) or
+		 * could not make a thread: complete here, as a last resort
+		 * (the request must be answered). */
+		LogWarn(COMPONENT_FSAL,
+			"FSAL_NASGW: I/O completion run on the client library's thread (fridge: %s)",
+			strerror(rc));
+		io_done(&inline_ctx);
+	}
 }
 
 static void read_done(void *p, int64_t result, int eof)
@@ -1016,7 +1044,7 @@ static void write_done(void *p, int64_t result, const nasgw_write_result *r)
 {
 	struct nasgw_io *io = p;
 
-	if (result >= 0) {
+	if (result >= 0) {	/* r is valid during this callback only */
 		io->arg->io_amount = (size_t)result;
 		wrote(io->obj_hdl, io->arg, io->req_ctx, r);
 	}

@@ -45,7 +45,7 @@ struct nasgw_fsal_module {
 	char *socket_path;
 	uint32_t connections;
 	uint32_t reconnect_timeout_ms;
-	bool async_io;		/* READ/WRITE completed from the library's thread */
+	bool async_io;		/* READ/WRITE completed on io_fridge's threads */
 	bool v3_unstable;	/* NFSv3 UNSTABLE writes answered from nasgwd's cache */
 	/* one client shared by every export */
 	pthread_mutex_t client_lock;
@@ -54,6 +54,10 @@ struct nasgw_fsal_module {
 	 * nasgw_deleg_recall. */
 	pthread_mutex_t deleg_lock;
 	struct nasgw_deleg *delegs;
+	/* Where READ and WRITE completions run (nasgw_io_fridge): never on
+	 * the client library's reader thread, because Ganesha's completion
+	 * may call this FSAL synchronously. Made with the client. */
+	struct fridgethr *io_fridge;
 };
 
 /* A delegation Ganesha granted and nasgwd holds as a lease: its owner on

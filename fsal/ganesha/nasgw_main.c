@@ -19,6 +19,7 @@
 #include "FSAL/fsal_init.h"
 #include "fsal_convert.h"
 #include "nfs_core.h"
+#include "fridgethr.h"
 
 static const char nasgw_name[] = "NASGW";
 
@@ -210,6 +211,41 @@ static void nasgw_verifier_changed(void *arg, uint64_t held, uint64_t now,
 	nasgw_restart_in_place();
 }
 
+/* READ and WRITE completions (io_finish in nasgw_handle.c) run here, off
+ * the client library's reader threads. Threads are made on demand up to
+ * the maximum, and those above the minimum leave after a minute idle; a
+ * completion that finds them all busy (blocked in a synchronous call, say)
+ * waits in the queue. */
+#define NASGW_IO_THREADS_MIN 2
+#define NASGW_IO_THREADS_MAX 16
+#define NASGW_IO_THREAD_IDLE_S 60
+
+/* Under client_lock, before the client exists; false if it cannot be
+ * made (the client is not opened then: calls are answered DELAY). */
+static bool nasgw_io_fridge_init(void)
+{
+	struct fridgethr_params frp;
+	int rc;
+
+	if (NASGW.io_fridge != NULL)
+		return true;
+	memset(&frp, 0, sizeof(frp));
+	frp.thr_max = NASGW_IO_THREADS_MAX;
+	frp.thr_min = NASGW_IO_THREADS_MIN;
+	frp.thread_delay = NASGW_IO_THREAD_IDLE_S;
+	frp.flavor = fridgethr_flavor_worker;
+	frp.deferment = fridgethr_defer_queue;
+	rc = fridgethr_init(&NASGW.io_fridge, "nasgw_io", &frp);
+	if (rc != 0) {
+		LogCrit(COMPONENT_FSAL,
+			"FSAL_NASGW: cannot make the I/O completion threads: %s",
+			strerror(rc));
+		NASGW.io_fridge = NULL;
+		return false;
+	}
+	return true;
+}
+
 /* The client is opened on first use (the first export), not at config time:
  * ganesha may start before nasgwd, and the client library then waits for it
  * within Reconnect_Timeout_Ms. */
@@ -218,7 +254,7 @@ nasgw_client *nasgw_get_client(void)
 	nasgw_client *c;
 
 	PTHREAD_MUTEX_lock(&NASGW.client_lock);
-	if (NASGW.client == NULL) {
+	if (NASGW.client == NULL && nasgw_io_fridge_init()) {
 		nasgw_client_options o;
 		int rc;
 
@@ -459,6 +495,15 @@ MODULE_FINI void nasgw_fini(void)
 		nasgw_client_close(NASGW.client);
 	NASGW.client = NULL;
 	PTHREAD_MUTEX_unlock(&NASGW.client_lock);
+	/* The client's last completions are queued by now: run them, then
+	 * stop the threads. */
+	if (NASGW.io_fridge != NULL) {
+		if (fridgethr_sync_command(NASGW.io_fridge,
+					   fridgethr_comm_stop, 30) != 0)
+			fridgethr_cancel(NASGW.io_fridge);
+		fridgethr_destroy(NASGW.io_fridge);
+		NASGW.io_fridge = NULL;
+	}
 	PTHREAD_MUTEX_destroy(&NASGW.client_lock);
 	while (NASGW.delegs != NULL) {
 		struct nasgw_deleg *d = NASGW.delegs;
