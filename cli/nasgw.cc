@@ -1015,7 +1015,11 @@ json ToJson(const pb::Cluster& c) {
           {"degraded", c.degraded()},
           {"mirror", c.mirror()},
           {"takeovers", c.takeovers()},
-          {"last_takeover", events}};
+          {"last_takeover", events},
+          {"vip_interface", c.vip_interface()},
+          {"vips", std::vector<std::string>(c.vips().begin(), c.vips().end())},
+          {"vips_held", std::vector<std::string>(c.vips_held().begin(), c.vips_held().end())},
+          {"vip_error", c.vip_error()}};
 }
 
 void PrintCluster(const pb::Cluster& c) {
@@ -1051,6 +1055,14 @@ void PrintCluster(const pb::Cluster& c) {
   p.push_back({"mirror", c.mirror()});
   p.push_back({"auto-takeover", c.auto_takeover() ? "on" : "off"});
   p.push_back({"takeovers", std::to_string(c.takeovers())});
+  if (!c.vips().empty()) {
+    std::string v;
+    for (const auto& a : c.vips()) {
+      const bool held = std::find(c.vips_held().begin(), c.vips_held().end(), a) != c.vips_held().end();
+      v += (v.empty() ? "" : ", ") + a + (held ? " (held here)" : "");
+    }
+    p.push_back({"vips", v + " on " + c.vip_interface() + (c.vip_error().empty() ? "" : "; ERROR: " + c.vip_error())});
+  }
   if (c.peers().empty()) p.push_back({"peers", "none heard"});
   for (const auto& peer : c.peers()) {
     std::string v = peer.state();

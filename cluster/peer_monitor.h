@@ -77,7 +77,7 @@ struct PeerInfo {
 struct Judgement {
   Verdict verdict = Verdict::kUnknown;
   std::string why;                // one sentence for logs and `nasgw cluster status`
-  uint64_t network_silent_ms = 0;  // owner's network heartbeat silent this long (0: heard)
+  uint64_t network_silent_ms = 0;  // since the owner's last heartbeat (or CPG's word that it left)
 };
 
 class PeerMonitor {

@@ -322,6 +322,10 @@ void Fill(const ClusterStatus& c, pb::Cluster* out) {
   out->set_degraded(c.degraded);
   out->set_mirror(c.mirror);
   out->set_takeovers(c.takeovers);
+  out->set_vip_interface(c.vip_interface);
+  for (const auto& v : c.vips) out->add_vips(v);
+  for (const auto& v : c.vips_held) out->add_vips_held(v);
+  out->set_vip_error(c.vip_error);
   for (const auto& e : c.last_takeover) {
     auto* q = out->add_last_takeover();
     q->set_wall_unix_ns(e.wall_ns);

@@ -525,6 +525,7 @@ void Node::ClusterStep(uint64_t seq) {
     }
   }
   ReconcileVips(h.state == static_cast<uint8_t>(ReserveState::kOnline));
+  WithdrawExportsUnlessOnline(h.state == static_cast<uint8_t>(ReserveState::kOnline));
   nasgw::Status sent = interconnect_->Send(cluster::EncodeHeartbeat(h));
   cluster::Judgement j;
   {
@@ -559,6 +560,34 @@ void Node::ClusterStep(uint64_t seq) {
     next_takeover_mono_ns_ = now + uint64_t{config_.lease_ms} * 1'000'000;
   }
   AutoTakeover(j);
+}
+
+void Node::WithdrawExportsUnlessOnline(bool online) {
+  // A single node keeps its exports file while the reserve is away (a
+  // restart of nasgwd is not a reason for ganesha to drop its exports). In a
+  // pair, a node that does not serve must not offer exports it cannot
+  // answer: its heads would refuse every call, and its partner serves them.
+  if (online) {
+    exports_withdrawn_ = false;
+    return;
+  }
+  if (exports_withdrawn_) return;
+  MutexLock lock(exports_mu_);
+  nasgw::Status s;
+  if (!config_.nfs_exports_file.empty()) {
+    s = daemon::PublishExports(config_.nfs_exports_file, config_.nfs_ganesha_pid_file, config_.node_name, {});
+  }
+  if (s.ok() && !config_.smb_shares_file.empty()) {
+    s = daemon::PublishShares(config_.smb_shares_file, config_.smb_smbd_pid_file, config_.head_socket,
+                              config_.smb_vfs_objects, config_.node_name, {});
+  }
+  if (!s.ok()) {
+    NASGW_LOG(kWarn, "cluster") << "cannot withdraw the exports of a node that does not serve"
+                                << Kv("error", s.ToString());
+    return;  // again at the next heartbeat
+  }
+  exports_withdrawn_ = true;
+  NASGW_LOG(kInfo, "cluster") << "exports and shares withdrawn: this node does not serve the reserve";
 }
 
 void Node::ReconcileVips(bool online) {
@@ -619,6 +648,9 @@ void Node::AutoTakeover(const cluster::Judgement& j) {
   }
   takeovers_++;
   takeover_start_mono_ns_ = start;  // ReconcileVips adds the addresses' event
+  judgement_.verdict = cluster::Verdict::kOwnerAlive;
+  judgement_.why = "this node owns the reserve (taken over)";
+  judgement_.network_silent_ms = 0;
   ClusterEventLocked(start, std::string("fenced: ") +
                                 (preempted ? "preempted key " + fs::OwnerKeyText(preempted) : "nothing to preempt") +
                                 (settled ? ", waited " + std::to_string(settled) + " ms for its queued commands" : ""));

@@ -317,6 +317,8 @@ class Node {
   void ClusterEventLocked(uint64_t start_mono_ns, std::string what) REQUIRES(cluster_mu_);
   // Adds the VIPs while online, removes them otherwise (cluster thread).
   void ReconcileVips(bool online);
+  // In a pair, a node that does not serve offers no exports or shares.
+  void WithdrawExportsUnlessOnline(bool online);
 
   Config config_;
   LunOpener opener_;
@@ -376,6 +378,7 @@ class Node {
   // Touched by the cluster thread only (and Shutdown after it has ended).
   std::unique_ptr<cluster::VipSet> vips_;
   bool vips_held_ = false;
+  bool exports_withdrawn_ = false;
   std::string vip_error_ GUARDED_BY(cluster_mu_);
   uint64_t takeover_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;  // of the takeover whose VIPs are not added yet
 };

@@ -16,6 +16,9 @@ client writes and fsyncs through the owner's FUSE head.
   cluster_lab.py hang                   SIGSTOP of the owner past both bounds: the
                                         partner preempts it; woken, it finds itself
                                         fenced and acknowledges nothing more
+  cluster_lab.py nfs                    NFSv3, then NFSv4.1 clients writing through the pair's
+                                        virtual IP while the owner's machine dies: the VIP
+                                        moves, the client carries on, nothing acknowledged lost
   cluster_lab.py all                    all of the above (make test)
 
 Outage: the time from the failure to the first successful operation
@@ -36,12 +39,14 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lab"))
 from nasgwlab import SANLAB, Checks, Node, sh  # noqa: E402
 
 # Bounds the lab runs with (docs/cluster.md explains them).
 RENEW_MS, LEASE_MS = 250, 1500
 HEARTBEAT_MS, NETWORK_DEAD_MS = 200, 1000
 SETTLE_MS = 500
+VIP = "198.18.1.50"      # the pair's client-access address on the lab LAN (sanlab --lan)
 TAKEOVER_TIMEOUT_S = 30  # the issue's "no trial over 30 s"
 POLL_S = 0.05            # another process's state: no event to wait on
 
@@ -56,28 +61,44 @@ network_dead_ms = %d
 
 
 class Lab:
-    def __init__(self, build):
+    def __init__(self, build, nfs=False):
+        """nfs: a clients' LAN too, the pair's VIP on it, and ganesha.nfsd
+        with FSAL_NASGW on each node, serving what its nasgwd exports."""
         info = json.loads(sh([SANLAB, "start", "cl%d" % os.getpid(), "--mode", "netns", "--luns", "2",
-                              "--size", "512M", "--hosts", "2", "--interconnect",
-                              "--owner-pid", str(os.getpid())]).stdout)
+                              "--size", "512M", "--hosts", "2", "--interconnect"] + (["--lan"] if nfs else []) +
+                             ["--owner-pid", str(os.getpid())]).stdout)
         self.name = info["name"]
         self.hosts = info["ns_hosts"]
         self.urls = [l["url"] for l in info["luns"]]
+        self.lan = info.get("lan")
+        self.build = build
+        self.nfs_labs, self.servers = [], []
         sh([SANLAB, "corosync", self.name, "start"])
         bins = {"nasgwd": build + "/daemon/nasgwd", "cli": build + "/cli/nasgw",
                 "fuse": build + "/fsal/fuse/nasgw-fuse", "fsck": build + "/fs/nasgw-fsck"}
         self.nodes = [Node(bins, urls=self.urls, tag="cl-%s" % t, netns=h) for t, h in zip("ab", self.hosts)]
-        for n in self.nodes:
+        self.config = CLUSTER_CONFIG
+        if nfs:
+            import nfslab
+            self.nfs_labs = [nfslab.Lab(name="cl%d-%d" % (os.getpid() % 100000, i), clients=0, server_ns=h)
+                             for i, h in enumerate(self.hosts)]
+            self.config += 'vips = ["%s/24"]\nvip_interface = "front0"\n' % VIP
+        for i, n in enumerate(self.nodes):
             n.s["renew_ms"], n.s["lease_ms"] = RENEW_MS, LEASE_MS
-            n.s["extra_config"] = CLUSTER_CONFIG
+            if nfs:
+                n.s["extra_config"] = self.config + "[nfs]\nexports_file = %s\nganesha_pid_file = %s\n" % (
+                    json.dumps(os.path.join(n.s["dir"], "ganesha-exports.conf")),
+                    json.dumps(os.path.join(self.nfs_labs[i].dir, "ganesha.pid")))
+            else:
+                n.s["extra_config"] = self.config
             n.save()
 
     def start_pair(self):
         """A formats and owns the reserve; B starts as its standby."""
         a, b = self.nodes
-        a.start(CLUSTER_CONFIG)
+        a.start(a.s["extra_config"])
         a.format()
-        b.start(CLUSTER_CONFIG)
+        b.start(b.s["extra_config"])
         wait_for(lambda: state(b) == "standby", 10, "B standby")
         # Both heartbeats of the owner live on B before any failure.
         wait_for(lambda: cluster(b).get("verdict") == "owner-alive", 10, "B hears A")
@@ -93,7 +114,43 @@ class Lab:
             cmd += ["--lun", u]
         return sh(cmd, check=False, timeout=300)
 
+    def start_ganesha(self):
+        """ganesha.nfsd in each host namespace, on its node's head socket and
+        exports file (nasgwd signals it through the pid file)."""
+        import nfslab
+        fsal = self.build + "/fsal/ganesha/libfsalnasgw.so"
+        for i, n in enumerate(self.nodes):
+            exports = os.path.join(n.s["dir"], "ganesha-exports.conf")
+            if not os.path.exists(exports):
+                open(exports, "w").close()  # a standby serves nothing until it takes over
+            cfg = nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=n.head_socket, exports_file=exports)
+            self.servers.append(self.nfs_labs[i].start_server(cfg))
+
+    def client(self):
+        """The LAN's client namespace, as an nfslab client of the VIP."""
+        import nfslab
+
+        class LanLab:
+            st = {"clients": [{"ns": self.lan["client_ns"], "addr": self.lan["client_addr"]}]}
+            server_addr = VIP
+        return nfslab.Client(LanLab(), 1)
+
+    def panic(self, i):
+        """Node i dies as a machine does: nasgwd, its heads and corosync
+        SIGKILLed, its links gone (so its addresses answer nothing)."""
+        self.nodes[i].kill()
+        if i < len(self.servers):
+            self.servers[i].kill()
+        sh([SANLAB, "corosync", self.name, "kill", "--host", str(i)])
+        for dev in ("front0", "ic0", "eth0"):
+            sh(["ip", "-n", self.hosts[i], "link", "set", dev, "down"], check=False)
+
     def close(self):
+        for nl in self.nfs_labs:
+            try:
+                nl.close()
+            except Exception as e:
+                print("close: %s" % e)
         for n in self.nodes:
             try:
                 n.close()
@@ -248,7 +305,7 @@ def cmd_kill(lab, c, a, res):
             lost_rounds.append((r, bad[:5]))
         standby.unmount()
         # The killed node comes back as the new owner's standby.
-        owner.start(CLUSTER_CONFIG)
+        owner.start(owner.s["extra_config"])
         if wait_for(lambda: state(owner) in ("standby", "online", "fenced", "failed"), 10, "restart") == "standby" \
                 or state(owner) == "standby":
             standby_ok += 1
@@ -338,7 +395,7 @@ def cmd_san(lab, c, a, res):
     time.sleep((4 * RENEW_MS + LEASE_MS) / 1000.0)
     c("with its SAN back, the fenced node stays fenced", state(a_node) == "fenced", state(a_node))
     a_node.kill()
-    a_node.start(CLUSTER_CONFIG)
+    a_node.start(a_node.s["extra_config"])
     c("restarted, it stands by for the new owner", state(a_node) == "standby", state(a_node))
     for n in lab.nodes:
         n.unmount()
@@ -377,9 +434,144 @@ def cmd_hang(lab, c, a, res):
     c("fsck clean after the hang", p.returncode == 0, (p.stdout + p.stderr)[-2000:])
 
 
+# An NFS client through the VIP: writes 8 KiB files (each one whole, closed)
+# until the stop file appears; a failed call is made again on a new
+# connection (to whatever node holds the VIP by then). Records what was
+# acknowledged and every stretch without a successful call over a second.
+NFS_LOAD = """
+import hashlib, time, nfs_rs
+url = 'nfs://%s/%s?version=%s' % (ARGS['server'], ARGS['export'].lstrip('/'), ARGS['version'])
+c, i, acked, gaps, errors = None, 0, {}, [], []
+last_ok = time.monotonic()
+end = last_ok + ARGS['max_s']
+while not os.path.exists(ARGS['stop']) and time.monotonic() < end:
+    name = '%s-%05d' % (ARGS['prefix'], i)
+    data = os.urandom(8192)
+    try:
+        if c is None:
+            c = nfs_rs.Client.connect(url)
+        with c.open(name, 'wb') as f:
+            f.write(data)
+        now = time.monotonic()
+        if now - last_ok > 1.0:
+            gaps.append(round(now - last_ok, 3))
+        last_ok = now
+        acked[name] = hashlib.sha256(data).hexdigest()
+        i += 1
+        with open(ARGS['progress'], 'w') as p:
+            p.write(str(i))
+    except Exception as e:
+        errors.append(type(e).__name__)
+        try:
+            c.close()
+        except Exception:
+            pass
+        c = None
+        time.sleep(0.1)
+out({'acked': acked, 'gaps': gaps, 'errors': errors[-20:], 'n': i})
+"""
+
+NFS_VERIFY = """
+import hashlib, nfs_rs
+url = 'nfs://%s/%s?version=3' % (ARGS['server'], ARGS['export'].lstrip('/'))
+bad = []
+with nfs_rs.Client.connect(url) as c:
+    for name, sha in ARGS['acked'].items():
+        try:
+            with c.open(name, 'rb') as f:
+                if hashlib.sha256(f.read()).hexdigest() != sha:
+                    bad.append(name + ': other content')
+        except Exception as e:
+            bad.append('%s: %s' % (name, type(e).__name__))
+out(bad)
+"""
+
+
+def progress(path):
+    try:
+        with open(path) as f:
+            return int(f.read() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def nfs_round(lab, c, res, owner_i, version):
+    """One failover under NFS load through the VIP: the owner's machine
+    dies; the client carries on through the same address."""
+    owner, other = lab.nodes[owner_i], lab.nodes[1 - owner_i]
+    client = lab.client()
+    tag = "v%s-%d" % (version.replace(".", ""), owner_i)
+    stop = "/tmp/nasgw-cl-stop-%d-%s" % (os.getpid(), tag)
+    prog = "/tmp/nasgw-cl-progress-%d-%s" % (os.getpid(), tag)
+    result = {}
+
+    def load():
+        try:
+            result["out"] = client.python(NFS_LOAD, {"server": VIP, "export": "/vol1", "version": version,
+                                                     "prefix": tag, "stop": stop, "progress": prog, "max_s": 120},
+                                          timeout=180)
+        except Exception as e:
+            result["error"] = repr(e)
+    t = threading.Thread(target=load, daemon=True)
+    try:
+        t.start()
+        wait_for(lambda: progress(prog) >= 20 or "error" in result, 60, "NFS writes through the VIP")
+        before = progress(prog)
+        t0 = time.monotonic()
+        lab.panic(owner_i)
+        wait_for(lambda: state(other) == "online", TAKEOVER_TIMEOUT_S, "takeover")
+        online = time.monotonic() - t0
+        wait_for(lambda: progress(prog) >= before + 20 or "error" in result, 60, "NFS writes after the takeover")
+        served = None  # the client's own figure: its longest stretch without a successful call
+    finally:
+        open(stop, "w").close()
+        t.join(200)
+        for f in (stop, prog):
+            if os.path.exists(f):
+                os.remove(f)
+    out = (result.get("out") or [{}])[0]
+    gaps = out.get("gaps") or []
+    served = max(gaps) if gaps else 0.0
+    bad = client.python(NFS_VERIFY, {"server": VIP, "export": "/vol1", "acked": out.get("acked", {})},
+                        timeout=180)[0] if out.get("acked") else ["no acknowledged writes"]
+    res["nfs"].append({"version": version, "online_s": online, "client_outage_s": served, "acked": out.get("n"),
+                       "lost": len(bad), "errors": out.get("errors"), "timeline": timeline(other)})
+    c("NFSv%s through VIP %s: the owner's machine died, the partner took over (online %.2f s) and the client "
+      "carried on through the same address (longest stretch without a reply %.2f s)" % (version, VIP, online, served),
+      "error" not in result and out.get("n", 0) >= before + 20 and served <= TAKEOVER_TIMEOUT_S,
+      (result.get("error"), out.get("errors"), gaps))
+    c("NFSv%s: all %d acknowledged writes read back through the VIP from the new owner" % (version, out.get("n", 0)),
+      not bad, bad[:5])
+    vips = cluster(other).get("vips_held") or []
+    c("the VIP is held by the new owner (%s)" % vips, VIP + "/24" in vips, cluster(other))
+
+
+def cmd_nfs(lab, c, a, res):
+    a_node, b_node = lab.start_pair()
+    a_node.cli("export", "add", "vol1", "--no-root-squash")
+    wait_for(lambda: VIP + "/24" in (cluster(a_node).get("vips_held") or []), 10, "A holds the VIP")
+    lab.start_ganesha()
+    nfs_round(lab, c, res, 0, "3")
+    # A's machine comes back: links, corosync, nasgwd (standby), ganesha.
+    for dev in ("front0", "ic0", "eth0"):
+        sh(["ip", "-n", lab.hosts[0], "link", "set", dev, "up"])
+    sh([SANLAB, "corosync", lab.name, "start", "--host", "0"])
+    a_node.start(a_node.s["extra_config"])
+    c("the dead node, back, stands by and holds no VIP", state(a_node) == "standby" and
+      not cluster(a_node).get("vips_held"), cluster(a_node))
+    lab.servers[0].start_ganesha()
+    wait_for(lambda: cluster(b_node).get("verdict") == "owner-alive" and
+             cluster(a_node).get("verdict") == "owner-alive", 20, "both hear each other")
+    nfs_round(lab, c, res, 1, "4.1")
+    for n in lab.nodes:
+        n.stop()
+    p = lab.fsck()
+    c("fsck clean after the NFS failovers", p.returncode == 0, (p.stdout + p.stderr)[-2000:])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["kill", "partition", "san", "hang", "all"])
+    ap.add_argument("command", choices=["kill", "partition", "san", "hang", "nfs", "all"])
     ap.add_argument("--build", required=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=5)
@@ -388,11 +580,11 @@ def main():
     a = ap.parse_args()
     b = os.path.abspath(a.build)
     c = Checks()
-    res = {"kill": [], "partition": [], "san": [], "hang": []}
-    cmds = {"kill": cmd_kill, "partition": cmd_partition, "san": cmd_san, "hang": cmd_hang}
-    for name in (["kill", "partition", "san", "hang"] if a.command == "all" else [a.command]):
+    res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": []}
+    cmds = {"kill": cmd_kill, "partition": cmd_partition, "san": cmd_san, "hang": cmd_hang, "nfs": cmd_nfs}
+    for name in (["nfs", "kill", "partition", "san", "hang"] if a.command == "all" else [a.command]):
         print("== %s" % name, flush=True)
-        lab = Lab(b)
+        lab = Lab(b, nfs=name == "nfs")
         try:
             cmds[name](lab, c, a, res)
         except Exception as e:
