@@ -44,7 +44,7 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   other_version[0] = 2;
   EXPECT_FALSE(DecodeHeartbeat(other_version).has_value());
   std::string other_kind = bytes;
-  other_kind[1] = static_cast<char>(MessageKind::kRelease);
+  other_kind[1] = static_cast<char>(MessageKind::kGiveBack);
   EXPECT_FALSE(DecodeHeartbeat(other_kind).has_value());
   EXPECT_FALSE(DecodeHeartbeat(std::string(kMessageBytesMax + 1, '\x01')).has_value());
   // Over-long names are cut when encoding, not sent.
@@ -52,6 +52,17 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   auto cut = DecodeHeartbeat(EncodeHeartbeat(h));
   ASSERT_TRUE(cut.has_value());
   EXPECT_EQ(cut->name.size(), 255u);
+}
+
+TEST(ClusterMessage, GiveBackRoundTripsAndIsNotAHeartbeat) {
+  GiveBackRequest r{Uuid::Random(), Uuid::Random(), Uuid::Random()};
+  std::string bytes = EncodeGiveBack(r);
+  auto d = DecodeGiveBack(bytes);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(*d, r);
+  EXPECT_FALSE(DecodeHeartbeat(bytes).has_value());
+  EXPECT_FALSE(DecodeGiveBack(EncodeHeartbeat(Hb(Uuid::Random(), kStateOnline))).has_value());
+  for (size_t n = 0; n < bytes.size(); n++) EXPECT_FALSE(DecodeGiveBack(bytes.substr(0, n)).has_value()) << n;
 }
 
 class PeerMonitorTest : public ::testing::Test {

@@ -23,6 +23,28 @@ Uuid GetUuid(Decoder& d) {
 
 }  // namespace
 
+std::string EncodeGiveBack(const GiveBackRequest& r) {
+  Encoder e;
+  e.U8(kMessageVersion);
+  e.U8(static_cast<uint8_t>(MessageKind::kGiveBack));
+  PutUuid(e, r.from);
+  PutUuid(e, r.to);
+  PutUuid(e, r.reserve);
+  return e.Release();
+}
+
+std::optional<GiveBackRequest> DecodeGiveBack(std::string_view bytes) {
+  if (bytes.size() > kMessageBytesMax) return std::nullopt;
+  Decoder d(bytes);
+  if (d.U8() != kMessageVersion || d.U8() != static_cast<uint8_t>(MessageKind::kGiveBack)) return std::nullopt;
+  GiveBackRequest r;
+  r.from = GetUuid(d);
+  r.to = GetUuid(d);
+  r.reserve = GetUuid(d);
+  if (!d.ok()) return std::nullopt;
+  return r;
+}
+
 std::string EncodeHeartbeat(const Heartbeat& h) {
   Encoder e;
   e.U8(kMessageVersion);

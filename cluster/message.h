@@ -23,7 +23,7 @@ constexpr size_t kMessageBytesMax = 4096;  // far below CPG's limits; a control 
 
 enum class MessageKind : uint8_t {
   kHeartbeat = 1,  // every heartbeat interval: who I am and what I serve
-  kRelease = 2,    // (reserved) planned giveback: "I released domain D of reserve R to you"
+  kGiveBack = 2,   // a standby asks the owner to give the reserve back to it (`nasgw cluster takeover`)
 };
 
 // What a node says about itself in each heartbeat. `state` is nasgwd's
@@ -39,6 +39,18 @@ struct Heartbeat {
   std::string reason;        // why fenced or failed (<= 1024 bytes)
   bool operator==(const Heartbeat&) const = default;
 };
+
+// "Give reserve `reserve` to `to`", from `from`: only the node that owns it
+// acts, and only for a partner it hears standing by.
+struct GiveBackRequest {
+  Uuid from;
+  Uuid to;  // the owner asked
+  Uuid reserve;
+  bool operator==(const GiveBackRequest&) const = default;
+};
+
+std::string EncodeGiveBack(const GiveBackRequest& r);
+std::optional<GiveBackRequest> DecodeGiveBack(std::string_view bytes);
 
 std::string EncodeHeartbeat(const Heartbeat& h);
 // nullopt: not a heartbeat this version understands (wrong version, another

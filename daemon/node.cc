@@ -332,10 +332,14 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
     }
     n->interconnect_->Start(
         {[n](const cluster::Member& from, std::string_view msg) {
-           auto h = cluster::DecodeHeartbeat(msg);
-           if (!h) return;  // another kind, or a newer version: not ours to judge
            MutexLock cl(n->cluster_mu_);
-           n->monitor_->OnHeartbeat(from, *h, MonotonicNanos());
+           if (auto h = cluster::DecodeHeartbeat(msg)) {
+             n->monitor_->OnHeartbeat(from, *h, MonotonicNanos());
+           } else if (auto g = cluster::DecodeGiveBack(msg); g && g->to == n->identity_.id) {
+             // Acted on by the cluster thread (a giveback closes the domain).
+             n->giveback_request_ = *g;
+             n->cluster_cv_.NotifyAll();
+           }  // else another kind, or a newer version: not ours
          },
          [n](const std::vector<cluster::Member>& members, const std::vector<cluster::Member>& left) {
            MutexLock cl(n->cluster_mu_);
@@ -357,6 +361,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
       n->vips_ = std::make_unique<cluster::VipSet>(config.cluster_vip_interface, std::move(vips));
       // Addresses an earlier incarnation of this node left (it was killed):
       // not ours until we serve again.
+      MutexLock vip_lock(n->vip_mu_);
       n->vips_held_ = true;
     }
     n->cluster_thread_ = std::thread([n] { n->ClusterLoop(); });
@@ -489,9 +494,24 @@ void Node::ClusterLoop() {
   MutexLock lock(cluster_mu_);
   while (!cluster_stop_) {
     cluster_cv_.WaitFor(cluster_mu_, std::chrono::milliseconds(config_.cluster_heartbeat_interval_ms),
-                        [&]() REQUIRES(cluster_mu_) { return cluster_stop_; });
+                        [&]() REQUIRES(cluster_mu_) { return cluster_stop_ || giveback_request_.has_value(); });
     if (cluster_stop_) break;
+    std::optional<cluster::GiveBackRequest> giveback = std::move(giveback_request_);
+    giveback_request_.reset();
     lock.Unlock();
+    if (giveback) {
+      bool ours = false;
+      {
+        ReaderLock node_lock(mu_);
+        ours = state_ == ReserveState::kOnline && giveback->reserve == reserve_uuid_;
+      }
+      if (ours) {
+        NASGW_LOG(kWarn, "cluster") << "the partner asks for the reserve (planned takeover)"
+                                    << Kv("from", giveback->from.ToString());
+        nasgw::Status s = GiveBack();
+        if (!s.ok()) NASGW_LOG(kWarn, "cluster") << "planned giveback refused" << Kv("error", s.ToString());
+      }
+    }
     ClusterStep(++seq);
     lock.Lock();
   }
@@ -563,6 +583,7 @@ void Node::ClusterStep(uint64_t seq) {
 }
 
 void Node::WithdrawExportsUnlessOnline(bool online) {
+  MutexLock vip_lock(vip_mu_);
   // A single node keeps its exports file while the reserve is away (a
   // restart of nasgwd is not a reason for ganesha to drop its exports). In a
   // pair, a node that does not serve must not offer exports it cannot
@@ -591,6 +612,7 @@ void Node::WithdrawExportsUnlessOnline(bool online) {
 }
 
 void Node::ReconcileVips(bool online) {
+  MutexLock vip_lock(vip_mu_);
   if (!vips_ || online == vips_held_) return;
   nasgw::Status s = online ? vips_->Hold() : vips_->Release();
   MutexLock lock(cluster_mu_);
@@ -1312,6 +1334,139 @@ std::shared_ptr<fs::Domain> Node::domain(uint64_t* write_verifier) const {
   return online ? domain_ : nullptr;
 }
 
+nasgw::Status Node::CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
+                                    std::unique_ptr<fs::Ownership> owner) {
+  // Outside the node's lock: closing flushes. A head request still holding
+  // the domain keeps it open until it finishes; the reserve is released
+  // only once nothing can write to it any more (else it stays owned, and
+  // this node reclaims it at its next start).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_ms);
+  while (domain && domain.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // heads hold it; no event for their last release
+  }
+  const bool drained = !domain || domain.use_count() == 1;
+  domain.reset();
+  reserve.reset();
+  nasgw::Status result;
+  if (owner) {
+    if (drained) {
+      result = owner->Release();
+      if (!result.ok()) NASGW_LOG(kWarn, "node") << "reserve release failed" << Kv("error", result.ToString());
+    } else {
+      result = nasgw::Status::Busy("head requests still hold the domain after " + std::to_string(config_.drain_ms) +
+                                   " ms; the reserve stays owned by this node");
+      NASGW_LOG(kWarn, "node") << result.ToString();
+    }
+    owner.reset();
+  }
+  return result;
+}
+
+nasgw::Status Node::GiveBack() {
+  if (!config_.cluster_enabled) {
+    return nasgw::Status::FailedPrecondition("no partner to give the reserve to: [cluster] enabled = false");
+  }
+  Uuid reserve_uuid;
+  {
+    ReaderLock lock(mu_);
+    reserve_uuid = reserve_uuid_;
+  }
+  {
+    // Only to a partner that stands by and is heard: else the service
+    // would stop with nobody to take it.
+    MutexLock lock(cluster_mu_);
+    const uint64_t now = MonotonicNanos();
+    bool ready = false;
+    for (const auto& [id, p] : monitor_->peers()) {
+      ready |= !p.left && p.last.state == cluster::kStateStandby && p.last.reserve == reserve_uuid &&
+               (now - p.heard_mono_ns) / 1'000'000 < config_.cluster_network_dead_ms;
+    }
+    if (!ready) {
+      return nasgw::Status::FailedPrecondition(
+          "no partner stands by for this reserve and is heard on the interconnect: nobody would take it over");
+    }
+    // This node does not take the free reserve back while the partner takes it.
+    next_takeover_mono_ns_ = now + 2 * uint64_t{config_.lease_ms} * 1'000'000 +
+                             4 * uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
+  }
+  MutexLock admin(admin_mu_);
+  std::shared_ptr<fs::Domain> domain;
+  std::shared_ptr<fs::Reserve> reserve;
+  std::unique_ptr<fs::Ownership> owner;
+  {
+    WriterLock lock(mu_);
+    if (state_ != ReserveState::kOnline) {
+      return nasgw::Status::FailedPrecondition(std::string("the reserve is not online here (") +
+                                               ReserveStateName(state_) + ")");
+    }
+    domain = std::move(domain_);
+    reserve = std::move(reserve_);
+    owner = std::move(owner_);
+    state_ = ReserveState::kStandby;
+    reason_ = "gave the reserve back to the partner (planned)";
+    watch_ = fs::OwnerWatch();
+  }
+  NASGW_LOG(kWarn, "cluster") << "giving the reserve back to the partner";
+  // The addresses and exports go first, so that the partner finds them free.
+  ReconcileVips(false);
+  WithdrawExportsUnlessOnline(false);
+  nasgw::Status s = CloseAndRelease(std::move(domain), std::move(reserve), std::move(owner));
+  {
+    WriterLock lock(mu_);
+    ObserveOwnerLocked();
+  }
+  return s;
+}
+
+nasgw::Status Node::RequestTakeover(uint32_t timeout_ms) {
+  if (!config_.cluster_enabled) {
+    return nasgw::Status::FailedPrecondition("not in a pair ([cluster] enabled = false): use 'reserve takeover'");
+  }
+  cluster::GiveBackRequest req;
+  req.from = identity_.id;
+  {
+    ReaderLock lock(mu_);
+    if (state_ == ReserveState::kOnline) return nasgw::Status::FailedPrecondition("this node already serves the reserve");
+    if (state_ != ReserveState::kStandby) {
+      return nasgw::Status::FailedPrecondition(std::string("this node is ") + ReserveStateName(state_) + ": " + reason_);
+    }
+    if (!watch_.view().held()) {
+      return nasgw::Status::FailedPrecondition("nobody holds the reserve: 'reserve takeover' takes it");
+    }
+    req.to = watch_.view().record->node_id;
+    req.reserve = reserve_uuid_;
+  }
+  {
+    MutexLock lock(cluster_mu_);
+    auto silent = monitor_->SilentMs(req.to, MonotonicNanos());
+    if (!silent || *silent >= config_.cluster_network_dead_ms) {
+      return nasgw::Status::Unavailable(
+          "the owner is not heard on the interconnect, so it cannot be asked; if it is dead this node takes over by "
+          "itself, else 'reserve takeover --force' fences it");
+    }
+  }
+  NASGW_RETURN_IF_ERROR(interconnect_->Send(cluster::EncodeGiveBack(req)).WithContext("ask the owner"));
+  NASGW_LOG(kWarn, "cluster") << "asked the owner to give the reserve back (planned takeover)"
+                              << Kv("owner", req.to.ToString());
+  // The owner flushes, closes and releases; this node's cluster thread then
+  // takes the free reserve. Polled: the takeover is another thread's.
+  const uint64_t deadline = MonotonicNanos() + uint64_t{timeout_ms} * 1'000'000;
+  for (;;) {
+    {
+      ReaderLock lock(mu_);
+      if (state_ == ReserveState::kOnline) return nasgw::Status();
+      if (state_ != ReserveState::kStandby) {
+        return nasgw::Status::Unavailable(std::string("takeover failed: ") + ReserveStateName(state_) + ": " + reason_);
+      }
+    }
+    if (MonotonicNanos() > deadline) {
+      return nasgw::Status::TimedOut("the reserve did not come over within " + std::to_string(timeout_ms) +
+                                             " ms (the owner may have refused: see its log)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 void Node::Shutdown() {
   {
     MutexLock lock(cluster_mu_);
@@ -1323,6 +1478,7 @@ void Node::Shutdown() {
   // A node that stops serves nothing: its client addresses go before the
   // domain is released, so that the partner's takeover finds them free.
   if (vips_) {
+    MutexLock vip_lock(vip_mu_);
     nasgw::Status s = vips_->Release();
     if (!s.ok()) NASGW_LOG(kWarn, "cluster") << "cannot remove the client addresses" << Kv("error", s.ToString());
     vips_held_ = false;
@@ -1351,26 +1507,7 @@ void Node::Shutdown() {
     state_ = ReserveState::kFailed;
     reason_ = "shut down";
   }
-  // Outside the lock: closing flushes. A head request still holding the
-  // domain keeps it open until it finishes; the reserve is released only
-  // once nothing can write to it any more (else it stays owned, and this
-  // node reclaims it at its next start).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_ms);
-  while (domain && domain.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // heads hold it; no event for their last release
-  }
-  const bool drained = !domain || domain.use_count() == 1;
-  domain.reset();
-  reserve.reset();
-  if (owner) {
-    if (drained) {
-      nasgw::Status s = owner->Release();
-      if (!s.ok()) NASGW_LOG(kWarn, "node") << "reserve release failed" << Kv("error", s.ToString());
-    } else {
-      NASGW_LOG(kWarn, "node") << "head requests still hold the domain; the reserve stays owned by this node";
-    }
-    owner.reset();
-  }
+  CloseAndRelease(std::move(domain), std::move(reserve), std::move(owner)).IgnoreError();  // logged
   devices.clear();
   if (state_lock_fd_ >= 0) {
     ::close(state_lock_fd_);

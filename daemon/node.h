@@ -286,6 +286,16 @@ class Node {
   nasgw::Status TakeoverReserve(bool force);
 
   ClusterStatus GetCluster() const;
+  // A planned move: flushes and closes the domain, removes the VIPs and
+  // exports, releases the reserve and stands by, so that the partner (which
+  // must stand by and be heard) takes it over. FailedPrecondition without
+  // such a partner or when not online; Busy when heads still hold the
+  // domain after [shutdown] drain_ms (then the reserve stays owned here).
+  nasgw::Status GiveBack();
+  // A planned move the other way, on the standby: asks the owner (heard on
+  // the interconnect) to give the reserve back, and waits at most
+  // `timeout_ms` for it to come online here.
+  nasgw::Status RequestTakeover(uint32_t timeout_ms);
 
   // Head server statistics feed NodeStatus.
   std::atomic<uint32_t> head_connections{0};
@@ -304,6 +314,10 @@ class Node {
   nasgw::Status PublishSharesLocked() REQUIRES(exports_mu_);
   // Called by the gate when ownership is lost (any thread, must not block).
   void OnOwnershipLost(const nasgw::Status& why);
+  // Waits for heads to let go of `domain` (at most drain_ms), closes it and
+  // releases the reserve (Busy, and kept, if they did not).
+  nasgw::Status CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
+                                std::unique_ptr<fs::Ownership> owner);
   // The owner thread: turns a loss into kFenced, watches the holder while
   // standby or fenced.
   void OwnerLoop();
@@ -373,12 +387,15 @@ class Node {
   cluster::Judgement judgement_ GUARDED_BY(cluster_mu_);
   uint64_t takeovers_ GUARDED_BY(cluster_mu_) = 0;
   uint64_t next_takeover_mono_ns_ GUARDED_BY(cluster_mu_) = 0;
+  std::optional<cluster::GiveBackRequest> giveback_request_ GUARDED_BY(cluster_mu_);
   std::vector<ClusterEvent> last_takeover_ GUARDED_BY(cluster_mu_);
   std::thread cluster_thread_;
-  // Touched by the cluster thread only (and Shutdown after it has ended).
-  std::unique_ptr<cluster::VipSet> vips_;
-  bool vips_held_ = false;
-  bool exports_withdrawn_ = false;
+  // The VIPs and whether exports are withdrawn: changed by the cluster
+  // thread, a giveback and Shutdown, one at a time.
+  Mutex vip_mu_ ACQUIRED_BEFORE(exports_mu_, cluster_mu_);
+  std::unique_ptr<cluster::VipSet> vips_;  // set at Start
+  bool vips_held_ GUARDED_BY(vip_mu_) = false;
+  bool exports_withdrawn_ GUARDED_BY(vip_mu_) = false;
   std::string vip_error_ GUARDED_BY(cluster_mu_);
   uint64_t takeover_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;  // of the takeover whose VIPs are not added yet
 };
