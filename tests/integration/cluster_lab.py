@@ -194,6 +194,10 @@ class Writer(threading.Thread):
         self.root, self.prefix = root, prefix
         self.files = {}      # name -> sha256 of what an acknowledged write left
         self.gone = set()    # names an acknowledged unlink or rename removed
+        # The change in flight when the node died: done or not, both are
+        # right (it was never acknowledged). ("rename", old, new) or
+        # ("unlink", name).
+        self.pending = None
         self.acked = 0
         self.error = None
         self.stop_flag = threading.Event()
@@ -213,6 +217,7 @@ class Writer(threading.Thread):
                 if i % 5 == 4:
                     old = "%s-%05d" % (self.prefix, i - 1)
                     new = old + ".renamed"
+                    self.pending = ("rename", old, new)
                     os.rename(os.path.join(self.root, old), os.path.join(self.root, new))
                     dfd = os.open(self.root, os.O_RDONLY)
                     try:
@@ -221,9 +226,11 @@ class Writer(threading.Thread):
                         os.close(dfd)
                     self.files[new] = self.files.pop(old)
                     self.gone.add(old)
+                    self.pending = None
                 if i % 7 == 6:
                     old = "%s-%05d" % (self.prefix, i - 2)
                     if old in self.files:
+                        self.pending = ("unlink", old)
                         os.unlink(os.path.join(self.root, old))
                         dfd = os.open(self.root, os.O_RDONLY)
                         try:
@@ -232,6 +239,7 @@ class Writer(threading.Thread):
                             os.close(dfd)
                         del self.files[old]
                         self.gone.add(old)
+                        self.pending = None
                 i += 1
                 with self.progress:
                     self.acked += 1
@@ -252,9 +260,18 @@ class Writer(threading.Thread):
 
 
 def verify(root, writer):
-    """What the writer was told is done, read back through another node."""
+    """What the writer was told is done, read back through another node.
+    The one change in flight when the node died may be done or not."""
     bad = []
-    for name, sha in writer.files.items():
+    files = dict(writer.files)
+    if writer.pending and writer.pending[0] == "rename":
+        _, old, new = writer.pending
+        if not os.path.exists(os.path.join(root, old)) and old in files:
+            files[new] = files.pop(old)  # it happened: the content is under the new name
+    elif writer.pending and writer.pending[0] == "unlink":
+        if not os.path.exists(os.path.join(root, writer.pending[1])):
+            files.pop(writer.pending[1], None)  # it happened
+    for name, sha in files.items():
         try:
             with open(os.path.join(root, name), "rb") as f:
                 if hashlib.sha256(f.read()).hexdigest() != sha:
@@ -311,8 +328,9 @@ def cmd_kill(lab, c, a, res):
             standby_ok += 1
         wait_for(lambda: cluster(owner).get("verdict") == "owner-alive", 10, "the restarted node hears the owner")
         owner, standby = standby, owner
-        print("round %d: online %.2f s, first op %.2f s, %d acknowledged, %d lost" %
-              (r, online, served, w.acked, len(bad)), flush=True)
+        print("round %d: online %.2f s, first op %.2f s, %d acknowledged, %d lost%s" %
+              (r, online, served, w.acked, len(bad), (": %s (in flight: %s)" % (bad[:5], w.pending)) if bad else ""),
+              flush=True)
     c("%d SIGKILLs of the owner under fsync load: every acknowledged write and namespace change on the partner"
       % a.rounds, not lost_rounds, lost_rounds)
     c("each killed node came back as the new owner's standby", standby_ok == a.rounds, (standby_ok, a.rounds))
