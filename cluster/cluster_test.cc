@@ -1,7 +1,7 @@
-#include <gtest/gtest.h>
-
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "cluster/interconnect.h"
 #include "cluster/message.h"
@@ -165,7 +165,8 @@ TEST_F(PeerMonitorTest, WithoutAFreshDiskReadNothingIsDecided) {
 TEST_F(PeerMonitorTest, OwnHeartbeatsDoNotCountAndPeersAreBounded) {
   mon_.OnHeartbeat({1, 1}, Hb(self_, kStateOnline), 1000 * kMs);
   EXPECT_TRUE(mon_.peers().empty());
-  for (int i = 0; i < 100; i++) mon_.OnHeartbeat({3, static_cast<uint32_t>(i)}, Hb(Uuid::Random(), 1), (1000 + i) * kMs);
+  for (int i = 0; i < 100; i++)
+    mon_.OnHeartbeat({3, static_cast<uint32_t>(i)}, Hb(Uuid::Random(), 1), (1000 + i) * kMs);
   EXPECT_LE(mon_.peers().size(), 64u);
 }
 

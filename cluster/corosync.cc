@@ -2,10 +2,7 @@
 // votequorum for the quorum flag. One thread connects, dispatches and
 // reconnects; Send may come from any thread.
 
-#include <corosync/cpg.h>
-#include <corosync/votequorum.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,10 +12,16 @@
 #include "base/log.h"
 #include "cluster/interconnect.h"
 
+#include <corosync/cpg.h>
+#include <corosync/votequorum.h>
+#include <sys/eventfd.h>
+
 namespace nasgw::cluster {
 namespace {
 
-std::string CsError(cs_error_t e) { return "corosync error " + std::to_string(static_cast<int>(e)); }
+std::string CsError(cs_error_t e) {
+  return "corosync error " + std::to_string(static_cast<int>(e));
+}
 
 class CorosyncInterconnect : public Interconnect {
  public:

@@ -1,7 +1,8 @@
 #include "cluster/interconnect.h"
 
-#include <algorithm>
 #include <unistd.h>
+
+#include <algorithm>
 
 namespace nasgw::cluster {
 
@@ -50,7 +51,9 @@ class MemMember : public Interconnect {
   MemHub::Slot slot_;
 };
 
-std::shared_ptr<MemHub> MemHub::Make() { return std::shared_ptr<MemHub>(new MemHub()); }
+std::shared_ptr<MemHub> MemHub::Make() {
+  return std::shared_ptr<MemHub>(new MemHub());
+}
 
 std::unique_ptr<Interconnect> MemHub::NewMember(uint32_t node) {
   return std::make_unique<MemMember>(shared_from_this(), node);

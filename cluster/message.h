@@ -30,8 +30,8 @@ enum class MessageKind : uint8_t {
 // ReserveState as a number (0 unformatted, 1 online, 2 failed, 3 standby,
 // 4 fenced): the wire keeps its own numbering, not a C++ enum's.
 struct Heartbeat {
-  Uuid node_id;     // the node's persistent id (<state_dir>/node-id)
-  Uuid reserve;     // the reserve it serves or stands by for (nil: none yet)
+  Uuid node_id;  // the node's persistent id (<state_dir>/node-id)
+  Uuid reserve;  // the reserve it serves or stands by for (nil: none yet)
   uint8_t state = 0;
   uint64_t seq = 0;          // bumps per heartbeat from one process
   uint64_t incarnation = 0;  // random per process start

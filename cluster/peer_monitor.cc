@@ -7,7 +7,9 @@ namespace {
 
 constexpr size_t kPeersMax = 64;  // a cluster of pairs, bounded; the oldest heard is dropped beyond
 
-uint64_t Ms(uint64_t ns) { return ns / 1'000'000; }
+uint64_t Ms(uint64_t ns) {
+  return ns / 1'000'000;
+}
 
 }  // namespace
 
@@ -109,9 +111,9 @@ Judgement PeerMonitor::Judge(const DiskView& disk, uint64_t now_mono_ns) const {
   const bool disk_silent = disk.silent_ms >= disk.lease_ms;
   auto it = peers_.find(disk.owner);
   const bool says_fenced = it != peers_.end() && !net_silent && it->second.last.state == kStateFenced;
-  const std::string net = "network heartbeat " + (net_silent ? "silent for " + std::to_string(j.network_silent_ms) +
-                                                                   " ms"
-                                                             : std::string("live"));
+  const std::string net =
+      "network heartbeat " +
+      (net_silent ? "silent for " + std::to_string(j.network_silent_ms) + " ms" : std::string("live"));
   const std::string dsk = "disk heartbeat " + (disk_silent ? "silent for " + std::to_string(disk.silent_ms) +
                                                                  " ms (lease " + std::to_string(disk.lease_ms) + " ms)"
                                                            : std::string("live"));

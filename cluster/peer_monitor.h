@@ -45,12 +45,12 @@ struct MonitorOptions {
 
 // The owner record as this node last read it.
 struct DiskView {
-  bool have = false;            // a read has succeeded since standby began
-  bool held = false;            // the record names a holder
-  Uuid owner;                   // who
-  uint64_t silent_ms = 0;       // unchanged this long by our clock
-  uint32_t lease_ms = 0;        // the holder's lease
-  uint64_t read_age_ms = 0;     // since our last successful read
+  bool have = false;         // a read has succeeded since standby began
+  bool held = false;         // the record names a holder
+  Uuid owner;                // who
+  uint64_t silent_ms = 0;    // unchanged this long by our clock
+  uint32_t lease_ms = 0;     // the holder's lease
+  uint64_t read_age_ms = 0;  // since our last successful read
 };
 
 enum class Verdict {
@@ -63,20 +63,22 @@ enum class Verdict {
   kOwnerDead,      // both silent past their bounds: take over (preempting its key)
 };
 const char* VerdictName(Verdict v);
-inline bool ShouldTakeOver(Verdict v) { return v == Verdict::kOwnerFenced || v == Verdict::kOwnerDead; }
+inline bool ShouldTakeOver(Verdict v) {
+  return v == Verdict::kOwnerFenced || v == Verdict::kOwnerDead;
+}
 
 struct PeerInfo {
-  Heartbeat last;             // the newest heartbeat heard
-  Member from;                // where it came from on the ring
+  Heartbeat last;  // the newest heartbeat heard
+  Member from;     // where it came from on the ring
   uint64_t heard_mono_ns = 0;
   uint64_t heartbeats = 0;
-  bool left = false;          // CPG said it left after its last heartbeat
+  bool left = false;  // CPG said it left after its last heartbeat
   uint64_t left_mono_ns = 0;
 };
 
 struct Judgement {
   Verdict verdict = Verdict::kUnknown;
-  std::string why;                // one sentence for logs and `nasgw cluster status`
+  std::string why;                 // one sentence for logs and `nasgw cluster status`
   uint64_t network_silent_ms = 0;  // since the owner's last heartbeat (or CPG's word that it left)
 };
 

@@ -1,5 +1,13 @@
 #include "cluster/vip.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "base/log.h"
+
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
 #include <linux/netlink.h>
@@ -9,13 +17,6 @@
 #include <net/if_arp.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <charconv>
-#include <cstring>
-
-#include "base/log.h"
 
 namespace nasgw::cluster {
 namespace {
@@ -34,7 +35,9 @@ class Fd {
   int fd_;
 };
 
-std::string Errno(const std::string& what, int e) { return what + ": " + std::strerror(e); }
+std::string Errno(const std::string& what, int e) {
+  return what + ": " + std::strerror(e);
+}
 
 // One request, one acknowledgement: RTM_NEWADDR or RTM_DELADDR. The
 // kernel's answer (0 or an errno) or a failure to ask.
@@ -165,8 +168,9 @@ Status VipSet::Release() {
   for (const Vip& v : vips_) {
     auto err = AddrRequest(RTM_DELADDR, 0, *idx, v);
     Status s = !err.ok() ? err.status()
-               : (*err != 0 && *err != EADDRNOTAVAIL) ? Status::IoError(Errno("remove " + v.text + " from " + iface_, *err))
-                                                      : Status();
+               : (*err != 0 && *err != EADDRNOTAVAIL)
+                   ? Status::IoError(Errno("remove " + v.text + " from " + iface_, *err))
+                   : Status();
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
@@ -192,8 +196,7 @@ Result<std::vector<std::string>> VipSet::Present() const {
   for (;;) {
     ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
     if (n < 0) return Status::IoError(Errno("netlink receive", errno));
-    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, static_cast<uint32_t>(n));
-         nh = NLMSG_NEXT(nh, n)) {
+    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, static_cast<uint32_t>(n)); nh = NLMSG_NEXT(nh, n)) {
       if (nh->nlmsg_type == NLMSG_DONE) return present;
       if (nh->nlmsg_type == NLMSG_ERROR) return Status::IoError("netlink: address dump failed");
       if (nh->nlmsg_type != RTM_NEWADDR) continue;

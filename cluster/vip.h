@@ -19,9 +19,9 @@
 namespace nasgw::cluster {
 
 struct Vip {
-  uint32_t addr = 0;   // IPv4, host order
+  uint32_t addr = 0;  // IPv4, host order
   uint8_t prefix = 32;
-  std::string text;    // "198.18.1.100/24", as configured
+  std::string text;  // "198.18.1.100/24", as configured
 };
 
 // "A.B.C.D/N" (N 1..32; without /N, 32).

@@ -1,20 +1,22 @@
 // VipSet on a real interface: each test moves into a network namespace of
 // its own (unshare, as root, which make test is) and makes a veth pair there.
 
-#include <arpa/inet.h>
-#include <gtest/gtest.h>
-#include <linux/if_packet.h>
-#include <net/ethernet.h>
-#include <net/if.h>
+#include "cluster/vip.h"
+
 #include <sched.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
-#include "cluster/vip.h"
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <sys/socket.h>
 
 namespace nasgw::cluster {
 namespace {
@@ -43,8 +45,8 @@ TEST(VipParse, AddressesAndErrors) {
   EXPECT_EQ(v->addr, (198u << 24) | (18u << 16) | (1u << 8) | 100u);
   EXPECT_EQ(v->prefix, 24);
   EXPECT_EQ(ParseVip("198.18.1.7")->prefix, 32);
-  for (const char* bad : {"", "198.18.1", "198.18.1.1/0", "198.18.1.1/33", "198.18.1.1/x", "127.0.0.1/8",
-                          "0.0.0.0/24", "224.0.0.1/4", "fe80::1/64", "198.18.1.1/24/1"}) {
+  for (const char* bad : {"", "198.18.1", "198.18.1.1/0", "198.18.1.1/33", "198.18.1.1/x", "127.0.0.1/8", "0.0.0.0/24",
+                          "224.0.0.1/4", "fe80::1/64", "198.18.1.1/24/1"}) {
     EXPECT_FALSE(ParseVip(bad).ok()) << bad;
   }
 }

@@ -73,8 +73,8 @@ constexpr size_t kSecretFileBytesMax = 4096;
 constexpr size_t kErrorsShownMax = 10;
 
 constexpr std::string_view kDefaultInitiatorPrefix = "iqn.2026-11.org.nasgw:";
-constexpr std::string_view kSections[] = {"node",     "reserve", "head", "cache",  "admin",
-                                          "metrics",  "shutdown", "nfs", "smb", "cluster"};
+constexpr std::string_view kSections[] = {"node",    "reserve",  "head", "cache", "admin",
+                                          "metrics", "shutdown", "nfs",  "smb",   "cluster"};
 
 // Text from the file as it may appear in a message: control characters as '?'.
 std::string Printable(std::string_view s) {
@@ -623,14 +623,13 @@ void ParseCluster(const Section& s, Config* c, Errors* errors) {
     });
     if (!ok) errors->Add("cluster.group", "'" + Printable(g) + "' is not 1..127 bytes of [A-Za-z0-9._-]");
   }
-  s.Integer("heartbeat_interval_ms", kClusterHeartbeatMsMin, kClusterHeartbeatMsMax,
-            &c->cluster_heartbeat_interval_ms);
+  s.Integer("heartbeat_interval_ms", kClusterHeartbeatMsMin, kClusterHeartbeatMsMax, &c->cluster_heartbeat_interval_ms);
   s.Integer("network_dead_ms", int64_t{kClusterHeartbeatMsMin} * 3, kClusterDeadMsMax, &c->cluster_network_dead_ms);
   if (const toml::node* n = s.Node("vips")) {
     const toml::array* arr = n->as_array();
     if (arr == nullptr || arr->size() > kClusterVipsMax) {
-      errors->Add("cluster.vips", "expected an array of at most " + std::to_string(kClusterVipsMax) +
-                                      " addresses (\"A.B.C.D/N\")");
+      errors->Add("cluster.vips",
+                  "expected an array of at most " + std::to_string(kClusterVipsMax) + " addresses (\"A.B.C.D/N\")");
     } else {
       for (size_t i = 0; i < arr->size(); ++i) {
         const std::string field = "cluster.vips[" + std::to_string(i) + "]";
@@ -846,8 +845,8 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
     if (known && !value.is_table()) {
       errors.Add(name, "expected a table ([" + name + "]), got " + std::string(Describe(value)));
     } else if (!known && value.is_table()) {
-      errors.Add(name,
-                 "unknown section [" + name + "] (known: node, reserve, head, cache, admin, metrics, shutdown, nfs, smb, cluster)");
+      errors.Add(name, "unknown section [" + name +
+                           "] (known: node, reserve, head, cache, admin, metrics, shutdown, nfs, smb, cluster)");
     } else if (!known) {
       errors.Add(name, "unknown key at the top level (every key belongs in a section: [node], [reserve], ...)");
     }
@@ -859,12 +858,12 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
 
   Config c;
   ParseNode(Section("node", table("node"), {"name", "run_dir", "state_dir", "log_level"}, &errors), &c, &errors);
-  ParseReserve(Section("reserve", table("reserve"),
-                       {"luns", "initiator", "chap_user", "chap_secret", "chap_secret_file", "io_timeout_ms",
-                        "queue_depth", "bulk_target_ms", "connect_timeout_ms", "renew_interval_ms", "lease_ms",
-                        "preempt_settle_ms"},
-                       &errors),
-               &c, &errors);
+  ParseReserve(
+      Section("reserve", table("reserve"),
+              {"luns", "initiator", "chap_user", "chap_secret", "chap_secret_file", "io_timeout_ms", "queue_depth",
+               "bulk_target_ms", "connect_timeout_ms", "renew_interval_ms", "lease_ms", "preempt_settle_ms"},
+              &errors),
+      &c, &errors);
   ParseHead(Section("head", table("head"),
                     {"socket", "socket_mode", "socket_group", "workers", "max_connections", "max_connections_per_uid",
                      "max_inflight", "idle_timeout_ms", "max_locks", "max_locks_per_session"},
@@ -904,7 +903,8 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
   ParseCluster(Section("cluster", table("cluster"),
                        {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips",
-                        "vip_interface"}, &errors),
+                        "vip_interface"},
+                       &errors),
                &c, &errors);
 
   // Defaults that depend on other fields.

@@ -554,9 +554,9 @@ void Node::ClusterStep(uint64_t seq) {
       j = monitor_->Judge(disk, now);
     } else {
       j.verdict = cluster::Verdict::kOwnerAlive;
-      j.why = h.state == static_cast<uint8_t>(ReserveState::kOnline) ? "this node owns the reserve"
-                                                                     : std::string("this node is ") +
-                                                                           ReserveStateName(ReserveState(h.state));
+      j.why = h.state == static_cast<uint8_t>(ReserveState::kOnline)
+                  ? "this node owns the reserve"
+                  : std::string("this node is ") + ReserveStateName(ReserveState(h.state));
     }
     if (j.verdict != judgement_.verdict) {
       const std::string sent_text = sent.ok() ? std::string("yes") : sent.ToString();
@@ -618,7 +618,8 @@ void Node::ReconcileVips(bool online) {
   MutexLock lock(cluster_mu_);
   if (!s.ok()) {
     if (s.ToString() != vip_error_) {
-      NASGW_LOG(kError, "cluster") << (online ? "cannot add the client addresses" : "cannot remove the client addresses")
+      NASGW_LOG(kError, "cluster") << (online ? "cannot add the client addresses"
+                                              : "cannot remove the client addresses")
                                    << Kv("interface", vips_->interface()) << Kv("error", s.ToString());
     }
     vip_error_ = s.ToString();
@@ -1386,8 +1387,8 @@ nasgw::Status Node::GiveBack() {
           "no partner stands by for this reserve and is heard on the interconnect: nobody would take it over");
     }
     // This node does not take the free reserve back while the partner takes it.
-    next_takeover_mono_ns_ = now + 2 * uint64_t{config_.lease_ms} * 1'000'000 +
-                             4 * uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
+    next_takeover_mono_ns_ =
+        now + 2 * uint64_t{config_.lease_ms} * 1'000'000 + 4 * uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
   }
   MutexLock admin(admin_mu_);
   std::shared_ptr<fs::Domain> domain;
@@ -1426,9 +1427,11 @@ nasgw::Status Node::RequestTakeover(uint32_t timeout_ms) {
   req.from = identity_.id;
   {
     ReaderLock lock(mu_);
-    if (state_ == ReserveState::kOnline) return nasgw::Status::FailedPrecondition("this node already serves the reserve");
+    if (state_ == ReserveState::kOnline)
+      return nasgw::Status::FailedPrecondition("this node already serves the reserve");
     if (state_ != ReserveState::kStandby) {
-      return nasgw::Status::FailedPrecondition(std::string("this node is ") + ReserveStateName(state_) + ": " + reason_);
+      return nasgw::Status::FailedPrecondition(std::string("this node is ") + ReserveStateName(state_) + ": " +
+                                               reason_);
     }
     if (!watch_.view().held()) {
       return nasgw::Status::FailedPrecondition("nobody holds the reserve: 'reserve takeover' takes it");
@@ -1461,7 +1464,7 @@ nasgw::Status Node::RequestTakeover(uint32_t timeout_ms) {
     }
     if (MonotonicNanos() > deadline) {
       return nasgw::Status::TimedOut("the reserve did not come over within " + std::to_string(timeout_ms) +
-                                             " ms (the owner may have refused: see its log)");
+                                     " ms (the owner may have refused: see its log)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

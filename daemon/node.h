@@ -108,10 +108,10 @@ struct ClusterPeerStatus {
   std::string node_id;
   std::string state;  // the peer's reserve state, as it says
   std::string reason;
-  uint32_t ring_node = 0;       // Corosync node id
-  uint64_t heard_ms_ago = 0;    // since its last heartbeat
+  uint32_t ring_node = 0;     // Corosync node id
+  uint64_t heard_ms_ago = 0;  // since its last heartbeat
   uint64_t heartbeats = 0;
-  bool left = false;            // CPG saw it leave since
+  bool left = false;  // CPG saw it leave since
 };
 struct ClusterEvent {
   int64_t wall_ns = 0;
@@ -128,9 +128,9 @@ struct ClusterStatus {
   uint32_t members = 0;
   std::vector<ClusterPeerStatus> peers;
   // The owner of the reserve and the verdict on it (cluster::PeerMonitor).
-  std::string owner;             // as in ReserveStatus
+  std::string owner;  // as in ReserveStatus
   bool owned_here = false;
-  std::string verdict;           // cluster::VerdictName
+  std::string verdict;  // cluster::VerdictName
   std::string why;
   uint64_t network_silent_ms = 0;  // the owner's interconnect heartbeat (standby)
   uint64_t disk_silent_ms = 0;     // the owner's record (standby)
@@ -144,9 +144,9 @@ struct ClusterStatus {
   // Client-access addresses ([cluster] vips): held here while online.
   std::string vip_interface;
   std::vector<std::string> vips;
-  std::vector<std::string> vips_held;  // on the interface now
-  std::string vip_error;               // the last failure to add or remove them
-  uint64_t takeovers = 0;                 // automatic takeovers by this node since it started
+  std::vector<std::string> vips_held;       // on the interface now
+  std::string vip_error;                    // the last failure to add or remove them
+  uint64_t takeovers = 0;                   // automatic takeovers by this node since it started
   std::vector<ClusterEvent> last_takeover;  // its timeline
 };
 
