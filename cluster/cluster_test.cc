@@ -38,8 +38,18 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   auto longer = DecodeHeartbeat(bytes + std::string("\x01\x02\x03", 3));
   ASSERT_TRUE(longer.has_value());
   EXPECT_EQ(*longer, h);
-  // Every truncation is refused, never half read.
-  for (size_t n = 0; n < bytes.size(); n++) EXPECT_FALSE(DecodeHeartbeat(bytes.substr(0, n)).has_value()) << n;
+  // Every truncation is refused, never half read, except the one that ends
+  // where an older node's heartbeat ended (before lan_up): that is read
+  // with lan_up's default.
+  for (size_t n = 0; n + 1 < bytes.size(); n++) EXPECT_FALSE(DecodeHeartbeat(bytes.substr(0, n)).has_value()) << n;
+  Heartbeat down = h;
+  down.lan_up = false;
+  std::string older = EncodeHeartbeat(down);
+  older.pop_back();
+  auto o = DecodeHeartbeat(older);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_TRUE(o->lan_up);
+  EXPECT_FALSE(DecodeHeartbeat(EncodeHeartbeat(down))->lan_up);
   std::string other_version = bytes;
   other_version[0] = 2;
   EXPECT_FALSE(DecodeHeartbeat(other_version).has_value());

@@ -56,6 +56,7 @@ std::string EncodeHeartbeat(const Heartbeat& h) {
   e.U64(h.incarnation);
   e.Str16(std::string_view(h.name).substr(0, kNameMax));
   e.Str16(std::string_view(h.reason).substr(0, kReasonMax));
+  e.U8(h.lan_up ? 1 : 0);  // added after the first fields: absent means up
   return e.Release();
 }
 
@@ -71,6 +72,7 @@ std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes) {
   h.incarnation = d.U64();
   h.name = d.Str16();
   h.reason = d.Str16();
+  if (d.ok() && d.remaining() >= 1) h.lan_up = d.U8() != 0;
   // Trailing bytes are a newer node's fields: ignored, not an error.
   if (!d.ok() || h.name.size() > kNameMax || h.reason.size() > kReasonMax) return std::nullopt;
   return h;

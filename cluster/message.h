@@ -37,6 +37,7 @@ struct Heartbeat {
   uint64_t incarnation = 0;  // random per process start
   std::string name;          // node_name, for people (<= 255 bytes)
   std::string reason;        // why fenced or failed (<= 1024 bytes)
+  bool lan_up = true;        // its clients' LAN interface has carrier (true where it has no VIPs)
   bool operator==(const Heartbeat&) const = default;
 };
 

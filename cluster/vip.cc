@@ -82,7 +82,7 @@ Result<int> AddrRequest(uint16_t type, uint16_t flags, int ifindex, const Vip& v
 
 // A gratuitous ARP request (sender and target both the VIP), broadcast, so
 // that neighbours and switches learn where the address lives now.
-Status Announce(const std::string& iface, int ifindex, const Vip& v) {
+Status AnnounceOne(const std::string& iface, int ifindex, const Vip& v) {
   Fd fd(socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ARP)));
   if (fd.get() < 0) return Status::IoError(Errno("packet socket", errno));
   ifreq ifr{};
@@ -156,8 +156,15 @@ Status VipSet::Hold() {
     auto err = AddrRequest(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, *idx, v);
     if (!err.ok()) return err.status();
     if (*err != 0 && *err != EEXIST) return Status::IoError(Errno("add " + v.text + " to " + iface_, *err));
-    NASGW_RETURN_IF_ERROR(Announce(iface_, *idx, v));
+    NASGW_RETURN_IF_ERROR(AnnounceOne(iface_, *idx, v));
   }
+  return Status();
+}
+
+Status VipSet::Announce() {
+  auto idx = IfIndex(iface_);
+  if (!idx.ok()) return idx.status();
+  for (const Vip& v : vips_) NASGW_RETURN_IF_ERROR(AnnounceOne(iface_, *idx, v));
   return Status();
 }
 
@@ -174,6 +181,15 @@ Status VipSet::Release() {
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+bool VipSet::InterfaceUp() const {
+  Fd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return false;
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, iface_.c_str(), IFNAMSIZ - 1);
+  if (ioctl(fd.get(), SIOCGIFFLAGS, &ifr) < 0) return false;
+  return (ifr.ifr_flags & IFF_UP) != 0 && (ifr.ifr_flags & IFF_RUNNING) != 0;
 }
 
 Result<std::vector<std::string>> VipSet::Present() const {

@@ -33,8 +33,15 @@ class VipSet {
   // Adds every address (one already there is fine) and announces each with
   // gratuitous ARP. Stops at the first failure and says which.
   Status Hold();
+  // Announces every address again (gratuitous ARP): a neighbour that
+  // missed or ignored the first (Linux keeps an entry for its locktime)
+  // learns it from the next.
+  Status Announce();
   // Removes every address (one not there is fine).
   Status Release();
+  // The interface is up and has carrier (IFF_UP and IFF_RUNNING): the
+  // clients' LAN is reachable from this node as far as it can tell.
+  bool InterfaceUp() const;
   // Which of our addresses the interface has now.
   Result<std::vector<std::string>> Present() const;
   const std::string& interface() const { return iface_; }

@@ -100,6 +100,17 @@ TEST_F(VipTest, HoldAddsAndAnnouncesReleaseRemovesBothIdempotent) {
   EXPECT_EQ(std::system("ip -o addr show dev vip0 | grep -q '198.18.9.99/24'"), 0);
 }
 
+TEST_F(VipTest, InterfaceUpFollowsTheLink) {
+  VipSet set("vip0", Vips({"198.18.9.10/24"}));
+  EXPECT_TRUE(set.InterfaceUp());
+  ASSERT_EQ(std::system("ip link set vip1 down"), 0);  // the far end: no carrier here
+  EXPECT_FALSE(set.InterfaceUp());
+  ASSERT_EQ(std::system("ip link set vip1 up"), 0);
+  ASSERT_EQ(std::system("ip link set vip0 down"), 0);
+  EXPECT_FALSE(set.InterfaceUp());
+  EXPECT_FALSE(VipSet("nosuch0", {}).InterfaceUp());
+}
+
 TEST_F(VipTest, AMissingInterfaceIsAClearError) {
   VipSet set("nosuch0", Vips({"198.18.9.10/24"}));
   Status s = set.Hold();

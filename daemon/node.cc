@@ -544,8 +544,29 @@ void Node::ClusterStep(uint64_t seq) {
       disk.read_age_ms = now > owner_read_ok_mono_ns_ ? (now - owner_read_ok_mono_ns_) / 1'000'000 : 0;
     }
   }
-  ReconcileVips(h.state == static_cast<uint8_t>(ReserveState::kOnline));
-  WithdrawExportsUnlessOnline(h.state == static_cast<uint8_t>(ReserveState::kOnline));
+  const bool online = h.state == static_cast<uint8_t>(ReserveState::kOnline);
+  ReconcileVips(online);
+  WithdrawExportsUnlessOnline(online);
+  h.lan_up = !vips_ || vips_->InterfaceUp();
+  if (online && LanDownLongEnough(h.lan_up, now)) {
+    // Clients cannot reach this node; a partner that stands by and can
+    // reach them takes the service (GiveBack checks it is heard standing by).
+    bool partner_lan_up = false;
+    {
+      MutexLock lock(cluster_mu_);
+      for (const auto& [id, p] : monitor_->peers()) {
+        partner_lan_up |= !p.left && p.last.state == cluster::kStateStandby && p.last.lan_up &&
+                          (now - p.heard_mono_ns) / 1'000'000 < config_.cluster_network_dead_ms;
+      }
+    }
+    if (partner_lan_up) {
+      NASGW_LOG(kWarn, "cluster") << "the clients' LAN is down here and up on the partner: giving the reserve to it"
+                                  << Kv("interface", vips_->interface());
+      nasgw::Status g = GiveBack();
+      if (!g.ok()) NASGW_LOG(kWarn, "cluster") << "giveback for the LAN failed" << Kv("error", g.ToString());
+      return;
+    }
+  }
   nasgw::Status sent = interconnect_->Send(cluster::EncodeHeartbeat(h));
   cluster::Judgement j;
   {
@@ -582,6 +603,17 @@ void Node::ClusterStep(uint64_t seq) {
   AutoTakeover(j);
 }
 
+bool Node::LanDownLongEnough(bool lan_up, uint64_t now) {
+  // A link that flaps for less than the network bound is not a reason to
+  // move the service.
+  if (lan_up) {
+    lan_down_since_mono_ns_ = 0;
+    return false;
+  }
+  if (lan_down_since_mono_ns_ == 0) lan_down_since_mono_ns_ = now;
+  return now - lan_down_since_mono_ns_ >= uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
+}
+
 void Node::WithdrawExportsUnlessOnline(bool online) {
   MutexLock vip_lock(vip_mu_);
   // A single node keeps its exports file while the reserve is away (a
@@ -613,7 +645,14 @@ void Node::WithdrawExportsUnlessOnline(bool online) {
 
 void Node::ReconcileVips(bool online) {
   MutexLock vip_lock(vip_mu_);
-  if (!vips_ || online == vips_held_) return;
+  if (!vips_) return;
+  if (online && vips_held_ && announce_left_ > 0) {
+    // Announced again at the next few heartbeats: one ARP can be missed.
+    announce_left_--;
+    vips_->Announce().IgnoreError();  // the first announcement's error was logged
+    return;
+  }
+  if (online == vips_held_) return;
   nasgw::Status s = online ? vips_->Hold() : vips_->Release();
   MutexLock lock(cluster_mu_);
   if (!s.ok()) {
@@ -627,6 +666,7 @@ void Node::ReconcileVips(bool online) {
   }
   vip_error_.clear();
   vips_held_ = online;
+  announce_left_ = online ? kVipAnnounceRepeats : 0;
   NASGW_LOG(kWarn, "cluster") << (online ? "client addresses added and announced" : "client addresses removed")
                               << Kv("interface", vips_->interface()) << Kv("vips", vips_->vips().size());
   if (online && takeover_start_mono_ns_ != 0) {

@@ -333,6 +333,8 @@ class Node {
   void ReconcileVips(bool online);
   // In a pair, a node that does not serve offers no exports or shares.
   void WithdrawExportsUnlessOnline(bool online);
+  // The VIP interface has been down for network_dead_ms (cluster thread).
+  bool LanDownLongEnough(bool lan_up, uint64_t now);
 
   Config config_;
   LunOpener opener_;
@@ -396,6 +398,9 @@ class Node {
   std::unique_ptr<cluster::VipSet> vips_;  // set at Start
   bool vips_held_ GUARDED_BY(vip_mu_) = false;
   bool exports_withdrawn_ GUARDED_BY(vip_mu_) = false;
+  static constexpr int kVipAnnounceRepeats = 5;  // gratuitous ARPs again at the next heartbeats
+  int announce_left_ GUARDED_BY(vip_mu_) = 0;
+  uint64_t lan_down_since_mono_ns_ = 0;  // the cluster thread's own
   std::string vip_error_ GUARDED_BY(cluster_mu_);
   uint64_t takeover_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;  // of the takeover whose VIPs are not added yet
 };

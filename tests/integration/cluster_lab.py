@@ -513,9 +513,10 @@ def progress(path):
         return 0
 
 
-def nfs_round(lab, c, res, owner_i, version):
+def nfs_round(lab, c, res, owner_i, version, failure="panic"):
     """One failover under NFS load through the VIP: the owner's machine
-    dies; the client carries on through the same address."""
+    dies ("panic") or its clients' LAN link goes down ("lan"); the client
+    carries on through the same address."""
     owner, other = lab.nodes[owner_i], lab.nodes[1 - owner_i]
     client = lab.client()
     tag = "v%s-%d" % (version.replace(".", ""), owner_i)
@@ -536,7 +537,10 @@ def nfs_round(lab, c, res, owner_i, version):
         wait_for(lambda: progress(prog) >= 20 or "error" in result, 60, "NFS writes through the VIP")
         before = progress(prog)
         t0 = time.monotonic()
-        lab.panic(owner_i)
+        if failure == "panic":
+            lab.panic(owner_i)
+        else:
+            sh(["ip", "-n", lab.hosts[owner_i], "link", "set", "front0", "down"])
         wait_for(lambda: state(other) == "online", TAKEOVER_TIMEOUT_S, "takeover")
         online = time.monotonic() - t0
         wait_for(lambda: progress(prog) >= before + 20 or "error" in result, 60, "NFS writes after the takeover")
@@ -552,10 +556,13 @@ def nfs_round(lab, c, res, owner_i, version):
     served = max(gaps) if gaps else 0.0
     bad = client.python(NFS_VERIFY, {"server": VIP, "export": "/vol1", "acked": out.get("acked", {})},
                         timeout=180)[0] if out.get("acked") else ["no acknowledged writes"]
-    res["nfs"].append({"version": version, "online_s": online, "client_outage_s": served, "acked": out.get("n"),
-                       "lost": len(bad), "errors": out.get("errors"), "timeline": timeline(other)})
-    c("NFSv%s through VIP %s: the owner's machine died, the partner took over (online %.2f s) and the client "
-      "carried on through the same address (longest stretch without a reply %.2f s)" % (version, VIP, online, served),
+    res["nfs"].append({"version": version, "failure": failure, "online_s": online, "client_outage_s": served,
+                       "acked": out.get("n"), "lost": len(bad), "errors": out.get("errors"),
+                       "timeline": timeline(other)})
+    what = "the owner's machine died" if failure == "panic" else "the owner's client LAN link went down"
+    c("NFSv%s through VIP %s: %s, the partner took over (online %.2f s) and the client "
+      "carried on through the same address (longest stretch without a reply %.2f s)" %
+      (version, VIP, what, online, served),
       "error" not in result and out.get("n", 0) >= before + 20 and served <= TAKEOVER_TIMEOUT_S,
       (result.get("error"), out.get("errors"), gaps))
     c("NFSv%s: all %d acknowledged writes read back through the VIP from the new owner" % (version, out.get("n", 0)),
@@ -592,6 +599,15 @@ def cmd_nfs(lab, c, a, res):
         if r + 1 < rounds:
             back += revive(lab, owner)
     c("each dead node, back, stood by and held no VIP (%d of %d)" % (back, rounds - 1), back == rounds - 1, back)
+    # The clients' LAN fails on the node that serves (it and its SAN are
+    # fine): it gives the reserve to the partner, whose LAN is up.
+    owner = (rounds - 1) % 2 ^ 1
+    back_owner = revive(lab, 1 - owner)  # the last round's dead machine back first
+    nfs_round(lab, c, res, owner, "3", failure="lan")
+    st, held = state(lab.nodes[owner]), cluster(lab.nodes[owner]).get("vips_held")
+    c("the node without its LAN gave the reserve back and stands by without the VIP",
+      back_owner and st == "standby" and not held, (back_owner, st, held))
+    sh(["ip", "-n", lab.hosts[owner], "link", "set", "front0", "up"])
     outages = [x["client_outage_s"] for x in res["nfs"]]
     c("NFS client outage through the VIP over %d failovers: median %.2f s, max %.2f s (target median <= 5 s, "
       "none over 30 s)" % (len(outages), statistics.median(outages), max(outages)),
