@@ -77,6 +77,8 @@ commands:
   reserve takeover [--force]         take the reserve from the node that owns it
   cluster status                     the controller pair: interconnect, peers, the verdict on the
                                      reserve's owner, degraded or not, automatic takeovers
+  cluster giveback                   planned move, on the owner: hand the reserve to the partner
+  cluster takeover [--timeout-ms N]  planned move, on the standby: ask the owner for the reserve
   volume list                        the NAS volumes
   volume show NAME                   one volume
   volume create NAME [--record-size SIZE]
@@ -206,6 +208,35 @@ const std::vector<CommandSpec>& Commands() {
        "heartbeats (the interconnect and the owner record on the LUNs), whether the pair runs\n"
        "degraded, what acknowledges a write, the peers heard, and this node's automatic\n"
        "takeovers with the last one's timeline. Without [cluster] enabled it says so (exit 0).\n"},
+      {"cluster",
+       "giveback",
+       0,
+       {},
+       {},
+       "usage: nasgw cluster giveback\n\n"
+       "A planned move, on the node that owns the reserve: nasgwd flushes its write-back cache,\n"
+       "removes the client addresses (VIPs) and withdraws the exports and shares, flushes and\n"
+       "closes the file system, releases the reserve and stands by. The partner, which must be\n"
+       "heard standing by, takes the reserve over by itself within about a heartbeat, with\n"
+       "nothing to replay. Then prints the cluster as this node sees it (as cluster status).\n"
+       "Refused (exit 6) on a single node, on the standby, or when no partner is heard standing\n"
+       "by (nobody would take the reserve); exit 1 when head requests still hold the file\n"
+       "system after [shutdown] drain_ms (the reserve then stays here).\n"},
+      {"cluster",
+       "takeover",
+       0,
+       {},
+       {"--timeout-ms"},
+       "usage: nasgw cluster takeover [--timeout-ms N]\n\n"
+       "A planned move, on the standby: asks the owner over the interconnect to give the reserve\n"
+       "back (as cluster giveback there) and waits for it to come online here, then prints the\n"
+       "cluster as this node sees it (as cluster status). Refused (exit 6) on a single node, on\n"
+       "the owner, or when nobody holds the reserve (nasgw reserve takeover takes it); exit 1\n"
+       "when the owner is not heard on the interconnect (it cannot be asked: if it is dead this\n"
+       "node takes over by itself, else nasgw reserve takeover --force fences it) or the reserve\n"
+       "did not come over in time (the owner may have refused: see its log).\n"
+       "  --timeout-ms N  how long to wait for the reserve, 1 to 600000 ms (default 30000); the\n"
+       "                  call waits at least that long whatever --timeout says\n"},
       {"volume",
        "list",
        0,
@@ -1184,12 +1215,14 @@ class Client {
     return std::nullopt;
   }
 
+  // `at_least_ms`: a call that waits on the server (cluster takeover) is
+  // given at least that long, whatever --timeout says.
   template <typename Req, typename Resp>
   std::optional<Failure> Call(grpc::Status (pb::Admin::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
-                              const Req& req, Resp* resp) {
+                              const Req& req, Resp* resp, int64_t at_least_ms = 0) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000)));
+    const int64_t ms = std::max(static_cast<int64_t>(options_.timeout_s * 1000), at_least_ms);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
     grpc::Status s = (stub_.get()->*method)(&ctx, req, resp);
     if (s.ok()) return std::nullopt;
     return FromGrpc(s);
@@ -1242,8 +1275,8 @@ struct Parsed {
 const std::set<std::string> kGlobalValued = {"--socket",   "--server",  "--tls-ca",
                                              "--tls-cert", "--tls-key", "--timeout"};
 const std::set<std::string> kCommandValued = {
-    "--name",          "--ag-size", "--record-size", "--pseudo",      "--clients", "--sec", "--protocols",
-    "--write-through", "--atime",   "--comment",     "--valid-users", "--every",   "--keep"};
+    "--name",          "--ag-size", "--record-size", "--pseudo",      "--clients", "--sec",  "--protocols",
+    "--write-through", "--atime",   "--comment",     "--valid-users", "--every",   "--keep", "--timeout-ms"};
 const std::set<std::string> kCommandFlags = {"--force",     "--ro",         "--no-root-squash",
                                              "--read-only", "--browseable", "--hidden",
                                              "--encrypt",   "--guest-ok",   "--show-snapshot-dir"};
@@ -1530,6 +1563,17 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     }
   }
 
+  // Cluster takeover's wait, checked before connecting.
+  uint32_t takeover_timeout_ms = 0;  // 0: nasgwd's default (30000)
+  if (auto it = p.values.find("--timeout-ms"); it != p.values.end()) {
+    const std::string& t = it->second;
+    if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos || std::stoul(t) == 0 ||
+        std::stoul(t) > 600000) {
+      return Usage("--timeout-ms takes milliseconds, 1 to 600000, not '" + Esc(t) + "'", hint);
+    }
+    takeover_timeout_ms = static_cast<uint32_t>(std::stoul(t));
+  }
+
   std::unique_ptr<Client> client;
   if (auto f = Client::Connect(p.options, &client)) return Fail(*f);
   const bool force = p.flags.contains("--force");
@@ -1607,6 +1651,33 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       PrintJson({{"cluster", ToJson(r.cluster())}});
     } else {
       PrintCluster(r.cluster());
+    }
+    return kExitOk;
+  }
+  if (c.group == "cluster" && (c.verb == "giveback" || c.verb == "takeover")) {
+    pb::Cluster after;
+    std::string done;
+    if (c.verb == "giveback") {
+      pb::ClusterGiveBackResponse r;
+      if (auto f = client->Call(&pb::Admin::Stub::ClusterGiveBack, pb::ClusterGiveBackRequest(), &r)) return fail(*f);
+      after = r.cluster();
+      done = "gave the reserve back: this node stands by, the partner takes it over";
+    } else {
+      pb::ClusterTakeoverRequest req;
+      req.set_timeout_ms(takeover_timeout_ms);
+      pb::ClusterTakeoverResponse r;
+      // The server waits up to the timeout (30 s by default) for the reserve,
+      // then answers: the call gets that and some more.
+      const int64_t wait_ms = takeover_timeout_ms == 0 ? 30000 : takeover_timeout_ms;
+      if (auto f = client->Call(&pb::Admin::Stub::ClusterTakeover, req, &r, wait_ms + 10000)) return fail(*f);
+      after = r.cluster();
+      done = "took the reserve over from the partner: it is online here";
+    }
+    if (g_json) {
+      PrintJson({{"result", done}, {"cluster", ToJson(after)}});
+    } else {
+      std::cout << done << "\n";
+      PrintCluster(after);
     }
     return kExitOk;
   }

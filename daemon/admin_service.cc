@@ -60,6 +60,10 @@ grpc::Status ToGrpc(const nasgw::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(GrpcCodeOf(s.code())), std::string(s.message()));
 }
 
+// ClusterTakeover's wait for the reserve: timeout_ms 0 and its bound.
+constexpr uint32_t kClusterTakeoverTimeoutMsDefault = 30'000;
+constexpr uint32_t kClusterTakeoverTimeoutMsMax = 600'000;
+
 grpc::Status Invalid(const std::string& m) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, m);
 }
@@ -354,6 +358,39 @@ class AdminService final : public pb::Admin::Service {
   }
 
   grpc::Status GetCluster(grpc::ServerContext*, const pb::GetClusterRequest*, pb::GetClusterResponse* out) override {
+    Fill(node_->GetCluster(), out->mutable_cluster());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ClusterGiveBack(grpc::ServerContext*, const pb::ClusterGiveBackRequest*,
+                               pb::ClusterGiveBackResponse* out) override {
+    NASGW_LOG(kInfo, "admin") << "cluster giveback";
+    // A planned move: what the write-back cache holds dirty goes to the
+    // domain first (as before a snapshot), so that the domain closes with
+    // every write answered so far in it and the partner has no intent log
+    // to replay. Only when there is something to give back: a refusal (a
+    // single node, a standby) is the node's, not held up by a flush.
+    if (cache_flush_ && node_->config().cluster_enabled && node_->Status().reserve_state == ReserveState::kOnline) {
+      if (nasgw::Status s = cache_flush_(); !s.ok()) {
+        return ToGrpc(s.WithContext("the reserve was not given back: the write-back cache could not be flushed"));
+      }
+    }
+    auto st = node_->GiveBack();
+    if (!st.ok()) return ToGrpc(st);
+    Fill(node_->GetCluster(), out->mutable_cluster());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ClusterTakeover(grpc::ServerContext*, const pb::ClusterTakeoverRequest* req,
+                               pb::ClusterTakeoverResponse* out) override {
+    if (req->timeout_ms() > kClusterTakeoverTimeoutMsMax) {
+      return Invalid("timeout_ms " + std::to_string(req->timeout_ms()) + " is beyond " +
+                     std::to_string(kClusterTakeoverTimeoutMsMax) + " (10 minutes)");
+    }
+    const uint32_t timeout_ms = req->timeout_ms() == 0 ? kClusterTakeoverTimeoutMsDefault : req->timeout_ms();
+    NASGW_LOG(kInfo, "admin") << "cluster takeover" << Kv("timeout_ms", timeout_ms);
+    auto st = node_->RequestTakeover(timeout_ms);
+    if (!st.ok()) return ToGrpc(st);
     Fill(node_->GetCluster(), out->mutable_cluster());
     return grpc::Status::OK;
   }

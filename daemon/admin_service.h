@@ -33,8 +33,9 @@ class AdminServer {
   using CacheStatsFn = std::function<cache::DataCacheStats()>;
   // Writes what the write-back cache holds dirty to the domain and waits for
   // it (HeadService::FlushCache): CreateSnapshot calls it first, so that
-  // every write answered before the create began is in the snapshot, and
-  // RollbackSnapshot, so that the rollback undoes every such write.
+  // every write answered before the create began is in the snapshot,
+  // RollbackSnapshot, so that the rollback undoes every such write, and
+  // ClusterGiveBack, so that the partner has no intent log to replay.
   using CacheFlushFn = std::function<nasgw::Status()>;
   // Drops what nasgwd caches of volume `vol` (its id) that a rollback made
   // stale (HeadService::ForgetVolume): RollbackSnapshot calls it after the

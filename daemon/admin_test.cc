@@ -2146,7 +2146,8 @@ class AdminClusterTest : public AdminTest {
     auto n = Node::Start(config_, opener, SmallDomain(), std::move(ic));
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     node_ = std::move(n.value());
-    auto s = AdminServer::Start(node_.get(), config_);
+    // cache_flush_: where a test counts the flushes a giveback makes.
+    auto s = AdminServer::Start(node_.get(), config_, nullptr, cache_flush_);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s.value());
     stub_ = pb::Admin::NewStub(grpc::CreateChannel("unix:" + config_.admin_socket, grpc::InsecureChannelCredentials()));
@@ -2481,6 +2482,358 @@ TEST_F(AdminClusterTest, DeadOwnerIsTakenOverAutomatically) {
   EXPECT_DOUBLE_EQ(Sample(text, "nasgw_cluster_last_takeover_seconds"), b.last_takeover(2).after_ms() / 1e3) << text;
   EXPECT_GE(Sample(text, "nasgw_cluster_peer_heard_seconds{peer=\"n1\"}"), kLeaseMs / 1e3) << text;
   EXPECT_EQ(Sample(text, "nasgw_reserve_owned"), 1.0) << text;
+}
+
+// ---- planned moves: `nasgw cluster giveback` and `nasgw cluster takeover`
+
+TEST_F(AdminTest, PlannedMovesNeedAPair) {
+  std::atomic<int> flushes{0};
+  cache_flush_ = [&]() {
+    flushes++;
+    return nasgw::Status();
+  };
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  pb::ClusterGiveBackResponse gr;
+  grpc::Status s = Call(&pb::Admin::Stub::ClusterGiveBack, pb::ClusterGiveBackRequest(), &gr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("[cluster] enabled = false"), std::string::npos) << s.error_message();
+  EXPECT_EQ(flushes.load(), 0) << "nothing to give back: no flush";
+  pb::ClusterTakeoverRequest treq;
+  pb::ClusterTakeoverResponse tr;
+  s = Call(&pb::Admin::Stub::ClusterTakeover, treq, &tr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  // The wait is bounded: 10 minutes at most, refused beyond before anything else.
+  treq.set_timeout_ms(600001);
+  s = Call(&pb::Admin::Stub::ClusterTakeover, treq, &tr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("600000"), std::string::npos) << s.error_message();
+  EXPECT_EQ(Reserve().state(), pb::RESERVE_STATE_ONLINE);
+
+  CliResult cli = Cli({"cluster", "giveback"});
+  EXPECT_EQ(cli.exit_code, 6) << Describe(cli);
+  EXPECT_NE(cli.err.find("[cluster] enabled = false"), std::string::npos) << cli.err;
+  cli = Cli({"--json", "cluster", "giveback"});
+  EXPECT_EQ(cli.exit_code, 6) << Describe(cli);
+  EXPECT_EQ(json::parse(cli.out)["error"]["code"], "FAILED_PRECONDITION") << cli.out;
+  cli = Cli({"cluster", "takeover"});
+  EXPECT_EQ(cli.exit_code, 6) << Describe(cli);
+  EXPECT_NE(cli.err.find("reserve takeover"), std::string::npos) << cli.err;
+  for (const std::string bad : {"600001", "0", "-5", "abc", "", "1e3"}) {
+    cli = Cli({"cluster", "takeover", "--timeout-ms", bad});
+    EXPECT_EQ(cli.exit_code, 2) << bad << "\n" << Describe(cli);
+    EXPECT_NE(cli.err.find("--timeout-ms"), std::string::npos) << bad << "\n" << cli.err;
+  }
+  cli = Cli({"cluster", "giveback", "--timeout-ms", "100"});
+  EXPECT_EQ(cli.exit_code, 2) << Describe(cli);
+  cli = Cli({"cluster", "giveback", "--force"});
+  EXPECT_EQ(cli.exit_code, 2) << Describe(cli);
+  cli = Cli({"cluster", "takeover", "extra"});
+  EXPECT_EQ(cli.exit_code, 2) << Describe(cli);
+  EXPECT_EQ(flushes.load(), 0);
+  EXPECT_EQ(Reserve().state(), pb::RESERVE_STATE_ONLINE);
+
+  // Help: the group's and each command's.
+  cli = Cli({"cluster", "-h"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
+  EXPECT_NE(cli.out.find("cluster giveback"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("cluster takeover [--timeout-ms N]"), std::string::npos) << cli.out;
+  cli = Cli({"cluster", "giveback", "--help"});
+  EXPECT_NE(cli.out.find("usage: nasgw cluster giveback"), std::string::npos) << cli.out;
+  cli = Cli({"cluster", "takeover", "--help"});
+  EXPECT_NE(cli.out.find("usage: nasgw cluster takeover [--timeout-ms N]"), std::string::npos) << cli.out;
+  cli = Cli({"--help"});
+  EXPECT_NE(cli.out.find("cluster giveback"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("cluster takeover"), std::string::npos) << cli.out;
+}
+
+// A gives the reserve to B (the RPC), takes it back (the RPC), gives it
+// again (the CLI) and takes it back (the CLI): each time the data each
+// wrote is on the other, and both nodes' views say who owns.
+TEST_F(AdminClusterTest, PlannedGiveBackAndTakeoverMoveTheReserveBothWays) {
+  std::atomic<int> flushes{0};
+  cache_flush_ = [&]() {
+    flushes++;
+    return nasgw::Status();
+  };
+  StartPair();
+  WaitBothUp();
+  {
+    auto d = node_->domain();
+    WriteSynced(d.get(), "from-a", "A wrote this");
+  }
+
+  // (a) Giveback on A, the owner, with B heard standing by.
+  pb::ClusterGiveBackResponse gr;
+  grpc::Status s = Call(&pb::Admin::Stub::ClusterGiveBack, pb::ClusterGiveBackRequest(), &gr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const auto gave = std::chrono::steady_clock::now();
+  EXPECT_EQ(flushes.load(), 1) << "the write-back cache is flushed before the domain closes";
+  EXPECT_FALSE(gr.cluster().owned_here()) << gr.cluster().DebugString();
+  EXPECT_TRUE(gr.cluster().enabled());
+  EXPECT_EQ(ReserveOf(stub_.get()).state(), pb::RESERVE_STATE_STANDBY);
+  EXPECT_EQ(node_->domain(), nullptr);
+  pb::Reserve rb;
+  ASSERT_TRUE(WaitFor([&] {
+    rb = ReserveOf(b_stub_.get());
+    return rb.state() == pb::RESERVE_STATE_ONLINE;
+  })) << "B: "
+      << rb.DebugString() << "\n"
+      << ClusterOf(b_stub_.get()).DebugString();
+  const auto b_took_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - gave).count();
+  std::cout << "[ giveback ] B online " << b_took_ms << " ms after A's giveback returned\n";
+  EXPECT_EQ(ReserveOf(stub_.get()).state(), pb::RESERVE_STATE_STANDBY);
+  {
+    auto d = b_node_->domain();
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(ReadFile(d.get(), "from-a"), "A wrote this");
+  }
+  pb::Cluster a, b;
+  ASSERT_TRUE(WaitFor([&] {
+    b = ClusterOf(b_stub_.get());
+    a = ClusterOf(stub_.get());
+    return b.owned_here() && b.verdict() == "owner-alive" && !a.owned_here() && a.verdict() == "owner-alive" &&
+           a.owner().find("node 'n2'") != std::string::npos;
+  })) << "A: "
+      << a.DebugString() << "\nB: " << b.DebugString();
+  EXPECT_EQ(b.owner(), "this node");
+  EXPECT_EQ(b.takeovers(), 1u) << b.DebugString();
+  ASSERT_GE(b.last_takeover_size(), 1) << b.DebugString();
+  EXPECT_EQ(b.last_takeover(0).what().rfind("detected: no-owner", 0), 0u) << b.DebugString();
+  EXPECT_EQ(b.last_takeover(b.last_takeover_size() - 1).what().rfind("online: ", 0), 0u) << b.DebugString();
+  EXPECT_FALSE(a.owned_here());
+  EXPECT_EQ(a.takeovers(), 0u);
+  {
+    CliResult cli = Cli({"cluster", "status"});
+    ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+    EXPECT_NE(cli.out.find("\nowner          node 'n2'"), std::string::npos) << cli.out;
+    EXPECT_NE(cli.out.find("\nverdict        owner-alive"), std::string::npos) << cli.out;
+    cli = Cli({"--socket", b_config_.admin_socket, "cluster", "status"}, false);
+    ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+    EXPECT_NE(cli.out.find("\nowner          this node\n"), std::string::npos) << cli.out;
+    EXPECT_NE(cli.out.find("\npeer n1        standby"), std::string::npos) << cli.out;
+  }
+  {
+    auto d = b_node_->domain();
+    WriteSynced(d.get(), "from-b", "B wrote this meanwhile");
+  }
+
+  // (b) Takeover on A, now the standby: B gives the reserve back when asked.
+  pb::ClusterTakeoverRequest treq;
+  treq.set_timeout_ms(10000);
+  pb::ClusterTakeoverResponse tr;
+  const auto asked = std::chrono::steady_clock::now();
+  s = Call(&pb::Admin::Stub::ClusterTakeover, treq, &tr);
+  ASSERT_TRUE(s.ok()) << s.error_message() << "\nA: " << ClusterOf(stub_.get()).DebugString()
+                      << "\nB: " << ClusterOf(b_stub_.get()).DebugString();
+  const auto a_took_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked).count();
+  std::cout << "[ takeover ] A online " << a_took_ms << " ms after it asked ("
+            << std::chrono::duration_cast<std::chrono::milliseconds>(asked - gave).count()
+            << " ms after its giveback)\n";
+  EXPECT_TRUE(tr.cluster().owned_here()) << tr.cluster().DebugString();
+  EXPECT_EQ(tr.cluster().owner(), "this node");
+  EXPECT_EQ(ReserveOf(stub_.get()).state(), pb::RESERVE_STATE_ONLINE);
+  ASSERT_TRUE(WaitFor([&] { return ReserveOf(b_stub_.get()).state() == pb::RESERVE_STATE_STANDBY; }))
+      << ReserveOf(b_stub_.get()).DebugString();
+  EXPECT_EQ(b_node_->domain(), nullptr);
+  {
+    auto d = node_->domain();
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(ReadFile(d.get(), "from-a"), "A wrote this");
+    EXPECT_EQ(ReadFile(d.get(), "from-b"), "B wrote this meanwhile");
+    WriteSynced(d.get(), "from-a-again", "A again");
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    b = ClusterOf(b_stub_.get());
+    return !b.owned_here() && b.verdict() == "owner-alive" && b.owner().find("node 'n1'") != std::string::npos;
+  })) << b.DebugString();
+
+  // (c) The same through the CLI: giveback on A, then takeover on A.
+  WaitBothUp();
+  CliResult cli = Cli({"cluster", "giveback"});
+  ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+  EXPECT_EQ(
+      cli.out.rfind("gave the reserve back: this node stands by, the partner takes it over\ncluster        enabled", 0),
+      0u)
+      << cli.out;
+  EXPECT_NE(cli.out.find("\nverdict        "), std::string::npos) << cli.out;
+  EXPECT_EQ(flushes.load(), 2);
+  ASSERT_TRUE(WaitFor([&] { return ReserveOf(b_stub_.get()).state() == pb::RESERVE_STATE_ONLINE; }))
+      << ClusterOf(b_stub_.get()).DebugString();
+  {
+    auto d = b_node_->domain();
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(ReadFile(d.get(), "from-a-again"), "A again");
+    WriteSynced(d.get(), "from-b-again", "B again");
+  }
+  cli = Cli({"--json", "cluster", "takeover", "--timeout-ms", "15000"});
+  ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
+  json j = json::parse(cli.out);
+  EXPECT_EQ(j["cluster"]["owned_here"], true) << cli.out;
+  EXPECT_EQ(j["cluster"]["owner"], "this node") << cli.out;
+  EXPECT_NE(j["result"].get<std::string>().find("took the reserve over"), std::string::npos) << cli.out;
+  EXPECT_EQ(ReserveOf(stub_.get()).state(), pb::RESERVE_STATE_ONLINE);
+  {
+    auto d = node_->domain();
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(ReadFile(d.get(), "from-b-again"), "B again");
+    EXPECT_EQ(ReadFile(d.get(), "from-a"), "A wrote this");
+  }
+  ASSERT_TRUE(WaitFor([&] { return ReserveOf(b_stub_.get()).state() == pb::RESERVE_STATE_STANDBY; }));
+  EXPECT_EQ(flushes.load(), 2) << "a takeover flushes nothing here (the owner is asked)";
+}
+
+TEST_F(AdminClusterTest, PlannedMovesAreRefusedWhenNobodyWouldTakeOver) {
+  StartPair();
+  WaitBothUp();
+
+  // Giveback on the standby, takeover on the owner: refused.
+  pb::ClusterGiveBackResponse gr;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  grpc::Status s = b_stub_->ClusterGiveBack(&ctx, pb::ClusterGiveBackRequest(), &gr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  CliResult cli = Cli({"--socket", b_config_.admin_socket, "cluster", "giveback"}, false);
+  EXPECT_EQ(cli.exit_code, 6) << Describe(cli);
+  pb::ClusterTakeoverRequest treq;
+  treq.set_timeout_ms(2000);
+  pb::ClusterTakeoverResponse tr;
+  s = Call(&pb::Admin::Stub::ClusterTakeover, treq, &tr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("already serves"), std::string::npos) << s.error_message();
+  cli = Cli({"cluster", "takeover"});
+  EXPECT_EQ(cli.exit_code, 6) << Describe(cli);
+  EXPECT_EQ(ReserveOf(stub_.get()).state(), pb::RESERVE_STATE_ONLINE);
+  EXPECT_EQ(ReserveOf(b_stub_.get()).state(), pb::RESERVE_STATE_STANDBY);
+
+  // The partner cut off: A hears no standby, so it keeps the reserve; B
+  // cannot ask A, and says so at once rather than waiting out its timeout.
+  hub_->Cut(kA, kB);
+  ASSERT_TRUE(WaitFor([&] { return ClusterOf(stub_.get()).degraded(); })) << ClusterOf(stub_.get()).DebugString();
+  ASSERT_TRUE(WaitFor([&] { return ClusterOf(b_stub_.get()).verdict() == "network-silent"; }))
+      << ClusterOf(b_stub_.get()).DebugString();
+  {
+    grpc::ClientContext c2;
+    c2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    s = stub_->ClusterGiveBack(&c2, pb::ClusterGiveBackRequest(), &gr);
+  }
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("no partner"), std::string::npos) << s.error_message();
+  cli = Cli({"cluster", "giveback"});
+  EXPECT_EQ(cli.exit_code, 6) << Describe(cli);
+  EXPECT_EQ(ReserveOf(stub_.get()).state(), pb::RESERVE_STATE_ONLINE);
+  {
+    auto d = node_->domain();
+    ASSERT_NE(d, nullptr) << "A still serves";
+    WriteSynced(d.get(), "still-a", "A still writes");
+  }
+
+  // B asks once A's last heartbeat is older than the network bound (150
+  // ms). Asked sooner, B sends its request into the cut link and waits out
+  // the timeout: see RequestTakeoverRightAfterTheCutSaysUnavailable below.
+  ASSERT_TRUE(WaitFor([&] {
+    const pb::Cluster c = ClusterOf(b_stub_.get());
+    const pb::ClusterPeer* pa = Peer(c, "n1");
+    return pa != nullptr && pa->heard_ms_ago() >= 200;
+  })) << ClusterOf(b_stub_.get()).DebugString();
+  treq.set_timeout_ms(20000);
+  const auto asked = std::chrono::steady_clock::now();
+  {
+    grpc::ClientContext c3;
+    c3.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    s = b_stub_->ClusterTakeover(&c3, treq, &tr);
+  }
+  const auto took_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked).count();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(s.error_message().find("not heard"), std::string::npos) << s.error_message();
+  EXPECT_LT(took_ms, 2000) << "refused at once, not after the 20 s timeout";
+  cli = Cli({"--socket", b_config_.admin_socket, "cluster", "takeover", "--timeout-ms", "20000"}, false);
+  EXPECT_EQ(cli.exit_code, 1) << Describe(cli);
+  EXPECT_NE(cli.err.find("not heard on the interconnect"), std::string::npos) << cli.err;
+  EXPECT_EQ(ReserveOf(stub_.get()).state(), pb::RESERVE_STATE_ONLINE);
+  EXPECT_EQ(ReserveOf(b_stub_.get()).state(), pb::RESERVE_STATE_STANDBY);
+
+  // Healed: a giveback goes through again.
+  hub_->Heal(kA, kB);
+  WaitBothUp();
+  {
+    grpc::ClientContext c4;
+    c4.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    s = stub_->ClusterGiveBack(&c4, pb::ClusterGiveBackRequest(), &gr);
+  }
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(WaitFor([&] { return ReserveOf(b_stub_.get()).state() == pb::RESERVE_STATE_ONLINE; }))
+      << ClusterOf(b_stub_.get()).DebugString();
+  auto d = b_node_->domain();
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(ReadFile(d.get(), "still-a"), "A still writes");
+}
+
+// Two checks that fail against daemon/node.cc as it stands (they are
+// skipped until it is fixed; see each one's note). Both are planned moves
+// that should work, or fail fast, and instead wait out the caller's timeout.
+
+// BUG (node.cc, Node::RequestTakeover): whether the owner can be asked is
+// judged by PeerMonitor::SilentMs, the time since its last heartbeat only,
+// which ignores that the interconnect already said the owner left (CPG's
+// membership: PeerMonitor::NetworkSilentMs and GiveBack's own check both
+// count it). For up to network_dead_ms after the link is cut, B sends its
+// request into the cut link and waits its whole timeout, then answers
+// "did not come over" (TimedOut -> INTERNAL) instead of UNAVAILABLE at once.
+TEST_F(AdminClusterTest, RequestTakeoverRightAfterTheCutSaysUnavailable) {
+  GTEST_SKIP() << "node.cc bug: RequestTakeover checks SilentMs, not the peer's 'left' (NetworkSilentMs)";
+  StartPair();
+  WaitBothUp();
+  hub_->Cut(kA, kB);
+  // B learns at once that A left the group (the verdict says so).
+  ASSERT_TRUE(WaitFor([&] { return ClusterOf(b_stub_.get()).verdict() == "network-silent"; }))
+      << ClusterOf(b_stub_.get()).DebugString();
+  pb::ClusterTakeoverRequest treq;
+  treq.set_timeout_ms(3000);
+  pb::ClusterTakeoverResponse tr;
+  const auto asked = std::chrono::steady_clock::now();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  grpc::Status s = b_stub_->ClusterTakeover(&ctx, treq, &tr);
+  const auto took_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked).count();
+  // FAILS today: INTERNAL "the reserve did not come over within 3000 ms", after 3 s.
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_LT(took_ms, 1000) << s.error_message();
+}
+
+// BUG (node.cc, Node::GiveBack and Node::RequestTakeover): GiveBack holds
+// this node off the free reserve for 2 leases + 4 network bounds
+// (next_takeover_mono_ns_), so that the partner takes it; RequestTakeover
+// does not lift that hold-off. A node that gave the reserve back and then
+// asks for it again within that window gets it only once the hold-off runs
+// out: the partner gives it back at once and the reserve then sits free,
+// owned by nobody, until then. Here (lease 200 ms, network bound 150 ms) that
+// is 1 s after the giveback; with the defaults (lease 10 s, network bound
+// 3 s) it is 32 s, beyond `nasgw cluster takeover`'s default 30 s wait.
+TEST_F(AdminClusterTest, TakeoverSoonAfterAGiveBackIsNotHeldOff) {
+  GTEST_SKIP() << "node.cc bug: RequestTakeover does not lift the hold-off GiveBack set (next_takeover_mono_ns_)";
+  StartPair();
+  WaitBothUp();
+  pb::ClusterGiveBackResponse gr;
+  grpc::Status s = Call(&pb::Admin::Stub::ClusterGiveBack, pb::ClusterGiveBackRequest(), &gr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const auto gave = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor([&] { return ReserveOf(b_stub_.get()).state() == pb::RESERVE_STATE_ONLINE; }));
+  WaitBothUp();  // A heard standing by again
+  pb::ClusterTakeoverRequest treq;
+  treq.set_timeout_ms(500);  // B gives back at once; A takes it at its next heartbeat (50 ms)
+  pb::ClusterTakeoverResponse tr;
+  s = Call(&pb::Admin::Stub::ClusterTakeover, treq, &tr);
+  // FAILS today: INTERNAL "the reserve did not come over within 500 ms", and
+  // A comes online only ~1000 ms after its giveback.
+  EXPECT_TRUE(s.ok())
+      << s.error_message() << " ("
+      << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - gave).count()
+      << " ms after the giveback)";
 }
 
 TEST_F(AdminTest, OneNasgwdPerStateDir) {
