@@ -95,7 +95,7 @@ class CorosyncInterconnect : public Interconnect {
     std::vector<Member> m, l;
     for (size_t i = 0; i < n_members; i++) m.push_back({members[i].nodeid, members[i].pid});
     for (size_t i = 0; i < n_left; i++) l.push_back({left[i].nodeid, left[i].pid});
-    self->Membership(std::move(m), std::move(l));
+    self->Membership(m, l);
   }
 
   static bool Quorate(votequorum_handle_t vq, uint32_t local) {
@@ -105,7 +105,7 @@ class CorosyncInterconnect : public Interconnect {
   }
 
   // From the dispatch thread only.
-  void Membership(std::vector<Member> members, std::vector<Member> left) {
+  void Membership(const std::vector<Member>& members, const std::vector<Member>& left) {
     {
       MutexLock lock(mu_);
       members_ = members;

@@ -96,6 +96,10 @@ class PeerMonitor {
   Judgement Judge(const DiskView& disk, uint64_t now_mono_ns) const;
 
   const std::map<Uuid, PeerInfo>& peers() const { return peers_; }
+  // Heard within network_dead_ms and not seen leaving since.
+  bool Heard(const Uuid& id, uint64_t now_mono_ns) const {
+    return NetworkSilentMs(id, now_mono_ns) < options_.network_dead_ms;
+  }
   // How long since we last heard `id` (nullopt: never).
   std::optional<uint64_t> SilentMs(const Uuid& id, uint64_t now_mono_ns) const;
 

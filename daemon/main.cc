@@ -148,6 +148,8 @@ int Run(const Config& cfg) {
     (*node)->Shutdown();
     return 1;
   }
+  // A giveback (asked by the partner or by an admin) flushes the cache first.
+  n->SetFlushHook([&service] { return service.FlushCache(); });
   AddNodeCollectors(&metrics, n, head->get(), &service);
   // The snapshot schedules: flushed through the same cache as the admin
   // CreateSnapshot. Stopped first at shutdown, before the cache closes.
@@ -193,6 +195,7 @@ int Run(const Config& cfg) {
   (*admin)->Shutdown();
   (*head)->Shutdown(std::chrono::milliseconds(cfg.drain_ms));
   // What the cache holds goes to the SAN before the domain closes.
+  n->SetFlushHook(nullptr);
   if (Status s = service.Close(); !s.ok()) {
     NASGW_LOG(kError, "nasgwd") << "the write-back cache could not be flushed at shutdown; clients resend what "
                                    "they had not committed"

@@ -496,7 +496,7 @@ void Node::ClusterLoop() {
     cluster_cv_.WaitFor(cluster_mu_, std::chrono::milliseconds(config_.cluster_heartbeat_interval_ms),
                         [&]() REQUIRES(cluster_mu_) { return cluster_stop_ || giveback_request_.has_value(); });
     if (cluster_stop_) break;
-    std::optional<cluster::GiveBackRequest> giveback = std::move(giveback_request_);
+    std::optional<cluster::GiveBackRequest> giveback = giveback_request_;
     giveback_request_.reset();
     lock.Unlock();
     if (giveback) {
@@ -555,8 +555,7 @@ void Node::ClusterStep(uint64_t seq) {
     {
       MutexLock lock(cluster_mu_);
       for (const auto& [id, p] : monitor_->peers()) {
-        partner_lan_up |= !p.left && p.last.state == cluster::kStateStandby && p.last.lan_up &&
-                          (now - p.heard_mono_ns) / 1'000'000 < config_.cluster_network_dead_ms;
+        partner_lan_up |= monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby && p.last.lan_up;
       }
     }
     if (partner_lan_up) {
@@ -1403,6 +1402,11 @@ nasgw::Status Node::CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::sha
   return result;
 }
 
+void Node::SetFlushHook(std::function<nasgw::Status()> hook) {
+  MutexLock lock(flush_hook_mu_);  // waits for a call in progress
+  flush_hook_ = std::move(hook);
+}
+
 nasgw::Status Node::GiveBack() {
   if (!config_.cluster_enabled) {
     return nasgw::Status::FailedPrecondition("no partner to give the reserve to: [cluster] enabled = false");
@@ -1419,8 +1423,7 @@ nasgw::Status Node::GiveBack() {
     const uint64_t now = MonotonicNanos();
     bool ready = false;
     for (const auto& [id, p] : monitor_->peers()) {
-      ready |= !p.left && p.last.state == cluster::kStateStandby && p.last.reserve == reserve_uuid &&
-               (now - p.heard_mono_ns) / 1'000'000 < config_.cluster_network_dead_ms;
+      ready |= monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby && p.last.reserve == reserve_uuid;
     }
     if (!ready) {
       return nasgw::Status::FailedPrecondition(
@@ -1448,6 +1451,15 @@ nasgw::Status Node::GiveBack() {
     watch_ = fs::OwnerWatch();
   }
   NASGW_LOG(kWarn, "cluster") << "giving the reserve back to the partner";
+  {
+    // What the write-back cache holds goes to the SAN now, so the partner
+    // replays little. A failure is no loss: it is in the intent log.
+    MutexLock hook_lock(flush_hook_mu_);
+    if (flush_hook_) {
+      nasgw::Status f = flush_hook_();
+      if (!f.ok()) NASGW_LOG(kWarn, "cluster") << "cache flush before the giveback failed" << Kv("error", f.ToString());
+    }
+  }
   // The addresses and exports go first, so that the partner finds them free.
   ReconcileVips(false);
   WithdrawExportsUnlessOnline(false);
@@ -1481,12 +1493,14 @@ nasgw::Status Node::RequestTakeover(uint32_t timeout_ms) {
   }
   {
     MutexLock lock(cluster_mu_);
-    auto silent = monitor_->SilentMs(req.to, MonotonicNanos());
-    if (!silent || *silent >= config_.cluster_network_dead_ms) {
+    // Heard, and not reported gone by the interconnect since.
+    if (!monitor_->Heard(req.to, MonotonicNanos())) {
       return nasgw::Status::Unavailable(
           "the owner is not heard on the interconnect, so it cannot be asked; if it is dead this node takes over by "
           "itself, else 'reserve takeover --force' fences it");
     }
+    // A hold-off from this node's own giveback does not apply: it asks.
+    next_takeover_mono_ns_ = 0;
   }
   NASGW_RETURN_IF_ERROR(interconnect_->Send(cluster::EncodeGiveBack(req)).WithContext("ask the owner"));
   NASGW_LOG(kWarn, "cluster") << "asked the owner to give the reserve back (planned takeover)"

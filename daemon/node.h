@@ -292,6 +292,9 @@ class Node {
   // such a partner or when not online; Busy when heads still hold the
   // domain after [shutdown] drain_ms (then the reserve stays owned here).
   nasgw::Status GiveBack();
+  // What GiveBack calls first to flush the write-back cache (nasgwd's head
+  // service); nullptr clears it and waits for a call in progress.
+  void SetFlushHook(std::function<nasgw::Status()> hook);
   // A planned move the other way, on the standby: asks the owner (heard on
   // the interconnect) to give the reserve back, and waits at most
   // `timeout_ms` for it to come online here.
@@ -401,6 +404,10 @@ class Node {
   static constexpr int kVipAnnounceRepeats = 5;  // gratuitous ARPs again at the next heartbeats
   int announce_left_ GUARDED_BY(vip_mu_) = 0;
   uint64_t lan_down_since_mono_ns_ = 0;  // the cluster thread's own
+  // Held across the hook's call; taken before exports_mu_ (GiveBack holds
+  // admin_mu_ only).
+  Mutex flush_hook_mu_ ACQUIRED_AFTER(admin_mu_) ACQUIRED_BEFORE(vip_mu_);
+  std::function<nasgw::Status()> flush_hook_ GUARDED_BY(flush_hook_mu_);
   std::string vip_error_ GUARDED_BY(cluster_mu_);
   uint64_t takeover_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;  // of the takeover whose VIPs are not added yet
 };
