@@ -902,6 +902,41 @@ TEST_F(ConfigTest, NfsExportsFileAndGaneshaPidFile) {
   ExpectInvalid(Cfg("", "", "[nfs]\nexport_file = \"/x\""), {"nfs.export_file: unknown key", "exports_file"});
 }
 
+TEST_F(ConfigTest, ClusterSection) {
+  auto c = Parse(Cfg());
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->cluster_enabled) << "a single node by default";
+  EXPECT_EQ(c->preempt_settle_ms, 2000u);
+  c = Parse(Cfg("", "preempt_settle_ms = 500\n",
+                "[cluster]\nenabled = true\ngroup = \"pair-1\"\nheartbeat_interval_ms = 200\n"
+                "network_dead_ms = 1000\nauto_takeover = false\nvips = [\"198.18.1.50/24\", \"198.18.1.51\"]\n"
+                "vip_interface = \"front0\"\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->cluster_enabled);
+  EXPECT_EQ(c->cluster_group, "pair-1");
+  EXPECT_EQ(c->cluster_heartbeat_interval_ms, 200u);
+  EXPECT_EQ(c->cluster_network_dead_ms, 1000u);
+  EXPECT_FALSE(c->cluster_auto_takeover);
+  EXPECT_EQ(c->cluster_vips, (std::vector<std::string>{"198.18.1.50/24", "198.18.1.51"}));
+  EXPECT_EQ(c->cluster_vip_interface, "front0");
+  EXPECT_EQ(c->preempt_settle_ms, 500u);
+  ExpectInvalid(Cfg("", "preempt_settle_ms = 60001\n"), {"reserve.preempt_settle_ms"});
+  ExpectInvalid(Cfg("", "", "[cluster]\ngroup = \"a b\""), {"cluster.group", "[A-Za-z0-9._-]"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nheartbeat_interval_ms = 10"), {"cluster.heartbeat_interval_ms"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nheartbeat_interval_ms = 500\nnetwork_dead_ms = 1000"),
+                {"cluster.network_dead_ms", "shorter than 3 heartbeat intervals"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nvips = [\"198.18.1.50/24\"]"), {"cluster.vip_interface: required"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nvips = [\"127.0.0.1/8\"]\nvip_interface = \"lan0\""),
+                {"cluster.vips[0]", "loopback"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nvips = [\"198.18.1.50/33\"]\nvip_interface = \"lan0\""),
+                {"cluster.vips[0]", "prefix"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nvips = [\"198.18.1.50/24\", \"198.18.1.50/24\"]\nvip_interface = \"lan0\""),
+                {"cluster.vips[1]", "listed twice"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nvips = \"198.18.1.50/24\"\nvip_interface = \"lan0\""), {"cluster.vips"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nvip_interface = \"a/b\""), {"cluster.vip_interface", "not an interface"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nenable = true"), {"cluster.enable: unknown key", "enabled"});
+}
+
 TEST_F(ConfigTest, SmbSharesFileAndSmbdPidFile) {
   auto c = Parse(Cfg());
   ASSERT_TRUE(c.ok());

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Draws the controller pair's outage chart (docs/benchmarks.md §13) from
+cluster_lab.py --json files: for every trial, the time from the failure to
+the partner online and to the first operation a client got served.
+
+    python3 bench/cluster_chart.py --kill K.json --nfs N.json --out docs/img/cluster-outage.png
+"""
+import argparse
+import json
+import statistics
+
+
+def load(path, key):
+    if not path:
+        return []
+    with open(path) as f:
+        return json.load(f).get(key, [])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kill", help="cluster_lab.py kill --json output")
+    ap.add_argument("--nfs", help="cluster_lab.py nfs --json output")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    kill = load(a.kill, "kill")
+    nfs = load(a.nfs, "nfs")
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    if kill:
+        ax.plot([k["round"] for k in kill], [k["online_s"] for k in kill], ".", color="tab:blue",
+                label="SIGKILL of the owner: partner online (median %.2f s)" %
+                statistics.median(k["online_s"] for k in kill))
+        ax.plot([k["round"] for k in kill], [k["served_s"] for k in kill], "x", color="tab:blue", alpha=0.5,
+                label="... first op through the partner's FUSE head (median %.2f s)" %
+                statistics.median(k["served_s"] for k in kill))
+    for version, color in (("3", "tab:orange"), ("4.1", "tab:green")):
+        rows = [(i, n) for i, n in enumerate(nfs) if n["version"] == version]
+        if rows:
+            ax.plot([i for i, _ in rows], [n["client_outage_s"] for _, n in rows], "^", color=color,
+                    label="NFSv%s through the VIP, machine dies: client without a reply (median %.2f s)" %
+                    (version, statistics.median(n["client_outage_s"] for _, n in rows)))
+    ax.axhline(5, color="grey", linestyle="--", linewidth=0.8)
+    ax.text(0, 5.1, "target median 5 s", color="grey", fontsize=8)
+    ax.set_xlabel("trial")
+    ax.set_ylabel("seconds from the failure")
+    ax.set_ylim(0, max(6, ax.get_ylim()[1]))
+    ax.set_title("Controller pair failover, lab bounds (lease 1.5 s, network dead 1 s, settle 0.5 s), Debug build")
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+    print("wrote %s" % a.out)
+
+
+if __name__ == "__main__":
+    main()
