@@ -359,10 +359,16 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
         if (v.ok()) vips.push_back(*v);  // checked by ParseConfig
       }
       n->vips_ = std::make_unique<cluster::VipSet>(config.cluster_vip_interface, std::move(vips));
-      // Addresses an earlier incarnation of this node left (it was killed):
-      // not ours until we serve again.
+      // Addresses an earlier incarnation of this node left (it was killed
+      // while the machine lived): not ours until we serve again, and gone
+      // before anything of this node answers (the partner may hold them).
       MutexLock vip_lock(n->vip_mu_);
-      n->vips_held_ = true;
+      nasgw::Status released = n->vips_->Release();
+      if (!released.ok()) {
+        NASGW_LOG(kWarn, "cluster") << "cannot remove client addresses left from before"
+                                    << Kv("error", released.ToString());
+      }
+      n->vips_held_ = !released.ok();  // tried again by the cluster thread
     }
     n->cluster_thread_ = std::thread([n] { n->ClusterLoop(); });
   }
