@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Draws the controller pair's outage chart (docs/benchmarks.md §13) from
 cluster_lab.py --json files: for every trial, the time from the failure to
 the partner online and to the first operation a client got served.
 
-    python3 bench/cluster_chart.py --kill K.json --nfs N.json --out docs/img/cluster-outage.png
+    bench/cluster_chart.py --kill K.json --nfs N.json --out docs/img/cluster-outage.png
 """
 import argparse
 import json
@@ -37,11 +37,15 @@ def main():
                 label="... first op through the partner's FUSE head (median %.2f s)" %
                 statistics.median(k["served_s"] for k in kill))
     for version, color in (("3", "tab:orange"), ("4.1", "tab:green")):
-        rows = [(i, n) for i, n in enumerate(nfs) if n["version"] == version]
+        rows = [(i, n) for i, n in enumerate(nfs) if n["version"] == version and n.get("failure", "panic") == "panic"]
         if rows:
             ax.plot([i for i, _ in rows], [n["client_outage_s"] for _, n in rows], "^", color=color,
                     label="NFSv%s through the VIP, machine dies: client without a reply (median %.2f s)" %
                     (version, statistics.median(n["client_outage_s"] for _, n in rows)))
+    lan = [(i, n) for i, n in enumerate(nfs) if n.get("failure") == "lan"]
+    if lan:
+        ax.plot([i for i, _ in lan], [n["client_outage_s"] for _, n in lan], "s", color="tab:red",
+                label="NFSv3 through the VIP, the owner's LAN link down: client without a reply")
     ax.axhline(5, color="grey", linestyle="--", linewidth=0.8)
     ax.text(0, 5.1, "target median 5 s", color="grey", fontsize=8)
     ax.set_xlabel("trial")
