@@ -52,11 +52,19 @@ class CorosyncInterconnect : public Interconnect {
   }
 
   InterconnectStatus status() const override {
-    MutexLock lock(mu_);
     InterconnectStatus s;
-    s.connected = connected_;
-    // Asked now: votequorum settles after CPG's membership change is delivered.
-    s.quorate = connected_ && Quorate(vq_, local_node_);
+    votequorum_handle_t vq = 0;
+    {
+      MutexLock lock(mu_);
+      s.connected = connected_;
+      vq = connected_ ? vq_ : 0;
+      s.local_node = local_node_;
+    }
+    // Asked now (votequorum settles after CPG's membership change is
+    // delivered), and outside the lock: a request to a stuck corosync must
+    // not hold up Send, the heartbeats' path.
+    s.quorate = vq != 0 && Quorate(vq, s.local_node);
+    MutexLock lock(mu_);
     s.local_node = local_node_;
     s.members = members_;
     s.reason = connected_ ? "" : reason_;

@@ -324,7 +324,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
     cluster::MonitorOptions mo;
     mo.network_dead_ms = config.cluster_network_dead_ms;
     // Our own reads of the owner record happen every renewal interval.
-    mo.disk_read_fresh_ms = 2 * config.renew_interval_ms + config.io_timeout_ms / 4;
+    mo.disk_read_fresh_ms = 3 * config.renew_interval_ms;
     Node* n = node.get();
     {
       MutexLock cl(n->cluster_mu_);
@@ -546,7 +546,9 @@ void Node::ClusterStep(uint64_t seq) {
         disk.owner = v.record->node_id;
         disk.lease_ms = v.record->lease_ms;
       }
-      disk.silent_ms = watch_.SilentMs(now);
+      // Silence as of our last good read, never beyond it: reads that fail
+      // (our own SAN path) must not look like the owner going quiet.
+      disk.silent_ms = watch_.SilentMs(owner_read_ok_mono_ns_);
       disk.read_age_ms = now > owner_read_ok_mono_ns_ ? (now - owner_read_ok_mono_ns_) / 1'000'000 : 0;
     }
   }
@@ -596,7 +598,16 @@ void Node::ClusterStep(uint64_t seq) {
     }
     judgement_ = j;
   }
-  if (!standby || !config_.cluster_auto_takeover) return;
+  if (!standby) return;
+  bool requested = false;
+  {
+    MutexLock lock(cluster_mu_);
+    requested = takeover_requested_;
+  }
+  // An admin's `cluster takeover` takes the reserve its owner gave back,
+  // whatever auto_takeover says; the rest needs auto_takeover.
+  const bool asked = requested && j.verdict == cluster::Verdict::kNoOwner;
+  if (!config_.cluster_auto_takeover && !asked) return;
   if (!cluster::ShouldTakeOver(j.verdict) && j.verdict != cluster::Verdict::kNoOwner) return;
   {
     // After a failed attempt, the next waits a lease: no storm of preempts
@@ -625,12 +636,19 @@ void Node::WithdrawExportsUnlessOnline(bool online) {
   // restart of nasgwd is not a reason for ganesha to drop its exports). In a
   // pair, a node that does not serve must not offer exports it cannot
   // answer: its heads would refuse every call, and its partner serves them.
+  MutexLock lock(exports_mu_);
   if (online) {
-    exports_withdrawn_ = false;
+    if (exports_withdrawn_) {
+      // Serving again (a takeover whose own publish may have raced this
+      // thread's withdrawal): the files follow the domain once more.
+      nasgw::Status p = PublishExportsLocked();
+      if (p.ok()) p = PublishSharesLocked();
+      if (!p.ok()) return;  // again at the next heartbeat
+      exports_withdrawn_ = false;
+    }
     return;
   }
   if (exports_withdrawn_) return;
-  MutexLock lock(exports_mu_);
   nasgw::Status s;
   if (!config_.nfs_exports_file.empty()) {
     s = daemon::PublishExports(config_.nfs_exports_file, config_.nfs_ganesha_pid_file, config_.node_name, {});
@@ -769,7 +787,9 @@ ClusterStatus Node::GetCluster() const {
     ps.heard_ms_ago = now > p.heard_mono_ns ? (now - p.heard_mono_ns) / 1'000'000 : 0;
     ps.heartbeats = p.heartbeats;
     ps.left = p.left;
-    peer_live |= !p.left && ps.heard_ms_ago < config_.cluster_network_dead_ms;
+    // Only a partner that stands by could take over: a fenced or failed
+    // one leaves this node alone.
+    peer_live |= monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby;
     c.peers.push_back(std::move(ps));
   }
   c.verdict = cluster::VerdictName(judgement_.verdict);
@@ -812,6 +832,15 @@ void Node::OwnerLoop() {
                                   << Kv("reason", lost->ToString());
       }
       if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) ObserveOwnerLocked();
+      // In a pair, a fenced node whose old domain is gone and that sees
+      // another node renewing the reserve is that node's standby: it writes
+      // nothing and may take over again when that one fails.
+      if (state_ == ReserveState::kFenced && config_.cluster_enabled && !old_domain && !owner_ &&
+          watch_.view().held() && watch_.view().record->node_id != identity_.id && !watch_.Expired(MonotonicNanos())) {
+        state_ = ReserveState::kStandby;
+        reason_ = "fenced earlier; standing by for " + owner_text_;
+        NASGW_LOG(kWarn, "cluster") << "fenced node stands by for the new owner" << Kv("owner", owner_text_);
+      }
     }
     old_domain.reset();
     old_reserve.reset();
@@ -839,7 +868,10 @@ nasgw::Status Node::TakeoverReserve(bool force) {
         "--force to preempt a node that may still be running (it is fenced off the LUNs)");
   }
   NASGW_LOG(kWarn, "node") << "taking over the reserve" << Kv("force", force) << Kv("from", owner_text_);
-  OpenReserveLocked(force ? fs::AcquireMode::kForce : fs::AcquireMode::kTakeover);
+  // A free reserve is acquired as at start: whoever reserves it first wins,
+  // and a node that just took it is not preempted.
+  const bool free = !watch_.view().held() && !watch_.view().reservation.reserved;
+  OpenReserveLocked(force ? fs::AcquireMode::kForce : free ? fs::AcquireMode::kNormal : fs::AcquireMode::kTakeover);
   if (state_ != ReserveState::kOnline) {
     return nasgw::Status::Unavailable("takeover failed: " + std::string(ReserveStateName(state_)) + ": " + reason_);
   }
@@ -1380,17 +1412,21 @@ std::shared_ptr<fs::Domain> Node::domain(uint64_t* write_verifier) const {
   return online ? domain_ : nullptr;
 }
 
+bool Node::WaitDrained(const std::shared_ptr<fs::Domain>& domain) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_ms);
+  while (domain && domain.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // heads hold it; no event for their last release
+  }
+  return !domain || domain.use_count() == 1;
+}
+
 nasgw::Status Node::CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
                                     std::unique_ptr<fs::Ownership> owner) {
   // Outside the node's lock: closing flushes. A head request still holding
   // the domain keeps it open until it finishes; the reserve is released
   // only once nothing can write to it any more (else it stays owned, and
   // this node reclaims it at its next start).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_ms);
-  while (domain && domain.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // heads hold it; no event for their last release
-  }
-  const bool drained = !domain || domain.use_count() == 1;
+  const bool drained = WaitDrained(domain);
   domain.reset();
   reserve.reset();
   nasgw::Status result;
@@ -1435,9 +1471,16 @@ nasgw::Status Node::GiveBack() {
       return nasgw::Status::FailedPrecondition(
           "no partner stands by for this reserve and is heard on the interconnect: nobody would take it over");
     }
-    // This node does not take the free reserve back while the partner takes it.
-    next_takeover_mono_ns_ =
-        now + 2 * uint64_t{config_.lease_ms} * 1'000'000 + 4 * uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
+  }
+  {
+    // What the write-back cache holds goes to the SAN now, while the domain
+    // is still online here (the flush needs it), so the partner replays
+    // little. A failure is no loss: what was answered is in the intent log.
+    MutexLock hook_lock(flush_hook_mu_);
+    if (flush_hook_) {
+      nasgw::Status f = flush_hook_();
+      if (!f.ok()) NASGW_LOG(kWarn, "cluster") << "cache flush before the giveback failed" << Kv("error", f.ToString());
+    }
   }
   MutexLock admin(admin_mu_);
   std::shared_ptr<fs::Domain> domain;
@@ -1452,23 +1495,40 @@ nasgw::Status Node::GiveBack() {
     domain = std::move(domain_);
     reserve = std::move(reserve_);
     owner = std::move(owner_);
-    state_ = ReserveState::kStandby;
+    state_ = ReserveState::kStandby;  // heads are refused from here on
     reason_ = "gave the reserve back to the partner (planned)";
     watch_ = fs::OwnerWatch();
   }
-  NASGW_LOG(kWarn, "cluster") << "giving the reserve back to the partner";
   {
-    // What the write-back cache holds goes to the SAN now, so the partner
-    // replays little. A failure is no loss: it is in the intent log.
-    MutexLock hook_lock(flush_hook_mu_);
-    if (flush_hook_) {
-      nasgw::Status f = flush_hook_();
-      if (!f.ok()) NASGW_LOG(kWarn, "cluster") << "cache flush before the giveback failed" << Kv("error", f.ToString());
-    }
+    // This node does not take the free reserve back while the partner takes it.
+    MutexLock lock(cluster_mu_);
+    next_takeover_mono_ns_ = MonotonicNanos() + 2 * uint64_t{config_.lease_ms} * 1'000'000 +
+                             4 * uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
   }
+  NASGW_LOG(kWarn, "cluster") << "giving the reserve back to the partner";
   // The addresses and exports go first, so that the partner finds them free.
   ReconcileVips(false);
   WithdrawExportsUnlessOnline(false);
+  if (!WaitDrained(domain)) {
+    // Heads still hold the domain: it stays here, online, still owned and
+    // renewed (the ownership was never given up); the next heartbeat puts
+    // the addresses and exports back.
+    {
+      WriterLock lock(mu_);
+      domain_ = std::move(domain);
+      reserve_ = std::move(reserve);
+      owner_ = std::move(owner);
+      state_ = ReserveState::kOnline;
+      reason_.clear();
+      owner_text_ = "this node";
+    }
+    {
+      MutexLock lock(cluster_mu_);
+      next_takeover_mono_ns_ = 0;
+    }
+    return nasgw::Status::Busy("head requests still hold the domain after " + std::to_string(config_.drain_ms) +
+                               " ms; the reserve stays online on this node");
+  }
   nasgw::Status s = CloseAndRelease(std::move(domain), std::move(reserve), std::move(owner));
   {
     WriterLock lock(mu_);
@@ -1507,7 +1567,15 @@ nasgw::Status Node::RequestTakeover(uint32_t timeout_ms) {
     }
     // A hold-off from this node's own giveback does not apply: it asks.
     next_takeover_mono_ns_ = 0;
+    takeover_requested_ = true;
   }
+  struct ClearRequest {
+    Node* n;
+    ~ClearRequest() {
+      MutexLock lock(n->cluster_mu_);
+      n->takeover_requested_ = false;
+    }
+  } clear_request{this};
   NASGW_RETURN_IF_ERROR(interconnect_->Send(cluster::EncodeGiveBack(req)).WithContext("ask the owner"));
   NASGW_LOG(kWarn, "cluster") << "asked the owner to give the reserve back (planned takeover)"
                               << Kv("owner", req.to.ToString());

@@ -319,6 +319,7 @@ class Node {
   void OnOwnershipLost(const nasgw::Status& why);
   // Waits for heads to let go of `domain` (at most drain_ms), closes it and
   // releases the reserve (Busy, and kept, if they did not).
+  bool WaitDrained(const std::shared_ptr<fs::Domain>& domain) const;
   nasgw::Status CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
                                 std::unique_ptr<fs::Ownership> owner);
   // The owner thread: turns a loss into kFenced, watches the holder while
@@ -393,6 +394,7 @@ class Node {
   uint64_t takeovers_ GUARDED_BY(cluster_mu_) = 0;
   uint64_t next_takeover_mono_ns_ GUARDED_BY(cluster_mu_) = 0;
   std::optional<cluster::GiveBackRequest> giveback_request_ GUARDED_BY(cluster_mu_);
+  bool takeover_requested_ GUARDED_BY(cluster_mu_) = false;  // RequestTakeover waits for the free reserve
   std::vector<ClusterEvent> last_takeover_ GUARDED_BY(cluster_mu_);
   std::thread cluster_thread_;
   // The VIPs and whether exports are withdrawn: changed by the cluster

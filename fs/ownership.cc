@@ -508,17 +508,27 @@ void Ownership::RenewLoop() {
   // domain once it has, and we could not tell.
   const uint64_t give_up_ns = uint64_t{options_.lease_ms - options_.renew_interval_ms} * kNanosPerMilli;
   MutexLock lock(mu_);
+  uint64_t next_send = MonotonicNanos() + uint64_t{options_.renew_interval_ms} * kNanosPerMilli;
   while (!stop_) {
-    cv_.WaitFor(mu_, interval, [&]() REQUIRES(mu_) { return stop_; });
+    // One renewal per interval, counted from the last one's sending: a slow
+    // answer does not stretch the cadence.
+    const uint64_t now_ns = MonotonicNanos();
+    const auto wait = std::chrono::nanoseconds(next_send > now_ns ? next_send - now_ns : 0);
+    cv_.WaitFor(mu_, std::min<std::chrono::nanoseconds>(wait, interval), [&]() REQUIRES(mu_) { return stop_; });
     if (stop_) break;
     lock.Unlock();
+    // A renewal counts from when it was sent, not from its answer: others
+    // time the lease from the record they read, which the write could have
+    // reached that early.
+    const uint64_t sent = MonotonicNanos();
+    next_send = sent + uint64_t{options_.renew_interval_ms} * kNanosPerMilli;
     Status s = gate_->is_open() ? RenewOnce() : gate_->reason();
     lock.Lock();
     if (!gate_->is_open()) break;  // fenced by a conflict, here or on the data path
     if (s.ok()) {
       renewals_++;
-      last_ok = MonotonicNanos();
-      last_renewed_ns_.store(last_ok);
+      last_ok = sent;
+      last_renewed_ns_.store(sent);
       continue;
     }
     renew_failures_++;

@@ -240,8 +240,12 @@ def cmd_preempt(a):
         t = B.cli("reserve", "takeover", "--force", check=False)
         c("forced takeover while A runs", t.returncode == 0, t.stderr)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and reserve(A)["state"] != "fenced":
-            time.sleep(0.05)  # A learns it from its next renewal (every 250 ms)
+        # A learns it from its next renewal (every 250 ms), and names B once
+        # it reads B's record: B writes it after waiting out A's queued
+        # commands ([reserve] preempt_settle_ms), so A may first see its own.
+        while time.monotonic() < deadline and not (reserve(A)["state"] == "fenced" and
+                                                   "lab-own-b" in reserve(A)["owner"]):
+            time.sleep(0.05)
         ra = reserve(A)
         c("A reports itself fenced, naming B", ra["state"] == "fenced" and "lab-own-b" in ra["owner"], ra)
         st = A.cli("node", "show").stdout
