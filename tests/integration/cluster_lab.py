@@ -270,6 +270,24 @@ class Writer(threading.Thread):
                 raise RuntimeError("writer failed after %d: %s" % (self.acked, self.error))
 
 
+def start_writer(node, prefix, acked):
+    """A Writer through `node`'s FUSE head, once it has `acked` changes."""
+    node.mount()
+    w = Writer(node.mount_path, prefix)
+    w.start()
+    w.wait_acked(acked)
+    return w
+
+
+def stop_and_fsck(lab, c, what):
+    """Both nodes stopped cleanly (heads first), then fsck of the reserve."""
+    for n in lab.nodes:
+        n.unmount()
+        n.stop()
+    p = lab.fsck()
+    c("fsck clean after %s" % what, p.returncode == 0, (p.stdout + p.stderr)[-2000:])
+
+
 def verify(root, writer):
     """What the writer was told is done, read back through another node.
     The one change in flight when the node died may be done or not."""
@@ -348,19 +366,12 @@ def cmd_kill(lab, c, a, res):
     worst = max(outages)
     c("client outage (kill to first served op): median %.2f s, max %.2f s (target median <= 5 s, none over 30 s)"
       % (statistics.median(outages), worst), statistics.median(outages) <= 5 and worst <= 30, outages)
-    for n in lab.nodes:
-        n.unmount()
-        n.stop()
-    p = lab.fsck()
-    c("fsck clean after the takeovers", p.returncode == 0, (p.stdout + p.stderr)[-2000:])
+    stop_and_fsck(lab, c, "the takeovers")
 
 
 def cmd_partition(lab, c, a, res):
     a_node, b_node = lab.start_pair()
-    a_node.mount()
-    w = Writer(a_node.mount_path, "p")
-    w.start()
-    w.wait_acked(3)
+    w = start_writer(a_node, "p", 3)
     window = 2 * max(NETWORK_DEAD_MS, LEASE_MS) / 1000.0 + 1.0
     took, verdicts = [], set()
     for t in range(a.trials):
@@ -392,19 +403,12 @@ def cmd_partition(lab, c, a, res):
     a_node.mount()
     bad = verify(a_node.mount_path, w)
     c("every acknowledged write of the owner is there after the cuts", not bad, bad[:5])
-    for n in lab.nodes:
-        n.unmount()
-        n.stop()
-    p = lab.fsck()
-    c("fsck clean after the cuts", p.returncode == 0, (p.stdout + p.stderr)[-2000:])
+    stop_and_fsck(lab, c, "the cuts")
 
 
 def cmd_san(lab, c, a, res):
     a_node, b_node = lab.start_pair()
-    a_node.mount()
-    w = Writer(a_node.mount_path, "s")
-    w.start()
-    w.wait_acked(5)
+    w = start_writer(a_node, "s", 5)
     t0 = time.monotonic()
     lab.san_link(0, False)  # A's SAN path down; the interconnect stays
     try:
@@ -427,19 +431,12 @@ def cmd_san(lab, c, a, res):
     a_node.kill()
     a_node.start(a_node.s["extra_config"])
     c("restarted, it stands by for the new owner", state(a_node) == "standby", state(a_node))
-    for n in lab.nodes:
-        n.unmount()
-        n.stop()
-    p = lab.fsck()
-    c("fsck clean after the SAN cut", p.returncode == 0, (p.stdout + p.stderr)[-2000:])
+    stop_and_fsck(lab, c, "the SAN cut")
 
 
 def cmd_hang(lab, c, a, res):
     a_node, b_node = lab.start_pair()
-    a_node.mount()
-    w = Writer(a_node.mount_path, "h")
-    w.start()
-    w.wait_acked(5)
+    w = start_writer(a_node, "h", 5)
     pid = a_node.s["daemon_pid"]
     t0 = time.monotonic()
     os.kill(pid, signal.SIGSTOP)  # a hung node: its corosync stays up, nasgwd says nothing
@@ -458,11 +455,7 @@ def cmd_hang(lab, c, a, res):
     bad = verify(b_node.mount_path, w)
     c("every write the hung node acknowledged (%d, before or after the hang) is on the partner" % len(w.files),
       not bad, bad[:5])
-    for n in lab.nodes:
-        n.unmount()
-        n.stop()
-    p = lab.fsck()
-    c("fsck clean after the hang", p.returncode == 0, (p.stdout + p.stderr)[-2000:])
+    stop_and_fsck(lab, c, "the hang")
 
 
 # An NFS client through the VIP: writes 8 KiB files (each one whole, closed)
@@ -625,10 +618,7 @@ def cmd_nfs(lab, c, a, res):
     c("NFS client outage through the VIP over %d failovers: median %.2f s, max %.2f s (target median <= 5 s, "
       "none over 30 s)" % (len(outages), statistics.median(outages), max(outages)),
       statistics.median(outages) <= 5 and max(outages) <= 30, outages)
-    for n in lab.nodes:
-        n.stop()
-    p = lab.fsck()
-    c("fsck clean after the NFS failovers", p.returncode == 0, (p.stdout + p.stderr)[-2000:])
+    stop_and_fsck(lab, c, "the NFS failovers")
 
 
 def main():
