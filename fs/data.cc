@@ -323,7 +323,7 @@ uint64_t Domain::AppendLogWrite(uint32_t vol, uint64_t ino, uint64_t gen, uint64
 
 Status Domain::WaitLogged(uint64_t lsn) {
   if (!impl_->log) return Status::NotSupported("domain opened read-only");
-  return impl_->log->WaitDurable(lsn).WithContext("logged write");
+  return impl_->log->WaitAcknowledged(lsn).WithContext("logged write");
 }
 
 void Domain::ForgetLogWrites(uint32_t vol, uint64_t ino, uint64_t gen) {

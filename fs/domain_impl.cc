@@ -130,16 +130,37 @@ Status Domain::Impl::Commit(Txn& t) {
 }
 
 Status Domain::Impl::Durable(Txn& t) {
-  if (t.lsn != 0) NASGW_RETURN_IF_ERROR(log->WaitDurable(t.lsn).WithContext("commit metadata"));
+  if (t.lsn != 0) NASGW_RETURN_IF_ERROR(log->WaitAcknowledged(t.lsn).WithContext("commit metadata"));
   // The change is durable: its answer is success whatever happens to the
   // replaced extents. Free fails only for an extent already free (the
   // metadata disagreed with the free map); nothing leaks (free space is
   // recounted from the extent maps at the next open), but it is logged.
   // Reads that began before may still read the replaced extents: the
   // fence frees them once those are done.
-  fence.Retire(std::move(t.to_free));
+  if (t.lsn != 0 && !t.to_free.empty() && log->durable_lsn() < t.lsn) {
+    MutexLock l(unlogged_free_mu);
+    unlogged_free.emplace_back(t.lsn, std::move(t.to_free));
+  } else if (!t.to_free.empty()) {
+    fence.Retire(std::move(t.to_free));
+  }
   t.to_free.clear();
+  RetireLogged();
   return Status();
+}
+
+void Domain::Impl::RetireLogged() {
+  if (!log) return;
+  std::vector<std::vector<Extent>> ready;
+  {
+    MutexLock l(unlogged_free_mu);
+    if (unlogged_free.empty()) return;
+    const uint64_t durable = log->durable_lsn();
+    while (!unlogged_free.empty() && unlogged_free.front().first <= durable) {
+      ready.push_back(std::move(unlogged_free.front().second));
+      unlogged_free.pop_front();
+    }
+  }
+  for (auto& e : ready) fence.Retire(std::move(e));
 }
 
 void Domain::Impl::FreeNow(const std::vector<Extent>& extents) {
@@ -221,6 +242,7 @@ void Domain::Impl::StartTxgThread() {
         s = SyncTxg();
         last_ns = MonotonicNanos();
       }
+      RetireLogged();
       l.Lock();
       if (!s.ok()) {
         NASGW_LOG(kError, "fs") << "transaction group sync failed" << Kv("domain", id) << Kv("error", s.ToString());

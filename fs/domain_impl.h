@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -127,6 +128,13 @@ struct Domain::Impl {
   // done (fs/read_fence.h).
   ReadFence fence{[this](const std::vector<Extent>& e) { FreeNow(e); }};
   void FreeNow(const std::vector<Extent>& extents);
+  // Space a change freed while its log entry was held only by the partner's
+  // mirror (IntentLog::WaitAcknowledged): retired once the entry is on the
+  // array too, so that no write reuses the space while a replay of the
+  // array's log alone would still name it.
+  Mutex unlogged_free_mu;  // a leaf
+  std::deque<std::pair<uint64_t, std::vector<Extent>>> unlogged_free GUARDED_BY(unlogged_free_mu);
+  void RetireLogged();  // those whose entries are on the array now
   keys::DomainRec rec GUARDED_BY(mu);
   HandleKey handle_key;  // set at open, immutable after
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> open_count GUARDED_BY(mu);

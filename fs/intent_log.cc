@@ -250,7 +250,7 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
   if (!va && !vb) return Status::Corruption("no intent log superblock copy verifies");
   const Super s = !vb || (va && a.seq > b.seq) ? a : b;
   // Replay from the checkpoint.
-  uint64_t vpos = s.tail_vpos, lsn = s.tail_lsn, session = 0;
+  uint64_t vpos = s.tail_vpos, lsn = s.tail_lsn, session = 0, last_session = 0;
   std::deque<Written> written;
   for (;;) {
     uint64_t bytes = 0;
@@ -265,6 +265,7 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
       found = log->ReadRecord(at, lsn, session, &bytes, &entries, &session);
     }
     if (!found) break;
+    last_session = session;
     for (const std::string& e : entries) {
       NASGW_RETURN_IF_ERROR(replay(lsn, e).WithContext("replay intent log entry " + std::to_string(lsn)));
       lsn++;
@@ -297,8 +298,55 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
     log->durable_lsn_ = lsn - 1;
     log->written_ = std::move(written);
   }
-  if (!options.read_only) log->writer_ = std::thread([l = log.get()] { l->WriterLoop(); });
+  if (!options.read_only) {
+    log->writer_ = std::thread([l = log.get()] { l->WriterLoop(); });
+    if (options.tail) NASGW_RETURN_IF_ERROR(log->TakeTail(*options.tail, lsn, last_session, replay));
+  }
   return log;
+}
+
+Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_session, const ReplayFn& replay) {
+  if (tail.entries.empty()) return Status();
+  const uint64_t first = tail.entries.front().first, last = tail.entries.back().first;
+  const char* refused = nullptr;
+  if (tail.salt != salt_) {
+    refused = "another log's";
+  } else if (tail.session < last_session) {
+    refused = "older than the log's last record";  // a later opening wrote past it
+  } else if (last < next) {
+    return Status();  // all of it is on the array already
+  } else if (first > next) {
+    refused = "not continuing the log";  // a gap: never acknowledged whole
+  } else {
+    for (size_t i = 1; i < tail.entries.size(); i++) {
+      if (tail.entries[i].first != first + i) refused = "not dense";
+    }
+  }
+  if (refused != nullptr) {
+    NASGW_LOG(kError, "fs") << "intent log: a mirror's entries refused" << Kv("why", refused)
+                            << Kv("first", first) << Kv("last", last) << Kv("log_next", next)
+                            << Kv("session", tail.session) << Kv("log_session", last_session);
+    return Status();
+  }
+  // Written first, as this opening's first records: once they are on the
+  // array, the mirror's copy is no longer the only other one.
+  uint64_t lsn = 0;
+  for (size_t i = next - first; i < tail.entries.size(); i++) {
+    const std::string& e = tail.entries[i].second;
+    NASGW_RETURN_IF_ERROR(Reserve(e.size(), /*urgent=*/true).WithContext("log a mirror's entries"));
+    lsn = Append(e);
+    if (lsn != tail.entries[i].first) return Status::Corruption("mirror entry took LSN " + std::to_string(lsn));
+  }
+  NASGW_RETURN_IF_ERROR(WaitDurable(lsn).WithContext("log a mirror's entries"));
+  for (size_t i = next - first; i < tail.entries.size(); i++) {
+    const auto& [at, e] = tail.entries[i];
+    NASGW_RETURN_IF_ERROR(replay(at, e).WithContext("replay mirror entry " + std::to_string(at)));
+    replayed_++;
+    tail_replayed_++;
+  }
+  NASGW_LOG(kInfo, "fs") << "intent log: a mirror's entries replayed" << Kv("first", next) << Kv("last", last)
+                         << Kv("session", tail.session);
+  return Status();
 }
 
 IntentLog::~IntentLog() {
@@ -372,6 +420,7 @@ void IntentLog::Unreserve(size_t bytes) {
 uint64_t IntentLog::Append(std::string entry) {
   MutexLock l(mu_);
   const uint64_t lsn = next_lsn_++;
+  if (mirror_) mirror_->Mirror(lsn, entry);
   pending_.push_back({lsn, std::move(entry)});
   work_cv_.NotifyOne();
   return lsn;
@@ -384,6 +433,48 @@ Status IntentLog::WaitDurable(uint64_t lsn) {
     durable_cv_.Wait(mu_);
   }
   return Status();
+}
+
+bool IntentLog::AcknowledgedLocked(uint64_t lsn) const {
+  // The mirror counts only from where the array's log reaches its first
+  // entry: before that, entries neither holds could precede `lsn`.
+  return mirror_ != nullptr && durable_lsn_ + 1 >= mirror_first_ && mirrored_lsn_ >= lsn;
+}
+
+Status IntentLog::WaitAcknowledged(uint64_t lsn) {
+  MutexLock l(mu_);
+  for (;;) {
+    if (durable_lsn_ >= lsn) return Status();
+    // A failed log answers nothing more from the mirror either: the node
+    // may be fenced, and the node that fenced it took the mirror's copy
+    // as it was then.
+    if (!failed_.ok()) return failed_;
+    if (AcknowledgedLocked(lsn)) {
+      mirror_acks_++;
+      return Status();
+    }
+    durable_cv_.Wait(mu_);
+  }
+}
+
+uint64_t IntentLog::AttachMirror(std::shared_ptr<LogMirror> m) {
+  MutexLock l(mu_);
+  mirror_ = std::move(m);
+  mirror_first_ = next_lsn_;
+  mirrored_lsn_ = next_lsn_ - 1;
+  return mirror_first_;
+}
+
+void IntentLog::DetachMirror(const LogMirror* m) {
+  MutexLock l(mu_);
+  if (mirror_.get() == m) mirror_.reset();
+}
+
+void IntentLog::MirrorAcked(const LogMirror* m, uint64_t lsn) {
+  MutexLock l(mu_);
+  if (mirror_.get() != m || lsn <= mirrored_lsn_) return;
+  mirrored_lsn_ = std::min(lsn, next_lsn_ - 1);
+  durable_cv_.NotifyAll();
 }
 
 void IntentLog::WriterLoop() {
@@ -581,7 +672,11 @@ IntentLogStats IntentLog::Stats() const {
     s.bytes_written = bytes_written_;
     s.checkpoints = checkpoints_;
     s.reserve_waits = reserve_waits_;
+    s.mirror_attached = mirror_ != nullptr;
+    s.mirrored_lsn = mirrored_lsn_;
+    s.mirror_acks = mirror_acks_;
   }
+  s.tail_replayed = tail_replayed_;
   s.write_ns = write_ns_.Snapshot();
   s.recent_write_ns = recent_write_ns();
   s.group_entries = group_entries_.Snapshot();

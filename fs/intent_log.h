@@ -87,6 +87,32 @@ constexpr uint64_t kLogSuperBytes = 2 * kLogBlockBytes;  // two superblock copie
 constexpr size_t kLogRecordHeaderBytes = 64;
 constexpr size_t kLogEntryHeaderBytes = 4;  // u32 length before each entry
 
+// A second copy of the log's newest entries in another node's memory: the
+// partner's mirror in a controller pair (cluster/mirror.h, brief decision
+// 5). With one attached, an entry is acknowledged (WaitAcknowledged) once
+// the mirror holds it, without waiting for its record on the array; the
+// record is still written as before, so the array's log lags by the writes
+// in flight and the mirror only ever holds that lag.
+class LogMirror {
+ public:
+  virtual ~LogMirror() = default;
+  // Every entry appended from the attach on, in LSN order, with the log's
+  // lock held: copy and queue, never block or call back into the log.
+  virtual void Mirror(uint64_t lsn, std::string_view entry) = 0;
+};
+
+// Entries another node held for this log (what its mirror received and the
+// array may lack), to replay after the log's own records at Open. Taken only
+// when they continue the log: the same salt, appended by the opening that
+// wrote the last record replayed or a later one, and their LSNs dense from
+// at most the first LSN the log lacks. Open writes them to the log (this
+// opening's first records) before it replays them.
+struct LogTail {
+  uint64_t salt = 0;
+  uint64_t session = 0;  // the opening that appended them (IntentLog::session)
+  std::vector<std::pair<uint64_t, std::string>> entries;  // by LSN, dense
+};
+
 struct IntentLogOptions {
   // One record (one array write) holds at most this much.
   uint32_t max_record_bytes = 1u << 20;
@@ -101,6 +127,8 @@ struct IntentLogOptions {
   bool read_only = false;
   // Record writes on their way at once (1..64).
   uint32_t max_writes_in_flight = limits::kLogWritesInFlight;
+  // Replayed after the log's own entries (LogTail); null: none.
+  std::shared_ptr<const LogTail> tail;
 };
 
 struct IntentLogStats {
@@ -116,6 +144,10 @@ struct IntentLogStats {
   uint64_t checkpoints = 0;
   uint64_t reserve_waits = 0;    // Reserve calls that had to wait for space
   uint64_t recent_write_ns = 0;  // recent_write_ns() now
+  bool mirror_attached = false;
+  uint64_t mirrored_lsn = 0;    // the mirror holds every entry from its first to here
+  uint64_t mirror_acks = 0;     // WaitAcknowledged calls the mirror answered before the array
+  uint64_t tail_replayed = 0;   // entries Open took from a LogTail
   HistogramData write_ns;        // latency of one record write
   HistogramData group_entries;   // entries per record
 };
@@ -165,6 +197,21 @@ class IntentLog {
   uint64_t Append(std::string entry);
   // Waits until the entry with `lsn` is on the array (ok) or the log failed.
   Status WaitDurable(uint64_t lsn);
+  // Waits until the entry with `lsn` is on the array or held by an attached
+  // mirror whose first entry directly follows entries all on the array (so
+  // the array's log and the mirror together hold every entry up to `lsn`);
+  // or the log failed. What an operation's answer waits for.
+  Status WaitAcknowledged(uint64_t lsn);
+  // From the next LSN on, entries also go to `m` (replacing any mirror
+  // attached). Returns the first LSN `m` gets.
+  uint64_t AttachMirror(std::shared_ptr<LogMirror> m);
+  // `m` no longer acknowledges anything (nothing if another is attached).
+  void DetachMirror(const LogMirror* m);
+  // `m` holds every entry from its first up to `lsn`.
+  void MirrorAcked(const LogMirror* m, uint64_t lsn);
+  // This opening's session, stamped on its records (0: read-only).
+  uint64_t session() const { return session_; }
+  uint64_t salt() const { return salt_; }
   // Every entry up to `lsn` is durable elsewhere: the records holding only
   // such entries are no longer needed. Writes the superblock (FUA), then
   // frees their space.
@@ -258,6 +305,17 @@ class IntentLog {
   uint64_t reserved_ GUARDED_BY(mu_) = 0;
   std::deque<std::unique_ptr<Flight>> flight_ GUARDED_BY(mu_);  // oldest first
   uint64_t session_ = 0;  // this opening's, stamped on its records (set before the writer starts)
+  std::shared_ptr<LogMirror> mirror_ GUARDED_BY(mu_);
+  uint64_t mirror_first_ GUARDED_BY(mu_) = 0;   // the first LSN mirror_ got
+  uint64_t mirrored_lsn_ GUARDED_BY(mu_) = 0;   // mirror_ holds mirror_first_..this
+  uint64_t mirror_acks_ GUARDED_BY(mu_) = 0;
+  uint64_t tail_replayed_ = 0;
+  // Appends a LogTail's entries that continue the log at `next` (LSN) and
+  // whose session is at least `last_session`, waits for them on the array,
+  // then replays them.
+  Status TakeTail(const LogTail& tail, uint64_t next, uint64_t last_session, const ReplayFn& replay);
+  // An entry is acknowledged (WaitAcknowledged).
+  bool AcknowledgedLocked(uint64_t lsn) const REQUIRES(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   Status failed_ GUARDED_BY(mu_);
   bool asked_checkpoint_ GUARDED_BY(mu_) = false;

@@ -571,5 +571,165 @@ TEST_F(IntentLogTest, ReplayErrorStopsOpen) {
   EXPECT_EQ(log.status().code(), Code::kCorruption);
 }
 
+
+// ---- the partner's mirror (LogMirror, LogTail)
+
+// What a partner's memory holds: every entry it was given.
+class TestMirror final : public LogMirror {
+ public:
+  void Mirror(uint64_t lsn, std::string_view entry) override {
+    MutexLock l(mu_);
+    got_.emplace_back(lsn, std::string(entry));
+  }
+  std::shared_ptr<LogTail> Tail(const IntentLog& log) {
+    auto t = std::make_shared<LogTail>();
+    t->salt = log.salt();
+    t->session = log.session();
+    MutexLock l(mu_);
+    t->entries = got_;
+    return t;
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<std::pair<uint64_t, std::string>> got_ GUARDED_BY(mu_);
+};
+
+// With a mirror attached, an entry is answered once the mirror holds it,
+// before its record reaches the array; a node that opens the log after a
+// crash with the mirror's entries as the tail has every answered entry,
+// and writes them to the log before it replays them.
+TEST_F(IntentLogTest, AMirrorAnswersBeforeTheArrayAndItsTailIsReplayedAfterACrash) {
+  std::vector<std::pair<uint64_t, std::string>> r;
+  {
+    auto log = Open(&r);
+    AppendDurable(*log, Entry(1));  // on the array before the mirror
+  }
+  Attach();
+  std::vector<std::shared_ptr<HoldingDevice>> held;
+  for (auto& d : devs_) held.push_back(std::make_shared<HoldingDevice>(d));
+  auto opened = IntentLog::Open(
+      [&](uint32_t lun) -> std::shared_ptr<block::BlockDevice> { return lun < held.size() ? held[lun] : nullptr; },
+      extents_, salt_, [](uint64_t, std::string_view) { return Status(); });
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto log = std::move(opened.value());
+  struct LetGo {
+    std::vector<std::shared_ptr<HoldingDevice>>& held;
+    ~LetGo() {
+      for (auto& h : held) h->ReleaseAll();
+    }
+  } let_go{held};
+  auto mirror = std::make_shared<TestMirror>();
+  EXPECT_EQ(log->AttachMirror(mirror), 2u);
+  for (auto& h : held) h->Hold();
+  for (uint64_t i = 2; i <= 4; i++) {
+    ASSERT_TRUE(log->Reserve(100).ok());
+    ASSERT_EQ(log->Append(Entry(i)), i);
+  }
+  ASSERT_TRUE(held[0]->WaitHeld(1));
+  // Not answered until the mirror says it holds them.
+  std::atomic<bool> answered{false};
+  std::thread waiter([&] {
+    EXPECT_TRUE(log->WaitAcknowledged(4).ok());
+    answered = true;
+  });
+  log->MirrorAcked(mirror.get(), 3);
+  EXPECT_TRUE(log->WaitAcknowledged(3).ok());
+  EXPECT_FALSE(answered.load()) << "entry 4 answered before the mirror held it";
+  log->MirrorAcked(mirror.get(), 4);
+  waiter.join();
+  EXPECT_TRUE(answered.load());
+  EXPECT_EQ(log->durable_lsn(), 1u) << "nothing of the mirrored entries reached the array";
+  EXPECT_GE(log->Stats().mirror_acks, 2u);
+  auto tail = mirror->Tail(*log);
+  // The node dies: its records never reach the array.
+  for (auto& d : devs_) d->SetFault([](const block::IoRequest& req) {
+    return req.op == block::Op::kRead ? Status() : Status::IoError("node died");
+  });
+  for (auto& h : held) h->ReleaseAll();  // and fail
+  log.reset();
+  // The partner opens it with what its mirror holds.
+  Attach();
+  IntentLogOptions o;
+  o.tail = tail;
+  auto taken = Open(&r, o);
+  ASSERT_TRUE(taken);
+  ASSERT_EQ(r.size(), 4u);
+  for (uint64_t i = 1; i <= 4; i++) {
+    EXPECT_EQ(r[i - 1].first, i);
+    EXPECT_EQ(r[i - 1].second, Entry(i));
+  }
+  EXPECT_EQ(taken->Stats().tail_replayed, 3u);
+  EXPECT_EQ(taken->durable_lsn(), 4u) << "the mirror's entries were not written to the log first";
+  taken.reset();
+  // And they are the log's own now.
+  Attach();
+  auto again = Open(&r);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(r.size(), 4u);
+  EXPECT_EQ(again->Stats().tail_replayed, 0u);
+}
+
+// A tail is taken only where it continues the log: this log's salt, an
+// opening no older than the last record's, dense from at most the first
+// LSN the log lacks. Entries the array has are not taken twice.
+TEST_F(IntentLogTest, AMirrorTailIsTakenOnlyWhereItContinuesTheLog) {
+  std::vector<std::pair<uint64_t, std::string>> r;
+  uint64_t first_session = 0, second_session = 0;
+  {
+    auto log = Open(&r);
+    first_session = log->session();
+    AppendDurable(*log, Entry(1));
+    AppendDurable(*log, Entry(2));
+  }
+  {
+    Attach();
+    auto log = Open(&r);
+    second_session = log->session();
+    ASSERT_GT(second_session, first_session);
+    AppendDurable(*log, Entry(3));
+  }
+  auto tail_of = [&](uint64_t session, uint64_t first, uint64_t last) {
+    auto t = std::make_shared<LogTail>();
+    t->salt = salt_;
+    t->session = session;
+    for (uint64_t i = first; i <= last; i++) t->entries.emplace_back(i, Entry(i));
+    return t;
+  };
+  struct Case {
+    const char* what;
+    std::shared_ptr<LogTail> tail;
+    size_t want;
+  };
+  auto other_salt = tail_of(second_session, 4, 5);
+  other_salt->salt++;
+  const Case cases[] = {
+      {"an earlier opening's", tail_of(first_session, 4, 5), 3},
+      {"another log's", other_salt, 3},
+      {"after a gap", tail_of(second_session, 5, 6), 3},
+      {"on the array already", tail_of(second_session, 2, 3), 3},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Attach();
+    IntentLogOptions o;
+    o.tail = c.tail;
+    auto log = Open(&r, o);
+    ASSERT_TRUE(log);
+    EXPECT_EQ(r.size(), c.want);
+    EXPECT_EQ(log->Stats().tail_replayed, 0u);
+    log.reset();
+  }
+  // Overlapping the array and continuing it: only what the array lacks.
+  Attach();
+  IntentLogOptions o;
+  o.tail = tail_of(second_session, 2, 5);
+  auto log = Open(&r, o);
+  ASSERT_TRUE(log);
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(r.back(), (std::pair<uint64_t, std::string>{5, Entry(5)}));
+  EXPECT_EQ(log->Stats().tail_replayed, 2u);
+}
+
 }  // namespace
 }  // namespace nasgw::fs
