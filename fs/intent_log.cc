@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "base/clock.h"
 #include "base/coding.h"
@@ -306,21 +307,20 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
 }
 
 Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_session, const ReplayFn& replay) {
-  if (tail.entries.empty()) return Status();
-  const uint64_t first = tail.entries.front().first, last = tail.entries.back().first;
+  // What the array lacks: from the first entry at or past `next`.
+  size_t from = 0;
+  while (from < tail.entries.size() && tail.entries[from].first < next) from++;
+  if (from == tail.entries.size()) return Status();  // all of it is on the array already
+  const uint64_t first = tail.entries[from].first, last = tail.entries.back().first;
   const char* refused = nullptr;
   if (tail.salt != salt_) {
     refused = "another log's";
   } else if (tail.session < last_session) {
     refused = "older than the log's last record";  // a later opening wrote past it
-  } else if (last < next) {
-    return Status();  // all of it is on the array already
-  } else if (first > next) {
-    refused = "not continuing the log";  // a gap: never acknowledged whole
-  } else {
-    for (size_t i = 1; i < tail.entries.size(); i++) {
-      if (tail.entries[i].first != first + i) refused = "not dense";
-    }
+  } else if (first != next) {
+    refused = "not continuing the log";  // a gap: never answered whole
+  } else if (last - first + 1 != tail.entries.size() - from) {
+    refused = "not dense";
   }
   if (refused != nullptr) {
     NASGW_LOG(kError, "fs") << "intent log: a mirror's entries refused" << Kv("why", refused)
@@ -331,20 +331,20 @@ Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_ses
   // Written first, as this opening's first records: once they are on the
   // array, the mirror's copy is no longer the only other one.
   uint64_t lsn = 0;
-  for (size_t i = next - first; i < tail.entries.size(); i++) {
+  for (size_t i = from; i < tail.entries.size(); i++) {
     const std::string& e = tail.entries[i].second;
     NASGW_RETURN_IF_ERROR(Reserve(e.size(), /*urgent=*/true).WithContext("log a mirror's entries"));
     lsn = Append(e);
     if (lsn != tail.entries[i].first) return Status::Corruption("mirror entry took LSN " + std::to_string(lsn));
   }
   NASGW_RETURN_IF_ERROR(WaitDurable(lsn).WithContext("log a mirror's entries"));
-  for (size_t i = next - first; i < tail.entries.size(); i++) {
+  for (size_t i = from; i < tail.entries.size(); i++) {
     const auto& [at, e] = tail.entries[i];
     NASGW_RETURN_IF_ERROR(replay(at, e).WithContext("replay mirror entry " + std::to_string(at)));
     replayed_++;
     tail_replayed_++;
   }
-  NASGW_LOG(kInfo, "fs") << "intent log: a mirror's entries replayed" << Kv("first", next) << Kv("last", last)
+  NASGW_LOG(kInfo, "fs") << "intent log: a mirror's entries replayed" << Kv("first", first) << Kv("last", last)
                          << Kv("session", tail.session);
   return Status();
 }
@@ -458,16 +458,18 @@ Status IntentLog::WaitAcknowledged(uint64_t lsn) {
 }
 
 uint64_t IntentLog::AttachMirror(std::shared_ptr<LogMirror> m) {
+  std::shared_ptr<LogMirror> old;  // let go outside the lock: its end may wait for threads that call us
   MutexLock l(mu_);
-  mirror_ = std::move(m);
+  old = std::exchange(mirror_, std::move(m));
   mirror_first_ = next_lsn_;
   mirrored_lsn_ = next_lsn_ - 1;
   return mirror_first_;
 }
 
 void IntentLog::DetachMirror(const LogMirror* m) {
+  std::shared_ptr<LogMirror> old;
   MutexLock l(mu_);
-  if (mirror_.get() == m) mirror_.reset();
+  if (mirror_.get() == m) old = std::move(mirror_);
 }
 
 void IntentLog::MirrorAcked(const LogMirror* m, uint64_t lsn) {
