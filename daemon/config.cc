@@ -660,6 +660,21 @@ void ParseCluster(const Section& s, Config* c, Errors* errors) {
   if (!c->cluster_vips.empty() && c->cluster_vip_interface.empty()) {
     errors->Add("cluster.vip_interface", "required with cluster.vips (the LAN interface the addresses go on)");
   }
+  // The cache mirror's connection (cluster/mirror.h): both or neither.
+  if (s.String("mirror_listen", &c->cluster_mirror_listen)) {
+    if (std::string why = CheckHostPort(c->cluster_mirror_listen, true); !why.empty()) {
+      errors->Add("cluster.mirror_listen", why);
+    }
+  }
+  if (s.String("mirror_peer", &c->cluster_mirror_peer)) {
+    if (std::string why = CheckHostPort(c->cluster_mirror_peer, true); !why.empty()) {
+      errors->Add("cluster.mirror_peer", why);
+    }
+  }
+  if (c->cluster_mirror_listen.empty() != c->cluster_mirror_peer.empty()) {
+    errors->Add(c->cluster_mirror_listen.empty() ? "cluster.mirror_listen" : "cluster.mirror_peer",
+                "mirror_listen and mirror_peer go together (this node's and the partner's interconnect address)");
+  }
   if (c->cluster_network_dead_ms < 3 * uint64_t{c->cluster_heartbeat_interval_ms}) {
     errors->Add("cluster.network_dead_ms", std::to_string(c->cluster_network_dead_ms) +
                                                " is shorter than 3 heartbeat intervals (" +
@@ -903,7 +918,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
   ParseCluster(Section("cluster", table("cluster"),
                        {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips",
-                        "vip_interface"},
+                        "vip_interface", "mirror_listen", "mirror_peer"},
                        &errors),
                &c, &errors);
 

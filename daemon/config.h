@@ -86,6 +86,11 @@ struct Config {
   // reserve, on vip_interface; moved on takeover (docs/cluster.md).
   std::vector<std::string> cluster_vips;  // at most kClusterVipsMax
   std::string cluster_vip_interface;      // required with vips
+  // The cache mirror (cluster/mirror.h): this node's "ip:port" on the
+  // interconnect, and the partner's. Both or neither; neither: every write
+  // is acknowledged from the SAN intent log, as on a single node.
+  std::string cluster_mirror_listen;
+  std::string cluster_mirror_peer;
 
   // [head]
   std::string head_socket;                                                // default: <run_dir>/head.sock

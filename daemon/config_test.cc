@@ -935,6 +935,15 @@ TEST_F(ConfigTest, ClusterSection) {
   ExpectInvalid(Cfg("", "", "[cluster]\nvips = \"198.18.1.50/24\"\nvip_interface = \"lan0\""), {"cluster.vips"});
   ExpectInvalid(Cfg("", "", "[cluster]\nvip_interface = \"a/b\""), {"cluster.vip_interface", "not an interface"});
   ExpectInvalid(Cfg("", "", "[cluster]\nenable = true"), {"cluster.enable: unknown key", "enabled"});
+  c = Parse(Cfg("", "", "[cluster]\nmirror_listen = \"198.18.0.1:7410\"\nmirror_peer = \"198.18.0.2:7410\"\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cluster_mirror_listen, "198.18.0.1:7410");
+  EXPECT_EQ(c->cluster_mirror_peer, "198.18.0.2:7410");
+  ExpectInvalid(Cfg("", "", "[cluster]\nmirror_listen = \"198.18.0.1:7410\""), {"cluster.mirror_peer", "go together"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nmirror_peer = \"198.18.0.2\"\nmirror_listen = \"198.18.0.1:1\""),
+                {"cluster.mirror_peer", "port"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nmirror_peer = \"peer.example:1\"\nmirror_listen = \"198.18.0.1:1\""),
+                {"cluster.mirror_peer"});
 }
 
 TEST_F(ConfigTest, SmbSharesFileAndSmbdPidFile) {

@@ -311,13 +311,19 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
     node->urls_.push_back(urls[i]);
     node->devices_.push_back(std::move(dev.value()));
   }
-  node->OpenReserveLocked();
+  if (config.cluster_enabled && !config.cluster_mirror_listen.empty()) {
+    auto m = cluster::MirrorServer::Start(config.cluster_mirror_listen, config.cluster_mirror_peer);
+    if (!m.ok()) return m.status().WithContext("[cluster] mirror");
+    node->mirror_server_ = std::move(m.value());
+  }
+  node->OpenReserveLocked(fs::AcquireMode::kNormal, /*fetch_mirror=*/true);
   NASGW_LOG(kInfo, "node") << "started" << Kv("node", config.node_name) << Kv("luns", node->devices_.size())
                            << Kv("reserve", ReserveStateName(node->state_)) << Kv("reason", node->reason_)
                            << Kv("key", fs::OwnerKeyText(node->identity_.key()));
   lock.Unlock();
   admin.Unlock();
   node->owner_thread_ = std::thread([n = node.get()] { n->OwnerLoop(); });
+  if (node->mirror_server_) node->mirror_thread_ = std::thread([n = node.get()] { n->MirrorLoop(); });
   if (config.cluster_enabled) {
     node->interconnect_ = interconnect ? std::move(interconnect)
                                        : cluster::NewCorosyncInterconnect(config.cluster_group, /*retry_ms=*/1000);
@@ -382,7 +388,7 @@ Node::~Node() {
   Shutdown();
 }
 
-void Node::OpenReserveLocked(fs::AcquireMode mode) {
+void Node::OpenReserveLocked(fs::AcquireMode mode, bool fetch_mirror) {
   domain_.reset();
   reserve_.reset();
   owner_.reset();
@@ -422,9 +428,29 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   }
   for (uint32_t i = 0; i < (*ro)->lun_count(); i++) gated_.push_back((*ro)->lun(i));
   reserve_uuid_ = (*ro)->uuid();
+  // What the partner's memory holds of the domain's log (brief decision 5):
+  // entries this node's partner answered that the array may lack. A
+  // standby takes what it holds, and stops taking the owner's stream first,
+  // before it fences the owner (so that nothing more is answered from it);
+  // a node starting asks the partner.
+  std::shared_ptr<const fs::LogTail> tail;
+  if (mirror_server_) tail = mirror_server_->Freeze(reserve_uuid_, 0);
+  if (!tail && fetch_mirror && mirror_server_) {
+    auto f = cluster::FetchMirror(config_.cluster_mirror_peer, reserve_uuid_, 0);
+    if (f.ok()) {
+      tail = *f;
+    } else {
+      NASGW_LOG(kWarn, "node") << "the partner's mirror could not be asked; opening with the array's log alone"
+                               << Kv("error", f.status().ToString());
+    }
+  }
+  auto unfreeze = [&] {
+    if (mirror_server_) mirror_server_->Unfreeze(reserve_uuid_, 0);
+  };
   auto o = fs::Ownership::Acquire(gated_, gate_, reserve_uuid_, 0, identity_, ownership_options_, mode,
                                   [this](const nasgw::Status& why) { OnOwnershipLost(why); });
   if (!o.ok()) {
+    unfreeze();
     if (o.status().code() == Code::kFenced) {
       state_ = ReserveState::kStandby;
       reason_ = std::string(o.status().message());
@@ -446,12 +472,17 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
     reason_ = r.status().WithContext("open reserve").ToString();
     owner_->Release().IgnoreError();  // we wrote nothing but the record: give it back
     owner_.reset();
+    unfreeze();
     return;
   }
   std::shared_ptr<fs::Reserve> reserve = std::move(r.value());
   for (const auto& repair : reserve->repairs()) NASGW_LOG(kWarn, "node") << "label repaired" << Kv("what", repair);
-  auto d = fs::Domain::Open(reserve, 0, domain_options_);
+  fs::DomainOptions options = domain_options_;
+  options.log.tail = tail;
+  auto d = fs::Domain::Open(reserve, 0, options);
   if (!d.ok()) {
+    // Kept frozen: this node owns the reserve, and what the mirror held is
+    // needed by whoever opens the domain next (the next attempt here).
     state_ = ReserveState::kFailed;
     reason_ = d.status().WithContext("open domain 0 of reserve '" + reserve->name() + "'").ToString();
     // Kept owned: a domain that does not open must not be opened elsewhere
@@ -459,6 +490,13 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
     return;
   }
   std::shared_ptr<fs::Domain> domain = std::move(d.value());
+  if (mirror_server_) {
+    if (tail) {
+      NASGW_LOG(kInfo, "node") << "the partner's mirror of the log taken" << Kv("held", tail->entries.size())
+                               << Kv("replayed", domain->LogStats().tail_replayed);
+    }
+    mirror_server_->Drop(reserve_uuid_, 0);  // on the array now; this node serves the domain
+  }
   // Completes an AddLun that labelled the LUN but stopped before the domain
   // took its groups; nothing to do otherwise.
   auto grew = domain->Grow();
@@ -743,12 +781,104 @@ void Node::AutoTakeover(const cluster::Judgement& j) {
   ClusterEventLocked(start, "online: the domain is open here (its intent log replayed) and the exports published");
 }
 
+void Node::MirrorLoop() {
+  const std::string& peer = config_.cluster_mirror_peer;
+  MutexLock lock(mirror_mu_);
+  while (!mirror_stop_) {
+    std::weak_ptr<fs::Domain> weak;
+    Uuid reserve;
+    {
+      lock.Unlock();
+      ReaderLock node_lock(mu_);
+      if (state_ == ReserveState::kOnline) weak = domain_;
+      reserve = reserve_uuid_;
+      node_lock.Unlock();
+      lock.Lock();
+    }
+    if (weak.expired()) {
+      mirror_why_ = "not serving the domain";
+      mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(200), [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
+      continue;
+    }
+    lock.Unlock();
+    auto s = cluster::MirrorStream::Connect(peer);
+    lock.Lock();
+    if (!s.ok()) {
+      if (mirror_why_ != s.status().ToString()) {
+        NASGW_LOG(kWarn, "cluster") << "no cache mirror: writes are answered from the SAN"
+                                    << Kv("error", s.status().ToString());
+      }
+      mirror_why_ = s.status().ToString();
+      mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(1000), [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
+      continue;
+    }
+    std::shared_ptr<cluster::MirrorStream> stream = *s;
+    cluster::MirrorStream* raw = stream.get();
+    auto d = weak.lock();
+    auto start = d ? d->AttachLogMirror(stream) : Result<fs::Domain::MirrorStart>(nasgw::Status::Unavailable("closed"));
+    d.reset();
+    if (!start.ok()) {
+      mirror_why_ = start.status().ToString();
+      stream->Close();
+      mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(1000), [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
+      continue;
+    }
+    cluster::MirrorHello h;
+    h.reserve = reserve;
+    h.domain = 0;
+    h.salt = start->salt;
+    h.session = start->session;
+    h.first_lsn = start->first_lsn;
+    h.sender = config_.node_name;
+    // The stream's threads hold the domain only while they call it: a
+    // domain closing must not wait for them.
+    stream->Start(
+        h,
+        [weak, raw](uint64_t lsn) {
+          if (auto dd = weak.lock()) dd->LogMirrorAcked(raw, lsn);
+        },
+        [weak] {
+          auto dd = weak.lock();
+          return dd ? dd->log_durable_lsn() : 0;
+        });
+    mirror_stream_ = stream;
+    mirror_why_.clear();
+    NASGW_LOG(kInfo, "cluster") << "cache mirror: writes are answered once the partner holds them"
+                                << Kv("partner", peer) << Kv("first_lsn", h.first_lsn);
+    // Until the stream breaks, the domain closes, or the node stops.
+    for (;;) {
+      lock.Unlock();
+      const bool broken = stream->WaitBroken(200);
+      std::shared_ptr<fs::Domain> now;
+      {
+        ReaderLock node_lock(mu_);
+        if (state_ == ReserveState::kOnline) now = domain_;
+      }
+      const bool same = now && now.get() == weak.lock().get();
+      now.reset();
+      lock.Lock();
+      if (broken || !same || mirror_stop_) {
+        mirror_why_ = broken ? stream->stats().why : !same ? "the domain closed" : "stopping";
+        break;
+      }
+    }
+    mirror_stream_.reset();
+    lock.Unlock();
+    if (auto dd = weak.lock()) dd->DetachLogMirror(raw);
+    stream->Close();
+    stream.reset();
+    lock.Lock();
+    mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(500), [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
+  }
+}
+
 ClusterStatus Node::GetCluster() const {
   ClusterStatus c;
   c.enabled = config_.cluster_enabled;
   c.auto_takeover = config_.cluster_auto_takeover;
-  c.mirror = "none: writes are acknowledged once in the SAN intent log (the cache mirror is not built yet)";
+  c.mirror = "none: writes are acknowledged once in the SAN intent log ([cluster] mirror_peer not set)";
   if (!c.enabled) return c;
+  c.mirror_configured = mirror_server_ != nullptr;
   const uint64_t now = MonotonicNanos();
   cluster::InterconnectStatus is = interconnect_->status();
   c.interconnect = interconnect_->Describe();
@@ -796,6 +926,31 @@ ClusterStatus Node::GetCluster() const {
   c.why = judgement_.why;
   c.network_silent_ms = judgement_.network_silent_ms;
   c.degraded = c.owned_here ? !peer_live : judgement_.verdict != cluster::Verdict::kOwnerAlive;
+  lock.Unlock();
+  if (c.mirror_configured) {
+    std::string why;
+    {
+      MutexLock m(mirror_mu_);
+      c.mirror_streaming = mirror_stream_ != nullptr;
+      why = mirror_why_;
+    }
+    for (const auto& h : mirror_server_->held()) {
+      c.mirror_held_entries += h.entries;
+      c.mirror_held_bytes += h.bytes;
+    }
+    if (c.owned_here) {
+      if (auto d = domain()) c.mirror_acks = d->LogStats().mirror_acks;
+      c.mirror = c.mirror_streaming
+                     ? "the partner's memory (" + config_.cluster_mirror_peer +
+                           "): writes are acknowledged once the partner holds them"
+                     : "the SAN intent log (degraded: no mirror: " + why + ")";
+      c.degraded |= !c.mirror_streaming;
+    } else {
+      c.mirror = "holding " + std::to_string(c.mirror_held_entries) + " entries (" +
+                 std::to_string(c.mirror_held_bytes) + " bytes) of the owner's log not yet on the SAN";
+    }
+  }
+  MutexLock again(cluster_mu_);
   c.takeovers = takeovers_;
   c.last_takeover = last_takeover_;
   return c;
@@ -1606,6 +1761,12 @@ void Node::Shutdown() {
   cluster_cv_.NotifyAll();
   if (cluster_thread_.joinable()) cluster_thread_.join();
   if (interconnect_) interconnect_->Stop();
+  {
+    MutexLock lock(mirror_mu_);
+    mirror_stop_ = true;
+  }
+  mirror_cv_.NotifyAll();
+  if (mirror_thread_.joinable()) mirror_thread_.join();
   // A node that stops serves nothing: its client addresses go before the
   // domain is released, so that the partner's takeover finds them free.
   if (vips_) {

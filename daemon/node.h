@@ -36,6 +36,7 @@
 #include "block/block_device.h"
 #include "block/gated_device.h"
 #include "cluster/interconnect.h"
+#include "cluster/mirror.h"
 #include "cluster/peer_monitor.h"
 #include "cluster/vip.h"
 #include "daemon/config.h"
@@ -141,6 +142,12 @@ struct ClusterStatus {
   // acknowledged from the SAN only (today always: no mirror yet).
   bool degraded = false;
   std::string mirror;  // what acknowledges a write
+  // The cache mirror ([cluster] mirror_listen/mirror_peer; cluster/mirror.h).
+  bool mirror_configured = false;
+  bool mirror_streaming = false;     // owner: its log streams to the partner, which answers
+  uint64_t mirror_acks = 0;          // owner: answers the partner gave before the array (this opening)
+  uint64_t mirror_held_entries = 0;  // standby: entries of the owner's log held here
+  uint64_t mirror_held_bytes = 0;
   // Client-access addresses ([cluster] vips): held here while online.
   std::string vip_interface;
   std::vector<std::string> vips;
@@ -308,7 +315,12 @@ class Node {
   Node() = default;
   // Reads the state from the LUNs and, for a reserve, takes ownership in
   // `mode` and opens it: sets reserve_, domain_, owner_, state_, reason_.
-  void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal) REQUIRES(mu_);
+  // `fetch_mirror`: a node starting asks the partner for what its mirror
+  // holds of the domain's log (this node's answers before it stopped).
+  void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal, bool fetch_mirror = false) REQUIRES(mu_);
+  // The owner's side of the cache mirror: streams the online domain's
+  // intent log to the partner, again after every break (own thread).
+  void MirrorLoop();
   // LUN status for member `index` of the reserve (or device position when
   // not online).
   LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& lun) const REQUIRES_SHARED(mu_);
@@ -411,6 +423,15 @@ class Node {
   Mutex flush_hook_mu_ ACQUIRED_AFTER(admin_mu_) ACQUIRED_BEFORE(vip_mu_);
   std::function<nasgw::Status()> flush_hook_ GUARDED_BY(flush_hook_mu_);
   std::string vip_error_ GUARDED_BY(cluster_mu_);
+  // The cache mirror: the partner's side (what this node holds of the
+  // owner's log) and the owner's (the stream MirrorLoop keeps).
+  std::unique_ptr<cluster::MirrorServer> mirror_server_;  // set at Start
+  mutable Mutex mirror_mu_;                               // a leaf
+  CondVar mirror_cv_;
+  bool mirror_stop_ GUARDED_BY(mirror_mu_) = false;
+  std::shared_ptr<cluster::MirrorStream> mirror_stream_ GUARDED_BY(mirror_mu_);  // streaming now
+  std::string mirror_why_ GUARDED_BY(mirror_mu_);  // why not streaming
+  std::thread mirror_thread_;
   uint64_t takeover_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;  // of the takeover whose VIPs are not added yet
 };
 

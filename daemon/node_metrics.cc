@@ -186,6 +186,17 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
             "1 while the pair runs degraded: the owner does not hear its partner, or a standby hears one of the "
             "owner's heartbeats no more.",
             {}, cl.degraded ? 1 : 0);
+    s.Gauge("nasgw_cluster_mirror_streaming",
+            "Owner: 1 while its intent log streams to the partner's memory and writes are acknowledged once the "
+            "partner holds them (0: from the SAN intent log).",
+            {}, cl.mirror_streaming ? 1 : 0);
+    s.Counter("nasgw_cluster_mirror_acks_total",
+              "Owner: changes answered once the partner held them, before their log record reached the SAN (this "
+              "opening of the domain).",
+              {}, cl.mirror_acks);
+    s.Gauge("nasgw_cluster_mirror_held_bytes",
+            "Standby: bytes of the owner's intent log held in this node's memory, not yet reported on the SAN.", {},
+            static_cast<double>(cl.mirror_held_bytes));
     s.Counter("nasgw_cluster_takeovers_total", "Automatic takeovers of the reserve by this node since it started.", {},
               cl.takeovers);
     std::map<std::string, uint64_t> heard;  // by peer name: the freshest, should a name be heard under two ids

@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import sys
@@ -50,6 +51,7 @@ SETTLE_MS = 500
 VIP = "198.18.1.50"      # the pair's client-access address on the lab LAN (sanlab --lan)
 TAKEOVER_TIMEOUT_S = 30  # the issue's "no trial over 30 s"
 POLL_S = 0.05            # another process's state: no event to wait on
+MIRROR_PORT = 7410       # the cache mirror's port on the interconnect
 
 CLUSTER_CONFIG = """
 [reserve]
@@ -62,7 +64,7 @@ network_dead_ms = %d
 
 
 class Lab:
-    def __init__(self, build, nfs=False):
+    def __init__(self, build, nfs=False, mirror_on=True):
         """nfs: a clients' LAN too, the pair's VIP on it, and ganesha.nfsd
         with FSAL_NASGW on each node, serving what its nasgwd exports."""
         info = json.loads(sh([SANLAB, "start", "cl%d" % os.getpid(), "--mode", "netns", "--luns", "2",
@@ -86,12 +88,15 @@ class Lab:
             self.config += 'vips = ["%s/24"]\nvip_interface = "front0"\n' % VIP
         for i, n in enumerate(self.nodes):
             n.s["renew_ms"], n.s["lease_ms"] = RENEW_MS, LEASE_MS
+            # The cache mirror over the interconnect (sanlab: host i is 198.18.0.(1+i)).
+            mirror = 'mirror_listen = "198.18.0.%d:%d"\nmirror_peer = "198.18.0.%d:%d"\n' % (
+                1 + i, MIRROR_PORT, 2 - i, MIRROR_PORT) if mirror_on else ""
             if nfs:
-                n.s["extra_config"] = self.config + "[nfs]\nexports_file = %s\nganesha_pid_file = %s\n" % (
+                n.s["extra_config"] = self.config + mirror + "[nfs]\nexports_file = %s\nganesha_pid_file = %s\n" % (
                     json.dumps(os.path.join(n.s["dir"], "ganesha-exports.conf")),
                     json.dumps(os.path.join(self.nfs_labs[i].dir, "ganesha.pid")))
             else:
-                n.s["extra_config"] = self.config
+                n.s["extra_config"] = self.config + mirror
             n.save()
 
     def start_pair(self):
@@ -184,13 +189,15 @@ def cluster(node):
     return r.get("cluster", r)
 
 
-def wait_for(fn, timeout, what):
+def wait_for(fn, timeout, what, fail=True):
     deadline = time.monotonic() + timeout
     while True:
         v = fn()
         if v:
             return v
         if time.monotonic() > deadline:
+            if not fail:
+                return v
             raise RuntimeError("timed out after %ds waiting for %s" % (timeout, what))
         time.sleep(POLL_S)
 
@@ -328,12 +335,28 @@ def timeline(node):
     return ["+%s ms %s" % (e.get("after_ms", "?"), e.get("what", "")[:160]) for e in ev]
 
 
+def mirror_taken(node):
+    """Entries the node's last takeover replayed from its mirror of the
+    owner's log (what the array lacked), from its log."""
+    found = re.findall(r"the partner's mirror of the log taken.* replayed=(\d+)", node.log_tail(10 ** 7))
+    seen = getattr(node, "mirror_seen", 0)
+    if len(found) < seen:  # a new log file
+        seen = 0
+    node.mirror_seen = len(found)
+    return sum(int(n) for n in found[seen:])
+
+
 def cmd_kill(lab, c, a, res):
     owner, standby = lab.start_pair()
     rng = random.Random(a.seed)
     outages, lost_rounds, standby_ok = [], [], 0
+    mirrored_rounds, taken = 0, []
     for r in range(a.rounds):
         owner.mount()
+        # The owner answers from the partner's memory (the cache mirror) before it dies.
+        if wait_for(lambda: "partner's memory" in cluster(owner).get("mirror", ""), 10, "the mirror streaming",
+                    fail=False):
+            mirrored_rounds += 1
         w = Writer(owner.mount_path, "k%03d" % r)
         w.start()
         w.wait_acked(3)
@@ -345,8 +368,9 @@ def cmd_kill(lab, c, a, res):
         online, served = first_op(standby, t0)
         bad = verify(standby.mount_path, w)
         outages.append(served)
+        taken.append(mirror_taken(standby))
         res["kill"].append({"round": r, "online_s": online, "served_s": served, "acked": w.acked,
-                            "lost": len(bad), "timeline": timeline(standby)})
+                            "lost": len(bad), "mirror_entries_replayed": taken[-1], "timeline": timeline(standby)})
         if bad:
             lost_rounds.append((r, bad[:5]))
         standby.unmount()
@@ -363,6 +387,9 @@ def cmd_kill(lab, c, a, res):
     c("%d SIGKILLs of the owner under fsync load: every acknowledged write and namespace change on the partner"
       % a.rounds, not lost_rounds, lost_rounds)
     c("each killed node came back as the new owner's standby", standby_ok == a.rounds, (standby_ok, a.rounds))
+    c("the owner's log streamed to the partner's memory before every kill (%d entries the array lacked were "
+      "replayed from the mirror, in %d of %d takeovers)" % (sum(taken), sum(1 for t in taken if t), a.rounds),
+      mirrored_rounds == a.rounds, (mirrored_rounds, a.rounds))
     worst = max(outages)
     c("client outage (kill to first served op): median %.2f s, max %.2f s (target median <= 5 s, none over 30 s)"
       % (statistics.median(outages), worst), statistics.median(outages) <= 5 and worst <= 30, outages)
