@@ -1150,17 +1150,9 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
   if (old_domain) {
     // Heads in flight hold the domain; it must be closed before its LUNs are
     // overwritten.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_ms);
-    while (old_domain.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (old_domain.use_count() > 1) {
+    if (!WaitDrained(old_domain)) {
       WriterLock lock(mu_);
-      domain_ = std::move(old_domain);
-      reserve_ = std::move(old_reserve);
-      owner_ = std::move(old_owner);
-      state_ = ReserveState::kOnline;
-      reason_.clear();
+      RestoreOnlineLocked(std::move(old_domain), std::move(old_reserve), std::move(old_owner));
       return nasgw::Status::Busy("the domain is still in use by head requests; try again");
     }
     NASGW_LOG(kWarn, "node") << "closing the online domain to format over it" << Kv("reserve", old_reserve->name());
@@ -1567,6 +1559,16 @@ std::shared_ptr<fs::Domain> Node::domain(uint64_t* write_verifier) const {
   return online ? domain_ : nullptr;
 }
 
+void Node::RestoreOnlineLocked(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
+                               std::unique_ptr<fs::Ownership> owner) {
+  domain_ = std::move(domain);
+  reserve_ = std::move(reserve);
+  owner_ = std::move(owner);
+  state_ = ReserveState::kOnline;
+  reason_.clear();
+  owner_text_ = "this node";
+}
+
 bool Node::WaitDrained(const std::shared_ptr<fs::Domain>& domain) const {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_ms);
   while (domain && domain.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
@@ -1670,12 +1672,7 @@ nasgw::Status Node::GiveBack() {
     // the addresses and exports back.
     {
       WriterLock lock(mu_);
-      domain_ = std::move(domain);
-      reserve_ = std::move(reserve);
-      owner_ = std::move(owner);
-      state_ = ReserveState::kOnline;
-      reason_.clear();
-      owner_text_ = "this node";
+      RestoreOnlineLocked(std::move(domain), std::move(reserve), std::move(owner));
     }
     {
       MutexLock lock(cluster_mu_);

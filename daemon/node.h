@@ -332,6 +332,10 @@ class Node {
   // Waits for heads to let go of `domain` (at most drain_ms), closes it and
   // releases the reserve (Busy, and kept, if they did not).
   bool WaitDrained(const std::shared_ptr<fs::Domain>& domain) const;
+  // Puts back a domain that was being closed but that heads still hold (the
+  // ownership was never given up): online again, as before.
+  void RestoreOnlineLocked(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
+                           std::unique_ptr<fs::Ownership> owner) REQUIRES(mu_);
   nasgw::Status CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
                                 std::unique_ptr<fs::Ownership> owner);
   // The owner thread: turns a loss into kFenced, watches the holder while

@@ -52,6 +52,7 @@ VIP = "198.18.1.50"      # the pair's client-access address on the lab LAN (sanl
 TAKEOVER_TIMEOUT_S = 30  # the issue's "no trial over 30 s"
 POLL_S = 0.05            # another process's state: no event to wait on
 MIRROR_PORT = 7410       # the cache mirror's port on the interconnect
+LOAD_AROUND_S = [0.0, 0.0]  # nfs --timeline: seconds of load before the failure, and until after it
 
 CLUSTER_CONFIG = """
 [reserve]
@@ -492,7 +493,7 @@ def cmd_hang(lab, c, a, res):
 NFS_LOAD = """
 import hashlib, time, nfs_rs
 url = 'nfs://%s/%s?version=%s' % (ARGS['server'], ARGS['export'].lstrip('/'), ARGS['version'])
-c, i, acked, gaps, errors = None, 0, {}, [], []
+c, i, acked, gaps, errors, times = None, 0, {}, [], [], []
 last_ok = time.monotonic()
 end = last_ok + ARGS['max_s']
 while not os.path.exists(ARGS['stop']) and time.monotonic() < end:
@@ -507,6 +508,7 @@ while not os.path.exists(ARGS['stop']) and time.monotonic() < end:
         if now - last_ok > 1.0:
             gaps.append(round(now - last_ok, 3))
         last_ok = now
+        times.append(round(time.time(), 3))
         acked[name] = hashlib.sha256(data).hexdigest()
         i += 1
         with open(ARGS['progress'], 'w') as p:
@@ -519,7 +521,7 @@ while not os.path.exists(ARGS['stop']) and time.monotonic() < end:
             pass
         c = None
         time.sleep(0.1)
-out({'acked': acked, 'gaps': gaps, 'errors': errors[-20:], 'n': i})
+out({'acked': acked, 'gaps': gaps, 'errors': errors[-20:], 'n': i, 'times': times})
 """
 
 NFS_VERIFY = """
@@ -568,8 +570,10 @@ def nfs_round(lab, c, res, owner_i, version, failure="panic"):
     try:
         t.start()
         wait_for(lambda: progress(prog) >= 20 or "error" in result, 60, "NFS writes through the VIP")
+        time.sleep(LOAD_AROUND_S[0])  # --timeline: a stretch of steady load before the failure (a measured span)
         before = progress(prog)
         t0 = time.monotonic()
+        failed_at = time.time()  # the client's clock (same machine): its replies' times are wall times
         if failure == "panic":
             lab.panic(owner_i)
         else:
@@ -577,6 +581,7 @@ def nfs_round(lab, c, res, owner_i, version, failure="panic"):
         wait_for(lambda: state(other) == "online", TAKEOVER_TIMEOUT_S, "takeover")
         online = time.monotonic() - t0
         wait_for(lambda: progress(prog) >= before + 20 or "error" in result, 60, "NFS writes after the takeover")
+        time.sleep(max(0.0, t0 + LOAD_AROUND_S[1] - time.monotonic()))  # --timeline: and after it
         served = None  # the client's own figure: its longest stretch without a successful call
     finally:
         open(stop, "w").close()
@@ -591,7 +596,9 @@ def nfs_round(lab, c, res, owner_i, version, failure="panic"):
                         timeout=180)[0] if out.get("acked") else ["no acknowledged writes"]
     res["nfs"].append({"version": version, "failure": failure, "online_s": online, "client_outage_s": served,
                        "acked": out.get("n"), "lost": len(bad), "errors": out.get("errors"),
-                       "timeline": timeline(other)})
+                       "timeline": timeline(other),
+                       # Every reply the client got, in seconds from the failure (the throughput timeline).
+                       "replies_s": [round(t - failed_at, 3) for t in out.get("times", [])]})
     what = "the owner's machine died" if failure == "panic" else "the owner's client LAN link went down"
     c("NFSv%s through VIP %s: %s, the partner took over (online %.2f s) and the client "
       "carried on through the same address (longest stretch without a reply %.2f s)" %
@@ -657,7 +664,12 @@ def main():
     ap.add_argument("--nfs-rounds", type=int, default=2, help="failovers under NFS load (v3 and v4.1 in turn)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write every trial's figures here")
+    ap.add_argument("--timeline", action="store_true",
+                    help="nfs: keep the load 5 s before each failure and until 15 s after it "
+                         "(for bench/cluster_chart.py --throughput-out)")
     a = ap.parse_args()
+    if a.timeline:
+        LOAD_AROUND_S[:] = [5.0, 15.0]
     b = os.path.abspath(a.build)
     c = Checks()
     res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": []}
