@@ -52,7 +52,10 @@ latency (us), the bytes A sent to and read from the array during the
 measurement, and A's counters over it (nasgwd's metrics endpoint: writes
 logged, put in place, put in place because the log was slow, answers the
 mirror gave before the array); and healthy's write IOPS and write p50 against single's and
-degraded's (ratio of the medians, and the median of the per-round ratios).
+degraded's (ratio of the medians, and the median of the per-round ratios);
+the CPU the machine, A's and B's nasgwd used during the measurement (both
+nodes share this machine's cores: B's work receiving the stream is not free
+here as it is on a partner machine).
 Output: a table on stdout, --out JSON (rewritten after every row).
 
   python3 bench/pair_bench.py --build build/release --runs 5 --out /tmp/pair-bench.json
@@ -314,6 +317,27 @@ class PairBench:
                     pass
         return out
 
+    def cpu(self):
+        """CPU seconds so far: the machine's busy time (all cores, from
+        /proc/stat), A's and B's nasgwd and A's ganesha.nfsd (None for a
+        process not running)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        out = {"machine_busy": (sum(v) - v[3] - v[4]) / tick, "machine_total": sum(v) / tick}
+        pids = {"nasgwd_a": self.A.s.get("daemon_pid"), "nasgwd_b": self.B.s.get("daemon_pid"),
+                "ganesha_a": getattr(self.lab.servers[0], "pid", None) if self.lab.servers else None}
+        for k, pid in pids.items():
+            out[k] = None
+            if pid:
+                try:
+                    with open("/proc/%d/stat" % pid) as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    out[k] = (int(fields[11]) + int(fields[12])) / tick
+                except (OSError, IndexError, ValueError):
+                    pass
+        return out
+
     def san_counters(self):
         """A's SAN link (its namespace's eth0): tx = what A wrote to the
         array, rx = what it read."""
@@ -330,9 +354,12 @@ class PairBench:
                 row["prime_s"] = round(self.prime("%s-r%d" % (v, r)), 2)
                 counters = self.san_counters()
                 row["quiet_s"], _, _, row["quiet"] = counters.wait_quiet(self.a.quiesce_max)
-                san0, m0 = counters.read(), self.metrics()
+                san0, m0, c0, w0 = counters.read(), self.metrics(), self.cpu(), time.monotonic()
                 row.update(self.measure("%s-r%d" % (v, r)))
-                san1, m1 = counters.read(), self.metrics()
+                san1, m1, c1, w1 = counters.read(), self.metrics(), self.cpu(), time.monotonic()
+                # CPU over the measurement (ramp and fio's start included), in cores busy.
+                row["cpu_cores"] = {k: (c1[k] - c0[k]) / (w1 - w0) if c1[k] is not None and c0[k] is not None
+                                    else None for k in c1 if k != "machine_total"}
                 # Counters: what the measurement added; gauges: as it ended.
                 row["a_metrics"] = {k: (m1[k] - m0.get(k, 0) if k.startswith(METRICS) else m1[k]) for k in m1}
                 am = row["a_metrics"]
@@ -347,11 +374,12 @@ class PairBench:
                 row["restore_s"] = round(self.restore_pair(), 2)
             log("round %d %-8s write %6.0f IOPS (total %6.0f) write p50 %6.0f us p99 %7.0f us, read p50 %6.0f us "
                 "p99 %7.0f us; SAN %.0f MB out, %.0f in; writes logged %s, in place %s (log slow %s), mirror "
-                "acks %s; setup %.1f s, restore %.1f s%s" % (
+                "acks %s; CPU cores busy: machine %.2f, nasgwd A %.2f B %s, ganesha A %s; setup %.1f s, restore %.1f s%s" % (
                     r, v, row["write_iops"], row["iops"], row.get("write_p50_us", 0), row.get("write_p99_us", 0),
                     row.get("read_p50_us", 0), row.get("read_p99_us", 0), row["san_tx_mb"], row["san_rx_mb"],
                     num(row["writes_logged"]), num(row["writes_stable_in_place"]), num(row["writes_log_slow"]),
-                    num(row["mirror_acks"]),
+                    num(row["mirror_acks"]), row["cpu_cores"]["machine_busy"], row["cpu_cores"]["nasgwd_a"] or 0,
+                    fmt(row["cpu_cores"]["nasgwd_b"]), fmt(row["cpu_cores"]["ganesha_a"]),
                     row["setup_s"], row["restore_s"],
                     "" if row["state_kept"] else "  STATE CHANGED DURING THE RUN: %s" % row["after"]))
         except Exception as e:
@@ -402,7 +430,10 @@ def medians(rows):
         if not rs:
             continue
         m = {"runs": len(rs), "write_latency": rs[0].get("write_latency"), "read_latency": rs[0].get("read_latency")}
-        for key in MEDIAN_KEYS:
+        for x in rs:
+            for k, c in (x.get("cpu_cores") or {}).items():
+                x["cpu_" + k] = c
+        for key in MEDIAN_KEYS + ("cpu_machine_busy", "cpu_nasgwd_a", "cpu_nasgwd_b", "cpu_ganesha_a"):
             vals = [x[key] for x in rs if isinstance(x.get(key), (int, float))]
             if vals:
                 m[key] = statistics.median(vals)
@@ -452,6 +483,10 @@ def table(res):
         lines.append("%-9s %4d %9.0f %10.0f %13.0f %13.0f %13.0f %13.0f %11.0f" % (
             v, m["runs"], m.get("iops", 0), m.get("write_iops", 0), m.get("write_p50_us", 0),
             m.get("write_p99_us", 0), m.get("read_p50_us", 0), m.get("read_p99_us", 0), m.get("san_tx_mb", 0)))
+    lines.append("CPU cores busy during the measurement (medians; this machine has %d): " % os.cpu_count() + "; ".join(
+        "%s: machine %s, nasgwd A %s, B %s, ganesha A %s" % (
+            v, fmt(med[v].get("cpu_machine_busy")), fmt(med[v].get("cpu_nasgwd_a")), fmt(med[v].get("cpu_nasgwd_b")),
+            fmt(med[v].get("cpu_ganesha_a"))) for v in VARIANTS if v in med))
     lines.append("A's writes during the measurement (medians): " + "; ".join(
         "%s: logged %s, put in place %s (of which the log slow %s), mirror acks %s" % (
             v, num(med[v].get("writes_logged")), num(med[v].get("writes_stable_in_place")),

@@ -25,7 +25,10 @@ enum Frame : uint8_t { kHello = 1, kEntry = 2, kRelease = 3, kAck = 4, kRefuse =
 constexpr size_t kFrameHeader = 5;  // u32 length (of type and payload), u8 type
 // A frame holds one entry (at most an intent log record), a hello, or a
 // fetch's answer (everything held).
-constexpr uint32_t kFrameMax = static_cast<uint32_t>(kMirrorBytesMax + (64u << 20));
+constexpr uint32_t kFrameMax = static_cast<uint32_t>(2 * kMirrorBytesMax);  // entries and their 12-byte headers
+// A partner answers what arrived together, and at least every this many
+// entries under a steady stream.
+constexpr uint64_t kAckEvery = 64;
 // Entries one write of the sender carries at most.
 constexpr size_t kSendBatchBytes = 1u << 20;
 
@@ -158,6 +161,7 @@ struct MirrorServer::Store {
   uint64_t bytes = 0, received = 0;
   int fd = -1;  // the stream feeding it (-1: none)
   bool frozen = false;
+  bool streamed = false;  // a stream was taken since the last Drop
   void Release(uint64_t durable) {
     while (!entries.empty() && entries.begin()->first <= durable) {
       bytes -= entries.begin()->second.size();
@@ -232,8 +236,9 @@ void MirrorServer::AcceptLoop() {
       continue;
     }
     MutexLock l(mu_);
-    if (serving_ >= 4) {  // the partner has one stream and at most a fetch
+    if (stop_ || serving_ >= 4) {  // the partner has one stream and at most a fetch
       ::close(fd);
+      if (stop_) return;
       continue;
     }
     serving_++;
@@ -279,23 +284,27 @@ void MirrorServer::Serve(int fd) {
   if (version != kMirrorVersion) return refuse("mirror protocol version " + std::to_string(version));
   if (!d.ok()) return refuse("bad hello");
   if (mode == kModeFetch) {
-    std::string out;
+    uint64_t salt = 0, session = 0;
+    std::vector<std::pair<uint64_t, std::string>> entries;
     {
       MutexLock l(mu_);
       auto it = stores_.find({h.reserve, h.domain});
-      Encoder e;
-      const Store* s = it == stores_.end() ? nullptr : it->second.get();
-      e.U64(s ? s->salt : 0);
-      e.U64(s ? s->session : 0);
-      e.U32(s ? static_cast<uint32_t>(s->entries.size()) : 0);
-      if (s) {
-        for (const auto& [lsn, entry] : s->entries) {
-          e.U64(lsn);
-          e.Str32(entry);
-        }
+      if (it != stores_.end()) {
+        salt = it->second->salt;
+        session = it->second->session;
+        entries.assign(it->second->entries.begin(), it->second->entries.end());
       }
-      AppendFrame(&out, kTail, e.str());
     }
+    Encoder e;
+    e.U64(salt);
+    e.U64(session);
+    e.U32(static_cast<uint32_t>(entries.size()));
+    for (const auto& [lsn, entry] : entries) {
+      e.U64(lsn);
+      e.Str32(entry);
+    }
+    std::string out;
+    AppendFrame(&out, kTail, e.str());
     WriteAll(fd, out);
     return;
   }
@@ -309,7 +318,7 @@ void MirrorServer::Stream(int fd, const MirrorHello& h) {
     Store* s = StoreLocked(h.reserve, h.domain);
     if (s->frozen) {
       std::string out;
-      AppendFrame(&out, kRefuse, "the partner is taking the domain over");
+      AppendFrame(&out, kRefuse, "the partner is taking the domain over or serves it");
       WriteAll(fd, out);
       return;
     }
@@ -325,6 +334,7 @@ void MirrorServer::Stream(int fd, const MirrorHello& h) {
     s->sender = h.sender;
     s->received = 0;
     s->fd = fd;
+    s->streamed = true;
   }
   NASGW_LOG(kInfo, "cluster") << "mirror stream from the owner" << Kv("sender", h.sender)
                               << Kv("reserve", h.reserve.ToString()) << Kv("session", h.session)
@@ -372,7 +382,7 @@ void MirrorServer::Stream(int fd, const MirrorHello& h) {
     }
     // One answer for everything that arrived together.
     int pending = 0;
-    if (last != acked && ::ioctl(fd, FIONREAD, &pending) == 0 && pending == 0) {
+    if (last != acked && (last - acked >= kAckEvery || (::ioctl(fd, FIONREAD, &pending) == 0 && pending == 0))) {
       Encoder e;
       e.U64(last);
       std::string out;
@@ -389,19 +399,21 @@ void MirrorServer::Stream(int fd, const MirrorHello& h) {
                               << Kv("held_entries", s->entries.size());
 }
 
-std::shared_ptr<fs::LogTail> MirrorServer::Freeze(const Uuid& reserve, uint32_t domain) {
+MirrorServer::Frozen MirrorServer::Freeze(const Uuid& reserve, uint32_t domain) {
   MutexLock l(mu_);
   Store* s = StoreLocked(reserve, domain);
   s->frozen = true;
   if (s->fd >= 0) ::shutdown(s->fd, SHUT_RDWR);
   // Every entry the stream answered is in the store: answers are sent by
   // the stream's thread after the entries went in, under this lock.
-  if (s->entries.empty()) return nullptr;
-  auto t = std::make_shared<fs::LogTail>();
-  t->salt = s->salt;
-  t->session = s->session;
-  t->entries.assign(s->entries.begin(), s->entries.end());
-  return t;
+  Frozen f;
+  f.streamed = s->streamed;
+  if (s->entries.empty()) return f;
+  f.tail = std::make_shared<fs::LogTail>();
+  f.tail->salt = s->salt;
+  f.tail->session = s->session;
+  f.tail->entries.assign(s->entries.begin(), s->entries.end());
+  return f;
 }
 
 void MirrorServer::Unfreeze(const Uuid& reserve, uint32_t domain) {
@@ -417,7 +429,7 @@ void MirrorServer::Drop(const Uuid& reserve, uint32_t domain) {
   it->second->entries.clear();
   it->second->bytes = 0;
   it->second->salt = it->second->session = 0;
-  it->second->frozen = false;
+  it->second->streamed = false;
 }
 
 std::vector<MirrorServer::Held> MirrorServer::held() const {
@@ -463,10 +475,8 @@ MirrorStream::~MirrorStream() {
   ::close(fd_);
 }
 
-void MirrorStream::Start(const MirrorHello& hello, std::function<void(uint64_t)> acked,
-                         std::function<uint64_t()> durable) {
-  acked_ = std::move(acked);
-  durable_ = std::move(durable);
+void MirrorStream::Start(const MirrorHello& hello, std::shared_ptr<fs::MirrorAcks> acks) {
+  acks_ = std::move(acks);
   {
     MutexLock l(mu_);
     AppendFrame(&hello_, kHello, EncodeHello(kModeStream, hello));
@@ -487,6 +497,10 @@ void MirrorStream::Mirror(uint64_t lsn, std::string_view entry) {
   queue_.emplace_back(lsn, std::string(entry));
   queued_bytes_ += entry.size();
   cv_.NotifyAll();
+}
+
+void MirrorStream::Durable(uint64_t lsn) {
+  durable_.store(lsn, std::memory_order_relaxed);
 }
 
 void MirrorStream::Break(const std::string& why) {
@@ -524,9 +538,7 @@ void MirrorStream::SendLoop() {
         return broken_ || closed_ || !queue_.empty();
       });
       if (queue_.empty() && !broken_ && !closed_) {
-        l.Unlock();
-        const uint64_t d = durable_();
-        l.Lock();
+        const uint64_t d = durable_.load(std::memory_order_relaxed);
         if (d > released) {
           Encoder e;
           e.U64(d);
@@ -536,9 +548,7 @@ void MirrorStream::SendLoop() {
       }
       continue;
     }
-    l.Unlock();
-    const uint64_t durable = durable_();
-    l.Lock();
+    const uint64_t durable = durable_.load(std::memory_order_relaxed);
     while (!queue_.empty() && out.size() < kSendBatchBytes) {
       auto& [lsn, entry] = queue_.front();
       Encoder e;
@@ -568,7 +578,7 @@ void MirrorStream::ReceiveLoop() {
         if (broken_ || closed_) break;
         acked_lsn_ = std::max(acked_lsn_, lsn);
       }
-      acked_(lsn);
+      acks_->Acked(lsn);
     } else if (type == kRefuse) {
       why = "the partner refused: " + payload;
       break;

@@ -81,13 +81,22 @@ class MirrorServer {
   MirrorServer(const MirrorServer&) = delete;
   MirrorServer& operator=(const MirrorServer&) = delete;
 
+  struct Frozen {
+    // A stream was taken since the last Drop: this node is the holder, and
+    // `tail` (null: nothing held) is all the owner may have answered from
+    // it. False: ask the partner (FetchMirror).
+    bool streamed = false;
+    std::shared_ptr<fs::LogTail> tail;
+  };
   // Stops taking the domain's stream (closes it; refuses new ones) and
-  // returns what is held (null: nothing). A takeover calls it before it
-  // fences the owner.
-  std::shared_ptr<fs::LogTail> Freeze(const Uuid& reserve, uint32_t domain);
-  // Takes streams again (the takeover did not happen).
+  // returns what is held. A node calls it before it owns the domain (a
+  // takeover: before it fences the owner), and it stays so while the node
+  // serves the domain: a fenced owner that does not know it yet must not
+  // have anything answered here.
+  Frozen Freeze(const Uuid& reserve, uint32_t domain);
+  // Takes streams again (this node does not serve the domain).
   void Unfreeze(const Uuid& reserve, uint32_t domain);
-  // Forgets the domain (this node serves it now).
+  // Forgets what is held (it is on the array now); still refusing streams.
   void Drop(const Uuid& reserve, uint32_t domain);
   std::vector<Held> held() const;
   // Waits at most `ms` until `until` holds of held(); its last answer.
@@ -130,10 +139,11 @@ class MirrorStream final : public fs::LogMirror {
   ~MirrorStream() override;
 
   // Entries queue from construction on; Start sends the hello first, then
-  // them. `acked` is called (from the stream's thread) with every LSN the
-  // partner confirms; `durable` says how far the array's log is.
-  void Start(const MirrorHello& hello, std::function<void(uint64_t)> acked, std::function<uint64_t()> durable);
+  // them, and passes every LSN the partner confirms to `acks` (from the
+  // stream's thread).
+  void Start(const MirrorHello& hello, std::shared_ptr<fs::MirrorAcks> acks);
   void Mirror(uint64_t lsn, std::string_view entry) override;
+  void Durable(uint64_t lsn) override;
   // Ends the stream (idempotent; waits for its threads).
   void Close();
   // Waits at most `ms` for the stream to break; true if it did.
@@ -158,8 +168,8 @@ class MirrorStream final : public fs::LogMirror {
   bool broken_ GUARDED_BY(mu_) = false;
   std::string why_ GUARDED_BY(mu_);
   std::string hello_ GUARDED_BY(mu_);  // the encoded hello frame
-  std::function<void(uint64_t)> acked_;
-  std::function<uint64_t()> durable_;
+  std::shared_ptr<fs::MirrorAcks> acks_;  // set by Start, before the threads
+  std::atomic<uint64_t> durable_{0};       // the array's log holds every entry up to it
   std::thread send_thread_, receive_thread_;
 };
 

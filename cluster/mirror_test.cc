@@ -72,11 +72,9 @@ class MirrorTest : public ::testing::Test {
     h.reserve = reserve_;
     h.salt = log.salt();
     h.session = log.session();
-    h.first_lsn = log.AttachMirror(stream);
+    auto acks = log.AttachMirror(stream, &h.first_lsn);
     h.sender = "a";
-    MirrorStream* raw = stream.get();
-    stream->Start(
-        h, [&log, raw](uint64_t lsn) { log.MirrorAcked(raw, lsn); }, [&log] { return log.durable_lsn(); });
+    stream->Start(h, std::move(acks));
     return stream;
   }
 
@@ -137,7 +135,9 @@ TEST_F(MirrorTest, AnswersComeFromThePartnerAndItsTailHasThemAllAfterTheOwnerDie
   EXPECT_EQ(held[0].sender, "a");
 
   // The partner takes over: it stops taking the stream first.
-  auto tail = server_->Freeze(reserve_, 0);
+  auto frozen = server_->Freeze(reserve_, 0);
+  EXPECT_TRUE(frozen.streamed);
+  auto tail = frozen.tail;
   ASSERT_TRUE(tail);
   EXPECT_TRUE(stream->WaitBroken(5000)) << "the frozen stream was not closed";
   EXPECT_TRUE(server_->held()[0].frozen);
@@ -157,6 +157,17 @@ TEST_F(MirrorTest, AnswersComeFromThePartnerAndItsTailHasThemAllAfterTheOwnerDie
   EXPECT_EQ(taken->Stats().tail_replayed, appended.size());
   server_->Drop(reserve_, 0);
   EXPECT_EQ(server_->held()[0].entries, 0u);
+  // It serves the domain now: the old owner, fenced but not knowing it yet,
+  // gets nothing answered here.
+  EXPECT_TRUE(server_->held()[0].frozen);
+  EXPECT_FALSE(server_->Freeze(reserve_, 0).streamed);
+  auto late = Mirror(*taken);
+  ASSERT_TRUE(late);
+  ASSERT_TRUE(taken->Reserve(4).ok());
+  ASSERT_TRUE(taken->WaitAcknowledged(taken->Append("late")).ok());
+  EXPECT_TRUE(late->WaitBroken(5000));
+  EXPECT_EQ(taken->Stats().mirror_acks, 0u);
+  late->Close();
 }
 
 // A frozen domain refuses a new stream (an owner that was fenced must not

@@ -316,7 +316,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
     if (!m.ok()) return m.status().WithContext("[cluster] mirror");
     node->mirror_server_ = std::move(m.value());
   }
-  node->OpenReserveLocked(fs::AcquireMode::kNormal, /*fetch_mirror=*/true);
+  node->OpenReserveLocked();
   NASGW_LOG(kInfo, "node") << "started" << Kv("node", config.node_name) << Kv("luns", node->devices_.size())
                            << Kv("reserve", ReserveStateName(node->state_)) << Kv("reason", node->reason_)
                            << Kv("key", fs::OwnerKeyText(node->identity_.key()));
@@ -388,7 +388,7 @@ Node::~Node() {
   Shutdown();
 }
 
-void Node::OpenReserveLocked(fs::AcquireMode mode, bool fetch_mirror) {
+void Node::OpenReserveLocked(fs::AcquireMode mode) {
   domain_.reset();
   reserve_.reset();
   owner_.reset();
@@ -434,8 +434,12 @@ void Node::OpenReserveLocked(fs::AcquireMode mode, bool fetch_mirror) {
   // before it fences the owner (so that nothing more is answered from it);
   // a node starting asks the partner.
   std::shared_ptr<const fs::LogTail> tail;
-  if (mirror_server_) tail = mirror_server_->Freeze(reserve_uuid_, 0);
-  if (!tail && fetch_mirror && mirror_server_) {
+  cluster::MirrorServer::Frozen frozen;
+  if (mirror_server_) frozen = mirror_server_->Freeze(reserve_uuid_, 0);
+  tail = frozen.tail;
+  if (mirror_server_ && !frozen.streamed) {
+    // Not this node's stream: the partner may hold this node's own answers
+    // (a restart), or this node's copy was never fed (a takeover back).
     auto f = cluster::FetchMirror(config_.cluster_mirror_peer, reserve_uuid_, 0);
     if (f.ok()) {
       tail = *f;
@@ -495,7 +499,7 @@ void Node::OpenReserveLocked(fs::AcquireMode mode, bool fetch_mirror) {
       NASGW_LOG(kInfo, "node") << "the partner's mirror of the log taken" << Kv("held", tail->entries.size())
                                << Kv("replayed", domain->LogStats().tail_replayed);
     }
-    mirror_server_->Drop(reserve_uuid_, 0);  // on the array now; this node serves the domain
+    mirror_server_->Drop(reserve_uuid_, 0);  // on the array now; frozen while this node serves the domain
   }
   // Completes an AddLun that labelled the LUN but stopped before the domain
   // took its groups; nothing to do otherwise.
@@ -783,19 +787,32 @@ void Node::AutoTakeover(const cluster::Judgement& j) {
 
 void Node::MirrorLoop() {
   const std::string& peer = config_.cluster_mirror_peer;
+  // The opening of the domain a stream is for: its write verifier, drawn
+  // anew at every opening. The loop holds no reference to the domain (its
+  // end must happen where the node closes it); it acts on domain_ under mu_.
+  auto serving = [this](uint64_t verifier) REQUIRES_SHARED(mu_) {
+    return state_ == ReserveState::kOnline && domain_ && write_verifier_ == verifier;
+  };
   MutexLock lock(mirror_mu_);
   while (!mirror_stop_) {
-    std::weak_ptr<fs::Domain> weak;
+    uint64_t verifier = 0;
     Uuid reserve;
     {
       lock.Unlock();
       ReaderLock node_lock(mu_);
-      if (state_ == ReserveState::kOnline) weak = domain_;
+      if (state_ == ReserveState::kOnline && domain_) verifier = write_verifier_;
       reserve = reserve_uuid_;
+      // A node that does not serve the domain holds the owner's stream
+      // (under mu_: a takeover freezes it under mu_ too). One that failed
+      // to open it while owning it keeps its copy for the next attempt.
+      if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced ||
+          state_ == ReserveState::kUnformatted) {
+        mirror_server_->Unfreeze(reserve, 0);
+      }
       node_lock.Unlock();
       lock.Lock();
     }
-    if (weak.expired()) {
+    if (verifier == 0) {
       mirror_why_ = "not serving the domain";
       mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(200), [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
       continue;
@@ -813,10 +830,13 @@ void Node::MirrorLoop() {
       continue;
     }
     std::shared_ptr<cluster::MirrorStream> stream = *s;
-    cluster::MirrorStream* raw = stream.get();
-    auto d = weak.lock();
-    auto start = d ? d->AttachLogMirror(stream) : Result<fs::Domain::MirrorStart>(nasgw::Status::Unavailable("closed"));
-    d.reset();
+    Result<fs::Domain::MirrorStart> start = nasgw::Status::Unavailable("the domain closed");
+    lock.Unlock();
+    {
+      ReaderLock node_lock(mu_);
+      if (serving(verifier)) start = domain_->AttachLogMirror(stream);
+    }
+    lock.Lock();
     if (!start.ok()) {
       mirror_why_ = start.status().ToString();
       stream->Close();
@@ -830,17 +850,10 @@ void Node::MirrorLoop() {
     h.session = start->session;
     h.first_lsn = start->first_lsn;
     h.sender = config_.node_name;
-    // The stream's threads hold the domain only while they call it: a
-    // domain closing must not wait for them.
-    stream->Start(
-        h,
-        [weak, raw](uint64_t lsn) {
-          if (auto dd = weak.lock()) dd->LogMirrorAcked(raw, lsn);
-        },
-        [weak] {
-          auto dd = weak.lock();
-          return dd ? dd->log_durable_lsn() : 0;
-        });
+    // The stream's threads hold no reference to the domain either: they
+    // answer through the log's MirrorAcks, which does nothing once the log
+    // has let the stream go or closed.
+    stream->Start(h, start->acks);
     mirror_stream_ = stream;
     mirror_why_.clear();
     NASGW_LOG(kInfo, "cluster") << "cache mirror: writes are answered once the partner holds them"
@@ -849,13 +862,11 @@ void Node::MirrorLoop() {
     for (;;) {
       lock.Unlock();
       const bool broken = stream->WaitBroken(200);
-      std::shared_ptr<fs::Domain> now;
+      bool same = false;
       {
         ReaderLock node_lock(mu_);
-        if (state_ == ReserveState::kOnline) now = domain_;
+        same = serving(verifier);
       }
-      const bool same = now && now.get() == weak.lock().get();
-      now.reset();
       lock.Lock();
       if (broken || !same || mirror_stop_) {
         mirror_why_ = broken ? stream->stats().why : !same ? "the domain closed" : "stopping";
@@ -864,7 +875,11 @@ void Node::MirrorLoop() {
     }
     mirror_stream_.reset();
     lock.Unlock();
-    if (auto dd = weak.lock()) dd->DetachLogMirror(raw);
+    {
+      // A domain that closed lets its log's mirror go as it ends.
+      ReaderLock node_lock(mu_);
+      if (serving(verifier)) domain_->DetachLogMirror(stream.get());
+    }
     stream->Close();
     stream.reset();
     lock.Lock();

@@ -315,9 +315,10 @@ class Node {
   Node() = default;
   // Reads the state from the LUNs and, for a reserve, takes ownership in
   // `mode` and opens it: sets reserve_, domain_, owner_, state_, reason_.
-  // `fetch_mirror`: a node starting asks the partner for what its mirror
-  // holds of the domain's log (this node's answers before it stopped).
-  void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal, bool fetch_mirror = false) REQUIRES(mu_);
+  // With the cache mirror, the partner's copy of the domain's log is taken
+  // first: this node's own (frozen: no more answers to the owner) or, when
+  // this node was not fed the owner's stream, the partner's (FetchMirror).
+  void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal) REQUIRES(mu_);
   // The owner's side of the cache mirror: streams the online domain's
   // intent log to the partner, again after every break (own thread).
   void MirrorLoop();

@@ -375,20 +375,12 @@ Result<Domain::MirrorStart> Domain::AttachLogMirror(std::shared_ptr<LogMirror> m
   MirrorStart s;
   s.salt = impl_->log->salt();
   s.session = impl_->log->session();
-  s.first_lsn = impl_->log->AttachMirror(std::move(m));
+  s.acks = impl_->log->AttachMirror(std::move(m), &s.first_lsn);
   return s;
 }
 
 void Domain::DetachLogMirror(const LogMirror* m) {
   if (impl_->log) impl_->log->DetachMirror(m);
-}
-
-void Domain::LogMirrorAcked(const LogMirror* m, uint64_t lsn) {
-  if (impl_->log) impl_->log->MirrorAcked(m, lsn);
-}
-
-uint64_t Domain::log_durable_lsn() const {
-  return impl_->log ? impl_->log->durable_lsn() : 0;
 }
 
 uint64_t Domain::unreplayed_log_entries() const {

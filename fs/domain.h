@@ -516,12 +516,10 @@ class Domain {
   // tells its holder); FailedPrecondition for a read-only open.
   struct MirrorStart {
     uint64_t first_lsn = 0, salt = 0, session = 0;
+    std::shared_ptr<MirrorAcks> acks;  // what the mirror answers through
   };
   Result<MirrorStart> AttachLogMirror(std::shared_ptr<LogMirror> m);
   void DetachLogMirror(const LogMirror* m);
-  void LogMirrorAcked(const LogMirror* m, uint64_t lsn);
-  // Every entry up to here is in the intent log on the array (0: no log).
-  uint64_t log_durable_lsn() const;
   // Entries a read-only open found in the intent log and did not apply
   // (the owner replays them when it opens the domain).
   uint64_t unreplayed_log_entries() const;

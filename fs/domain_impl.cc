@@ -151,10 +151,10 @@ Status Domain::Impl::Durable(Txn& t) {
 void Domain::Impl::RetireLogged() {
   if (!log) return;
   std::vector<std::vector<Extent>> ready;
+  const uint64_t durable = log->durable_lsn();  // before the leaf lock
   {
     MutexLock l(unlogged_free_mu);
     if (unlogged_free.empty()) return;
-    const uint64_t durable = log->durable_lsn();
     while (!unlogged_free.empty() && unlogged_free.front().first <= durable) {
       ready.push_back(std::move(unlogged_free.front().second));
       unlogged_free.pop_front();

@@ -62,7 +62,11 @@ struct Super {
   uint64_t seq = 0;
   uint64_t tail_vpos = 0;
   uint64_t tail_lsn = 1;
+  uint64_t opened = 0;  // the session of the opening that wrote it (0: written before it was kept)
 };
+// Past the most extents a superblock holds (kSuperExtentsMax).
+constexpr size_t kSuperOpenedAt = kLogBlockBytes - 8;
+static_assert(64 + kSuperExtentsMax * 20 <= kSuperOpenedAt);
 
 std::vector<uint8_t> EncodeSuper(uint64_t salt, const Super& s, const std::vector<Extent>& extents, uint64_t capacity) {
   std::vector<uint8_t> b(kLogBlockBytes, 0);
@@ -75,6 +79,7 @@ std::vector<uint8_t> EncodeSuper(uint64_t salt, const Super& s, const std::vecto
   PutFixed64(&b[40], s.tail_lsn);
   PutFixed64(&b[48], capacity);
   PutFixed32(&b[56], static_cast<uint32_t>(extents.size()));
+  PutFixed64(&b[kSuperOpenedAt], s.opened);
   size_t at = 64;
   for (const Extent& e : extents) {
     PutFixed32(&b[at], e.lun);
@@ -102,6 +107,7 @@ bool DecodeSuper(const uint8_t* b, uint64_t salt, const std::vector<Extent>& ext
   out->seq = GetFixed64(b + 24);
   out->tail_vpos = GetFixed64(b + 32);
   out->tail_lsn = GetFixed64(b + 40);
+  out->opened = GetFixed64(b + kSuperOpenedAt);
   return out->tail_lsn >= 1;
 }
 
@@ -174,7 +180,7 @@ Status IntentLog::Format(const DeviceFn& devices, const std::vector<Extent>& ext
 }
 
 Status IntentLog::WriteSuper(uint64_t seq, uint64_t tail_vpos, uint64_t tail_lsn) {
-  Super s{seq, tail_vpos, tail_lsn};
+  Super s{seq, tail_vpos, tail_lsn, session_};
   auto b = EncodeSuper(salt_, s, extents_, capacity_);
   auto dev = devices_(extents_[0].lun);
   if (!dev) return Status::NotFound("intent log LUN " + std::to_string(extents_[0].lun));
@@ -281,10 +287,10 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
     // This opening's session: a superblock of its own (the same checkpoint)
     // before any record, so every record it writes carries a session newer
     // than any record already on the array.
+    log->session_ = seq + 1;
     NASGW_RETURN_IF_ERROR(
         log->WriteSuper(seq + 1, s.tail_vpos, s.tail_lsn).WithContext("write the intent log's superblock"));
     seq++;
-    log->session_ = seq;
   }
   {
     MutexLock c(log->checkpoint_mu_);
@@ -301,7 +307,12 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
   }
   if (!options.read_only) {
     log->writer_ = std::thread([l = log.get()] { l->WriterLoop(); });
-    if (options.tail) NASGW_RETURN_IF_ERROR(log->TakeTail(*options.tail, lsn, last_session, replay));
+    // A mirror's copy must be of the last opening that wrote anything: the
+    // last record's, or the last superblock's (its records may all be
+    // checkpointed away, its LSNs reused by entries of its own).
+    if (options.tail) {
+      NASGW_RETURN_IF_ERROR(log->TakeTail(*options.tail, lsn, std::max(last_session, s.opened), replay));
+    }
   }
   return log;
 }
@@ -311,16 +322,18 @@ Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_ses
   size_t from = 0;
   while (from < tail.entries.size() && tail.entries[from].first < next) from++;
   if (from == tail.entries.size()) return Status();  // all of it is on the array already
-  const uint64_t first = tail.entries[from].first, last = tail.entries.back().first;
+  // Up to the first gap: past it nothing was answered (the mirror answers
+  // an entry only while the array's log reaches its stream's first).
+  size_t end = from + 1;
+  while (end < tail.entries.size() && tail.entries[end].first == tail.entries[end - 1].first + 1) end++;
+  const uint64_t first = tail.entries[from].first, last = tail.entries[end - 1].first;
   const char* refused = nullptr;
   if (tail.salt != salt_) {
     refused = "another log's";
   } else if (tail.session < last_session) {
-    refused = "older than the log's last record";  // a later opening wrote past it
+    refused = "older than the log's last opening";  // a later opening wrote past it
   } else if (first != next) {
     refused = "not continuing the log";  // a gap: never answered whole
-  } else if (last - first + 1 != tail.entries.size() - from) {
-    refused = "not dense";
   }
   if (refused != nullptr) {
     NASGW_LOG(kError, "fs") << "intent log: a mirror's entries refused" << Kv("why", refused)
@@ -331,14 +344,14 @@ Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_ses
   // Written first, as this opening's first records: once they are on the
   // array, the mirror's copy is no longer the only other one.
   uint64_t lsn = 0;
-  for (size_t i = from; i < tail.entries.size(); i++) {
+  for (size_t i = from; i < end; i++) {
     const std::string& e = tail.entries[i].second;
     NASGW_RETURN_IF_ERROR(Reserve(e.size(), /*urgent=*/true).WithContext("log a mirror's entries"));
     lsn = Append(e);
     if (lsn != tail.entries[i].first) return Status::Corruption("mirror entry took LSN " + std::to_string(lsn));
   }
   NASGW_RETURN_IF_ERROR(WaitDurable(lsn).WithContext("log a mirror's entries"));
-  for (size_t i = from; i < tail.entries.size(); i++) {
+  for (size_t i = from; i < end; i++) {
     const auto& [at, e] = tail.entries[i];
     NASGW_RETURN_IF_ERROR(replay(at, e).WithContext("replay mirror entry " + std::to_string(at)));
     replayed_++;
@@ -350,6 +363,12 @@ Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_ses
 }
 
 IntentLog::~IntentLog() {
+  std::shared_ptr<MirrorAcks> acks;
+  {
+    MutexLock l(mu_);
+    acks = mirror_sink_;
+  }
+  Orphan(acks);
   {
     MutexLock l(mu_);
     stop_ = true;
@@ -457,19 +476,50 @@ Status IntentLog::WaitAcknowledged(uint64_t lsn) {
   }
 }
 
-uint64_t IntentLog::AttachMirror(std::shared_ptr<LogMirror> m) {
-  std::shared_ptr<LogMirror> old;  // let go outside the lock: its end may wait for threads that call us
-  MutexLock l(mu_);
-  old = std::exchange(mirror_, std::move(m));
-  mirror_first_ = next_lsn_;
-  mirrored_lsn_ = next_lsn_ - 1;
-  return mirror_first_;
+std::shared_ptr<MirrorAcks> IntentLog::AttachMirror(std::shared_ptr<LogMirror> m, uint64_t* first) {
+  auto acks = std::make_shared<MirrorAcks>();
+  acks->mirror_ = m.get();
+  {
+    MutexLock a(acks->mu_);
+    acks->log_ = this;
+  }
+  // Let go outside the lock: a mirror's end may wait for threads that call us.
+  std::shared_ptr<LogMirror> old;
+  std::shared_ptr<MirrorAcks> old_acks;
+  {
+    MutexLock l(mu_);
+    old = std::exchange(mirror_, std::move(m));
+    old_acks = std::exchange(mirror_sink_, acks);
+    mirror_first_ = next_lsn_;
+    mirrored_lsn_ = next_lsn_ - 1;
+    *first = mirror_first_;
+    mirror_->Durable(durable_lsn_);
+  }
+  Orphan(old_acks);
+  return acks;
 }
 
 void IntentLog::DetachMirror(const LogMirror* m) {
   std::shared_ptr<LogMirror> old;
-  MutexLock l(mu_);
-  if (mirror_.get() == m) old = std::move(mirror_);
+  std::shared_ptr<MirrorAcks> old_acks;
+  {
+    MutexLock l(mu_);
+    if (mirror_.get() != m) return;
+    old = std::move(mirror_);
+    old_acks = std::move(mirror_sink_);
+  }
+  Orphan(old_acks);
+}
+
+void IntentLog::Orphan(const std::shared_ptr<MirrorAcks>& acks) {
+  if (!acks) return;
+  MutexLock a(acks->mu_);  // waits for an Acked under way
+  acks->log_ = nullptr;
+}
+
+void MirrorAcks::Acked(uint64_t lsn) {
+  MutexLock a(mu_);
+  if (log_ != nullptr) log_->MirrorAcked(mirror_, lsn);
 }
 
 void IntentLog::MirrorAcked(const LogMirror* m, uint64_t lsn) {
@@ -586,6 +636,7 @@ void IntentLog::RecordWritten(Flight* f, const Status& s) {
     const Flight& w = *flight_.front();
     if (failed_.ok()) {
       durable_lsn_ = w.last_lsn;
+      if (mirror_) mirror_->Durable(durable_lsn_);
       written_.push_back({w.vpos, w.first_lsn, w.last_lsn, w.bytes});
       records_++;
       entries_ += w.last_lsn - w.first_lsn + 1;

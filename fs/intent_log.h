@@ -99,6 +99,25 @@ class LogMirror {
   // Every entry appended from the attach on, in LSN order, with the log's
   // lock held: copy and queue, never block or call back into the log.
   virtual void Mirror(uint64_t lsn, std::string_view entry) = 0;
+  // Every entry up to `lsn` is on the array (so the copy may let go of
+  // them). The same rules as Mirror.
+  virtual void Durable(uint64_t lsn) = 0;
+};
+
+class IntentLog;
+// How a mirror tells the log what it holds, from any thread. It holds no
+// reference to the log: once the log detaches the mirror or closes, Acked
+// does nothing.
+class MirrorAcks {
+ public:
+  // The mirror holds every entry from its first up to `lsn`.
+  void Acked(uint64_t lsn);
+
+ private:
+  friend class IntentLog;
+  Mutex mu_;  // taken before the log's
+  IntentLog* log_ GUARDED_BY(mu_) = nullptr;
+  const LogMirror* mirror_ = nullptr;  // set before it is shared
 };
 
 // Entries another node held for this log (what its mirror received and the
@@ -203,12 +222,11 @@ class IntentLog {
   // or the log failed. What an operation's answer waits for.
   Status WaitAcknowledged(uint64_t lsn);
   // From the next LSN on, entries also go to `m` (replacing any mirror
-  // attached). Returns the first LSN `m` gets.
-  uint64_t AttachMirror(std::shared_ptr<LogMirror> m);
+  // attached); `m` says what it holds through the returned MirrorAcks.
+  // *first: the first LSN `m` gets.
+  std::shared_ptr<MirrorAcks> AttachMirror(std::shared_ptr<LogMirror> m, uint64_t* first);
   // `m` no longer acknowledges anything (nothing if another is attached).
   void DetachMirror(const LogMirror* m);
-  // `m` holds every entry from its first up to `lsn`.
-  void MirrorAcked(const LogMirror* m, uint64_t lsn);
   // This opening's session, stamped on its records (0: read-only).
   uint64_t session() const { return session_; }
   uint64_t salt() const { return salt_; }
@@ -305,7 +323,13 @@ class IntentLog {
   uint64_t reserved_ GUARDED_BY(mu_) = 0;
   std::deque<std::unique_ptr<Flight>> flight_ GUARDED_BY(mu_);  // oldest first
   uint64_t session_ = 0;  // this opening's, stamped on its records (set before the writer starts)
+  friend class MirrorAcks;
+  // `m` holds every entry from its first up to `lsn`.
+  void MirrorAcked(const LogMirror* m, uint64_t lsn);
+  // Cuts the MirrorAcks of a mirror let go from the log (outside mu_).
+  static void Orphan(const std::shared_ptr<MirrorAcks>& acks);
   std::shared_ptr<LogMirror> mirror_ GUARDED_BY(mu_);
+  std::shared_ptr<MirrorAcks> mirror_sink_ GUARDED_BY(mu_);
   uint64_t mirror_first_ GUARDED_BY(mu_) = 0;   // the first LSN mirror_ got
   uint64_t mirrored_lsn_ GUARDED_BY(mu_) = 0;   // mirror_ holds mirror_first_..this
   uint64_t mirror_acks_ GUARDED_BY(mu_) = 0;
