@@ -1,9 +1,9 @@
 #include "base/sockaddr.h"
 
+#include <charconv>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
-
-#include <charconv>
 
 namespace nasgw {
 

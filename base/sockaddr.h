@@ -3,16 +3,16 @@
 // depend on DNS).
 #pragma once
 
-#include <sys/socket.h>
-
 #include <string>
 #include <string_view>
 
 #include "base/status.h"
 
+#include <sys/socket.h>
+
 namespace nasgw {
 
 // InvalidArgument naming `what` (e.g. "metrics listen address") and the text.
-Result<sockaddr_storage> ParseSockAddr(const std::string& text, socklen_t* len, std::string_view what);
+Result<sockaddr_storage> ParseSockAddr(const std::string& listen, socklen_t* len, std::string_view what);
 
 }  // namespace nasgw

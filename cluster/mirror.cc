@@ -1,11 +1,7 @@
 #include "cluster/mirror.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +11,11 @@
 #include "base/coding.h"
 #include "base/log.h"
 #include "base/sockaddr.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/ioctl.h>
 
 namespace nasgw::cluster {
 namespace {
@@ -228,8 +229,9 @@ void MirrorServer::AcceptLoop() {
     if (!SameHost(from, peer_)) {
       char text[INET6_ADDRSTRLEN] = "?";
       ::inet_ntop(from.ss_family,
-                  from.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6&>(from).sin6_addr)
-                                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(from).sin_addr),
+                  from.ss_family == AF_INET6
+                      ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6&>(from).sin6_addr)
+                      : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(from).sin_addr),
                   text, sizeof(text));
       NASGW_LOG(kWarn, "cluster") << "mirror connection refused: not the partner" << Kv("from", text);
       ::close(fd);
@@ -534,9 +536,8 @@ void MirrorStream::SendLoop() {
     if (broken_ || closed_) return;
     if (queue_.empty()) {
       // Idle: tell the partner how far the array's log is, so it lets go.
-      cv_.WaitFor(mu_, std::chrono::milliseconds(100), [&]() REQUIRES(mu_) {
-        return broken_ || closed_ || !queue_.empty();
-      });
+      cv_.WaitFor(mu_, std::chrono::milliseconds(100),
+                  [&]() REQUIRES(mu_) { return broken_ || closed_ || !queue_.empty(); });
       if (queue_.empty() && !broken_ && !closed_) {
         const uint64_t d = durable_.load(std::memory_order_relaxed);
         if (d > released) {

@@ -28,8 +28,6 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
-#include <sys/socket.h>
-
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -44,6 +42,8 @@
 #include "base/status.h"
 #include "base/uuid.h"
 #include "fs/intent_log.h"
+
+#include <sys/socket.h>
 
 namespace nasgw::cluster {
 
@@ -167,9 +167,9 @@ class MirrorStream final : public fs::LogMirror {
   bool closed_ GUARDED_BY(mu_) = false;
   bool broken_ GUARDED_BY(mu_) = false;
   std::string why_ GUARDED_BY(mu_);
-  std::string hello_ GUARDED_BY(mu_);  // the encoded hello frame
+  std::string hello_ GUARDED_BY(mu_);     // the encoded hello frame
   std::shared_ptr<fs::MirrorAcks> acks_;  // set by Start, before the threads
-  std::atomic<uint64_t> durable_{0};       // the array's log holds every entry up to it
+  std::atomic<uint64_t> durable_{0};      // the array's log holds every entry up to it
   std::thread send_thread_, receive_thread_;
 };
 

@@ -108,10 +108,11 @@ TEST_F(MirrorTest, AnswersComeFromThePartnerAndItsTailHasThemAllAfterTheOwnerDie
   std::vector<std::thread> ts;
   std::mutex appended_mu;
   std::map<uint64_t, std::string> appended;
+  ts.reserve(kThreads);
   for (int t = 0; t < kThreads; t++) {
     ts.emplace_back([&, t] {
       for (int i = 0; i < kEach; i++) {
-        const std::string e = Entry(static_cast<uint64_t>(t * 1000 + i));
+        const std::string e = Entry(static_cast<uint64_t>(t) * 1000 + static_cast<uint64_t>(i));
         ASSERT_TRUE(log->Reserve(e.size()).ok());
         uint64_t lsn = 0;
         {
@@ -142,9 +143,8 @@ TEST_F(MirrorTest, AnswersComeFromThePartnerAndItsTailHasThemAllAfterTheOwnerDie
   EXPECT_TRUE(stream->WaitBroken(5000)) << "the frozen stream was not closed";
   EXPECT_TRUE(server_->held()[0].frozen);
   // The owner dies: its held records fail.
-  dev_->SetFault([](const block::IoRequest& r) {
-    return r.op == block::Op::kRead ? Status() : Status::IoError("owner died");
-  });
+  dev_->SetFault(
+      [](const block::IoRequest& r) { return r.op == block::Op::kRead ? Status() : Status::IoError("owner died"); });
   held_->ReleaseAll();
   stream->Close();
   log.reset();
@@ -222,9 +222,8 @@ TEST_F(MirrorTest, ThePartnerHoldsOnlyWhatTheArrayLacksAndAFetchGetsIt) {
   EXPECT_EQ((*fetched)->entries[0], (std::pair<uint64_t, std::string>{11, Entry(11)}));
   EXPECT_EQ((*fetched)->session, log->session());
   // The owner restarts with them.
-  dev_->SetFault([](const block::IoRequest& r) {
-    return r.op == block::Op::kRead ? Status() : Status::IoError("owner died");
-  });
+  dev_->SetFault(
+      [](const block::IoRequest& r) { return r.op == block::Op::kRead ? Status() : Status::IoError("owner died"); });
   held_->ReleaseAll();
   stream->Close();
   log.reset();

@@ -16,8 +16,8 @@
 #include "base/assert.h"
 #include "base/clock.h"
 #include "base/log.h"
-#include "base/sockaddr.h"
 #include "base/mutex.h"
+#include "base/sockaddr.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

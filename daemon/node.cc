@@ -448,8 +448,8 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
                                << Kv("error", f.status().ToString());
     }
   }
-  auto unfreeze = [&] {
-    if (mirror_server_) mirror_server_->Unfreeze(reserve_uuid_, 0);
+  auto unfreeze = [this, reserve = reserve_uuid_] {
+    if (mirror_server_) mirror_server_->Unfreeze(reserve, 0);
   };
   auto o = fs::Ownership::Acquire(gated_, gate_, reserve_uuid_, 0, identity_, ownership_options_, mode,
                                   [this](const nasgw::Status& why) { OnOwnershipLost(why); });
@@ -805,8 +805,7 @@ void Node::MirrorLoop() {
       // A node that does not serve the domain holds the owner's stream
       // (under mu_: a takeover freezes it under mu_ too). One that failed
       // to open it while owning it keeps its copy for the next attempt.
-      if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced ||
-          state_ == ReserveState::kUnformatted) {
+      if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced || state_ == ReserveState::kUnformatted) {
         mirror_server_->Unfreeze(reserve, 0);
       }
       node_lock.Unlock();
@@ -814,7 +813,8 @@ void Node::MirrorLoop() {
     }
     if (verifier == 0) {
       mirror_why_ = "not serving the domain";
-      mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(200), [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
+      mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(200),
+                         [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
       continue;
     }
     lock.Unlock();
@@ -826,7 +826,8 @@ void Node::MirrorLoop() {
                                     << Kv("error", s.status().ToString());
       }
       mirror_why_ = s.status().ToString();
-      mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(1000), [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
+      mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(1000),
+                         [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
       continue;
     }
     std::shared_ptr<cluster::MirrorStream> stream = *s;
@@ -840,7 +841,8 @@ void Node::MirrorLoop() {
     if (!start.ok()) {
       mirror_why_ = start.status().ToString();
       stream->Close();
-      mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(1000), [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
+      mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(1000),
+                         [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
       continue;
     }
     cluster::MirrorHello h;
@@ -955,10 +957,9 @@ ClusterStatus Node::GetCluster() const {
     }
     if (c.owned_here) {
       if (auto d = domain()) c.mirror_acks = d->LogStats().mirror_acks;
-      c.mirror = c.mirror_streaming
-                     ? "the partner's memory (" + config_.cluster_mirror_peer +
-                           "): writes are acknowledged once the partner holds them"
-                     : "the SAN intent log (degraded: no mirror: " + why + ")";
+      c.mirror = c.mirror_streaming ? "the partner's memory (" + config_.cluster_mirror_peer +
+                                          "): writes are acknowledged once the partner holds them"
+                                    : "the SAN intent log (degraded: no mirror: " + why + ")";
       c.degraded |= !c.mirror_streaming;
     } else {
       c.mirror = "holding " + std::to_string(c.mirror_held_entries) + " entries (" +

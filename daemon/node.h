@@ -435,7 +435,7 @@ class Node {
   CondVar mirror_cv_;
   bool mirror_stop_ GUARDED_BY(mirror_mu_) = false;
   std::shared_ptr<cluster::MirrorStream> mirror_stream_ GUARDED_BY(mirror_mu_);  // streaming now
-  std::string mirror_why_ GUARDED_BY(mirror_mu_);  // why not streaming
+  std::string mirror_why_ GUARDED_BY(mirror_mu_);                                // why not streaming
   std::thread mirror_thread_;
   uint64_t takeover_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;  // of the takeover whose VIPs are not added yet
 };

@@ -336,9 +336,9 @@ Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_ses
     refused = "not continuing the log";  // a gap: never answered whole
   }
   if (refused != nullptr) {
-    NASGW_LOG(kError, "fs") << "intent log: a mirror's entries refused" << Kv("why", refused)
-                            << Kv("first", first) << Kv("last", last) << Kv("log_next", next)
-                            << Kv("session", tail.session) << Kv("log_session", last_session);
+    NASGW_LOG(kError, "fs") << "intent log: a mirror's entries refused" << Kv("why", refused) << Kv("first", first)
+                            << Kv("last", last) << Kv("log_next", next) << Kv("session", tail.session)
+                            << Kv("log_session", last_session);
     return Status();
   }
   // Written first, as this opening's first records: once they are on the

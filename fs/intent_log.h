@@ -128,7 +128,7 @@ class MirrorAcks {
 // opening's first records) before it replays them.
 struct LogTail {
   uint64_t salt = 0;
-  uint64_t session = 0;  // the opening that appended them (IntentLog::session)
+  uint64_t session = 0;                                   // the opening that appended them (IntentLog::session)
   std::vector<std::pair<uint64_t, std::string>> entries;  // by LSN, dense
 };
 
@@ -167,8 +167,8 @@ struct IntentLogStats {
   uint64_t mirrored_lsn = 0;    // the mirror holds every entry from its first to here
   uint64_t mirror_acks = 0;     // WaitAcknowledged calls the mirror answered before the array
   uint64_t tail_replayed = 0;   // entries Open took from a LogTail
-  HistogramData write_ns;        // latency of one record write
-  HistogramData group_entries;   // entries per record
+  HistogramData write_ns;       // latency of one record write
+  HistogramData group_entries;  // entries per record
 };
 
 class IntentLog {
@@ -330,8 +330,8 @@ class IntentLog {
   static void Orphan(const std::shared_ptr<MirrorAcks>& acks);
   std::shared_ptr<LogMirror> mirror_ GUARDED_BY(mu_);
   std::shared_ptr<MirrorAcks> mirror_sink_ GUARDED_BY(mu_);
-  uint64_t mirror_first_ GUARDED_BY(mu_) = 0;   // the first LSN mirror_ got
-  uint64_t mirrored_lsn_ GUARDED_BY(mu_) = 0;   // mirror_ holds mirror_first_..this
+  uint64_t mirror_first_ GUARDED_BY(mu_) = 0;  // the first LSN mirror_ got
+  uint64_t mirrored_lsn_ GUARDED_BY(mu_) = 0;  // mirror_ holds mirror_first_..this
   uint64_t mirror_acks_ GUARDED_BY(mu_) = 0;
   uint64_t tail_replayed_ = 0;
   // Appends a LogTail's entries that continue the log at `next` (LSN) and

@@ -504,7 +504,6 @@ TEST_F(IntentLogTest, ReplayErrorStopsOpen) {
   EXPECT_EQ(log.status().code(), Code::kCorruption);
 }
 
-
 // ---- the partner's mirror (LogMirror, LogTail)
 
 // What a partner's memory holds: every entry it was given.
@@ -581,9 +580,11 @@ TEST_F(IntentLogTest, AMirrorAnswersBeforeTheArrayAndItsTailIsReplayedAfterACras
   EXPECT_GE(log->Stats().mirror_acks, 2u);
   auto tail = mirror->Tail(*log);
   // The node dies: its records never reach the array.
-  for (auto& d : devs_) d->SetFault([](const block::IoRequest& req) {
-    return req.op == block::Op::kRead ? Status() : Status::IoError("node died");
-  });
+  for (auto& d : devs_) {
+    d->SetFault([](const block::IoRequest& req) {
+      return req.op == block::Op::kRead ? Status() : Status::IoError("node died");
+    });
+  }
   for (auto& h : held) h->ReleaseAll();  // and fail
   log.reset();
   acks->Acked(5);  // a late answer after the log closed: nothing (ASan would see a use after free)
