@@ -335,7 +335,7 @@ uint32_t Domain::log_fill_pct() const {
 }
 
 uint64_t Domain::log_recent_write_ns() const {
-  return impl_->log ? impl_->log->recent_write_ns() : 0;
+  return impl_->log ? impl_->log->recent_answer_ns() : 0;
 }
 
 uint64_t Domain::oldest_logged_write() const {

@@ -497,7 +497,8 @@ class Domain {
   void ForgetLogWrites(uint32_t vol, uint64_t ino, uint64_t gen);
   // Per cent of the intent log in use or set aside.
   uint32_t log_fill_pct() const;
-  // How long the intent log's record writes take lately (IntentLog::recent_write_ns).
+  // How long the intent log takes to answer lately: its records' writes,
+  // or the partner's mirror when that answers sooner (IntentLog::recent_answer_ns).
   uint64_t log_recent_write_ns() const;
   // The oldest logged write not yet in its file's maps (0: none).
   uint64_t oldest_logged_write() const;

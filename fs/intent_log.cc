@@ -439,7 +439,11 @@ void IntentLog::Unreserve(size_t bytes) {
 uint64_t IntentLog::Append(std::string entry) {
   MutexLock l(mu_);
   const uint64_t lsn = next_lsn_++;
-  if (mirror_) mirror_->Mirror(lsn, entry);
+  if (mirror_) {
+    mirror_->Mirror(lsn, entry);
+    if (mirror_sent_.size() >= kMirrorTimedMax) mirror_sent_.pop_front();
+    mirror_sent_.emplace_back(lsn, MonotonicNanos());
+  }
   pending_.push_back({lsn, std::move(entry)});
   work_cv_.NotifyOne();
   return lsn;
@@ -492,6 +496,8 @@ std::shared_ptr<MirrorAcks> IntentLog::AttachMirror(std::shared_ptr<LogMirror> m
     old_acks = std::exchange(mirror_sink_, acks);
     mirror_first_ = next_lsn_;
     mirrored_lsn_ = next_lsn_ - 1;
+    mirror_sent_.clear();
+    recent_mirror_ns_ = 0;
     *first = mirror_first_;
     mirror_->Durable(durable_lsn_);
   }
@@ -507,6 +513,7 @@ void IntentLog::DetachMirror(const LogMirror* m) {
     if (mirror_.get() != m) return;
     old = std::move(mirror_);
     old_acks = std::move(mirror_sink_);
+    mirror_sent_.clear();
   }
   Orphan(old_acks);
 }
@@ -526,7 +533,23 @@ void IntentLog::MirrorAcked(const LogMirror* m, uint64_t lsn) {
   MutexLock l(mu_);
   if (mirror_.get() != m || lsn <= mirrored_lsn_) return;
   mirrored_lsn_ = std::min(lsn, next_lsn_ - 1);
+  uint64_t appended = 0;
+  while (!mirror_sent_.empty() && mirror_sent_.front().first <= lsn) {
+    appended = mirror_sent_.front().second;
+    mirror_sent_.pop_front();
+  }
+  if (appended != 0) {
+    const uint64_t took = MonotonicNanos() - appended;
+    recent_mirror_ns_ = recent_mirror_ns_ == 0 ? took : recent_mirror_ns_ - recent_mirror_ns_ / 4 + took / 4;
+  }
   durable_cv_.NotifyAll();
+}
+
+uint64_t IntentLog::recent_answer_ns() const {
+  const uint64_t array = recent_write_ns();
+  MutexLock l(mu_);
+  if (mirror_ == nullptr || recent_mirror_ns_ == 0 || durable_lsn_ + 1 < mirror_first_) return array;
+  return array == 0 ? recent_mirror_ns_ : std::min(array, recent_mirror_ns_);  // 0: no record yet
 }
 
 void IntentLog::WriterLoop() {

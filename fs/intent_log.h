@@ -240,6 +240,10 @@ class IntentLog {
   // How long record writes take lately: a moving average over about the
   // last four (0 before the first).
   uint64_t recent_write_ns() const { return recent_write_ns_.load(std::memory_order_relaxed); }
+  // How long an answer takes lately: with a mirror attached that answers,
+  // the lesser of its acknowledgements' moving average (append to ack) and
+  // recent_write_ns(); otherwise recent_write_ns().
+  uint64_t recent_answer_ns() const;
   // Percentage of the space entries can use (the capacity less the slack
   // kept for records that skip to the next extent) in use or reserved, with
   // `extra` more bytes.
@@ -333,6 +337,11 @@ class IntentLog {
   uint64_t mirror_first_ GUARDED_BY(mu_) = 0;  // the first LSN mirror_ got
   uint64_t mirrored_lsn_ GUARDED_BY(mu_) = 0;  // mirror_ holds mirror_first_..this
   uint64_t mirror_acks_ GUARDED_BY(mu_) = 0;
+  // Mirrored entries not yet acknowledged, with when they were appended
+  // (at most kMirrorTimedMax: the oldest go first).
+  std::deque<std::pair<uint64_t, uint64_t>> mirror_sent_ GUARDED_BY(mu_);
+  static constexpr size_t kMirrorTimedMax = 1u << 16;
+  uint64_t recent_mirror_ns_ GUARDED_BY(mu_) = 0;
   uint64_t tail_replayed_ = 0;
   // Appends a LogTail's entries that continue the log at `next` (LSN) and
   // whose session is at least `last_session`, waits for them on the array,

@@ -577,6 +577,9 @@ TEST_F(IntentLogTest, AMirrorAnswersBeforeTheArrayAndItsTailIsReplayedAfterACras
   waiter.join();
   EXPECT_TRUE(answered.load());
   EXPECT_EQ(log->durable_lsn(), 1u) << "nothing of the mirrored entries reached the array";
+  // Answers come from the mirror: how long they take is its acknowledgements'.
+  EXPECT_GT(log->recent_answer_ns(), 0u);
+  EXPECT_EQ(log->recent_write_ns(), 0u) << "no record of the log was written";
   EXPECT_GE(log->Stats().mirror_acks, 2u);
   auto tail = mirror->Tail(*log);
   // The node dies: its records never reach the array.
