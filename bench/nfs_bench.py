@@ -503,6 +503,29 @@ def concurrent_iops(prefix, njobs):
             "overlap_s": max(0, min(ends) - max(starts)) / 1000.0}
 
 
+def write_json(path, obj):
+    """`obj` as JSON at `path` (nothing when it is empty), replaced whole."""
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1)
+        os.replace(tmp, path)
+
+
+def concurrent_window(logs, njobs):
+    """concurrent_iops over the jobs' iops logs at `logs`, the logs then
+    removed; a RuntimeError when fio wrote none."""
+    w = concurrent_iops(logs, njobs)
+    for k in range(1, njobs + 1):
+        try:
+            os.remove("%s_iops.%d.log" % (logs, k))
+        except OSError:
+            pass
+    if w is None:
+        raise RuntimeError("fio wrote no iops samples")
+    return w
+
+
 def parse_fio(path):
     with open(path) as f:
         text = f.read()
@@ -755,14 +778,7 @@ class Bench:
             raise RuntimeError("fio exit %d: %s%s" % (p.returncode, p.stdout[-1500:], p.stderr[-1500:]))
         res = parse_fio(out)
         if window:
-            w = concurrent_iops(logs, len(jobs))
-            for k in range(1, len(jobs) + 1):
-                try:
-                    os.remove("%s_iops.%d.log" % (logs, k))
-                except OSError:
-                    pass
-            if w is None:
-                raise RuntimeError("fio wrote no iops samples")
+            w = concurrent_window(logs, len(jobs))
             bs = nfslab.parse_size(glob["bs"])
             res["iops_fio"], res["mbps_fio"] = res["iops"], res["mbps"]
             res["iops"], res["mbps"] = w["iops"], w["iops"] * bs / 1e6
@@ -1139,11 +1155,7 @@ class Bench:
                 row["san_read_mb"], row["san_write_mb"], extra))
 
     def save(self):
-        if self.a.out:
-            tmp = self.a.out + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(self.res, f, indent=1)
-            os.replace(tmp, self.a.out)
+        write_json(self.a.out, self.res)
 
 
 # ---- --snapshots ------------------------------------------------------------------

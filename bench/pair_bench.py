@@ -79,8 +79,8 @@ ROOT = os.path.normpath(os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
-from nfs_bench import (BUILD_FIO, LOG_MS, LinkCounters, concurrent_iops, fio_jobfile,  # noqa: E402
-                       parse_fio, sh)
+from nfs_bench import (BUILD_FIO, LOG_MS, LinkCounters, concurrent_window, fio_jobfile,  # noqa: E402
+                       parse_fio, sh, write_json)
 from cluster_lab import VIP, Lab, cluster, state, wait_for  # noqa: E402
 import nfslab  # noqa: E402
 
@@ -165,11 +165,7 @@ class PairBench:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def save(self):
-        if self.a.out:
-            tmp = self.a.out + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(self.res, f, indent=1)
-            os.replace(tmp, self.a.out)
+        write_json(self.a.out, self.res)
 
     # ---- the pair's states
     def running(self, node):
@@ -263,14 +259,7 @@ class PairBench:
             raise RuntimeError("fio %s exit %d: %s%s" % (tag, p.returncode, p.stdout[-1500:], p.stderr[-1500:]))
         res = parse_fio(out)
         if window:
-            w = concurrent_iops(logs, len(jobs))
-            for k in range(1, len(jobs) + 1):
-                try:
-                    os.remove("%s_iops.%d.log" % (logs, k))
-                except OSError:
-                    pass
-            if w is None:
-                raise RuntimeError("fio wrote no iops samples")
+            w = concurrent_window(logs, len(jobs))
             res["iops_fio"], res["write_iops_fio"] = res["iops"], res["write_iops"]
             ios = res["read_ios"] + res["write_ios"]
             res["iops"] = w["iops"]

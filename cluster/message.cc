@@ -10,6 +10,8 @@ namespace {
 constexpr size_t kNameMax = 255;
 constexpr size_t kReasonMax = 1024;
 
+}  // namespace
+
 void PutUuid(Encoder& e, const Uuid& u) {
   for (uint8_t b : u.bytes) e.U8(b);
 }
@@ -20,8 +22,6 @@ Uuid GetUuid(Decoder& d) {
   if (v.size() == u.bytes.size()) std::copy(v.begin(), v.end(), u.bytes.begin());
   return u;
 }
-
-}  // namespace
 
 std::string EncodeGiveBack(const GiveBackRequest& r) {
   Encoder e;

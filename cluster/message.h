@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/coding.h"
 #include "base/uuid.h"
 
 namespace nasgw::cluster {
@@ -57,5 +58,10 @@ std::string EncodeHeartbeat(const Heartbeat& h);
 // nullopt: not a heartbeat this version understands (wrong version, another
 // kind, truncated); the caller counts it and carries on.
 std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes);
+
+// A Uuid as 16 raw bytes (every cluster message and the cache mirror's
+// hello). GetUuid past the end: Decoder::ok() false.
+void PutUuid(Encoder& e, const Uuid& u);
+Uuid GetUuid(Decoder& d);
 
 }  // namespace nasgw::cluster

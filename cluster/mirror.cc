@@ -11,6 +11,7 @@
 #include "base/coding.h"
 #include "base/log.h"
 #include "base/sockaddr.h"
+#include "cluster/message.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -75,15 +76,6 @@ bool ReadFrame(int fd, Frame* type, std::string* payload) {
   *type = static_cast<Frame>(static_cast<uint8_t>(h[4]));
   payload->resize(len - 1);
   return ReadAll(fd, payload->data(), payload->size());
-}
-
-void PutUuid(Encoder& e, const Uuid& u) {
-  for (uint8_t b : u.bytes) e.U8(b);
-}
-Uuid GetUuid(Decoder& d) {
-  Uuid u;
-  for (uint8_t& b : u.bytes) b = d.U8();
-  return u;
 }
 
 std::string EncodeHello(uint8_t mode, const MirrorHello& h) {

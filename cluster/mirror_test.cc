@@ -62,6 +62,17 @@ class MirrorTest : public ::testing::Test {
     return log.ok() ? std::move(log.value()) : nullptr;
   }
 
+  // The owner dies: the records it holds never reach the array. Then a new
+  // node over the same LUN.
+  void OwnerDies(MirrorStream& stream, std::unique_ptr<fs::IntentLog>& log) {
+    dev_->SetFault(
+        [](const block::IoRequest& r) { return r.op == block::Op::kRead ? Status() : Status::IoError("owner died"); });
+    held_->ReleaseAll();
+    stream.Close();
+    log.reset();
+    Attach();
+  }
+
   // The owner's stream, attached to `log`.
   std::shared_ptr<MirrorStream> Mirror(fs::IntentLog& log) {
     auto s = MirrorStream::Connect(peer_);
@@ -143,12 +154,7 @@ TEST_F(MirrorTest, AnswersComeFromThePartnerAndItsTailHasThemAllAfterTheOwnerDie
   EXPECT_TRUE(stream->WaitBroken(5000)) << "the frozen stream was not closed";
   EXPECT_TRUE(server_->held()[0].frozen);
   // The owner dies: its held records fail.
-  dev_->SetFault(
-      [](const block::IoRequest& r) { return r.op == block::Op::kRead ? Status() : Status::IoError("owner died"); });
-  held_->ReleaseAll();
-  stream->Close();
-  log.reset();
-  Attach();
+  OwnerDies(*stream, log);
   std::vector<std::pair<uint64_t, std::string>> replayed;
   auto taken = OpenLog(&replayed, tail);
   ASSERT_TRUE(taken);
@@ -222,12 +228,7 @@ TEST_F(MirrorTest, ThePartnerHoldsOnlyWhatTheArrayLacksAndAFetchGetsIt) {
   EXPECT_EQ((*fetched)->entries[0], (std::pair<uint64_t, std::string>{11, Entry(11)}));
   EXPECT_EQ((*fetched)->session, log->session());
   // The owner restarts with them.
-  dev_->SetFault(
-      [](const block::IoRequest& r) { return r.op == block::Op::kRead ? Status() : Status::IoError("owner died"); });
-  held_->ReleaseAll();
-  stream->Close();
-  log.reset();
-  Attach();
+  OwnerDies(*stream, log);
   std::vector<std::pair<uint64_t, std::string>> replayed;
   log = OpenLog(&replayed, *fetched);
   ASSERT_TRUE(log);
