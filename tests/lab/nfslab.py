@@ -45,6 +45,7 @@ CLI: python3 tests/lab/nfslab.py gc | list | stop NAME
 
 import fcntl
 import json
+import tempfile
 import os
 import re
 import shutil
@@ -741,11 +742,27 @@ class Client:
         check=False)."""
         py = ensure_venv()
         prelude = (NFSRS_UNCACHED_RETRY + "import json, os, sys\n"
-                   "ARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
+                   "if 'NFSLAB_ARGS_FILE' in os.environ:\n"
+                   "    with open(os.environ['NFSLAB_ARGS_FILE']) as f:\n"
+                   "        ARGS = json.load(f)\n"
+                   "else:\n"
+                   "    ARGS = json.loads(os.environ['NFSLAB_ARGS'])\n"
                    "def out(x):\n"
                    "    print('NFSLAB-OUT ' + json.dumps(x), flush=True)\n")
-        p = self.run([py, "-c", prelude + code], env={"NFSLAB_ARGS": json.dumps(args or {})},
-                     check=check, timeout=timeout)
+        text = json.dumps(args or {})
+        # One environment string holds at most 128 KiB (MAX_ARG_STRLEN): a
+        # larger ARGS (a long list of acknowledged writes) goes in a file.
+        args_file = None
+        if len(text) > 64 * 1024:
+            fd, args_file = tempfile.mkstemp(prefix="nfslab-args-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+        env = {"NFSLAB_ARGS_FILE": args_file} if args_file else {"NFSLAB_ARGS": text}
+        try:
+            p = self.run([py, "-c", prelude + code], env=env, check=check, timeout=timeout)
+        finally:
+            if args_file:
+                os.remove(args_file)
         if not check:
             return p
         return [json.loads(l[len("NFSLAB-OUT "):]) for l in p.stdout.splitlines()
