@@ -137,9 +137,10 @@ struct ClusterStatus {
   uint64_t disk_silent_ms = 0;     // the owner's record (standby)
   uint64_t lease_ms = 0;
   bool auto_takeover = false;
-  // Degraded: the partner is not heard on the interconnect (an owner), or
-  // one of the owner's heartbeats is silent (a standby). Writes are then
-  // acknowledged from the SAN only (today always: no mirror yet).
+  // Degraded: the partner is not heard on the interconnect or, with the
+  // mirror configured, the log does not stream to it (an owner: writes are
+  // then acknowledged from the SAN only); or one of the owner's heartbeats
+  // is silent (a standby).
   bool degraded = false;
   std::string mirror;  // what acknowledges a write
   // The cache mirror ([cluster] mirror_listen/mirror_peer; cluster/mirror.h).
