@@ -60,6 +60,24 @@ class IntentLogTest : public ::testing::Test {
     return log.ok() ? std::move(log.value()) : nullptr;
   }
 
+  // A partner's copy of this log: entries `lsns` (Entry(i), after `prefix`)
+  // appended by opening `session`.
+  std::shared_ptr<LogTail> TailOf(uint64_t session, std::initializer_list<uint64_t> lsns,
+                                  const std::string& prefix = "") {
+    auto t = std::make_shared<LogTail>();
+    t->salt = salt_;
+    t->session = session;
+    for (uint64_t i : lsns) t->entries.emplace_back(i, prefix + Entry(i));
+    return t;
+  }
+  // Opens the log with `tail` as a partner's copy.
+  std::unique_ptr<IntentLog> OpenWithTail(std::vector<std::pair<uint64_t, std::string>>* replayed,
+                                          std::shared_ptr<const LogTail> tail) {
+    IntentLogOptions o;
+    o.tail = std::move(tail);
+    return Open(replayed, o);
+  }
+
   static std::string Entry(uint64_t i, size_t n = 100) {
     std::string s = "entry-" + std::to_string(i) + "-";
     while (s.size() < n) s += static_cast<char>('a' + (s.size() + i) % 26);
@@ -634,39 +652,46 @@ TEST_F(IntentLogTest, AMirrorTailIsTakenOnlyWhereItContinuesTheLog) {
     ASSERT_GT(second_session, first_session);
     AppendDurable(*log, Entry(3));
   };
-  auto tail_of = [&](uint64_t session, uint64_t first, uint64_t last) {
-    auto t = std::make_shared<LogTail>();
-    t->salt = salt_;
-    t->session = session;
-    for (uint64_t i = first; i <= last; i++) t->entries.emplace_back(i, Entry(i));
-    return t;
-  };
   struct Case {
     const char* what;
     std::function<std::shared_ptr<LogTail>()> tail;
     size_t replayed, taken;
   };
   const Case cases[] = {
-      {"an earlier opening's", [&] { return tail_of(first_session, 4, 5); }, 3, 0},
+      {"an earlier opening's",
+       [&] {
+         return TailOf(first_session, {4, 5});
+       },
+       3, 0},
       {"another log's",
        [&] {
-         auto t = tail_of(second_session, 4, 5);
+         auto t = TailOf(second_session, {4, 5});
          t->salt++;
          return t;
        },
        3, 0},
-      {"after a gap", [&] { return tail_of(second_session, 5, 6); }, 3, 0},
-      {"on the array already", [&] { return tail_of(second_session, 2, 3); }, 3, 0},
+      {"after a gap",
+       [&] {
+         return TailOf(second_session, {5, 6});
+       },
+       3, 0},
+      {"on the array already",
+       [&] {
+         return TailOf(second_session, {2, 3});
+       },
+       3, 0},
       // Overlapping the array and continuing it: only what the array lacks.
-      {"continuing it", [&] { return tail_of(second_session, 2, 5); }, 5, 2},
+      {"continuing it",
+       [&] {
+         return TailOf(second_session, {2, 3, 4, 5});
+       },
+       5, 2},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     prepare();
     Attach();
-    IntentLogOptions o;
-    o.tail = c.tail();
-    auto log = Open(&r, o);
+    auto log = OpenWithTail(&r, c.tail());
     ASSERT_TRUE(log);
     EXPECT_EQ(r.size(), c.replayed);
     EXPECT_EQ(log->Stats().tail_replayed, c.taken);
@@ -689,10 +714,7 @@ TEST_F(IntentLogTest, AnEarlierOpeningsTailIsRefusedAfterALaterOneCheckpointedIt
     AppendDurable(*log, Entry(1));
   }
   // What the partner held of the first opening: 2..5, which the array lacks.
-  auto stale = std::make_shared<LogTail>();
-  stale->salt = salt_;
-  stale->session = first_session;
-  for (uint64_t i = 2; i <= 5; i++) stale->entries.emplace_back(i, "stale-" + Entry(i));
+  auto stale = TailOf(first_session, {2, 3, 4, 5}, "stale-");
   {
     Attach();
     auto log = Open(&r);
@@ -701,9 +723,7 @@ TEST_F(IntentLogTest, AnEarlierOpeningsTailIsRefusedAfterALaterOneCheckpointedIt
     ASSERT_TRUE(log->Checkpoint(3).ok());
   }
   Attach();
-  IntentLogOptions o;
-  o.tail = stale;
-  auto log = Open(&r, o);
+  auto log = OpenWithTail(&r, stale);
   ASSERT_TRUE(log);
   EXPECT_TRUE(r.empty()) << r.size() << " entries replayed, the first " << r.front().second;
   EXPECT_EQ(log->Stats().tail_replayed, 0u);
@@ -720,14 +740,8 @@ TEST_F(IntentLogTest, AMirrorTailIsTakenUpToItsFirstGap) {
     session = log->session();
     AppendDurable(*log, Entry(1));
   }
-  auto t = std::make_shared<LogTail>();
-  t->salt = salt_;
-  t->session = session;
-  for (uint64_t i : {2, 3, 6, 7}) t->entries.emplace_back(i, Entry(i));
   Attach();
-  IntentLogOptions o;
-  o.tail = t;
-  auto log = Open(&r, o);
+  auto log = OpenWithTail(&r, TailOf(session, {2, 3, 6, 7}));
   ASSERT_TRUE(log);
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r.back(), (std::pair<uint64_t, std::string>{3, Entry(3)}));
