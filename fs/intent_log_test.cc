@@ -60,6 +60,25 @@ class IntentLogTest : public ::testing::Test {
     return log.ok() ? std::move(log.value()) : nullptr;
   }
 
+  // The log over devices that hold writes when told to (`*held`, one a LUN).
+  std::unique_ptr<IntentLog> OpenHeld(std::vector<std::shared_ptr<HoldingDevice>>* held) {
+    for (auto& d : devs_) held->push_back(std::make_shared<HoldingDevice>(d));
+    auto opened = IntentLog::Open(
+        [held](uint32_t lun) -> std::shared_ptr<block::BlockDevice> {
+          return lun < held->size() ? (*held)[lun] : nullptr;
+        },
+        extents_, salt_, [](uint64_t, std::string_view) { return Status(); });
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    return opened.ok() ? std::move(opened.value()) : nullptr;
+  }
+  // Lets every held write go when it leaves scope.
+  struct LetGo {
+    std::vector<std::shared_ptr<HoldingDevice>>& held;
+    ~LetGo() {
+      for (auto& h : held) h->ReleaseAll();
+    }
+  };
+
   // A partner's copy of this log: entries `lsns` (Entry(i), after `prefix`)
   // appended by opening `session`.
   std::shared_ptr<LogTail> TailOf(uint64_t session, std::initializer_list<uint64_t> lsns,
@@ -214,18 +233,9 @@ TEST_F(IntentLogTest, WrapsAroundWithCheckpoints) {
 TEST_F(IntentLogTest, RecordsGoTogetherAndAreDurableInOrder) {
   std::vector<std::pair<uint64_t, std::string>> r;
   std::vector<std::shared_ptr<HoldingDevice>> held;
-  for (auto& d : devs_) held.push_back(std::make_shared<HoldingDevice>(d));
-  auto opened = IntentLog::Open(
-      [&](uint32_t lun) -> std::shared_ptr<block::BlockDevice> { return lun < held.size() ? held[lun] : nullptr; },
-      extents_, salt_, [](uint64_t, std::string_view) { return Status(); });
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  auto log = std::move(opened.value());
-  struct LetGo {  // before the log closes (it waits for its writes), even if the test fails
-    std::vector<std::shared_ptr<HoldingDevice>>& held;
-    ~LetGo() {
-      for (auto& h : held) h->ReleaseAll();
-    }
-  } let_go{held};
+  auto log = OpenHeld(&held);
+  ASSERT_TRUE(log);
+  LetGo let_go{held};  // before the log closes (it waits for its writes), even if the test fails
   for (auto& h : held) h->Hold();
   // Each entry waits for its record to be on its way before the next is
   // appended: three records, all held at once.
@@ -559,18 +569,9 @@ TEST_F(IntentLogTest, AMirrorAnswersBeforeTheArrayAndItsTailIsReplayedAfterACras
   }
   Attach();
   std::vector<std::shared_ptr<HoldingDevice>> held;
-  for (auto& d : devs_) held.push_back(std::make_shared<HoldingDevice>(d));
-  auto opened = IntentLog::Open(
-      [&](uint32_t lun) -> std::shared_ptr<block::BlockDevice> { return lun < held.size() ? held[lun] : nullptr; },
-      extents_, salt_, [](uint64_t, std::string_view) { return Status(); });
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  auto log = std::move(opened.value());
-  struct LetGo {
-    std::vector<std::shared_ptr<HoldingDevice>>& held;
-    ~LetGo() {
-      for (auto& h : held) h->ReleaseAll();
-    }
-  } let_go{held};
+  auto log = OpenHeld(&held);
+  ASSERT_TRUE(log);
+  LetGo let_go{held};
   auto mirror = std::make_shared<TestMirror>();
   uint64_t first = 0;
   auto acks = log->AttachMirror(mirror, &first);
