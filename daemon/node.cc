@@ -378,9 +378,16 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
     }
     n->cluster_thread_ = std::thread([n] { n->ClusterLoop(); });
   }
-  // A failure is logged; the file is written again at the next change.
-  node->PublishExports().IgnoreError();
-  node->PublishShares().IgnoreError();
+  if (config.cluster_enabled && !node->domain()) {
+    // In a pair, a node that does not serve withdraws what an earlier
+    // incarnation left in the files before it says it is ready: a ganesha
+    // or smbd started after it must find no exports it cannot answer.
+    node->WithdrawExportsUnlessOnline(false);
+  } else {
+    // A failure is logged; the file is written again at the next change.
+    node->PublishExports().IgnoreError();
+    node->PublishShares().IgnoreError();
+  }
   return node;
 }
 

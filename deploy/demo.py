@@ -1,27 +1,31 @@
 #!/usr/bin/env python3
-"""The one-command demo (`make demo`, `make demo-stop`).
+"""The one-command demo (`make demo`, `make demo-stop`): a controller pair.
 
   demo.py up --build DIR     start the demo, prove it serves, print how to use it
   demo.py down               stop it and remove everything it made
-  demo.py status             print the demo's addresses (JSON)
+  demo.py status             print how to use it
+  demo.py fail a|b           that node's machine dies; returns once the partner serves
+  demo.py revive a|b         it comes back and stands by
+  demo.py watch              a client writing and reading back through the VIP
 
 `up` starts a keeper process (detached) that owns the whole lab, so gc
 (`sanlab gc`, run by every test run) removes the demo only once the keeper is
-gone, and `down` is one SIGTERM to it. The keeper builds, in namespaces:
+gone, and `down` is one SIGTERM to it; fail and revive are asked of it on
+its control socket. The keeper builds, in namespaces (cluster_lab.Lab):
 
   array    tgtd with three thin 4 GiB LUNs          (sanlab netns lab "demo")
-  node     nasgwd on those LUNs, ganesha.nfsd with FSAL_NASGW and smbd with
-           vfs_nasgw, in the
-           controller node's namespace (SAN side 198.18.x, LAN side 198.19.x)
-  client   a client namespace on the LAN
+  nodes a, b   nasgwd on those LUNs, ganesha.nfsd with FSAL_NASGW and smbd
+           with vfs_nasgw, in each node's namespace; Corosync and the cache
+           mirror on their interconnect (198.18.0.1-2), the virtual IP
+           198.18.1.50 on the clients' LAN
+  client   a client namespace on that LAN (198.18.1.100)
 
-then formats a reserve, creates volume "demo", exports it to the LAN with
-`nasgw export add`, and proves it serves: a file written over NFSv3 with
-libnfs (nfs-cp) reads back byte for byte over NFSv3 and NFSv4 (nfs-cat), and
-one written over NFSv4.1 (nfs-rs) reads back too. Then smbd with vfs_nasgw
-in the node's namespace serves a share of the volume's directory "smb"
-(`nasgw share add`), and a file written over SMB (smbclient) reads back
-exact over SMB and over NFSv3.
+then formats a reserve on a (b stands by), creates volume "demo", exports it
+to the LAN with `nasgw export add`, and proves it serves through the VIP: a
+file written over NFSv3 with libnfs (nfs-cp) reads back byte for byte over
+NFSv3 and NFSv4 (nfs-cat), and one written over NFSv4.1 (nfs-rs) reads back
+too. Then a share of the volume's directory "smb" (`nasgw share add`): a
+file written over SMB (smbclient) reads back exact over SMB and over NFSv3.
 """
 
 import argparse
@@ -29,6 +33,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +41,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+import cluster_lab  # noqa: E402
 import nasgwlab  # noqa: E402
 import nfslab  # noqa: E402
 import smblab  # noqa: E402
@@ -43,6 +49,8 @@ import smblab  # noqa: E402
 RUN = "/run/nasgw-demo"
 KEEPER_PID = os.path.join(RUN, "keeper.pid")
 STATUS = os.path.join(RUN, "status.json")
+CONTROL = os.path.join(RUN, "control.sock")
+LAN_CIDR = "198.18.1.0/24"  # the clients' LAN (sanlab --lan)
 SANLAB = os.path.join(ROOT, "tests", "lab", "sanlab")
 LAB = "demo"
 UP_TIMEOUT_S = 300
@@ -61,10 +69,10 @@ def keeper_pid():
     return None
 
 
-def prove(lab):
-    """Writes and reads back through the real clients; raises on a mismatch."""
-    c = lab.client(1)
-    local = os.path.join(lab.dir, "hello.bin")
+def prove(c, tmp):
+    """Writes and reads back through the real clients, over the pair's VIP;
+    raises on a mismatch."""
+    local = os.path.join(tmp, "hello.bin")
     payload = b"hello from nasgw over NFS\n" + os.urandom(1 << 20)
     with open(local, "wb") as f:
         f.write(payload)
@@ -78,23 +86,27 @@ def prove(lab):
                 "with client.open('hello-v41.txt', 'rb') as f:\n"
                 "    out(f.read().decode())\n", path="demo", version="4.1")
     if r[0] != "written over NFSv4.1":
-        raise RuntimeError("NFSv4.1 round trip failed: %s" % r)
+        raise RuntimeError("NFSv4.1 read-back: %r" % (r,))
     listing = sorted(c.nfs_ls("demo", version=3))
-    if listing != ["hello-v41.txt", "hello.bin"]:
+    if "hello.bin" not in listing or "hello-v41.txt" not in listing:
         raise RuntimeError("the export lists %s" % listing)
     return listing
 
 
-def prove_smb(lab, srv, user):
+class Vip:
+    """smblab's view of a server: where clients reach it."""
+    addr = cluster_lab.VIP
+
+
+def prove_smb(c, tmp, user):
     """A file written over SMB (smbclient) reads back exact over SMB and over
     NFSv3; raises otherwise."""
-    c = lab.client(1)
-    local = os.path.join(lab.dir, "hello-smb.bin")
+    local = os.path.join(tmp, "hello-smb.bin")
     back = local + ".back"
     payload = b"hello from nasgw over SMB\n" + os.urandom(1 << 20)
     with open(local, "wb") as f:
         f.write(payload)
-    smblab.smbclient(c, srv, "demo", user, "put %s hello-smb.bin; get hello-smb.bin %s" % (local, back))
+    smblab.smbclient(c, Vip, "demo", user, "put %s hello-smb.bin; get hello-smb.bin %s" % (local, back))
     with open(back, "rb") as f:
         if f.read() != payload:
             raise RuntimeError("SMB read-back differs from what was written")
@@ -102,80 +114,173 @@ def prove_smb(lab, srv, user):
         raise RuntimeError("the file written over SMB reads back different over NFSv3")
 
 
+class Pair:
+    """The demo's controller pair (cluster_lab.Lab): two nodes on one array,
+    Corosync and the cache mirror on their interconnect, the VIP on the
+    clients' LAN; ganesha and smbd on each node."""
+
+    def __init__(self, build):
+        self.build = build
+        self.lab = cluster_lab.Lab(build, nfs=True, name=LAB, luns=3, size="4G", tag="demo")
+        self.user = smblab.User("nasgw-demo", password="nasgw-demo-1")
+        self.smbds = []
+        smblab.install_module(build)
+        for i, n in enumerate(self.lab.nodes):
+            smbd = smblab.Smbd(self.lab.nfs_labs[i], [], users=[self.user])
+            shares = os.path.join(smbd.dir, "nasgw-shares.conf")
+            smbd.global_options["include"] = shares
+            smbd.make_dirs()
+            open(shares, "a").close()  # a standby shares nothing until it serves
+            n.s["extra_config"] += "[smb]\nshares_file = %s\nsmbd_pid_file = %s\n" % (
+                nasgwlab.toml_str(shares), nasgwlab.toml_str(smbd.pid_file))
+            n.save()
+            self.smbds.append(smbd)
+        self.tmp = self.lab.nfs_labs[0].dir
+        self.failed = set()
+
+    def start(self):
+        a, _ = self.lab.start_pair(ag="256M", volume="demo")
+        a.cli("export", "add", "demo", "--clients", LAN_CIDR, "--no-root-squash")
+        cluster_lab.wait_for(lambda: cluster_lab.VIP + "/24" in (cluster_lab.cluster(a).get("vips_held") or []),
+                             30, "node a holds the VIP")
+        self.lab.start_ganesha()
+        c = self.lab.client()
+        listing = prove(c, self.tmp)
+        # The SMB user (made with the first smbd's user database), its
+        # directory made over NFSv4.1 (root is not squashed on the demo's
+        # export) and shared with 'nasgw share add'.
+        self.smbds[0].write_config()
+        self.smbds[0].add_users()
+        c.nfsrs("client.mkdir('smb', 0o755)\nclient.chown('smb', %d, %d)\n" % (self.user.uid, self.user.gid),
+                path="demo", version="4.1")
+        a.cli("share", "add", "demo/smb", "--name", "demo", "--valid-users", self.user.name,
+              "--comment", "the nasgw demo volume")
+        for smbd in self.smbds:
+            smbd.start()
+        prove_smb(c, self.tmp, self.user)
+        return sorted(listing + ["smb"])
+
+    def status(self):
+        lab = self.lab
+        return {"vip": cluster_lab.VIP, "client_ns": lab.lan["client_ns"], "cli": lab.nodes[0].s["bins"]["cli"],
+                "nodes": [{"name": "ab"[i], "ns": lab.hosts[i], "admin_socket": n.admin_socket,
+                           "nasgwd_log": n.log_path, "ganesha_log": os.path.join(lab.nfs_labs[i].dir, "ganesha.log"),
+                           "smbd_log": self.smbds[i].log_path} for i, n in enumerate(lab.nodes)],
+                "smb_user": self.user.name, "smb_password": self.user.password}
+
+    def fail(self, i):
+        """Node i's machine dies (cluster_lab's panic: nasgwd, ganesha,
+        corosync SIGKILLed, its links down; smbd too). Returns once the
+        partner serves, with its takeover timeline."""
+        if i in self.failed:
+            raise RuntimeError("node %s is already down" % "ab"[i])
+        other = self.lab.nodes[1 - i]
+        if 1 - i in self.failed:
+            raise RuntimeError("node %s is down: failing %s too would stop the demo" % ("ab"[1 - i], "ab"[i]))
+        was = cluster_lab.state(self.lab.nodes[i])
+        t0 = time.monotonic()
+        self.lab.panic(i)
+        self.smbds[i].stop()
+        self.failed.add(i)
+        if was != "online":
+            return "node %s (it was %s) is down; node %s serves as before" % ("ab"[i], was, "ab"[1 - i])
+        cluster_lab.wait_for(lambda: cluster_lab.state(other) == "online", cluster_lab.TAKEOVER_TIMEOUT_S,
+                             "node %s's takeover" % "ab"[1 - i])
+        return "node %s is down; node %s took over in %.1f s and holds the VIP:\n  %s" % (
+            "ab"[i], "ab"[1 - i], time.monotonic() - t0, "\n  ".join(cluster_lab.timeline(other)))
+
+    def revive(self, i):
+        """Node i's machine comes back: it stands by for the node that serves."""
+        if i not in self.failed:
+            raise RuntimeError("node %s is not down" % "ab"[i])
+        cluster_lab.revive(self.lab, i)
+        self.smbds[i].start()
+        self.failed.discard(i)
+        return "node %s is back, standing by for node %s (move the reserve back with: cluster giveback on %s)" % (
+            "ab"[i], "ab"[1 - i], "ab"[1 - i])
+
+    def close(self):
+        self.lab.close()
+
+
+def serve(pair, ctl):
+    """The keeper's loop: 'fail a|b' and 'revive a|b' from the control
+    socket (demo.py fail/revive), until SIGTERM or SIGINT."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    while True:
+        ready, _, _ = select.select([ctl, r], [], [])
+        if r in ready:
+            return
+        conn, _ = ctl.accept()
+        with conn:
+            conn.settimeout(10)
+            try:
+                verb, node = conn.recv(256).decode().split()
+                if node not in ("a", "b") or verb not in ("fail", "revive"):
+                    raise ValueError
+            except (ValueError, OSError):
+                conn.sendall(json.dumps({"ok": False, "error": "usage: fail|revive a|b"}).encode())
+                continue
+            try:
+                msg = getattr(pair, verb)("ab".index(node))
+                reply = {"ok": True, "message": msg}
+            except Exception as e:  # said to the caller; the demo carries on
+                reply = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+            conn.settimeout(None)
+            try:
+                conn.sendall(json.dumps(reply).encode())
+            except OSError:
+                pass
+
+
 def keep(build, fd):
-    """The keeper: builds the demo, reports on fd, then waits for SIGTERM."""
+    """The keeper: builds the demo, reports on fd, then serves fail/revive
+    until SIGTERM."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     report = os.fdopen(fd, "w")
     b = os.path.abspath(build)
-    bins = {"nasgwd": b + "/daemon/nasgwd", "cli": b + "/cli/nasgw"}
-    fsal = b + "/fsal/ganesha/libfsalnasgw.so"
-    vfs = b + "/fsal/samba/nasgw.so"
-    node = lab = None
-    san_started = False
+    pair = ctl = None
     try:
-        for p in list(bins.values()) + [fsal, vfs]:
+        for p in (b + "/daemon/nasgwd", b + "/cli/nasgw", b + "/fsal/ganesha/libfsalnasgw.so",
+                  b + "/fsal/samba/nasgw.so"):
             if not os.path.exists(p):
                 raise RuntimeError("%s is not built" % p)
-        san = json.loads(subprocess.run(
-            [SANLAB, "--json", "start", LAB, "--mode", "netns", "--luns", "3", "--size", "4G",
-             "--owner-pid", str(os.getpid())], check=True, capture_output=True, text=True).stdout)
-        san_started = True
-        lab = nfslab.Lab(name="demo", clients=1, server_ns=san["ns_host"], owner_pid=os.getpid())
-        node = nasgwlab.Node(bins=bins, tag="demo", urls=[l["url"] for l in san["luns"]], netns=san["ns_host"])
-        exports_file = os.path.join(node.s["dir"], "ganesha-exports.conf")
-        # smbd in the same namespace, its shares from nasgwd ([smb]).
-        smblab.install_module(b)
-        user = smblab.User("nasgw-demo", password="nasgw-demo-1")
-        smbd = smblab.Smbd(lab, [], users=[user])
-        shares_file = os.path.join(smbd.dir, "nasgw-shares.conf")
-        smbd.global_options["include"] = shares_file
-        smbd.make_dirs()
-        node.start("[nfs]\nexports_file = %s\nganesha_pid_file = %s\n[smb]\nshares_file = %s\nsmbd_pid_file = %s\n" % (
-            nasgwlab.toml_str(exports_file), nasgwlab.toml_str(os.path.join(lab.dir, "ganesha.pid")),
-            nasgwlab.toml_str(shares_file), nasgwlab.toml_str(smbd.pid_file)))
-        node.format(ag="256M", volume="demo")
-        node.cli("export", "add", "demo", "--clients", lab.subnet_cidr, "--no-root-squash")
-        lab.start_server(nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=node.head_socket,
-                                              exports_file=exports_file))
-        listing = prove(lab)
-        # The SMB user's directory, made over NFSv4.1 (root is not squashed
-        # on the demo's export), shared with 'nasgw share add'.
-        smbd.write_config()
-        smbd.add_users()
-        lab.client(1).nfsrs("client.mkdir('smb', 0o755)\nclient.chown('smb', %d, %d)\n" % (user.uid, user.gid),
-                            path="demo", version="4.1")
-        node.cli("share", "add", "demo/smb", "--name", "demo", "--valid-users", user.name,
-                 "--comment", "the nasgw demo volume")
-        smbd.start()
-        prove_smb(lab, smbd, user)
-        listing = sorted(listing + ["smb"])
-        status = {"ok": True, "server": lab.server_addr, "client_ns": lab.client(1).ns,
-                  "node_ns": san["ns_host"], "admin_socket": node.admin_socket, "cli": bins["cli"],
-                  "head_socket": node.head_socket, "listing": listing, "keeper": os.getpid(),
-                  "nasgwd_log": node.log_path, "ganesha_log": os.path.join(lab.dir, "ganesha.log"),
-                  "smbd_log": smbd.log_path, "smb_user": user.name, "smb_password": user.password}
+        pair = Pair(b)
+        listing = pair.start()
+        if os.path.exists(CONTROL):
+            os.remove(CONTROL)
+        ctl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ctl.bind(CONTROL)
+        os.chmod(CONTROL, 0o600)
+        ctl.listen(4)
+        status = dict(pair.status(), ok=True, listing=listing, keeper=os.getpid())
         with open(STATUS, "w") as f:
             json.dump(status, f, indent=1)
         report.write(json.dumps(status) + "\n")
         report.close()
-        signal.sigwait({signal.SIGTERM, signal.SIGINT})
+        serve(pair, ctl)
         return 0
     except Exception as e:  # report, then tear down
         try:
+            logs = "".join("--- node %s\n%s\n" % ("ab"[i], n.log_tail(1500))
+                           for i, n in enumerate(pair.lab.nodes)) if pair else ""
             report.write(json.dumps({"ok": False, "error": "%s: %s" % (type(e).__name__, e),
-                                     "nasgwd_log": node.log_tail(1500) if node else ""}) + "\n")
+                                     "nasgwd_log": logs}) + "\n")
             report.close()
         except (OSError, ValueError):
             pass
         return 1
     finally:
-        if lab is not None:
-            lab.close()
-        if node is not None:
-            node.close()
-        if san_started:
-            subprocess.run([SANLAB, "stop", LAB], capture_output=True)
-        for p in (STATUS, KEEPER_PID):
+        if ctl is not None:
+            ctl.close()
+        if pair is not None:
+            pair.close()
+        for p in (STATUS, KEEPER_PID, CONTROL):
             try:
                 os.remove(p)
             except FileNotFoundError:
@@ -224,36 +329,126 @@ def show():
         print("demo: not running")
         return 1
     c = "ip netns exec %s" % st["client_ns"]
+    me = "python3 %s" % os.path.relpath(os.path.abspath(__file__))
+    a, b = st["nodes"]
+    cli = "{cli} --socket {sock}"
     print("""
-nasgw demo: up. Proven: a 1 MiB file written over NFSv3 (libnfs) read back exact
-over NFSv3 and NFSv4, a file written over NFSv4.1 (nfs-rs) read back, and a
-1 MiB file written over SMB (smbclient) read back exact over SMB and NFSv3.
+nasgw demo: up, a controller pair. Proven through the pair's virtual IP: a
+1 MiB file written over NFSv3 (libnfs) read back exact over NFSv3 and NFSv4,
+a file written over NFSv4.1 (nfs-rs) read back, and a 1 MiB file written over
+SMB (smbclient) read back exact over SMB and NFSv3.
 Volume "demo" now holds: {listing}
 
-  NFS server     {server} (ganesha + FSAL_NASGW in namespace {node_ns})
-  export         nfs://{server}/demo   (NFSv3 and NFSv4; the client LAN may write)
-  SMB share      //{server}/demo  (smbd + vfs_nasgw; volume demo's directory smb;
+  nodes          a (namespace {a_ns}) serves the reserve; b ({b_ns}) stands by,
+                 fed the cache mirror over the interconnect. Each runs nasgwd,
+                 ganesha + FSAL_NASGW and smbd + vfs_nasgw.
+  virtual IP     {vip} on the clients' LAN (held by the node that serves)
+  export         nfs://{vip}/demo   (NFSv3 and NFSv4; the client LAN may write)
+  SMB share      //{vip}/demo  (volume demo's directory smb;
                  user {smb_user}, password {smb_password})
   client         namespace {client_ns} (there is no kernel NFS or SMB client
                  here: use libnfs's tools, nfs-rs or smbclient)
 
 Try:
-  {c} nfs-ls nfs://{server}/demo
-  {c} nfs-cp /etc/os-release nfs://{server}/demo/os-release
-  {c} nfs-cat 'nfs://{server}/demo/os-release?version=4'
-  {c} smbclient //{server}/demo -U {smb_user}%{smb_password} -c 'ls; put /etc/os-release os-release'
-  {c} nfs-cat nfs://{server}/demo/smb/os-release
-  {cli} --socket {admin} export list
-  {cli} --socket {admin} share list
-  {cli} --socket {admin} volume list
-  {cli} --socket {admin} stats
+  {c} nfs-ls nfs://{vip}/demo
+  {c} nfs-cp /etc/os-release nfs://{vip}/demo/os-release
+  {c} nfs-cat 'nfs://{vip}/demo/os-release?version=4'
+  {c} smbclient //{vip}/demo -U {smb_user}%{smb_password} -c 'ls; put /etc/os-release os-release'
+  {a_cli} cluster status
+  {a_cli} export list
+  {a_cli} stats
 
-Logs: {nasgwd_log}
-      {ganesha_log}
-      {smbd_log}
+Fail a node and watch the client carry on (in two terminals):
+  {me} watch             a client writing and reading back through the VIP
+  {me} fail a            node a's machine dies (SIGKILL, its links down):
+                         b fences it on the SAN, replays its mirror, takes the VIP
+  {me} revive a          a comes back and stands by for b
+  {b_cli} cluster giveback
+                         b moves the reserve (and the VIP) back to a
+
+Logs: {a_log}
+      {b_log}   (ganesha and smbd logs: see {status})
 Stop: make demo-stop     (removes the namespaces, daemons and LUN files)
-""".format(c=c, admin=st["admin_socket"], **dict(st, listing=", ".join(st["listing"]))))
+""".format(c=c, me=me, vip=st["vip"], listing=", ".join(st["listing"]), a_ns=a["ns"], b_ns=b["ns"],
+           client_ns=st["client_ns"], smb_user=st["smb_user"], smb_password=st["smb_password"],
+           a_cli=cli.format(cli=st["cli"], sock=a["admin_socket"]),
+           b_cli=cli.format(cli=st["cli"], sock=b["admin_socket"]),
+           a_log=a["nasgwd_log"], b_log=b["nasgwd_log"], status=STATUS))
     return 0
+
+
+def control(verb, node):
+    """Asks the keeper to fail or revive a node; prints what it says."""
+    if keeper_pid() is None:
+        print("demo: not running", file=sys.stderr)
+        return 1
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(CONTROL)
+        s.sendall(("%s %s" % (verb, node)).encode())
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    r = json.loads(out or b'{"ok": false, "error": "no answer from the keeper"}')
+    if not r.get("ok"):
+        print("demo: %s" % r.get("error"), file=sys.stderr)
+        return 1
+    print(r["message"])
+    return 0
+
+
+def watch(seconds):
+    """A client in the LAN namespace: every half second, writes a new 16 KiB
+    file through the VIP over NFSv3 (libnfs's nfs-cp, a new connection each
+    time; it does not overwrite) and reads it back; prints each result and,
+    at the end, the longest stretch without a successful round."""
+    with open(STATUS) as f:
+        st = json.load(f)
+    ns, vip = st["client_ns"], st["vip"]
+    data = os.path.join(RUN, "watch.bin")
+    start = last_ok = time.monotonic()
+    longest, n_ok, n_bad = 0.0, 0, 0
+    run_id = time.strftime("%H%M%S")
+    print("writing watch-%s-N.bin through nfs://%s/demo every 0.5 s (Ctrl-C to stop)" % (run_id, vip), flush=True)
+    try:
+        i = 0
+        while seconds <= 0 or time.monotonic() - start < seconds:
+            payload = os.urandom(16 << 10)
+            with open(data, "wb") as f:
+                f.write(payload)
+            url = "nfs://%s/demo/watch-%s-%d.bin" % (vip, run_id, i)
+            t0 = time.monotonic()
+            try:
+                subprocess.run(["ip", "netns", "exec", ns, "nfs-cp", data, url], check=True,
+                               capture_output=True, timeout=20)
+                back = subprocess.run(["ip", "netns", "exec", ns, "nfs-cat", url], check=True,
+                                      capture_output=True, timeout=20).stdout
+                ok = back == payload
+                why = "" if ok else "read back differs"
+            except subprocess.CalledProcessError as e:
+                ok, why = False, (e.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
+                why = why[0] if isinstance(why, list) else why
+            except subprocess.TimeoutExpired:
+                ok, why = False, "no answer in 20 s"
+            now = time.monotonic()
+            stamp = time.strftime("%H:%M:%S")
+            if ok:
+                longest = max(longest, now - last_ok)
+                last_ok = now
+                n_ok += 1
+                print("%s  write + read back 16 KiB: ok (%.0f ms)" % (stamp, (now - t0) * 1000), flush=True)
+            else:
+                n_bad += 1
+                print("%s  FAILED: %s (%.1f s without a success)" % (stamp, why, now - last_ok), flush=True)
+            i += 1
+            time.sleep(max(0.0, t0 + 0.5 - time.monotonic()))  # the pace of a client, not a wait for an event
+    except KeyboardInterrupt:
+        pass
+    print("%d rounds ok, %d failed; longest stretch without a success: %.1f s" % (n_ok, n_bad, longest))
+    return 0 if n_bad == 0 else 1
 
 
 def down():
@@ -285,6 +480,10 @@ def main():
     k.add_argument("--fd", type=int, required=True)
     sub.add_parser("down")
     sub.add_parser("status")
+    for verb in ("fail", "revive"):
+        sub.add_parser(verb).add_argument("node", choices=["a", "b"])
+    w = sub.add_parser("watch")
+    w.add_argument("--seconds", type=float, default=0, help="stop after this long (0: at Ctrl-C)")
     a = ap.parse_args()
     if a.cmd == "up":
         return up(a.build)
@@ -292,6 +491,10 @@ def main():
         return keep(a.build, a.fd)
     if a.cmd == "down":
         return down()
+    if a.cmd in ("fail", "revive"):
+        return control(a.cmd, a.node)
+    if a.cmd == "watch":
+        return watch(a.seconds)
     return show()
 
 

@@ -65,11 +65,14 @@ network_dead_ms = %d
 
 
 class Lab:
-    def __init__(self, build, nfs=False, mirror_on=True):
+    def __init__(self, build, nfs=False, mirror_on=True, name=None, luns=2, size="512M", tag="cl"):
         """nfs: a clients' LAN too, the pair's VIP on it, and ganesha.nfsd
-        with FSAL_NASGW on each node, serving what its nasgwd exports."""
-        info = json.loads(sh([SANLAB, "start", "cl%d" % os.getpid(), "--mode", "netns", "--luns", "2",
-                              "--size", "512M", "--hosts", "2", "--interconnect"] + (["--lan"] if nfs else []) +
+        with FSAL_NASGW on each node, serving what its nasgwd exports.
+        name, luns, size: the sanlab lab's (make demo runs a pair too); tag
+        names the nodes (<tag>-a, <tag>-b)."""
+        name = name or "cl%d" % os.getpid()
+        info = json.loads(sh([SANLAB, "start", name, "--mode", "netns", "--luns", str(luns),
+                              "--size", size, "--hosts", "2", "--interconnect"] + (["--lan"] if nfs else []) +
                              ["--owner-pid", str(os.getpid())]).stdout)
         self.name = info["name"]
         self.hosts = info["ns_hosts"]
@@ -80,11 +83,12 @@ class Lab:
         sh([SANLAB, "corosync", self.name, "start"])
         bins = {"nasgwd": build + "/daemon/nasgwd", "cli": build + "/cli/nasgw",
                 "fuse": build + "/fsal/fuse/nasgw-fuse", "fsck": build + "/fs/nasgw-fsck"}
-        self.nodes = [Node(bins, urls=self.urls, tag="cl-%s" % t, netns=h) for t, h in zip("ab", self.hosts)]
+        self.nodes = [Node(bins, urls=self.urls, tag="%s-%s" % (tag, t), netns=h) for t, h in zip("ab", self.hosts)]
         self.config = CLUSTER_CONFIG
         if nfs:
             import nfslab
-            self.nfs_labs = [nfslab.Lab(name="cl%d-%d" % (os.getpid() % 100000, i), clients=0, server_ns=h)
+            short = "cl%d" % (os.getpid() % 100000) if name.startswith("cl") else name
+            self.nfs_labs = [nfslab.Lab(name="%s-%d" % (short, i), clients=0, server_ns=h)
                              for i, h in enumerate(self.hosts)]
             self.config += 'vips = ["%s/24"]\nvip_interface = "front0"\n' % VIP
         for i, n in enumerate(self.nodes):
@@ -100,11 +104,11 @@ class Lab:
                 n.s["extra_config"] = self.config + mirror
             n.save()
 
-    def start_pair(self):
+    def start_pair(self, **format_args):
         """A formats and owns the reserve; B starts as its standby."""
         a, b = self.nodes
         a.start(a.s["extra_config"])
-        a.format()
+        a.format(**format_args)
         b.start(b.s["extra_config"])
         wait_for(lambda: state(b) == "standby", 10, "B standby")
         # Both heartbeats of the owner live on B before any failure.
@@ -627,7 +631,11 @@ def revive(lab, i):
         sh(["ip", "-n", lab.hosts[i], "link", "set", dev, "up"])
     sh([SANLAB, "corosync", lab.name, "start", "--host", str(i)])
     node.start(node.s["extra_config"])
-    ok = state(node) == "standby" and not cluster(node).get("vips_held")
+    # Ready as a standby: no VIP, and nothing in its exports file that its
+    # ganesha (started next) would fail to export.
+    with open(os.path.join(node.s["dir"], "ganesha-exports.conf")) as f:
+        exported = "EXPORT {" in f.read()
+    ok = state(node) == "standby" and not cluster(node).get("vips_held") and not exported
     lab.servers[i].start_ganesha()
     wait_for(lambda: cluster(node).get("verdict") == "owner-alive" and
              cluster(other).get("verdict") == "owner-alive", 20, "both nodes hear each other")
