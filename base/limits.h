@@ -191,6 +191,12 @@ constexpr uint32_t kLogWriteFillPctMax = 60;
 // The flusher writes files with logged writes first once the log is this
 // full (per cent), so the next checkpoint can move past them.
 constexpr uint32_t kLogWriteFlushPct = 30;
+// A COMMIT or fsync whose file holds at most this much dirty data not in
+// the intent log logs it, as stable writes, when a partner's mirror answers
+// for the log (the answer comes from the partner's memory, not the array);
+// without one, up to kLogWriteBytesMax, as a stable write would. More goes
+// to its place before the answer.
+constexpr uint64_t kCommitLogBytesMax = 1ull << 20;
 // A stable write goes to the intent log while the log's records reach the
 // array quickly: their recent write time (a moving average) at most this.
 // Slower, the records queue behind a saturated array link, where bytes

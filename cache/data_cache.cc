@@ -161,6 +161,10 @@ struct DataCache::File {
   // takes them names, and (roughly) the oldest, for the flusher's order.
   uint64_t log_last GUARDED_BY(mu) = 0;
   uint64_t log_first GUARDED_BY(mu) = 0;
+  // dirty (flushing) holds bytes of writes that are not in the intent log:
+  // a COMMIT logs them (Commit) or flushes them.
+  bool unlogged GUARDED_BY(mu) = false;
+  bool unlogged_flushing GUARDED_BY(mu) = false;
 };
 
 Status DataCacheOptions::Validate() const {
@@ -337,6 +341,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
       f->blocks.clear();
       if (f->log_last != 0) d->ForgetLogWrites(vol, a.ino, f->gen);
       f->log_last = f->log_first = 0;
+      f->unlogged = false;
       f->gen = a.gen;
     }
     // Space for the blocks this write touches first: a write the volume
@@ -369,6 +374,8 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
       lsn = d->AppendLogWrite(vol, a.ino, a.gen, off, bytes, n, f->mtime);
       f->log_last = lsn;
       if (f->log_first == 0) f->log_first = lsn;
+    } else {
+      f->unlogged = true;
     }
     break;
   }
@@ -568,6 +575,8 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     }
     f->flushing = std::move(f->dirty);
     f->dirty.clear();
+    f->unlogged_flushing = f->unlogged;
+    f->unlogged = false;
     writes = f->writes_dirty;
     f->writes_flushing = writes;
     f->writes_dirty = 0;
@@ -657,6 +666,7 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
       }
       for (const auto& [o, v] : f->dirty) Put(back, o, v.data(), v.size());
       f->dirty = std::move(back);
+      f->unlogged = f->unlogged || f->unlogged_flushing;
       if (want > held) {
         // Best effort: if the space went meanwhile, the retry reserves it.
         if (d->ReserveSpace(want - held).ok()) held = want;
@@ -667,6 +677,7 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
       f->writes_dirty += writes > batches ? writes - batches : 1;
     }
     f->flushing.clear();
+    f->unlogged_flushing = false;
     f->writes_flushing = 0;
     epoch_.fetch_add(1);
     freed = before - BytesOf(f->dirty);
@@ -691,6 +702,68 @@ Status DataCache::Flush(uint32_t vol, uint64_t ino) {
   std::shared_ptr<File> f = Find({vol, ino});
   if (f == nullptr) return Status();
   return FlushFile(f);
+}
+
+Status DataCache::Commit(uint32_t vol, uint64_t ino) {
+  std::shared_ptr<File> f = Find({vol, ino});
+  if (f == nullptr) return Status();
+  auto d = domain_.lock();
+  if (d != nullptr && !o_.write_through && o_.log_stable_writes && !d->VolumeWriteThrough(vol)) {
+    auto lsn = LogDirty(*d, *f);
+    if (lsn.ok()) {
+      if (*lsn != 0) {
+        if (d->log_fill_pct() >= limits::kLogWriteFlushPct) {
+          MutexLock l(mu_);
+          flusher_cv_.NotifyAll();  // logged writes hold the log's checkpoint back
+        }
+        // A failed log fails the domain; the data stays dirty.
+        NASGW_RETURN_IF_ERROR(d->WaitLogged(*lsn));
+      }
+      c_.commits_logged++;
+      return Status();
+    }
+  }
+  c_.commits_flushed++;
+  return FlushFile(f);
+}
+
+Result<uint64_t> DataCache::LogDirty(fs::Domain& d, File& f) {
+  // No flush of the file runs meanwhile: what is dirty is all there is, and
+  // the next flush names the LSNs logged here (log_last).
+  MutexLock fl(f.flush_mu);
+  MutexLock l(f.mu);
+  if (!f.unlogged) return f.log_last;  // everything dirty is logged (or nothing is dirty)
+  const uint64_t bytes = BytesOf(f.dirty);
+  const uint64_t most = d.log_mirror_answers() ? limits::kCommitLogBytesMax : limits::kLogWriteBytesMax;
+  if (bytes > most) return Status::NotSupported("more dirty data than a commit logs");
+  if (o_.log_slow_ms != 0 && d.log_recent_write_ns() > uint64_t{o_.log_slow_ms} * 1'000'000) {
+    c_.writes_log_slow++;
+    return Status::NotSupported("the intent log is slow");
+  }
+  // The dirty ranges in pieces a log entry takes, each with its log space.
+  std::vector<size_t> sizes;
+  for (const auto& [o, v] : f.dirty) {
+    for (uint64_t at = 0; at < v.size(); at += limits::kLogWriteBytesMax) {
+      const auto n = static_cast<size_t>(std::min<uint64_t>(limits::kLogWriteBytesMax, v.size() - at));
+      if (Status s = d.ReserveLogWrite(n); !s.ok()) {
+        for (size_t m : sizes) d.UnreserveLogWrite(m);
+        return Status::NotSupported("no room in the intent log: " + s.ToString());
+      }
+      sizes.push_back(n);
+    }
+  }
+  const auto [vol, ino] = f.key;
+  uint64_t lsn = 0;
+  for (const auto& [o, v] : f.dirty) {
+    for (uint64_t at = 0; at < v.size(); at += limits::kLogWriteBytesMax) {
+      const auto n = static_cast<size_t>(std::min<uint64_t>(limits::kLogWriteBytesMax, v.size() - at));
+      lsn = d.AppendLogWrite(vol, ino, f.gen, o + at, v.data() + at, n, f.mtime);
+      if (f.log_first == 0) f.log_first = lsn;
+    }
+  }
+  if (lsn != 0) f.log_last = lsn;
+  f.unlogged = false;
+  return f.log_last;
 }
 
 Result<fs::Attr> DataCache::SetAttrs(uint32_t vol, uint64_t ino, const fs::SetAttr& s) {
@@ -842,6 +915,8 @@ DataCacheStats DataCache::stats() const {
   s.writes_stable = c_.writes_stable;
   s.writes_logged = c_.writes_logged;
   s.writes_log_slow = c_.writes_log_slow;
+  s.commits_logged = c_.commits_logged;
+  s.commits_flushed = c_.commits_flushed;
   s.bytes_written = c_.bytes_written;
   s.read_bytes_dirty = c_.read_bytes_dirty;
   s.flushes = c_.flushes;

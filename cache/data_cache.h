@@ -81,6 +81,8 @@ struct DataCacheStats {
   uint64_t writes_stable = 0;      // flushed before the answer (stable, strict)
   uint64_t writes_logged = 0;      // stable, answered once in the intent log
   uint64_t writes_log_slow = 0;    // stable, of writes_stable: to their place since the log was slow
+  uint64_t commits_logged = 0;     // COMMITs and fsyncs answered once their file's dirty data was logged
+  uint64_t commits_flushed = 0;    // ... answered once it was in place
   uint64_t bytes_written = 0;      // by clients, through the cache
   uint64_t read_bytes_dirty = 0;   // bytes reads took from dirty data
   uint64_t flushes = 0;            // flush transactions committed
@@ -123,8 +125,17 @@ class DataCache {
   // client is never shown a size or change attribute that went back. Waits
   // for a flush of the file in progress when flushes keep ending under it.
   Result<fs::Attr> Shown(uint32_t vol, const std::function<Result<fs::Attr>()>& load) const;
-  // The file's dirty data on the SAN (COMMIT, fsync, before a SETATTR).
+  // The file's dirty data on the SAN (before a SETATTR, a fallocate, a
+  // SEEK_DATA, a file's last name going).
   Status Flush(uint32_t vol, uint64_t ino);
+  // COMMIT and fsync: the file's dirty data durable. When the part of it
+  // not in the intent log is small (limits::kCommitLogBytesMax with a
+  // partner's mirror answering for the log, kLogWriteBytesMax without),
+  // that part is logged as stable writes are, stays dirty for the flusher,
+  // and the answer comes once the log holds it: from the partner's memory
+  // in a healthy pair. Otherwise (more, strict mode, a slow or full log)
+  // Flush.
+  Status Commit(uint32_t vol, uint64_t ino);
   // A SETATTR: the file's dirty data flushed first (a truncation cuts it,
   // and times set now must not be overtaken by a later flush of earlier
   // writes), then the change, and a truncation's cut blocks leave the read
@@ -161,6 +172,9 @@ class DataCache {
 
   std::shared_ptr<File> Find(Key k) const;
   std::shared_ptr<File> FindOrMake(Key k, uint64_t gen);
+  // Commit's logging: the LSN the answer waits for (0: nothing to wait
+  // for), or NotSupported when the dirty data goes to its place instead.
+  Result<uint64_t> LogDirty(fs::Domain& d, File& f);
   Status FlushFile(const std::shared_ptr<File>& f);
   Status Admit();
   void Release(uint64_t bytes);
@@ -200,7 +214,7 @@ class DataCache {
   struct Counters {
     std::atomic<uint64_t> writes_cached{0}, writes_stable{0}, writes_logged{0}, writes_log_slow{0}, bytes_written{0},
         read_bytes_dirty{0}, flushes{0}, flush_bytes{0}, flush_errors{0}, flush_dropped{0}, stalls{0},
-        stall_timeouts{0}, flush_nanos{0}, no_space{0};
+        stall_timeouts{0}, flush_nanos{0}, no_space{0}, commits_logged{0}, commits_flushed{0};
   };
   mutable Counters c_;
   LogLimiter flush_log_{1'000'000'000};  // a failing array: one line a second

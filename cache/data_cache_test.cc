@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/clock.h"
 #include "block/mem_device.h"
 
 namespace nasgw::cache {
@@ -435,6 +436,164 @@ TEST_F(DataCacheTest, AReplayNeverWritesALoggedWriteOverNewerData) {
   EXPECT_EQ(Committed(g2.ino).size, 0u);
   ExpectFsckClean();
   EXPECT_EQ(dom_->oldest_logged_write(), 0u) << "the replay left logged writes pinned";
+}
+
+// A COMMIT of a little dirty data logs it, as a stable write would (one
+// log write, not the data's blocks and then a log record), and the data
+// reaches its place later; a second COMMIT with nothing new logs nothing.
+// After a crash before any flush the committed bytes are there and what
+// was written after the COMMIT is not.
+TEST_F(DataCacheTest, ACommitLogsALittleDirtyDataAndACrashKeepsIt) {
+  DataCacheOptions o = NoFlusher();
+  o.log_slow_ms = 0;
+  StartCache(o);
+  const fs::Attr f = Mk("f");
+  std::string model;
+  for (uint64_t i = 0; i < 5; i++) {
+    const std::string d(4000, static_cast<char>('a' + i));
+    Write(f, i * 6000, d);
+    Put(model, i * 6000, d);
+  }
+  const fs::IntentLogStats before = dom_->LogStats();
+  ASSERT_TRUE(cache_->Commit(vol_, f.ino).ok());
+  const fs::IntentLogStats logged = dom_->LogStats();
+  EXPECT_EQ(cache_->stats().commits_logged, 1u);
+  EXPECT_EQ(cache_->stats().commits_flushed, 0u);
+  EXPECT_EQ(logged.appended_lsn - before.appended_lsn, 5u) << "one log entry for each dirty range";
+  EXPECT_EQ(Committed(f.ino).size, 0u) << "the data went to its place before the answer";
+  ASSERT_TRUE(cache_->Commit(vol_, f.ino).ok());
+  EXPECT_EQ(dom_->LogStats().appended_lsn, logged.appended_lsn) << "a COMMIT with nothing new logged again";
+  EXPECT_EQ(cache_->stats().commits_logged, 2u);
+  Write(f, 100000, "after the commit");
+  Crash();
+  EXPECT_EQ(OnSan(f.ino), model);
+  ExpectFsckClean();
+  EXPECT_EQ(dom_->oldest_logged_write(), 0u) << "the replay left logged writes pinned";
+}
+
+// More dirty data than a COMMIT logs without a partner's mirror (a stable
+// write's limit) goes to its place before the answer.
+TEST_F(DataCacheTest, ACommitOfMoreThanItLogsFlushesInPlace) {
+  DataCacheOptions o = NoFlusher();
+  o.log_slow_ms = 0;
+  StartCache(o);
+  const fs::Attr f = Mk("f");
+  const std::string big(limits::kLogWriteBytesMax + 4096, 'b');
+  Write(f, 0, big);
+  const uint64_t lsn = dom_->LogStats().appended_lsn;
+  ASSERT_TRUE(cache_->Commit(vol_, f.ino).ok());
+  EXPECT_EQ(cache_->stats().commits_flushed, 1u);
+  EXPECT_EQ(cache_->stats().commits_logged, 0u);
+  EXPECT_EQ(OnSan(f.ino), big);
+  EXPECT_LE(dom_->LogStats().appended_lsn - lsn, 1u) << "the data went to the log (only the flush's batch may)";
+}
+
+// A partner's mirror of the intent log in memory: it holds every entry and
+// acknowledges from its own thread (as cluster/mirror.cc's stream does).
+class AckingMirror : public fs::LogMirror {
+ public:
+  ~AckingMirror() override { Stop(); }
+  void Start(std::shared_ptr<fs::MirrorAcks> acks) {
+    acks_ = std::move(acks);
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> l(mu_);
+      for (;;) {
+        cv_.wait(l, [&] { return stop_ || last_ > acked_; });
+        if (stop_) return;
+        acked_ = last_;
+        const uint64_t lsn = acked_;
+        l.unlock();
+        acks_->Acked(lsn);
+        l.lock();
+      }
+    });
+  }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void Mirror(uint64_t lsn, std::string_view entry) override {
+    std::lock_guard<std::mutex> l(mu_);
+    bytes_ += entry.size();
+    last_ = lsn;
+    cv_.notify_all();
+  }
+  void Durable(uint64_t) override {}
+  uint64_t bytes() {
+    std::lock_guard<std::mutex> l(mu_);
+    return bytes_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t bytes_ = 0, last_ = 0, acked_ = 0;
+  bool stop_ = false;
+  std::shared_ptr<fs::MirrorAcks> acks_;
+  std::thread thread_;
+};
+
+// With a partner's mirror answering for the log, a COMMIT logs up to
+// kCommitLogBytesMax of dirty data and is answered from the partner's
+// memory while the array has none of it; after a crash it is all there.
+TEST_F(DataCacheTest, WithAMirrorACommitIsAnsweredByThePartnersMemory) {
+  DataCacheOptions o = NoFlusher();
+  o.log_slow_ms = 0;
+  StartCache(o);
+  const fs::Attr f = Mk("f");
+  ASSERT_TRUE(dom_->SyncTxg().ok());
+  auto mirror = std::make_shared<AckingMirror>();
+  auto start = dom_->AttachLogMirror(mirror);
+  ASSERT_TRUE(start.ok()) << start.status().ToString();
+  mirror->Start(start->acks);
+  std::string model;
+  for (uint64_t i = 0; i < 8; i++) {
+    const std::string d(64 << 10, static_cast<char>('m' + i));
+    Write(f, i * d.size(), d);
+    Put(model, i * d.size(), d);
+  }
+  static_assert(8 * (64 << 10) > limits::kLogWriteBytesMax && 8 * (64 << 10) <= limits::kCommitLogBytesMax);
+  // The array takes no write until the COMMIT is answered (or, should it
+  // wait for the array, for 8 s: then it fails, and does not hang).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  for (auto& d : devs_) {
+    d->SetFault([&](const block::IoRequest& r) {
+      if (r.op != block::Op::kWrite) return Status();
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait_until(l, deadline, [&] { return release; });
+      return Status();
+    });
+  }
+  const uint64_t t0 = MonotonicNanos();
+  const Status committed = cache_->Commit(vol_, f.ino);
+  const uint64_t took_ms = (MonotonicNanos() - t0) / 1'000'000;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(committed.ok()) << committed.ToString();
+  EXPECT_LT(took_ms, 4'000u) << "the COMMIT waited for the array";
+  EXPECT_EQ(cache_->stats().commits_logged, 1u);
+  EXPECT_GE(mirror->bytes(), model.size()) << "the partner does not hold the data";
+  EXPECT_GE(dom_->LogStats().mirror_acks, 1u);
+  EXPECT_EQ(Committed(f.ino).size, 0u) << "the data went to its place before the answer";
+  for (auto& d : devs_) d->SetFault(nullptr);
+  // Every record reaches the array too (the mirror is the second copy):
+  // once it has, a crash of this node keeps the data.
+  dom_->DetachLogMirror(mirror.get());
+  mirror->Stop();
+  ASSERT_TRUE(dom_->WaitLogged(dom_->LogStats().appended_lsn).ok());
+  Crash();
+  EXPECT_EQ(OnSan(f.ino), model);
+  ExpectFsckClean();
 }
 
 TEST_F(DataCacheTest, TheFlusherWritesDueFilesInTheBackground) {

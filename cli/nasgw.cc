@@ -753,6 +753,8 @@ json ToJson(const pb::CacheStats& c) {
           {"writes_logged", c.writes_logged()},
           {"writes_stable", c.writes_stable()},
           {"writes_log_slow", c.writes_log_slow()},
+          {"commits_logged", c.commits_logged()},
+          {"commits_flushed", c.commits_flushed()},
           {"flushes", c.flushes()},
           {"flush_bytes", c.flush_bytes()},
           {"flush_microseconds", c.flush_microseconds()},
@@ -2095,6 +2097,8 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
                 << " logged, " << HumanCount(cs.writes_stable()) << " in place (" << HumanCount(cs.writes_log_slow())
                 << " as the log was slow); array writes " << HumanBytes(cs.array_write_bytes()) << " (" << amp
                 << " per client byte)\n"
+                << "  commits " << HumanCount(cs.commits_logged()) << " logged, " << HumanCount(cs.commits_flushed())
+                << " flushed in place\n"
                 << "  flushes " << HumanCount(cs.flushes()) << ", " << HumanBytes(cs.flush_bytes()) << ", mean "
                 << HumanUs(cs.flushes() == 0 ? 0 : cs.flush_microseconds() / cs.flushes()) << "\n"
                 << "  data    " << HumanBytes(cs.clean_bytes()) << " clean of " << HumanBytes(cs.clean_capacity_bytes())

@@ -853,6 +853,8 @@ class AdminService final : public pb::Admin::Service {
     c->set_writes_logged(d.writes_logged);
     c->set_writes_stable(d.writes_stable);
     c->set_writes_log_slow(d.writes_log_slow);
+    c->set_commits_logged(d.commits_logged);
+    c->set_commits_flushed(d.commits_flushed);
     c->set_flushes(d.flushes);
     c->set_flush_bytes(d.flush_bytes);
     c->set_flush_microseconds(d.flush_nanos_total / 1000);

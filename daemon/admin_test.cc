@@ -2924,6 +2924,8 @@ TEST_F(AdminTest, StatsShowTheCache) {
   given.writes_logged = 7;
   given.writes_stable = 11;
   given.writes_log_slow = 6;
+  given.commits_logged = 9;
+  given.commits_flushed = 2;
   given.flushes = 4;
   given.flush_nanos_total = 8'000'000;
   given.read.hit_bytes = 3 << 20;
@@ -2942,6 +2944,8 @@ TEST_F(AdminTest, StatsShowTheCache) {
   EXPECT_EQ(c.at("writes_logged").get<uint64_t>(), 7u);
   EXPECT_EQ(c.at("writes_stable").get<uint64_t>(), 11u);
   EXPECT_EQ(c.at("writes_log_slow").get<uint64_t>(), 6u);
+  EXPECT_EQ(c.at("commits_logged").get<uint64_t>(), 9u);
+  EXPECT_EQ(c.at("commits_flushed").get<uint64_t>(), 2u);
   EXPECT_EQ(c.at("flush_microseconds").get<uint64_t>(), 8000u);
   const uint64_t array = c.at("array_write_bytes").get<uint64_t>();
   EXPECT_GE(array, 1u << 20) << "the file's data at least";
@@ -2951,6 +2955,7 @@ TEST_F(AdminTest, StatsShowTheCache) {
   EXPECT_NE(r.out.find("2 files"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("7 logged"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("11 in place (6 as the log was slow)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("commits 9 logged, 2 flushed in place"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("hits 75% of 4 MiB read"), std::string::npos) << r.out;
 }
 

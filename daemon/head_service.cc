@@ -445,10 +445,11 @@ bool Exec::Run() {
     case Op::kWrite:
       return Write();
     case Op::kFsync:
-      // The file's dirty data (and the metadata of its flush) on the SAN;
-      // a snapshot's are there already.
+      // The file's dirty data durable (logged, answered by the partner's
+      // mirror in a healthy pair, or in place; DataCache::Commit), and its
+      // metadata; a snapshot's are there already.
       if (!Load(r_.h, a)) return false;
-      if (a.snap == 0 && (!Done(c_.Flush(vol, a.ino)) || !Done(d_.Fsync(vol, a.ino)))) return false;
+      if (a.snap == 0 && (!Done(c_.Commit(vol, a.ino)) || !Done(d_.Fsync(vol, a.ino)))) return false;
       out_.reply.verifier = verifier_;
       return true;
     case Op::kFallocate:

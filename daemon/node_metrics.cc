@@ -108,6 +108,10 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                 {{"answer", "stable"}}, c.writes_stable);
       s.Counter("nasgw_cache_writes_total", "Writes through the cache, by how they were answered.",
                 {{"answer", "logged"}}, c.writes_logged);
+      s.Counter("nasgw_cache_commits_total", "COMMITs and fsyncs, by how the file's dirty data was made durable.",
+                {{"answer", "logged"}}, c.commits_logged);
+      s.Counter("nasgw_cache_commits_total", "COMMITs and fsyncs, by how the file's dirty data was made durable.",
+                {{"answer", "flushed"}}, c.commits_flushed);
       s.Counter("nasgw_cache_log_slow_writes_total",
                 "Stable writes put in place rather than logged: the intent log's records were slow (array link busy).",
                 {}, c.writes_log_slow);

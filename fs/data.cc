@@ -338,6 +338,10 @@ uint64_t Domain::log_recent_write_ns() const {
   return impl_->log ? impl_->log->recent_answer_ns() : 0;
 }
 
+bool Domain::log_mirror_answers() const {
+  return impl_->log && impl_->log->mirror_answers();
+}
+
 uint64_t Domain::oldest_logged_write() const {
   MutexLock l(impl_->pin_mu);
   return impl_->pins.empty() ? 0 : impl_->pins.begin()->first;

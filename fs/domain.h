@@ -500,6 +500,8 @@ class Domain {
   // How long the intent log takes to answer lately: its records' writes,
   // or the partner's mirror when that answers sooner (IntentLog::recent_answer_ns).
   uint64_t log_recent_write_ns() const;
+  // The partner's mirror answers for the log's new entries (AttachLogMirror).
+  bool log_mirror_answers() const;
   // The oldest logged write not yet in its file's maps (0: none).
   uint64_t oldest_logged_write() const;
 

@@ -545,6 +545,11 @@ void IntentLog::MirrorAcked(const LogMirror* m, uint64_t lsn) {
   durable_cv_.NotifyAll();
 }
 
+bool IntentLog::mirror_answers() const {
+  MutexLock l(mu_);
+  return mirror_ != nullptr && durable_lsn_ + 1 >= mirror_first_;
+}
+
 uint64_t IntentLog::recent_answer_ns() const {
   const uint64_t array = recent_write_ns();
   MutexLock l(mu_);

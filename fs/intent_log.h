@@ -244,6 +244,9 @@ class IntentLog {
   // the lesser of its acknowledgements' moving average (append to ack) and
   // recent_write_ns(); otherwise recent_write_ns().
   uint64_t recent_answer_ns() const;
+  // A partner's mirror answers for new entries now (attached, and the
+  // array's log has reached the stream's first entry).
+  bool mirror_answers() const EXCLUDES(mu_);
   // Percentage of the space entries can use (the capacity less the slack
   // kept for records that skip to the next extent) in use or reserved, with
   // `extra` more bytes.
