@@ -708,7 +708,7 @@ Status DataCache::Commit(uint32_t vol, uint64_t ino) {
   std::shared_ptr<File> f = Find({vol, ino});
   if (f == nullptr) return Status();
   auto d = domain_.lock();
-  if (d != nullptr && !o_.write_through && o_.log_stable_writes && !d->VolumeWriteThrough(vol)) {
+  if (d != nullptr && !o_.write_through && o_.log_commits && !d->VolumeWriteThrough(vol)) {
     auto lsn = LogDirty(*d, *f);
     if (lsn.ok()) {
       if (*lsn != 0) {

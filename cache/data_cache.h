@@ -70,6 +70,9 @@ struct DataCacheOptions {
   // write time); slower, a stable write goes to its place, its bytes over
   // the array link once. 0: always the log. (limits::kLogSlowMsDefault)
   uint32_t log_slow_ms = limits::kLogSlowMsDefault;
+  // A COMMIT or fsync logs its file's small dirty data (Commit), with the
+  // same log_slow_ms rule. Off: it flushes the file to its place.
+  bool log_commits = true;
 
   Status Validate() const;
 };

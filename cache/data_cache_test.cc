@@ -472,7 +472,8 @@ TEST_F(DataCacheTest, ACommitLogsALittleDirtyDataAndACrashKeepsIt) {
 }
 
 // More dirty data than a COMMIT logs without a partner's mirror (a stable
-// write's limit) goes to its place before the answer.
+// write's limit) goes to its place before the answer; with log_commits off,
+// any.
 TEST_F(DataCacheTest, ACommitOfMoreThanItLogsFlushesInPlace) {
   DataCacheOptions o = NoFlusher();
   o.log_slow_ms = 0;
@@ -486,6 +487,14 @@ TEST_F(DataCacheTest, ACommitOfMoreThanItLogsFlushesInPlace) {
   EXPECT_EQ(cache_->stats().commits_logged, 0u);
   EXPECT_EQ(OnSan(f.ino), big);
   EXPECT_LE(dom_->LogStats().appended_lsn - lsn, 1u) << "the data went to the log (only the flush's batch may)";
+  // log_commits off: a small one goes to its place too.
+  o.log_commits = false;
+  StartCache(o);
+  Write(f, 0, "small");
+  ASSERT_TRUE(cache_->Commit(vol_, f.ino).ok());
+  EXPECT_EQ(cache_->stats().commits_flushed, 1u);
+  EXPECT_EQ(cache_->stats().commits_logged, 0u);
+  EXPECT_EQ(OnSan(f.ino).substr(0, 5), "small");
 }
 
 // A partner's mirror of the intent log in memory: it holds every entry and

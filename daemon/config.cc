@@ -886,7 +886,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
             &c, &errors);
   Section cache("cache", table("cache"),
                 {"memory_mib", "dirty_mib", "read_ahead_kib", "flush_after_ms", "stall_timeout_ms", "write_through",
-                 "log_stable_writes", "log_slow_ms"},
+                 "log_stable_writes", "log_slow_ms", "log_commits"},
                 &errors);
   cache.Integer("memory_mib", limits::kMemoryBytesMin >> 20, limits::kMemoryBytesMax >> 20, &c.cache_memory_mib);
   cache.Integer("dirty_mib", limits::kCacheDirtyBytesMin >> 20, limits::kCacheDirtyBytesMax >> 20, &c.cache_dirty_mib);
@@ -904,6 +904,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
                 &c.cache_stall_timeout_ms);
   cache.Bool("write_through", &c.cache_write_through);
   cache.Bool("log_stable_writes", &c.cache_log_stable_writes);
+  cache.Bool("log_commits", &c.cache_log_commits);
   cache.Integer("log_slow_ms", 0, limits::kLogSlowMsMax, &c.cache_log_slow_ms);
   ParseAdmin(Section("admin", table("admin"),
                      {"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca", "insecure_no_client_auth"}, &errors),

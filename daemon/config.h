@@ -124,6 +124,7 @@ struct Config {
   bool cache_write_through = false;                        // strict: every write flushed before its answer
   bool cache_log_stable_writes = true;                     // small stable writes answered once in the intent log
   uint32_t cache_log_slow_ms = limits::kLogSlowMsDefault;  // ... while its records take at most this; 0..kLogSlowMsMax
+  bool cache_log_commits = true;                           // COMMIT/fsync log a file's small dirty data
 
   // [metrics]
   std::string metrics_listen;  // optional "host:port" for the Prometheus text endpoint

@@ -307,7 +307,8 @@ TEST_F(ConfigTest, UnknownSectionRefused) {
 TEST_F(ConfigTest, CacheKeysAreReadAndBounded) {
   auto c = Parse(Cfg("", "",
                      "[cache]\nmemory_mib = 512\ndirty_mib = 64\nread_ahead_kib = 0\nflush_after_ms = 250\n"
-                     "stall_timeout_ms = 5000\nwrite_through = true\nlog_stable_writes = false\nlog_slow_ms = 0"));
+                     "stall_timeout_ms = 5000\nwrite_through = true\nlog_stable_writes = false\nlog_slow_ms = 0\n"
+                     "log_commits = false"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->cache_memory_mib, 512u);
   EXPECT_EQ(c->cache_dirty_mib, 64u);
@@ -317,6 +318,7 @@ TEST_F(ConfigTest, CacheKeysAreReadAndBounded) {
   EXPECT_TRUE(c->cache_write_through);
   EXPECT_FALSE(c->cache_log_stable_writes);
   EXPECT_EQ(c->cache_log_slow_ms, 0u);
+  EXPECT_FALSE(c->cache_log_commits);
   auto d = Parse(Cfg());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(uint64_t{d->cache_dirty_mib} << 20, limits::kCacheDirtyBytesDefault);
@@ -325,6 +327,7 @@ TEST_F(ConfigTest, CacheKeysAreReadAndBounded) {
   EXPECT_FALSE(d->cache_write_through);
   EXPECT_TRUE(d->cache_log_stable_writes);
   EXPECT_EQ(d->cache_log_slow_ms, limits::kLogSlowMsDefault);
+  EXPECT_TRUE(d->cache_log_commits);
   ExpectInvalid(Cfg("", "", "[cache]\nlog_slow_ms = 10001"), {"cache.log_slow_ms: 10001 is out of range"});
   ExpectInvalid(Cfg("", "", "[cache]\ndirty_mib = 1"), {"cache.dirty_mib: 1 is out of range"});
   ExpectInvalid(Cfg("", "", "[cache]\nflush_after_ms = 0"), {"cache.flush_after_ms: 0 is out of range"});

@@ -70,6 +70,7 @@ cache::DataCacheOptions CacheOptions(const Config& cfg) {
   o.write_through = cfg.cache_write_through;
   o.log_stable_writes = cfg.cache_log_stable_writes;
   o.log_slow_ms = cfg.cache_log_slow_ms;
+  o.log_commits = cfg.cache_log_commits;
   return o;
 }
 
