@@ -26,6 +26,18 @@ logged stable write of 8 KiB, answered once the intent log record is on the
 array, or, healthy, once the partner holds it. --writes unstable keeps the
 stock config (a control: the mirror should make no difference there).
 
+--writes commit measures COMMITs instead (stock ganesha config): no fio;
+each measurement runs nasgw-nfs-commit (tests/tools/nfs_commit.c) in the
+client namespace: --clients threads, each with its own NFS connection and
+file of --file-mib MiB (default 4; laid out and committed before, checked
+read back and removed after), writing 8 KiB UNSTABLE at a random offset and
+sending a COMMIT, one round after the other. A COMMIT of a little dirty
+data is logged (DataCache::Commit), so healthy answers it from the
+partner's memory. A fourth variant joins: `inplace`, single with
+[cache] log_commits = false (every COMMIT flushes the data to its place
+first, as nasgwd did before). Reported: rounds/s, round (WRITE + COMMIT)
+and COMMIT p50/p99, and A's COMMITs logged and flushed.
+
 Variants, run interleaved within each of --runs rounds (the first rotating),
 medians over the rounds reported:
   healthy   the pair: A owns the reserve, B stands by, A's log streams to B
@@ -60,6 +72,7 @@ Output: a table on stdout, --out JSON (rewritten after every row).
 
   python3 bench/pair_bench.py --build build/release --runs 5 --out /tmp/pair-bench.json
   python3 bench/pair_bench.py --build build/debug --smoke      # 1 round, 3 s per variant
+  python3 bench/pair_bench.py --build build/release --writes commit --runs 5 --seconds 10 --out /tmp/commit.json
 
 Needs root (namespaces, tgtd, ganesha), corosync, fio with the nfs engine
 (deploy/build-fio.sh, run on demand), <build>/daemon/nasgwd, cli/nasgw,
@@ -85,16 +98,21 @@ from cluster_lab import VIP, Lab, cluster, state, wait_for  # noqa: E402
 import nfslab  # noqa: E402
 
 VARIANTS = ("healthy", "degraded", "single")
+# --writes commit adds `inplace`: single with [cache] log_commits = false
+# (every COMMIT flushes to the place: nasgwd before COMMITs were logged).
+COMMIT_VARIANTS = VARIANTS + ("inplace",)
+INPLACE_CONFIG = "\n[cache]\nlog_commits = false\n"
 EXPORT = "vol1"   # Lab.start_pair's volume, exported as cmd_nfs does (pseudo /vol1)
 MIRROR_LINE = re.compile(r"^\s*mirror_(listen|peer)\s*=.*\n?", re.M)
 MEDIAN_KEYS = ("iops", "write_iops", "read_iops", "write_p50_us", "write_p99_us", "read_p50_us", "read_p99_us",
                "iops_fio", "write_iops_fio", "san_tx_mb", "san_rx_mb", "start_skew_s", "setup_s", "restore_s",
-               "prime_s", "quiet_s", "writes_logged", "writes_stable_in_place", "writes_log_slow", "mirror_acks")
+               "prime_s", "quiet_s", "writes_logged", "writes_stable_in_place", "writes_log_slow", "mirror_acks",
+               "commit_p50_us", "commit_p99_us", "commits_logged", "commits_flushed")
 STATE_TIMEOUT_S = 60
 # A's counters around each measurement (nasgwd's metrics endpoint, inside
 # its host namespace): how the writes were answered.
 METRICS = ("nasgw_cluster_mirror_acks_total", "nasgw_cache_writes_total", "nasgw_cache_log_slow_writes_total",
-           "nasgw_log_records_total", "nasgw_log_entries_total", "nasgw_log_bytes_total")
+           "nasgw_log_records_total", "nasgw_log_entries_total", "nasgw_log_bytes_total", "nasgw_cache_commits_total")
 METRICS_GAUGES = ("nasgw_log_write_recent_seconds", "nasgw_log_write_latency_seconds", "nasgw_cluster_mirror_streaming")
 METRICS_FETCH = ("import sys, urllib.request\n"
                  "sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:%d/metrics', timeout=10).read().decode())")
@@ -215,10 +233,10 @@ class PairBench:
             self.B.stop()
             wait_for(lambda: "SAN intent log" in cluster(self.A).get("mirror", ""), STATE_TIMEOUT_S,
                      "A answering from the SAN intent log")
-        elif v == "single":
+        elif v in ("single", "inplace"):
             self.B.stop()
             self.A.stop()
-            self.A.start(self.cfg_single)
+            self.A.start(self.cfg_single + (INPLACE_CONFIG if v == "inplace" else ""))
         self.wait_serving(v)
         m = mirror(self.A)
         if not self.state_ok(v, m):
@@ -270,20 +288,48 @@ class PairBench:
 
     def layout(self):
         """Each job's file written once, sequentially (the nfs engine creates
-        files only on pure-write jobs; iodepth 1, as nfs_bench's layout)."""
+        files only on pure-write jobs; iodepth 1, as nfs_bench's layout).
+        --writes commit: nasgw-nfs-commit lays out its own files."""
+        if self.a.writes == "commit":
+            return 0.0
         t0 = time.monotonic()
         self.run_fio(dict(self.nfs_global(), rw="write", bs="256k", iodepth=1, group_reporting=1), "layout", 1800)
         return time.monotonic() - t0
 
     def prime(self, tag):
         """Every file read once: A's cache warm whatever came before."""
+        if self.a.writes == "commit":
+            return 0.0
         t0 = time.monotonic()
         self.run_fio(dict(self.nfs_global(), rw="read", bs="256k", iodepth=1, group_reporting=1),
                      "prime-" + tag, 900)
         return time.monotonic() - t0
 
+    def measure_commits(self, tag):
+        """--writes commit: nasgw-nfs-commit, --clients threads each writing
+        8 KiB UNSTABLE at a random offset of its own file and sending a
+        COMMIT, one after the other, for --seconds; its files laid out (and
+        committed) before, checked read back after, removed."""
+        a = self.a
+        p = self.client.run([self.commit_tool, "--url", "nfs://%s/%s" % (VIP, EXPORT), "--prefix", "cb-" + tag,
+                             "--clients", str(a.clients), "--seconds", str(a.seconds), "--bytes", "8192",
+                             "--file-kib", str(int(a.file_mib * 1024))], check=False, timeout=a.seconds + 600)
+        if p.returncode != 0:
+            raise RuntimeError("nasgw-nfs-commit %s exit %d: %s%s" % (tag, p.returncode, p.stdout[-1500:],
+                                                                     p.stderr[-1500:]))
+        r = json.loads(p.stdout)
+        # A round is one WRITE and its COMMIT: counted as a write, and the
+        # write latency is the round's (what the application waits for).
+        return {"iops": r["rounds_per_s"], "write_iops": r["rounds_per_s"], "read_iops": 0.0,
+                "write_p50_us": r["round_us"]["p50"], "write_p99_us": r["round_us"]["p99"],
+                "commit_p50_us": r["commit_us"]["p50"], "commit_p99_us": r["commit_us"]["p99"],
+                "unstable_write_p50_us": r["write_us"]["p50"], "rounds": r["rounds"],
+                "write_latency": "nasgw-nfs-commit (WRITE + COMMIT)"}
+
     def measure(self, tag):
         a = self.a
+        if a.writes == "commit":
+            return self.measure_commits(tag)
         glob = dict(self.nfs_global(), rw="randrw", rwmixread=70, bs="8k", iodepth=a.iodepth, time_based=1,
                     runtime=a.seconds, ramp_time=a.ramp, group_reporting=1, unified_rw_reporting="both",
                     lat_percentiles=1)
@@ -356,6 +402,8 @@ class PairBench:
                 row["writes_stable_in_place"] = am.get('nasgw_cache_writes_total{answer="stable"}')
                 row["writes_log_slow"] = am.get("nasgw_cache_log_slow_writes_total")
                 row["mirror_acks"] = am.get("nasgw_cluster_mirror_acks_total")
+                row["commits_logged"] = am.get('nasgw_cache_commits_total{answer="logged"}')
+                row["commits_flushed"] = am.get('nasgw_cache_commits_total{answer="flushed"}')
                 row["san_tx_mb"], row["san_rx_mb"] = (san1[0] - san0[0]) / 1e6, (san1[1] - san0[1]) / 1e6
                 row["after"] = mirror(self.A)
                 row["state_kept"] = self.state_ok(v, row["after"])
@@ -386,8 +434,13 @@ class PairBench:
 
     def run(self):
         a = self.a
-        self.fio = a.fio or sh(["bash", BUILD_FIO], timeout=1800).stdout.strip().splitlines()[-1]
-        self.res["fio"] = sh([self.fio, "--version"]).stdout.strip()
+        if a.writes == "commit":
+            self.commit_tool = os.path.join(os.path.abspath(a.build), "tests", "tools", "nasgw-nfs-commit")
+            if not os.path.isfile(self.commit_tool):
+                raise RuntimeError("%s is not built" % self.commit_tool)
+        else:
+            self.fio = a.fio or sh(["bash", BUILD_FIO], timeout=1800).stdout.strip().splitlines()[-1]
+            self.res["fio"] = sh([self.fio, "--version"]).stdout.strip()
         g = sh(["git", "-C", ROOT, "describe", "--always", "--dirty"], check=False)
         self.res["git"] = g.stdout.strip() if g.returncode == 0 else None
         self.res["started"] = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -430,20 +483,19 @@ def medians(rows):
                     m[key + "_min"], m[key + "_max"] = min(vals), max(vals)
         med[v] = m
     ratios = {}
-    h = med.get("healthy")
-    for base in ("single", "degraded"):
-        b = med.get(base)
+    for top, base in (("healthy", "single"), ("healthy", "degraded"), ("healthy", "inplace"), ("single", "inplace")):
+        h, b = med.get(top), med.get(base)
         if not h or not b:
             continue
         per_round = {"write_iops": [], "write_p50_us": [], "iops": []}
         by_run = {x["run"]: x for x in good if x["variant"] == base}
         for x in good:
-            if x["variant"] == "healthy" and x["run"] in by_run:
+            if x["variant"] == top and x["run"] in by_run:
                 for key in per_round:
                     rr = ratio(x.get(key), by_run[x["run"]].get(key))
                     if rr is not None:
                         per_round[key].append(rr)
-        ratios["healthy/" + base] = {
+        ratios[top + "/" + base] = {
             "write_iops": ratio(h.get("write_iops"), b.get("write_iops")),
             "write_p50_us": ratio(h.get("write_p50_us"), b.get("write_p50_us")),
             "iops": ratio(h.get("iops"), b.get("iops")),
@@ -456,6 +508,8 @@ def medians(rows):
 def table(res):
     cfg = res["config"]
     med = res.get("medians", {})
+    if cfg["writes"] == "commit":
+        return commit_table(res)
     lines = ["8K random 70/30 over NFSv3 (fio nfs engine; %s), %d jobs x %s MiB, iodepth %d, "
              "%s s per variant, medians of %d rounds" % (
                  "every WRITE answered FILE_SYNC: FSAL_NASGW NFSv3_Unstable = false" if cfg["writes"] == "file_sync"
@@ -496,6 +550,37 @@ def table(res):
     return "\n".join(lines)
 
 
+def commit_table(res):
+    cfg = res["config"]
+    med = res.get("medians", {})
+    lines = ["8 KiB UNSTABLE WRITE + COMMIT rounds over NFSv3 (nasgw-nfs-commit), %d clients x %s MiB files, one "
+             "round at a time each, %s s per variant, medians of %d rounds" % (
+                 cfg["clients"], cfg["file_mib"], cfg["seconds"], cfg["runs"]),
+             "%-9s %4s %9s %13s %13s %13s %13s %11s %9s %9s" % (
+                 "variant", "runs", "rounds/s", "round p50 us", "round p99 us", "COMMIT p50", "COMMIT p99",
+                 "SAN out MB", "logged", "flushed")]
+    for v in VARIANTS:
+        m = med.get(v)
+        if not m:
+            lines.append("%-9s    0  (no good run)" % v)
+            continue
+        lines.append("%-9s %4d %9.0f %13.0f %13.0f %13.0f %13.0f %11.0f %9s %9s" % (
+            v, m["runs"], m.get("iops", 0), m.get("write_p50_us", 0), m.get("write_p99_us", 0),
+            m.get("commit_p50_us", 0), m.get("commit_p99_us", 0), m.get("san_tx_mb", 0),
+            num(m.get("commits_logged")), num(m.get("commits_flushed"))))
+    for k, r in res.get("ratios", {}).items():
+        pr = r["per_round_median"]
+        lines.append("%-17s rounds/s x%s (per-round median x%s), round p50 x%s (x%s)" % (
+            k, fmt(r["write_iops"]), fmt(pr["write_iops"]), fmt(r["write_p50_us"]), fmt(pr["write_p50_us"])))
+    bad = [x for x in res["rows"] if "error" in x or not x.get("state_kept")]
+    if bad:
+        lines.append("left out: %s" % ", ".join("round %d %s (%s)" % (x["run"], x["variant"], "error" if "error" in x
+                                                                     else "state changed") for x in bad))
+    lines.append("logged / flushed: A's COMMITs answered once the data was logged (by the partner's memory when "
+                 "healthy) / once it was in place (nasgw_cache_commits_total).")
+    return "\n".join(lines)
+
+
 def num(x):
     return "%.0f" % x if isinstance(x, (int, float)) else "-"
 
@@ -516,14 +601,19 @@ def main():
     ap.add_argument("--file-mib", type=float, default=None, help="each job's file (default 64; --smoke 16)")
     ap.add_argument("--quiesce-max", type=float, default=120,
                     help="before each measurement, wait at most this long for A's SAN link to go quiet")
-    ap.add_argument("--writes", choices=("file_sync", "unstable"), default="file_sync",
+    ap.add_argument("--writes", choices=("file_sync", "unstable", "commit"), default="file_sync",
                     help="file_sync (default): FSAL_NASGW's NFSv3_Unstable = false, every WRITE of fio's nfs "
                     "engine answered FILE_SYNC (logged, what the mirror acknowledges); unstable: ganesha's "
-                    "stock FSAL config, fio's UNSTABLE WRITEs answered from nasgwd's cache")
+                    "stock FSAL config, fio's UNSTABLE WRITEs answered from nasgwd's cache; commit: the stock "
+                    "config, nasgw-nfs-commit's 8 KiB UNSTABLE WRITE + COMMIT rounds instead of fio "
+                    "(--file-mib default 4)")
     ap.add_argument("--fio", help="fio with the nfs engine (default: deploy/build-fio.sh)")
     ap.add_argument("--out", help="JSON results")
     ap.add_argument("--smoke", action="store_true", help="check the harness: 1 round, 3 s per variant")
     a = ap.parse_args()
+    if a.writes == "commit":
+        global VARIANTS
+        VARIANTS = COMMIT_VARIANTS
     if a.smoke:
         a.runs = 1
         a.seconds = a.seconds or 3
@@ -531,7 +621,7 @@ def main():
         a.file_mib = a.file_mib or 16
     a.seconds = a.seconds or 20
     a.ramp = 2 if a.ramp is None else a.ramp
-    a.file_mib = a.file_mib or 64
+    a.file_mib = a.file_mib or (4 if a.writes == "commit" else 64)
     if os.geteuid() != 0:
         print("pair_bench: must run as root (namespaces, tgtd, ganesha)", file=sys.stderr)
         return 2

@@ -161,10 +161,12 @@ struct DataCache::File {
   // takes them names, and (roughly) the oldest, for the flusher's order.
   uint64_t log_last GUARDED_BY(mu) = 0;
   uint64_t log_first GUARDED_BY(mu) = 0;
-  // dirty (flushing) holds bytes of writes that are not in the intent log:
-  // a COMMIT logs them (Commit) or flushes them.
-  bool unlogged GUARDED_BY(mu) = false;
-  bool unlogged_flushing GUARDED_BY(mu) = false;
+  // The byte ranges [start, end) of dirty (flushing) written by writes that
+  // are not in the intent log: what a COMMIT logs (Commit), or flushes.
+  // Logged bytes stay dirty until the flusher puts them in place; a COMMIT
+  // logs each byte once.
+  Blocks unlogged GUARDED_BY(mu);
+  Blocks unlogged_flushing GUARDED_BY(mu);
 };
 
 Status DataCacheOptions::Validate() const {
@@ -341,7 +343,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
       f->blocks.clear();
       if (f->log_last != 0) d->ForgetLogWrites(vol, a.ino, f->gen);
       f->log_last = f->log_first = 0;
-      f->unlogged = false;
+      f->unlogged.clear();
       f->gen = a.gen;
     }
     // Space for the blocks this write touches first: a write the volume
@@ -375,7 +377,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
       f->log_last = lsn;
       if (f->log_first == 0) f->log_first = lsn;
     } else {
-      f->unlogged = true;
+      Cover(f->unlogged, off, off + n);
     }
     break;
   }
@@ -575,8 +577,8 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
     }
     f->flushing = std::move(f->dirty);
     f->dirty.clear();
-    f->unlogged_flushing = f->unlogged;
-    f->unlogged = false;
+    f->unlogged_flushing = std::move(f->unlogged);
+    f->unlogged.clear();
     writes = f->writes_dirty;
     f->writes_flushing = writes;
     f->writes_dirty = 0;
@@ -666,7 +668,7 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
       }
       for (const auto& [o, v] : f->dirty) Put(back, o, v.data(), v.size());
       f->dirty = std::move(back);
-      f->unlogged = f->unlogged || f->unlogged_flushing;
+      for (const auto& [from, to] : f->unlogged_flushing) Cover(f->unlogged, from, to);
       if (want > held) {
         // Best effort: if the space went meanwhile, the retry reserves it.
         if (d->ReserveSpace(want - held).ok()) held = want;
@@ -677,7 +679,7 @@ Status DataCache::FlushFile(const std::shared_ptr<File>& f) {
       f->writes_dirty += writes > batches ? writes - batches : 1;
     }
     f->flushing.clear();
-    f->unlogged_flushing = false;
+    f->unlogged_flushing.clear();
     f->writes_flushing = 0;
     epoch_.fetch_add(1);
     freed = before - BytesOf(f->dirty);
@@ -732,37 +734,48 @@ Result<uint64_t> DataCache::LogDirty(fs::Domain& d, File& f) {
   // the next flush names the LSNs logged here (log_last).
   MutexLock fl(f.flush_mu);
   MutexLock l(f.mu);
-  if (!f.unlogged) return f.log_last;  // everything dirty is logged (or nothing is dirty)
-  const uint64_t bytes = BytesOf(f.dirty);
+  if (f.unlogged.empty()) return f.log_last;  // everything dirty is logged (or nothing is dirty)
+  uint64_t bytes = 0;
+  for (const auto& [s, e] : f.unlogged) bytes += e - s;
   const uint64_t most = d.log_mirror_answers() ? limits::kCommitLogBytesMax : limits::kLogWriteBytesMax;
   if (bytes > most) return Status::NotSupported("more dirty data than a commit logs");
   if (o_.log_slow_ms != 0 && d.log_recent_write_ns() > uint64_t{o_.log_slow_ms} * 1'000'000) {
     c_.writes_log_slow++;
     return Status::NotSupported("the intent log is slow");
   }
-  // The dirty ranges in pieces a log entry takes, each with its log space.
-  std::vector<size_t> sizes;
-  for (const auto& [o, v] : f.dirty) {
-    for (uint64_t at = 0; at < v.size(); at += limits::kLogWriteBytesMax) {
-      const auto n = static_cast<size_t>(std::min<uint64_t>(limits::kLogWriteBytesMax, v.size() - at));
-      if (Status s = d.ReserveLogWrite(n); !s.ok()) {
-        for (size_t m : sizes) d.UnreserveLogWrite(m);
-        return Status::NotSupported("no room in the intent log: " + s.ToString());
+  // The unlogged ranges in pieces a log entry takes, each with its bytes
+  // (all dirty: no flush runs, so flushing is empty) and its log space.
+  struct Piece {
+    uint64_t off;
+    std::vector<uint8_t> data;
+  };
+  std::vector<Piece> pieces;
+  auto give_back = [&] {
+    for (const auto& p : pieces) d.UnreserveLogWrite(p.data.size());
+  };
+  for (const auto& [s, e] : f.unlogged) {
+    for (uint64_t at = s; at < e; at += limits::kLogWriteBytesMax) {
+      const auto n = static_cast<size_t>(std::min<uint64_t>(limits::kLogWriteBytesMax, e - at));
+      std::vector<uint8_t> data(n);
+      if (CopyOut(f.dirty, at, n, data.data()) != n) {
+        give_back();
+        return Status::FailedPrecondition("unlogged bytes that are not dirty");  // never: then it flushes
       }
-      sizes.push_back(n);
+      if (Status st = d.ReserveLogWrite(n); !st.ok()) {
+        give_back();
+        return Status::NotSupported("no room in the intent log: " + st.ToString());
+      }
+      pieces.push_back({at, std::move(data)});
     }
   }
   const auto [vol, ino] = f.key;
   uint64_t lsn = 0;
-  for (const auto& [o, v] : f.dirty) {
-    for (uint64_t at = 0; at < v.size(); at += limits::kLogWriteBytesMax) {
-      const auto n = static_cast<size_t>(std::min<uint64_t>(limits::kLogWriteBytesMax, v.size() - at));
-      lsn = d.AppendLogWrite(vol, ino, f.gen, o + at, v.data() + at, n, f.mtime);
-      if (f.log_first == 0) f.log_first = lsn;
-    }
+  for (const auto& p : pieces) {
+    lsn = d.AppendLogWrite(vol, ino, f.gen, p.off, p.data.data(), p.data.size(), f.mtime);
+    if (f.log_first == 0) f.log_first = lsn;
   }
   if (lsn != 0) f.log_last = lsn;
-  f.unlogged = false;
+  f.unlogged.clear();
   return f.log_last;
 }
 

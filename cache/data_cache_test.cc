@@ -464,6 +464,12 @@ TEST_F(DataCacheTest, ACommitLogsALittleDirtyDataAndACrashKeepsIt) {
   ASSERT_TRUE(cache_->Commit(vol_, f.ino).ok());
   EXPECT_EQ(dom_->LogStats().appended_lsn, logged.appended_lsn) << "a COMMIT with nothing new logged again";
   EXPECT_EQ(cache_->stats().commits_logged, 2u);
+  // The next COMMIT logs only what was written since (the logged bytes are
+  // still dirty, waiting for the flusher).
+  Write(f, 40000, "next");
+  Put(model, 40000, "next");
+  ASSERT_TRUE(cache_->Commit(vol_, f.ino).ok());
+  EXPECT_EQ(dom_->LogStats().appended_lsn, logged.appended_lsn + 1) << "a COMMIT logged again what one before had";
   Write(f, 100000, "after the commit");
   Crash();
   EXPECT_EQ(OnSan(f.ino), model);
