@@ -539,15 +539,21 @@ def table(res):
         lines.append("%-17s write IOPS x%s (per-round median x%s), write p50 x%s (x%s), total IOPS x%s" % (
             k, fmt(r["write_iops"]), fmt(pr["write_iops"]), fmt(r["write_p50_us"]), fmt(pr["write_p50_us"]),
             fmt(r["iops"])))
-    bad = [x for x in res["rows"] if "error" in x or not x.get("state_kept")]
-    if bad:
-        lines.append("left out: %s" % ", ".join("round %d %s (%s)" % (x["run"], x["variant"], "error" if "error" in x
-                                                                     else "state changed") for x in bad))
+    lines += left_out(res)
     lat = med.get("healthy", {}).get("write_latency")
     lines.append("IOPS: all jobs' I/O over the span from the first job's start to the last one's end (write IOPS: "
                  "that times fio's write share); latencies: fio's %s percentiles; SAN out: MB A sent to the "
                  "array during the measurement." % (lat or "?"))
     return "\n".join(lines)
+
+
+def left_out(res):
+    """The table's line naming the rows left out of the medians, if any."""
+    bad = [x for x in res["rows"] if "error" in x or not x.get("state_kept")]
+    if not bad:
+        return []
+    return ["left out: %s" % ", ".join("round %d %s (%s)" % (x["run"], x["variant"], "error" if "error" in x
+                                                            else "state changed") for x in bad)]
 
 
 def commit_table(res):
@@ -572,10 +578,7 @@ def commit_table(res):
         pr = r["per_round_median"]
         lines.append("%-17s rounds/s x%s (per-round median x%s), round p50 x%s (x%s)" % (
             k, fmt(r["write_iops"]), fmt(pr["write_iops"]), fmt(r["write_p50_us"]), fmt(pr["write_p50_us"])))
-    bad = [x for x in res["rows"] if "error" in x or not x.get("state_kept")]
-    if bad:
-        lines.append("left out: %s" % ", ".join("round %d %s (%s)" % (x["run"], x["variant"], "error" if "error" in x
-                                                                     else "state changed") for x in bad))
+    lines += left_out(res)
     lines.append("logged / flushed: A's COMMITs answered once the data was logged (by the partner's memory when "
                  "healthy) / once it was in place (nasgw_cache_commits_total).")
     return "\n".join(lines)
