@@ -571,7 +571,8 @@ TEST_F(DataCacheTest, WithAMirrorACommitIsAnsweredByThePartnersMemory) {
     Write(f, i * d.size(), d);
     Put(model, i * d.size(), d);
   }
-  static_assert(8 * (64 << 10) > limits::kLogWriteBytesMax && 8 * (64 << 10) <= limits::kCommitLogBytesMax);
+  static_assert(uint64_t{8} * (64 << 10) > limits::kLogWriteBytesMax &&
+                uint64_t{8} * (64 << 10) <= limits::kCommitLogBytesMax);
   // The array takes no write until the COMMIT is answered (or, should it
   // wait for the array, for 8 s: then it fails, and does not hang).
   std::mutex mu;

@@ -181,7 +181,7 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
-	for (int i = 1; i < argc; i++) {
+	for (int i = 1; i < argc; i += 2) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (v == NULL) return usage();
 		if (!strcmp(a, "--url")) g_url = v;
@@ -191,7 +191,6 @@ int main(int argc, char **argv) {
 		else if (!strcmp(a, "--bytes")) g_bytes = strtoul(v, NULL, 10);
 		else if (!strcmp(a, "--file-kib")) g_file_kib = strtoul(v, NULL, 10);
 		else return usage();
-		i++;
 	}
 	if (g_url == NULL || g_prefix == NULL || strchr(g_prefix, '/') || g_clients < 1 || g_clients > MAX_CLIENTS ||
 	    g_seconds <= 0 || g_bytes == 0 || g_bytes > 65536 || g_file_kib * 1024 < g_bytes || 65536 % g_bytes != 0 ||
