@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -1959,6 +1961,62 @@ TEST_F(AdminTest, RememberedLunThatNeverJoinedIsLeftOut) {
   EXPECT_NE(n.status().message().find(config_.state_dir + "/luns"), std::string::npos) << n.status().ToString();
 }
 
+// A standby watches the owner record from its owner thread without the
+// node's lock: while its SAN reads hang (a SAN path that died), status
+// calls still answer at once.
+TEST_F(AdminTest, AStandbyWhoseSanReadsHangStillAnswersStatus) {
+  config_.renew_interval_ms = 50;
+  config_.lease_ms = 400;
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  Config c2 = config_;
+  c2.node_name = "n2";
+  c2.state_dir = dir_ + "/state2";
+  c2.admin_socket = dir_ + "/admin2.sock";
+  std::vector<std::shared_ptr<block::MemDevice>> devs2;
+  LunOpener second = [&](const std::string& url) -> Result<std::shared_ptr<block::BlockDevice>> {
+    auto it = media_.find(url);
+    if (it == media_.end()) return Status::Unavailable("connection refused");
+    devs2.push_back(std::make_shared<block::MemDevice>(it->second, /*initiator=*/2));
+    return std::shared_ptr<block::BlockDevice>(devs2.back());
+  };
+  auto n2 = Node::Start(c2, second, SmallDomain());
+  ASSERT_TRUE(n2.ok()) << n2.status().ToString();
+  ASSERT_EQ((*n2)->GetReserve().state, ReserveState::kStandby);
+  // Its reads hang (at most 5 s, so that a failure does not hang the test).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int hung = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (auto& d : devs2) {
+    d->SetFault([&](const block::IoRequest& r) {
+      if (r.op != block::Op::kRead) return Status();
+      std::unique_lock<std::mutex> l(mu);
+      hung++;
+      cv.notify_all();
+      cv.wait_until(l, until, [&] { return release; });
+      return Status();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(5), [&] { return hung > 0; })) << "the standby read nothing";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const ReserveStatus r = (*n2)->GetReserve();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_EQ(r.state, ReserveState::kStandby);
+  EXPECT_LT(took, std::chrono::milliseconds(1000)) << "a status call waited for the standby's SAN read";
+  for (auto& d : devs2) d->SetFault(nullptr);
+  n2->reset();
+}
+
 // Ownership (fs/ownership.h) through the node: a second node on the same
 // LUNs (another initiator, another state dir) stands by, names the holder
 // and writes nothing; takeover without force waits for the lease; forced,
@@ -2008,9 +2066,15 @@ TEST_F(AdminTest, SecondNodeStandsByAndForcedTakeoverFencesTheFirst) {
   auto got = d2->Read(vol->id, f->ino, 0, sizeof buf, buf);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(std::string(buf, *got), "before");
-  // The first node learns it by its renewal (it is idle) and stops.
+  // The first node learns it by its renewal (it is idle) and stops; from
+  // its next watch of the owner record (read without the node's lock) it
+  // names the new owner.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (node_->GetReserve().state != ReserveState::kFenced && std::chrono::steady_clock::now() < deadline) {
+  auto fenced_by_n2 = [&] {
+    const ReserveStatus r = node_->GetReserve();
+    return r.state == ReserveState::kFenced && r.owner.find("node 'n2'") != std::string::npos;
+  };
+  while (!fenced_by_n2() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the owner thread's transition
   }
   ReserveStatus r1 = node_->GetReserve();

@@ -534,7 +534,10 @@ void Node::OnOwnershipLost(const nasgw::Status& why) {
 
 void Node::ObserveOwnerLocked() {
   if (gated_.empty()) return;
-  auto v = fs::ReadOwner(gated_, reserve_uuid_, 0);
+  ApplyOwnerLocked(fs::ReadOwner(gated_, reserve_uuid_, 0));
+}
+
+void Node::ApplyOwnerLocked(const Result<fs::OwnerView>& v) {
   if (!v.ok()) {
     owner_text_ = "unknown: " + v.status().ToString();
     return;
@@ -994,6 +997,22 @@ void Node::OwnerLoop() {
     std::shared_ptr<fs::Domain> old_domain;
     std::shared_ptr<fs::Reserve> old_reserve;
     std::unique_ptr<fs::Ownership> old_owner;
+    // A node that does not own the reserve watches its owner record. Read
+    // without the node's lock: on a SAN path that hangs the read lasts the
+    // I/O timeout, and admins' and heads' calls must not wait for it.
+    std::optional<Result<fs::OwnerView>> seen;
+    {
+      std::vector<std::shared_ptr<block::BlockDevice>> luns;
+      Uuid uuid;
+      {
+        ReaderLock node_lock(mu_);
+        if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) {
+          luns = gated_;
+          uuid = reserve_uuid_;
+        }
+      }
+      if (!luns.empty()) seen = fs::ReadOwner(luns, uuid, 0);
+    }
     {
       WriterLock node_lock(mu_);
       if (lost && state_ == ReserveState::kOnline) {
@@ -1009,7 +1028,8 @@ void Node::OwnerLoop() {
         NASGW_LOG(kError, "node") << "fenced: ownership of the reserve lost; no more writes"
                                   << Kv("reason", lost->ToString());
       }
-      if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) ObserveOwnerLocked();
+      // (Just fenced: watched from the next round on, read unlocked.)
+      if (seen && (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced)) ApplyOwnerLocked(*seen);
       // In a pair, a fenced node whose old domain is gone and that sees
       // another node renewing the reserve is that node's standby: it writes
       // nothing and may take over again when that one fails.

@@ -343,8 +343,11 @@ class Node {
   // The owner thread: turns a loss into kFenced, watches the holder while
   // standby or fenced.
   void OwnerLoop();
-  // Reads the owner record for the watch.
+  // Reads the owner record for the watch (the SAN read under the node's
+  // lock: admin paths that act on what it says), or applies one read
+  // without it (the owner thread).
   void ObserveOwnerLocked() REQUIRES(mu_);
+  void ApplyOwnerLocked(const Result<fs::OwnerView>& v) REQUIRES(mu_);
   // The cluster thread: sends this node's heartbeat every interval and, on
   // a standby, takes over when the peer monitor says so.
   void ClusterLoop();
