@@ -637,9 +637,16 @@ def revive(lab, i):
         exported = "EXPORT {" in f.read()
     ok = state(node) == "standby" and not cluster(node).get("vips_held") and not exported
     lab.servers[i].start_ganesha()
-    wait_for(lambda: cluster(node).get("verdict") == "owner-alive" and
-             cluster(other).get("verdict") == "owner-alive", 20, "both nodes hear each other")
+    wait_for(lambda: cluster(node).get("verdict") == "owner-alive" and hears_standby(other), 20,
+             "both nodes hear each other")
     return ok
+
+
+def hears_standby(node):
+    """node hears a partner standing by on the interconnect (what its
+    giveback needs)."""
+    return any(p.get("state") == "standby" and not p.get("left") and p.get("heard_ms_ago", 1e9) < NETWORK_DEAD_MS
+               for p in cluster(node).get("peers") or [])
 
 
 def cmd_nfs(lab, c, a, res):
