@@ -758,8 +758,10 @@ Result<uint64_t> DataCache::LogDirty(fs::Domain& d, File& f) {
       const auto n = static_cast<size_t>(std::min<uint64_t>(limits::kLogWriteBytesMax, e - at));
       std::vector<uint8_t> data(n);
       if (CopyOut(f.dirty, at, n, data.data()) != n) {
+        // A flush that failed part way put back its unlogged ranges, some
+        // of them now in place: this COMMIT flushes instead.
         give_back();
-        return Status::FailedPrecondition("unlogged bytes that are not dirty");  // never: then it flushes
+        return Status::FailedPrecondition("unlogged bytes that are not dirty");
       }
       if (Status st = d.ReserveLogWrite(n); !st.ok()) {
         give_back();
