@@ -447,6 +447,9 @@ def watch(seconds):
             time.sleep(max(0.0, t0 + 0.5 - time.monotonic()))  # the pace of a client, not a wait for an event
     except KeyboardInterrupt:
         pass
+    finally:
+        if os.path.exists(data):
+            os.remove(data)
     print("%d rounds ok, %d failed; longest stretch without a success: %.1f s" % (n_ok, n_bad, longest))
     return 0 if n_bad == 0 else 1
 
