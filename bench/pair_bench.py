@@ -534,17 +534,25 @@ def table(res):
         "%s: logged %s, put in place %s (of which the log slow %s), mirror acks %s" % (
             v, num(med[v].get("writes_logged")), num(med[v].get("writes_stable_in_place")),
             num(med[v].get("writes_log_slow")), num(med[v].get("mirror_acks"))) for v in VARIANTS if v in med))
-    for k, r in res.get("ratios", {}).items():
-        pr = r["per_round_median"]
-        lines.append("%-17s write IOPS x%s (per-round median x%s), write p50 x%s (x%s), total IOPS x%s" % (
-            k, fmt(r["write_iops"]), fmt(pr["write_iops"]), fmt(r["write_p50_us"]), fmt(pr["write_p50_us"]),
-            fmt(r["iops"])))
+    lines += ratio_lines(res, "write IOPS", "write p50", total=True)
     lines += left_out(res)
     lat = med.get("healthy", {}).get("write_latency")
     lines.append("IOPS: all jobs' I/O over the span from the first job's start to the last one's end (write IOPS: "
                  "that times fio's write share); latencies: fio's %s percentiles; SAN out: MB A sent to the "
                  "array during the measurement." % (lat or "?"))
     return "\n".join(lines)
+
+
+def ratio_lines(res, rate, p50, total=False):
+    """The table's lines of ratios between variants (medians, and the median
+    of the per-round ratios)."""
+    out = []
+    for k, r in res.get("ratios", {}).items():
+        pr = r["per_round_median"]
+        out.append("%-17s %s x%s (per-round median x%s), %s x%s (x%s)%s" % (
+            k, rate, fmt(r["write_iops"]), fmt(pr["write_iops"]), p50, fmt(r["write_p50_us"]),
+            fmt(pr["write_p50_us"]), ", total IOPS x%s" % fmt(r["iops"]) if total else ""))
+    return out
 
 
 def left_out(res):
@@ -574,10 +582,7 @@ def commit_table(res):
             v, m["runs"], m.get("iops", 0), m.get("write_p50_us", 0), m.get("write_p99_us", 0),
             m.get("commit_p50_us", 0), m.get("commit_p99_us", 0), m.get("san_tx_mb", 0),
             num(m.get("commits_logged")), num(m.get("commits_flushed"))))
-    for k, r in res.get("ratios", {}).items():
-        pr = r["per_round_median"]
-        lines.append("%-17s rounds/s x%s (per-round median x%s), round p50 x%s (x%s)" % (
-            k, fmt(r["write_iops"]), fmt(pr["write_iops"]), fmt(r["write_p50_us"]), fmt(pr["write_p50_us"])))
+    lines += ratio_lines(res, "rounds/s", "round p50")
     lines += left_out(res)
     lines.append("logged / flushed: A's COMMITs answered once the data was logged (by the partner's memory when "
                  "healthy) / once it was in place (nasgw_cache_commits_total).")

@@ -118,7 +118,8 @@ uint64_t BytesOf(const Ranges& r) {
   return b;
 }
 
-// Copies what `r` holds of [off, off+n) into out (out[0] is file offset off).
+// Copies what `r` holds of [off, off+n) into out (out[0] is file offset off);
+// returns the bytes it holds there (out null: only counts them).
 uint64_t CopyOut(const Ranges& r, uint64_t off, size_t n, uint8_t* out) {
   uint64_t copied = 0;
   const uint64_t end = off + n;
@@ -127,7 +128,7 @@ uint64_t CopyOut(const Ranges& r, uint64_t off, size_t n, uint8_t* out) {
   for (; it != r.end() && it->first < end; ++it) {
     const uint64_t from = std::max(off, it->first), to = std::min(end, it->first + it->second.size());
     if (from >= to) continue;
-    std::memcpy(out + (from - off), it->second.data() + (from - it->first), to - from);
+    if (out != nullptr) std::memcpy(out + (from - off), it->second.data() + (from - it->first), to - from);
     copied += to - from;
   }
   return copied;
@@ -385,11 +386,7 @@ Result<fs::Attr> DataCache::Write(uint32_t vol, const fs::Attr& a, uint64_t off,
   if (trim) rc_.Trim();  // the clean blocks get what the dirty data leaves
   c_.bytes_written += n;
   if (logged != 0) {
-    if (d->log_fill_pct() >= limits::kLogWriteFlushPct) {
-      // Logged writes hold the log's checkpoint back: put them in place now.
-      MutexLock l(mu_);
-      flusher_cv_.NotifyAll();
-    }
+    WakeFlusherIfLogFills(*d);
     // Answered once the log record holding it is on the array. A failed
     // log fails the domain; the data stays dirty for whoever can flush it.
     NASGW_RETURN_IF_ERROR(d->WaitLogged(lsn));
@@ -706,6 +703,13 @@ Status DataCache::Flush(uint32_t vol, uint64_t ino) {
   return FlushFile(f);
 }
 
+void DataCache::WakeFlusherIfLogFills(fs::Domain& d) {
+  if (d.log_fill_pct() < limits::kLogWriteFlushPct) return;
+  // Logged writes hold the log's checkpoint back: put them in place now.
+  MutexLock l(mu_);
+  flusher_cv_.NotifyAll();
+}
+
 Status DataCache::Commit(uint32_t vol, uint64_t ino) {
   std::shared_ptr<File> f = Find({vol, ino});
   if (f == nullptr) return Status();
@@ -714,10 +718,7 @@ Status DataCache::Commit(uint32_t vol, uint64_t ino) {
     auto lsn = LogDirty(*d, *f);
     if (lsn.ok()) {
       if (*lsn != 0) {
-        if (d->log_fill_pct() >= limits::kLogWriteFlushPct) {
-          MutexLock l(mu_);
-          flusher_cv_.NotifyAll();  // logged writes hold the log's checkpoint back
-        }
+        WakeFlusherIfLogFills(*d);
         // A failed log fails the domain; the data stays dirty.
         NASGW_RETURN_IF_ERROR(d->WaitLogged(*lsn));
       }
@@ -743,21 +744,16 @@ Result<uint64_t> DataCache::LogDirty(fs::Domain& d, File& f) {
     c_.writes_log_slow++;
     return Status::NotSupported("the intent log is slow");
   }
-  // The unlogged ranges in pieces a log entry takes, each with its bytes
-  // (all dirty: no flush runs, so flushing is empty) and its log space.
-  struct Piece {
-    uint64_t off;
-    std::vector<uint8_t> data;
-  };
-  std::vector<Piece> pieces;
+  // The unlogged ranges in pieces a log entry takes, each dirty (no flush
+  // runs, so flushing is empty) and with its log space.
+  std::vector<std::pair<uint64_t, size_t>> pieces;
   auto give_back = [&] {
-    for (const auto& p : pieces) d.UnreserveLogWrite(p.data.size());
+    for (const auto& p : pieces) d.UnreserveLogWrite(p.second);
   };
   for (const auto& [s, e] : f.unlogged) {
     for (uint64_t at = s; at < e; at += limits::kLogWriteBytesMax) {
       const auto n = static_cast<size_t>(std::min<uint64_t>(limits::kLogWriteBytesMax, e - at));
-      std::vector<uint8_t> data(n);
-      if (CopyOut(f.dirty, at, n, data.data()) != n) {
+      if (CopyOut(f.dirty, at, n, nullptr) != n) {
         // A flush that failed part way put back its unlogged ranges, some
         // of them now in place: this COMMIT flushes instead.
         give_back();
@@ -767,13 +763,15 @@ Result<uint64_t> DataCache::LogDirty(fs::Domain& d, File& f) {
         give_back();
         return Status::NotSupported("no room in the intent log: " + st.ToString());
       }
-      pieces.push_back({at, std::move(data)});
+      pieces.emplace_back(at, n);
     }
   }
   const auto [vol, ino] = f.key;
+  std::vector<uint8_t> buf(limits::kLogWriteBytesMax);
   uint64_t lsn = 0;
-  for (const auto& p : pieces) {
-    lsn = d.AppendLogWrite(vol, ino, f.gen, p.off, p.data.data(), p.data.size(), f.mtime);
+  for (const auto& [off, n] : pieces) {
+    CopyOut(f.dirty, off, n, buf.data());
+    lsn = d.AppendLogWrite(vol, ino, f.gen, off, buf.data(), n, f.mtime);
     if (f.log_first == 0) f.log_first = lsn;
   }
   if (lsn != 0) f.log_last = lsn;

@@ -178,6 +178,9 @@ class DataCache {
   // Commit's logging: the LSN the answer waits for (0: nothing to wait
   // for), or NotSupported when the dirty data goes to its place instead.
   Result<uint64_t> LogDirty(fs::Domain& d, File& f);
+  // Wakes the flusher when logged writes fill the log past
+  // limits::kLogWriteFlushPct.
+  void WakeFlusherIfLogFills(fs::Domain& d) EXCLUDES(mu_);
   Status FlushFile(const std::shared_ptr<File>& f);
   Status Admit();
   void Release(uint64_t bytes);
