@@ -1,9 +1,16 @@
 #include "base/sockaddr.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 
 namespace nasgw {
 
@@ -50,6 +57,90 @@ Result<sockaddr_storage> ParseSockAddr(const std::string& listen, socklen_t* len
     *len = sizeof(sockaddr_in);
   }
   return ss;
+}
+
+void SetSocketTimeout(int fd, int opt, uint32_t ms) {
+  timeval tv{};
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv));
+}
+
+Result<int> DialTcp(const std::string& peer, uint32_t timeout_ms, uint32_t send_timeout_ms, std::string_view what) {
+  socklen_t len = 0;
+  auto addr = ParseSockAddr(peer, &len, what);
+  if (!addr.ok()) return addr.status();
+  const int fd = ::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return Status::Unavailable(std::string(what) + ": socket: " + std::strerror(errno));
+  int r = ::connect(fd, reinterpret_cast<const sockaddr*>(&*addr), len);
+  if (r < 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    r = ::poll(&p, 1, static_cast<int>(timeout_ms));
+    int err = 0;
+    socklen_t el = sizeof(err);
+    if (r == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0) {
+      r = 0;
+    } else {
+      errno = r == 0 ? ETIMEDOUT : err;
+      r = -1;
+    }
+  }
+  if (r < 0) {
+    const int e = errno;
+    ::close(fd);
+    return Status::Unavailable(std::string(what) + " " + peer + ": " + std::strerror(e));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  SetSocketTimeout(fd, SO_SNDTIMEO, send_timeout_ms);
+  return fd;
+}
+
+Result<int> ListenTcp(const std::string& listen, int backlog, std::string_view what, uint16_t* port) {
+  socklen_t len = 0;
+  auto addr = ParseSockAddr(listen, &len, what);
+  if (!addr.ok()) return addr.status();
+  const int fd = ::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::Unavailable(std::string(what) + ": socket: " + std::strerror(errno));
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&*addr), len) < 0 || ::listen(fd, backlog) < 0) {
+    const int e = errno;
+    ::close(fd);
+    return Status::Unavailable(std::string(what) + " " + listen + ": " + std::strerror(e));
+  }
+  sockaddr_storage bound{};
+  socklen_t bl = sizeof(bound);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bl);
+  if (port != nullptr) {
+    *port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
+                                              : reinterpret_cast<sockaddr_in&>(bound).sin_port);
+  }
+  return fd;
+}
+
+bool SameHost(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr ==
+           reinterpret_cast<const sockaddr_in&>(b).sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6&>(b).sin6_addr, sizeof(in6_addr)) == 0;
+  }
+  return false;
+}
+
+std::string HostText(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, text, sizeof(text));
+  } else if (a.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, text, sizeof(text));
+  }
+  return text;
 }
 
 }  // namespace nasgw

@@ -91,56 +91,9 @@ std::string EncodeHello(uint8_t mode, const MirrorHello& h) {
   return e.Release();
 }
 
-void SetTimeout(int fd, int opt, uint32_t ms) {
-  timeval tv{};
-  tv.tv_sec = ms / 1000;
-  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
-  ::setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv));
-}
-
 // A connected socket to `peer`, at most kMirrorConnectTimeoutMs.
 Result<int> Dial(const std::string& peer) {
-  socklen_t len = 0;
-  auto addr = ParseSockAddr(peer, &len, "[cluster] mirror_peer");
-  if (!addr.ok()) return addr.status();
-  const int fd = ::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return Status::Unavailable("mirror socket: " + Errno(errno));
-  int r = ::connect(fd, reinterpret_cast<const sockaddr*>(&*addr), len);
-  if (r < 0 && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    r = ::poll(&p, 1, kMirrorConnectTimeoutMs);
-    int err = 0;
-    socklen_t el = sizeof(err);
-    if (r == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0) {
-      r = 0;
-    } else {
-      errno = r == 0 ? ETIMEDOUT : err;
-      r = -1;
-    }
-  }
-  if (r < 0) {
-    const int e = errno;
-    ::close(fd);
-    return Status::Unavailable("mirror partner " + peer + ": " + Errno(e));
-  }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  SetTimeout(fd, SO_SNDTIMEO, kMirrorSendTimeoutMs);
-  return fd;
-}
-
-bool SameHost(const sockaddr_storage& a, const sockaddr_storage& b) {
-  if (a.ss_family != b.ss_family) return false;
-  if (a.ss_family == AF_INET) {
-    return reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr ==
-           reinterpret_cast<const sockaddr_in&>(b).sin_addr.s_addr;
-  }
-  if (a.ss_family == AF_INET6) {
-    return std::memcmp(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr,
-                       &reinterpret_cast<const sockaddr_in6&>(b).sin6_addr, sizeof(in6_addr)) == 0;
-  }
-  return false;
+  return DialTcp(peer, kMirrorConnectTimeoutMs, kMirrorSendTimeoutMs, "mirror partner");
 }
 
 }  // namespace
@@ -165,24 +118,13 @@ struct MirrorServer::Store {
 
 Result<std::unique_ptr<MirrorServer>> MirrorServer::Start(const std::string& listen, const std::string& peer) {
   std::unique_ptr<MirrorServer> s(new MirrorServer());
-  socklen_t plen = 0, len = 0;
+  socklen_t plen = 0;
   auto p = ParseSockAddr(peer, &plen, "[cluster] mirror_peer");
   if (!p.ok()) return p.status();
   s->peer_ = *p;
-  auto addr = ParseSockAddr(listen, &len, "[cluster] mirror_listen");
-  if (!addr.ok()) return addr.status();
-  s->listen_fd_ = ::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s->listen_fd_ < 0) return Status::Unavailable("mirror socket: " + Errno(errno));
-  const int one = 1;
-  ::setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(s->listen_fd_, reinterpret_cast<const sockaddr*>(&*addr), len) < 0 || ::listen(s->listen_fd_, 8) < 0) {
-    return Status::Unavailable("mirror listen " + listen + ": " + Errno(errno));
-  }
-  sockaddr_storage bound{};
-  socklen_t bl = sizeof(bound);
-  ::getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&bound), &bl);
-  s->port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
-                                               : reinterpret_cast<sockaddr_in&>(bound).sin_port);
+  auto fd = ListenTcp(listen, 8, "mirror listen", &s->port_);
+  if (!fd.ok()) return fd.status();
+  s->listen_fd_ = *fd;
   s->accept_thread_ = std::thread([srv = s.get()] { srv->AcceptLoop(); });
   return s;
 }
@@ -219,13 +161,7 @@ void MirrorServer::AcceptLoop() {
       continue;
     }
     if (!SameHost(from, peer_)) {
-      char text[INET6_ADDRSTRLEN] = "?";
-      ::inet_ntop(from.ss_family,
-                  from.ss_family == AF_INET6
-                      ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6&>(from).sin6_addr)
-                      : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(from).sin_addr),
-                  text, sizeof(text));
-      NASGW_LOG(kWarn, "cluster") << "mirror connection refused: not the partner" << Kv("from", text);
+      NASGW_LOG(kWarn, "cluster") << "mirror connection refused: not the partner" << Kv("from", HostText(from));
       ::close(fd);
       continue;
     }
@@ -255,7 +191,7 @@ MirrorServer::Store* MirrorServer::StoreLocked(const Uuid& reserve, uint32_t dom
 }
 
 void MirrorServer::Serve(int fd) {
-  SetTimeout(fd, SO_SNDTIMEO, kMirrorSendTimeoutMs);
+  SetSocketTimeout(fd, SO_SNDTIMEO, kMirrorSendTimeoutMs);
   Frame type{};
   std::string payload;
   auto refuse = [&](const std::string& why) {
@@ -611,7 +547,7 @@ Result<std::shared_ptr<fs::LogTail>> FetchMirror(const std::string& peer, const 
     int fd;
     ~Closer() { ::close(fd); }
   } closer{*fd};
-  SetTimeout(*fd, SO_RCVTIMEO, 10'000);
+  SetSocketTimeout(*fd, SO_RCVTIMEO, 10'000);
   MirrorHello h;
   h.reserve = reserve;
   h.domain = domain;

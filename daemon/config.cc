@@ -660,21 +660,26 @@ void ParseCluster(const Section& s, Config* c, Errors* errors) {
   if (!c->cluster_vips.empty() && c->cluster_vip_interface.empty()) {
     errors->Add("cluster.vip_interface", "required with cluster.vips (the LAN interface the addresses go on)");
   }
-  // The cache mirror's connection (cluster/mirror.h): both or neither.
-  if (s.String("mirror_listen", &c->cluster_mirror_listen)) {
-    if (std::string why = CheckHostPort(c->cluster_mirror_listen, true); !why.empty()) {
-      errors->Add("cluster.mirror_listen", why);
+  // The cache mirror's connection (cluster/mirror.h) and head forwarding
+  // (daemon/head_server.h): each is this node's interconnect address and
+  // the partner's, both or neither.
+  auto address_pair = [&](const char* listen_key, std::string* listen, const char* peer_key, std::string* peer,
+                          const char* what) {
+    const std::string lk = std::string("cluster.") + listen_key, pk = std::string("cluster.") + peer_key;
+    if (s.String(listen_key, listen)) {
+      if (std::string why = CheckHostPort(*listen, true); !why.empty()) errors->Add(lk, why);
     }
-  }
-  if (s.String("mirror_peer", &c->cluster_mirror_peer)) {
-    if (std::string why = CheckHostPort(c->cluster_mirror_peer, true); !why.empty()) {
-      errors->Add("cluster.mirror_peer", why);
+    if (s.String(peer_key, peer)) {
+      if (std::string why = CheckHostPort(*peer, true); !why.empty()) errors->Add(pk, why);
     }
-  }
-  if (c->cluster_mirror_listen.empty() != c->cluster_mirror_peer.empty()) {
-    errors->Add(c->cluster_mirror_listen.empty() ? "cluster.mirror_listen" : "cluster.mirror_peer",
-                "mirror_listen and mirror_peer go together (this node's and the partner's interconnect address)");
-  }
+    if (listen->empty() != peer->empty()) {
+      errors->Add(listen->empty() ? lk : pk, std::string(listen_key) + " and " + peer_key + " go together (" + what +
+                                                 ": this node's and the partner's interconnect address)");
+    }
+  };
+  address_pair("mirror_listen", &c->cluster_mirror_listen, "mirror_peer", &c->cluster_mirror_peer, "the cache mirror");
+  address_pair("forward_listen", &c->cluster_forward_listen, "forward_peer", &c->cluster_forward_peer,
+               "head forwarding");
   if (c->cluster_network_dead_ms < 3 * uint64_t{c->cluster_heartbeat_interval_ms}) {
     errors->Add("cluster.network_dead_ms", std::to_string(c->cluster_network_dead_ms) +
                                                " is shorter than 3 heartbeat intervals (" +
@@ -919,7 +924,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
   ParseCluster(Section("cluster", table("cluster"),
                        {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips",
-                        "vip_interface", "mirror_listen", "mirror_peer"},
+                        "vip_interface", "mirror_listen", "mirror_peer", "forward_listen", "forward_peer"},
                        &errors),
                &c, &errors);
 

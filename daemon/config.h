@@ -91,6 +91,13 @@ struct Config {
   // is acknowledged from the SAN intent log, as on a single node.
   std::string cluster_mirror_listen;
   std::string cluster_mirror_peer;
+  // Head forwarding (daemon/head_server.h): this node's "ip:port" on the
+  // interconnect, where the partner relays the heads it does not serve, and
+  // the partner's, where this node relays its heads while the partner owns
+  // the reserve. Both or neither; neither: a node that does not own the
+  // reserve refuses its heads' calls (and withdraws its exports).
+  std::string cluster_forward_listen;
+  std::string cluster_forward_peer;
 
   // [head]
   std::string head_socket;                                                // default: <run_dir>/head.sock

@@ -947,6 +947,14 @@ TEST_F(ConfigTest, ClusterSection) {
                 {"cluster.mirror_peer", "port"});
   ExpectInvalid(Cfg("", "", "[cluster]\nmirror_peer = \"peer.example:1\"\nmirror_listen = \"198.18.0.1:1\""),
                 {"cluster.mirror_peer"});
+  c = Parse(Cfg("", "", "[cluster]\nforward_listen = \"198.18.0.1:7411\"\nforward_peer = \"198.18.0.2:7411\"\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cluster_forward_listen, "198.18.0.1:7411");
+  EXPECT_EQ(c->cluster_forward_peer, "198.18.0.2:7411");
+  ExpectInvalid(Cfg("", "", "[cluster]\nforward_peer = \"198.18.0.2:7411\""),
+                {"cluster.forward_listen", "go together", "head forwarding"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nforward_listen = \"x:1\"\nforward_peer = \"198.18.0.2:7411\""),
+                {"cluster.forward_listen"});
 }
 
 TEST_F(ConfigTest, SmbSharesFileAndSmbdPidFile) {

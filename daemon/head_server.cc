@@ -18,9 +18,13 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/log_limit.h"
+#include "base/coding.h"
 #include "base/mutex.h"
+#include "base/sockaddr.h"
 #include "proto/stream.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -78,10 +82,95 @@ Got ReadSome(int fd, uint8_t* buf, size_t n, size_t* at) {
 }
 
 void SetReceiveTimeout(int fd, uint32_t ms) {
-  struct timeval tv {};
-  tv.tv_sec = ms / 1000;
-  tv.tv_usec = static_cast<suseconds_t>(ms % 1000) * 1000;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  SetSocketTimeout(fd, SO_RCVTIMEO, ms);
+}
+
+// A failed HELLO's answer: the reason a connection is refused.
+std::string RefusedHello(uint64_t id, int err, const std::string& why) {
+  const std::string body = proto::EncodeError(why);
+  uint8_t hb[proto::kHeaderBytes];
+  proto::EncodeHeader({Op::kHello, id, static_cast<uint32_t>(body.size()), static_cast<uint32_t>(err)}, hb);
+  return std::string(reinterpret_cast<const char*>(hb), sizeof(hb)) + body;
+}
+
+// Forwarding (docs/head-protocol.md, "Node-to-node forwarding"). A relay
+// opens its connection to the owner with a preamble: u32 magic, u16
+// version, u16 body length, then the body: u8 trusted, u32 uid, u32 pid,
+// u16 group count, the groups (u32 each), str16 the relaying node's name.
+// Then the head's own frames follow, both ways, unchanged.
+constexpr uint32_t kForwardMagic = 0x3157464E;  // "NFW1"
+constexpr uint16_t kForwardVersion = 1;
+constexpr uint16_t kForwardBodyMax = 8192;  // 1025 groups and a name fit
+constexpr uint32_t kRelayConnectTimeoutMs = 1'000;
+
+struct Preamble {
+  bool trusted = false;
+  uint32_t uid = 0;
+  int pid = 0;
+  std::vector<uint32_t> gids;
+  std::string node;
+};
+
+std::string EncodePreamble(const Preamble& p) {
+  Encoder b;
+  b.U8(p.trusted ? 1 : 0);
+  b.U32(p.uid);
+  b.U32(static_cast<uint32_t>(p.pid));
+  b.U16(static_cast<uint16_t>(p.gids.size()));
+  for (uint32_t g : p.gids) b.U32(g);
+  b.Str16(p.node);
+  std::string body = b.Release();
+  Encoder e;
+  e.U32(kForwardMagic);
+  e.U16(kForwardVersion);
+  e.U16(static_cast<uint16_t>(body.size()));
+  return e.Release() + body;
+}
+
+// Reads a preamble (the socket's receive timeout bounds it); false with
+// *why on anything else.
+bool ReadPreamble(int fd, Preamble* p, std::string* why) {
+  uint8_t h[8];
+  if (!ReadFull(fd, h, sizeof(h))) {
+    *why = "closed or timed out before its preamble";
+    return false;
+  }
+  Decoder d(std::string_view(reinterpret_cast<const char*>(h), sizeof(h)));
+  const uint32_t magic = d.U32();
+  const uint16_t version = d.U16(), length = d.U16();
+  if (magic != kForwardMagic || version != kForwardVersion || length > kForwardBodyMax) {
+    *why = "not a forwarding preamble of version " + std::to_string(kForwardVersion);
+    return false;
+  }
+  std::string body(length, '\0');
+  if (!ReadFull(fd, body.data(), body.size())) {
+    *why = "closed inside its preamble";
+    return false;
+  }
+  Decoder b(body);
+  p->trusted = b.U8() != 0;
+  p->uid = b.U32();
+  p->pid = static_cast<int>(b.U32());
+  const uint16_t n = b.U16();
+  for (uint16_t i = 0; i < n && b.ok(); i++) p->gids.push_back(b.U32());
+  p->node = b.Str16();
+  if (!b.done() || p->gids.empty()) {
+    *why = "a malformed preamble";
+    return false;
+  }
+  return true;
+}
+
+// Copies what `from` sends to `to` until either end closes or fails.
+void Pump(int from, int to) {
+  std::string buf(64u << 10, '\0');
+  for (;;) {
+    const ssize_t k = ::recv(from, buf.data(), buf.size(), 0);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (k <= 0) return;
+    iovec iov{buf.data(), static_cast<size_t>(k)};
+    if (!WriteFull(to, &iov, 1)) return;
+  }
 }
 
 }  // namespace
@@ -123,6 +212,7 @@ struct Conn {
   uint32_t peer_uid = 0;
   std::vector<uint32_t> peer_gids;  // the peer's group and supplementary groups (SO_PEERGROUPS)
   int peer_pid = 0;
+  bool forwarded = false;  // relayed here by the partner (its preamble gave the peer's credentials)
   Mutex write_mu;                      // held alone, while writing a reply (or with mu, to close fd)
   Mutex mu ACQUIRED_BEFORE(write_mu);  // after HeadServer::Impl::mu
   CondVar cv;
@@ -135,6 +225,11 @@ struct Conn {
   // "may or may not have been done"); executing them late could undo the
   // resent ones.
   std::atomic<bool> dead{false};
+  // The service moved (HeadServer::Reroute, or a request found the reserve
+  // not online here): nothing more is executed; once the requests running
+  // have replied, a notice tells the head that what it sent since was not
+  // executed, and the connection closes. Its head connects again.
+  std::atomic<bool> moving{false};
 };
 
 // An untrusted peer's stated credentials must be its own: its uid, and only
@@ -144,6 +239,23 @@ bool ActsAsItself(const Conn& c, const proto::Creds& creds) {
   if (creds.uid != c.peer_uid || !member(creds.gid)) return false;
   return std::all_of(creds.groups.begin(), creds.groups.end(), member);
 }
+
+// A head's connection relayed to the partner: two pumps, one each way.
+struct Relay {
+  Mutex mu;  // held alone, to shut down or close the descriptors
+  int down GUARDED_BY(mu) = -1;  // the head's Unix socket
+  int up GUARDED_BY(mu) = -1;    // the partner's forward listener
+  bool cut GUARDED_BY(mu) = false;
+  Preamble peer;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  void Cut() {
+    MutexLock l(mu);
+    cut = true;
+    if (down >= 0) ::shutdown(down, SHUT_RDWR);
+    if (up >= 0) ::shutdown(up, SHUT_RDWR);
+  }
+};
 
 struct Task {
   std::shared_ptr<Conn> conn;
@@ -161,6 +273,9 @@ struct HeadServer::Impl {
   proto::SessionId instance{};
   int listen_fd = -1;
   int stop_fd = -1;
+  int forward_fd = -1;  // opt.forward_listen (-1: none)
+  uint16_t forward_port = 0;
+  sockaddr_storage forward_peer{};
   std::thread acceptor;
   std::vector<std::thread> workers;
 
@@ -173,6 +288,7 @@ struct HeadServer::Impl {
   std::deque<Task> queue[kLanes] GUARDED_BY(mu);
   bool stopping GUARDED_BY(mu) = false;
   std::list<std::shared_ptr<Conn>> conns GUARDED_BY(mu);
+  std::list<std::shared_ptr<Relay>> relays GUARDED_BY(mu);
   std::map<proto::SessionId, SessionEntry> sessions GUARDED_BY(mu);
   bool shut GUARDED_BY(mu) = false;
 
@@ -184,8 +300,10 @@ struct HeadServer::Impl {
   std::atomic<uint64_t> n_refused{0};      // at max_connections
   std::atomic<uint64_t> n_refused_uid{0};  // at max_connections_per_uid
   std::atomic<uint64_t> n_idle_closed{0};
+  std::atomic<uint32_t> n_relays{0}, n_forwarded_in{0};
+  std::atomic<uint64_t> n_relayed_total{0}, n_relay_failures{0};
   // One log line per peer uid per interval (created in Start()).
-  std::unique_ptr<LogLimiter> protocol_log, refused_log, refused_uid_log;
+  std::unique_ptr<LogLimiter> protocol_log, refused_log, refused_uid_log, forward_log;
   std::atomic<bool> accepting{true};
   std::unique_ptr<ByteBudget> request_budget;  // opt.request_bytes
   std::atomic<bool> reading_stopped{false};    // Shutdown() stopped the readers: a drain, not a dead head
@@ -195,6 +313,13 @@ struct HeadServer::Impl {
 
   void AcceptLoop();
   void ReaderLoop(const std::shared_ptr<Conn>& c);
+  // The partner's relay connected: its preamble, the limits, then ReaderLoop.
+  void AcceptForwarded();
+  void ForwardedLoop(const std::shared_ptr<Conn>& c);
+  void RelayLoop(const std::shared_ptr<Relay>& r);
+  // Closes a connection whose reader never reached ReaderLoop.
+  void Abandon(Conn& c);
+  void LogForward(const std::string& key, const std::string& what);
   void WorkerLoop(int lane);
   // Counts a connection of peer `uid` in, unless that would pass a limit:
   // then 0 is returned and *err, *why say which (ENFILE: max_connections,
@@ -234,6 +359,10 @@ struct HeadServer::Impl {
   void Execute(Task& t);
   bool Hello(Conn& c, const proto::FrameHeader& h, std::string_view payload);
   void Send(Conn& c, const proto::FrameHeader& req, const HeadOutcome& out);
+  // The frame that answers no request (GOODBYE, id 0, err): what the head
+  // sent that has no reply before it was not executed.
+  void SendNotice(Conn& c, int err, const std::string& why);
+  void StartMoving(Conn& c);
   void Finish(Conn& c);
   void ReapSessions(bool all);
   // RECALL to a connection of the session `serial`; false if it has none.
@@ -269,7 +398,8 @@ bool HeadServer::Impl::SendRecall(uint64_t serial, const proto::Recall& r) {
 void HeadServer::Impl::AcceptLoop() {
   std::vector<Refused> refused;
   while (accepting.load()) {
-    std::vector<pollfd> p = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    // poll() skips the forward listener's -1 when there is none.
+    std::vector<pollfd> p = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}, {forward_fd, POLLIN, 0}};
     int timeout_ms = 1000;  // reaping sessions and readers, log reports
     const uint64_t before = NowNs();
     for (const Refused& r : refused) {
@@ -281,12 +411,20 @@ void HeadServer::Impl::AcceptLoop() {
     ReapSessions(false);
     ReportLogs(false);
     {
-      // Join readers that have finished.
+      // Join readers and relays that have finished.
       MutexLock l(mu);
       for (auto it = conns.begin(); it != conns.end();) {
         if ((*it)->done.load()) {
           if ((*it)->reader.joinable()) (*it)->reader.join();
           it = conns.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (auto it = relays.begin(); it != relays.end();) {
+        if ((*it)->done.load()) {
+          if ((*it)->thread.joinable()) (*it)->thread.join();
+          it = relays.erase(it);
         } else {
           ++it;
         }
@@ -298,7 +436,7 @@ void HeadServer::Impl::AcceptLoop() {
       for (size_t i = 0; i < refused.size(); i++) {
         Refused& r = refused[i];
         bool open = now < r.deadline_ns;
-        if (open && n > 0 && (p[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) open = ServeRefused(r);
+        if (open && n > 0 && (p[3 + i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) open = ServeRefused(r);
         if (open) {
           keep.push_back(std::move(r));
         } else {
@@ -308,6 +446,7 @@ void HeadServer::Impl::AcceptLoop() {
       refused.swap(keep);
     }
     if (n <= 0 || (p[1].revents & POLLIN)) continue;
+    if (p[2].revents & POLLIN) AcceptForwarded();
     if (!(p[0].revents & POLLIN)) continue;
     int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
@@ -360,10 +499,29 @@ void HeadServer::Impl::AcceptLoop() {
     // hold a slot), and a reply may wait send_timeout_ms for a head that
     // does not read (it must not hold a worker): then the connection is cut.
     SetReceiveTimeout(fd, opt.hello_timeout_ms);
-    struct timeval snd {};
-    snd.tv_sec = opt.send_timeout_ms / 1000;
-    snd.tv_usec = static_cast<suseconds_t>(opt.send_timeout_ms % 1000) * 1000;
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd, sizeof(snd));
+    SetSocketTimeout(fd, SO_SNDTIMEO, opt.send_timeout_ms);
+    if (!opt.forward_peer.empty() && opt.forward_route && opt.forward_route()) {
+      // The partner serves the reserve: relay this head there, with its
+      // credentials as we read them. The owner's hello deadline and idle
+      // timeout apply; a relay itself waits on either end.
+      SetReceiveTimeout(fd, 0);
+      auto r = std::make_shared<Relay>();
+      {
+        MutexLock rl(r->mu);
+        r->down = fd;
+      }
+      r->peer.trusted = c->trusted;
+      r->peer.uid = c->peer_uid;
+      r->peer.pid = c->peer_pid;
+      r->peer.gids = c->peer_gids;
+      r->peer.node = opt.node_name;
+      n_relays++;
+      n_relayed_total++;
+      MutexLock l(mu);
+      relays.push_back(r);
+      r->thread = std::thread([this, r] { RelayLoop(r); });
+      continue;
+    }
     MutexLock l(mu);
     conns.push_back(c);
     c->reader = std::thread([this, c] { ReaderLoop(c); });
@@ -390,11 +548,7 @@ bool HeadServer::Impl::ServeRefused(Refused& r) {
   if (r.got < sizeof(r.header)) return true;
   auto h = proto::DecodeHeader(r.header, false);
   if (!h.ok() || h->op != Op::kHello) return false;  // not a HELLO: nothing to answer
-  const std::string body = proto::EncodeError(r.why);
-  uint8_t hb[proto::kHeaderBytes];
-  proto::EncodeHeader({Op::kHello, h->id, static_cast<uint32_t>(body.size()), static_cast<uint32_t>(r.err)}, hb);
-  std::string frame(reinterpret_cast<const char*>(hb), sizeof(hb));
-  frame += body;
+  const std::string frame = RefusedHello(h->id, r.err, r.why);
   // A new socket's buffer takes the small answer whole.
   if (::send(r.fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(frame.size())) {
     return false;
@@ -402,6 +556,120 @@ bool HeadServer::Impl::ServeRefused(Refused& r) {
   ::shutdown(r.fd, SHUT_WR);
   r.answered = true;
   return true;
+}
+
+void HeadServer::Impl::LogForward(const std::string& key, const std::string& what) {
+  if (auto r = forward_log->Add(key, NowNs(), what)) {
+    NASGW_LOG(kWarn, "head") << "forwarding" << Kv("peer", r->key) << Kv("count", r->count) << Kv("what", r->note);
+  }
+}
+
+void HeadServer::Impl::RelayLoop(const std::shared_ptr<Relay>& r) {
+  auto up = DialTcp(opt.forward_peer, kRelayConnectTimeoutMs, opt.send_timeout_ms, "head forwarding to the partner");
+  if (!up.ok()) {
+    // The head connects again, with its backoff, and is routed anew (the
+    // partner may be restarting, or this node about to take over).
+    n_relay_failures++;
+    LogForward(opt.forward_peer, "cannot relay a head to the partner: " + up.status().ToString());
+  } else {
+    // Unacknowledged bytes to a partner that died with its machine fail the
+    // relay within the send timeout (no RST comes from a dead machine).
+    const unsigned int user_timeout = opt.send_timeout_ms;
+    ::setsockopt(*up, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+    int down = -1;
+    {
+      MutexLock l(r->mu);
+      r->up = *up;
+      down = r->down;
+      if (r->cut) ::shutdown(*up, SHUT_RDWR);
+    }
+    const std::string pre = EncodePreamble(r->peer);
+    iovec iov{const_cast<char*>(pre.data()), pre.size()};
+    if (WriteFull(*up, &iov, 1)) {
+      // The descriptors stay open until both pumps are done: a pump that
+      // ends shuts both down, which ends the other.
+      std::thread back([&] {
+        Pump(*up, down);
+        r->Cut();
+      });
+      Pump(down, *up);
+      r->Cut();
+      back.join();
+    }
+  }
+  {
+    MutexLock l(r->mu);
+    if (r->up >= 0) ::close(r->up);
+    ::close(r->down);
+    r->up = r->down = -1;
+  }
+  n_relays--;
+  Leave(r->peer.uid);
+  r->done = true;
+}
+
+void HeadServer::Impl::AcceptForwarded() {
+  sockaddr_storage from{};
+  socklen_t fl = sizeof(from);
+  const int fd = ::accept4(forward_fd, reinterpret_cast<sockaddr*>(&from), &fl, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  if (!SameHost(from, forward_peer)) {
+    // Only the partner may state other users' credentials over TCP.
+    LogForward(HostText(from), "connection refused: not the partner ([cluster] forward_peer)");
+    ::close(fd);
+    return;
+  }
+  auto c = std::make_shared<Conn>();
+  c->fd = fd;
+  c->forwarded = true;
+  SetReceiveTimeout(fd, opt.hello_timeout_ms);
+  SetSocketTimeout(fd, SO_SNDTIMEO, opt.send_timeout_ms);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  MutexLock l(mu);
+  conns.push_back(c);
+  c->reader = std::thread([this, c] { ForwardedLoop(c); });
+}
+
+void HeadServer::Impl::Abandon(Conn& c) {
+  {
+    MutexLock l(c.mu);
+    MutexLock w(c.write_mu);
+    ::close(c.fd);
+    c.fd = -1;
+  }
+  c.done = true;
+}
+
+void HeadServer::Impl::ForwardedLoop(const std::shared_ptr<Conn>& c) {
+  Preamble p;
+  std::string why;
+  if (!ReadPreamble(c->fd, &p, &why)) {
+    LogForward(opt.forward_peer, "closing a relayed connection: " + why);
+    Abandon(*c);
+    return;
+  }
+  c->trusted = p.trusted;
+  c->peer_uid = p.uid;
+  c->peer_pid = p.pid;
+  c->peer_gids = std::move(p.gids);
+  int err = 0;
+  if (!Admit(c->peer_uid, &err, &why)) {
+    // As at accept: the head reads why in its HELLO's answer.
+    (err == ENFILE ? n_refused : n_refused_uid)++;
+    uint8_t hb[proto::kHeaderBytes];
+    auto h = ReadFull(c->fd, hb, sizeof(hb)) ? proto::DecodeHeader(hb, false) : Status::IoError("no hello");
+    if (h.ok() && h->op == Op::kHello) {
+      const std::string frame = RefusedHello(h->id, err, why + " (relayed by " + p.node + ")");
+      iovec iov{const_cast<char*>(frame.data()), frame.size()};
+      WriteFull(c->fd, &iov, 1);
+    }
+    Abandon(*c);
+    return;
+  }
+  n_forwarded_in++;
+  ReaderLoop(c);
+  n_forwarded_in--;
 }
 
 void HeadServer::Impl::ReportLogs(bool all) {
@@ -414,6 +682,9 @@ void HeadServer::Impl::ReportLogs(bool all) {
   for (const auto& r : take(*refused_log)) {
     NASGW_LOG(kWarn, "head") << "connection refused: limit reached" << Kv("limit", "max_connections")
                              << Kv("uid", r.key) << Kv("refused", r.count) << Kv("why", r.note);
+  }
+  for (const auto& r : take(*forward_log)) {
+    NASGW_LOG(kWarn, "head") << "forwarding" << Kv("peer", r.key) << Kv("count", r.count) << Kv("what", r.note);
   }
   for (const auto& r : take(*refused_uid_log)) {
     NASGW_LOG(kWarn, "head") << "connection refused: limit reached" << Kv("limit", "max_connections_per_uid")
@@ -570,15 +841,14 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
     n_idle_closed++;
     NASGW_LOG(kDebug, "head") << "closing idle connection" << Kv("pid", c->peer_pid)
                               << Kv("idle_timeout_ms", opt.idle_timeout_ms);
-    HeadOutcome notice;
-    notice.err = ETIMEDOUT;
-    notice.why = "idle for " + std::to_string(opt.idle_timeout_ms) +
-                 " ms (head.idle_timeout_ms): closed by nasgwd; nothing sent after the replies before this notice "
-                 "was executed";
-    proto::FrameHeader h;
-    h.op = Op::kGoodbye;
-    h.id = 0;
-    Send(*c, h, notice);
+    SendNotice(*c, ETIMEDOUT, "idle for " + std::to_string(opt.idle_timeout_ms) + " ms (head.idle_timeout_ms)");
+  } else if (c->moving.load() && !reading_stopped.load()) {
+    // The replies of what is running go first; what is queued is skipped.
+    {
+      MutexLock l(c->mu);
+      while (c->inflight != 0) c->cv.Wait(c->mu);
+    }
+    SendNotice(*c, EHOSTUNREACH, "this node does not serve the reserve now; connect again");
   }
   if (!reading_stopped.load()) c->dead = true;  // not nasgwd's own drain: the head is gone
   if (!why.empty()) {
@@ -657,12 +927,35 @@ void HeadServer::Impl::Send(Conn& c, const proto::FrameHeader& req, const HeadOu
   }
 }
 
+void HeadServer::Impl::SendNotice(Conn& c, int err, const std::string& why) {
+  HeadOutcome notice;
+  notice.err = err;
+  notice.why = why + ": closed by nasgwd; nothing sent after the replies before this notice was executed";
+  proto::FrameHeader h;
+  h.op = Op::kGoodbye;
+  h.id = 0;
+  Send(c, h, notice);
+}
+
+void HeadServer::Impl::StartMoving(Conn& c) {
+  c.moving = true;
+  MutexLock l(c.mu);
+  if (c.fd >= 0) ::shutdown(c.fd, SHUT_RD);  // its reader stops, waits for the replies, sends the notice
+}
+
 void HeadServer::Impl::Execute(Task& t) {
-  if (t.conn->dead.load()) {
-    Finish(*t.conn);
+  if (t.conn->dead.load() || t.conn->moving.load()) {
+    Finish(*t.conn);  // moving: not executed, and not answered; its head sends it again
     return;
   }
   HeadOutcome out = service->Execute(*t.conn->session, t.request);
+  if (out.unserved && !opt.forward_peer.empty()) {
+    // In a pair the service is on the partner, or on its way to this
+    // node: the head resends this to wherever its next connection goes.
+    StartMoving(*t.conn);
+    Finish(*t.conn);
+    return;
+  }
   Send(*t.conn, t.header, out);
   const uint64_t ns = NowNs() - t.start_ns;
   n_requests++;
@@ -725,6 +1018,19 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadService* service, cons
   impl->protocol_log = std::make_unique<LogLimiter>(log_interval_ns);
   impl->refused_log = std::make_unique<LogLimiter>(log_interval_ns);
   impl->refused_uid_log = std::make_unique<LogLimiter>(log_interval_ns);
+  impl->forward_log = std::make_unique<LogLimiter>(log_interval_ns);
+  if (options.forward_listen.empty() != options.forward_peer.empty()) {
+    return Status::InvalidArgument("head forwarding needs both forward_listen and forward_peer, or neither");
+  }
+  if (!options.forward_listen.empty()) {
+    socklen_t plen = 0;
+    auto peer = ParseSockAddr(options.forward_peer, &plen, "[cluster] forward_peer");
+    if (!peer.ok()) return peer.status();
+    impl->forward_peer = *peer;
+    auto fd = ListenTcp(options.forward_listen, 64, "[cluster] forward_listen", &impl->forward_port);
+    if (!fd.ok()) return fd.status();
+    impl->forward_fd = *fd;
+  }
   std::random_device rd;
   for (auto& b : impl->instance) b = static_cast<uint8_t>(rd());
 
@@ -771,7 +1077,8 @@ Result<std::unique_ptr<HeadServer>> HeadServer::Start(HeadService* service, cons
     for (uint32_t i = 0; i < impl->Workers(lane); i++) impl->workers.emplace_back([p, lane] { p->WorkerLoop(lane); });
   }
   impl->acceptor = std::thread([p] { p->AcceptLoop(); });
-  NASGW_LOG(kInfo, "head") << "listening" << Kv("socket", options.socket_path) << Kv("workers", options.workers);
+  NASGW_LOG(kInfo, "head") << "listening" << Kv("socket", options.socket_path) << Kv("workers", options.workers)
+                           << Kv("forward_listen", options.forward_listen) << Kv("forward_peer", options.forward_peer);
   return std::unique_ptr<HeadServer>(new HeadServer(std::move(impl)));
 }
 
@@ -795,6 +1102,16 @@ void HeadServer::Shutdown(std::chrono::milliseconds drain) {
   }
   if (m.acceptor.joinable()) m.acceptor.join();
   ::close(m.listen_fd);
+  if (m.forward_fd >= 0) ::close(m.forward_fd);
+  std::list<std::shared_ptr<Relay>> relays;
+  {
+    MutexLock l(m.mu);
+    relays.swap(m.relays);
+  }
+  for (auto& r : relays) r->Cut();
+  for (auto& r : relays) {
+    if (r->thread.joinable()) r->thread.join();
+  }
   ::unlink(m.opt.socket_path.c_str());
   // Stop reading new requests; those queued or running finish and reply.
   std::list<std::shared_ptr<Conn>> conns;
@@ -839,6 +1156,38 @@ void HeadServer::Shutdown(std::chrono::milliseconds drain) {
   m.ReportLogs(true);  // what the limiters still hold: every count gets a line
   ::close(m.stop_fd);
   NASGW_LOG(kInfo, "head") << "stopped" << Kv("requests", m.n_requests.load());
+}
+
+void HeadServer::Reroute(const std::string& why) {
+  Impl& m = *impl_;
+  std::list<std::shared_ptr<Conn>> conns;
+  std::list<std::shared_ptr<Relay>> relays;
+  {
+    MutexLock l(m.mu);
+    if (m.shut) return;
+    conns = m.conns;
+    relays = m.relays;
+  }
+  NASGW_LOG(kInfo, "head") << "closing head connections to route them again" << Kv("why", why)
+                           << Kv("served", conns.size()) << Kv("relayed", relays.size());
+  for (auto& c : conns) m.StartMoving(*c);
+  for (auto& r : relays) r->Cut();
+}
+
+uint32_t HeadServer::relays() const {
+  return impl_->n_relays.load();
+}
+uint64_t HeadServer::relayed_total() const {
+  return impl_->n_relayed_total.load();
+}
+uint64_t HeadServer::relay_failures() const {
+  return impl_->n_relay_failures.load();
+}
+uint16_t HeadServer::forward_port() const {
+  return impl_->forward_port;
+}
+uint32_t HeadServer::forwarded_in() const {
+  return impl_->n_forwarded_in.load();
 }
 
 uint32_t HeadServer::connections() const {

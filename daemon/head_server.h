@@ -24,6 +24,13 @@
 // may only act as itself: its uid, and groups it is in (SO_PEERCRED,
 // SO_PEERGROUPS).
 //
+// Forwarding: in a pair, a connection a head makes to the node that does not
+// own the reserve is relayed, byte for byte, to the owner's forward
+// listener over the interconnect, with the head's credentials as this node
+// read them (SO_PEERCRED); the owner serves it as if the head had
+// connected there. Reroute() cuts every connection when the node starts or
+// stops serving, so that heads connect again and are routed anew.
+//
 // Sessions: a connection's first frame is HELLO with a session id; the
 // session (its open files) outlives a broken connection by kSessionGraceMs
 // so a client that reconnects keeps its opens.
@@ -32,6 +39,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -70,6 +78,15 @@ struct HeadServerOptions {
   // connection slot or a worker).
   uint32_t hello_timeout_ms = 10'000;
   uint32_t send_timeout_ms = 10'000;
+  // Forwarding between the nodes of a pair (docs/head-protocol.md,
+  // "Node-to-node forwarding"; "" for both: none). forward_listen is this
+  // node's interconnect address, where the partner relays the heads it
+  // does not serve itself; only forward_peer's address may connect there.
+  // forward_peer is where this node relays its own heads' connections
+  // while forward_route() says so (the partner owns the reserve).
+  std::string forward_listen;
+  std::string forward_peer;
+  std::function<bool()> forward_route;
 };
 
 // Called after every request (from workers and readers): statistics.
@@ -87,6 +104,14 @@ class HeadServer {
                                                    HeadObserver* observer = nullptr);
   ~HeadServer();
 
+  // Closes every connection, served here or relayed, and every connection
+  // the partner relayed here, so that their heads connect again and are
+  // routed as forward_route() now says (the node calls it when it starts
+  // or stops serving the reserve). Requests in flight finish; their
+  // replies may be lost, and the heads resend them (or fail a
+  // non-idempotent one with EAGAIN), as after a restart of nasgwd.
+  void Reroute(const std::string& why);
+
   // Stops accepting and reading, lets requests in flight finish (at most
   // `drain`; then connections are cut), and closes everything. Idempotent.
   void Shutdown(std::chrono::milliseconds drain);
@@ -101,6 +126,11 @@ class HeadServer {
   uint64_t refused_connections() const;      // refused at max_connections
   uint64_t refused_connections_uid() const;  // refused at max_connections_per_uid
   uint64_t idle_closed() const;              // connections closed for idleness
+  uint32_t relays() const;                   // heads' connections relayed to the partner now
+  uint64_t relayed_total() const;            // ... since start
+  uint64_t relay_failures() const;           // the partner could not be reached for one
+  uint32_t forwarded_in() const;             // connections the partner relays here now
+  uint16_t forward_port() const;             // the forward listener's port (0: none)
 
   struct Impl;
 

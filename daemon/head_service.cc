@@ -1169,6 +1169,7 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
   if (d.domain == nullptr) {
     out.err = EHOSTUNREACH;
     out.why = "the reserve is not online";
+    out.unserved = true;
     return out;
   }
   std::shared_ptr<cache::DataCache> c = CacheFor(d);

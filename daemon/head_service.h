@@ -100,6 +100,11 @@ struct HeadOutcome {
   std::vector<uint8_t> data;  // READ: the bytes read (reply.eof says whether at the end)
   uint32_t volume = 0;        // for per-volume statistics
   uint64_t bytes = 0;         // bytes read or written
+  // The reserve is not online here: nothing was done (EHOSTUNREACH). In a
+  // pair with forwarding the head server does not answer it but closes the
+  // connection with a notice, and the head resends it to where the service
+  // is now.
+  bool unserved = false;
 };
 
 // The domain heads act on, with the write verifier of this opening of it:

@@ -1,5 +1,6 @@
 // The head protocol end to end in one process: the C client library over a
 // real Unix socket to the HeadServer, on a file system on in-memory LUNs.
+#include <arpa/inet.h>
 #include <grp.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #include "proto/lock_range.h"
 #include "proto/stream.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1268,6 +1270,188 @@ TEST_F(HeadTest, ClientSurvivesServerRestart) {
   }
   EXPECT_EQ(nasgw_release(client_, &kRoot, &f.handle), 0);
   EXPECT_EQ(nasgw_release(client_, &kRoot, &f.handle), -EBADF);
+}
+
+// ---- forwarding between the nodes of a pair
+
+// Node A (the fixture's server) owns the domain; node B's heads are relayed
+// to A over loopback TCP while `b_to_partner` says so. Which node serves is
+// each service's domain: null on the node that does not.
+class HeadForwardTest : public HeadTest {
+ protected:
+  void SetUp() override {
+    HeadTest::SetUp();
+    // A again, now with a forward listener that takes only 127.0.0.1.
+    server_->Shutdown(std::chrono::milliseconds(0));
+    // Both nodes' services act on the one domain object here (a real move
+    // opens the domain again), so their caches write through: what one
+    // answered, the other reads.
+    cache::DataCacheOptions through;
+    through.write_through = true;
+    service_ = std::make_unique<HeadService>(
+        [this] { return a_serves_.load() ? HeadDomain{domain_, verifier_.load()} : HeadDomain{}; }, LockLimits{},
+        through);
+    StartServerWith([](HeadServerOptions& o) {
+      o.forward_listen = "127.0.0.1:0";
+      o.forward_peer = "127.0.0.1:1";  // the partner's address; the port is not checked
+    });
+    ASSERT_NE(server_->forward_port(), 0);
+    b_socket_ = dir_ + "/b.sock";
+    b_service_ = std::make_unique<HeadService>(
+        [this] { return a_serves_.load() ? HeadDomain{} : HeadDomain{domain_, 0x5eedb}; }, LockLimits{}, through);
+    HeadServerOptions o;
+    o.socket_path = b_socket_;
+    o.socket_mode = 0666;
+    o.workers = 4;
+    o.node_name = "node-b";
+    o.forward_listen = "127.0.0.1:0";
+    o.forward_peer = "127.0.0.1:" + std::to_string(server_->forward_port());
+    o.forward_route = [this] { return b_to_partner_.load(); };
+    auto s = HeadServer::Start(b_service_.get(), o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    b_server_ = std::move(s.value());
+  }
+  void TearDown() override {
+    if (b_client_ != nullptr) nasgw_client_close(b_client_);
+    if (b_server_ != nullptr) b_server_->Shutdown(std::chrono::milliseconds(1000));
+    b_server_.reset();
+    b_service_.reset();
+    HeadTest::TearDown();
+  }
+  nasgw_client* OpenB() {
+    nasgw_client_options co{};
+    co.socket_path = b_socket_.c_str();
+    co.client_name = "on-node-b";
+    co.reconnect_timeout_ms = 20'000;
+    nasgw_client* c = nullptr;
+    EXPECT_EQ(nasgw_client_open(&co, &c), 0) << nasgw_client_last_message();
+    return c;
+  }
+  // Moves the service: A stops or starts serving, B's heads stop or start
+  // going to A, and both cut their connections (what the nodes do).
+  void Move(bool to_a) {
+    a_serves_ = to_a;
+    b_to_partner_ = to_a;
+    server_->Reroute("test: the service moved");
+    b_server_->Reroute("test: the service moved");
+  }
+  std::atomic<bool> a_serves_{true}, b_to_partner_{true};
+  std::string b_socket_;
+  std::unique_ptr<HeadService> b_service_;
+  std::unique_ptr<HeadServer> b_server_;
+  nasgw_client* b_client_ = nullptr;
+};
+
+TEST_F(HeadForwardTest, AHeadOnTheNodeThatDoesNotServeIsServedByTheOwner) {
+  b_client_ = OpenB();
+  ASSERT_NE(b_client_, nullptr);
+  nasgw_attr root{}, f{};
+  ASSERT_EQ(nasgw_mount(b_client_, &kRoot, "vol1", &root), 0) << nasgw_client_last_message();
+  ASSERT_EQ(nasgw_create(b_client_, &kRoot, &root.handle, "via-b", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &f), 0)
+      << nasgw_client_last_message();
+  const std::string data(100'000, 'b');
+  ASSERT_EQ(nasgw_write(b_client_, &kRoot, &f.handle, 0, data.data(), data.size(), NASGW_WRITE_STABLE, nullptr),
+            static_cast<int64_t>(data.size()));
+  // Served by A: A's own head sees the file, and A's verifier came back.
+  nasgw_attr seen{};
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &root_.handle, "via-b", &seen), 0);
+  EXPECT_EQ(seen.size, data.size());
+  std::string back(data.size(), '\0');
+  ASSERT_EQ(nasgw_read(client_, &kRoot, &seen.handle, 0, back.data(), back.size(), nullptr),
+            static_cast<int64_t>(data.size()));
+  EXPECT_EQ(back, data);
+  EXPECT_GE(b_server_->relays(), 1u);
+  EXPECT_GE(server_->forwarded_in(), 1u);
+  EXPECT_EQ(b_server_->relay_failures(), 0u);
+  // A connection to A's forward listener from an address other than the
+  // partner's is refused: it would state anybody's credentials.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in from{}, to{};
+  from.sin_family = to.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  to.sin_port = htons(server_->forward_port());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  char c = 0;
+  EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the forward listener must close a stranger's connection";
+  ::close(fd);
+}
+
+// The relay carries the head's own credentials as B read them: an
+// unprivileged head on B may only act as itself on A.
+TEST_F(HeadForwardTest, AnUnprivilegedHeadOnTheOtherNodeStillActsOnlyAsItself) {
+  Create(root_.handle, "open", NASGW_TYPE_DIR, 0777);
+  Create(root_.handle, "rootonly", NASGW_TYPE_DIR, 0770);
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  const NobodyResult r = RunAsNobody("claim", b_socket_);
+  EXPECT_EQ(r.exit_code, 0) << "the child's check that failed (see the return codes of ClaimOthersCredentials)";
+  nasgw_attr mine{}, dir{};
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &root_.handle, "open", &dir), 0);
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &dir.handle, "mine", &mine), 0) << "made through B, on A";
+  EXPECT_EQ(mine.uid, 65534u);
+}
+
+// The service moves from A to B and back under a stream of writes from a
+// head on B (relayed, then served by B, then relayed again) and one on A:
+// no call fails, and every acknowledged byte reads back.
+TEST_F(HeadForwardTest, HeadsFollowTheServiceWhenItMoves) {
+  b_client_ = OpenB();
+  ASSERT_NE(b_client_, nullptr);
+  nasgw_attr root{}, f{};
+  ASSERT_EQ(nasgw_mount(b_client_, &kRoot, "vol1", &root), 0) << nasgw_client_last_message();
+  ASSERT_EQ(nasgw_create(b_client_, &kRoot, &root.handle, "moving", NASGW_TYPE_REG, 0644, 0, nullptr, 0, &f), 0);
+  nasgw_attr opened{};
+  ASSERT_EQ(nasgw_open(b_client_, &kRoot, &f.handle, NASGW_ACCESS_WRITE, &opened), 0);
+  std::atomic<uint64_t> acked{0};
+  std::atomic<int> errors{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::condition_variable progress;
+  std::string failure;
+  std::thread writer([&] {
+    std::string buf(8192, '\0');
+    for (uint64_t i = 0; !stop.load(); i++) {
+      std::memset(buf.data(), static_cast<int>('a' + i % 26), buf.size());
+      const int64_t n = nasgw_write(b_client_, &kRoot, &f.handle, i * 8192, buf.data(), 8192, NASGW_WRITE_STABLE, nullptr);
+      if (n != 8192) {
+        std::lock_guard<std::mutex> l(mu);
+        failure = "write " + std::to_string(i) + ": " + std::to_string(n) + " " + nasgw_client_last_message();
+        errors++;
+        break;
+      }
+      acked = i + 1;
+      progress.notify_all();
+    }
+    progress.notify_all();
+  });
+  bool stalled = false;
+  uint64_t relayed_before = b_server_->relayed_total();
+  for (int move = 0; move < 4 && !stalled; move++) {
+    std::unique_lock<std::mutex> l(mu);
+    const uint64_t at = acked.load();
+    stalled = !progress.wait_for(l, std::chrono::seconds(30), [&] { return acked.load() >= at + 50 || errors.load(); });
+    l.unlock();
+    Move(move % 2 == 1);  // to B, back to A, ...
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    const uint64_t at = acked.load();
+    stalled |= !progress.wait_for(l, std::chrono::seconds(30), [&] { return acked.load() >= at + 50 || errors.load(); });
+  }
+  stop = true;
+  writer.join();
+  ASSERT_FALSE(stalled) << "the writer stalled at " << acked.load();
+  ASSERT_EQ(errors.load(), 0) << failure;
+  EXPECT_GT(b_server_->relayed_total(), relayed_before) << "B relayed again after the service came back to A";
+  nasgw_attr seen{};
+  ASSERT_EQ(nasgw_lookup(client_, &kRoot, &root_.handle, "moving", &seen), 0);
+  std::string back(8192, '\0');
+  for (uint64_t i = 0; i < acked.load(); i++) {
+    ASSERT_EQ(nasgw_read(client_, &kRoot, &seen.handle, i * 8192, back.data(), 8192, nullptr), 8192);
+    ASSERT_TRUE(back == std::string(8192, static_cast<char>('a' + i % 26))) << "block " << i << " of " << acked.load();
+  }
+  EXPECT_EQ(nasgw_release(b_client_, &kRoot, &f.handle), 0);
 }
 
 // ---- bounded clients

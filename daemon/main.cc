@@ -134,6 +134,13 @@ int Run(const Config& cfg) {
   ho.request_bytes = limits::SharesOf(uint64_t{cfg.cache_memory_mib} << 20).requests;
   ho.idle_timeout_ms = cfg.head_idle_timeout_ms;
   ho.node_name = cfg.node_name;
+  if (cfg.cluster_enabled) {
+    // In a pair, heads of the node that does not serve are relayed to the
+    // one that does (docs/cluster.md, "Forwarding").
+    ho.forward_listen = cfg.cluster_forward_listen;
+    ho.forward_peer = cfg.cluster_forward_peer;
+    ho.forward_route = [n] { return n->HeadsGoToPartner(); };
+  }
   auto head = HeadServer::Start(&service, ho, &head_metrics);
   if (!head.ok()) {
     std::fprintf(stderr, "nasgwd: cannot start: %s\n", head.status().ToString().c_str());
@@ -151,6 +158,8 @@ int Run(const Config& cfg) {
   }
   // A giveback (asked by the partner or by an admin) flushes the cache first.
   n->SetFlushHook([&service] { return service.FlushCache(); });
+  // Serving starts or stops here: heads connect again and are routed anew.
+  n->SetRerouteHook([h = head->get()](const std::string& why) { h->Reroute(why); });
   AddNodeCollectors(&metrics, n, head->get(), &service);
   // The snapshot schedules: flushed through the same cache as the admin
   // CreateSnapshot. Stopped first at shutdown, before the cache closes.
@@ -163,6 +172,7 @@ int Run(const Config& cfg) {
       std::fprintf(stderr, "nasgwd: cannot start: %s\n", h.status().ToString().c_str());
       scheduler->Stop();
       (*admin)->Shutdown();
+      n->SetRerouteHook(nullptr);
       (*head)->Shutdown(std::chrono::milliseconds(0));
       (*node)->Shutdown();
       return 1;
@@ -194,6 +204,7 @@ int Run(const Config& cfg) {
   // No scheduled snapshot begins from here on; one under way finishes first.
   scheduler->Stop();
   (*admin)->Shutdown();
+  n->SetRerouteHook(nullptr);
   (*head)->Shutdown(std::chrono::milliseconds(cfg.drain_ms));
   // What the cache holds goes to the SAN before the domain closes.
   n->SetFlushHook(nullptr);

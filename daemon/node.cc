@@ -383,6 +383,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
     // incarnation left in the files before it says it is ready: a ganesha
     // or smbd started after it must find no exports it cannot answer.
     node->WithdrawExportsUnlessOnline(false);
+    node->RouteHeads(node->GetReserve().state);  // before the head server starts: no hook yet
   } else {
     // A failure is logged; the file is written again at the next change.
     node->PublishExports().IgnoreError();
@@ -605,6 +606,7 @@ void Node::ClusterStep(uint64_t seq) {
     }
   }
   const bool online = h.state == static_cast<uint8_t>(ReserveState::kOnline);
+  RouteHeads(ReserveState(h.state));
   ReconcileVips(online);
   WithdrawExportsUnlessOnline(online);
   h.lan_up = !vips_ || vips_->InterfaceUp();
@@ -779,6 +781,7 @@ void Node::AutoTakeover(const cluster::Judgement& j) {
       settled = owner_->settled_ms();
     }
   }
+  if (s.ok()) RouteHeads(ReserveState::kOnline);  // relays to the old owner end: serve here
   MutexLock lock(cluster_mu_);
   if (!s.ok()) {
     ClusterEventLocked(start, "failed: " + s.ToString());
@@ -1644,6 +1647,23 @@ nasgw::Status Node::CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::sha
   return result;
 }
 
+void Node::SetRerouteHook(std::function<void(const std::string& why)> hook) {
+  MutexLock lock(reroute_mu_);
+  reroute_hook_ = std::move(hook);
+}
+
+void Node::RouteHeads(ReserveState state) {
+  const bool to_partner = config_.cluster_enabled && !config_.cluster_forward_peer.empty() &&
+                          (state == ReserveState::kStandby || state == ReserveState::kFenced);
+  if (heads_to_partner_.exchange(to_partner) == to_partner) return;
+  const std::string why = to_partner ? std::string("this node is ") + ReserveStateName(state) +
+                                           ": heads go to the partner, which serves the reserve"
+                                     : std::string("this node is ") + ReserveStateName(state) + ": heads are served here";
+  NASGW_LOG(kInfo, "cluster") << "head routing changed" << Kv("why", why);
+  MutexLock lock(reroute_mu_);
+  if (reroute_hook_) reroute_hook_(why);
+}
+
 void Node::SetFlushHook(std::function<nasgw::Status()> hook) {
   MutexLock lock(flush_hook_mu_);  // waits for a call in progress
   flush_hook_ = std::move(hook);
@@ -1706,9 +1726,12 @@ nasgw::Status Node::GiveBack() {
                              4 * uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
   }
   NASGW_LOG(kWarn, "cluster") << "giving the reserve back to the partner";
-  // The addresses and exports go first, so that the partner finds them free.
+  // The addresses and exports go first, so that the partner finds them free;
+  // heads connected here are cut (requests in flight finish), and connect
+  // again to be relayed to the partner once it serves.
   ReconcileVips(false);
   WithdrawExportsUnlessOnline(false);
+  RouteHeads(ReserveState::kStandby);
   if (!WaitDrained(domain)) {
     // Heads still hold the domain: it stays here, online, still owned and
     // renewed (the ownership was never given up); the next heartbeat puts

@@ -303,6 +303,14 @@ class Node {
   // What GiveBack calls first to flush the write-back cache (nasgwd's head
   // service); nullptr clears it and waits for a call in progress.
   void SetFlushHook(std::function<nasgw::Status()> hook);
+  // Head forwarding ([cluster] forward_peer): true while this node's heads
+  // are relayed to the partner, i.e. while it stands by or was fenced
+  // (docs/cluster.md, "Forwarding").
+  bool HeadsGoToPartner() const { return heads_to_partner_.load(); }
+  // Called, with no lock of the node held, whenever that changes (nasgwd:
+  // the head server cuts its connections, so that heads connect again and
+  // are routed anew). Null to unset; waits for a call in progress.
+  void SetRerouteHook(std::function<void(const std::string& why)> hook);
   // A planned move the other way, on the standby: asks the owner (heard on
   // the interconnect) to give the reserve back, and waits at most
   // `timeout_ms` for it to come online here.
@@ -431,6 +439,11 @@ class Node {
   // admin_mu_ only).
   Mutex flush_hook_mu_ ACQUIRED_AFTER(admin_mu_) ACQUIRED_BEFORE(vip_mu_);
   std::function<nasgw::Status()> flush_hook_ GUARDED_BY(flush_hook_mu_);
+  // Where heads go (HeadsGoToPartner), and what to call when it changes.
+  void RouteHeads(ReserveState state);
+  std::atomic<bool> heads_to_partner_{false};
+  Mutex reroute_mu_ ACQUIRED_AFTER(admin_mu_);  // no other lock of the node is taken under it
+  std::function<void(const std::string&)> reroute_hook_ GUARDED_BY(reroute_mu_);
   std::string vip_error_ GUARDED_BY(cluster_mu_);
   // The cache mirror: the partner's side (what this node holds of the
   // owner's log) and the owner's (the stream MirrorLoop keeps).

@@ -208,6 +208,10 @@ class Conn {
   // 0): nothing sent after the replies before it was executed, so Fail()
   // sends every pending call again, as if it had never been sent.
   bool idle_closed_ = false;  // the reader's own
+  // ... and the notice said the node does not serve the reserve now (a pair
+  // moving the service): the next connection waits the backoff first, so
+  // that heads do not spin on a node that does not serve.
+  bool moved_ = false;
 };
 
 class Client {
@@ -860,12 +864,14 @@ bool Conn::ReadReplies() {
     auto h = proto::DecodeHeader(hb, true);
     if (!h.ok()) return false;
     if (h->id == 0 && h->op == Op::kGoodbye && h->status != 0) {
-      // nasgwd's notice that it closes this connection for idleness.
+      // nasgwd's notice that it closes this connection (idle, or the
+      // service moved) without executing what has no reply yet.
       std::string p(h->length, '\0');
       if (ReadFull(fd, p.data(), p.size())) {
-        NASGW_LOG(kDebug, "client") << "nasgwd closed an idle connection" << Kv("why", proto::DecodeError(p));
+        NASGW_LOG(kDebug, "client") << "nasgwd closed the connection" << Kv("why", proto::DecodeError(p));
       }
       idle_closed_ = true;
+      moved_ = h->status == EHOSTUNREACH;
       return false;
     }
     if (h->id == 0 && h->op == Op::kRecall) {
@@ -980,7 +986,7 @@ void Conn::Fail() {
 void Conn::Loop() {
   t_reader = true;
   t_library_of = client_;
-  uint32_t backoff_ms = 20;
+  uint32_t backoff_ms = 20, moved_backoff_ms = 20;
   for (;;) {
     {
       MutexLock l(client_->mu);
@@ -1004,6 +1010,17 @@ void Conn::Loop() {
     client_->Drain();
     ReadReplies();
     Fail();
+    if (moved_) {
+      // Backoff as after a failed connect, until a connection ends otherwise.
+      moved_ = false;
+      MutexLock l(client_->mu);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(moved_backoff_ms);
+      while (!client_->closing && client_->cv.WaitUntil(client_->mu, until)) {
+      }
+      moved_backoff_ms = std::min<uint32_t>(moved_backoff_ms * 2, 500);
+    } else {
+      moved_backoff_ms = 20;
+    }
   }
 }
 
