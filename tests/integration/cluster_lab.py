@@ -20,6 +20,10 @@ client writes and fsyncs through the owner's FUSE head.
   cluster_lab.py nfs                    NFSv3, then NFSv4.1 clients writing through the pair's
                                         virtual IP while the owner's machine dies: the VIP
                                         moves, the client carries on, nothing acknowledged lost
+  cluster_lab.py forward               a FUSE head on the standby, relayed to the owner
+                                        (head forwarding): it carries on with no error
+                                        through a SIGKILL of the owner and a giveback to
+                                        the revived node; everything acknowledged reads back
   cluster_lab.py all                    all of the above (make test)
 
 Outage: the time from the failure to the first successful operation
@@ -29,6 +33,7 @@ Prints one line per check and "N passed, N failed"; removes its lab also
 when it fails (and a crashed run's lab goes at the next sanlab gc).
 """
 import argparse
+import errno
 import hashlib
 import json
 import os
@@ -52,6 +57,7 @@ VIP = "198.18.1.50"      # the pair's client-access address on the lab LAN (sanl
 TAKEOVER_TIMEOUT_S = 30  # the issue's "no trial over 30 s"
 POLL_S = 0.05            # another process's state: no event to wait on
 MIRROR_PORT = 7410       # the cache mirror's port on the interconnect
+FORWARD_PORT = 7411      # head forwarding's
 LOAD_AROUND_S = [0.0, 0.0]  # nfs --timeline: seconds of load before the failure, and until after it
 
 CLUSTER_CONFIG = """
@@ -65,9 +71,11 @@ network_dead_ms = %d
 
 
 class Lab:
-    def __init__(self, build, nfs=False, mirror_on=True, name=None, luns=2, size="512M", tag="cl"):
+    def __init__(self, build, nfs=False, mirror_on=True, name=None, luns=2, size="512M", tag="cl", forward=False):
         """nfs: a clients' LAN too, the pair's VIP on it, and ganesha.nfsd
         with FSAL_NASGW on each node, serving what its nasgwd exports.
+        forward: head forwarding over the interconnect ([cluster]
+        forward_listen/forward_peer).
         name, luns, size: the sanlab lab's (make demo runs a pair too); tag
         names the nodes (<tag>-a, <tag>-b)."""
         name = name or "cl%d" % os.getpid()
@@ -96,6 +104,9 @@ class Lab:
             # The cache mirror over the interconnect (sanlab: host i is 198.18.0.(1+i)).
             mirror = 'mirror_listen = "198.18.0.%d:%d"\nmirror_peer = "198.18.0.%d:%d"\n' % (
                 1 + i, MIRROR_PORT, 2 - i, MIRROR_PORT) if mirror_on else ""
+            if forward:
+                mirror += 'forward_listen = "198.18.0.%d:%d"\nforward_peer = "198.18.0.%d:%d"\n' % (
+                    1 + i, FORWARD_PORT, 2 - i, FORWARD_PORT)
             if nfs:
                 n.s["extra_config"] = self.config + mirror + "[nfs]\nexports_file = %s\nganesha_pid_file = %s\n" % (
                     json.dumps(os.path.join(n.s["dir"], "ganesha-exports.conf")),
@@ -212,9 +223,15 @@ class Writer(threading.Thread):
     removes some; records each change once it is acknowledged (fsync or the
     call returned). Stops at the first error (its node died or is fenced)."""
 
-    def __init__(self, root, prefix):
+    def __init__(self, root, prefix, retry=False):
+        """retry: a call that fails with EAGAIN (a relayed connection cut
+        while a non-idempotent call was in flight: done or not) is looked
+        at and done again if it was not, as an application would."""
         super().__init__(daemon=True)
-        self.root, self.prefix = root, prefix
+        self.root, self.prefix, self.retry = root, prefix, retry
+        self.retried = 0
+        self.max_gap = 0.0   # the longest time between two acknowledged changes
+        self.last_ack = None
         self.files = {}      # name -> sha256 of what an acknowledged write left
         self.gone = set()    # names an acknowledged unlink or rename removed
         # The change in flight when the node died: done or not, both are
@@ -226,27 +243,48 @@ class Writer(threading.Thread):
         self.stop_flag = threading.Event()
         self.progress = threading.Condition()
 
+    def _do(self, fn, done=lambda: False):
+        """fn(); with retry, EAGAIN means "done or not": done() says which."""
+        for attempt in range(50):
+            try:
+                return fn()
+            except OSError as e:
+                if not self.retry or e.errno != errno.EAGAIN or attempt == 49:
+                    raise
+                self.retried += 1
+                if done():
+                    return None
+                time.sleep(0.1)
+
+    def _write(self, name, data):
+        with open(os.path.join(self.root, name), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _fsync_dir(self):
+        dfd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
     def run(self):
         i = 0
+        p = lambda n: os.path.join(self.root, n)  # noqa: E731
         try:
             while not self.stop_flag.is_set():
                 name = "%s-%05d" % (self.prefix, i)
                 data = os.urandom(16 << 10)
-                with open(os.path.join(self.root, name), "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                self._do(lambda: self._write(name, data))
                 self.files[name] = hashlib.sha256(data).hexdigest()
                 if i % 5 == 4:
                     old = "%s-%05d" % (self.prefix, i - 1)
                     new = old + ".renamed"
                     self.pending = ("rename", old, new)
-                    os.rename(os.path.join(self.root, old), os.path.join(self.root, new))
-                    dfd = os.open(self.root, os.O_RDONLY)
-                    try:
-                        os.fsync(dfd)
-                    finally:
-                        os.close(dfd)
+                    self._do(lambda: os.rename(p(old), p(new)),
+                             lambda: not os.path.exists(p(old)) and os.path.exists(p(new)))
+                    self._do(self._fsync_dir)
                     self.files[new] = self.files.pop(old)
                     self.gone.add(old)
                     self.pending = None
@@ -254,17 +292,17 @@ class Writer(threading.Thread):
                     old = "%s-%05d" % (self.prefix, i - 2)
                     if old in self.files:
                         self.pending = ("unlink", old)
-                        os.unlink(os.path.join(self.root, old))
-                        dfd = os.open(self.root, os.O_RDONLY)
-                        try:
-                            os.fsync(dfd)
-                        finally:
-                            os.close(dfd)
+                        self._do(lambda: os.unlink(p(old)), lambda: not os.path.exists(p(old)))
+                        self._do(self._fsync_dir)
                         del self.files[old]
                         self.gone.add(old)
                         self.pending = None
                 i += 1
+                now = time.monotonic()
                 with self.progress:
+                    if self.last_ack is not None:
+                        self.max_gap = max(self.max_gap, now - self.last_ack)
+                    self.last_ack = now
                     self.acked += 1
                     self.progress.notify_all()
         except OSError as e:
@@ -678,9 +716,49 @@ def cmd_nfs(lab, c, a, res):
     stop_and_fsck(lab, c, "the NFS failovers")
 
 
+def cmd_forward(lab, c, a, res):
+    a_node, b_node = lab.start_pair()
+    # A head on the standby: nasgw-fuse on B's socket, its calls relayed to A.
+    b_node.mount()
+    w = Writer(b_node.mount_path, "f", retry=True)
+    w.start()
+    w.wait_acked(20)
+    c("a FUSE head on the standby writes, fsyncs, renames and removes through it (relayed to the owner): "
+      "%d changes" % w.acked, state(b_node) == "standby" and w.error is None, (state(b_node), w.error))
+    # The owner dies (nasgwd SIGKILL): B takes over; the same head carries on.
+    before = w.acked
+    t0 = time.monotonic()
+    a_node.kill()
+    wait_for(lambda: state(b_node) == "online", TAKEOVER_TIMEOUT_S, "B takes over")
+    online = time.monotonic() - t0
+    w.wait_acked(before + 20, timeout=60)
+    kill_gap = w.max_gap
+    c("the owner killed: the head on the survivor carried on with no error (online after %.2f s, longest gap "
+      "between acknowledged changes %.2f s, %d calls retried after EAGAIN)" % (online, kill_gap, w.retried),
+      w.error is None and kill_gap <= TAKEOVER_TIMEOUT_S, (w.error, kill_gap))
+    # A back as standby, then a planned giveback from B to A: B's head is
+    # relayed to A from then on, again without an error.
+    a_node.start(a_node.s["extra_config"])
+    wait_for(lambda: state(a_node) == "standby" and hears_standby(b_node), 20, "A back as standby")
+    before = w.acked
+    w.max_gap = 0.0
+    b_node.cli("cluster", "giveback")
+    wait_for(lambda: state(a_node) == "online", TAKEOVER_TIMEOUT_S, "A takes the reserve back")
+    w.wait_acked(before + 20, timeout=60)
+    c("giveback to the revived node: the head on the node that gave it carried on, relayed again (no error; "
+      "longest gap %.2f s)" % w.max_gap, w.error is None and state(b_node) == "standby", (w.error, state(b_node)))
+    w.stop_flag.set()
+    w.join(30)
+    bad = verify(b_node.mount_path, w)  # read back through the relay
+    c("every acknowledged change (%d files) reads back through the relay" % len(w.files), not bad, bad[:5])
+    res["forward"].append({"online_s": online, "kill_gap_s": kill_gap, "giveback_gap_s": w.max_gap, "acked": w.acked,
+                           "retried": w.retried, "lost": len(bad)})
+    stop_and_fsck(lab, c, "forwarding")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["kill", "partition", "san", "hang", "nfs", "all"])
+    ap.add_argument("command", choices=["kill", "partition", "san", "hang", "nfs", "forward", "all"])
     ap.add_argument("--build", required=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=5)
@@ -695,11 +773,12 @@ def main():
         LOAD_AROUND_S[:] = [5.0, 15.0]
     b = os.path.abspath(a.build)
     c = Checks()
-    res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": []}
-    cmds = {"kill": cmd_kill, "partition": cmd_partition, "san": cmd_san, "hang": cmd_hang, "nfs": cmd_nfs}
-    for name in (["nfs", "kill", "partition", "san", "hang"] if a.command == "all" else [a.command]):
+    res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "forward": []}
+    cmds = {"kill": cmd_kill, "partition": cmd_partition, "san": cmd_san, "hang": cmd_hang, "nfs": cmd_nfs,
+            "forward": cmd_forward}
+    for name in (["nfs", "kill", "partition", "san", "hang", "forward"] if a.command == "all" else [a.command]):
         print("== %s" % name, flush=True)
-        lab = Lab(b, nfs=name == "nfs")
+        lab = Lab(b, nfs=name == "nfs", forward=name == "forward")
         try:
             cmds[name](lab, c, a, res)
         except Exception as e:
