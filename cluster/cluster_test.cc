@@ -75,6 +75,46 @@ TEST(ClusterMessage, GiveBackRoundTripsAndIsNotAHeartbeat) {
   for (size_t n = 0; n < bytes.size(); n++) EXPECT_FALSE(DecodeGiveBack(bytes.substr(0, n)).has_value()) << n;
 }
 
+TEST(ClusterMessage, CatalogRoundTripsEveryFieldAndRefusesTruncationAndExcess) {
+  Catalog c{Uuid::Random(), Uuid::Random(), {}, {}};
+  fs::Export x;
+  x.id = 7;
+  x.volume = "vol1";
+  x.path = "/a/b";
+  x.pseudo = "/exports/vol1";
+  x.clients = {"198.18.1.0/24"};
+  x.read_only = true;
+  x.root_squash = false;
+  x.sec = {"sys", "krb5"};
+  x.protocols = {4};
+  x.show_snapshot_dir = true;
+  c.exports.push_back(x);
+  x.id = 9;
+  x.volume = "vol2";
+  c.exports.push_back(x);
+  fs::Share s;
+  s.name = "Public";
+  s.volume = "vol2";
+  s.path = "/p";
+  s.comment = "for everyone";
+  s.guest_ok = true;
+  s.valid_users = {"alice", "@staff"};
+  c.shares.push_back(s);
+  const std::string bytes = EncodeCatalog(c);
+  auto d = DecodeCatalog(bytes);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(*d, c);
+  EXPECT_FALSE(DecodeHeartbeat(bytes).has_value());
+  EXPECT_FALSE(DecodeGiveBack(bytes).has_value());
+  EXPECT_FALSE(DecodeCatalog(EncodeHeartbeat(Hb(Uuid::Random(), kStateOnline))).has_value());
+  for (size_t n = 0; n < bytes.size(); n++) EXPECT_FALSE(DecodeCatalog(bytes.substr(0, n)).has_value()) << n;
+  // More than a message may carry is not encoded (the partner keeps what it had).
+  Catalog big = c;
+  big.exports.assign(kCatalogBytesMax / 64, x);
+  EXPECT_TRUE(EncodeCatalog(big).empty());
+  EXPECT_FALSE(DecodeCatalog(std::string(kCatalogBytesMax + 1, '\x01')).has_value());
+}
+
 class PeerMonitorTest : public ::testing::Test {
  protected:
   Uuid self_ = Uuid::Random();

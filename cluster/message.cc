@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/coding.h"
+#include "fs/keys.h"
 
 namespace nasgw::cluster {
 namespace {
@@ -76,6 +77,58 @@ std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes) {
   // Trailing bytes are a newer node's fields: ignored, not an error.
   if (!d.ok() || h.name.size() > kNameMax || h.reason.size() > kReasonMax) return std::nullopt;
   return h;
+}
+
+// Each export and share in the encoding the domain stores it in (fs/keys.h,
+// versioned there), with the volume's name beside it: the volume's id is
+// the owner's business.
+std::string EncodeCatalog(const Catalog& c) {
+  Encoder e;
+  e.U8(kMessageVersion);
+  e.U8(static_cast<uint8_t>(MessageKind::kCatalog));
+  PutUuid(e, c.from);
+  PutUuid(e, c.reserve);
+  e.U32(static_cast<uint32_t>(c.exports.size()));
+  for (const fs::Export& x : c.exports) {
+    e.U32(x.id);
+    e.Str16(x.volume);
+    e.Str32(fs::keys::EncodeExport(fs::keys::ExportRec{0, x}));
+  }
+  e.U32(static_cast<uint32_t>(c.shares.size()));
+  for (const fs::Share& s : c.shares) {
+    e.Str16(s.volume);
+    e.Str32(fs::keys::EncodeShare(fs::keys::ShareRec{0, s}));
+  }
+  std::string out = e.Release();
+  return out.size() > kCatalogBytesMax ? std::string() : out;
+}
+
+std::optional<Catalog> DecodeCatalog(std::string_view bytes) {
+  if (bytes.size() > kCatalogBytesMax) return std::nullopt;
+  Decoder d(bytes);
+  if (d.U8() != kMessageVersion || d.U8() != static_cast<uint8_t>(MessageKind::kCatalog)) return std::nullopt;
+  Catalog c;
+  c.from = GetUuid(d);
+  c.reserve = GetUuid(d);
+  const uint32_t ne = d.U32();
+  for (uint32_t i = 0; i < ne && d.ok(); i++) {
+    const uint32_t id = d.U32();
+    std::string volume = d.Str16();
+    auto r = fs::keys::DecodeExport(id, d.Str32());
+    if (!d.ok() || !r.ok()) return std::nullopt;
+    r->e.volume = std::move(volume);
+    c.exports.push_back(std::move(r->e));
+  }
+  const uint32_t ns = d.U32();
+  for (uint32_t i = 0; i < ns && d.ok(); i++) {
+    std::string volume = d.Str16();
+    auto r = fs::keys::DecodeShare(d.Str32());
+    if (!d.ok() || !r.ok()) return std::nullopt;
+    r->s.volume = std::move(volume);
+    c.shares.push_back(std::move(r->s));
+  }
+  if (!d.ok()) return std::nullopt;
+  return c;
 }
 
 }  // namespace nasgw::cluster

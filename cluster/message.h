@@ -13,9 +13,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/coding.h"
 #include "base/uuid.h"
+#include "fs/export.h"
+#include "fs/share.h"
 
 namespace nasgw::cluster {
 
@@ -25,7 +28,24 @@ constexpr size_t kMessageBytesMax = 4096;  // far below CPG's limits; a control 
 enum class MessageKind : uint8_t {
   kHeartbeat = 1,  // every heartbeat interval: who I am and what I serve
   kGiveBack = 2,   // a standby asks the owner to give the reserve back to it (`nasgw cluster takeover`)
+  kCatalog = 3,    // the owner's NFS exports and SMB shares, for a partner that forwards its heads to it
 };
+
+// The exports and shares of the reserve's domain, as its owner read them:
+// the partner publishes them to its own ganesha and smbd, whose calls it
+// relays to the owner (head forwarding). Sent when they change and every
+// few heartbeats. Larger than other messages, still far below CPG's limit.
+constexpr size_t kCatalogBytesMax = 256u << 10;
+struct Catalog {
+  Uuid from;  // the owner's node id
+  Uuid reserve;
+  std::vector<fs::Export> exports;
+  std::vector<fs::Share> shares;
+  bool operator==(const Catalog&) const = default;
+};
+// Empty when the encoding would pass kCatalogBytesMax.
+std::string EncodeCatalog(const Catalog& c);
+std::optional<Catalog> DecodeCatalog(std::string_view bytes);
 
 // What a node says about itself in each heartbeat. `state` is nasgwd's
 // ReserveState as a number (0 unformatted, 1 online, 2 failed, 3 standby,

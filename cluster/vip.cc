@@ -1,5 +1,6 @@
 #include "cluster/vip.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,8 +11,12 @@
 
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
+#include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <net/if_arp.h>
@@ -149,10 +154,12 @@ Result<Vip> ParseVip(std::string_view text) {
   return v;
 }
 
-Status VipSet::Hold() {
+Status VipSet::Hold(VipMask mask) {
   auto idx = IfIndex(iface_);
   if (!idx.ok()) return idx.status();
-  for (const Vip& v : vips_) {
+  for (size_t i = 0; i < vips_.size(); i++) {
+    if (!(mask >> i & 1)) continue;
+    const Vip& v = vips_[i];
     auto err = AddrRequest(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, *idx, v);
     if (!err.ok()) return err.status();
     if (*err != 0 && *err != EEXIST) return Status::IoError(Errno("add " + v.text + " to " + iface_, *err));
@@ -161,18 +168,35 @@ Status VipSet::Hold() {
   return Status();
 }
 
-Status VipSet::Announce() {
+Status VipSet::Announce(VipMask mask) {
   auto idx = IfIndex(iface_);
   if (!idx.ok()) return idx.status();
-  for (const Vip& v : vips_) NASGW_RETURN_IF_ERROR(AnnounceOne(iface_, *idx, v));
+  for (size_t i = 0; i < vips_.size(); i++) {
+    if (mask >> i & 1) NASGW_RETURN_IF_ERROR(AnnounceOne(iface_, *idx, vips_[i]));
+  }
   return Status();
 }
 
-Status VipSet::Release() {
+Status VipSet::Release(VipMask mask) {
   auto idx = IfIndex(iface_);
   if (!idx.ok()) return Status();  // no interface, no address on it
+  if ((mask & all()) != all()) {
+    // Removing the first address of a subnet removes the others in it too
+    // unless the kernel promotes them: the addresses this node keeps must
+    // stay (and an admin's own address on the interface with them).
+    const std::string knob = "/proc/sys/net/ipv4/conf/" + iface_ + "/promote_secondaries";
+    int fd = ::open(knob.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ::write(fd, "1", 1) != 1) {
+      const int e = errno;
+      if (fd >= 0) ::close(fd);
+      return Status::IoError(Errno("set " + knob + " (to remove some addresses and keep others)", e));
+    }
+    ::close(fd);
+  }
   Status first;
-  for (const Vip& v : vips_) {
+  for (size_t i = 0; i < vips_.size(); i++) {
+    if (!(mask >> i & 1)) continue;
+    const Vip& v = vips_[i];
     auto err = AddrRequest(RTM_DELADDR, 0, *idx, v);
     Status s = !err.ok() ? err.status()
                : (*err != 0 && *err != EADDRNOTAVAIL)
@@ -226,6 +250,50 @@ Result<std::vector<std::string>> VipSet::Present() const {
         for (const Vip& v : vips_) {
           if (v.addr == ntohl(be) && v.prefix == ifa->ifa_prefixlen) present.push_back(v.text);
         }
+      }
+    }
+  }
+}
+
+Result<uint64_t> VipSet::QuietMs(size_t index) const {
+  if (index >= vips_.size()) return Status::InvalidArgument("no address " + std::to_string(index));
+  Fd fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  if (fd.get() < 0) return Status::IoError(Errno("sock_diag socket", errno));
+  struct {
+    nlmsghdr nh;
+    inet_diag_req_v2 r;
+  } req{};
+  req.nh.nlmsg_len = sizeof(req);
+  req.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.r.sdiag_family = AF_INET;
+  req.r.sdiag_protocol = IPPROTO_TCP;
+  req.r.idiag_states = 1u << 1;  // TCP_ESTABLISHED
+  req.r.idiag_ext = 1u << (INET_DIAG_INFO - 1);
+  if (::send(fd.get(), &req, sizeof(req), 0) != static_cast<ssize_t>(sizeof(req))) {
+    return Status::IoError(Errno("sock_diag request", errno));
+  }
+  const uint32_t want = htonl(vips_[index].addr);
+  uint64_t quiet = UINT64_MAX;
+  std::vector<char> buf(64 << 10);
+  for (;;) {
+    const ssize_t n = ::recv(fd.get(), buf.data(), buf.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::IoError(Errno("sock_diag answer", n < 0 ? errno : EPIPE));
+    int left = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+      if (h->nlmsg_type == NLMSG_DONE) return quiet;
+      if (h->nlmsg_type == NLMSG_ERROR) return Status::IoError("sock_diag: the kernel refused the dump");
+      if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) continue;
+      const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+      if (m->id.idiag_src[0] != want) continue;
+      int alen = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
+      for (auto* a = reinterpret_cast<rtattr*>(const_cast<inet_diag_msg*>(m) + 1); RTA_OK(a, alen);
+           a = RTA_NEXT(a, alen)) {
+        if (a->rta_type != INET_DIAG_INFO || RTA_PAYLOAD(a) < offsetof(tcp_info, tcpi_last_data_recv) + 4) continue;
+        tcp_info ti{};
+        std::memcpy(&ti, RTA_DATA(a), std::min<size_t>(RTA_PAYLOAD(a), sizeof(ti)));
+        quiet = std::min<uint64_t>(quiet, ti.tcpi_last_data_recv);
       }
     }
   }

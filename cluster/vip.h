@@ -27,18 +27,28 @@ struct Vip {
 // "A.B.C.D/N" (N 1..32; without /N, 32).
 Result<Vip> ParseVip(std::string_view text);
 
+// A set of the addresses by their index in the configured list (at most 64).
+using VipMask = uint64_t;
+constexpr VipMask kAllVips = ~VipMask{0};
+
 class VipSet {
  public:
   VipSet(std::string interface, std::vector<Vip> vips) : iface_(std::move(interface)), vips_(std::move(vips)) {}
-  // Adds every address (one already there is fine) and announces each with
-  // gratuitous ARP. Stops at the first failure and says which.
-  Status Hold();
-  // Announces every address again (gratuitous ARP): a neighbour that
-  // missed or ignored the first (Linux keeps an entry for its locktime)
-  // learns it from the next.
-  Status Announce();
-  // Removes every address (one not there is fine).
-  Status Release();
+  // Adds the addresses of `mask` (one already there is fine) and announces
+  // each with gratuitous ARP. Stops at the first failure and says which.
+  Status Hold(VipMask mask = kAllVips);
+  // Announces the addresses of `mask` again (gratuitous ARP): a neighbour
+  // that missed or ignored the first (Linux keeps an entry for its
+  // locktime) learns it from the next.
+  Status Announce(VipMask mask = kAllVips);
+  // Removes the addresses of `mask` (one not there is fine).
+  Status Release(VipMask mask = kAllVips);
+  // Milliseconds since any client last sent data to address `index` over
+  // TCP (the least over its established connections, from the kernel's
+  // sock_diag; this network namespace); UINT64_MAX when none is connected.
+  // What "idle" means before an address is moved to the other node.
+  Result<uint64_t> QuietMs(size_t index) const;
+  VipMask all() const { return vips_.size() >= 64 ? kAllVips : (VipMask{1} << vips_.size()) - 1; }
   // The interface is up and has carrier (IFF_UP and IFF_RUNNING): the
   // clients' LAN is reachable from this node as far as it can tell.
   bool InterfaceUp() const;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
 #include <net/if.h>
@@ -98,6 +99,45 @@ TEST_F(VipTest, HoldAddsAndAnnouncesReleaseRemovesBothIdempotent) {
   ASSERT_TRUE(set.Hold().ok());
   ASSERT_TRUE(set.Release().ok());
   EXPECT_EQ(std::system("ip -o addr show dev vip0 | grep -q '198.18.9.99/24'"), 0);
+}
+
+TEST_F(VipTest, MasksPickAddressesAndQuietMsSeesClientsTalking) {
+  ASSERT_EQ(std::system("ip link set lo up"), 0);  // a connection to our own address goes through it
+  VipSet set("vip0", Vips({"198.18.9.10/24", "198.18.9.11/24"}));
+  EXPECT_EQ(set.all(), 0b11u);
+  ASSERT_TRUE(set.Hold(0b10).ok());
+  EXPECT_EQ(*set.Present(), std::vector<std::string>{"198.18.9.11/24"});
+  ASSERT_TRUE(set.Hold(0b01).ok());
+  ASSERT_TRUE(set.Release(0b10).ok());
+  EXPECT_EQ(*set.Present(), std::vector<std::string>{"198.18.9.10/24"});
+  // Nobody connected: quiet for ever.
+  ASSERT_TRUE(set.QuietMs(0).ok()) << set.QuietMs(0).status().ToString();
+  EXPECT_EQ(*set.QuietMs(0), UINT64_MAX);
+  EXPECT_FALSE(set.QuietMs(2).ok());
+  // A client that just sent data to .10: not quiet; .11 still is.
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, "198.18.9.10", &a.sin_addr);
+  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(l, 1), 0);
+  socklen_t al = sizeof(a);
+  getsockname(l, reinterpret_cast<sockaddr*>(&a), &al);
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  int s = accept(l, nullptr, nullptr);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(send(c, "x", 1, 0), 1);
+  char got = 0;
+  ASSERT_EQ(recv(s, &got, 1, 0), 1);
+  auto q = set.QuietMs(0);
+  ASSERT_TRUE(q.ok());
+  EXPECT_LT(*q, 5000u) << "the server's socket on .10 received data just now";
+  EXPECT_EQ(*set.QuietMs(1), UINT64_MAX);
+  close(s);
+  close(c);
+  close(l);
+  ASSERT_TRUE(set.Release().ok());
 }
 
 TEST_F(VipTest, InterfaceUpFollowsTheLink) {

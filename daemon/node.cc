@@ -345,6 +345,8 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
              // Acted on by the cluster thread (a giveback closes the domain).
              n->giveback_request_ = *g;
              n->cluster_cv_.NotifyAll();
+           } else if (auto cat = cluster::DecodeCatalog(msg); cat && cat->from != n->identity_.id) {
+             n->catalog_ = std::move(*cat);  // published by the cluster thread at its next step
            }  // else another kind, or a newer version: not ours
          },
          [n](const std::vector<cluster::Member>& members, const std::vector<cluster::Member>& left) {
@@ -607,6 +609,7 @@ void Node::ClusterStep(uint64_t seq) {
   }
   const bool online = h.state == static_cast<uint8_t>(ReserveState::kOnline);
   RouteHeads(ReserveState(h.state));
+  if (online) SendCatalog(seq);
   ReconcileVips(online);
   WithdrawExportsUnlessOnline(online);
   h.lan_up = !vips_ || vips_->InterfaceUp();
@@ -684,13 +687,83 @@ bool Node::LanDownLongEnough(bool lan_up, uint64_t now) {
   return now - lan_down_since_mono_ns_ >= uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
 }
 
+void Node::SendCatalog(uint64_t seq) {
+  if (!Forwarding()) return;  // a partner that does not relay has nothing to publish
+  std::shared_ptr<fs::Domain> d = domain();
+  if (!d) return;
+  cluster::Catalog cat;
+  cat.from = identity_.id;
+  {
+    ReaderLock lock(mu_);
+    cat.reserve = reserve_uuid_;
+  }
+  auto exports = d->ListExports();
+  auto shares = d->ListShares();
+  if (!exports.ok() || !shares.ok()) return;  // the domain's own errors are reported where they are used
+  cat.exports = std::move(*exports);
+  cat.shares = std::move(*shares);
+  std::string bytes = cluster::EncodeCatalog(cat);
+  if (bytes.empty()) {
+    if (catalog_sent_ != "too large") {
+      NASGW_LOG(kWarn, "cluster") << "the exports and shares are too many to send to the partner; its ganesha and "
+                                     "smbd keep what they had"
+                                  << Kv("exports", cat.exports.size()) << Kv("shares", cat.shares.size())
+                                  << Kv("limit_bytes", cluster::kCatalogBytesMax);
+      catalog_sent_ = "too large";
+    }
+    return;
+  }
+  // On a change at once; else every few heartbeats, for a partner that
+  // (re)started since.
+  if (bytes == catalog_sent_ && seq < catalog_sent_seq_ + kCatalogEvery) return;
+  if (interconnect_->Send(bytes).ok()) {
+    catalog_sent_ = std::move(bytes);
+    catalog_sent_seq_ = seq;
+  }
+}
+
 void Node::WithdrawExportsUnlessOnline(bool online) {
+  // With head forwarding, a node that does not serve publishes the owner's
+  // exports and shares (its heads' calls are relayed to the owner).
+  std::optional<cluster::Catalog> cat;
+  if (!online && Forwarding()) {
+    Uuid reserve;
+    {
+      ReaderLock lock(mu_);
+      reserve = reserve_uuid_;
+    }
+    MutexLock lock(cluster_mu_);
+    if (catalog_ && catalog_->reserve == reserve) cat = catalog_;
+  }
   MutexLock vip_lock(vip_mu_);
   // A single node keeps its exports file while the reserve is away (a
   // restart of nasgwd is not a reason for ganesha to drop its exports). In a
   // pair, a node that does not serve must not offer exports it cannot
   // answer: its heads would refuse every call, and its partner serves them.
   MutexLock lock(exports_mu_);
+  if (cat) {
+    std::string bytes = cluster::EncodeCatalog(*cat);
+    if (bytes == catalog_published_) return;
+    nasgw::Status s;
+    if (!config_.nfs_exports_file.empty()) {
+      s = daemon::PublishExports(config_.nfs_exports_file, config_.nfs_ganesha_pid_file, config_.node_name,
+                                 cat->exports);
+    }
+    if (s.ok() && !config_.smb_shares_file.empty()) {
+      s = daemon::PublishShares(config_.smb_shares_file, config_.smb_smbd_pid_file, config_.head_socket,
+                                config_.smb_vfs_objects, config_.node_name, cat->shares);
+    }
+    if (!s.ok()) {
+      NASGW_LOG(kWarn, "cluster") << "cannot publish the partner's exports" << Kv("error", s.ToString());
+      return;  // again at the next heartbeat
+    }
+    catalog_published_ = std::move(bytes);
+    exports_withdrawn_ = true;  // not the domain's own: published from it again when this node serves
+    NASGW_LOG(kInfo, "cluster") << "the partner's exports and shares published here (heads relayed to it)"
+                                << Kv("exports", cat->exports.size()) << Kv("shares", cat->shares.size());
+    return;
+  }
+  if (online) catalog_published_.clear();
   if (online) {
     if (exports_withdrawn_) {
       // Serving again (a takeover whose own publish may have raced this

@@ -432,6 +432,17 @@ class Node {
   std::unique_ptr<cluster::VipSet> vips_;  // set at Start
   bool vips_held_ GUARDED_BY(vip_mu_) = false;
   bool exports_withdrawn_ GUARDED_BY(vip_mu_) = false;
+  // Head forwarding: the owner's exports and shares as it last sent them
+  // (received on the interconnect's thread), what this node published of
+  // them (its ganesha's and smbd's calls are relayed to the owner), and, on
+  // the owner, what it last sent and when.
+  std::optional<cluster::Catalog> catalog_ GUARDED_BY(cluster_mu_);
+  std::string catalog_published_ GUARDED_BY(vip_mu_);
+  std::string catalog_sent_;  // the cluster thread's own
+  uint64_t catalog_sent_seq_ = 0;
+  static constexpr uint64_t kCatalogEvery = 10;  // heartbeats between two sendings of an unchanged catalog
+  bool Forwarding() const { return config_.cluster_enabled && !config_.cluster_forward_peer.empty(); }
+  void SendCatalog(uint64_t seq);
   static constexpr int kVipAnnounceRepeats = 5;  // gratuitous ARPs again at the next heartbeats
   int announce_left_ GUARDED_BY(vip_mu_) = 0;
   uint64_t lan_down_since_mono_ns_ = 0;  // the cluster thread's own
