@@ -38,18 +38,25 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   auto longer = DecodeHeartbeat(bytes + std::string("\x01\x02\x03", 3));
   ASSERT_TRUE(longer.has_value());
   EXPECT_EQ(*longer, h);
-  // Every truncation is refused, never half read, except the one that ends
-  // where an older node's heartbeat ended (before lan_up): that is read
-  // with lan_up's default.
-  for (size_t n = 0; n + 1 < bytes.size(); n++) EXPECT_FALSE(DecodeHeartbeat(bytes.substr(0, n)).has_value()) << n;
+  // Every truncation is refused, never half read, except those that end
+  // where an older node's heartbeat ended (before lan_up, before the VIP
+  // masks) or inside fields added later: those are read with the defaults.
+  const size_t vips_at = bytes.size() - 16, lan_at = vips_at - 1;
+  for (size_t n = 0; n < lan_at; n++) EXPECT_FALSE(DecodeHeartbeat(bytes.substr(0, n)).has_value()) << n;
   Heartbeat down = h;
   down.lan_up = false;
-  std::string older = EncodeHeartbeat(down);
-  older.pop_back();
-  auto o = DecodeHeartbeat(older);
+  down.vips_assigned = 0b10;
+  down.vips_held = 0b101;
+  const std::string full = EncodeHeartbeat(down);
+  auto o = DecodeHeartbeat(full.substr(0, lan_at));
   ASSERT_TRUE(o.has_value());
   EXPECT_TRUE(o->lan_up);
-  EXPECT_FALSE(DecodeHeartbeat(EncodeHeartbeat(down))->lan_up);
+  auto no_vips = DecodeHeartbeat(full.substr(0, vips_at + 8));
+  ASSERT_TRUE(no_vips.has_value());
+  EXPECT_FALSE(no_vips->lan_up);
+  EXPECT_EQ(no_vips->vips_assigned, 0u);
+  EXPECT_EQ(no_vips->vips_held, 0u);
+  EXPECT_EQ(*DecodeHeartbeat(full), down);
   std::string other_version = bytes;
   other_version[0] = 2;
   EXPECT_FALSE(DecodeHeartbeat(other_version).has_value());

@@ -58,6 +58,8 @@ std::string EncodeHeartbeat(const Heartbeat& h) {
   e.Str16(std::string_view(h.name).substr(0, kNameMax));
   e.Str16(std::string_view(h.reason).substr(0, kReasonMax));
   e.U8(h.lan_up ? 1 : 0);  // added after the first fields: absent means up
+  e.U64(h.vips_assigned);   // added later still: absent means none
+  e.U64(h.vips_held);
   return e.Release();
 }
 
@@ -74,6 +76,10 @@ std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes) {
   h.name = d.Str16();
   h.reason = d.Str16();
   if (d.ok() && d.remaining() >= 1) h.lan_up = d.U8() != 0;
+  if (d.ok() && d.remaining() >= 16) {
+    h.vips_assigned = d.U64();
+    h.vips_held = d.U64();
+  }
   // Trailing bytes are a newer node's fields: ignored, not an error.
   if (!d.ok() || h.name.size() > kNameMax || h.reason.size() > kReasonMax) return std::nullopt;
   return h;

@@ -59,6 +59,11 @@ struct Heartbeat {
   std::string name;          // node_name, for people (<= 255 bytes)
   std::string reason;        // why fenced or failed (<= 1024 bytes)
   bool lan_up = true;        // its clients' LAN interface has carrier (true where it has no VIPs)
+  // Virtual IPs by index in [cluster] vips (docs/cluster.md): which the
+  // owner gives the partner to hold (the owner's heartbeat only), and which
+  // the node holds now.
+  uint64_t vips_assigned = 0;
+  uint64_t vips_held = 0;
   bool operator==(const Heartbeat&) const = default;
 };
 

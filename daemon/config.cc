@@ -625,6 +625,8 @@ void ParseCluster(const Section& s, Config* c, Errors* errors) {
   }
   s.Integer("heartbeat_interval_ms", kClusterHeartbeatMsMin, kClusterHeartbeatMsMax, &c->cluster_heartbeat_interval_ms);
   s.Integer("network_dead_ms", int64_t{kClusterHeartbeatMsMin} * 3, kClusterDeadMsMax, &c->cluster_network_dead_ms);
+  s.Integer("vip_idle_ms", 0, kClusterVipIdleMsMax, &c->cluster_vip_idle_ms);
+  s.Integer("vip_move_max_ms", 0, kClusterVipMoveMaxMsMax, &c->cluster_vip_move_max_ms);
   if (const toml::node* n = s.Node("vips")) {
     const toml::array* arr = n->as_array();
     if (arr == nullptr || arr->size() > kClusterVipsMax) {
@@ -924,7 +926,8 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
   ParseCluster(Section("cluster", table("cluster"),
                        {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips",
-                        "vip_interface", "mirror_listen", "mirror_peer", "forward_listen", "forward_peer"},
+                        "vip_interface", "mirror_listen", "mirror_peer", "forward_listen", "forward_peer", "vip_idle_ms",
+                        "vip_move_max_ms"},
                        &errors),
                &c, &errors);
 

@@ -47,6 +47,8 @@ constexpr uint32_t kClusterHeartbeatMsMin = 50;
 constexpr uint32_t kClusterHeartbeatMsMax = 10'000;
 constexpr uint32_t kClusterDeadMsMax = 600'000;
 constexpr size_t kClusterVipsMax = 64;
+constexpr uint32_t kClusterVipIdleMsMax = 600'000;
+constexpr uint32_t kClusterVipMoveMaxMsMax = 86'400'000;
 
 struct Config {
   // [node]
@@ -86,6 +88,12 @@ struct Config {
   // reserve, on vip_interface; moved on takeover (docs/cluster.md).
   std::vector<std::string> cluster_vips;  // at most kClusterVipsMax
   std::string cluster_vip_interface;      // required with vips
+  // With head forwarding the VIPs are spread over both nodes (the odd ones
+  // of the list to the node that stands by). One moves to the partner once
+  // its clients have sent nothing for vip_idle_ms (not in the middle of a
+  // burst), or after vip_move_max_ms at the latest.
+  uint32_t cluster_vip_idle_ms = 2'000;      // 0..kClusterVipIdleMsMax
+  uint32_t cluster_vip_move_max_ms = 300'000;  // 0..kClusterVipMoveMaxMsMax
   // The cache mirror (cluster/mirror.h): this node's "ip:port" on the
   // interconnect, and the partner's. Both or neither; neither: every write
   // is acknowledged from the SAN intent log, as on a single node.

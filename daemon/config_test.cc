@@ -951,6 +951,11 @@ TEST_F(ConfigTest, ClusterSection) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->cluster_forward_listen, "198.18.0.1:7411");
   EXPECT_EQ(c->cluster_forward_peer, "198.18.0.2:7411");
+  c = Parse(Cfg("", "", "[cluster]\nvip_idle_ms = 500\nvip_move_max_ms = 0\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cluster_vip_idle_ms, 500u);
+  EXPECT_EQ(c->cluster_vip_move_max_ms, 0u);
+  ExpectInvalid(Cfg("", "", "[cluster]\nvip_idle_ms = 600001"), {"cluster.vip_idle_ms"});
   ExpectInvalid(Cfg("", "", "[cluster]\nforward_peer = \"198.18.0.2:7411\""),
                 {"cluster.forward_listen", "go together", "head forwarding"});
   ExpectInvalid(Cfg("", "", "[cluster]\nforward_listen = \"x:1\"\nforward_peer = \"198.18.0.2:7411\""),

@@ -376,7 +376,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
         NASGW_LOG(kWarn, "cluster") << "cannot remove client addresses left from before"
                                     << Kv("error", released.ToString());
       }
-      n->vips_held_ = !released.ok();  // tried again by the cluster thread
+      n->vips_mask_ = released.ok() ? 0 : n->vips_->all();  // removed again by the cluster thread
     }
     n->cluster_thread_ = std::thread([n] { n->ClusterLoop(); });
   }
@@ -613,6 +613,7 @@ void Node::ClusterStep(uint64_t seq) {
   ReconcileVips(online);
   WithdrawExportsUnlessOnline(online);
   h.lan_up = !vips_ || vips_->InterfaceUp();
+  VipMasks(&h.vips_assigned, &h.vips_held);
   if (online && LanDownLongEnough(h.lan_up, now)) {
     // Clients cannot reach this node; a partner that stands by and can
     // reach them takes the service (GiveBack checks it is heard standing by).
@@ -793,38 +794,124 @@ void Node::WithdrawExportsUnlessOnline(bool online) {
   NASGW_LOG(kInfo, "cluster") << "exports and shares withdrawn: this node does not serve the reserve";
 }
 
+void Node::VipMasks(uint64_t* assigned, uint64_t* held) {
+  MutexLock vip_lock(vip_mu_);
+  *assigned = vips_assigned_;
+  *held = vips_mask_;
+}
+
 void Node::ReconcileVips(bool online) {
   MutexLock vip_lock(vip_mu_);
   if (!vips_) return;
-  if (online && vips_held_ && announce_left_ > 0) {
-    // Announced again at the next few heartbeats: one ARP can be missed.
-    announce_left_--;
-    vips_->Announce().IgnoreError();  // the first announcement's error was logged
-    return;
+  const cluster::VipMask all = vips_->all();
+  const uint64_t now = MonotonicNanos();
+  const uint64_t dead_ns = uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
+  // The partner, as its last heartbeat says.
+  bool heard = false, partner_online = false, partner_standby = false, partner_lan = false;
+  uint64_t silent_ms = UINT64_MAX;
+  cluster::VipMask partner_held = 0, partner_assigned = 0;
+  {
+    MutexLock lock(cluster_mu_);
+    if (monitor_) {
+      for (const auto& [id, p] : monitor_->peers()) {
+        heard = monitor_->Heard(id, now);
+        silent_ms = monitor_->SilentMs(id, now).value_or(UINT64_MAX);
+        partner_online = p.last.state == cluster::kStateOnline;
+        partner_standby = p.last.state == cluster::kStateStandby;
+        partner_lan = p.last.lan_up;
+        partner_held = p.last.vips_held;
+        partner_assigned = p.last.vips_assigned;
+        break;  // a pair: one partner
+      }
+    }
   }
-  if (online == vips_held_) return;
-  nasgw::Status s = online ? vips_->Hold() : vips_->Release();
+  cluster::VipMask want = 0;
+  if (online && (!Forwarding() || vips_->vips().size() < 2)) {
+    want = all;  // the owner holds them all: the partner cannot relay its clients' calls
+    vips_assigned_ = 0;
+  } else if (online) {
+    // Spread: the odd addresses of the list go to a partner that stands by,
+    // is heard and reaches the clients' LAN, once it has been so for two
+    // network bounds, and each only when its clients are quiet (not in the
+    // middle of a burst) or vip_move_max_ms has passed.
+    if (!(heard && partner_standby && partner_lan)) {
+      if (vips_assigned_ != 0) {
+        NASGW_LOG(kWarn, "cluster") << "the partner cannot hold client addresses now: taking them back"
+                                    << Kv("heard", heard) << Kv("standby", partner_standby)
+                                    << Kv("lan_up", partner_lan);
+      }
+      partner_fit_since_mono_ns_ = 0;
+      vips_assigned_ = 0;
+    } else {
+      if (partner_fit_since_mono_ns_ == 0) partner_fit_since_mono_ns_ = now;
+      const uint64_t fit_ms = (now - partner_fit_since_mono_ns_) / 1'000'000;
+      if (fit_ms * 1'000'000 >= 2 * dead_ns) {
+        for (size_t i = 1; i < vips_->vips().size(); i += 2) {
+          const cluster::VipMask bit = cluster::VipMask{1} << i;
+          if (vips_assigned_ & bit) continue;
+          auto quiet = vips_->QuietMs(i);
+          if ((quiet.ok() && *quiet >= config_.cluster_vip_idle_ms) || fit_ms >= config_.cluster_vip_move_max_ms) {
+            vips_assigned_ |= bit;
+            NASGW_LOG(kInfo, "cluster") << "moving a client address to the partner" << Kv("vip", vips_->vips()[i].text)
+                                        << Kv("quiet_ms", quiet.ok() ? std::to_string(*quiet) : quiet.status().ToString())
+                                        << Kv("partner_ready_ms", fit_ms);
+          }
+        }
+      }
+    }
+    // What a standing-by partner still says it holds stays its own until it
+    // says otherwise; one silent for two network bounds holds nothing (it
+    // lets them go after one: it cannot relay without the interconnect). An
+    // owner this node took over from is fenced: its addresses are taken at
+    // once (docs/cluster.md, "Virtual IPs when nasgwd dies").
+    const bool may_hold = partner_standby && silent_ms < 2 * uint64_t{config_.cluster_network_dead_ms};
+    want = all & ~vips_assigned_ & ~(may_hold ? partner_held : 0);
+  } else if (Forwarding() && heard && partner_online) {
+    want = partner_assigned & all;  // what the owner gives this node to hold
+  }
+  if (!online) vips_assigned_ = 0;
+  const cluster::VipMask drop = vips_mask_ & ~want, add = want & ~vips_mask_;
+  auto count = [](cluster::VipMask m) { return std::to_string(__builtin_popcountll(m)); };
+  nasgw::Status s;
+  if (drop != 0) {
+    s = vips_->Release(drop);
+    if (s.ok()) {
+      vips_mask_ &= ~drop;
+      announce_mask_ &= ~drop;
+      NASGW_LOG(kWarn, "cluster") << "client addresses removed" << Kv("interface", vips_->interface())
+                                  << Kv("vips", count(drop)) << Kv("held", count(vips_mask_));
+    }
+  }
+  if (s.ok() && add != 0) {
+    s = vips_->Hold(add);
+    if (s.ok()) {
+      vips_mask_ |= add;
+      announce_mask_ |= add;
+      announce_left_ = kVipAnnounceRepeats;
+      NASGW_LOG(kWarn, "cluster") << "client addresses added and announced" << Kv("interface", vips_->interface())
+                                  << Kv("vips", count(add)) << Kv("held", count(vips_mask_));
+    }
+  } else if (s.ok() && announce_left_ > 0 && announce_mask_ != 0) {
+    // Announced again at the next few heartbeats: one ARP can be missed.
+    vips_->Announce(announce_mask_).IgnoreError();  // the first announcement's error was logged
+    if (--announce_left_ == 0) announce_mask_ = 0;
+  }
   MutexLock lock(cluster_mu_);
   if (!s.ok()) {
     if (s.ToString() != vip_error_) {
-      NASGW_LOG(kError, "cluster") << (online ? "cannot add the client addresses"
-                                              : "cannot remove the client addresses")
-                                   << Kv("interface", vips_->interface()) << Kv("error", s.ToString());
+      NASGW_LOG(kError, "cluster") << "cannot change the client addresses" << Kv("interface", vips_->interface())
+                                   << Kv("error", s.ToString());
     }
     vip_error_ = s.ToString();
     return;  // again at the next heartbeat
   }
   vip_error_.clear();
-  vips_held_ = online;
-  announce_left_ = online ? kVipAnnounceRepeats : 0;
-  NASGW_LOG(kWarn, "cluster") << (online ? "client addresses added and announced" : "client addresses removed")
-                              << Kv("interface", vips_->interface()) << Kv("vips", vips_->vips().size());
-  if (online && takeover_start_mono_ns_ != 0) {
-    ClusterEventLocked(takeover_start_mono_ns_, "vips: " + std::to_string(vips_->vips().size()) +
-                                                    " addresses added on " + vips_->interface() +
-                                                    " and announced (gratuitous ARP)");
+  if (online && takeover_start_mono_ns_ != 0 && (vips_mask_ | vips_assigned_) == all) {
+    ClusterEventLocked(takeover_start_mono_ns_, "vips: " + count(add) + " addresses added on " +
+                                                    vips_->interface() + " and announced (gratuitous ARP), " +
+                                                    count(vips_mask_) + " held here");
+    takeover_start_mono_ns_ = 0;
   }
-  takeover_start_mono_ns_ = 0;
 }
 
 void Node::ClusterEventLocked(uint64_t start_mono_ns, std::string what) {
@@ -1909,7 +1996,7 @@ void Node::Shutdown() {
     MutexLock vip_lock(vip_mu_);
     nasgw::Status s = vips_->Release();
     if (!s.ok()) NASGW_LOG(kWarn, "cluster") << "cannot remove the client addresses" << Kv("error", s.ToString());
-    vips_held_ = false;
+    vips_mask_ = vips_assigned_ = announce_mask_ = 0;
   }
   {
     MutexLock lock(lost_mu_);

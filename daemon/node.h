@@ -430,7 +430,15 @@ class Node {
   // thread, a giveback and Shutdown, one at a time.
   Mutex vip_mu_ ACQUIRED_BEFORE(exports_mu_, cluster_mu_);
   std::unique_ptr<cluster::VipSet> vips_;  // set at Start
-  bool vips_held_ GUARDED_BY(vip_mu_) = false;
+  // Which addresses this node holds; on the owner, which it gave the
+  // partner (head forwarding spreads them: docs/cluster.md); the addresses
+  // still to be announced again, for announce_left_ more heartbeats.
+  cluster::VipMask vips_mask_ GUARDED_BY(vip_mu_) = 0;
+  cluster::VipMask vips_assigned_ GUARDED_BY(vip_mu_) = 0;
+  cluster::VipMask announce_mask_ GUARDED_BY(vip_mu_) = 0;
+  uint64_t partner_fit_since_mono_ns_ GUARDED_BY(vip_mu_) = 0;  // the partner could hold addresses since
+  // The masks for this node's heartbeat.
+  void VipMasks(uint64_t* assigned, uint64_t* held);
   bool exports_withdrawn_ GUARDED_BY(vip_mu_) = false;
   // Head forwarding: the owner's exports and shares as it last sent them
   // (received on the interconnect's thread), what this node published of

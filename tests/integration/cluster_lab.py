@@ -24,6 +24,11 @@ client writes and fsyncs through the owner's FUSE head.
                                         (head forwarding): it carries on with no error
                                         through a SIGKILL of the owner and a giveback to
                                         the revived node; everything acknowledged reads back
+  cluster_lab.py spread                 active/active front end: two VIPs, one on each
+                                        node, NFS clients on both (the standby's ganesha
+                                        relayed to the owner); the owner's machine dies
+                                        under that load, both clients carry on; revived,
+                                        it takes its VIP back once its clients are quiet
   cluster_lab.py all                    all of the above (make test)
 
 Outage: the time from the failure to the first successful operation
@@ -54,6 +59,8 @@ RENEW_MS, LEASE_MS = 250, 1500
 HEARTBEAT_MS, NETWORK_DEAD_MS = 200, 1000
 SETTLE_MS = 500
 VIP = "198.18.1.50"      # the pair's client-access address on the lab LAN (sanlab --lan)
+VIP2 = "198.18.1.51"     # spread: a second one, held by the node that stands by
+VIP_IDLE_MS, VIP_MOVE_MAX_MS = 500, 15000  # a VIP moves to the partner when quiet this long, or after this
 TAKEOVER_TIMEOUT_S = 30  # the issue's "no trial over 30 s"
 POLL_S = 0.05            # another process's state: no event to wait on
 MIRROR_PORT = 7410       # the cache mirror's port on the interconnect
@@ -67,15 +74,19 @@ preempt_settle_ms = %d
 enabled = true
 heartbeat_interval_ms = %d
 network_dead_ms = %d
-""" % (SETTLE_MS, HEARTBEAT_MS, NETWORK_DEAD_MS)
+vip_idle_ms = %d
+vip_move_max_ms = %d
+""" % (SETTLE_MS, HEARTBEAT_MS, NETWORK_DEAD_MS, VIP_IDLE_MS, VIP_MOVE_MAX_MS)
 
 
 class Lab:
-    def __init__(self, build, nfs=False, mirror_on=True, name=None, luns=2, size="512M", tag="cl", forward=False):
+    def __init__(self, build, nfs=False, mirror_on=True, name=None, luns=2, size="512M", tag="cl", forward=False,
+                 vips=(VIP,)):
         """nfs: a clients' LAN too, the pair's VIP on it, and ganesha.nfsd
         with FSAL_NASGW on each node, serving what its nasgwd exports.
         forward: head forwarding over the interconnect ([cluster]
-        forward_listen/forward_peer).
+        forward_listen/forward_peer); with it, the VIPs (nfs) are spread
+        over both nodes.
         name, luns, size: the sanlab lab's (make demo runs a pair too); tag
         names the nodes (<tag>-a, <tag>-b)."""
         name = name or "cl%d" % os.getpid()
@@ -98,7 +109,7 @@ class Lab:
             short = "cl%d" % (os.getpid() % 100000) if name.startswith("cl") else name
             self.nfs_labs = [nfslab.Lab(name="%s-%d" % (short, i), clients=0, server_ns=h)
                              for i, h in enumerate(self.hosts)]
-            self.config += 'vips = ["%s/24"]\nvip_interface = "front0"\n' % VIP
+            self.config += 'vips = [%s]\nvip_interface = "front0"\n' % ", ".join('"%s/24"' % v for v in vips)
         for i, n in enumerate(self.nodes):
             n.s["renew_ms"], n.s["lease_ms"] = RENEW_MS, LEASE_MS
             # The cache mirror over the interconnect (sanlab: host i is 198.18.0.(1+i)).
@@ -598,30 +609,64 @@ def progress(path):
         return 0
 
 
+class NfsLoad:
+    """NFS_LOAD from the LAN's client namespace, in a thread: 8K files
+    written through `server` until stop()."""
+
+    def __init__(self, lab, server, version, tag):
+        self.client, self.server, self.version = lab.client(), server, version
+        self.stop_path = "/tmp/nasgw-cl-stop-%d-%s" % (os.getpid(), tag)
+        self.prog = "/tmp/nasgw-cl-progress-%d-%s" % (os.getpid(), tag)
+        self.result, self.out = {}, {}
+        args = {"server": server, "export": "/vol1", "version": version, "prefix": tag, "stop": self.stop_path,
+                "progress": self.prog, "max_s": 120}
+
+        def load():
+            try:
+                self.result["out"] = self.client.python(NFS_LOAD, args, timeout=180)
+            except Exception as e:
+                self.result["error"] = repr(e)
+        self.t = threading.Thread(target=load, daemon=True)
+        self.t.start()
+
+    def progress(self):
+        return progress(self.prog)
+
+    def wait(self, n, what, timeout=60):
+        wait_for(lambda: self.progress() >= n or "error" in self.result, timeout, what)
+
+    def stop(self):
+        open(self.stop_path, "w").close()
+        self.t.join(200)
+        for f in (self.stop_path, self.prog):
+            if os.path.exists(f):
+                os.remove(f)
+        self.out = (self.result.get("out") or [{}])[0]
+        return self.out
+
+    def longest_gap(self):
+        gaps = self.out.get("gaps") or []
+        return max(gaps) if gaps else 0.0
+
+    def verify(self):
+        """What the client was told is written, read back through its address."""
+        if not self.out.get("acked"):
+            return ["no acknowledged writes"]
+        return self.client.python(NFS_VERIFY, {"server": self.server, "export": "/vol1", "acked": self.out["acked"]},
+                                  timeout=180)[0]
+
+
 def nfs_round(lab, c, res, owner_i, version, failure="panic"):
     """One failover under NFS load through the VIP: the owner's machine
     dies ("panic") or its clients' LAN link goes down ("lan"); the client
     carries on through the same address."""
     owner, other = lab.nodes[owner_i], lab.nodes[1 - owner_i]
-    client = lab.client()
     tag = "v%s-%d" % (version.replace(".", ""), owner_i)
-    stop = "/tmp/nasgw-cl-stop-%d-%s" % (os.getpid(), tag)
-    prog = "/tmp/nasgw-cl-progress-%d-%s" % (os.getpid(), tag)
-    result = {}
-
-    def load():
-        try:
-            result["out"] = client.python(NFS_LOAD, {"server": VIP, "export": "/vol1", "version": version,
-                                                     "prefix": tag, "stop": stop, "progress": prog, "max_s": 120},
-                                          timeout=180)
-        except Exception as e:
-            result["error"] = repr(e)
-    t = threading.Thread(target=load, daemon=True)
+    load = NfsLoad(lab, VIP, version, tag)
     try:
-        t.start()
-        wait_for(lambda: progress(prog) >= 20 or "error" in result, 60, "NFS writes through the VIP")
+        load.wait(20, "NFS writes through the VIP")
         time.sleep(LOAD_AROUND_S[0])  # --timeline: a stretch of steady load before the failure (a measured span)
-        before = progress(prog)
+        before = load.progress()
         t0 = time.monotonic()
         failed_at = time.time()  # the client's clock (same machine): its replies' times are wall times
         if failure == "panic":
@@ -630,20 +675,12 @@ def nfs_round(lab, c, res, owner_i, version, failure="panic"):
             sh(["ip", "-n", lab.hosts[owner_i], "link", "set", "front0", "down"])
         wait_for(lambda: state(other) == "online", TAKEOVER_TIMEOUT_S, "takeover")
         online = time.monotonic() - t0
-        wait_for(lambda: progress(prog) >= before + 20 or "error" in result, 60, "NFS writes after the takeover")
+        load.wait(before + 20, "NFS writes after the takeover")
         time.sleep(max(0.0, t0 + LOAD_AROUND_S[1] - time.monotonic()))  # --timeline: and after it
-        served = None  # the client's own figure: its longest stretch without a successful call
     finally:
-        open(stop, "w").close()
-        t.join(200)
-        for f in (stop, prog):
-            if os.path.exists(f):
-                os.remove(f)
-    out = (result.get("out") or [{}])[0]
-    gaps = out.get("gaps") or []
-    served = max(gaps) if gaps else 0.0
-    bad = client.python(NFS_VERIFY, {"server": VIP, "export": "/vol1", "acked": out.get("acked", {})},
-                        timeout=180)[0] if out.get("acked") else ["no acknowledged writes"]
+        out = load.stop()
+    served = load.longest_gap()  # the client's own figure: its longest stretch without a successful call
+    bad = load.verify()
     res["nfs"].append({"version": version, "failure": failure, "online_s": online, "client_outage_s": served,
                        "acked": out.get("n"), "lost": len(bad), "errors": out.get("errors"),
                        "timeline": timeline(other),
@@ -653,17 +690,19 @@ def nfs_round(lab, c, res, owner_i, version, failure="panic"):
     c("NFSv%s through VIP %s: %s, the partner took over (online %.2f s) and the client "
       "carried on through the same address (longest stretch without a reply %.2f s)" %
       (version, VIP, what, online, served),
-      "error" not in result and out.get("n", 0) >= before + 20 and served <= TAKEOVER_TIMEOUT_S,
-      (result.get("error"), out.get("errors"), gaps))
+      "error" not in load.result and out.get("n", 0) >= before + 20 and served <= TAKEOVER_TIMEOUT_S,
+      (load.result.get("error"), out.get("errors"), out.get("gaps")))
     c("NFSv%s: all %d acknowledged writes read back through the VIP from the new owner" % (version, out.get("n", 0)),
       not bad, bad[:5])
     vips = cluster(other).get("vips_held") or []
     c("the VIP is held by the new owner (%s)" % vips, VIP + "/24" in vips, cluster(other))
 
 
-def revive(lab, i):
+def revive(lab, i, forwarded=False):
     """Node i's machine comes back: links, corosync, nasgwd (as the standby
-    of whoever serves now) and ganesha."""
+    of whoever serves now) and ganesha. Without head forwarding, its exports
+    file must be empty when ganesha starts (with it, the owner's exports are
+    published there)."""
     node, other = lab.nodes[i], lab.nodes[1 - i]
     for dev in ("front0", "ic0", "eth0"):
         sh(["ip", "-n", lab.hosts[i], "link", "set", dev, "up"])
@@ -673,7 +712,7 @@ def revive(lab, i):
     # ganesha (started next) would fail to export.
     with open(os.path.join(node.s["dir"], "ganesha-exports.conf")) as f:
         exported = "EXPORT {" in f.read()
-    ok = state(node) == "standby" and not cluster(node).get("vips_held") and not exported
+    ok = state(node) == "standby" and not cluster(node).get("vips_held") and (forwarded or not exported)
     lab.servers[i].start_ganesha()
     wait_for(lambda: cluster(node).get("verdict") == "owner-alive" and hears_standby(other), 20,
              "both nodes hear each other")
@@ -756,9 +795,70 @@ def cmd_forward(lab, c, a, res):
     stop_and_fsck(lab, c, "forwarding")
 
 
+def vips_of(node):
+    return [v.split("/")[0] for v in cluster(node).get("vips_held") or []]
+
+
+def cmd_spread(lab, c, a, res):
+    a_node, b_node = lab.start_pair()
+    a_node.cli("export", "add", "vol1", "--no-root-squash")
+    lab.start_ganesha()
+    t0 = time.monotonic()
+    spread = wait_for(lambda: vips_of(a_node) == [VIP] and vips_of(b_node) == [VIP2], 30, "the VIPs spread",
+                      fail=False)
+    c("the VIPs are spread over the live nodes: %s on the owner A, %s on the standby B (after %.1f s)" %
+      (VIP, VIP2, time.monotonic() - t0), spread, (vips_of(a_node), vips_of(b_node)))
+    with open(os.path.join(b_node.s["dir"], "ganesha-exports.conf")) as f:
+        exported = "EXPORT {" in f.read()
+    c("the standby publishes the owner's exports to its own ganesha (relayed to the owner)", exported)
+    # NFS clients through both addresses at once; then A's machine dies.
+    loads = [NfsLoad(lab, VIP, "3", "sa"), NfsLoad(lab, VIP2, "4.1", "sb")]
+    try:
+        for ld in loads:
+            ld.wait(20, "NFS writes through %s" % ld.server)
+        before = [ld.progress() for ld in loads]
+        t0 = time.monotonic()
+        lab.panic(0)
+        wait_for(lambda: state(b_node) == "online", TAKEOVER_TIMEOUT_S, "B takes over")
+        online = time.monotonic() - t0
+        for ld, n in zip(loads, before):
+            ld.wait(n + 20, "NFS writes through %s after the takeover" % ld.server)
+    finally:
+        outs = [ld.stop() for ld in loads]
+    for ld, out, n in zip(loads, outs, before):
+        bad = ld.verify()
+        gap = ld.longest_gap()
+        res["spread"].append({"vip": ld.server, "version": ld.version, "online_s": online, "client_outage_s": gap,
+                              "acked": out.get("n"), "lost": len(bad), "errors": out.get("errors")})
+        c("NFSv%s through %s (%s): A's machine died, B took over (online %.2f s); the client carried on "
+          "(longest stretch without a reply %.2f s) and all %d acknowledged writes read back" %
+          (ld.version, ld.server, "the owner's" if ld.server == VIP else "the standby's, relayed", online, gap,
+           out.get("n", 0)),
+          "error" not in ld.result and out.get("n", 0) >= n + 20 and gap <= TAKEOVER_TIMEOUT_S and not bad,
+          (ld.result.get("error"), out.get("errors"), bad[:5]))
+    c("B holds both VIPs after the takeover", sorted(vips_of(b_node)) == [VIP, VIP2], vips_of(b_node))
+    # A's machine comes back: it stands by and takes its VIP back once that
+    # VIP's clients are quiet.
+    back = revive(lab, 0, forwarded=True)
+    t0 = time.monotonic()
+    moved = wait_for(lambda: vips_of(a_node) == [VIP2] and vips_of(b_node) == [VIP], 60, "the VIP moving back",
+                     fail=False)
+    c("A, back as standby, got %s again once idle (%.1f s after it was back), B kept %s" %
+      (VIP2, time.monotonic() - t0, VIP), back and moved, (back, vips_of(a_node), vips_of(b_node)))
+    ld = NfsLoad(lab, VIP2, "3", "sc")
+    try:
+        ld.wait(20, "NFS writes through %s on the revived standby" % VIP2)
+    finally:
+        out = ld.stop()
+    bad = ld.verify()
+    c("NFSv3 through %s on the revived standby A (relayed to B): %d writes, all read back" % (VIP2, out.get("n", 0)),
+      "error" not in ld.result and out.get("n", 0) >= 20 and not bad, (ld.result.get("error"), bad[:5]))
+    stop_and_fsck(lab, c, "the spread VIPs' failover")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["kill", "partition", "san", "hang", "nfs", "forward", "all"])
+    ap.add_argument("command", choices=["kill", "partition", "san", "hang", "nfs", "forward", "spread", "all"])
     ap.add_argument("--build", required=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=5)
@@ -773,12 +873,14 @@ def main():
         LOAD_AROUND_S[:] = [5.0, 15.0]
     b = os.path.abspath(a.build)
     c = Checks()
-    res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "forward": []}
+    res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "forward": [], "spread": []}
     cmds = {"kill": cmd_kill, "partition": cmd_partition, "san": cmd_san, "hang": cmd_hang, "nfs": cmd_nfs,
-            "forward": cmd_forward}
-    for name in (["nfs", "kill", "partition", "san", "hang", "forward"] if a.command == "all" else [a.command]):
+            "forward": cmd_forward, "spread": cmd_spread}
+    for name in (["nfs", "spread", "kill", "partition", "san", "hang", "forward"] if a.command == "all"
+                 else [a.command]):
         print("== %s" % name, flush=True)
-        lab = Lab(b, nfs=name == "nfs", forward=name == "forward")
+        lab = Lab(b, nfs=name in ("nfs", "spread"), forward=name in ("forward", "spread"),
+                  vips=(VIP, VIP2) if name == "spread" else (VIP,))
         try:
             cmds[name](lab, c, a, res)
         except Exception as e:
