@@ -447,9 +447,13 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   cluster::MirrorServer::Frozen frozen;
   if (mirror_server_) frozen = mirror_server_->Freeze(reserve_uuid_, 0);
   tail = frozen.tail;
-  if (mirror_server_ && !frozen.streamed) {
+  if (mirror_server_ && !frozen.streamed && mode == fs::AcquireMode::kNormal) {
     // Not this node's stream: the partner may hold this node's own answers
     // (a restart), or this node's copy was never fed (a takeover back).
+    // Not when this opening fences the partner (a takeover): all it can
+    // hold is this node's log of an earlier opening, which its own opening
+    // replayed onto the array; and a hung partner would hold the takeover
+    // for the fetch's whole timeout (the lab's hang took 10 s longer).
     auto f = cluster::FetchMirror(config_.cluster_mirror_peer, reserve_uuid_, 0);
     if (f.ok()) {
       tail = *f;
