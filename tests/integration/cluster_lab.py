@@ -29,6 +29,11 @@ client writes and fsyncs through the owner's FUSE head.
                                         relayed to the owner); the owner's machine dies
                                         under that load, both clients carry on; revived,
                                         it takes its VIP back once its clients are quiet
+  cluster_lab.py matrix                 NSS-HA's "each node hosts one" column, VIPs spread
+                                        and NFS clients on both: the standby's machine dies,
+                                        its client LAN fails, the interconnect is cut, the
+                                        owner's SAN is cut; each time both clients carry on
+                                        and nothing acknowledged is lost; then all heals
   cluster_lab.py all                    all of the above (make test)
 
 Outage: the time from the failure to the first successful operation
@@ -856,9 +861,86 @@ def cmd_spread(lab, c, a, res):
     stop_and_fsck(lab, c, "the spread VIPs' failover")
 
 
+def spread_trial(lab, c, res, what, fail, heal, expect):
+    """NFS clients through both VIPs; `fail()`; both carry on; `expect()`
+    says where the VIPs and the reserve are then (true when right); then
+    `heal()` and the VIPs spread again over owner and standby."""
+    loads = [NfsLoad(lab, VIP, "3", "m%da" % len(res["matrix"])),
+             NfsLoad(lab, VIP2, "4.1", "m%db" % len(res["matrix"]))]
+    try:
+        for ld in loads:
+            ld.wait(20, "NFS writes through %s" % ld.server)
+        before = [ld.progress() for ld in loads]
+        t0 = time.monotonic()
+        fail()
+        for ld, n in zip(loads, before):
+            ld.wait(n + 20, "NFS writes through %s after: %s" % (ld.server, what), timeout=90)
+        settled = wait_for(expect, 30, "the VIPs after: " + what, fail=False)
+        took = time.monotonic() - t0
+    finally:
+        outs = [ld.stop() for ld in loads]
+    ok, detail = bool(settled), []
+    gaps = []
+    for ld, out, n in zip(loads, outs, before):
+        bad = ld.verify()
+        gaps.append(ld.longest_gap())
+        ok = ok and "error" not in ld.result and out.get("n", 0) >= n + 20 and gaps[-1] <= TAKEOVER_TIMEOUT_S \
+            and not bad
+        detail.append((ld.server, ld.result.get("error"), out.get("errors"), bad[:3]))
+    res["matrix"].append({"failure": what, "client_outage_s": gaps, "settled_s": took})
+    c("%s: the clients of both VIPs carried on (longest stretch without a reply %.2f s and %.2f s), every "
+      "acknowledged write read back, and the service settled as it should" % (what, gaps[0], gaps[1]), ok,
+      (detail, [(n.s["tag"], state(n), vips_of(n)) for n in lab.nodes]))
+    heal()
+    c("... healed: the VIPs spread again over the owner and the standby",
+      wait_for(lambda: spread_ok(lab), 60, "the VIPs spread again", fail=False),
+      [(n.s["tag"], state(n), vips_of(n)) for n in lab.nodes])
+
+
+def spread_ok(lab):
+    st = [state(n) for n in lab.nodes]
+    if sorted(st) != ["online", "standby"]:
+        return False
+    owner, standby = (lab.nodes[0], lab.nodes[1]) if st[0] == "online" else (lab.nodes[1], lab.nodes[0])
+    return vips_of(owner) == [VIP] and vips_of(standby) == [VIP2]
+
+
+def cmd_matrix(lab, c, a, res):
+    a_node, b_node = lab.start_pair()
+    a_node.cli("export", "add", "vol1", "--no-root-squash")
+    lab.start_ganesha()
+    wait_for(lambda: spread_ok(lab), 30, "the VIPs spread")
+    nodes = lab.nodes
+
+    def owner_i():
+        return 0 if state(nodes[0]) == "online" else 1
+
+    def holds_both(i):
+        return lambda: state(nodes[i]) == "online" and sorted(vips_of(nodes[i])) == [VIP, VIP2]
+
+    o = owner_i()
+    spread_trial(lab, c, res, "the standby's machine died", lambda: lab.panic(1 - o),
+                 lambda: revive(lab, 1 - o, forwarded=True), holds_both(o))
+    o = owner_i()
+    spread_trial(lab, c, res, "the standby's client LAN link went down",
+                 lambda: sh(["ip", "-n", lab.hosts[1 - o], "link", "set", "front0", "down"]),
+                 lambda: sh(["ip", "-n", lab.hosts[1 - o], "link", "set", "front0", "up"]),
+                 lambda: holds_both(o)() and state(nodes[1 - o]) == "standby" and not vips_of(nodes[1 - o]))
+    o = owner_i()
+    spread_trial(lab, c, res, "the interconnect was cut (both nodes alive)",
+                 lambda: sh([SANLAB, "interconnect", lab.name, "0", "down"]),
+                 lambda: sh([SANLAB, "interconnect", lab.name, "0", "up"]),
+                 lambda: holds_both(o)() and state(nodes[1 - o]) == "standby" and not vips_of(nodes[1 - o]))
+    o = owner_i()
+    spread_trial(lab, c, res, "the owner's SAN link was cut", lambda: lab.san_link(o, False),
+                 lambda: lab.san_link(o, True), holds_both(1 - o))
+    stop_and_fsck(lab, c, "the matrix")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=["kill", "partition", "san", "hang", "nfs", "forward", "spread", "all"])
+    ap.add_argument("command",
+                    choices=["kill", "partition", "san", "hang", "nfs", "forward", "spread", "matrix", "all"])
     ap.add_argument("--build", required=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=5)
@@ -873,20 +955,23 @@ def main():
         LOAD_AROUND_S[:] = [5.0, 15.0]
     b = os.path.abspath(a.build)
     c = Checks()
-    res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "forward": [], "spread": []}
+    res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "forward": [], "spread": [], "matrix": []}
     cmds = {"kill": cmd_kill, "partition": cmd_partition, "san": cmd_san, "hang": cmd_hang, "nfs": cmd_nfs,
-            "forward": cmd_forward, "spread": cmd_spread}
-    for name in (["nfs", "spread", "kill", "partition", "san", "hang", "forward"] if a.command == "all"
+            "forward": cmd_forward, "spread": cmd_spread, "matrix": cmd_matrix}
+    spread = ("spread", "matrix")
+    for name in (["nfs", "spread", "matrix", "kill", "partition", "san", "hang", "forward"] if a.command == "all"
                  else [a.command]):
         print("== %s" % name, flush=True)
-        lab = Lab(b, nfs=name in ("nfs", "spread"), forward=name in ("forward", "spread"),
-                  vips=(VIP, VIP2) if name == "spread" else (VIP,))
+        lab = Lab(b, nfs=name in ("nfs",) + spread, forward=name in ("forward",) + spread,
+                  vips=(VIP, VIP2) if name in spread else (VIP,))
         try:
             cmds[name](lab, c, a, res)
         except Exception as e:
             c("%s: ran to the end" % name, False, repr(e))
             for i, n in enumerate(lab.nodes):
                 print("--- node %d log tail\n%s" % (i, n.log_tail(2500)))
+            for i, srv in enumerate(lab.servers):
+                print("--- node %d ganesha log tail\n%s" % (i, srv.log_tail(2500)))
         finally:
             lab.close()
     if a.json:
