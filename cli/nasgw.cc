@@ -1052,6 +1052,8 @@ json ToJson(const pb::Cluster& c) {
           {"vip_interface", c.vip_interface()},
           {"vips", std::vector<std::string>(c.vips().begin(), c.vips().end())},
           {"vips_held", std::vector<std::string>(c.vips_held().begin(), c.vips_held().end())},
+          {"vips_partner", std::vector<std::string>(c.vips_partner().begin(), c.vips_partner().end())},
+          {"forwarding", c.forwarding()},
           {"vip_error", c.vip_error()}};
 }
 
@@ -1088,11 +1090,13 @@ void PrintCluster(const pb::Cluster& c) {
   p.push_back({"mirror", c.mirror()});
   p.push_back({"auto-takeover", c.auto_takeover() ? "on" : "off"});
   p.push_back({"takeovers", std::to_string(c.takeovers())});
+  if (!c.forwarding().empty()) p.push_back({"forwarding", c.forwarding()});
   if (!c.vips().empty()) {
     std::string v;
     for (const auto& a : c.vips()) {
       const bool held = std::find(c.vips_held().begin(), c.vips_held().end(), a) != c.vips_held().end();
-      v += (v.empty() ? "" : ", ") + a + (held ? " (held here)" : "");
+      const bool partner = std::find(c.vips_partner().begin(), c.vips_partner().end(), a) != c.vips_partner().end();
+      v += (v.empty() ? "" : ", ") + a + (held ? " (held here)" : partner ? " (held by the partner)" : "");
     }
     p.push_back({"vips", v + " on " + c.vip_interface() + (c.vip_error().empty() ? "" : "; ERROR: " + c.vip_error())});
   }

@@ -330,6 +330,8 @@ void Fill(const ClusterStatus& c, pb::Cluster* out) {
   for (const auto& v : c.vips) out->add_vips(v);
   for (const auto& v : c.vips_held) out->add_vips_held(v);
   out->set_vip_error(c.vip_error);
+  for (const auto& v : c.vips_partner) out->add_vips_partner(v);
+  out->set_forwarding(c.forwarding);
   for (const auto& e : c.last_takeover) {
     auto* q = out->add_last_takeover();
     q->set_wall_unix_ns(e.wall_ns);

@@ -1111,6 +1111,11 @@ ClusterStatus Node::GetCluster() const {
     ps.heard_ms_ago = now > p.heard_mono_ns ? (now - p.heard_mono_ns) / 1'000'000 : 0;
     ps.heartbeats = p.heartbeats;
     ps.left = p.left;
+    if (vips_ && monitor_->Heard(id, now)) {
+      for (size_t i = 0; i < vips_->vips().size() && i < 64; i++) {
+        if (p.last.vips_held >> i & 1) c.vips_partner.push_back(vips_->vips()[i].text);
+      }
+    }
     // Only a partner that stands by could take over: a fenced or failed
     // one leaves this node alone.
     peer_live |= monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby;
@@ -1121,6 +1126,15 @@ ClusterStatus Node::GetCluster() const {
   c.network_silent_ms = judgement_.network_silent_ms;
   c.degraded = c.owned_here ? !peer_live : judgement_.verdict != cluster::Verdict::kOwnerAlive;
   lock.Unlock();
+  if (!Forwarding()) {
+    c.forwarding = "off: a node that does not own the reserve refuses its heads ([cluster] forward_peer not set)";
+  } else if (HeadsGoToPartner()) {
+    c.forwarding = "this node's heads are relayed to the partner (" + config_.cluster_forward_peer +
+                   "), which owns the reserve";
+  } else {
+    c.forwarding = "this node's heads are served here; the partner relays its heads here (" +
+                   config_.cluster_forward_listen + ")";
+  }
   if (c.mirror_configured) {
     std::string why;
     {

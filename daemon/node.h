@@ -154,6 +154,8 @@ struct ClusterStatus {
   std::vector<std::string> vips;
   std::vector<std::string> vips_held;       // on the interface now
   std::string vip_error;                    // the last failure to add or remove them
+  std::vector<std::string> vips_partner;    // held by the partner, as its heartbeat says
+  std::string forwarding;                   // head forwarding: where this node's heads go
   uint64_t takeovers = 0;                   // automatic takeovers by this node since it started
   std::vector<ClusterEvent> last_takeover;  // its timeline
 };

@@ -84,6 +84,14 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                 {{"limit", "max_connections_per_uid"}}, head->refused_connections_uid());
       s.Counter("nasgw_head_idle_closed_total", "Head connections closed for idleness (head.idle_timeout_ms).", {},
                 head->idle_closed());
+      // Head forwarding in a pair (docs/cluster.md, "Forwarding").
+      s.Gauge("nasgw_head_relays", "Heads' connections relayed to the partner now (it owns the reserve).", {},
+              head->relays());
+      s.Counter("nasgw_head_relays_total", "Heads' connections relayed to the partner.", {}, head->relayed_total());
+      s.Counter("nasgw_head_relay_failures_total", "Relays that could not reach the partner (the head retried).", {},
+                head->relay_failures());
+      s.Gauge("nasgw_head_forwarded_connections", "Connections the partner relays to this node now.", {},
+              head->forwarded_in());
       s.Gauge("nasgw_head_request_buffer_bytes", "Request buffers held: payloads read and READ replies owed.", {},
               static_cast<double>(head->request_bytes()));
       s.Gauge("nasgw_head_request_buffer_capacity_bytes", "The request buffers' share of the memory budget.", {},

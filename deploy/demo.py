@@ -15,17 +15,21 @@ its control socket. The keeper builds, in namespaces (cluster_lab.Lab):
 
   array    tgtd with three thin 4 GiB LUNs          (sanlab netns lab "demo")
   nodes a, b   nasgwd on those LUNs, ganesha.nfsd with FSAL_NASGW and smbd
-           with vfs_nasgw, in each node's namespace; Corosync and the cache
-           mirror on their interconnect (198.18.0.1-2), the virtual IP
-           198.18.1.50 on the clients' LAN
+           with vfs_nasgw, in each node's namespace; Corosync, the cache
+           mirror and head forwarding on their interconnect (198.18.0.1-2),
+           the virtual IPs 198.18.1.50 (held by the owner) and 198.18.1.51
+           (held by the other node, which relays its heads to the owner) on
+           the clients' LAN
   client   a client namespace on that LAN (198.18.1.100)
 
 then formats a reserve on a (b stands by), creates volume "demo", exports it
 to the LAN with `nasgw export add`, and proves it serves through the VIP: a
 file written over NFSv3 with libnfs (nfs-cp) reads back byte for byte over
 NFSv3 and NFSv4 (nfs-cat), and one written over NFSv4.1 (nfs-rs) reads back
-too. Then a share of the volume's directory "smb" (`nasgw share add`): a
-file written over SMB (smbclient) reads back exact over SMB and over NFSv3.
+too, and both read back through the second VIP (the other node). Then a
+share of the volume's directory "smb" (`nasgw share add`): a file written
+over SMB (smbclient) reads back exact over SMB and over NFSv3, and over SMB
+through the second VIP.
 """
 
 import argparse
@@ -69,9 +73,9 @@ def keeper_pid():
     return None
 
 
-def prove(c, tmp):
-    """Writes and reads back through the real clients, over the pair's VIP;
-    raises on a mismatch."""
+def prove(c, c2, tmp):
+    """Writes and reads back through the real clients, over the pair's VIP
+    (c), and reads back over the other node's (c2); raises on a mismatch."""
     local = os.path.join(tmp, "hello.bin")
     payload = b"hello from nasgw over NFS\n" + os.urandom(1 << 20)
     with open(local, "wb") as f:
@@ -90,12 +94,23 @@ def prove(c, tmp):
     listing = sorted(c.nfs_ls("demo", version=3))
     if "hello.bin" not in listing or "hello-v41.txt" not in listing:
         raise RuntimeError("the export lists %s" % listing)
+    # Through the other node's VIP: its ganesha, relayed to the owner.
+    if c2.nfs_cat("demo/hello.bin", version=3) != payload:
+        raise RuntimeError("NFSv3 read-back through %s differs from what was written" % cluster_lab.VIP2)
+    r = c2.nfsrs("with client.open('hello-v41.txt', 'rb') as f:\n    out(f.read().decode())\n", path="demo",
+                 version="4.1")
+    if r[0] != "written over NFSv4.1":
+        raise RuntimeError("NFSv4.1 read-back through %s: %r" % (cluster_lab.VIP2, r))
     return listing
 
 
 class Vip:
     """smblab's view of a server: where clients reach it."""
     addr = cluster_lab.VIP
+
+
+class Vip2:
+    addr = cluster_lab.VIP2
 
 
 def prove_smb(c, tmp, user):
@@ -112,6 +127,18 @@ def prove_smb(c, tmp, user):
             raise RuntimeError("SMB read-back differs from what was written")
     if c.nfs_cat("demo/smb/hello-smb.bin", version=3) != payload:
         raise RuntimeError("the file written over SMB reads back different over NFSv3")
+    deadline = time.monotonic() + 30
+    while True:  # the share reaches b's smbd with the owner's next catalog (no event to wait on here)
+        try:
+            smblab.smbclient(c, Vip2, "demo", user, "get hello-smb.bin %s.2" % back)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    with open(back + ".2", "rb") as f:
+        if f.read() != payload:
+            raise RuntimeError("SMB read-back through %s differs from what was written" % cluster_lab.VIP2)
 
 
 class Pair:
@@ -121,7 +148,8 @@ class Pair:
 
     def __init__(self, build):
         self.build = build
-        self.lab = cluster_lab.Lab(build, nfs=True, name=LAB, luns=3, size="4G", tag="demo")
+        self.lab = cluster_lab.Lab(build, nfs=True, name=LAB, luns=3, size="4G", tag="demo", forward=True,
+                                   vips=(cluster_lab.VIP, cluster_lab.VIP2))
         self.user = smblab.User("nasgw-demo", password="nasgw-demo-1")
         self.smbds = []
         smblab.install_module(build)
@@ -130,7 +158,7 @@ class Pair:
             shares = os.path.join(smbd.dir, "nasgw-shares.conf")
             smbd.global_options["include"] = shares
             smbd.make_dirs()
-            open(shares, "a").close()  # a standby shares nothing until it serves
+            open(shares, "a").close()  # the other node gets the owner's shares over the interconnect
             n.s["extra_config"] += "[smb]\nshares_file = %s\nsmbd_pid_file = %s\n" % (
                 nasgwlab.toml_str(shares), nasgwlab.toml_str(smbd.pid_file))
             n.save()
@@ -141,11 +169,10 @@ class Pair:
     def start(self):
         a, _ = self.lab.start_pair(ag="256M", volume="demo")
         a.cli("export", "add", "demo", "--clients", LAN_CIDR, "--no-root-squash")
-        cluster_lab.wait_for(lambda: cluster_lab.VIP + "/24" in (cluster_lab.cluster(a).get("vips_held") or []),
-                             30, "node a holds the VIP")
         self.lab.start_ganesha()
-        c = self.lab.client()
-        listing = prove(c, self.tmp)
+        cluster_lab.wait_for(lambda: cluster_lab.spread_ok(self.lab), 60, "the VIPs spread over a and b")
+        c, c2 = self.lab.client(), self.lab.client(cluster_lab.VIP2)
+        listing = prove(c, c2, self.tmp)
         # The SMB user (made with the first smbd's user database), its
         # directory made over NFSv4.1 (root is not squashed on the demo's
         # export) and shared with 'nasgw share add'.
@@ -162,7 +189,8 @@ class Pair:
 
     def status(self):
         lab = self.lab
-        return {"vip": cluster_lab.VIP, "client_ns": lab.lan["client_ns"], "cli": lab.nodes[0].s["bins"]["cli"],
+        return {"vip": cluster_lab.VIP, "vip2": cluster_lab.VIP2, "client_ns": lab.lan["client_ns"],
+                "cli": lab.nodes[0].s["bins"]["cli"],
                 "nodes": [{"name": "ab"[i], "ns": lab.hosts[i], "admin_socket": n.admin_socket,
                            "nasgwd_log": n.log_path, "ganesha_log": os.path.join(lab.nfs_labs[i].dir, "ganesha.log"),
                            "smbd_log": self.smbds[i].log_path} for i, n in enumerate(lab.nodes)],
@@ -186,14 +214,14 @@ class Pair:
             return "node %s (it was %s) is down; node %s serves as before" % ("ab"[i], was, "ab"[1 - i])
         cluster_lab.wait_for(lambda: cluster_lab.state(other) == "online", cluster_lab.TAKEOVER_TIMEOUT_S,
                              "node %s's takeover" % "ab"[1 - i])
-        return "node %s is down; node %s took over in %.1f s and holds the VIP:\n  %s" % (
+        return "node %s is down; node %s took over in %.1f s and holds both VIPs:\n  %s" % (
             "ab"[i], "ab"[1 - i], time.monotonic() - t0, "\n  ".join(cluster_lab.timeline(other)))
 
     def revive(self, i):
         """Node i's machine comes back: it stands by for the node that serves."""
         if i not in self.failed:
             raise RuntimeError("node %s is not down" % "ab"[i])
-        cluster_lab.revive(self.lab, i)
+        cluster_lab.revive(self.lab, i, forwarded=True)
         self.smbds[i].start()
         self.failed.discard(i)
         return "node %s is back, standing by for node %s (move the reserve back with: cluster giveback on %s)" % (
@@ -333,16 +361,19 @@ def show():
     a, b = st["nodes"]
     cli = "{cli} --socket {sock}"
     print("""
-nasgw demo: up, a controller pair. Proven through the pair's virtual IP: a
+nasgw demo: up, a controller pair. Proven through the pair's virtual IPs: a
 1 MiB file written over NFSv3 (libnfs) read back exact over NFSv3 and NFSv4,
 a file written over NFSv4.1 (nfs-rs) read back, and a 1 MiB file written over
-SMB (smbclient) read back exact over SMB and NFSv3.
+SMB (smbclient) read back exact over SMB and NFSv3; each read back through
+the other node's VIP too.
 Volume "demo" now holds: {listing}
 
-  nodes          a (namespace {a_ns}) serves the reserve; b ({b_ns}) stands by,
-                 fed the cache mirror over the interconnect. Each runs nasgwd,
-                 ganesha + FSAL_NASGW and smbd + vfs_nasgw.
-  virtual IP     {vip} on the clients' LAN (held by the node that serves)
+  nodes          a (namespace {a_ns}) owns the reserve; b ({b_ns}) stands by,
+                 fed the cache mirror, and relays its heads' calls to a over
+                 the interconnect. Each runs nasgwd, ganesha + FSAL_NASGW and
+                 smbd + vfs_nasgw, and both serve clients.
+  virtual IPs    {vip} (on a) and {vip2} (on b) on the clients' LAN; the
+                 survivor holds both when a node fails
   export         nfs://{vip}/demo   (NFSv3 and NFSv4; the client LAN may write)
   SMB share      //{vip}/demo  (volume demo's directory smb;
                  user {smb_user}, password {smb_password})
@@ -353,6 +384,7 @@ Try:
   {c} nfs-ls nfs://{vip}/demo
   {c} nfs-cp /etc/os-release nfs://{vip}/demo/os-release
   {c} nfs-cat 'nfs://{vip}/demo/os-release?version=4'
+  {c} nfs-cat 'nfs://{vip2}/demo/os-release?version=3'     (through b, relayed to a)
   {c} smbclient //{vip}/demo -U {smb_user}%{smb_password} -c 'ls; put /etc/os-release os-release'
   {a_cli} cluster status
   {a_cli} export list
@@ -361,15 +393,15 @@ Try:
 Fail a node and watch the client carry on (in two terminals):
   {me} watch             a client writing and reading back through the VIP
   {me} fail a            node a's machine dies (SIGKILL, its links down):
-                         b fences it on the SAN, replays its mirror, takes the VIP
-  {me} revive a          a comes back and stands by for b
+                         b fences it on the SAN, replays its mirror, takes both VIPs
+  {me} revive a          a comes back, stands by for b, and gets {vip2} once idle
   {b_cli} cluster giveback
-                         b moves the reserve (and the VIP) back to a
+                         b moves the reserve (and {vip}) back to a
 
 Logs: {a_log}
       {b_log}   (ganesha and smbd logs: see {status})
 Stop: make demo-stop     (removes the namespaces, daemons and LUN files)
-""".format(c=c, me=me, vip=st["vip"], listing=", ".join(st["listing"]), a_ns=a["ns"], b_ns=b["ns"],
+""".format(c=c, me=me, vip=st["vip"], vip2=st.get("vip2", "?"), listing=", ".join(st["listing"]), a_ns=a["ns"], b_ns=b["ns"],
            client_ns=st["client_ns"], smb_user=st["smb_user"], smb_password=st["smb_password"],
            a_cli=cli.format(cli=st["cli"], sock=a["admin_socket"]),
            b_cli=cli.format(cli=st["cli"], sock=b["admin_socket"]),

@@ -164,13 +164,13 @@ class Lab:
             cfg = nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=n.head_socket, exports_file=exports)
             self.servers.append(self.nfs_labs[i].start_server(cfg))
 
-    def client(self):
-        """The LAN's client namespace, as an nfslab client of the VIP."""
+    def client(self, addr=VIP):
+        """The LAN's client namespace, as an nfslab client of `addr` (a VIP)."""
         import nfslab
 
         class LanLab:
             st = {"clients": [{"ns": self.lan["client_ns"], "addr": self.lan["client_addr"]}]}
-            server_addr = VIP
+            server_addr = addr
         return nfslab.Client(LanLab(), 1)
 
     def panic(self, i):
@@ -619,7 +619,7 @@ class NfsLoad:
     written through `server` until stop()."""
 
     def __init__(self, lab, server, version, tag):
-        self.client, self.server, self.version = lab.client(), server, version
+        self.client, self.server, self.version = lab.client(server), server, version
         self.stop_path = "/tmp/nasgw-cl-stop-%d-%s" % (os.getpid(), tag)
         self.prog = "/tmp/nasgw-cl-progress-%d-%s" % (os.getpid(), tag)
         self.result, self.out = {}, {}
@@ -816,6 +816,11 @@ def cmd_spread(lab, c, a, res):
     with open(os.path.join(b_node.s["dir"], "ganesha-exports.conf")) as f:
         exported = "EXPORT {" in f.read()
     c("the standby publishes the owner's exports to its own ganesha (relayed to the owner)", exported)
+    ca, cb = cluster(a_node), cluster(b_node)
+    c("cluster status says which VIP the partner holds and where heads go",
+      ca.get("vips_partner") == [VIP2 + "/24"] and cb.get("vips_partner") == [VIP + "/24"] and
+      "served here" in ca.get("forwarding", "") and "relayed to the partner" in cb.get("forwarding", ""),
+      (ca.get("vips_partner"), cb.get("vips_partner"), ca.get("forwarding"), cb.get("forwarding")))
     # NFS clients through both addresses at once; then A's machine dies.
     loads = [NfsLoad(lab, VIP, "3", "sa"), NfsLoad(lab, VIP2, "4.1", "sb")]
     try:
