@@ -58,7 +58,7 @@ std::string EncodeHeartbeat(const Heartbeat& h) {
   e.Str16(std::string_view(h.name).substr(0, kNameMax));
   e.Str16(std::string_view(h.reason).substr(0, kReasonMax));
   e.U8(h.lan_up ? 1 : 0);  // added after the first fields: absent means up
-  e.U64(h.vips_assigned);   // added later still: absent means none
+  e.U64(h.vips_assigned);  // added later still: absent means none
   e.U64(h.vips_held);
   return e.Release();
 }

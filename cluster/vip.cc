@@ -16,10 +16,10 @@
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <linux/tcp.h>
-#include <netinet/in.h>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <net/if_arp.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -280,8 +280,9 @@ Result<uint64_t> VipSet::QuietMs(size_t index) const {
     const ssize_t n = ::recv(fd.get(), buf.data(), buf.size(), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return Status::IoError(Errno("sock_diag answer", n < 0 ? errno : EPIPE));
-    int left = static_cast<int>(n);
-    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+    ssize_t left = n;
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, static_cast<uint32_t>(left));
+         h = NLMSG_NEXT(h, left)) {
       if (h->nlmsg_type == NLMSG_DONE) return quiet;
       if (h->nlmsg_type == NLMSG_ERROR) return Status::IoError("sock_diag: the kernel refused the dump");
       if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) continue;

@@ -92,7 +92,7 @@ struct Config {
   // of the list to the node that stands by). One moves to the partner once
   // its clients have sent nothing for vip_idle_ms (not in the middle of a
   // burst), or after vip_move_max_ms at the latest.
-  uint32_t cluster_vip_idle_ms = 2'000;      // 0..kClusterVipIdleMsMax
+  uint32_t cluster_vip_idle_ms = 2'000;        // 0..kClusterVipIdleMsMax
   uint32_t cluster_vip_move_max_ms = 300'000;  // 0..kClusterVipMoveMaxMsMax
   // The cache mirror (cluster/mirror.h): this node's "ip:port" on the
   // interconnect, and the partner's. Both or neither; neither: every write

@@ -16,9 +16,9 @@
 
 #include "base/byte_budget.h"
 #include "base/clock.h"
+#include "base/coding.h"
 #include "base/log.h"
 #include "base/log_limit.h"
-#include "base/coding.h"
 #include "base/mutex.h"
 #include "base/sockaddr.h"
 #include "proto/stream.h"
@@ -212,7 +212,7 @@ struct Conn {
   uint32_t peer_uid = 0;
   std::vector<uint32_t> peer_gids;  // the peer's group and supplementary groups (SO_PEERGROUPS)
   int peer_pid = 0;
-  bool forwarded = false;  // relayed here by the partner (its preamble gave the peer's credentials)
+  bool forwarded = false;              // relayed here by the partner (its preamble gave the peer's credentials)
   Mutex write_mu;                      // held alone, while writing a reply (or with mu, to close fd)
   Mutex mu ACQUIRED_BEFORE(write_mu);  // after HeadServer::Impl::mu
   CondVar cv;
@@ -242,7 +242,7 @@ bool ActsAsItself(const Conn& c, const proto::Creds& creds) {
 
 // A head's connection relayed to the partner: two pumps, one each way.
 struct Relay {
-  Mutex mu;  // held alone, to shut down or close the descriptors
+  Mutex mu;                      // held alone, to shut down or close the descriptors
   int down GUARDED_BY(mu) = -1;  // the head's Unix socket
   int up GUARDED_BY(mu) = -1;    // the partner's forward listener
   bool cut GUARDED_BY(mu) = false;

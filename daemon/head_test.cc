@@ -1,6 +1,5 @@
 // The head protocol end to end in one process: the C client library over a
 // real Unix socket to the HeadServer, on a file system on in-memory LUNs.
-#include <arpa/inet.h>
 #include <grp.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -30,6 +29,7 @@
 #include "proto/lock_range.h"
 #include "proto/stream.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1289,8 +1289,10 @@ class HeadForwardTest : public HeadTest {
     cache::DataCacheOptions through;
     through.write_through = true;
     service_ = std::make_unique<HeadService>(
-        [this] { return a_serves_.load() ? HeadDomain{domain_, verifier_.load()} : HeadDomain{}; }, LockLimits{},
-        through);
+        [this] {
+          return a_serves_.load() ? HeadDomain{domain_, verifier_.load()} : HeadDomain{};
+        },
+        LockLimits{}, through);
     StartServerWith([](HeadServerOptions& o) {
       o.forward_listen = "127.0.0.1:0";
       o.forward_peer = "127.0.0.1:1";  // the partner's address; the port is not checked
@@ -1298,7 +1300,10 @@ class HeadForwardTest : public HeadTest {
     ASSERT_NE(server_->forward_port(), 0);
     b_socket_ = dir_ + "/b.sock";
     b_service_ = std::make_unique<HeadService>(
-        [this] { return a_serves_.load() ? HeadDomain{} : HeadDomain{domain_, 0x5eedb}; }, LockLimits{}, through);
+        [this] {
+          return a_serves_.load() ? HeadDomain{} : HeadDomain{domain_, 0x5eedb};
+        },
+        LockLimits{}, through);
     HeadServerOptions o;
     o.socket_path = b_socket_;
     o.socket_mode = 0666;
@@ -1413,7 +1418,8 @@ TEST_F(HeadForwardTest, HeadsFollowTheServiceWhenItMoves) {
     std::string buf(8192, '\0');
     for (uint64_t i = 0; !stop.load(); i++) {
       std::memset(buf.data(), static_cast<int>('a' + i % 26), buf.size());
-      const int64_t n = nasgw_write(b_client_, &kRoot, &f.handle, i * 8192, buf.data(), 8192, NASGW_WRITE_STABLE, nullptr);
+      const int64_t n =
+          nasgw_write(b_client_, &kRoot, &f.handle, i * 8192, buf.data(), 8192, NASGW_WRITE_STABLE, nullptr);
       if (n != 8192) {
         std::lock_guard<std::mutex> l(mu);
         failure = "write " + std::to_string(i) + ": " + std::to_string(n) + " " + nasgw_client_last_message();
@@ -1437,7 +1443,8 @@ TEST_F(HeadForwardTest, HeadsFollowTheServiceWhenItMoves) {
   {
     std::unique_lock<std::mutex> l(mu);
     const uint64_t at = acked.load();
-    stalled |= !progress.wait_for(l, std::chrono::seconds(30), [&] { return acked.load() >= at + 50 || errors.load(); });
+    stalled |=
+        !progress.wait_for(l, std::chrono::seconds(30), [&] { return acked.load() >= at + 50 || errors.load(); });
   }
   stop = true;
   writer.join();

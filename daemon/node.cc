@@ -347,7 +347,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
              n->cluster_cv_.NotifyAll();
            } else if (auto cat = cluster::DecodeCatalog(msg); cat && cat->from != n->identity_.id) {
              n->catalog_ = std::move(*cat);  // published by the cluster thread at its next step
-           }  // else another kind, or a newer version: not ours
+           }                                 // else another kind, or a newer version: not ours
          },
          [n](const std::vector<cluster::Member>& members, const std::vector<cluster::Member>& left) {
            MutexLock cl(n->cluster_mu_);
@@ -857,7 +857,8 @@ void Node::ReconcileVips(bool online) {
           if ((quiet.ok() && *quiet >= config_.cluster_vip_idle_ms) || fit_ms >= config_.cluster_vip_move_max_ms) {
             vips_assigned_ |= bit;
             NASGW_LOG(kInfo, "cluster") << "moving a client address to the partner" << Kv("vip", vips_->vips()[i].text)
-                                        << Kv("quiet_ms", quiet.ok() ? std::to_string(*quiet) : quiet.status().ToString())
+                                        << Kv("quiet_ms",
+                                              quiet.ok() ? std::to_string(*quiet) : quiet.status().ToString())
                                         << Kv("partner_ready_ms", fit_ms);
           }
         }
@@ -911,9 +912,9 @@ void Node::ReconcileVips(bool online) {
   }
   vip_error_.clear();
   if (online && takeover_start_mono_ns_ != 0 && (vips_mask_ | vips_assigned_) == all) {
-    ClusterEventLocked(takeover_start_mono_ns_, "vips: " + count(add) + " addresses added on " +
-                                                    vips_->interface() + " and announced (gratuitous ARP), " +
-                                                    count(vips_mask_) + " held here");
+    ClusterEventLocked(takeover_start_mono_ns_, "vips: " + count(add) + " addresses added on " + vips_->interface() +
+                                                    " and announced (gratuitous ARP), " + count(vips_mask_) +
+                                                    " held here");
     takeover_start_mono_ns_ = 0;
   }
 }
@@ -1129,11 +1130,11 @@ ClusterStatus Node::GetCluster() const {
   if (!Forwarding()) {
     c.forwarding = "off: a node that does not own the reserve refuses its heads ([cluster] forward_peer not set)";
   } else if (HeadsGoToPartner()) {
-    c.forwarding = "this node's heads are relayed to the partner (" + config_.cluster_forward_peer +
-                   "), which owns the reserve";
+    c.forwarding =
+        "this node's heads are relayed to the partner (" + config_.cluster_forward_peer + "), which owns the reserve";
   } else {
-    c.forwarding = "this node's heads are served here; the partner relays its heads here (" +
-                   config_.cluster_forward_listen + ")";
+    c.forwarding =
+        "this node's heads are served here; the partner relays its heads here (" + config_.cluster_forward_listen + ")";
   }
   if (c.mirror_configured) {
     std::string why;
@@ -1834,9 +1835,10 @@ void Node::RouteHeads(ReserveState state) {
   const bool to_partner = config_.cluster_enabled && !config_.cluster_forward_peer.empty() &&
                           (state == ReserveState::kStandby || state == ReserveState::kFenced);
   if (heads_to_partner_.exchange(to_partner) == to_partner) return;
-  const std::string why = to_partner ? std::string("this node is ") + ReserveStateName(state) +
-                                           ": heads go to the partner, which serves the reserve"
-                                     : std::string("this node is ") + ReserveStateName(state) + ": heads are served here";
+  const std::string why = to_partner
+                              ? std::string("this node is ") + ReserveStateName(state) +
+                                    ": heads go to the partner, which serves the reserve"
+                              : std::string("this node is ") + ReserveStateName(state) + ": heads are served here";
   NASGW_LOG(kInfo, "cluster") << "head routing changed" << Kv("why", why);
   MutexLock lock(reroute_mu_);
   if (reroute_hook_) reroute_hook_(why);
