@@ -694,6 +694,12 @@ bool Node::LanDownLongEnough(bool lan_up, uint64_t now) {
 
 void Node::SendCatalog(uint64_t seq) {
   if (!Forwarding()) return;  // a partner that does not relay has nothing to publish
+  {
+    // What an earlier owner sent is stale once this node serves: a later
+    // giveback publishes the new owner's, not that.
+    MutexLock lock(cluster_mu_);
+    catalog_.reset();
+  }
   std::shared_ptr<fs::Domain> d = domain();
   if (!d) return;
   cluster::Catalog cat;

@@ -32,8 +32,9 @@ client writes and fsyncs through the owner's FUSE head.
   cluster_lab.py matrix                 NSS-HA's "each node hosts one" column, VIPs spread
                                         and NFS clients on both: the standby's machine dies,
                                         its client LAN fails, the interconnect is cut, the
-                                        owner's SAN is cut; each time both clients carry on
-                                        and nothing acknowledged is lost; then all heals
+                                        owner's SAN is cut, the owner's machine dies; each
+                                        time both clients carry on and nothing acknowledged
+                                        is lost; then all heals (--matrix-rounds N)
   cluster_lab.py all                    all of the above (make test)
 
 Outage: the time from the failure to the first successful operation
@@ -923,22 +924,26 @@ def cmd_matrix(lab, c, a, res):
     def holds_both(i):
         return lambda: state(nodes[i]) == "online" and sorted(vips_of(nodes[i])) == [VIP, VIP2]
 
-    o = owner_i()
-    spread_trial(lab, c, res, "the standby's machine died", lambda: lab.panic(1 - o),
-                 lambda: revive(lab, 1 - o, forwarded=True), holds_both(o))
-    o = owner_i()
-    spread_trial(lab, c, res, "the standby's client LAN link went down",
-                 lambda: sh(["ip", "-n", lab.hosts[1 - o], "link", "set", "front0", "down"]),
-                 lambda: sh(["ip", "-n", lab.hosts[1 - o], "link", "set", "front0", "up"]),
-                 lambda: holds_both(o)() and state(nodes[1 - o]) == "standby" and not vips_of(nodes[1 - o]))
-    o = owner_i()
-    spread_trial(lab, c, res, "the interconnect was cut (both nodes alive)",
-                 lambda: sh([SANLAB, "interconnect", lab.name, "0", "down"]),
-                 lambda: sh([SANLAB, "interconnect", lab.name, "0", "up"]),
-                 lambda: holds_both(o)() and state(nodes[1 - o]) == "standby" and not vips_of(nodes[1 - o]))
-    o = owner_i()
-    spread_trial(lab, c, res, "the owner's SAN link was cut", lambda: lab.san_link(o, False),
-                 lambda: lab.san_link(o, True), holds_both(1 - o))
+    for _ in range(a.matrix_rounds):
+        o = owner_i()
+        spread_trial(lab, c, res, "the standby's machine died", lambda: lab.panic(1 - o),
+                     lambda: revive(lab, 1 - o, forwarded=True), holds_both(o))
+        o = owner_i()
+        spread_trial(lab, c, res, "the standby's client LAN link went down",
+                     lambda: sh(["ip", "-n", lab.hosts[1 - o], "link", "set", "front0", "down"]),
+                     lambda: sh(["ip", "-n", lab.hosts[1 - o], "link", "set", "front0", "up"]),
+                     lambda: holds_both(o)() and state(nodes[1 - o]) == "standby" and not vips_of(nodes[1 - o]))
+        o = owner_i()
+        spread_trial(lab, c, res, "the interconnect was cut (both nodes alive)",
+                     lambda: sh([SANLAB, "interconnect", lab.name, "0", "down"]),
+                     lambda: sh([SANLAB, "interconnect", lab.name, "0", "up"]),
+                     lambda: holds_both(o)() and state(nodes[1 - o]) == "standby" and not vips_of(nodes[1 - o]))
+        o = owner_i()
+        spread_trial(lab, c, res, "the owner's SAN link was cut", lambda: lab.san_link(o, False),
+                     lambda: lab.san_link(o, True), holds_both(1 - o))
+        o = owner_i()
+        spread_trial(lab, c, res, "the owner's machine died", lambda: lab.panic(o),
+                     lambda: revive(lab, o, forwarded=True), holds_both(1 - o))
     stop_and_fsck(lab, c, "the matrix")
 
 
@@ -950,6 +955,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--nfs-rounds", type=int, default=2, help="failovers under NFS load (v3 and v4.1 in turn)")
+    ap.add_argument("--matrix-rounds", type=int, default=1, help="matrix: rounds of its five failures")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write every trial's figures here")
     ap.add_argument("--timeline", action="store_true",
