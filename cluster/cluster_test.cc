@@ -41,12 +41,13 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   // Every truncation is refused, never half read, except those that end
   // where an older node's heartbeat ended (before lan_up, before the VIP
   // masks) or inside fields added later: those are read with the defaults.
-  const size_t vips_at = bytes.size() - 16, lan_at = vips_at - 1;
+  const size_t vips_at = bytes.size() - 17, lan_at = vips_at - 1;
   for (size_t n = 0; n < lan_at; n++) EXPECT_FALSE(DecodeHeartbeat(bytes.substr(0, n)).has_value()) << n;
   Heartbeat down = h;
   down.lan_up = false;
   down.vips_assigned = 0b10;
   down.vips_held = 0b101;
+  down.forwards = true;
   const std::string full = EncodeHeartbeat(down);
   auto o = DecodeHeartbeat(full.substr(0, lan_at));
   ASSERT_TRUE(o.has_value());
@@ -56,6 +57,10 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   EXPECT_FALSE(no_vips->lan_up);
   EXPECT_EQ(no_vips->vips_assigned, 0u);
   EXPECT_EQ(no_vips->vips_held, 0u);
+  auto no_forwards = DecodeHeartbeat(full.substr(0, vips_at + 16));
+  ASSERT_TRUE(no_forwards.has_value());
+  EXPECT_EQ(no_forwards->vips_held, 0b101u);
+  EXPECT_FALSE(no_forwards->forwards);
   EXPECT_EQ(*DecodeHeartbeat(full), down);
   std::string other_version = bytes;
   other_version[0] = 2;

@@ -60,6 +60,7 @@ std::string EncodeHeartbeat(const Heartbeat& h) {
   e.U8(h.lan_up ? 1 : 0);  // added after the first fields: absent means up
   e.U64(h.vips_assigned);  // added later still: absent means none
   e.U64(h.vips_held);
+  e.U8(h.forwards ? 1 : 0);
   return e.Release();
 }
 
@@ -80,6 +81,7 @@ std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes) {
     h.vips_assigned = d.U64();
     h.vips_held = d.U64();
   }
+  if (d.ok() && d.remaining() >= 1) h.forwards = d.U8() != 0;
   // Trailing bytes are a newer node's fields: ignored, not an error.
   if (!d.ok() || h.name.size() > kNameMax || h.reason.size() > kReasonMax) return std::nullopt;
   return h;

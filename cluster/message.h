@@ -64,6 +64,9 @@ struct Heartbeat {
   // the node holds now.
   uint64_t vips_assigned = 0;
   uint64_t vips_held = 0;
+  // It relays its heads to the owner while it does not serve ([cluster]
+  // forward_peer set): only such a partner is given addresses to hold.
+  bool forwards = false;
   bool operator==(const Heartbeat&) const = default;
 };
 

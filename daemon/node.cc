@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -618,6 +619,7 @@ void Node::ClusterStep(uint64_t seq) {
   WithdrawExportsUnlessOnline(online);
   h.lan_up = !vips_ || vips_->InterfaceUp();
   VipMasks(&h.vips_assigned, &h.vips_held);
+  h.forwards = Forwarding();
   if (online && LanDownLongEnough(h.lan_up, now)) {
     // Clients cannot reach this node; a partner that stands by and can
     // reach them takes the service (GiveBack checks it is heard standing by).
@@ -817,7 +819,7 @@ void Node::ReconcileVips(bool online) {
   const uint64_t now = MonotonicNanos();
   const uint64_t dead_ns = uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
   // The partner, as its last heartbeat says.
-  bool heard = false, partner_online = false, partner_standby = false, partner_lan = false;
+  bool heard = false, partner_online = false, partner_standby = false, partner_lan = false, partner_relays = false;
   uint64_t silent_ms = UINT64_MAX;
   cluster::VipMask partner_held = 0, partner_assigned = 0;
   {
@@ -829,6 +831,7 @@ void Node::ReconcileVips(bool online) {
         partner_online = p.last.state == cluster::kStateOnline;
         partner_standby = p.last.state == cluster::kStateStandby;
         partner_lan = p.last.lan_up;
+        partner_relays = p.last.forwards;
         partner_held = p.last.vips_held;
         partner_assigned = p.last.vips_assigned;
         break;  // a pair: one partner
@@ -844,11 +847,11 @@ void Node::ReconcileVips(bool online) {
     // is heard and reaches the clients' LAN, once it has been so for two
     // network bounds, and each only when its clients are quiet (not in the
     // middle of a burst) or vip_move_max_ms has passed.
-    if (!(heard && partner_standby && partner_lan)) {
+    if (!(heard && partner_standby && partner_lan && partner_relays)) {
       if (vips_assigned_ != 0) {
         NASGW_LOG(kWarn, "cluster") << "the partner cannot hold client addresses now: taking them back"
-                                    << Kv("heard", heard) << Kv("standby", partner_standby)
-                                    << Kv("lan_up", partner_lan);
+                                    << Kv("heard", heard) << Kv("standby", partner_standby) << Kv("lan_up", partner_lan)
+                                    << Kv("relays", partner_relays);
       }
       partner_fit_since_mono_ns_ = 0;
       vips_assigned_ = 0;
@@ -882,7 +885,7 @@ void Node::ReconcileVips(bool online) {
   }
   if (!online) vips_assigned_ = 0;
   const cluster::VipMask drop = vips_mask_ & ~want, add = want & ~vips_mask_;
-  auto count = [](cluster::VipMask m) { return std::to_string(__builtin_popcountll(m)); };
+  auto count = [](cluster::VipMask m) { return std::to_string(std::popcount(m)); };
   nasgw::Status s;
   if (drop != 0) {
     s = vips_->Release(drop);
