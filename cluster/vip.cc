@@ -236,7 +236,8 @@ Result<std::vector<std::string>> VipSet::Present() const {
   for (;;) {
     ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
     if (n < 0) return Status::IoError(Errno("netlink receive", errno));
-    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nh, static_cast<uint32_t>(n)); nh = NLMSG_NEXT(nh, n)) {
+    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf); n >= 0 && NLMSG_OK(nh, static_cast<uint32_t>(n));
+         nh = NLMSG_NEXT(nh, n)) {
       if (nh->nlmsg_type == NLMSG_DONE) return present;
       if (nh->nlmsg_type == NLMSG_ERROR) return Status::IoError("netlink: address dump failed");
       if (nh->nlmsg_type != RTM_NEWADDR) continue;
@@ -255,8 +256,13 @@ Result<std::vector<std::string>> VipSet::Present() const {
   }
 }
 
-Result<uint64_t> VipSet::QuietMs(size_t index) const {
-  if (index >= vips_.size()) return Status::InvalidArgument("no address " + std::to_string(index));
+namespace {
+
+// The least tcpi_last_data_recv over established TCP sockets of `family`
+// whose local address is `addr` (network order; for AF_INET6, the
+// v4-mapped form, as a dual-stack listener's connections are); at most
+// *quiet before the call.
+Status LeastQuiet(int family, uint32_t addr, uint64_t* quiet) {
   Fd fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (fd.get() < 0) return Status::IoError(Errno("sock_diag socket", errno));
   struct {
@@ -266,38 +272,50 @@ Result<uint64_t> VipSet::QuietMs(size_t index) const {
   req.nh.nlmsg_len = sizeof(req);
   req.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
   req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  req.r.sdiag_family = AF_INET;
+  req.r.sdiag_family = static_cast<uint8_t>(family);
   req.r.sdiag_protocol = IPPROTO_TCP;
   req.r.idiag_states = 1u << 1;  // TCP_ESTABLISHED
   req.r.idiag_ext = 1u << (INET_DIAG_INFO - 1);
   if (::send(fd.get(), &req, sizeof(req), 0) != static_cast<ssize_t>(sizeof(req))) {
     return Status::IoError(Errno("sock_diag request", errno));
   }
-  const uint32_t want = htonl(vips_[index].addr);
-  uint64_t quiet = UINT64_MAX;
   std::vector<char> buf(64 << 10);
   for (;;) {
     const ssize_t n = ::recv(fd.get(), buf.data(), buf.size(), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return Status::IoError(Errno("sock_diag answer", n < 0 ? errno : EPIPE));
     ssize_t left = n;
-    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, static_cast<uint32_t>(left));
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); left >= 0 && NLMSG_OK(h, static_cast<uint32_t>(left));
          h = NLMSG_NEXT(h, left)) {
-      if (h->nlmsg_type == NLMSG_DONE) return quiet;
+      if (h->nlmsg_type == NLMSG_DONE) return Status();
       if (h->nlmsg_type == NLMSG_ERROR) return Status::IoError("sock_diag: the kernel refused the dump");
-      if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) continue;
+      if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) continue;
       const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
-      if (m->id.idiag_src[0] != want) continue;
+      const bool ours = family == AF_INET ? m->id.idiag_src[0] == addr
+                                          : m->id.idiag_src[0] == 0 && m->id.idiag_src[1] == 0 &&
+                                                m->id.idiag_src[2] == htonl(0xffff) && m->id.idiag_src[3] == addr;
+      if (!ours) continue;
       int alen = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
       for (auto* a = reinterpret_cast<rtattr*>(const_cast<inet_diag_msg*>(m) + 1); RTA_OK(a, alen);
            a = RTA_NEXT(a, alen)) {
         if (a->rta_type != INET_DIAG_INFO || RTA_PAYLOAD(a) < offsetof(tcp_info, tcpi_last_data_recv) + 4) continue;
         tcp_info ti{};
         std::memcpy(&ti, RTA_DATA(a), std::min<size_t>(RTA_PAYLOAD(a), sizeof(ti)));
-        quiet = std::min<uint64_t>(quiet, ti.tcpi_last_data_recv);
+        *quiet = std::min<uint64_t>(*quiet, ti.tcpi_last_data_recv);
       }
     }
   }
+}
+
+}  // namespace
+
+Result<uint64_t> VipSet::QuietMs(size_t index) const {
+  if (index >= vips_.size()) return Status::InvalidArgument("no address " + std::to_string(index));
+  uint64_t quiet = UINT64_MAX;
+  const uint32_t addr = htonl(vips_[index].addr);
+  NASGW_RETURN_IF_ERROR(LeastQuiet(AF_INET, addr, &quiet));
+  NASGW_RETURN_IF_ERROR(LeastQuiet(AF_INET6, addr, &quiet));
+  return quiet;
 }
 
 }  // namespace nasgw::cluster

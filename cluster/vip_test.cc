@@ -137,6 +137,33 @@ TEST_F(VipTest, MasksPickAddressesAndQuietMsSeesClientsTalking) {
   close(s);
   close(c);
   close(l);
+  // A dual-stack listener (ganesha's and smbd's usual one) sees the client of
+  // .11 on a v4-mapped IPv6 socket: counted too.
+  int l6 = socket(AF_INET6, SOCK_STREAM, 0);
+  int off = 0;
+  setsockopt(l6, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+  sockaddr_in6 any6{};
+  any6.sin6_family = AF_INET6;
+  any6.sin6_addr = in6addr_any;
+  ASSERT_EQ(bind(l6, reinterpret_cast<sockaddr*>(&any6), sizeof(any6)), 0);
+  ASSERT_EQ(listen(l6, 1), 0);
+  socklen_t l6len = sizeof(any6);
+  getsockname(l6, reinterpret_cast<sockaddr*>(&any6), &l6len);
+  ASSERT_TRUE(set.Hold(0b10).ok());
+  sockaddr_in b{};
+  b.sin_family = AF_INET;
+  b.sin_port = any6.sin6_port;
+  inet_pton(AF_INET, "198.18.9.11", &b.sin_addr);
+  int c6 = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(c6, reinterpret_cast<sockaddr*>(&b), sizeof(b)), 0);
+  int s6 = accept(l6, nullptr, nullptr);
+  ASSERT_GE(s6, 0);
+  ASSERT_EQ(send(c6, "y", 1, 0), 1);
+  ASSERT_EQ(recv(s6, &got, 1, 0), 1);
+  EXPECT_LT(*set.QuietMs(1), 5000u) << "a v4-mapped connection to .11 counts";
+  close(s6);
+  close(c6);
+  close(l6);
   ASSERT_TRUE(set.Release().ok());
 }
 

@@ -102,6 +102,7 @@ constexpr uint32_t kForwardMagic = 0x3157464E;  // "NFW1"
 constexpr uint16_t kForwardVersion = 1;
 constexpr uint16_t kForwardBodyMax = 8192;  // 1025 groups and a name fit
 constexpr uint32_t kRelayConnectTimeoutMs = 1'000;
+constexpr uint32_t kRelayUserTimeoutMs = 60'000;
 
 struct Preamble {
   bool trusted = false;
@@ -159,6 +160,31 @@ bool ReadPreamble(int fd, Preamble* p, std::string* why) {
     return false;
   }
   return true;
+}
+
+// What a reader waiting for the next frame found.
+enum class Ready { kData, kTimedOut, kMoving };
+
+// Reads and drops what the socket holds now (a bounded amount).
+void Discard(int fd) {
+  char sink[16384];
+  for (int i = 0; i < 64; i++) {
+    if (::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0) return;
+  }
+}
+
+// Reads and drops until the peer closes, at most `ms`.
+void DrainUntilClosed(int fd, uint32_t ms) {
+  const uint64_t deadline = NowNs() + uint64_t{ms} * 1'000'000;
+  char sink[16384];
+  for (;;) {
+    const uint64_t now = NowNs();
+    if (now >= deadline) return;
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>((deadline - now) / 1'000'000 + 1));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || ::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0) return;
+  }
 }
 
 // Copies what `from` sends to `to` until either end closes or fails.
@@ -230,6 +256,10 @@ struct Conn {
   // have replied, a notice tells the head that what it sent since was not
   // executed, and the connection closes. Its head connects again.
   std::atomic<bool> moving{false};
+  // An eventfd StartMoving writes to wake the reader waiting for a frame
+  // (-1: none could be made; then it shuts the socket's reading side).
+  // Closed with fd, by the reader.
+  int wake_fd = -1;
 };
 
 // An untrusted peer's stated credentials must be its own: its uid, and only
@@ -363,6 +393,8 @@ struct HeadServer::Impl {
   // sent that has no reply before it was not executed.
   void SendNotice(Conn& c, int err, const std::string& why);
   void StartMoving(Conn& c);
+  // Waits (at most ms; 0: no limit) for the next frame's bytes or a move.
+  Ready WaitReady(Conn& c, uint32_t ms);
   void Finish(Conn& c);
   void ReapSessions(bool all);
   // RECALL to a connection of the session `serial`; false if it has none.
@@ -452,6 +484,7 @@ void HeadServer::Impl::AcceptLoop() {
     if (fd < 0) continue;
     auto c = std::make_shared<Conn>();
     c->fd = fd;
+    c->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct ucred cred {};
     socklen_t len = sizeof(cred);
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
@@ -505,6 +538,7 @@ void HeadServer::Impl::AcceptLoop() {
       // credentials as we read them. The owner's hello deadline and idle
       // timeout apply; a relay itself waits on either end.
       SetReceiveTimeout(fd, 0);
+      if (c->wake_fd >= 0) ::close(c->wake_fd);  // a relay has no reader to wake
       auto r = std::make_shared<Relay>();
       {
         MutexLock rl(r->mu);
@@ -565,17 +599,25 @@ void HeadServer::Impl::LogForward(const std::string& key, const std::string& wha
 }
 
 void HeadServer::Impl::RelayLoop(const std::shared_ptr<Relay>& r) {
-  auto up = DialTcp(opt.forward_peer, kRelayConnectTimeoutMs, opt.send_timeout_ms, "head forwarding to the partner");
+  // No send timeout toward the owner: a head that connected there directly
+  // would wait out the owner's backpressure (a busy array) too.
+  auto up = DialTcp(opt.forward_peer, kRelayConnectTimeoutMs, 0, "head forwarding to the partner");
   if (!up.ok()) {
     // The head connects again, with its backoff, and is routed anew (the
     // partner may be restarting, or this node about to take over).
     n_relay_failures++;
     LogForward(opt.forward_peer, "cannot relay a head to the partner: " + up.status().ToString());
   } else {
-    // Unacknowledged bytes to a partner that died with its machine fail the
-    // relay within the send timeout (no RST comes from a dead machine).
-    const unsigned int user_timeout = opt.send_timeout_ms;
-    ::setsockopt(*up, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+    // A partner whose machine died sends no RST: keepalives find it on an
+    // idle connection, and bytes it does not acknowledge for a minute fail
+    // the relay (a takeover cuts the relays before that anyway).
+    const int on = 1, idle_s = 5, interval_s = 2, probes = 3;
+    const unsigned int user_timeout_ms = kRelayUserTimeoutMs;
+    ::setsockopt(*up, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+    ::setsockopt(*up, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+    ::setsockopt(*up, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+    ::setsockopt(*up, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+    ::setsockopt(*up, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
     int down = -1;
     {
       MutexLock l(r->mu);
@@ -621,6 +663,7 @@ void HeadServer::Impl::AcceptForwarded() {
   }
   auto c = std::make_shared<Conn>();
   c->fd = fd;
+  c->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   c->forwarded = true;
   SetReceiveTimeout(fd, opt.hello_timeout_ms);
   SetSocketTimeout(fd, SO_SNDTIMEO, opt.send_timeout_ms);
@@ -637,6 +680,8 @@ void HeadServer::Impl::Abandon(Conn& c) {
     MutexLock w(c.write_mu);
     ::close(c.fd);
     c.fd = -1;
+    if (c.wake_fd >= 0) ::close(c.wake_fd);
+    c.wake_fd = -1;
   }
   c.done = true;
 }
@@ -727,10 +772,21 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
   for (;;) {
     uint8_t hb[proto::kHeaderBytes];
     size_t header_at = 0;
+    // Past the hello, the wait is idle_timeout_ms: a connection that sent
+    // nothing for that long and waits for nothing is closed. One with
+    // requests in flight waits for them. A move wakes it.
+    const uint32_t wait_ms = c->session == nullptr ? opt.hello_timeout_ms : opt.idle_timeout_ms;
+    Ready ready = WaitReady(*c, wait_ms);
+    while (ready == Ready::kTimedOut && c->session != nullptr) {
+      {
+        MutexLock l(c->mu);
+        idle = c->inflight == 0;
+      }
+      if (idle) break;
+      ready = WaitReady(*c, wait_ms);
+    }
+    if (ready != Ready::kData) break;  // moving, idle, or no hello in time
     Got got_header = ReadSome(c->fd, hb, sizeof(hb), &header_at);
-    // Past the hello, the receive timeout is idle_timeout_ms: a connection
-    // that sent nothing for that long and waits for nothing is closed. One
-    // with requests in flight waits for them.
     while (got_header == Got::kTimedOut && c->session != nullptr) {
       {
         MutexLock l(c->mu);
@@ -844,11 +900,22 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
     SendNotice(*c, ETIMEDOUT, "idle for " + std::to_string(opt.idle_timeout_ms) + " ms (head.idle_timeout_ms)");
   } else if (c->moving.load() && !reading_stopped.load()) {
     // The replies of what is running go first; what is queued is skipped.
-    {
-      MutexLock l(c->mu);
-      while (c->inflight != 0) c->cv.Wait(c->mu);
+    // What the head still sends meanwhile is read and dropped (never
+    // executed), so that its writes do not fail before it reads the notice.
+    for (;;) {
+      {
+        MutexLock l(c->mu);
+        if (c->cv.WaitFor(c->mu, std::chrono::milliseconds(20), [&]() REQUIRES(c->mu) { return c->inflight == 0; })) {
+          break;
+        }
+      }
+      Discard(c->fd);
     }
     SendNotice(*c, EHOSTUNREACH, "this node does not serve the reserve now; connect again");
+    // Its client closes on the notice; until then (at most a second) what
+    // it sent is dropped.
+    ::shutdown(c->fd, SHUT_WR);
+    DrainUntilClosed(c->fd, 1000);
   }
   if (!reading_stopped.load()) c->dead = true;  // not nasgwd's own drain: the head is gone
   if (!why.empty()) {
@@ -870,6 +937,8 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
     MutexLock w(c->write_mu);
     ::close(c->fd);
     c->fd = -1;
+    if (c->wake_fd >= 0) ::close(c->wake_fd);
+    c->wake_fd = -1;
   }
   if (c->session != nullptr) {
     MutexLock l(mu);
@@ -939,8 +1008,27 @@ void HeadServer::Impl::SendNotice(Conn& c, int err, const std::string& why) {
 
 void HeadServer::Impl::StartMoving(Conn& c) {
   c.moving = true;
+  // Its reader stops reading frames, waits for the replies, sends the notice.
   MutexLock l(c.mu);
-  if (c.fd >= 0) ::shutdown(c.fd, SHUT_RD);  // its reader stops, waits for the replies, sends the notice
+  if (c.wake_fd >= 0) {
+    const uint64_t one = 1;
+    if (::write(c.wake_fd, &one, sizeof(one)) < 0) {
+      // an eventfd's counter does not fill up with 1s; the flag is set anyway
+    }
+  } else if (c.fd >= 0) {
+    ::shutdown(c.fd, SHUT_RD);
+  }
+}
+
+Ready HeadServer::Impl::WaitReady(Conn& c, uint32_t ms) {
+  pollfd p[2] = {{c.fd, POLLIN, 0}, {c.wake_fd, POLLIN, 0}};  // poll skips a wake_fd of -1
+  for (;;) {
+    if (c.moving.load()) return Ready::kMoving;
+    const int n = ::poll(p, 2, ms == 0 ? -1 : static_cast<int>(ms));
+    if (n < 0 && errno == EINTR) continue;
+    if (c.moving.load()) return Ready::kMoving;
+    return n == 0 ? Ready::kTimedOut : Ready::kData;  // data, a hang-up or an error: recv tells which
+  }
 }
 
 void HeadServer::Impl::Execute(Task& t) {
@@ -949,7 +1037,7 @@ void HeadServer::Impl::Execute(Task& t) {
     return;
   }
   HeadOutcome out = service->Execute(*t.conn->session, t.request);
-  if (out.unserved && !opt.forward_peer.empty()) {
+  if (out.unserved && !opt.forward_peer.empty() && opt.forward_route && opt.forward_route()) {
     // In a pair the service is on the partner, or on its way to this
     // node: the head resends this to wherever its next connection goes.
     StartMoving(*t.conn);

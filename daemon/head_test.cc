@@ -1293,9 +1293,11 @@ class HeadForwardTest : public HeadTest {
           return a_serves_.load() ? HeadDomain{domain_, verifier_.load()} : HeadDomain{};
         },
         LockLimits{}, through);
-    StartServerWith([](HeadServerOptions& o) {
+    StartServerWith([this](HeadServerOptions& o) {
       o.forward_listen = "127.0.0.1:0";
       o.forward_peer = "127.0.0.1:1";  // the partner's address; the port is not checked
+      // A's own heads would go to B while A does not serve (none connect then).
+      o.forward_route = [this] { return !a_serves_.load(); };
     });
     ASSERT_NE(server_->forward_port(), 0);
     b_socket_ = dir_ + "/b.sock";

@@ -739,7 +739,7 @@ void Node::WithdrawExportsUnlessOnline(bool online) {
   // With head forwarding, a node that does not serve publishes the owner's
   // exports and shares (its heads' calls are relayed to the owner).
   std::optional<cluster::Catalog> cat;
-  if (!online && Forwarding()) {
+  if (!online && HeadsGoToPartner()) {
     Uuid reserve;
     {
       ReaderLock lock(mu_);
@@ -839,6 +839,7 @@ void Node::ReconcileVips(bool online) {
     }
   }
   cluster::VipMask want = 0;
+  cluster::VipMask give = 0;  // the owner: addresses to give the partner once this node has let them go
   if (online && (!Forwarding() || vips_->vips().size() < 2)) {
     want = all;  // the owner holds them all: the partner cannot relay its clients' calls
     vips_assigned_ = 0;
@@ -857,6 +858,16 @@ void Node::ReconcileVips(bool online) {
       vips_assigned_ = 0;
     } else {
       if (partner_fit_since_mono_ns_ == 0) partner_fit_since_mono_ns_ = now;
+      const cluster::VipMask unheld = vips_assigned_ & ~partner_held;
+      if (unheld != 0 && now - vips_assigned_mono_ns_ >= 2 * dead_ns) {
+        // Given, and not taken within two network bounds (its own error is
+        // in its status): this node holds them again, and tries once more
+        // after two more bounds.
+        NASGW_LOG(kWarn, "cluster") << "the partner did not take the client addresses given to it: taking them back"
+                                    << Kv("vips", std::to_string(std::popcount(unheld)));
+        vips_assigned_ &= ~unheld;
+        partner_fit_since_mono_ns_ = now;
+      }
       const uint64_t fit_ms = (now - partner_fit_since_mono_ns_) / 1'000'000;
       if (fit_ms * 1'000'000 >= 2 * dead_ns) {
         for (size_t i = 1; i < vips_->vips().size(); i += 2) {
@@ -864,7 +875,7 @@ void Node::ReconcileVips(bool online) {
           if (vips_assigned_ & bit) continue;
           auto quiet = vips_->QuietMs(i);
           if ((quiet.ok() && *quiet >= config_.cluster_vip_idle_ms) || fit_ms >= config_.cluster_vip_move_max_ms) {
-            vips_assigned_ |= bit;
+            give |= bit;
             NASGW_LOG(kInfo, "cluster") << "moving a client address to the partner" << Kv("vip", vips_->vips()[i].text)
                                         << Kv("quiet_ms",
                                               quiet.ok() ? std::to_string(*quiet) : quiet.status().ToString())
@@ -879,9 +890,11 @@ void Node::ReconcileVips(bool online) {
     // owner this node took over from is fenced: its addresses are taken at
     // once (docs/cluster.md, "Virtual IPs when nasgwd dies").
     const bool may_hold = partner_standby && silent_ms < 2 * uint64_t{config_.cluster_network_dead_ms};
-    want = all & ~vips_assigned_ & ~(may_hold ? partner_held : 0);
+    want = all & ~vips_assigned_ & ~give & ~(may_hold ? partner_held : 0);
   } else if (Forwarding() && heard && partner_online) {
-    want = partner_assigned & all;  // what the owner gives this node to hold
+    // What the owner gives this node to hold, once the owner says it let
+    // each go: never both at once.
+    want = partner_assigned & all & ~partner_held;
   }
   if (!online) vips_assigned_ = 0;
   const cluster::VipMask drop = vips_mask_ & ~want, add = want & ~vips_mask_;
@@ -895,6 +908,11 @@ void Node::ReconcileVips(bool online) {
       NASGW_LOG(kWarn, "cluster") << "client addresses removed" << Kv("interface", vips_->interface())
                                   << Kv("vips", count(drop)) << Kv("held", count(vips_mask_));
     }
+  }
+  if (s.ok() && give != 0) {
+    // Removed here (or never held): the partner may take them now.
+    vips_assigned_ |= give & ~vips_mask_;
+    vips_assigned_mono_ns_ = now;
   }
   if (s.ok() && add != 0) {
     s = vips_->Hold(add);
@@ -1231,6 +1249,9 @@ void Node::OwnerLoop() {
         NASGW_LOG(kWarn, "cluster") << "fenced node stands by for the new owner" << Kv("owner", owner_text_);
       }
     }
+    // Fenced: this node's heads go to the partner from now on, not at the
+    // next heartbeat (in between they would be told "not online").
+    if (old_domain) RouteHeads(ReserveState::kFenced);
     old_domain.reset();
     old_reserve.reset();
     old_owner.reset();

@@ -439,6 +439,7 @@ class Node {
   cluster::VipMask vips_assigned_ GUARDED_BY(vip_mu_) = 0;
   cluster::VipMask announce_mask_ GUARDED_BY(vip_mu_) = 0;
   uint64_t partner_fit_since_mono_ns_ GUARDED_BY(vip_mu_) = 0;  // the partner could hold addresses since
+  uint64_t vips_assigned_mono_ns_ GUARDED_BY(vip_mu_) = 0;      // when vips_assigned_ last grew
   // The masks for this node's heartbeat.
   void VipMasks(uint64_t* assigned, uint64_t* held);
   bool exports_withdrawn_ GUARDED_BY(vip_mu_) = false;
