@@ -103,6 +103,7 @@ constexpr uint16_t kForwardVersion = 1;
 constexpr uint16_t kForwardBodyMax = 8192;  // 1025 groups and a name fit
 constexpr uint32_t kRelayConnectTimeoutMs = 1'000;
 constexpr uint32_t kRelayUserTimeoutMs = 60'000;
+constexpr uint32_t kRelayRetryMs = 100;
 
 struct Preamble {
   bool trusted = false;
@@ -601,10 +602,29 @@ void HeadServer::Impl::LogForward(const std::string& key, const std::string& wha
 void HeadServer::Impl::RelayLoop(const std::shared_ptr<Relay>& r) {
   // No send timeout toward the owner: a head that connected there directly
   // would wait out the owner's backpressure (a busy array) too.
+  //
+  // A partner that cannot be reached (dead, restarting; this node may be
+  // about to take over) is tried again every kRelayRetryMs for at most
+  // hello_timeout_ms, with the head's connection held, not closed: closing
+  // it made the head reconnect dozens of times during a takeover, and its
+  // calls ran out of resends (EIO). A Reroute (this node now serves) cuts
+  // the wait, and the head connects again to be served here.
   auto up = DialTcp(opt.forward_peer, kRelayConnectTimeoutMs, 0, "head forwarding to the partner");
+  const uint64_t give_up_ns = NowNs() + uint64_t{opt.hello_timeout_ms} * 1'000'000;
+  while (!up.ok() && NowNs() < give_up_ns) {
+    {
+      MutexLock l(r->mu);
+      if (r->cut) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(kRelayRetryMs));  // a retry interval, not a wait for an event
+    {
+      MutexLock l(r->mu);
+      if (r->cut) break;
+    }
+    up = DialTcp(opt.forward_peer, kRelayConnectTimeoutMs, 0, "head forwarding to the partner");
+  }
   if (!up.ok()) {
-    // The head connects again, with its backoff, and is routed anew (the
-    // partner may be restarting, or this node about to take over).
+    // The head connects again, with its backoff, and is routed anew.
     n_relay_failures++;
     LogForward(opt.forward_peer, "cannot relay a head to the partner: " + up.status().ToString());
   } else {
