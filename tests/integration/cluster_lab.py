@@ -260,13 +260,14 @@ class Writer(threading.Thread):
         self.stop_flag = threading.Event()
         self.progress = threading.Condition()
 
-    def _do(self, fn, done=lambda: False):
-        """fn(); with retry, EAGAIN means "done or not": done() says which."""
+    def _do(self, fn, done=lambda: False, again=(errno.EAGAIN,)):
+        """fn(); with retry, an errno of `again` means "done or not" (EAGAIN)
+        or "not durable: do it again" (EIO from fsync): done() says which."""
         for attempt in range(50):
             try:
                 return fn()
             except OSError as e:
-                if not self.retry or e.errno != errno.EAGAIN or attempt == 49:
+                if not self.retry or e.errno not in again or attempt == 49:
                     raise
                 self.retried += 1
                 if done():
@@ -293,7 +294,9 @@ class Writer(threading.Thread):
             while not self.stop_flag.is_set():
                 name = "%s-%05d" % (self.prefix, i)
                 data = os.urandom(16 << 10)
-                self._do(lambda: self._write(name, data))
+                # fsync's EIO: unstable writes the dead owner held were lost
+                # (a new write verifier), never acknowledged: written again.
+                self._do(lambda: self._write(name, data), again=(errno.EAGAIN, errno.EIO))
                 self.files[name] = hashlib.sha256(data).hexdigest()
                 if i % 5 == 4:
                     old = "%s-%05d" % (self.prefix, i - 1)
@@ -779,7 +782,8 @@ def cmd_forward(lab, c, a, res):
     w.wait_acked(before + 20, timeout=60)
     kill_gap = w.max_gap
     c("the owner killed: the head on the survivor carried on with no error (online after %.2f s, longest gap "
-      "between acknowledged changes %.2f s, %d calls retried after EAGAIN)" % (online, kill_gap, w.retried),
+      "between acknowledged changes %.2f s, %d calls done again after EAGAIN or fsync's EIO)" %
+      (online, kill_gap, w.retried),
       w.error is None and kill_gap <= TAKEOVER_TIMEOUT_S, (w.error, kill_gap))
     # A back as standby, then a planned giveback from B to A: B's head is
     # relayed to A from then on, again without an error.
