@@ -127,6 +127,51 @@ TEST(ClusterMessage, CatalogRoundTripsEveryFieldAndRefusesTruncationAndExcess) {
   EXPECT_FALSE(DecodeCatalog(std::string(kCatalogBytesMax + 1, '\x01')).has_value());
 }
 
+TEST(ClusterMessage, ConnectionsRoundTripSkipIPv6AndRefuseTruncationAndExcess) {
+  Connections c{Uuid::Random(), {}};
+  c.conns.push_back(TcpConn{0, 0xc6120132, 2049, 0xc6120264, 811});
+  c.conns.push_back(TcpConn{1, 0xc6120133, 445, 0xc6120265, 50123});
+  const std::string bytes = EncodeConnections(c);
+  auto d = DecodeConnections(bytes);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(*d, c);
+  EXPECT_FALSE(DecodeHeartbeat(bytes).has_value());
+  EXPECT_FALSE(DecodeCatalog(bytes).has_value());
+  EXPECT_FALSE(DecodeConnections(EncodeHeartbeat(Hb(Uuid::Random(), kStateOnline))).has_value());
+  for (size_t n = 0; n < bytes.size(); n++) EXPECT_FALSE(DecodeConnections(bytes.substr(0, n)).has_value()) << n;
+  // A newer node's IPv6 entry (family 6) is skipped, the rest kept; an
+  // unknown family refuses the message.
+  Encoder e;
+  e.U8(kMessageVersion);
+  e.U8(static_cast<uint8_t>(MessageKind::kConnections));
+  PutUuid(e, c.from);
+  e.U32(2);
+  e.U8(3);
+  e.U8(6);
+  for (int i = 0; i < 36; i++) e.U8(1);
+  e.U8(0);
+  e.U8(4);
+  e.U32(0xc6120132);
+  e.U16(2049);
+  e.U32(0xc6120264);
+  e.U16(811);
+  std::string mixed = e.Release();
+  auto m = DecodeConnections(mixed);
+  ASSERT_TRUE(m.has_value());
+  ASSERT_EQ(m->conns.size(), 1u);
+  EXPECT_EQ(m->conns[0], c.conns[0]);
+  mixed[16 + 2 + 4 + 1] = 5;
+  EXPECT_FALSE(DecodeConnections(mixed).has_value());
+  // At most kTcpConnsMax are sent; a message claiming more is refused.
+  Connections big{c.from, std::vector<TcpConn>(kTcpConnsMax + 10, c.conns[0])};
+  auto b = DecodeConnections(EncodeConnections(big));
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->conns.size(), kTcpConnsMax);
+  std::string over = EncodeConnections(c);
+  over[2 + 16 + 3] = 0x7f;  // the count's top byte (little-endian)
+  EXPECT_FALSE(DecodeConnections(over).has_value());
+}
+
 class PeerMonitorTest : public ::testing::Test {
  protected:
   Uuid self_ = Uuid::Random();

@@ -139,4 +139,56 @@ std::optional<Catalog> DecodeCatalog(std::string_view bytes) {
   return c;
 }
 
+namespace {
+constexpr uint8_t kFamilyInet = 4;
+constexpr uint8_t kFamilyInet6 = 6;  // not sent yet; a reader skips such entries
+}  // namespace
+
+std::string EncodeConnections(const Connections& c) {
+  Encoder e;
+  e.U8(kMessageVersion);
+  e.U8(static_cast<uint8_t>(MessageKind::kConnections));
+  PutUuid(e, c.from);
+  const size_t n = std::min(c.conns.size(), kTcpConnsMax);
+  e.U32(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; i++) {
+    const TcpConn& t = c.conns[i];
+    e.U8(t.vip);
+    e.U8(kFamilyInet);
+    e.U32(t.vip_addr);
+    e.U16(t.vip_port);
+    e.U32(t.client_addr);
+    e.U16(t.client_port);
+  }
+  return e.Release();
+}
+
+std::optional<Connections> DecodeConnections(std::string_view bytes) {
+  Decoder d(bytes);
+  if (d.U8() != kMessageVersion || d.U8() != static_cast<uint8_t>(MessageKind::kConnections)) return std::nullopt;
+  Connections c;
+  c.from = GetUuid(d);
+  const uint32_t n = d.U32();
+  if (!d.ok() || n > kTcpConnsMax) return std::nullopt;
+  c.conns.reserve(n);
+  for (uint32_t i = 0; i < n; i++) {
+    TcpConn t;
+    t.vip = d.U8();
+    const uint8_t family = d.U8();
+    if (family == kFamilyInet6) {
+      d.View(2 * (16 + 2));  // a newer node's IPv6 entry: nothing this version tickles
+      continue;
+    }
+    if (family != kFamilyInet) return std::nullopt;
+    t.vip_addr = d.U32();
+    t.vip_port = d.U16();
+    t.client_addr = d.U32();
+    t.client_port = d.U16();
+    if (!d.ok()) return std::nullopt;
+    c.conns.push_back(t);
+  }
+  if (!d.ok()) return std::nullopt;
+  return c;
+}
+
 }  // namespace nasgw::cluster

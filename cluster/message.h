@@ -17,6 +17,7 @@
 
 #include "base/coding.h"
 #include "base/uuid.h"
+#include "cluster/vip.h"
 #include "fs/export.h"
 #include "fs/share.h"
 
@@ -29,7 +30,22 @@ enum class MessageKind : uint8_t {
   kHeartbeat = 1,  // every heartbeat interval: who I am and what I serve
   kGiveBack = 2,   // a standby asks the owner to give the reserve back to it (`nasgw cluster takeover`)
   kCatalog = 3,    // the owner's NFS exports and SMB shares, for a partner that forwards its heads to it
+  kConnections = 4,  // the client TCP connections to the addresses a node holds, for tickle ACKs after a move
 };
+
+// The established client connections to the virtual IPs a node holds
+// (cluster::VipSet::Connections), sent when they change and every few
+// heartbeats. The node that takes an address over sends each of its
+// clients a tickle ACK (VipSet::Tickle), so that they reconnect at once.
+// At most kTcpConnsMax connections; IPv4 today, a family byte per entry
+// for IPv6 later.
+struct Connections {
+  Uuid from;
+  std::vector<TcpConn> conns;
+  bool operator==(const Connections&) const = default;
+};
+std::string EncodeConnections(const Connections& c);
+std::optional<Connections> DecodeConnections(std::string_view bytes);
 
 // The exports and shares of the reserve's domain, as its owner read them:
 // the partner publishes them to its own ganesha and smbd, whose calls it

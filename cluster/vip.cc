@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <functional>
+#include <optional>
 
 #include "base/log.h"
 
@@ -20,6 +23,7 @@
 #include <net/if.h>
 #include <net/if_arp.h>
 #include <netinet/in.h>
+#include <netinet/ip.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -258,11 +262,19 @@ Result<std::vector<std::string>> VipSet::Present() const {
 
 namespace {
 
-// The least tcpi_last_data_recv over established TCP sockets of `family`
-// whose local address is `addr` (network order; for AF_INET6, the
-// v4-mapped form, as a dual-stack listener's connections are); at most
-// *quiet before the call.
-Status LeastQuiet(int family, uint32_t addr, uint64_t* quiet) {
+// The IPv4 address in a sock_diag address field (network order): the plain
+// one for AF_INET, the v4-mapped one for AF_INET6 (a dual-stack listener's
+// IPv4 clients); nullopt for a real IPv6 address.
+std::optional<uint32_t> V4Of(int family, const __be32 (&a)[4]) {
+  if (family == AF_INET) return a[0];
+  if (a[0] == 0 && a[1] == 0 && a[2] == htonl(0xffff)) return a[3];
+  return std::nullopt;
+}
+
+// Calls fn(msg, info) for each established TCP socket of `family` (info:
+// the socket's tcp_info, or nullptr when the kernel gave none) from one
+// sock_diag dump of this network namespace.
+Status ForEachEstablished(int family, const std::function<void(const inet_diag_msg&, const tcp_info*)>& fn) {
   Fd fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (fd.get() < 0) return Status::IoError(Errno("sock_diag socket", errno));
   struct {
@@ -291,20 +303,30 @@ Status LeastQuiet(int family, uint32_t addr, uint64_t* quiet) {
       if (h->nlmsg_type == NLMSG_ERROR) return Status::IoError("sock_diag: the kernel refused the dump");
       if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) continue;
       const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
-      const bool ours = family == AF_INET ? m->id.idiag_src[0] == addr
-                                          : m->id.idiag_src[0] == 0 && m->id.idiag_src[1] == 0 &&
-                                                m->id.idiag_src[2] == htonl(0xffff) && m->id.idiag_src[3] == addr;
-      if (!ours) continue;
+      tcp_info ti{};
+      bool have_info = false;
       int alen = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
       for (auto* a = reinterpret_cast<rtattr*>(const_cast<inet_diag_msg*>(m) + 1); RTA_OK(a, alen);
            a = RTA_NEXT(a, alen)) {
         if (a->rta_type != INET_DIAG_INFO || RTA_PAYLOAD(a) < offsetof(tcp_info, tcpi_last_data_recv) + 4) continue;
-        tcp_info ti{};
         std::memcpy(&ti, RTA_DATA(a), std::min<size_t>(RTA_PAYLOAD(a), sizeof(ti)));
-        *quiet = std::min<uint64_t>(*quiet, ti.tcpi_last_data_recv);
+        have_info = true;
       }
+      fn(*m, have_info ? &ti : nullptr);
     }
   }
+}
+
+// The Internet checksum (RFC 1071) of `parts` (each of an even length),
+// host order.
+uint16_t InetChecksum(std::initializer_list<std::pair<const void*, size_t>> parts) {
+  uint32_t sum = 0;
+  for (const auto& [data, len] : parts) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i + 1 < len; i += 2) sum += uint32_t{p[i]} << 8 | p[i + 1];
+  }
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
 }
 
 }  // namespace
@@ -313,9 +335,84 @@ Result<uint64_t> VipSet::QuietMs(size_t index) const {
   if (index >= vips_.size()) return Status::InvalidArgument("no address " + std::to_string(index));
   uint64_t quiet = UINT64_MAX;
   const uint32_t addr = htonl(vips_[index].addr);
-  NASGW_RETURN_IF_ERROR(LeastQuiet(AF_INET, addr, &quiet));
-  NASGW_RETURN_IF_ERROR(LeastQuiet(AF_INET6, addr, &quiet));
+  for (int family : {AF_INET, AF_INET6}) {
+    NASGW_RETURN_IF_ERROR(ForEachEstablished(family, [&](const inet_diag_msg& m, const tcp_info* ti) {
+      if (ti != nullptr && V4Of(family, m.id.idiag_src) == addr) {
+        quiet = std::min<uint64_t>(quiet, ti->tcpi_last_data_recv);
+      }
+    }));
+  }
   return quiet;
+}
+
+Result<std::vector<TcpConn>> VipSet::Connections(VipMask mask, size_t* more) const {
+  std::vector<TcpConn> out;
+  size_t left_out = 0;
+  for (int family : {AF_INET, AF_INET6}) {
+    NASGW_RETURN_IF_ERROR(ForEachEstablished(family, [&](const inet_diag_msg& m, const tcp_info*) {
+      const auto local = V4Of(family, m.id.idiag_src);
+      const auto remote = V4Of(family, m.id.idiag_dst);
+      if (!local || !remote) return;
+      for (size_t i = 0; i < vips_.size() && i < 64; i++) {
+        if (!(mask >> i & 1) || htonl(vips_[i].addr) != *local) continue;
+        if (out.size() >= kTcpConnsMax) {
+          left_out++;
+          return;
+        }
+        out.push_back(TcpConn{static_cast<uint8_t>(i), vips_[i].addr, ntohs(m.id.idiag_sport), ntohl(*remote),
+                              ntohs(m.id.idiag_dport)});
+        return;
+      }
+    }));
+  }
+  std::sort(out.begin(), out.end());
+  if (more != nullptr) *more = left_out;
+  return out;
+}
+
+Result<size_t> VipSet::Tickle(const std::vector<TcpConn>& conns, VipMask mask) const {
+  // IPPROTO_RAW: we write the IP header ourselves (the source is the
+  // address, whichever route the kernel picks) and the socket receives
+  // nothing.
+  Fd fd(::socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW));
+  if (fd.get() < 0) return Status::IoError(Errno("raw socket (tickle ACKs need CAP_NET_RAW)", errno));
+  size_t sent = 0;
+  for (const TcpConn& c : conns) {
+    if (c.vip >= vips_.size() || c.vip >= 64 || !(mask >> c.vip & 1) || vips_[c.vip].addr != c.vip_addr) continue;
+    struct __attribute__((packed)) {
+      iphdr ip;
+      tcphdr tcp;
+    } pkt{};
+    pkt.ip.version = 4;
+    pkt.ip.ihl = 5;
+    pkt.ip.ttl = 64;
+    pkt.ip.protocol = IPPROTO_TCP;
+    pkt.ip.saddr = htonl(c.vip_addr);
+    pkt.ip.daddr = htonl(c.client_addr);
+    pkt.ip.tot_len = htons(sizeof(pkt));  // the kernel fills in the IP checksum
+    pkt.tcp.source = htons(c.vip_port);
+    pkt.tcp.dest = htons(c.client_port);
+    pkt.tcp.seq = 0;
+    pkt.tcp.ack_seq = 0;
+    pkt.tcp.doff = 5;
+    pkt.tcp.ack = 1;
+    pkt.tcp.window = htons(1234);
+    struct __attribute__((packed)) {
+      uint32_t src, dst;
+      uint8_t zero, proto;
+      uint16_t len;
+    } pseudo{pkt.ip.saddr, pkt.ip.daddr, 0, IPPROTO_TCP, htons(sizeof(tcphdr))};
+    pkt.tcp.check = htons(InetChecksum({{&pseudo, sizeof(pseudo)}, {&pkt.tcp, sizeof(pkt.tcp)}}));
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = pkt.ip.daddr;
+    if (::sendto(fd.get(), &pkt, sizeof(pkt), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0) {
+      if (errno == ENETUNREACH || errno == EHOSTUNREACH) continue;  // that client is gone from our routes
+      return Status::IoError(Errno("tickle ACK to a client of " + vips_[c.vip].text, errno));
+    }
+    sent++;
+  }
+  return sent;
 }
 
 }  // namespace nasgw::cluster

@@ -31,6 +31,20 @@ Result<Vip> ParseVip(std::string_view text);
 using VipMask = uint64_t;
 constexpr VipMask kAllVips = ~VipMask{0};
 
+// An established client TCP connection to one of our addresses (IPv4; a
+// dual-stack listener's v4-mapped ones included), host byte order.
+struct TcpConn {
+  uint8_t vip = 0;  // index in the configured list
+  uint32_t vip_addr = 0;
+  uint16_t vip_port = 0;
+  uint32_t client_addr = 0;
+  uint16_t client_port = 0;
+  auto operator<=>(const TcpConn&) const = default;
+};
+// At most this many are listed per node (Connections), sent to the partner
+// and tickled: a bound on the message and on the burst of packets.
+constexpr size_t kTcpConnsMax = 4096;
+
 class VipSet {
  public:
   VipSet(std::string interface, std::vector<Vip> vips) : iface_(std::move(interface)), vips_(std::move(vips)) {}
@@ -48,6 +62,18 @@ class VipSet {
   // sock_diag; this network namespace); UINT64_MAX when none is connected.
   // What "idle" means before an address is moved to the other node.
   Result<uint64_t> QuietMs(size_t index) const;
+  // The established client connections to the addresses of `mask`, sorted,
+  // at most kTcpConnsMax (*more, when given, says how many were left out).
+  Result<std::vector<TcpConn>> Connections(VipMask mask, size_t* more = nullptr) const;
+  // A "tickle ACK" to each connection of `conns` to an address of `mask`
+  // (as CTDB does after it moves an address): a TCP ACK from the address's
+  // port with sequence and acknowledgement 0. The client answers with an
+  // ACK of its real numbers, this node's kernel, which has no such
+  // connection, answers that with a RST, and the client's connection is
+  // reset at once: it connects again here instead of waiting for its own
+  // retransmission or RPC timer (seconds). Entries whose address is not
+  // ours are skipped. How many were sent, or the first failure.
+  Result<size_t> Tickle(const std::vector<TcpConn>& conns, VipMask mask) const;
   VipMask all() const { return vips_.size() >= 64 ? kAllVips : (VipMask{1} << vips_.size()) - 1; }
   // The interface is up and has carrier (IFF_UP and IFF_RUNNING): the
   // clients' LAN is reachable from this node as far as it can tell.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -17,6 +18,8 @@
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 namespace nasgw::cluster {
@@ -164,6 +167,67 @@ TEST_F(VipTest, MasksPickAddressesAndQuietMsSeesClientsTalking) {
   close(s6);
   close(c6);
   close(l6);
+  ASSERT_TRUE(set.Release().ok());
+}
+
+TEST_F(VipTest, TickleAckResetsAConnectionThisNodeNoLongerHas) {
+  ASSERT_EQ(std::system("ip link set lo up"), 0);
+  VipSet set("vip0", Vips({"198.18.9.10/24", "198.18.9.11/24"}));
+  ASSERT_TRUE(set.Hold().ok());
+  // A server on .10 (kept listening, as ganesha does) and a client from .11.
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, "198.18.9.10", &a.sin_addr);
+  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(l, 1), 0);
+  socklen_t al = sizeof(a);
+  getsockname(l, reinterpret_cast<sockaddr*>(&a), &al);
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, "198.18.9.11", &from.sin_addr);
+  ASSERT_EQ(bind(c, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+  ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t fl = sizeof(from);
+  getsockname(c, reinterpret_cast<sockaddr*>(&from), &fl);
+  int s = accept(l, nullptr, nullptr);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(send(c, "x", 1, 0), 1);
+  char got = 0;
+  ASSERT_EQ(recv(s, &got, 1, 0), 1);
+
+  // The server's side, listed by the address it is on.
+  auto conns = set.Connections(0b01);
+  ASSERT_TRUE(conns.ok()) << conns.status().ToString();
+  ASSERT_EQ(conns->size(), 1u);
+  const TcpConn& t = (*conns)[0];
+  EXPECT_EQ(t.vip, 0);
+  EXPECT_EQ(t.vip_addr, ntohl(a.sin_addr.s_addr));
+  EXPECT_EQ(t.vip_port, ntohs(a.sin_port));
+  EXPECT_EQ(t.client_addr, ntohl(from.sin_addr.s_addr));
+  EXPECT_EQ(t.client_port, ntohs(from.sin_port));
+
+  // The server's socket vanishes without a word (TCP_REPAIR: no FIN, no
+  // RST), as when its node dies: the client still believes in it.
+  int on = 1;
+  ASSERT_EQ(setsockopt(s, SOL_TCP, TCP_REPAIR, &on, sizeof(on)), 0) << std::strerror(errno);
+  close(s);
+  pollfd p{c, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 200), 0) << "nothing tells the client; it would wait for its own timers";
+  // Only the addresses of the mask are tickled.
+  auto none = set.Tickle(*conns, 0b10);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(*none, 0u);
+  auto sent = set.Tickle(*conns, 0b01);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  EXPECT_EQ(*sent, 1u);
+  ASSERT_EQ(poll(&p, 1, 5000), 1) << "the tickle's answer is reset at once";
+  errno = 0;
+  EXPECT_EQ(recv(c, &got, 1, 0), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  close(c);
+  close(l);
   ASSERT_TRUE(set.Release().ok());
 }
 

@@ -348,7 +348,9 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
              n->cluster_cv_.NotifyAll();
            } else if (auto cat = cluster::DecodeCatalog(msg); cat && cat->from != n->identity_.id) {
              n->catalog_ = std::move(*cat);  // published by the cluster thread at its next step
-           }                                 // else another kind, or a newer version: not ours
+           } else if (auto conns = cluster::DecodeConnections(msg); conns && conns->from != n->identity_.id) {
+             n->partner_conns_ = std::move(*conns);  // tickled if this node takes their addresses
+           }  // else another kind, or a newer version: not ours
          },
          [n](const std::vector<cluster::Member>& members, const std::vector<cluster::Member>& left) {
            MutexLock cl(n->cluster_mu_);
@@ -616,6 +618,7 @@ void Node::ClusterStep(uint64_t seq) {
   RouteHeads(ReserveState(h.state));
   if (online) SendCatalog(seq);
   ReconcileVips(online);
+  SendConnections(seq);
   WithdrawExportsUnlessOnline(online);
   h.lan_up = !vips_ || vips_->InterfaceUp();
   VipMasks(&h.vips_assigned, &h.vips_held);
@@ -735,6 +738,37 @@ void Node::SendCatalog(uint64_t seq) {
   }
 }
 
+void Node::SendConnections(uint64_t seq) {
+  if (!vips_) return;
+  cluster::VipMask held = 0;
+  {
+    MutexLock vip_lock(vip_mu_);
+    held = vips_mask_;
+  }
+  cluster::Connections c;
+  c.from = identity_.id;
+  size_t more = 0;
+  if (held != 0) {
+    auto conns = vips_->Connections(held, &more);
+    if (!conns.ok()) return;  // the kernel's refusal: again at the next heartbeat
+    c.conns = std::move(*conns);
+  }
+  if (more != 0 && !conns_truncated_logged_) {
+    NASGW_LOG(kWarn, "cluster") << "more client connections than the partner is told of; the rest reconnect on their "
+                                   "own timers after a move"
+                                << Kv("listed", c.conns.size()) << Kv("left_out", more);
+    conns_truncated_logged_ = true;
+  }
+  std::string bytes = cluster::EncodeConnections(c);
+  // On a change at once (the partner must know the clients of the moment a
+  // node dies); else every few heartbeats, for a partner that restarted.
+  if (bytes == conns_sent_ && seq < conns_sent_seq_ + kCatalogEvery) return;
+  if (interconnect_->Send(bytes).ok()) {
+    conns_sent_ = std::move(bytes);
+    conns_sent_seq_ = seq;
+  }
+}
+
 void Node::WithdrawExportsUnlessOnline(bool online) {
   // With head forwarding, a node that does not serve publishes the owner's
   // exports and shares (its heads' calls are relayed to the owner).
@@ -822,8 +856,10 @@ void Node::ReconcileVips(bool online) {
   bool heard = false, partner_online = false, partner_standby = false, partner_lan = false, partner_relays = false;
   uint64_t silent_ms = UINT64_MAX;
   cluster::VipMask partner_held = 0, partner_assigned = 0;
+  std::vector<cluster::TcpConn> partner_conns;
   {
     MutexLock lock(cluster_mu_);
+    if (partner_conns_) partner_conns = partner_conns_->conns;
     if (monitor_) {
       for (const auto& [id, p] : monitor_->peers()) {
         heard = monitor_->Heard(id, now);
@@ -920,13 +956,36 @@ void Node::ReconcileVips(bool online) {
       vips_mask_ |= add;
       announce_mask_ |= add;
       announce_left_ = kVipAnnounceRepeats;
+      // The partner's clients of these addresses still have connections to
+      // it: a tickle ACK has each reset at once (it would otherwise wait
+      // for its own retransmission or RPC timer), sent now and at the next
+      // heartbeats.
+      std::erase_if(tickle_, [&](const cluster::TcpConn& t) { return !(vips_mask_ >> t.vip & 1); });
+      for (const cluster::TcpConn& t : partner_conns) {
+        if (t.vip < 64 && (add >> t.vip & 1)) tickle_.push_back(t);
+      }
+      tickle_mask_ = vips_mask_;
+      tickle_left_ = tickle_.empty() ? 0 : kTickleRepeats;
       NASGW_LOG(kWarn, "cluster") << "client addresses added and announced" << Kv("interface", vips_->interface())
-                                  << Kv("vips", count(add)) << Kv("held", count(vips_mask_));
+                                  << Kv("vips", count(add)) << Kv("held", count(vips_mask_))
+                                  << Kv("partner_connections_tickled", tickle_.size());
     }
   } else if (s.ok() && announce_left_ > 0 && announce_mask_ != 0) {
     // Announced again at the next few heartbeats: one ARP can be missed.
     vips_->Announce(announce_mask_).IgnoreError();  // the first announcement's error was logged
     if (--announce_left_ == 0) announce_mask_ = 0;
+  }
+  if (s.ok() && tickle_left_ > 0) {
+    tickle_mask_ &= vips_mask_;  // only from addresses still here
+    auto sent = vips_->Tickle(tickle_, tickle_mask_);
+    if (sent.ok()) {
+      tickles_sent_ += *sent;
+    } else if (tickle_left_ == kTickleRepeats) {
+      NASGW_LOG(kWarn, "cluster") << "cannot send tickle ACKs to the partner's clients; they reconnect on their own "
+                                     "timers"
+                                  << Kv("error", sent.status().ToString());
+    }
+    if (--tickle_left_ == 0) tickle_.clear();
   }
   MutexLock lock(cluster_mu_);
   if (!s.ok()) {
@@ -939,9 +998,10 @@ void Node::ReconcileVips(bool online) {
   }
   vip_error_.clear();
   if (online && takeover_start_mono_ns_ != 0 && (vips_mask_ | vips_assigned_) == all) {
-    ClusterEventLocked(takeover_start_mono_ns_, "vips: " + count(add) + " addresses added on " + vips_->interface() +
-                                                    " and announced (gratuitous ARP), " + count(vips_mask_) +
-                                                    " held here");
+    ClusterEventLocked(takeover_start_mono_ns_,
+                       "vips: " + count(add) + " addresses added on " + vips_->interface() +
+                           " and announced (gratuitous ARP), " + count(vips_mask_) + " held here, " +
+                           std::to_string(tickle_.size()) + " client connections of the partner tickled");
     takeover_start_mono_ns_ = 0;
   }
 }
@@ -1187,6 +1247,8 @@ ClusterStatus Node::GetCluster() const {
   }
   MutexLock again(cluster_mu_);
   c.takeovers = takeovers_;
+  c.partner_connections = partner_conns_ ? partner_conns_->conns.size() : 0;
+  c.tickles_sent = tickles_sent_.load();
   c.last_takeover = last_takeover_;
   return c;
 }

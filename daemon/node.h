@@ -157,6 +157,11 @@ struct ClusterStatus {
   std::vector<std::string> vips_partner;    // held by the partner, as its heartbeat says
   std::string forwarding;                   // head forwarding: where this node's heads go
   uint64_t takeovers = 0;                   // automatic takeovers by this node since it started
+  // Tickle ACKs (docs/cluster.md, "Clients of a moved address"): the
+  // partner's client connections to its addresses, as it last listed them,
+  // and the tickles this node sent to clients of addresses it took.
+  uint64_t partner_connections = 0;
+  uint64_t tickles_sent = 0;
   std::vector<ClusterEvent> last_takeover;  // its timeline
 };
 
@@ -456,6 +461,21 @@ class Node {
   void SendCatalog(uint64_t seq);
   static constexpr int kVipAnnounceRepeats = 5;  // gratuitous ARPs again at the next heartbeats
   int announce_left_ GUARDED_BY(vip_mu_) = 0;
+  // Tickle ACKs: the partner's client connections as it last sent them
+  // (kConnections, on the interconnect's thread); the ones of addresses
+  // this node took, tickled at the next kTickleRepeats heartbeats (a
+  // client answers at most one out-of-window segment per 500 ms); this
+  // node's own list as last sent (the cluster thread's).
+  std::optional<cluster::Connections> partner_conns_ GUARDED_BY(cluster_mu_);
+  std::vector<cluster::TcpConn> tickle_ GUARDED_BY(vip_mu_);
+  cluster::VipMask tickle_mask_ GUARDED_BY(vip_mu_) = 0;
+  int tickle_left_ GUARDED_BY(vip_mu_) = 0;
+  static constexpr int kTickleRepeats = 3;
+  std::atomic<uint64_t> tickles_sent_{0};
+  std::string conns_sent_;
+  uint64_t conns_sent_seq_ = 0;
+  bool conns_truncated_logged_ = false;
+  void SendConnections(uint64_t seq);
   uint64_t lan_down_since_mono_ns_ = 0;  // the cluster thread's own
   // Held across the hook's call; taken before exports_mu_ (GiveBack holds
   // admin_mu_ only).

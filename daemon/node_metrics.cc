@@ -211,6 +211,12 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
             static_cast<double>(cl.mirror_held_bytes));
     s.Counter("nasgw_cluster_takeovers_total", "Automatic takeovers of the reserve by this node since it started.", {},
               cl.takeovers);
+    s.Gauge("nasgw_cluster_partner_client_connections",
+            "Client TCP connections to the partner's client-access addresses, as it last listed them.", {},
+            static_cast<double>(cl.partner_connections));
+    s.Counter("nasgw_cluster_tickle_acks_total",
+              "Tickle ACKs sent to the partner's clients of addresses this node took (each then reconnects at once).",
+              {}, cl.tickles_sent);
     std::map<std::string, uint64_t> heard;  // by peer name: the freshest, should a name be heard under two ids
     for (const auto& p : cl.peers) {
       const std::string name = p.name.empty() ? p.node_id : p.name;
