@@ -1054,6 +1054,8 @@ json ToJson(const pb::Cluster& c) {
           {"vips_held", std::vector<std::string>(c.vips_held().begin(), c.vips_held().end())},
           {"vips_partner", std::vector<std::string>(c.vips_partner().begin(), c.vips_partner().end())},
           {"forwarding", c.forwarding()},
+          {"partner_connections", c.partner_connections()},
+          {"tickles_sent", c.tickles_sent()},
           {"vip_error", c.vip_error()}};
 }
 
@@ -1099,6 +1101,9 @@ void PrintCluster(const pb::Cluster& c) {
       v += (v.empty() ? "" : ", ") + a + (held ? " (held here)" : partner ? " (held by the partner)" : "");
     }
     p.push_back({"vips", v + " on " + c.vip_interface() + (c.vip_error().empty() ? "" : "; ERROR: " + c.vip_error())});
+    p.push_back({"clients", "the partner has " + std::to_string(c.partner_connections()) +
+                                " client connections to the addresses (as it last listed them); " +
+                                std::to_string(c.tickles_sent()) + " tickle ACKs sent from here"});
   }
   if (c.peers().empty()) p.push_back({"peers", "none heard"});
   for (const auto& peer : c.peers()) {

@@ -332,6 +332,8 @@ void Fill(const ClusterStatus& c, pb::Cluster* out) {
   out->set_vip_error(c.vip_error);
   for (const auto& v : c.vips_partner) out->add_vips_partner(v);
   out->set_forwarding(c.forwarding);
+  out->set_partner_connections(c.partner_connections);
+  out->set_tickles_sent(c.tickles_sent);
   for (const auto& e : c.last_takeover) {
     auto* q = out->add_last_takeover();
     q->set_wall_unix_ns(e.wall_ns);

@@ -616,6 +616,7 @@ void ParseReserve(const Section& s, Config* c, Errors* errors) {
 void ParseCluster(const Section& s, Config* c, Errors* errors) {
   s.Bool("enabled", &c->cluster_enabled);
   s.Bool("auto_takeover", &c->cluster_auto_takeover);
+  s.Bool("tickle_acks", &c->cluster_tickle_acks);
   if (s.String("group", &c->cluster_group)) {
     const std::string& g = c->cluster_group;
     const bool ok = !g.empty() && g.size() <= 127 && std::all_of(g.begin(), g.end(), [](char ch) {
@@ -927,7 +928,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseCluster(
       Section("cluster", table("cluster"),
               {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips", "vip_interface",
-               "mirror_listen", "mirror_peer", "forward_listen", "forward_peer", "vip_idle_ms", "vip_move_max_ms"},
+               "mirror_listen", "mirror_peer", "forward_listen", "forward_peer", "vip_idle_ms", "vip_move_max_ms", "tickle_acks"},
               &errors),
       &c, &errors);
 

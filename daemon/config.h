@@ -94,6 +94,10 @@ struct Config {
   // burst), or after vip_move_max_ms at the latest.
   uint32_t cluster_vip_idle_ms = 2'000;        // 0..kClusterVipIdleMsMax
   uint32_t cluster_vip_move_max_ms = 300'000;  // 0..kClusterVipMoveMaxMsMax
+  // Tickle ACKs to the partner's clients of an address this node takes, so
+  // that they reconnect at once (docs/cluster.md, "Clients of a moved
+  // address"). Off only where the LAN drops such packets anyway.
+  bool cluster_tickle_acks = true;
   // The cache mirror (cluster/mirror.h): this node's "ip:port" on the
   // interconnect, and the partner's. Both or neither; neither: every write
   // is acknowledged from the SAN intent log, as on a single node.

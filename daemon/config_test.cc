@@ -910,16 +910,18 @@ TEST_F(ConfigTest, ClusterSection) {
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(c->cluster_enabled) << "a single node by default";
   EXPECT_EQ(c->preempt_settle_ms, 2000u);
+  EXPECT_TRUE(c->cluster_tickle_acks);
   c = Parse(Cfg("", "preempt_settle_ms = 500\n",
                 "[cluster]\nenabled = true\ngroup = \"pair-1\"\nheartbeat_interval_ms = 200\n"
                 "network_dead_ms = 1000\nauto_takeover = false\nvips = [\"198.18.1.50/24\", \"198.18.1.51\"]\n"
-                "vip_interface = \"front0\"\n"));
+                "vip_interface = \"front0\"\ntickle_acks = false\n"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(c->cluster_enabled);
   EXPECT_EQ(c->cluster_group, "pair-1");
   EXPECT_EQ(c->cluster_heartbeat_interval_ms, 200u);
   EXPECT_EQ(c->cluster_network_dead_ms, 1000u);
   EXPECT_FALSE(c->cluster_auto_takeover);
+  EXPECT_FALSE(c->cluster_tickle_acks);
   EXPECT_EQ(c->cluster_vips, (std::vector<std::string>{"198.18.1.50/24", "198.18.1.51"}));
   EXPECT_EQ(c->cluster_vip_interface, "front0");
   EXPECT_EQ(c->preempt_settle_ms, 500u);
@@ -938,6 +940,7 @@ TEST_F(ConfigTest, ClusterSection) {
   ExpectInvalid(Cfg("", "", "[cluster]\nvips = \"198.18.1.50/24\"\nvip_interface = \"lan0\""), {"cluster.vips"});
   ExpectInvalid(Cfg("", "", "[cluster]\nvip_interface = \"a/b\""), {"cluster.vip_interface", "not an interface"});
   ExpectInvalid(Cfg("", "", "[cluster]\nenable = true"), {"cluster.enable: unknown key", "enabled"});
+  ExpectInvalid(Cfg("", "", "[cluster]\ntickle_acks = 1"), {"cluster.tickle_acks"});
   c = Parse(Cfg("", "", "[cluster]\nmirror_listen = \"198.18.0.1:7410\"\nmirror_peer = \"198.18.0.2:7410\"\n"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->cluster_mirror_listen, "198.18.0.1:7410");

@@ -740,19 +740,16 @@ void Node::SendCatalog(uint64_t seq) {
 
 void Node::SendConnections(uint64_t seq) {
   if (!vips_) return;
-  cluster::VipMask held = 0;
-  {
-    MutexLock vip_lock(vip_mu_);
-    held = vips_mask_;
-  }
+  // The connections to every one of the addresses, held here or not: those
+  // to an address this node let go (a giveback, an address moved to the
+  // partner) stay established here until their client hears of the move,
+  // and that is what the node that takes the address tickles.
   cluster::Connections c;
   c.from = identity_.id;
   size_t more = 0;
-  if (held != 0) {
-    auto conns = vips_->Connections(held, &more);
-    if (!conns.ok()) return;  // the kernel's refusal: again at the next heartbeat
-    c.conns = std::move(*conns);
-  }
+  auto conns = vips_->Connections(vips_->all(), &more);
+  if (!conns.ok()) return;  // the kernel's refusal: again at the next heartbeat
+  c.conns = std::move(*conns);
   if (more != 0 && !conns_truncated_logged_) {
     NASGW_LOG(kWarn, "cluster") << "more client connections than the partner is told of; the rest reconnect on their "
                                    "own timers after a move"
@@ -962,7 +959,7 @@ void Node::ReconcileVips(bool online) {
       // heartbeats.
       std::erase_if(tickle_, [&](const cluster::TcpConn& t) { return !(vips_mask_ >> t.vip & 1); });
       for (const cluster::TcpConn& t : partner_conns) {
-        if (t.vip < 64 && (add >> t.vip & 1)) tickle_.push_back(t);
+        if (config_.cluster_tickle_acks && t.vip < 64 && (add >> t.vip & 1)) tickle_.push_back(t);
       }
       tickle_mask_ = vips_mask_;
       tickle_left_ = tickle_.empty() ? 0 : kTickleRepeats;

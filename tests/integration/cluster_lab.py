@@ -72,6 +72,7 @@ POLL_S = 0.05            # another process's state: no event to wait on
 MIRROR_PORT = 7410       # the cache mirror's port on the interconnect
 FORWARD_PORT = 7411      # head forwarding's
 LOAD_AROUND_S = [0.0, 0.0]  # nfs --timeline: seconds of load before the failure, and until after it
+TICKLES = [True]         # [cluster] tickle_acks (--no-tickles turns them off)
 
 CLUSTER_CONFIG = """
 [reserve]
@@ -175,14 +176,16 @@ class Lab:
         return nfslab.Client(LanLab(), 1)
 
     def panic(self, i):
-        """Node i dies as a machine does: nasgwd, its heads and corosync
-        SIGKILLed, its links gone (so its addresses answer nothing)."""
+        """Node i dies as a machine does: its links gone first (so nothing
+        it does from then on reaches anyone: no FIN from its dying heads
+        tells a client its connection ended), then nasgwd, its heads and
+        corosync SIGKILLed."""
+        for dev in ("front0", "ic0", "eth0"):
+            sh(["ip", "-n", self.hosts[i], "link", "set", dev, "down"], check=False)
         self.nodes[i].kill()
         if i < len(self.servers):
             self.servers[i].kill()
         sh([SANLAB, "corosync", self.name, "kill", "--host", str(i)])
-        for dev in ("front0", "ic0", "eth0"):
-            sh(["ip", "-n", self.hosts[i], "link", "set", dev, "down"], check=False)
 
     def close(self):
         for nl in self.nfs_labs:
@@ -674,6 +677,12 @@ def nfs_round(lab, c, res, owner_i, version, failure="panic"):
     load = NfsLoad(lab, VIP, version, tag)
     try:
         load.wait(20, "NFS writes through the VIP")
+        if TICKLES[0]:
+            # The owner lists its clients' connections to the partner at its
+            # next heartbeat (one made in the last heartbeat before a crash
+            # is not tickled: docs/cluster.md).
+            wait_for(lambda: (cluster(other).get("partner_connections") or 0) >= 1, 10,
+                     "the partner knows the client's connection")
         time.sleep(LOAD_AROUND_S[0])  # --timeline: a stretch of steady load before the failure (a measured span)
         before = load.progress()
         t0 = time.monotonic()
@@ -690,9 +699,11 @@ def nfs_round(lab, c, res, owner_i, version, failure="panic"):
         out = load.stop()
     served = load.longest_gap()  # the client's own figure: its longest stretch without a successful call
     bad = load.verify()
+    tl = timeline(other)
+    tickled = tickled_of(tl)
     res["nfs"].append({"version": version, "failure": failure, "online_s": online, "client_outage_s": served,
                        "acked": out.get("n"), "lost": len(bad), "errors": out.get("errors"),
-                       "timeline": timeline(other),
+                       "tickles": TICKLES[0], "tickled": tickled, "timeline": tl,
                        # Every reply the client got, in seconds from the failure (the throughput timeline).
                        "replies_s": [round(t - failed_at, 3) for t in out.get("times", [])]})
     what = "the owner's machine died" if failure == "panic" else "the owner's client LAN link went down"
@@ -705,6 +716,18 @@ def nfs_round(lab, c, res, owner_i, version, failure="panic"):
       not bad, bad[:5])
     vips = cluster(other).get("vips_held") or []
     c("the VIP is held by the new owner (%s)" % vips, VIP + "/24" in vips, cluster(other))
+    if TICKLES[0]:
+        c("the new owner sent the client's connection a tickle ACK (%s tickled)" % tickled, (tickled or 0) >= 1, tl)
+
+
+def tickled_of(timeline_lines):
+    """How many of the partner's client connections a takeover's timeline
+    says were tickled (None: it says nothing of it)."""
+    for line in timeline_lines:
+        m = re.search(r"(\d+) client connections of the partner tickled", line)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def revive(lab, i, forwarded=False):
@@ -962,12 +985,19 @@ def main():
     ap.add_argument("--matrix-rounds", type=int, default=1, help="matrix: rounds of its five failures")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write every trial's figures here")
+    ap.add_argument("--no-tickles", action="store_true",
+                    help="[cluster] tickle_acks = false: clients of a moved address find out on their own timers "
+                         "(to measure what the tickles save)")
     ap.add_argument("--timeline", action="store_true",
                     help="nfs: keep the load 5 s before each failure and until 15 s after it "
                          "(for bench/cluster_chart.py --throughput-out)")
     a = ap.parse_args()
     if a.timeline:
         LOAD_AROUND_S[:] = [5.0, 15.0]
+    if a.no_tickles:
+        global CLUSTER_CONFIG
+        CLUSTER_CONFIG += "tickle_acks = false\n"
+    TICKLES[0] = not a.no_tickles
     b = os.path.abspath(a.build)
     c = Checks()
     res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "forward": [], "spread": [], "matrix": []}
