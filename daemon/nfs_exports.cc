@@ -163,8 +163,11 @@ Status WriteFileAtomically(const std::string& path, const std::string& text, uns
 Status SignalServer(const std::string& pid_file, const std::string& comm_name, int* pid_out) {
   auto text = ReadSmall(pid_file, 64);
   if (!text.ok()) return text.status().WithContext(comm_name + " pid file");
-  std::string t = *text;
-  while (!t.empty() && (t.back() == '\n' || t.back() == ' ' || t.back() == '\r' || t.back() == '\t')) t.pop_back();
+  // The first line: Ganesha writes its pid over the file without
+  // truncating it, so a shorter pid than the last run's leaves the rest of
+  // that one on a second line ("312\n59\n").
+  std::string t = text->substr(0, text->find('\n'));
+  while (!t.empty() && (t.back() == ' ' || t.back() == '\r' || t.back() == '\t')) t.pop_back();
   if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos || t == "0") {
     return Status::InvalidArgument(comm_name + " pid file " + pid_file + " holds no pid");
   }

@@ -224,6 +224,17 @@ TEST_F(NfsExportsTest, SignalsOnlyALiveGanesha) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(pid, ganesha.pid());
   EXPECT_TRUE(ganesha.HupPending());
+
+  // Ganesha writes its pid over the last run's without truncating the
+  // file: a longer old pid leaves its tail on a second line.
+  FakeProcess again(kGaneshaComm);
+  const std::string over = dir_ + "/over.pid";
+  std::ofstream(over) << again.pid() << "\n" << "12345678\n";
+  pid = 0;
+  s = SignalServer(over, kGaneshaComm, &pid);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(pid, again.pid());
+  EXPECT_TRUE(again.HupPending());
 }
 
 TEST_F(NfsExportsTest, PublishWritesAndSignalsAndOnlyWarnsAboutGanesha) {
