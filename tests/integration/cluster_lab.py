@@ -52,6 +52,7 @@ import random
 import re
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -468,6 +469,79 @@ def cmd_kill(lab, c, a, res):
     c("client outage (kill to first served op): none over 30 s (max %.2f s; median %.2f s, target <= 5 s: %s)"
       % (worst, statistics.median(outages), target_note(outages)), worst <= TAKEOVER_TIMEOUT_S, outages)
     stop_and_fsck(lab, c, "the takeovers")
+
+
+def cmd_nfskill(lab, c, a, res):
+    """The owner's machine dies (cluster_lab's panic) under nasgw-nfs-churn
+    through the VIP, --nfskill-rounds times, the nodes alternating: CREATE,
+    UNSTABLE WRITEs and COMMITs (written again when the verifier changed),
+    FILE_SYNC WRITEs, RENAME, REMOVE, MKDIR. After each takeover the client
+    checks every change it was told is done, through the VIP, on the new
+    owner; the dead machine comes back as standby."""
+    a_node, b_node = lab.start_pair()
+    a_node.cli("export", "add", "vol1", "--no-root-squash")
+    wait_for(lambda: VIP + "/24" in (cluster(a_node).get("vips_held") or []), 10, "A holds the VIP")
+    lab.start_ganesha()
+    tool = os.path.join(lab.build, "tests", "tools", "nasgw-nfs-churn")
+    client = lab.client(VIP)
+    rng = random.Random(a.seed)
+    lost_rounds, outages, back, rewrites, steps = [], [], 0, 0, 0
+    for r in range(a.nfskill_rounds):
+        owner_i = 0 if state(lab.nodes[0]) == "online" else 1
+        other = lab.nodes[1 - owner_i]
+        stop = "/tmp/nasgw-cl-churn-stop-%d" % os.getpid()
+        prog = "/tmp/nasgw-cl-churn-progress-%d" % os.getpid()
+        for f in (stop, prog):
+            if os.path.exists(f):
+                os.remove(f)
+        p = client.popen([tool, "--url", "nfs://%s/vol1" % VIP, "--dir", "k%03d" % r, "--stop", stop,
+                          "--progress", prog, "--max-s", "150"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        try:
+            wait_for(lambda: progress(prog) >= 20 or p.poll() is not None, 60, "churn steps through the VIP")
+            time.sleep(rng.uniform(0, 0.3))  # the machine dies at a random point of the load
+            before = progress(prog)
+            t0 = time.monotonic()
+            lab.panic(owner_i)
+            wait_for(lambda: state(other) == "online", TAKEOVER_TIMEOUT_S, "takeover")
+            online = time.monotonic() - t0
+            wait_for(lambda: progress(prog) >= before + 20 or p.poll() is not None, 90,
+                     "churn steps after the takeover")
+        finally:
+            open(stop, "w").close()
+            try:
+                out, err = p.communicate(timeout=200)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            for f in (stop, prog):
+                if os.path.exists(f):
+                    os.remove(f)
+        try:
+            o = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            o = {"lost_count": -1, "error": "no report: exit %s, %s" % (p.returncode, err[-500:])}
+        gap = max(o.get("gaps") or [0.0])
+        outages.append(gap)
+        rewrites += o.get("rewrites", 0)
+        steps += o.get("steps", 0)
+        res["nfskill"].append({"round": r, "online_s": online, "client_outage_s": gap, "report": o,
+                               "timeline": timeline(other)})
+        if p.returncode != 0 or o.get("lost_count") != 0 or o.get("error"):
+            lost_rounds.append((r, p.returncode, o.get("error"), o.get("lost"), err[-300:]))
+        print("round %d: online %.2f s, longest stretch without a reply %.2f s, %s steps, %s rewritten, "
+              "%s lost" % (r, online, gap, o.get("steps"), o.get("rewrites"), o.get("lost_count")), flush=True)
+        back += revive(lab, owner_i)
+    c("%d deaths of the owner's machine under NFSv3 churn through the VIP (UNSTABLE WRITEs and COMMITs, "
+      "FILE_SYNC WRITEs, CREATE, RENAME, REMOVE, MKDIR; %d steps, %d COMMITs whose verifier changed written "
+      "again): every acknowledged change checked by the client on the new owner" %
+      (a.nfskill_rounds, steps, rewrites), not lost_rounds, lost_rounds)
+    c("each dead node, back, stood by (%d of %d)" % (back, a.nfskill_rounds), back == a.nfskill_rounds, back)
+    worst = max(outages) if outages else 0.0
+    c("client outage (longest stretch without a reply): none over 30 s (max %.2f s; median %.2f s, target <= 5 s: "
+      "%s)" % (worst, statistics.median(outages or [0.0]), target_note(outages or [0.0])),
+      worst <= TAKEOVER_TIMEOUT_S, outages)
+    stop_and_fsck(lab, c, "the NFS kills")
 
 
 def cmd_partition(lab, c, a, res):
@@ -977,12 +1051,14 @@ def cmd_matrix(lab, c, a, res):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command",
-                    choices=["kill", "partition", "san", "hang", "nfs", "forward", "spread", "matrix", "all"])
+                    choices=["kill", "partition", "san", "hang", "nfs", "nfskill", "forward", "spread", "matrix",
+                             "all"])
     ap.add_argument("--build", required=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--nfs-rounds", type=int, default=2, help="failovers under NFS load (v3 and v4.1 in turn)")
     ap.add_argument("--matrix-rounds", type=int, default=1, help="matrix: rounds of its five failures")
+    ap.add_argument("--nfskill-rounds", type=int, default=2, help="nfskill: deaths of the owner's machine")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write every trial's figures here")
     ap.add_argument("--no-tickles", action="store_true",
@@ -1000,14 +1076,17 @@ def main():
     TICKLES[0] = not a.no_tickles
     b = os.path.abspath(a.build)
     c = Checks()
-    res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "forward": [], "spread": [], "matrix": []}
+    res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "nfskill": [], "forward": [], "spread": [],
+           "matrix": []}
     cmds = {"kill": cmd_kill, "partition": cmd_partition, "san": cmd_san, "hang": cmd_hang, "nfs": cmd_nfs,
+            "nfskill": cmd_nfskill,
             "forward": cmd_forward, "spread": cmd_spread, "matrix": cmd_matrix}
     spread = ("spread", "matrix")
-    for name in (["nfs", "spread", "matrix", "kill", "partition", "san", "hang", "forward"] if a.command == "all"
+    for name in (["nfs", "nfskill", "spread", "matrix", "kill", "partition", "san", "hang", "forward"]
+                 if a.command == "all"
                  else [a.command]):
         print("== %s" % name, flush=True)
-        lab = Lab(b, nfs=name in ("nfs",) + spread, forward=name in ("forward",) + spread,
+        lab = Lab(b, nfs=name in ("nfs", "nfskill") + spread, forward=name in ("forward",) + spread,
                   vips=(VIP, VIP2) if name in spread else (VIP,))
         try:
             cmds[name](lab, c, a, res)
