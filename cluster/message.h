@@ -27,9 +27,9 @@ constexpr uint8_t kMessageVersion = 1;
 constexpr size_t kMessageBytesMax = 4096;  // far below CPG's limits; a control message, not data
 
 enum class MessageKind : uint8_t {
-  kHeartbeat = 1,  // every heartbeat interval: who I am and what I serve
-  kGiveBack = 2,   // a standby asks the owner to give the reserve back to it (`nasgw cluster takeover`)
-  kCatalog = 3,    // the owner's NFS exports and SMB shares, for a partner that forwards its heads to it
+  kHeartbeat = 1,    // every heartbeat interval: who I am and what I serve
+  kGiveBack = 2,     // a standby asks the owner to give the reserve back to it (`nasgw cluster takeover`)
+  kCatalog = 3,      // the owner's NFS exports and SMB shares, for a partner that forwards its heads to it
   kConnections = 4,  // the client TCP connections to the addresses a node holds, for tickle ACKs after a move
 };
 

@@ -3,12 +3,13 @@
 
 #include "cluster/vip.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -19,7 +20,6 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 
 namespace nasgw::cluster {

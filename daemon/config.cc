@@ -925,12 +925,12 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   shutdown.Integer("drain_ms", 0, kShutdownDrainMsMax, &c.drain_ms);
   ParseNfs(Section("nfs", table("nfs"), {"exports_file", "ganesha_pid_file"}, &errors), &c, &errors);
   ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
-  ParseCluster(
-      Section("cluster", table("cluster"),
-              {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips", "vip_interface",
-               "mirror_listen", "mirror_peer", "forward_listen", "forward_peer", "vip_idle_ms", "vip_move_max_ms", "tickle_acks"},
-              &errors),
-      &c, &errors);
+  ParseCluster(Section("cluster", table("cluster"),
+                       {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips",
+                        "vip_interface", "mirror_listen", "mirror_peer", "forward_listen", "forward_peer",
+                        "vip_idle_ms", "vip_move_max_ms", "tickle_acks"},
+                       &errors),
+               &c, &errors);
 
   // Defaults that depend on other fields.
   if (c.initiator.empty() && !c.node_name.empty()) {

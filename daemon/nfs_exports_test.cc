@@ -229,7 +229,8 @@ TEST_F(NfsExportsTest, SignalsOnlyALiveGanesha) {
   // file: a longer old pid leaves its tail on a second line.
   FakeProcess again(kGaneshaComm);
   const std::string over = dir_ + "/over.pid";
-  std::ofstream(over) << again.pid() << "\n" << "12345678\n";
+  std::ofstream(over) << again.pid() << "\n"
+                      << "12345678\n";
   pid = 0;
   s = SignalServer(over, kGaneshaComm, &pid);
   ASSERT_TRUE(s.ok()) << s.ToString();

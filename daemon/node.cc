@@ -350,7 +350,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
              n->catalog_ = std::move(*cat);  // published by the cluster thread at its next step
            } else if (auto conns = cluster::DecodeConnections(msg); conns && conns->from != n->identity_.id) {
              n->partner_conns_ = std::move(*conns);  // tickled if this node takes their addresses
-           }  // else another kind, or a newer version: not ours
+           }                                         // else another kind, or a newer version: not ours
          },
          [n](const std::vector<cluster::Member>& members, const std::vector<cluster::Member>& left) {
            MutexLock cl(n->cluster_mu_);
@@ -995,10 +995,10 @@ void Node::ReconcileVips(bool online) {
   }
   vip_error_.clear();
   if (online && takeover_start_mono_ns_ != 0 && (vips_mask_ | vips_assigned_) == all) {
-    ClusterEventLocked(takeover_start_mono_ns_,
-                       "vips: " + count(add) + " addresses added on " + vips_->interface() +
-                           " and announced (gratuitous ARP), " + count(vips_mask_) + " held here, " +
-                           std::to_string(tickle_.size()) + " client connections of the partner tickled");
+    ClusterEventLocked(takeover_start_mono_ns_, "vips: " + count(add) + " addresses added on " + vips_->interface() +
+                                                    " and announced (gratuitous ARP), " + count(vips_mask_) +
+                                                    " held here, " + std::to_string(tickle_.size()) +
+                                                    " client connections of the partner tickled");
     takeover_start_mono_ns_ = 0;
   }
 }

@@ -152,11 +152,11 @@ struct ClusterStatus {
   // Client-access addresses ([cluster] vips): held here while online.
   std::string vip_interface;
   std::vector<std::string> vips;
-  std::vector<std::string> vips_held;       // on the interface now
-  std::string vip_error;                    // the last failure to add or remove them
-  std::vector<std::string> vips_partner;    // held by the partner, as its heartbeat says
-  std::string forwarding;                   // head forwarding: where this node's heads go
-  uint64_t takeovers = 0;                   // automatic takeovers by this node since it started
+  std::vector<std::string> vips_held;     // on the interface now
+  std::string vip_error;                  // the last failure to add or remove them
+  std::vector<std::string> vips_partner;  // held by the partner, as its heartbeat says
+  std::string forwarding;                 // head forwarding: where this node's heads go
+  uint64_t takeovers = 0;                 // automatic takeovers by this node since it started
   // Tickle ACKs (docs/cluster.md, "Clients of a moved address"): the
   // partner's client connections to its addresses, as it last listed them,
   // and the tickles this node sent to clients of addresses it took.

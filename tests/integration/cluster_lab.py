@@ -582,31 +582,53 @@ def cmd_partition(lab, c, a, res):
 
 
 def cmd_san(lab, c, a, res):
-    a_node, b_node = lab.start_pair()
-    w = start_writer(a_node, "s", 5)
-    t0 = time.monotonic()
-    lab.san_link(0, False)  # A's SAN path down; the interconnect stays
-    try:
-        online, served = first_op(b_node, t0)
-        res["san"].append({"online_s": online, "served_s": served, "timeline": timeline(b_node)})
-        c("the owner's SAN cut: the partner took over (online %.2f s, first op %.2f s)" % (online, served),
-          served <= TAKEOVER_TIMEOUT_S, timeline(b_node))
-        c("... the owner fenced itself", wait_for(lambda: was_fenced(a_node), 10, "A fenced"), state(a_node))
-        w.stop_flag.set()
-        w.join(60)
-        bad = verify(b_node.mount_path, w)
-        c("every write the owner acknowledged before (%d) is on the partner" % len(w.files), not bad, bad[:5])
-    finally:
-        lab.san_link(0, True)
-    # Back on the SAN, A sees B renewing the reserve and stands by for it;
-    # it never serves again by itself.
-    c("with its SAN back, the fenced node stands by for the new owner",
-      wait_for(lambda: state(a_node) == "standby" and was_fenced(a_node), 10, "A standby"), state(a_node))
-    c("... while the new owner serves", state(b_node) == "online", state(b_node))
-    a_node.kill()
-    a_node.start(a_node.s["extra_config"])
-    c("restarted, it stands by for the new owner", state(a_node) == "standby", state(a_node))
-    stop_and_fsck(lab, c, "the SAN cut")
+    """The owner's SAN link cut while the interconnect stays (its disk
+    heartbeat blocked, both nodes alive), --san-trials times, the roles
+    alternating: the owner must fence itself before the partner takes over
+    (never two writers), every write it acknowledged is on the partner, and
+    with its SAN back it stands by and never serves by itself."""
+    lab.start_pair()
+    nodes = lab.nodes
+    wrong, onlines = [], []
+    for t in range(a.san_trials):
+        o = 0 if state(nodes[0]) == "online" else 1
+        owner, other = nodes[o], nodes[1 - o]
+        owner.unmount()  # mounted by the trial before, when it took over
+        w = start_writer(owner, "s%02d" % t, 5)
+        t0 = time.monotonic()
+        lab.san_link(o, False)  # the owner's SAN path down; the interconnect stays
+        try:
+            online, served = first_op(other, t0)
+            onlines.append(online)
+            fenced = wait_for(lambda: was_fenced(owner), 10, "the owner fenced", fail=False)
+            w.stop_flag.set()
+            w.join(60)
+            bad = verify(other.mount_path, w)
+        finally:
+            lab.san_link(o, True)
+        res["san"].append({"trial": t, "online_s": online, "served_s": served, "acked": len(w.files),
+                           "lost": len(bad), "timeline": timeline(other)})
+        # Back on the SAN, it sees the new owner renewing and stands by; it
+        # never serves again by itself.
+        back = wait_for(lambda: state(owner) == "standby" and was_fenced(owner), 10, "the fenced node standby",
+                        fail=False)
+        served_by = [n.s["tag"] for n in nodes if state(n) == "online"]
+        if not fenced or bad or not back or served_by != [other.s["tag"]] or served > TAKEOVER_TIMEOUT_S:
+            wrong.append((t, fenced, bad[:5], back, served_by, round(served, 2)))
+        owner.unmount()
+        wait_for(lambda: cluster(owner).get("verdict") == "owner-alive", 20, "the fenced node hears the new owner")
+        print("trial %d: the partner online %.2f s, first op %.2f s, %d acknowledged, %d lost" %
+              (t, online, served, len(w.files), len(bad)), flush=True)
+    c("%d cuts of the owner's SAN (its disk heartbeat blocked, both nodes alive): the owner fenced itself, the "
+      "partner took over (online median %.2f s, max %.2f s), every write the owner acknowledged was on the partner, "
+      "and the fenced node, its SAN back, stood by" % (a.san_trials, statistics.median(onlines), max(onlines)),
+      not wrong, wrong)
+    o = 0 if state(nodes[0]) == "online" else 1
+    nodes[1 - o].kill()
+    nodes[1 - o].start(nodes[1 - o].s["extra_config"])
+    c("restarted, the last fenced node stands by for the owner", state(nodes[1 - o]) == "standby",
+      state(nodes[1 - o]))
+    stop_and_fsck(lab, c, "the SAN cuts")
 
 
 def cmd_hang(lab, c, a, res):
@@ -1059,6 +1081,7 @@ def main():
     ap.add_argument("--nfs-rounds", type=int, default=2, help="failovers under NFS load (v3 and v4.1 in turn)")
     ap.add_argument("--matrix-rounds", type=int, default=1, help="matrix: rounds of its five failures")
     ap.add_argument("--nfskill-rounds", type=int, default=2, help="nfskill: deaths of the owner's machine")
+    ap.add_argument("--san-trials", type=int, default=1, help="san: cuts of the owner's SAN link")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write every trial's figures here")
     ap.add_argument("--no-tickles", action="store_true",
