@@ -32,6 +32,23 @@ class VipTest : public ::testing::Test {
     ASSERT_EQ(std::system("ip link add vip0 type veth peer name vip1 && ip link set vip0 up && ip link set vip1 up"),
               0);
   }
+  static sockaddr_in Addr(const char* ip, uint16_t port = 0) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    return a;
+  }
+  // A TCP listener on `ip` (a port of the kernel's choice, in *where).
+  static int Listen(const char* ip, sockaddr_in* where) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    *where = Addr(ip);
+    EXPECT_EQ(bind(l, reinterpret_cast<sockaddr*>(where), sizeof(*where)), 0);
+    EXPECT_EQ(listen(l, 1), 0);
+    socklen_t len = sizeof(*where);
+    getsockname(l, reinterpret_cast<sockaddr*>(where), &len);
+    return l;
+  }
   static std::vector<Vip> Vips(std::initializer_list<const char*> texts) {
     std::vector<Vip> out;
     for (const char* t : texts) {
@@ -118,14 +135,8 @@ TEST_F(VipTest, MasksPickAddressesAndQuietMsSeesClientsTalking) {
   EXPECT_EQ(*set.QuietMs(0), UINT64_MAX);
   EXPECT_FALSE(set.QuietMs(2).ok());
   // A client that just sent data to .10: not quiet; .11 still is.
-  int l = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  inet_pton(AF_INET, "198.18.9.10", &a.sin_addr);
-  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(l, 1), 0);
-  socklen_t al = sizeof(a);
-  getsockname(l, reinterpret_cast<sockaddr*>(&a), &al);
+  int l = Listen("198.18.9.10", &a);
   int c = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   int s = accept(l, nullptr, nullptr);
@@ -153,10 +164,7 @@ TEST_F(VipTest, MasksPickAddressesAndQuietMsSeesClientsTalking) {
   socklen_t l6len = sizeof(any6);
   getsockname(l6, reinterpret_cast<sockaddr*>(&any6), &l6len);
   ASSERT_TRUE(set.Hold(0b10).ok());
-  sockaddr_in b{};
-  b.sin_family = AF_INET;
-  b.sin_port = any6.sin6_port;
-  inet_pton(AF_INET, "198.18.9.11", &b.sin_addr);
+  sockaddr_in b = Addr("198.18.9.11", ntohs(any6.sin6_port));
   int c6 = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_EQ(connect(c6, reinterpret_cast<sockaddr*>(&b), sizeof(b)), 0);
   int s6 = accept(l6, nullptr, nullptr);
@@ -175,18 +183,10 @@ TEST_F(VipTest, TickleAckResetsAConnectionThisNodeNoLongerHas) {
   VipSet set("vip0", Vips({"198.18.9.10/24", "198.18.9.11/24"}));
   ASSERT_TRUE(set.Hold().ok());
   // A server on .10 (kept listening, as ganesha does) and a client from .11.
-  int l = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  inet_pton(AF_INET, "198.18.9.10", &a.sin_addr);
-  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(l, 1), 0);
-  socklen_t al = sizeof(a);
-  getsockname(l, reinterpret_cast<sockaddr*>(&a), &al);
+  int l = Listen("198.18.9.10", &a);
   int c = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  inet_pton(AF_INET, "198.18.9.11", &from.sin_addr);
+  sockaddr_in from = Addr("198.18.9.11");
   ASSERT_EQ(bind(c, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
   ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t fl = sizeof(from);

@@ -963,6 +963,7 @@ void Node::ReconcileVips(bool online) {
       }
       tickle_mask_ = vips_mask_;
       tickle_left_ = tickle_.empty() ? 0 : kTickleRepeats;
+      tickle_next_mono_ns_ = 0;  // the first at once, with the addresses' ARPs
       NASGW_LOG(kWarn, "cluster") << "client addresses added and announced" << Kv("interface", vips_->interface())
                                   << Kv("vips", count(add)) << Kv("held", count(vips_mask_))
                                   << Kv("partner_connections_tickled", tickle_.size());
@@ -972,8 +973,9 @@ void Node::ReconcileVips(bool online) {
     vips_->Announce(announce_mask_).IgnoreError();  // the first announcement's error was logged
     if (--announce_left_ == 0) announce_mask_ = 0;
   }
-  if (s.ok() && tickle_left_ > 0) {
+  if (s.ok() && tickle_left_ > 0 && now >= tickle_next_mono_ns_) {
     tickle_mask_ &= vips_mask_;  // only from addresses still here
+    tickle_next_mono_ns_ = now + kTickleSpacingMs * 1'000'000;
     auto sent = vips_->Tickle(tickle_, tickle_mask_);
     if (sent.ok()) {
       tickles_sent_ += *sent;

@@ -463,14 +463,18 @@ class Node {
   int announce_left_ GUARDED_BY(vip_mu_) = 0;
   // Tickle ACKs: the partner's client connections as it last sent them
   // (kConnections, on the interconnect's thread); the ones of addresses
-  // this node took, tickled at the next kTickleRepeats heartbeats (a
-  // client answers at most one out-of-window segment per 500 ms); this
-  // node's own list as last sent (the cluster thread's).
+  // this node took, tickled kTickleRepeats times kTickleSpacingMs apart (a
+  // Linux client answers at most one out-of-window segment per
+  // tcp_invalid_ratelimit, 500 ms, so closer repeats would be ignored when
+  // the first answer went astray); this node's own list as last sent (the
+  // cluster thread's).
   std::optional<cluster::Connections> partner_conns_ GUARDED_BY(cluster_mu_);
   std::vector<cluster::TcpConn> tickle_ GUARDED_BY(vip_mu_);
   cluster::VipMask tickle_mask_ GUARDED_BY(vip_mu_) = 0;
   int tickle_left_ GUARDED_BY(vip_mu_) = 0;
+  uint64_t tickle_next_mono_ns_ GUARDED_BY(vip_mu_) = 0;
   static constexpr int kTickleRepeats = 3;
+  static constexpr uint64_t kTickleSpacingMs = 600;
   std::atomic<uint64_t> tickles_sent_{0};
   std::string conns_sent_;
   uint64_t conns_sent_seq_ = 0;

@@ -146,26 +146,26 @@ static void status_cb(struct rpc_context *rpc, int status, void *data, void *pri
 		c->status = *(nfsstat3 *)data;
 }
 
+/* CREATE and MKDIR answer alike: a status and, when OK, maybe the handle. */
+static void made(struct call *c, nfsstat3 status, const post_op_fh3 *obj)
+{
+	c->status = status;
+	if (status == NFS3_OK && obj->handle_follows)
+		copy_fh(&c->fh, &obj->post_op_fh3_u.handle);
+}
+
 static void create_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 {
-	struct call *c = priv;
-	if (!transport_ok(c, status))
-		return;
 	CREATE3res *r = data;
-	c->status = r->status;
-	if (r->status == NFS3_OK && r->CREATE3res_u.resok.obj.handle_follows)
-		copy_fh(&c->fh, &r->CREATE3res_u.resok.obj.post_op_fh3_u.handle);
+	if (transport_ok(priv, status))
+		made(priv, r->status, &r->CREATE3res_u.resok.obj);
 }
 
 static void mkdir_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 {
-	struct call *c = priv;
-	if (!transport_ok(c, status))
-		return;
 	MKDIR3res *r = data;
-	c->status = r->status;
-	if (r->status == NFS3_OK && r->MKDIR3res_u.resok.obj.handle_follows)
-		copy_fh(&c->fh, &r->MKDIR3res_u.resok.obj.post_op_fh3_u.handle);
+	if (transport_ok(priv, status))
+		made(priv, r->status, &r->MKDIR3res_u.resok.obj);
 }
 
 static void lookup_cb(struct rpc_context *rpc, int status, void *data, void *priv)
