@@ -176,7 +176,7 @@ std::optional<Connections> DecodeConnections(std::string_view bytes) {
     t.vip = d.U8();
     const uint8_t family = d.U8();
     if (family == kFamilyInet6) {
-      d.View(2 * (16 + 2));  // a newer node's IPv6 entry: nothing this version tickles
+      d.View(size_t{2} * (16 + 2));  // a newer node's IPv6 entry: nothing this version tickles
       continue;
     }
     if (family != kFamilyInet) return std::nullopt;

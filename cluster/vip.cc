@@ -379,10 +379,11 @@ Result<size_t> VipSet::Tickle(const std::vector<TcpConn>& conns, VipMask mask) c
   size_t sent = 0;
   for (const TcpConn& c : conns) {
     if (c.vip >= vips_.size() || c.vip >= 64 || !(mask >> c.vip & 1) || vips_[c.vip].addr != c.vip_addr) continue;
-    struct __attribute__((packed)) {
+    struct {
       iphdr ip;
       tcphdr tcp;
     } pkt{};
+    static_assert(sizeof(pkt) == sizeof(iphdr) + sizeof(tcphdr), "the headers back to back, no padding");
     pkt.ip.version = 4;
     pkt.ip.ihl = 5;
     pkt.ip.ttl = 64;
@@ -397,11 +398,12 @@ Result<size_t> VipSet::Tickle(const std::vector<TcpConn>& conns, VipMask mask) c
     pkt.tcp.doff = 5;
     pkt.tcp.ack = 1;
     pkt.tcp.window = htons(1234);
-    struct __attribute__((packed)) {
+    struct {
       uint32_t src, dst;
       uint8_t zero, proto;
       uint16_t len;
     } pseudo{pkt.ip.saddr, pkt.ip.daddr, 0, IPPROTO_TCP, htons(sizeof(tcphdr))};
+    static_assert(sizeof(pseudo) == 12, "the TCP pseudo-header, no padding");
     pkt.tcp.check = htons(InetChecksum({{&pseudo, sizeof(pseudo)}, {&pkt.tcp, sizeof(pkt.tcp)}}));
     sockaddr_in to{};
     to.sin_family = AF_INET;

@@ -957,7 +957,8 @@ void Node::ReconcileVips(bool online) {
       // it: a tickle ACK has each reset at once (it would otherwise wait
       // for its own retransmission or RPC timer), sent now and at the next
       // heartbeats.
-      std::erase_if(tickle_, [&](const cluster::TcpConn& t) { return !(vips_mask_ >> t.vip & 1); });
+      const cluster::VipMask held = vips_mask_;
+      std::erase_if(tickle_, [held](const cluster::TcpConn& t) { return !(held >> t.vip & 1); });
       for (const cluster::TcpConn& t : partner_conns) {
         if (config_.cluster_tickle_acks && t.vip < 64 && (add >> t.vip & 1)) tickle_.push_back(t);
       }
