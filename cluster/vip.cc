@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "base/log.h"
 
@@ -370,7 +371,55 @@ Result<std::vector<TcpConn>> VipSet::Connections(VipMask mask, size_t* more) con
   return out;
 }
 
-Result<size_t> VipSet::Tickle(const std::vector<TcpConn>& conns, VipMask mask) const {
+Result<std::vector<TcpConn>> VipSet::DropStale(VipMask mask) const {
+  std::vector<TcpConn> kept;
+  Fd fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  if (fd.get() < 0) return Status::IoError(Errno("sock_diag socket", errno));
+  for (int family : {AF_INET, AF_INET6}) {
+    std::vector<std::pair<inet_diag_sockid, TcpConn>> found;
+    NASGW_RETURN_IF_ERROR(ForEachEstablished(family, [&](const inet_diag_msg& m, const tcp_info*) {
+      const auto local = V4Of(family, m.id.idiag_src);
+      const auto remote = V4Of(family, m.id.idiag_dst);
+      if (!local || !remote) return;
+      for (size_t i = 0; i < vips_.size() && i < 64; i++) {
+        if ((mask >> i & 1) && htonl(vips_[i].addr) == *local) {
+          found.emplace_back(m.id, TcpConn{static_cast<uint8_t>(i), vips_[i].addr, ntohs(m.id.idiag_sport),
+                                           ntohl(*remote), ntohs(m.id.idiag_dport)});
+          return;
+        }
+      }
+    }));
+    for (const auto& [id, conn] : found) {
+      // The socket as the dump named it (its cookie included): one request,
+      // one acknowledgement.
+      struct {
+        nlmsghdr nh;
+        inet_diag_req_v2 r;
+      } req{};
+      req.nh.nlmsg_len = sizeof(req);
+      req.nh.nlmsg_type = SOCK_DESTROY;
+      req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+      req.r.sdiag_family = static_cast<uint8_t>(family);
+      req.r.sdiag_protocol = IPPROTO_TCP;
+      req.r.idiag_states = ~0u;
+      req.r.id = id;
+      int err = EIO;
+      if (::send(fd.get(), &req, sizeof(req), 0) == static_cast<ssize_t>(sizeof(req))) {
+        char buf[512];
+        const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
+        const auto* h = reinterpret_cast<const nlmsghdr*>(buf);
+        if (n >= static_cast<ssize_t>(NLMSG_LENGTH(sizeof(nlmsgerr))) && h->nlmsg_type == NLMSG_ERROR) {
+          err = -static_cast<const nlmsgerr*>(NLMSG_DATA(h))->error;
+        }
+      }
+      if (err != 0 && err != ENOENT) kept.push_back(conn);  // ENOENT: it ended meanwhile
+    }
+  }
+  return kept;
+}
+
+Result<size_t> VipSet::Tickle(const std::vector<TcpConn>& conns, VipMask mask, size_t* failed,
+                              Status* first_error) const {
   // IPPROTO_RAW: we write the IP header ourselves (the source is the
   // address, whichever route the kernel picks) and the socket receives
   // nothing.
@@ -409,8 +458,13 @@ Result<size_t> VipSet::Tickle(const std::vector<TcpConn>& conns, VipMask mask) c
     to.sin_family = AF_INET;
     to.sin_addr.s_addr = pkt.ip.daddr;
     if (::sendto(fd.get(), &pkt, sizeof(pkt), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) < 0) {
-      if (errno == ENETUNREACH || errno == EHOSTUNREACH) continue;  // that client is gone from our routes
-      return Status::IoError(Errno("tickle ACK to a client of " + vips_[c.vip].text, errno));
+      // One refused packet (a firewall rule, a full queue, a client gone
+      // from our routes) does not stop the others.
+      if (failed != nullptr) ++*failed;
+      if (first_error != nullptr && first_error->ok()) {
+        *first_error = Status::IoError(Errno("tickle ACK to a client of " + vips_[c.vip].text, errno));
+      }
+      continue;
     }
     sent++;
   }

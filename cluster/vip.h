@@ -72,8 +72,20 @@ class VipSet {
   // connection, answers that with a RST, and the client's connection is
   // reset at once: it connects again here instead of waiting for its own
   // retransmission or RPC timer (seconds). Entries whose address is not
-  // ours are skipped. How many were sent, or the first failure.
-  Result<size_t> Tickle(const std::vector<TcpConn>& conns, VipMask mask) const;
+  // ours are skipped. How many were sent; a packet the kernel refused is
+  // skipped too, counted in *failed with its error in *first_error (when
+  // given). An error only when no raw socket can be had.
+  Result<size_t> Tickle(const std::vector<TcpConn>& conns, VipMask mask, size_t* failed = nullptr,
+                        Status* first_error = nullptr) const;
+  // Ends (SOCK_DESTROY: a RST to the peer, ECONNABORTED to the process)
+  // this node's established TCP connections to the addresses of `mask`:
+  // left from when it held them before, they are stale once the addresses
+  // come back. A client that reconnected to the partner from the same port
+  // (the Linux NFS client does) would otherwise meet such a socket with
+  // its old sequence numbers, which answers its packets with duplicate
+  // ACKs, not the reset a tickle ACK counts on. The ones it could not end
+  // (a kernel without CONFIG_INET_DIAG_DESTROY) are returned.
+  Result<std::vector<TcpConn>> DropStale(VipMask mask) const;
   VipMask all() const { return vips_.size() >= 64 ? kAllVips : (VipMask{1} << vips_.size()) - 1; }
   // The interface is up and has carrier (IFF_UP and IFF_RUNNING): the
   // clients' LAN is reachable from this node as far as it can tell.

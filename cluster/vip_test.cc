@@ -231,6 +231,44 @@ TEST_F(VipTest, TickleAckResetsAConnectionThisNodeNoLongerHas) {
   ASSERT_TRUE(set.Release().ok());
 }
 
+TEST_F(VipTest, DropStaleEndsThisNodesConnectionsToTheAddresses) {
+  ASSERT_EQ(std::system("ip link set lo up"), 0);
+  VipSet set("vip0", Vips({"198.18.9.10/24", "198.18.9.11/24"}));
+  ASSERT_TRUE(set.Hold().ok());
+  sockaddr_in a{};
+  int l = Listen("198.18.9.10", &a);
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in from = Addr("198.18.9.11");
+  ASSERT_EQ(bind(c, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+  ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  int s = accept(l, nullptr, nullptr);
+  ASSERT_GE(s, 0);
+  // Nothing of an address not asked for.
+  auto none = set.DropStale(0);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->empty());
+  ASSERT_EQ(set.Connections(0b01)->size(), 1u);
+  auto kept = set.DropStale(0b01);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  if (!kept->empty()) GTEST_SKIP() << "this kernel has no SOCK_DESTROY (CONFIG_INET_DIAG_DESTROY)";
+  // The server's side (on .10) ended: its process sees the abort, its peer
+  // the RST; the listener stays.
+  char got = 0;
+  errno = 0;
+  EXPECT_EQ(recv(s, &got, 1, 0), -1);
+  EXPECT_EQ(errno, ECONNABORTED);
+  pollfd p{c, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 5000), 1);
+  errno = 0;
+  EXPECT_EQ(recv(c, &got, 1, 0), -1);
+  EXPECT_EQ(errno, ECONNRESET);
+  EXPECT_TRUE(set.Connections(0b01)->empty());
+  close(s);
+  close(c);
+  close(l);
+  ASSERT_TRUE(set.Release().ok());
+}
+
 TEST_F(VipTest, InterfaceUpFollowsTheLink) {
   VipSet set("vip0", Vips({"198.18.9.10/24"}));
   EXPECT_TRUE(set.InterfaceUp());

@@ -355,6 +355,11 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
          [n](const std::vector<cluster::Member>& members, const std::vector<cluster::Member>& left) {
            MutexLock cl(n->cluster_mu_);
            const uint64_t now = MonotonicNanos();
+           if (left.empty() && members.size() > 1) {
+             // Maybe a partner that (re)started: what it must know at once.
+             n->resend_conns_ = true;
+             n->resend_catalog_ = true;
+           }
            if (members.empty()) n->monitor_->OnDisconnected(now);
            for (const auto& m : left) n->monitor_->OnLeft(m, now);
            n->cluster_cv_.NotifyAll();  // judge at once: a leave is the fast path of detection
@@ -731,10 +736,13 @@ void Node::SendCatalog(uint64_t seq) {
   }
   // On a change at once; else every few heartbeats, for a partner that
   // (re)started since.
-  if (bytes == catalog_sent_ && seq < catalog_sent_seq_ + kCatalogEvery) return;
+  const bool joined = resend_catalog_.exchange(false);
+  if (!joined && bytes == catalog_sent_ && seq < catalog_sent_seq_ + kCatalogEvery) return;
   if (interconnect_->Send(bytes).ok()) {
     catalog_sent_ = std::move(bytes);
     catalog_sent_seq_ = seq;
+  } else if (joined) {
+    resend_catalog_ = true;
   }
 }
 
@@ -759,10 +767,13 @@ void Node::SendConnections(uint64_t seq) {
   std::string bytes = cluster::EncodeConnections(c);
   // On a change at once (the partner must know the clients of the moment a
   // node dies); else every few heartbeats, for a partner that restarted.
-  if (bytes == conns_sent_ && seq < conns_sent_seq_ + kCatalogEvery) return;
+  const bool joined = resend_conns_.exchange(false);
+  if (!joined && bytes == conns_sent_ && seq < conns_sent_seq_ + kCatalogEvery) return;
   if (interconnect_->Send(bytes).ok()) {
     conns_sent_ = std::move(bytes);
     conns_sent_seq_ = seq;
+  } else if (joined) {
+    resend_conns_ = true;
   }
 }
 
@@ -965,6 +976,17 @@ void Node::ReconcileVips(bool online) {
       tickle_mask_ = vips_mask_;
       tickle_left_ = tickle_.empty() ? 0 : kTickleRepeats;
       tickle_next_mono_ns_ = 0;  // the first at once, with the addresses' ARPs
+      // This node's own connections to these addresses are from when it
+      // held them before: stale. A client back from the partner on the
+      // same port would meet one and never be reset by the tickle.
+      auto kept = vips_->DropStale(add);
+      if (!kept.ok() || !kept->empty()) {
+        NASGW_LOG(kWarn, "cluster") << "cannot end this node's stale connections to the addresses it takes; their "
+                                       "clients reconnect on their own timers"
+                                    << Kv("error", kept.ok() ? std::to_string(kept->size()) + " left (the kernel "
+                                                                   "lacks SOCK_DESTROY?)"
+                                                             : kept.status().ToString());
+      }
       NASGW_LOG(kWarn, "cluster") << "client addresses added and announced" << Kv("interface", vips_->interface())
                                   << Kv("vips", count(add)) << Kv("held", count(vips_mask_))
                                   << Kv("partner_connections_tickled", tickle_.size());
@@ -977,13 +999,15 @@ void Node::ReconcileVips(bool online) {
   if (s.ok() && tickle_left_ > 0 && now >= tickle_next_mono_ns_) {
     tickle_mask_ &= vips_mask_;  // only from addresses still here
     tickle_next_mono_ns_ = now + kTickleSpacingMs * 1'000'000;
-    auto sent = vips_->Tickle(tickle_, tickle_mask_);
-    if (sent.ok()) {
-      tickles_sent_ += *sent;
-    } else if (tickle_left_ == kTickleRepeats) {
-      NASGW_LOG(kWarn, "cluster") << "cannot send tickle ACKs to the partner's clients; they reconnect on their own "
-                                     "timers"
-                                  << Kv("error", sent.status().ToString());
+    size_t failed = 0;
+    nasgw::Status why;
+    auto sent = vips_->Tickle(tickle_, tickle_mask_, &failed, &why);
+    if (sent.ok()) tickles_sent_ += *sent;
+    if ((!sent.ok() || failed != 0) && tickle_left_ == kTickleRepeats) {
+      NASGW_LOG(kWarn, "cluster") << "cannot send some tickle ACKs to the partner's clients; they reconnect on their "
+                                     "own timers"
+                                  << Kv("failed", failed) << Kv("error", sent.ok() ? why.ToString()
+                                                                                    : sent.status().ToString());
     }
     if (--tickle_left_ == 0) tickle_.clear();
   }

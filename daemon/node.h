@@ -478,6 +478,10 @@ class Node {
   std::atomic<uint64_t> tickles_sent_{0};
   std::string conns_sent_;
   uint64_t conns_sent_seq_ = 0;
+  // A node joined the interconnect's group (the callback's thread): the
+  // connection list and the catalog go out at the next heartbeat, not up
+  // to kCatalogEvery later.
+  std::atomic<bool> resend_conns_{false}, resend_catalog_{false};
   bool conns_truncated_logged_ = false;
   void SendConnections(uint64_t seq);
   uint64_t lan_down_since_mono_ns_ = 0;  // the cluster thread's own
