@@ -983,7 +983,8 @@ void Node::ReconcileVips(bool online) {
       if (!kept.ok() || !kept->empty()) {
         NASGW_LOG(kWarn, "cluster") << "cannot end this node's stale connections to the addresses it takes; their "
                                        "clients reconnect on their own timers"
-                                    << Kv("error", kept.ok() ? std::to_string(kept->size()) + " left (the kernel "
+                                    << Kv("error", kept.ok() ? std::to_string(kept->size()) +
+                                                                   " left (the kernel "
                                                                    "lacks SOCK_DESTROY?)"
                                                              : kept.status().ToString());
       }
@@ -1006,8 +1007,8 @@ void Node::ReconcileVips(bool online) {
     if ((!sent.ok() || failed != 0) && tickle_left_ == kTickleRepeats) {
       NASGW_LOG(kWarn, "cluster") << "cannot send some tickle ACKs to the partner's clients; they reconnect on their "
                                      "own timers"
-                                  << Kv("failed", failed) << Kv("error", sent.ok() ? why.ToString()
-                                                                                    : sent.status().ToString());
+                                  << Kv("failed", failed)
+                                  << Kv("error", sent.ok() ? why.ToString() : sent.status().ToString());
     }
     if (--tickle_left_ == 0) tickle_.clear();
   }
