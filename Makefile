@@ -97,7 +97,7 @@ FORMAT_FILES = git ls-files '*.cc' '*.h' ':!:fsal/ganesha/*'
 # What clang-tidy checks: every translation unit of ours in $(TSA_DIR)'s
 # compile_commands.json (clang's flags; not the generated protobuf code, not
 # the C of fsal/ganesha and tests/tools), and our headers they include.
-TIDY_DIRS := (base|block|fs|cache|proto|daemon|fsal/client|fsal/fuse|cli|bench|tests)
+TIDY_DIRS := (base|block|fs|cache|cluster|proto|daemon|fsal/client|fsal/fuse|cli|bench|tests)
 TIDY_FILES := ^$(CURDIR)/$(TIDY_DIRS)/.*\.cc$$
 TIDY_HEADERS := ^$(CURDIR)/$(TIDY_DIRS)/
 

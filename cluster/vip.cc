@@ -275,19 +275,27 @@ std::optional<uint32_t> V4Of(int family, const __be32 (&a)[4]) {
 // Calls fn(msg, info) for each established TCP socket of `family` (info:
 // the socket's tcp_info, or nullptr when the kernel gave none) from one
 // sock_diag dump of this network namespace.
+// A sock_diag request for TCP sockets of `family` in `states` (a bit per
+// TCP state).
+struct DiagRequest {
+  nlmsghdr nh;
+  inet_diag_req_v2 r;
+};
+DiagRequest MakeDiagRequest(uint16_t type, uint16_t flags, int family, uint32_t states) {
+  DiagRequest req{};
+  req.nh.nlmsg_len = sizeof(req);
+  req.nh.nlmsg_type = type;
+  req.nh.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
+  req.r.sdiag_family = static_cast<uint8_t>(family);
+  req.r.sdiag_protocol = IPPROTO_TCP;
+  req.r.idiag_states = states;
+  return req;
+}
+
 Status ForEachEstablished(int family, const std::function<void(const inet_diag_msg&, const tcp_info*)>& fn) {
   Fd fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (fd.get() < 0) return Status::IoError(Errno("sock_diag socket", errno));
-  struct {
-    nlmsghdr nh;
-    inet_diag_req_v2 r;
-  } req{};
-  req.nh.nlmsg_len = sizeof(req);
-  req.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-  req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  req.r.sdiag_family = static_cast<uint8_t>(family);
-  req.r.sdiag_protocol = IPPROTO_TCP;
-  req.r.idiag_states = 1u << 1;  // TCP_ESTABLISHED
+  DiagRequest req = MakeDiagRequest(SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, family, 1u << 1 /* TCP_ESTABLISHED */);
   req.r.idiag_ext = 1u << (INET_DIAG_INFO - 1);
   if (::send(fd.get(), &req, sizeof(req), 0) != static_cast<ssize_t>(sizeof(req))) {
     return Status::IoError(Errno("sock_diag request", errno));
@@ -330,6 +338,21 @@ uint16_t InetChecksum(std::initializer_list<std::pair<const void*, size_t>> part
   return static_cast<uint16_t>(~sum);
 }
 
+// The connection `m` as a TcpConn, when its local address is one of `vips`
+// in `mask`.
+std::optional<TcpConn> ConnToVip(const std::vector<Vip>& vips, int family, const inet_diag_msg& m, VipMask mask) {
+  const auto local = V4Of(family, m.id.idiag_src);
+  const auto remote = V4Of(family, m.id.idiag_dst);
+  if (!local || !remote) return std::nullopt;
+  for (size_t i = 0; i < vips.size() && i < 64; i++) {
+    if ((mask >> i & 1) && htonl(vips[i].addr) == *local) {
+      return TcpConn{static_cast<uint8_t>(i), vips[i].addr, ntohs(m.id.idiag_sport), ntohl(*remote),
+                     ntohs(m.id.idiag_dport)};
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<uint64_t> VipSet::QuietMs(size_t index) const {
@@ -351,19 +374,13 @@ Result<std::vector<TcpConn>> VipSet::Connections(VipMask mask, size_t* more) con
   size_t left_out = 0;
   for (int family : {AF_INET, AF_INET6}) {
     NASGW_RETURN_IF_ERROR(ForEachEstablished(family, [&](const inet_diag_msg& m, const tcp_info*) {
-      const auto local = V4Of(family, m.id.idiag_src);
-      const auto remote = V4Of(family, m.id.idiag_dst);
-      if (!local || !remote) return;
-      for (size_t i = 0; i < vips_.size() && i < 64; i++) {
-        if (!(mask >> i & 1) || htonl(vips_[i].addr) != *local) continue;
-        if (out.size() >= kTcpConnsMax) {
-          left_out++;
-          return;
-        }
-        out.push_back(TcpConn{static_cast<uint8_t>(i), vips_[i].addr, ntohs(m.id.idiag_sport), ntohl(*remote),
-                              ntohs(m.id.idiag_dport)});
+      const auto conn = ConnToVip(vips_, family, m, mask);
+      if (!conn) return;
+      if (out.size() >= kTcpConnsMax) {
+        left_out++;
         return;
       }
+      out.push_back(*conn);
     }));
   }
   std::sort(out.begin(), out.end());
@@ -378,30 +395,12 @@ Result<std::vector<TcpConn>> VipSet::DropStale(VipMask mask) const {
   for (int family : {AF_INET, AF_INET6}) {
     std::vector<std::pair<inet_diag_sockid, TcpConn>> found;
     NASGW_RETURN_IF_ERROR(ForEachEstablished(family, [&](const inet_diag_msg& m, const tcp_info*) {
-      const auto local = V4Of(family, m.id.idiag_src);
-      const auto remote = V4Of(family, m.id.idiag_dst);
-      if (!local || !remote) return;
-      for (size_t i = 0; i < vips_.size() && i < 64; i++) {
-        if ((mask >> i & 1) && htonl(vips_[i].addr) == *local) {
-          found.emplace_back(m.id, TcpConn{static_cast<uint8_t>(i), vips_[i].addr, ntohs(m.id.idiag_sport),
-                                           ntohl(*remote), ntohs(m.id.idiag_dport)});
-          return;
-        }
-      }
+      if (const auto conn = ConnToVip(vips_, family, m, mask)) found.emplace_back(m.id, *conn);
     }));
     for (const auto& [id, conn] : found) {
       // The socket as the dump named it (its cookie included): one request,
       // one acknowledgement.
-      struct {
-        nlmsghdr nh;
-        inet_diag_req_v2 r;
-      } req{};
-      req.nh.nlmsg_len = sizeof(req);
-      req.nh.nlmsg_type = SOCK_DESTROY;
-      req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
-      req.r.sdiag_family = static_cast<uint8_t>(family);
-      req.r.sdiag_protocol = IPPROTO_TCP;
-      req.r.idiag_states = ~0u;
+      DiagRequest req = MakeDiagRequest(SOCK_DESTROY, NLM_F_ACK, family, ~0u);
       req.r.id = id;
       int err = EIO;
       if (::send(fd.get(), &req, sizeof(req), 0) == static_cast<ssize_t>(sizeof(req))) {

@@ -39,7 +39,8 @@ struct TcpConn {
   uint16_t vip_port = 0;
   uint32_t client_addr = 0;
   uint16_t client_port = 0;
-  auto operator<=>(const TcpConn&) const = default;
+  // clang-tidy 14 misreads a defaulted <=> as a literal 0 for a pointer.
+  auto operator<=>(const TcpConn&) const = default;  // NOLINT(modernize-use-nullptr)
 };
 // At most this many are listed per node (Connections), sent to the partner
 // and tickled: a bound on the message and on the burst of packets.

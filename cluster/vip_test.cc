@@ -49,6 +49,28 @@ class VipTest : public ::testing::Test {
     getsockname(l, reinterpret_cast<sockaddr*>(where), &len);
     return l;
   }
+  // A connection from `client_ip` to a listener on `server_ip`: the
+  // listener, both ends and their addresses. Closes what it opened.
+  struct Conn {
+    int l = -1, c = -1, s = -1;
+    sockaddr_in server{}, client{};
+    ~Conn() {
+      for (int fd : {s, c, l}) {
+        if (fd >= 0) close(fd);
+      }
+    }
+  };
+  static void Connect(const char* server_ip, const char* client_ip, Conn* out) {
+    out->l = Listen(server_ip, &out->server);
+    out->c = socket(AF_INET, SOCK_STREAM, 0);
+    out->client = Addr(client_ip);
+    ASSERT_EQ(bind(out->c, reinterpret_cast<sockaddr*>(&out->client), sizeof(out->client)), 0);
+    ASSERT_EQ(connect(out->c, reinterpret_cast<sockaddr*>(&out->server), sizeof(out->server)), 0);
+    socklen_t len = sizeof(out->client);
+    getsockname(out->c, reinterpret_cast<sockaddr*>(&out->client), &len);
+    out->s = accept(out->l, nullptr, nullptr);
+    ASSERT_GE(out->s, 0);
+  }
   static std::vector<Vip> Vips(std::initializer_list<const char*> texts) {
     std::vector<Vip> out;
     for (const char* t : texts) {
@@ -183,19 +205,12 @@ TEST_F(VipTest, TickleAckResetsAConnectionThisNodeNoLongerHas) {
   VipSet set("vip0", Vips({"198.18.9.10/24", "198.18.9.11/24"}));
   ASSERT_TRUE(set.Hold().ok());
   // A server on .10 (kept listening, as ganesha does) and a client from .11.
-  sockaddr_in a{};
-  int l = Listen("198.18.9.10", &a);
-  int c = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in from = Addr("198.18.9.11");
-  ASSERT_EQ(bind(c, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
-  ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t fl = sizeof(from);
-  getsockname(c, reinterpret_cast<sockaddr*>(&from), &fl);
-  int s = accept(l, nullptr, nullptr);
-  ASSERT_GE(s, 0);
-  ASSERT_EQ(send(c, "x", 1, 0), 1);
+  Conn k;
+  ASSERT_NO_FATAL_FAILURE(Connect("198.18.9.10", "198.18.9.11", &k));
+  const sockaddr_in &a = k.server, &from = k.client;
+  ASSERT_EQ(send(k.c, "x", 1, 0), 1);
   char got = 0;
-  ASSERT_EQ(recv(s, &got, 1, 0), 1);
+  ASSERT_EQ(recv(k.s, &got, 1, 0), 1);
 
   // The server's side, listed by the address it is on.
   auto conns = set.Connections(0b01);
@@ -211,9 +226,10 @@ TEST_F(VipTest, TickleAckResetsAConnectionThisNodeNoLongerHas) {
   // The server's socket vanishes without a word (TCP_REPAIR: no FIN, no
   // RST), as when its node dies: the client still believes in it.
   int on = 1;
-  ASSERT_EQ(setsockopt(s, SOL_TCP, TCP_REPAIR, &on, sizeof(on)), 0) << std::strerror(errno);
-  close(s);
-  pollfd p{c, POLLIN, 0};
+  ASSERT_EQ(setsockopt(k.s, SOL_TCP, TCP_REPAIR, &on, sizeof(on)), 0) << std::strerror(errno);
+  close(k.s);
+  k.s = -1;
+  pollfd p{k.c, POLLIN, 0};
   EXPECT_EQ(poll(&p, 1, 200), 0) << "nothing tells the client; it would wait for its own timers";
   // Only the addresses of the mask are tickled.
   auto none = set.Tickle(*conns, 0b10);
@@ -224,10 +240,8 @@ TEST_F(VipTest, TickleAckResetsAConnectionThisNodeNoLongerHas) {
   EXPECT_EQ(*sent, 1u);
   ASSERT_EQ(poll(&p, 1, 5000), 1) << "the tickle's answer is reset at once";
   errno = 0;
-  EXPECT_EQ(recv(c, &got, 1, 0), -1);
+  EXPECT_EQ(recv(k.c, &got, 1, 0), -1);
   EXPECT_EQ(errno, ECONNRESET);
-  close(c);
-  close(l);
   ASSERT_TRUE(set.Release().ok());
 }
 
@@ -235,14 +249,8 @@ TEST_F(VipTest, DropStaleEndsThisNodesConnectionsToTheAddresses) {
   ASSERT_EQ(std::system("ip link set lo up"), 0);
   VipSet set("vip0", Vips({"198.18.9.10/24", "198.18.9.11/24"}));
   ASSERT_TRUE(set.Hold().ok());
-  sockaddr_in a{};
-  int l = Listen("198.18.9.10", &a);
-  int c = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in from = Addr("198.18.9.11");
-  ASSERT_EQ(bind(c, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
-  ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  int s = accept(l, nullptr, nullptr);
-  ASSERT_GE(s, 0);
+  Conn k;
+  ASSERT_NO_FATAL_FAILURE(Connect("198.18.9.10", "198.18.9.11", &k));
   // Nothing of an address not asked for.
   auto none = set.DropStale(0);
   ASSERT_TRUE(none.ok()) << none.status().ToString();
@@ -255,17 +263,14 @@ TEST_F(VipTest, DropStaleEndsThisNodesConnectionsToTheAddresses) {
   // the RST; the listener stays.
   char got = 0;
   errno = 0;
-  EXPECT_EQ(recv(s, &got, 1, 0), -1);
+  EXPECT_EQ(recv(k.s, &got, 1, 0), -1);
   EXPECT_EQ(errno, ECONNABORTED);
-  pollfd p{c, POLLIN, 0};
+  pollfd p{k.c, POLLIN, 0};
   ASSERT_EQ(poll(&p, 1, 5000), 1);
   errno = 0;
-  EXPECT_EQ(recv(c, &got, 1, 0), -1);
+  EXPECT_EQ(recv(k.c, &got, 1, 0), -1);
   EXPECT_EQ(errno, ECONNRESET);
   EXPECT_TRUE(set.Connections(0b01)->empty());
-  close(s);
-  close(c);
-  close(l);
   ASSERT_TRUE(set.Release().ok());
 }
 

@@ -864,10 +864,8 @@ void Node::ReconcileVips(bool online) {
   bool heard = false, partner_online = false, partner_standby = false, partner_lan = false, partner_relays = false;
   uint64_t silent_ms = UINT64_MAX;
   cluster::VipMask partner_held = 0, partner_assigned = 0;
-  std::vector<cluster::TcpConn> partner_conns;
   {
     MutexLock lock(cluster_mu_);
-    if (partner_conns_) partner_conns = partner_conns_->conns;
     if (monitor_) {
       for (const auto& [id, p] : monitor_->peers()) {
         heard = monitor_->Heard(id, now);
@@ -970,8 +968,13 @@ void Node::ReconcileVips(bool online) {
       // heartbeats.
       const cluster::VipMask held = vips_mask_;
       std::erase_if(tickle_, [held](const cluster::TcpConn& t) { return !(held >> t.vip & 1); });
-      for (const cluster::TcpConn& t : partner_conns) {
-        if (config_.cluster_tickle_acks && t.vip < 64 && (add >> t.vip & 1)) tickle_.push_back(t);
+      if (config_.cluster_tickle_acks) {
+        MutexLock lock(cluster_mu_);  // after vip_mu_, as above
+        if (partner_conns_) {
+          for (const cluster::TcpConn& t : partner_conns_->conns) {
+            if (t.vip < 64 && (add >> t.vip & 1)) tickle_.push_back(t);
+          }
+        }
       }
       tickle_mask_ = vips_mask_;
       tickle_left_ = tickle_.empty() ? 0 : kTickleRepeats;
