@@ -41,13 +41,14 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   // Every truncation is refused, never half read, except those that end
   // where an older node's heartbeat ended (before lan_up, before the VIP
   // masks) or inside fields added later: those are read with the defaults.
-  const size_t vips_at = bytes.size() - 17, lan_at = vips_at - 1;
+  const size_t vips_at = bytes.size() - 25, lan_at = vips_at - 1;
   for (size_t n = 0; n < lan_at; n++) EXPECT_FALSE(DecodeHeartbeat(bytes.substr(0, n)).has_value()) << n;
   Heartbeat down = h;
   down.lan_up = false;
   down.vips_assigned = 0b10;
   down.vips_held = 0b101;
   down.forwards = true;
+  down.vips_digest = 0x1234567890abcdefull;
   const std::string full = EncodeHeartbeat(down);
   auto o = DecodeHeartbeat(full.substr(0, lan_at));
   ASSERT_TRUE(o.has_value());
@@ -61,6 +62,10 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   ASSERT_TRUE(no_forwards.has_value());
   EXPECT_EQ(no_forwards->vips_held, 0b101u);
   EXPECT_FALSE(no_forwards->forwards);
+  auto no_digest = DecodeHeartbeat(full.substr(0, vips_at + 17));
+  ASSERT_TRUE(no_digest.has_value());
+  EXPECT_TRUE(no_digest->forwards);
+  EXPECT_EQ(no_digest->vips_digest, 0u) << "an older node's heartbeat: no digest";
   EXPECT_EQ(*DecodeHeartbeat(full), down);
   std::string other_version = bytes;
   other_version[0] = 2;

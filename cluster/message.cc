@@ -61,6 +61,7 @@ std::string EncodeHeartbeat(const Heartbeat& h) {
   e.U64(h.vips_assigned);  // added later still: absent means none
   e.U64(h.vips_held);
   e.U8(h.forwards ? 1 : 0);
+  e.U64(h.vips_digest);
   return e.Release();
 }
 
@@ -82,6 +83,7 @@ std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes) {
     h.vips_held = d.U64();
   }
   if (d.ok() && d.remaining() >= 1) h.forwards = d.U8() != 0;
+  if (d.ok() && d.remaining() >= 8) h.vips_digest = d.U64();
   // Trailing bytes are a newer node's fields: ignored, not an error.
   if (!d.ok() || h.name.size() > kNameMax || h.reason.size() > kReasonMax) return std::nullopt;
   return h;

@@ -83,6 +83,10 @@ struct Heartbeat {
   // It relays its heads to the owner while it does not serve ([cluster]
   // forward_peer set): only such a partner is given addresses to hold.
   bool forwards = false;
+  // A digest of the node's [cluster] vips (VipSet::Digest): the masks above
+  // index that list, so the nodes spread addresses only when theirs agree.
+  // 0: none configured, or a node from before this field.
+  uint64_t vips_digest = 0;
   bool operator==(const Heartbeat&) const = default;
 };
 

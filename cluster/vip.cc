@@ -159,18 +159,39 @@ Result<Vip> ParseVip(std::string_view text) {
   return v;
 }
 
-Status VipSet::Hold(VipMask mask) {
+Status VipSet::Hold(VipMask mask, VipMask* added) {
+  if (added != nullptr) *added = 0;
   auto idx = IfIndex(iface_);
   if (!idx.ok()) return idx.status();
-  for (size_t i = 0; i < vips_.size(); i++) {
+  Status first;
+  for (size_t i = 0; i < vips_.size() && i < 64; i++) {
     if (!(mask >> i & 1)) continue;
     const Vip& v = vips_[i];
     auto err = AddrRequest(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, *idx, v);
     if (!err.ok()) return err.status();
     if (*err != 0 && *err != EEXIST) return Status::IoError(Errno("add " + v.text + " to " + iface_, *err));
-    NASGW_RETURN_IF_ERROR(AnnounceOne(iface_, *idx, v));
+    // On the interface now, announced or not: the caller must know it to
+    // remove it again.
+    if (added != nullptr) *added |= VipMask{1} << i;
+    Status s = AnnounceOne(iface_, *idx, v);
+    if (!s.ok() && first.ok()) first = s;
   }
-  return Status();
+  return first;
+}
+
+uint64_t VipSet::Digest() const {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, over each address then its prefix
+  auto mix = [&h](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  for (const Vip& v : vips_) {
+    mix(v.addr, 4);
+    mix(v.prefix, 1);
+  }
+  return h | 1;
 }
 
 Status VipSet::Announce(VipMask mask) {
@@ -185,18 +206,16 @@ Status VipSet::Announce(VipMask mask) {
 Status VipSet::Release(VipMask mask) {
   auto idx = IfIndex(iface_);
   if (!idx.ok()) return Status();  // no interface, no address on it
-  if ((mask & all()) != all()) {
+  {
     // Removing the first address of a subnet removes the others in it too
     // unless the kernel promotes them: the addresses this node keeps must
-    // stay (and an admin's own address on the interface with them).
+    // stay, and so must an admin's own address on the interface, whether
+    // some of ours are removed or all.
     const std::string knob = "/proc/sys/net/ipv4/conf/" + iface_ + "/promote_secondaries";
-    int fd = ::open(knob.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || ::write(fd, "1", 1) != 1) {
-      const int e = errno;
-      if (fd >= 0) ::close(fd);
-      return Status::IoError(Errno("set " + knob + " (to remove some addresses and keep others)", e));
+    Fd fd(::open(knob.c_str(), O_WRONLY | O_CLOEXEC));
+    if (fd.get() < 0 || ::write(fd.get(), "1", 1) != 1) {
+      return Status::IoError(Errno("set " + knob + " (to remove our addresses and keep others)", errno));
     }
-    ::close(fd);
   }
   Status first;
   for (size_t i = 0; i < vips_.size(); i++) {
@@ -222,6 +241,16 @@ bool VipSet::InterfaceUp() const {
 }
 
 Result<std::vector<std::string>> VipSet::Present() const {
+  auto mask = PresentMask();
+  if (!mask.ok()) return mask.status();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < vips_.size() && i < 64; i++) {
+    if (*mask >> i & 1) out.push_back(vips_[i].text);
+  }
+  return out;
+}
+
+Result<VipMask> VipSet::PresentMask() const {
   auto found = IfIndex(iface_);
   if (!found.ok()) return found.status();
   const int idx = *found;
@@ -236,7 +265,7 @@ Result<std::vector<std::string>> VipSet::Present() const {
   req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   req.ifa.ifa_family = AF_INET;
   if (send(fd.get(), &req, req.nh.nlmsg_len, 0) < 0) return Status::IoError(Errno("netlink send", errno));
-  std::vector<std::string> present;
+  VipMask present = 0;
   char buf[16384];
   for (;;) {
     ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
@@ -253,8 +282,8 @@ Result<std::vector<std::string>> VipSet::Present() const {
         if (rta->rta_type != IFA_LOCAL) continue;
         uint32_t be = 0;
         std::memcpy(&be, RTA_DATA(rta), sizeof(be));
-        for (const Vip& v : vips_) {
-          if (v.addr == ntohl(be) && v.prefix == ifa->ifa_prefixlen) present.push_back(v.text);
+        for (size_t i = 0; i < vips_.size() && i < 64; i++) {
+          if (vips_[i].addr == ntohl(be) && vips_[i].prefix == ifa->ifa_prefixlen) present |= VipMask{1} << i;
         }
       }
     }

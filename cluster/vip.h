@@ -50,8 +50,12 @@ class VipSet {
  public:
   VipSet(std::string interface, std::vector<Vip> vips) : iface_(std::move(interface)), vips_(std::move(vips)) {}
   // Adds the addresses of `mask` (one already there is fine) and announces
-  // each with gratuitous ARP. Stops at the first failure and says which.
-  Status Hold(VipMask mask = kAllVips);
+  // each with gratuitous ARP. Stops at the first address it cannot add and
+  // says which; an announcement that fails (the interface is down) does not
+  // stop it, and the first such error is returned after the rest. *added
+  // (when given): the addresses of `mask` that are on the interface now,
+  // whatever the outcome: the caller must remove those again.
+  Status Hold(VipMask mask = kAllVips, VipMask* added = nullptr);
   // Announces the addresses of `mask` again (gratuitous ARP): a neighbour
   // that missed or ignored the first (Linux keeps an entry for its
   // locktime) learns it from the next.
@@ -91,8 +95,12 @@ class VipSet {
   // The interface is up and has carrier (IFF_UP and IFF_RUNNING): the
   // clients' LAN is reachable from this node as far as it can tell.
   bool InterfaceUp() const;
-  // Which of our addresses the interface has now.
+  // Which of our addresses the interface has now (address and prefix).
   Result<std::vector<std::string>> Present() const;
+  Result<VipMask> PresentMask() const;
+  // A digest of the addresses and prefixes, in order (never 0): two nodes
+  // index the same list by the same bits only when theirs are equal.
+  uint64_t Digest() const;
   const std::string& interface() const { return iface_; }
   const std::vector<Vip>& vips() const { return vips_; }
 

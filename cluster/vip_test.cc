@@ -274,6 +274,36 @@ TEST_F(VipTest, DropStaleEndsThisNodesConnectionsToTheAddresses) {
   ASSERT_TRUE(set.Release().ok());
 }
 
+TEST_F(VipTest, AnAddressAddedIsReportedEvenWhenItsAnnouncementFails) {
+  VipSet set("vip0", Vips({"198.18.9.10/24", "198.18.9.11/24"}));
+  // An interface that is down takes addresses but sends no ARP.
+  ASSERT_EQ(std::system("ip link set vip0 down"), 0);
+  VipMask added = 0;
+  nasgw::Status s = set.Hold(0b11, &added);
+  EXPECT_FALSE(s.ok()) << "the announcement cannot be sent";
+  EXPECT_EQ(added, 0b11u) << "both are on the interface and must be removed again: " << s.ToString();
+  ASSERT_TRUE(set.PresentMask().ok());
+  EXPECT_EQ(*set.PresentMask(), 0b11u);
+  ASSERT_TRUE(set.Release().ok());
+  EXPECT_EQ(*set.PresentMask(), 0u);
+  // Up again: added and announced, no error.
+  ASSERT_EQ(std::system("ip link set vip0 up"), 0);
+  ASSERT_TRUE(set.Hold(0b10, &added).ok());
+  EXPECT_EQ(added, 0b10u);
+  EXPECT_EQ(*set.PresentMask(), 0b10u);
+  ASSERT_TRUE(set.Release().ok());
+}
+
+TEST_F(VipTest, TheDigestTellsListsApart) {
+  const VipSet a("vip0", Vips({"198.18.9.10/24", "198.18.9.11/24"}));
+  EXPECT_NE(a.Digest(), 0u);
+  EXPECT_EQ(a.Digest(), VipSet("other0", Vips({"198.18.9.10/24", "198.18.9.11/24"})).Digest())
+      << "the interface is each node's own";
+  EXPECT_NE(a.Digest(), VipSet("vip0", Vips({"198.18.9.11/24", "198.18.9.10/24"})).Digest()) << "order";
+  EXPECT_NE(a.Digest(), VipSet("vip0", Vips({"198.18.9.10/24", "198.18.9.11/25"})).Digest()) << "prefix";
+  EXPECT_NE(a.Digest(), VipSet("vip0", Vips({"198.18.9.10/24"})).Digest()) << "length";
+}
+
 TEST_F(VipTest, InterfaceUpFollowsTheLink) {
   VipSet set("vip0", Vips({"198.18.9.10/24"}));
   EXPECT_TRUE(set.InterfaceUp());

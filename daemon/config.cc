@@ -646,8 +646,14 @@ void ParseCluster(const Section& s, Config* c, Errors* errors) {
           errors->Add(field, Printable(v.status().message()));
           continue;
         }
-        if (std::find(c->cluster_vips.begin(), c->cluster_vips.end(), v->text) != c->cluster_vips.end()) {
-          errors->Add(field, "'" + v->text + "' is listed twice");
+        // One address once, whatever its prefix or spelling: the kernel
+        // would hold "/24" and "/25" of it as two, one on each node.
+        const auto twin = std::find_if(c->cluster_vips.begin(), c->cluster_vips.end(), [&](const std::string& t) {
+          auto other = cluster::ParseVip(t);
+          return other.ok() && other->addr == v->addr;
+        });
+        if (twin != c->cluster_vips.end()) {
+          errors->Add(field, "'" + v->text + "' is the address of '" + *twin + "', listed already");
           continue;
         }
         c->cluster_vips.push_back(v->text);

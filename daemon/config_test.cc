@@ -936,7 +936,12 @@ TEST_F(ConfigTest, ClusterSection) {
   ExpectInvalid(Cfg("", "", "[cluster]\nvips = [\"198.18.1.50/33\"]\nvip_interface = \"lan0\""),
                 {"cluster.vips[0]", "prefix"});
   ExpectInvalid(Cfg("", "", "[cluster]\nvips = [\"198.18.1.50/24\", \"198.18.1.50/24\"]\nvip_interface = \"lan0\""),
-                {"cluster.vips[1]", "listed twice"});
+                {"cluster.vips[1]", "listed already"});
+  // The same address with another prefix (or none) is the same address.
+  ExpectInvalid(Cfg("", "", "[cluster]\nvips = [\"198.18.1.50/24\", \"198.18.1.50/25\"]\nvip_interface = \"lan0\""),
+                {"cluster.vips[1]", "address of '198.18.1.50/24'"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nvips = [\"198.18.1.51\", \"198.18.1.51/32\"]\nvip_interface = \"lan0\""),
+                {"cluster.vips[1]", "listed already"});
   ExpectInvalid(Cfg("", "", "[cluster]\nvips = \"198.18.1.50/24\"\nvip_interface = \"lan0\""), {"cluster.vips"});
   ExpectInvalid(Cfg("", "", "[cluster]\nvip_interface = \"a/b\""), {"cluster.vip_interface", "not an interface"});
   ExpectInvalid(Cfg("", "", "[cluster]\nenable = true"), {"cluster.enable: unknown key", "enabled"});

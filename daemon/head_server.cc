@@ -771,7 +771,7 @@ bool HeadServer::Impl::Hello(Conn& c, const proto::FrameHeader& h, std::string_v
       e.session->id = r->session;
       e.session->domain = r->name2;  // before any request of the session runs
     }
-    e.connections++;
+    if (e.connections++ == 0 && resumed) service->SetAttached(*e.session, true);  // the lock table's mutex: a leaf
     c.session = e.session;
   }
   HeadOutcome out;
@@ -963,7 +963,10 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
   if (c->session != nullptr) {
     MutexLock l(mu);
     auto it = sessions.find(c->session->id);
-    if (it != sessions.end() && --it->second.connections == 0) it->second.detached_ns = NowNs();
+    if (it != sessions.end() && --it->second.connections == 0) {
+      it->second.detached_ns = NowNs();
+      if (it->second.session != nullptr) service->SetAttached(*it->second.session, false);
+    }
   }
   Leave(c->peer_uid);
   c->done = true;

@@ -948,7 +948,7 @@ bool Exec::Lock() {
     if (locks_.Test(file, who, want, &conflict)) out_.reply.lock = Describe(conflict);
     return true;
   }
-  switch (locks_.Lock(file, who, want, &conflict)) {
+  switch (locks_.Lock(file, who, want, &conflict, (r_.flags & proto::kLockReclaim) != 0)) {
     case LockResult::kOk:
       break;
     case LockResult::kConflict:

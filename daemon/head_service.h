@@ -136,6 +136,10 @@ class HeadService {
   // Releases every file the session still has open and every lock it
   // holds, and marks it ended. Idempotent.
   void EndSession(HeadSession& session);
+  // The transport says whether the session has a connection now (false:
+  // its last one went; the session waits out its grace). A reclaiming
+  // LOCK takes ranges from sessions without one (LockTable::Lock).
+  void SetAttached(const HeadSession& session, bool attached) { locks_.SetAttached(session.serial, attached); }
   // The write verifier now (HELLO tells it): 0 while no domain is open.
   uint64_t WriteVerifier() const;
   // How RECALL reaches a session: set by the transport before it serves.

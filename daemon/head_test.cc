@@ -2631,6 +2631,55 @@ TEST_F(HeadTest, ClosingAClientReleasesItsLocksAndOpens) {
   EXPECT_EQ(service_->locks().size(), 1u);
 }
 
+// As nobody: a head that takes a write lock on "reclaimed" (bytes 0-99)
+// and dies without a word (no GOODBYE): its session is kept for the grace
+// time, and its lock with it.
+int DieHoldingALock(const char* socket, int) {
+  nasgw_client* c = RoleClient(socket);
+  if (c == nullptr) return 11;
+  const nasgw_cred self{65534, 65534, 0, nullptr};
+  nasgw_attr root{}, f{};
+  if (nasgw_mount(c, &self, "vol1", &root) != 0) return 12;
+  if (nasgw_lookup(c, &self, &root.handle, "reclaimed", &f) != 0) return 13;
+  if (nasgw_lock(c, &self, &f.handle, 5, NASGW_LOCK_WRITE, 0, 100, nullptr) != 0) return 14;
+  return 0;  // _Exit: the connection just closes
+}
+[[maybe_unused]] const bool kDieRole = NobodyRoles().emplace("die-locked", DieHoldingALock).second;
+
+// A head that died (ganesha killed and started again) leaves its session in
+// nasgwd for the grace time, its locks with it. Its clients reclaim them
+// through the new head (NASGW_LOCK_RECLAIM): granted over the dead
+// session's locks, which give those ranges up; a plain lock still
+// conflicts, and so does a reclaim against a live session's lock.
+TEST_F(HeadTest, AReclaimTakesTheLocksOfAHeadThatDied) {
+  nasgw_attr f = Create(root_.handle, "reclaimed");
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);  // the socket's directory: nobody may enter
+  nasgw_client* live = OpenClient("live");
+  ASSERT_NE(live, nullptr);
+  ASSERT_EQ(nasgw_lock(live, &kRoot, &f.handle, 9, NASGW_LOCK_READ, 200, 10, nullptr), 0);
+  const uint32_t before = server_->connections();
+  const NobodyResult r = RunAsNobody("die-locked", socket_);
+  ASSERT_EQ(r.exit_code, 0) << "the child's check that failed (see the return codes of DieHoldingALock)";
+  ASSERT_TRUE(WaitFor([&] { return server_->connections() == before; })) << "nasgwd sees the head gone";
+  nasgw_lock_info c{};
+  EXPECT_EQ(nasgw_lock(client_, &kRoot, &f.handle, 1, NASGW_LOCK_WRITE, 50, 10, &c), -EAGAIN)
+      << "the dead head's session keeps its lock";
+  EXPECT_EQ(c.owner, 5u);
+  EXPECT_EQ(nasgw_lock_flags(client_, &kRoot, &f.handle, 1, NASGW_LOCK_WRITE, 0, 100, 2, &c), -EINVAL)
+      << "an unknown flag";
+  ASSERT_EQ(nasgw_lock_flags(client_, &kRoot, &f.handle, 1, NASGW_LOCK_WRITE, 0, 100, NASGW_LOCK_RECLAIM, &c), 0)
+      << nasgw_client_last_message();
+  // A live session's lock is not taken by a reclaim.
+  EXPECT_EQ(nasgw_lock_flags(client_, &kRoot, &f.handle, 1, NASGW_LOCK_WRITE, 150, 100, NASGW_LOCK_RECLAIM, &c),
+            -EAGAIN);
+  EXPECT_EQ(c.owner, 9u);
+  // The reclaimed lock is the new holder's: the live client meets it.
+  EXPECT_EQ(nasgw_lock(live, &kRoot, &f.handle, 9, NASGW_LOCK_READ, 0, 1, &c), -EAGAIN);
+  EXPECT_EQ(c.owner, 1u);
+  EXPECT_EQ(service_->locks().size(), 2u) << "the dead session holds nothing more";
+  nasgw_client_close(live);
+}
+
 // nasgwd restarts (its sessions end, the lock table empties): the client
 // takes its locks again before it takes calls, so another client still
 // conflicts with them afterwards. Locks of a file deleted meanwhile go.

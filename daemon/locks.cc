@@ -115,10 +115,15 @@ LockResult LockTable::Share(const LockFile& file, const LockOwner& who, ShareMod
   return LockResult::kOk;
 }
 
-LockResult LockTable::Lock(const LockFile& file, const LockOwner& who, const LockRange& lock, HeldLock* conflict) {
+LockResult LockTable::Lock(const LockFile& file, const LockOwner& who, const LockRange& lock, HeldLock* conflict,
+                           bool reclaim) {
   NASGW_ASSERT(lock.start <= lock.end);
   NASGW_ASSERT(lock.type == proto::kLockRead || lock.type == proto::kLockWrite);
   MutexLock l(mu_);
+  if (reclaim) {
+    const LockResult y = YieldDetached(file, who, lock, conflict);
+    if (y != LockResult::kOk) return y;
+  }
   std::vector<LockRange> ranges;
   auto f = files_.find(file);
   if (f != files_.end()) {
@@ -128,6 +133,51 @@ LockResult LockTable::Lock(const LockFile& file, const LockOwner& who, const Loc
   }
   proto::AddLockRange(ranges, lock);
   return Commit(file, who, std::move(ranges));
+}
+
+LockResult LockTable::YieldDetached(const LockFile& file, const LockOwner& who, const LockRange& lock,
+                                    HeldLock* conflict) {
+  auto f = files_.find(file);
+  if (f == files_.end()) return LockResult::kOk;
+  // Every conflicting owner first: one of an attached session refuses the
+  // reclaim before anything is taken from the others.
+  std::vector<LockOwner> yield;
+  bool refused = false;
+  HeldLock best;
+  for (const auto& [owner, ranges] : f->second.owners) {
+    if (owner == who) continue;
+    for (const LockRange& r : ranges) {
+      if (!proto::Conflicts(r, lock)) continue;
+      if (detached_.count(owner.session) != 0) {
+        yield.push_back(owner);
+      } else if (!refused || r.start < best.range.start) {
+        best = {owner, r};
+        refused = true;
+      }
+      break;  // an owner's later ranges start later
+    }
+  }
+  if (refused) {
+    if (conflict != nullptr) *conflict = best;
+    return LockResult::kConflict;
+  }
+  for (const LockOwner& owner : yield) {
+    f = files_.find(file);  // a Commit that empties the file erases it
+    std::vector<LockRange> ranges = f->second.owners.at(owner);
+    proto::RemoveLockRange(ranges, lock.start, lock.end);
+    const LockResult r = Commit(file, owner, std::move(ranges));
+    if (r != LockResult::kOk) return r;  // a split past the limits: the reclaim is refused (ENOLCK)
+  }
+  return LockResult::kOk;
+}
+
+void LockTable::SetAttached(uint64_t session, bool attached) {
+  MutexLock l(mu_);
+  if (attached) {
+    detached_.erase(session);
+  } else {
+    detached_.insert(session);
+  }
 }
 
 LockResult LockTable::Unlock(const LockFile& file, const LockOwner& who, uint64_t start, uint64_t end) {
@@ -242,6 +292,7 @@ bool LockTable::Contend(const LockFile& file, const std::string& domain, bool wr
 
 void LockTable::ReleaseSession(uint64_t session) {
   MutexLock l(mu_);
+  detached_.erase(session);
   auto s = sessions_.find(session);
   if (s == sessions_.end()) return;
   for (const auto& [file, n] : s->second.files) {

@@ -56,6 +56,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,7 +130,21 @@ class LockTable {
 
   // Locks `lock` for `who`. On kConflict, *conflict (if given) is the
   // conflicting lock with the lowest start; nothing changed.
-  LockResult Lock(const LockFile& file, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict);
+  //
+  // `reclaim`: a lock its client held before its head (or nasgwd) went
+  // away, taken again in the head's grace period (an NFSv4 or NLM
+  // reclaim). It is granted over conflicting ranges of *detached* sessions
+  // (SetAttached: a head whose connections are all gone, its session kept
+  // for kSessionGraceMs): those ranges are taken from them first. Those
+  // sessions' heads are gone and their clients are the reclaimers; the
+  // lock is one the dead head held for this client. A conflict with an
+  // attached session's lock is a conflict still, and then nothing changed.
+  LockResult Lock(const LockFile& file, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict,
+                  bool reclaim = false);
+  // Whether `session` has a connection (true) or is waiting out its grace
+  // with none (false). Sessions start attached; an ended session's mark
+  // goes with ReleaseSession.
+  void SetAttached(uint64_t session, bool attached);
   // Unlocks [start, end] of who's locks (nothing held there is fine).
   LockResult Unlock(const LockFile& file, const LockOwner& who, uint64_t start, uint64_t end);
   // Whether `lock` would conflict with another owner's; *conflict as Lock.
@@ -182,6 +197,11 @@ class LockTable {
 
   bool FindConflict(const File& f, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict) const
       REQUIRES(mu_);
+  // A reclaim's first step: takes the ranges that conflict with `lock` from
+  // owners of detached sessions. kConflict (*conflict, nothing changed)
+  // when an attached session's owner conflicts.
+  LockResult YieldDetached(const LockFile& file, const LockOwner& who, const proto::LockRange& lock,
+                           HeldLock* conflict) REQUIRES(mu_);
   // Replaces who's ranges in `file` with `ranges` if the limits allow.
   LockResult Commit(const LockFile& file, const LockOwner& who, std::vector<proto::LockRange> ranges) REQUIRES(mu_);
   // What add(file's entry, out) collects, under the lock (empty for a file
@@ -198,6 +218,7 @@ class LockTable {
   std::map<LockFile, File> files_ GUARDED_BY(mu_);
   std::map<uint64_t, Session> sessions_ GUARDED_BY(mu_);
   size_t total_ GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> detached_ GUARDED_BY(mu_);  // sessions with no connection
   // Leases held, all files: read without mu_ so that reads and writes of
   // a table without leases (the common case) skip the lock.
   std::atomic<size_t> leases_{0};

@@ -135,6 +135,51 @@ TEST(LockTable, LimitsGiveNoLocksAndChangeNothing) {
 constexpr uint32_t SR = proto::kShareRead, SW = proto::kShareWrite, SD = proto::kShareDelete;
 
 // Share reservations: access meets deny either way (Windows' rule, NFSv4's).
+TEST(LockTable, AReclaimTakesRangesFromDetachedSessionsOnly) {
+  LockTable t;
+  const LockFile f{1, 7};
+  const LockOwner dead{1, 10}, live{2, 20}, reclaimer{3, 30};
+  ASSERT_EQ(t.Lock(f, dead, LockRange{0, 99, W}, nullptr), LockResult::kOk);
+  ASSERT_EQ(t.Lock(f, dead, LockRange{500, 599, W}, nullptr), LockResult::kOk);
+  ASSERT_EQ(t.Lock(f, live, LockRange{200, 299, R}, nullptr), LockResult::kOk);
+  // While the dead head's session is attached, a reclaim is a lock like any.
+  HeldLock c;
+  EXPECT_EQ(t.Lock(f, reclaimer, LockRange{50, 149, W}, &c, true), LockResult::kConflict);
+  EXPECT_EQ(c.who, dead);
+  // Its connections gone (its session waits out its grace): the reclaim
+  // takes the overlap from it, and only that.
+  t.SetAttached(dead.session, false);
+  EXPECT_EQ(t.Lock(f, reclaimer, LockRange{50, 149, W}, nullptr), LockResult::kConflict) << "not a reclaim";
+  ASSERT_EQ(t.Lock(f, reclaimer, LockRange{50, 149, W}, &c, true), LockResult::kOk);
+  auto held = t.Locks(f);
+  ASSERT_EQ(held.size(), 4u);
+  EXPECT_EQ(held[0].who, dead);
+  EXPECT_EQ(held[0].range.start, 0u);
+  EXPECT_EQ(held[0].range.end, 49u);
+  EXPECT_EQ(held[1].who, dead);
+  EXPECT_EQ(held[1].range.start, 500u);
+  EXPECT_EQ(held[2].who, live);
+  EXPECT_EQ(held[3].who, reclaimer);
+  // An attached session's lock refuses the reclaim, and then nothing
+  // changed: the detached session keeps what overlaps too.
+  EXPECT_EQ(t.Lock(f, reclaimer, LockRange{250, 550, W}, &c, true), LockResult::kConflict);
+  EXPECT_EQ(c.who, live);
+  EXPECT_EQ(t.Locks(f).size(), 4u);
+  // Attached again (it reconnected): it keeps what is left.
+  t.SetAttached(dead.session, true);
+  EXPECT_EQ(t.Lock(f, reclaimer, LockRange{500, 500, W}, &c, true), LockResult::kConflict);
+  // The detached owner's last range taken: it holds nothing in the file.
+  t.SetAttached(dead.session, false);
+  ASSERT_EQ(t.Lock(f, reclaimer, LockRange{0, 49, W}, nullptr, true), LockResult::kOk);
+  ASSERT_EQ(t.Lock(f, reclaimer, LockRange{500, 599, W}, nullptr, true), LockResult::kOk);
+  for (const HeldLock& h : t.Locks(f)) EXPECT_NE(h.who, dead);
+  EXPECT_EQ(t.SessionSize(dead.session), 0u);
+  t.ReleaseSession(dead.session);
+  t.ReleaseSession(reclaimer.session);
+  t.ReleaseSession(live.session);
+  EXPECT_EQ(t.size(), 0u);
+}
+
 TEST(LockTable, ShareReservationsConflictBothWays) {
   LockTable t;
   HeldShare c;

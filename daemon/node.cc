@@ -622,12 +622,13 @@ void Node::ClusterStep(uint64_t seq) {
   const bool online = h.state == static_cast<uint8_t>(ReserveState::kOnline);
   RouteHeads(ReserveState(h.state));
   if (online) SendCatalog(seq);
-  ReconcileVips(online);
+  ReconcileVips(ReserveState(h.state));
   SendConnections(seq);
   WithdrawExportsUnlessOnline(online);
   h.lan_up = !vips_ || vips_->InterfaceUp();
   VipMasks(&h.vips_assigned, &h.vips_held);
   h.forwards = Forwarding();
+  h.vips_digest = vips_ ? vips_->Digest() : 0;
   if (online && LanDownLongEnough(h.lan_up, now)) {
     // Clients cannot reach this node; a partner that stands by and can
     // reach them takes the service (GiveBack checks it is heard standing by).
@@ -854,7 +855,8 @@ void Node::VipMasks(uint64_t* assigned, uint64_t* held) {
   *held = vips_mask_;
 }
 
-void Node::ReconcileVips(bool online) {
+void Node::ReconcileVips(ReserveState state) {
+  const bool online = state == ReserveState::kOnline;
   MutexLock vip_lock(vip_mu_);
   if (!vips_) return;
   const cluster::VipMask all = vips_->all();
@@ -864,6 +866,7 @@ void Node::ReconcileVips(bool online) {
   bool heard = false, partner_online = false, partner_standby = false, partner_lan = false, partner_relays = false;
   uint64_t silent_ms = UINT64_MAX;
   cluster::VipMask partner_held = 0, partner_assigned = 0;
+  uint64_t partner_digest = 0;
   {
     MutexLock lock(cluster_mu_);
     if (monitor_) {
@@ -876,10 +879,20 @@ void Node::ReconcileVips(bool online) {
         partner_relays = p.last.forwards;
         partner_held = p.last.vips_held;
         partner_assigned = p.last.vips_assigned;
+        partner_digest = p.last.vips_digest;
         break;  // a pair: one partner
       }
     }
   }
+  // The masks index each node's own [cluster] vips: addresses are spread
+  // only when both lists are the same (a partner from before the digest
+  // sends 0, and is trusted as before).
+  const bool same_list = partner_digest == 0 || partner_digest == vips_->Digest();
+  if (heard && !same_list && !vips_mismatch_.load()) {
+    NASGW_LOG(kError, "cluster") << "the partner's [cluster] vips differ from this node's (addresses, prefixes or "
+                                    "order): client addresses are not spread between the nodes until they agree";
+  }
+  vips_mismatch_.store(heard && !same_list);
   cluster::VipMask want = 0;
   cluster::VipMask give = 0;  // the owner: addresses to give the partner once this node has let them go
   if (online && (!Forwarding() || vips_->vips().size() < 2)) {
@@ -890,11 +903,11 @@ void Node::ReconcileVips(bool online) {
     // is heard and reaches the clients' LAN, once it has been so for two
     // network bounds, and each only when its clients are quiet (not in the
     // middle of a burst) or vip_move_max_ms has passed.
-    if (!(heard && partner_standby && partner_lan && partner_relays)) {
+    if (!(heard && partner_standby && partner_lan && partner_relays && same_list)) {
       if (vips_assigned_ != 0) {
         NASGW_LOG(kWarn, "cluster") << "the partner cannot hold client addresses now: taking them back"
                                     << Kv("heard", heard) << Kv("standby", partner_standby) << Kv("lan_up", partner_lan)
-                                    << Kv("relays", partner_relays);
+                                    << Kv("relays", partner_relays) << Kv("same_vips", same_list);
       }
       partner_fit_since_mono_ns_ = 0;
       vips_assigned_ = 0;
@@ -933,12 +946,25 @@ void Node::ReconcileVips(bool online) {
     // once (docs/cluster.md, "Virtual IPs when nasgwd dies").
     const bool may_hold = partner_standby && silent_ms < 2 * uint64_t{config_.cluster_network_dead_ms};
     want = all & ~vips_assigned_ & ~give & ~(may_hold ? partner_held : 0);
-  } else if (Forwarding() && heard && partner_online) {
+  } else if (state == ReserveState::kStandby && Forwarding() && heard && partner_online && same_list) {
     // What the owner gives this node to hold, once the owner says it let
-    // each go: never both at once.
+    // each go: never both at once. Only while this node stands by: a
+    // fenced or failed node holds nothing (the owner, which no longer sees
+    // it standing by, takes its addresses back at once).
     want = partner_assigned & all & ~partner_held;
   }
   if (!online) vips_assigned_ = 0;
+  if (vips_mask_ != 0) {
+    // An address removed behind nasgwd's back (an admin's `ip addr flush`,
+    // a network manager, a link bounced by hand) is added again below.
+    auto present = vips_->PresentMask();
+    if (present.ok() && (vips_mask_ & ~*present) != 0) {
+      NASGW_LOG(kWarn, "cluster") << "client addresses this node holds are gone from the interface: adding them again"
+                                  << Kv("interface", vips_->interface())
+                                  << Kv("vips", std::to_string(std::popcount(vips_mask_ & ~*present)));
+      vips_mask_ &= *present;
+    }
+  }
   const cluster::VipMask drop = vips_mask_ & ~want, add = want & ~vips_mask_;
   auto count = [](cluster::VipMask m) { return std::to_string(std::popcount(m)); };
   nasgw::Status s;
@@ -957,10 +983,27 @@ void Node::ReconcileVips(bool online) {
     vips_assigned_mono_ns_ = now;
   }
   if (s.ok() && add != 0) {
-    s = vips_->Hold(add);
-    if (s.ok()) {
-      vips_mask_ |= add;
-      announce_mask_ |= add;
+    // This node's own connections to these addresses are from when it
+    // held them before: stale. A client back from the partner on the
+    // same port would meet one and never be reset by the tickle. Ended
+    // before the addresses are announced, so that no client's new
+    // connection is among them.
+    auto kept = vips_->DropStale(add);
+    if (!kept.ok() || !kept->empty()) {
+      NASGW_LOG(kWarn, "cluster") << "cannot end this node's stale connections to the addresses it takes; their "
+                                     "clients reconnect on their own timers"
+                                  << Kv("error", kept.ok() ? std::to_string(kept->size()) +
+                                                                 " left (the kernel "
+                                                                 "lacks SOCK_DESTROY?)"
+                                                           : kept.status().ToString());
+    }
+    cluster::VipMask added = 0;
+    s = vips_->Hold(add, &added);
+    // What is on the interface is held, whatever failed: it is removed
+    // again when this node lets it go (and announced again meanwhile).
+    vips_mask_ |= added;
+    announce_mask_ |= added;
+    if (added != 0) {
       announce_left_ = kVipAnnounceRepeats;
       // The partner's clients of these addresses still have connections to
       // it: a tickle ACK has each reset at once (it would otherwise wait
@@ -972,27 +1015,15 @@ void Node::ReconcileVips(bool online) {
         MutexLock lock(cluster_mu_);  // after vip_mu_, as above
         if (partner_conns_) {
           for (const cluster::TcpConn& t : partner_conns_->conns) {
-            if (t.vip < 64 && (add >> t.vip & 1)) tickle_.push_back(t);
+            if (t.vip < 64 && (added >> t.vip & 1)) tickle_.push_back(t);
           }
         }
       }
       tickle_mask_ = vips_mask_;
       tickle_left_ = tickle_.empty() ? 0 : kTickleRepeats;
       tickle_next_mono_ns_ = 0;  // the first at once, with the addresses' ARPs
-      // This node's own connections to these addresses are from when it
-      // held them before: stale. A client back from the partner on the
-      // same port would meet one and never be reset by the tickle.
-      auto kept = vips_->DropStale(add);
-      if (!kept.ok() || !kept->empty()) {
-        NASGW_LOG(kWarn, "cluster") << "cannot end this node's stale connections to the addresses it takes; their "
-                                       "clients reconnect on their own timers"
-                                    << Kv("error", kept.ok() ? std::to_string(kept->size()) +
-                                                                   " left (the kernel "
-                                                                   "lacks SOCK_DESTROY?)"
-                                                             : kept.status().ToString());
-      }
       NASGW_LOG(kWarn, "cluster") << "client addresses added and announced" << Kv("interface", vips_->interface())
-                                  << Kv("vips", count(add)) << Kv("held", count(vips_mask_))
+                                  << Kv("vips", count(added)) << Kv("held", count(vips_mask_))
                                   << Kv("partner_connections_tickled", tickle_.size());
     }
   } else if (s.ok() && announce_left_ > 0 && announce_mask_ != 0) {
@@ -1206,14 +1237,19 @@ ClusterStatus Node::GetCluster() const {
       if (watch_.view().record) c.lease_ms = watch_.view().record->lease_ms;
     }
   }
+  std::string present_error;
   if (vips_) {
     c.vip_interface = vips_->interface();
     for (const auto& v : vips_->vips()) c.vips.push_back(v.text);
     auto present = vips_->Present();
     if (present.ok()) c.vips_held = *present;
+    if (!present.ok()) present_error = "cannot list the interface's addresses: " + present.status().ToString();
   }
   MutexLock lock(cluster_mu_);
-  c.vip_error = vip_error_;
+  c.vip_error = !vip_error_.empty() ? vip_error_
+                : !present_error.empty()
+                    ? present_error
+                    : vips_mismatch_.load() ? "the partner's [cluster] vips differ from this node's: not spread" : "";
   bool peer_live = false;
   for (const auto& [id, p] : monitor_->peers()) {
     ClusterPeerStatus ps;
@@ -1977,6 +2013,12 @@ nasgw::Status Node::GiveBack() {
   {
     ReaderLock lock(mu_);
     reserve_uuid = reserve_uuid_;
+    // Said first: a node that does not serve the reserve has nothing to
+    // give (and nothing to flush).
+    if (state_ != ReserveState::kOnline) {
+      return nasgw::Status::FailedPrecondition(std::string("the reserve is not online here (") +
+                                               ReserveStateName(state_) + "): only the node that serves it gives it back");
+    }
   }
   {
     // Only to a partner that stands by and is heard: else the service
@@ -2029,7 +2071,7 @@ nasgw::Status Node::GiveBack() {
   // The addresses and exports go first, so that the partner finds them free;
   // heads connected here are cut (requests in flight finish), and connect
   // again to be relayed to the partner once it serves.
-  ReconcileVips(false);
+  ReconcileVips(ReserveState::kStandby);
   WithdrawExportsUnlessOnline(false);
   RouteHeads(ReserveState::kStandby);
   if (!WaitDrained(domain)) {

@@ -369,8 +369,10 @@ class Node {
   void ClusterStep(uint64_t seq);
   void AutoTakeover(const cluster::Judgement& j);
   void ClusterEventLocked(uint64_t start_mono_ns, std::string what) REQUIRES(cluster_mu_);
-  // Adds the VIPs while online, removes them otherwise (cluster thread).
-  void ReconcileVips(bool online);
+  // Adds the VIPs while online, holds those the owner gives it while it
+  // stands by, removes them otherwise (cluster thread). `state`: this
+  // node's, as of this heartbeat.
+  void ReconcileVips(ReserveState state);
   // In a pair, a node that does not serve offers no exports or shares.
   void WithdrawExportsUnlessOnline(bool online);
   // The VIP interface has been down for network_dead_ms (cluster thread).
@@ -495,6 +497,9 @@ class Node {
   Mutex reroute_mu_ ACQUIRED_AFTER(admin_mu_);  // no other lock of the node is taken under it
   std::function<void(const std::string&)> reroute_hook_ GUARDED_BY(reroute_mu_);
   std::string vip_error_ GUARDED_BY(cluster_mu_);
+  // The partner's [cluster] vips differ from ours (heard so at the last
+  // heartbeat): logged once, shown in status.
+  std::atomic<bool> vips_mismatch_{false};
   // The cache mirror: the partner's side (what this node holds of the
   // owner's log) and the owner's (the stream MirrorLoop keeps).
   std::unique_ptr<cluster::MirrorServer> mirror_server_;  // set at Start

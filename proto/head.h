@@ -277,9 +277,13 @@ constexpr uint32_t kFallocKeepSize = 0x01, kFallocPunchHole = 0x02, kFallocZeroR
 constexpr uint32_t kSeekData = 0, kSeekHole = 1;
 // Lock types (LOCK, TESTLOCK, and a lock description's type; 0 there: none).
 constexpr uint32_t kLockRead = 1, kLockWrite = 2;
-// LOCK flags: none defined yet (room for "reclaim" and "wait"); any bit set
-// is a protocol error.
-constexpr uint32_t kLockFlagsAll = 0;
+// LOCK flags. kLockReclaim: a lock the client held before its head (or
+// nasgwd) went away, taken again in the head's grace period; it is granted
+// over conflicting locks of sessions that have no connection
+// (docs/head-protocol.md, LOCK). Room for "wait"; an unknown bit is a
+// protocol error.
+constexpr uint32_t kLockReclaim = 1;
+constexpr uint32_t kLockFlagsAll = kLockReclaim;
 // SHARE: what an open does (access) and what it refuses to other opens
 // (deny), each a set of these bits. access 0 and deny 0: release.
 constexpr uint32_t kShareRead = 1, kShareWrite = 2, kShareDelete = 4;

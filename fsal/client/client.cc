@@ -1210,12 +1210,13 @@ void ToC(const proto::LockInfo& l, nasgw_lock_info* out) {
 }
 
 CallPtr LockCall(Op op, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type, uint64_t start,
-                 uint64_t length) {
+                 uint64_t length, uint32_t flags = 0) {
   return Make(op, cr, h, [&](proto::Request& r) {
     r.owner = owner;
     r.lock_type = type;
     r.offset = start;
     r.length = length;
+    r.flags = flags;
   });
 }
 
@@ -1851,7 +1852,16 @@ int nasgw_getattr_async(nasgw_client* c, const nasgw_cred* cr, const nasgw_handl
 // it is recorded.
 int nasgw_lock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,
                uint64_t start, uint64_t length, nasgw_lock_info* conflict) {
+  return nasgw_lock_flags(c, cr, h, owner, type, start, length, 0, conflict);
+}
+
+int nasgw_lock_flags(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,
+                     uint64_t start, uint64_t length, uint32_t flags, nasgw_lock_info* conflict) {
   if (c == nullptr || h == nullptr) return -EINVAL;
+  if ((flags & ~NASGW_LOCK_RECLAIM) != 0) {
+    nasgw::client::t_message = "unknown lock flags";
+    return -EINVAL;
+  }
   nasgw::client::Client& cl = *c->c;
   for (uint32_t attempt = 1;; attempt++) {
     uint64_t epoch = 0;
@@ -1864,7 +1874,7 @@ int nasgw_lock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uin
       }
       epoch = cl.relock_epoch;
     }
-    auto call = LockCall(Op::kLock, cr, h, owner, type, start, length);
+    auto call = LockCall(Op::kLock, cr, h, owner, type, start, length, flags);
     const int rc = cl.Sync(call);
     if (rc == -EAGAIN) ToC(call->reply.lock, conflict);
     if (rc != 0) return rc;

@@ -414,6 +414,14 @@ typedef struct nasgw_lock_info {
 } nasgw_lock_info;
 int nasgw_lock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,
                uint64_t start, uint64_t length, nasgw_lock_info* conflict);
+/* nasgw_lock with flags: NASGW_LOCK_RECLAIM for a lock the client held
+ * before this head (or nasgwd) restarted, taken again in the head's grace
+ * period (an NFSv4 or NLM reclaim): nasgwd grants it over conflicting locks
+ * of sessions that have no connection (a head that died, whose session
+ * nasgwd still keeps), taking those ranges from them. Other flags: -EINVAL. */
+#define NASGW_LOCK_RECLAIM 1u
+int nasgw_lock_flags(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,
+                     uint64_t start, uint64_t length, uint32_t flags, nasgw_lock_info* conflict);
 int nasgw_unlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint64_t start,
                  uint64_t length);
 int nasgw_testlock(nasgw_client* c, const nasgw_cred* cr, const nasgw_handle* h, uint64_t owner, uint32_t type,

@@ -1476,9 +1476,16 @@ static fsal_status_t op_lock_op2(struct fsal_obj_handle *obj_hdl,
 		break;
 	case FSAL_OP_LOCK:
 	case FSAL_OP_LOCKB:	/* not async-capable: Ganesha polls */
-		rc = nasgw_lock(c, &cr, &obj_of(obj_hdl)->h, id, type,
-				request_lock->lock_start,
-				request_lock->lock_length, &conflict);
+		/* A reclaim (NFSv4 LOCK with reclaim, NLM LOCK with reclaim)
+		 * in ganesha's grace period: nasgwd grants it over the locks a
+		 * ganesha that died still holds there (its session is kept
+		 * for 30 s), which are this client's own. */
+		rc = nasgw_lock_flags(c, &cr, &obj_of(obj_hdl)->h, id, type,
+				      request_lock->lock_start,
+				      request_lock->lock_length,
+				      request_lock->lock_reclaim ?
+					      NASGW_LOCK_RECLAIM : 0,
+				      &conflict);
 		break;
 	case FSAL_OP_UNLOCK:
 		rc = nasgw_unlock(c, &cr, &obj_of(obj_hdl)->h, id,

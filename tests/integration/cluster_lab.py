@@ -945,6 +945,12 @@ def cmd_spread(lab, c, a, res):
       ca.get("vips_partner") == [VIP2 + "/24"] and cb.get("vips_partner") == [VIP + "/24"] and
       "served here" in ca.get("forwarding", "") and "relayed to the partner" in cb.get("forwarding", ""),
       (ca.get("vips_partner"), cb.get("vips_partner"), ca.get("forwarding"), cb.get("forwarding")))
+    # An address removed behind nasgwd's back (an admin's `ip addr del`) is
+    # added again by the node that holds it, and the other never takes it.
+    sh(["ip", "-n", lab.hosts[1], "addr", "del", VIP2 + "/24", "dev", "front0"])
+    back = wait_for(lambda: vips_of(b_node) == [VIP2], 10, "B adds its address again", fail=False)
+    c("an address removed by hand from the node holding it is added again there (and only there)",
+      back and vips_of(a_node) == [VIP], (vips_of(a_node), vips_of(b_node)))
     # NFS clients through both addresses at once; then A's machine dies.
     loads = [NfsLoad(lab, VIP, "3", "sa"), NfsLoad(lab, VIP2, "4.1", "sb")]
     try:
