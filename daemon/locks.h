@@ -200,8 +200,8 @@ class LockTable {
   // A reclaim's first step: takes the ranges that conflict with `lock` from
   // owners of detached sessions. kConflict (*conflict, nothing changed)
   // when an attached session's owner conflicts.
-  LockResult YieldDetached(const LockFile& file, const LockOwner& who, const proto::LockRange& lock,
-                           HeldLock* conflict) REQUIRES(mu_);
+  LockResult YieldDetached(const LockFile& file, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict)
+      REQUIRES(mu_);
   // Replaces who's ranges in `file` with `ranges` if the limits allow.
   LockResult Commit(const LockFile& file, const LockOwner& who, std::vector<proto::LockRange> ranges) REQUIRES(mu_);
   // What add(file's entry, out) collects, under the lock (empty for a file
