@@ -1246,10 +1246,10 @@ ClusterStatus Node::GetCluster() const {
     if (!present.ok()) present_error = "cannot list the interface's addresses: " + present.status().ToString();
   }
   MutexLock lock(cluster_mu_);
-  c.vip_error = !vip_error_.empty() ? vip_error_
-                : !present_error.empty()
-                    ? present_error
-                    : vips_mismatch_.load() ? "the partner's [cluster] vips differ from this node's: not spread" : "";
+  c.vip_error = !vip_error_.empty()      ? vip_error_
+                : !present_error.empty() ? present_error
+                : vips_mismatch_.load()  ? "the partner's [cluster] vips differ from this node's: not spread"
+                                         : "";
   bool peer_live = false;
   for (const auto& [id, p] : monitor_->peers()) {
     ClusterPeerStatus ps;
@@ -2017,7 +2017,8 @@ nasgw::Status Node::GiveBack() {
     // give (and nothing to flush).
     if (state_ != ReserveState::kOnline) {
       return nasgw::Status::FailedPrecondition(std::string("the reserve is not online here (") +
-                                               ReserveStateName(state_) + "): only the node that serves it gives it back");
+                                               ReserveStateName(state_) +
+                                               "): only the node that serves it gives it back");
     }
   }
   {
