@@ -362,6 +362,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
            }
            if (members.empty()) n->monitor_->OnDisconnected(now);
            for (const auto& m : left) n->monitor_->OnLeft(m, now);
+           n->membership_changed_ = true;
            n->cluster_cv_.NotifyAll();  // judge at once: a leave is the fast path of detection
          }});
     NASGW_LOG(kInfo, "cluster") << "controller pair enabled" << Kv("interconnect", n->interconnect_->Describe())
@@ -484,6 +485,18 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
       ObserveOwnerLocked();
       NASGW_LOG(kWarn, "node") << "reserve owned by another node; standing by, writing nothing"
                                << Kv("reserve", (*ro)->name()) << Kv("owner", owner_text_);
+    } else if (config_.cluster_enabled) {
+      // Not owned here (a PR command or the record's I/O failed): in a pair
+      // this node stands by again, so that the cluster thread judges and
+      // tries again after its hold-off. Failed, it would never try, and a
+      // takeover that already preempted the owner would leave nobody
+      // serving.
+      state_ = ReserveState::kStandby;
+      reason_ = o.status().WithContext("take ownership of reserve '" + (*ro)->name() + "'").ToString();
+      watch_ = fs::OwnerWatch();
+      ObserveOwnerLocked();
+      NASGW_LOG(kError, "node") << "could not take ownership of the reserve; standing by to try again"
+                                << Kv("reserve", (*ro)->name()) << Kv("error", o.status().ToString());
     } else {
       state_ = ReserveState::kFailed;
       reason_ = o.status().WithContext("take ownership of reserve '" + (*ro)->name() + "'").ToString();
@@ -566,9 +579,11 @@ void Node::ClusterLoop() {
   uint64_t seq = 0;
   MutexLock lock(cluster_mu_);
   while (!cluster_stop_) {
-    cluster_cv_.WaitFor(cluster_mu_, std::chrono::milliseconds(config_.cluster_heartbeat_interval_ms),
-                        [&]() REQUIRES(cluster_mu_) { return cluster_stop_ || giveback_request_.has_value(); });
+    cluster_cv_.WaitFor(
+        cluster_mu_, std::chrono::milliseconds(config_.cluster_heartbeat_interval_ms),
+        [&]() REQUIRES(cluster_mu_) { return cluster_stop_ || giveback_request_.has_value() || membership_changed_; });
     if (cluster_stop_) break;
+    membership_changed_ = false;  // this step judges the new membership
     std::optional<cluster::GiveBackRequest> giveback = giveback_request_;
     giveback_request_.reset();
     lock.Unlock();
@@ -1948,6 +1963,12 @@ void Node::RestoreOnlineLocked(std::shared_ptr<fs::Domain> domain, std::shared_p
   state_ = ReserveState::kOnline;
   reason_.clear();
   owner_text_ = "this node";
+  // Ownership lost while it was out of the node's hands (a giveback's drain
+  // on a SAN path that hung: the watchdog closed the gate, and the owner
+  // loop, seeing no online node, let the loss go): said again now, so that
+  // this node is fenced and the partner takes over, instead of serving
+  // online with a closed gate and a record nobody renews.
+  if (gate_ && !gate_->is_open()) OnOwnershipLost(gate_->reason());
 }
 
 bool Node::WaitDrained(const std::shared_ptr<fs::Domain>& domain) const {

@@ -432,6 +432,9 @@ class Node {
   uint64_t takeovers_ GUARDED_BY(cluster_mu_) = 0;
   uint64_t next_takeover_mono_ns_ GUARDED_BY(cluster_mu_) = 0;
   std::optional<cluster::GiveBackRequest> giveback_request_ GUARDED_BY(cluster_mu_);
+  // CPG's membership changed (a node left, joined, the ring broke): the
+  // cluster thread steps at once instead of at the next interval.
+  bool membership_changed_ GUARDED_BY(cluster_mu_) = false;
   bool takeover_requested_ GUARDED_BY(cluster_mu_) = false;  // RequestTakeover waits for the free reserve
   std::vector<ClusterEvent> last_takeover_ GUARDED_BY(cluster_mu_);
   std::thread cluster_thread_;

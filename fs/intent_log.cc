@@ -19,7 +19,9 @@ constexpr uint16_t kLogVersion = 1;            // the superblock's
 // 3: records are whole sectors (2 and 1: whole 4 KiB blocks); 2: bytes
 // 56-63 hold the session (1: zeros, one record in flight).
 constexpr uint16_t kRecordVersion = 3;
-constexpr size_t kSuperExtentsMax = (kLogBlockBytes - 64) / 20;
+// The extents fill the superblock from byte 64 up to the two u64s at its
+// end (adopts, opened).
+constexpr size_t kSuperExtentsMax = (kLogBlockBytes - 16 - 64) / 20;
 
 uint64_t RoundUp(uint64_t n, uint64_t unit) {
   return (n + unit - 1) / unit * unit;
@@ -63,10 +65,15 @@ struct Super {
   uint64_t tail_vpos = 0;
   uint64_t tail_lsn = 1;
   uint64_t opened = 0;  // the session of the opening that wrote it (0: written before it was kept)
+  // The session of the mirror's copy that opening adopted (TakeTail): a
+  // later opening may adopt the same copy, which is no older than it for
+  // having been adopted by a failed one (0: none, or written before it
+  // was kept).
+  uint64_t adopts = 0;
 };
 // Past the most extents a superblock holds (kSuperExtentsMax).
-constexpr size_t kSuperOpenedAt = kLogBlockBytes - 8;
-static_assert(64 + kSuperExtentsMax * 20 <= kSuperOpenedAt);
+constexpr size_t kSuperOpenedAt = kLogBlockBytes - 8, kSuperAdoptsAt = kLogBlockBytes - 16;
+static_assert(64 + kSuperExtentsMax * 20 <= kSuperAdoptsAt);
 
 std::vector<uint8_t> EncodeSuper(uint64_t salt, const Super& s, const std::vector<Extent>& extents, uint64_t capacity) {
   std::vector<uint8_t> b(kLogBlockBytes, 0);
@@ -80,6 +87,7 @@ std::vector<uint8_t> EncodeSuper(uint64_t salt, const Super& s, const std::vecto
   PutFixed64(&b[48], capacity);
   PutFixed32(&b[56], static_cast<uint32_t>(extents.size()));
   PutFixed64(&b[kSuperOpenedAt], s.opened);
+  PutFixed64(&b[kSuperAdoptsAt], s.adopts);
   size_t at = 64;
   for (const Extent& e : extents) {
     PutFixed32(&b[at], e.lun);
@@ -108,6 +116,7 @@ bool DecodeSuper(const uint8_t* b, uint64_t salt, const std::vector<Extent>& ext
   out->tail_vpos = GetFixed64(b + 32);
   out->tail_lsn = GetFixed64(b + 40);
   out->opened = GetFixed64(b + kSuperOpenedAt);
+  out->adopts = GetFixed64(b + kSuperAdoptsAt);
   return out->tail_lsn >= 1;
 }
 
@@ -180,7 +189,7 @@ Status IntentLog::Format(const DeviceFn& devices, const std::vector<Extent>& ext
 }
 
 Status IntentLog::WriteSuper(uint64_t seq, uint64_t tail_vpos, uint64_t tail_lsn) {
-  Super s{seq, tail_vpos, tail_lsn, session_};
+  Super s{seq, tail_vpos, tail_lsn, session_, adopts_};
   auto b = EncodeSuper(salt_, s, extents_, capacity_);
   auto dev = devices_(extents_[0].lun);
   if (!dev) return Status::NotFound("intent log LUN " + std::to_string(extents_[0].lun));
@@ -283,6 +292,22 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
     if (vpos - s.tail_vpos > log->capacity_) return Status::Corruption("intent log longer than its space");
   }
   uint64_t seq = s.seq;
+  // A mirror's copy must be of the last opening that wrote anything: the
+  // last record's, or the last superblock's (its records may all be
+  // checkpointed away, its LSNs reused by entries of its own). Unless that
+  // opening adopted this very copy and failed (a takeover whose domain did
+  // not open): it wrote only what it took of the copy, at the copy's LSNs.
+  const uint64_t floor = options.tail && s.adopts != 0 && options.tail->session == s.adopts
+                             ? s.adopts
+                             : std::max(last_session, s.opened);
+  if (!options.read_only && options.tail) {
+    // Said in this opening's superblock, before anything is taken, so that
+    // the next opening may take the same copy if this one fails.
+    TailRun run;
+    if (log->CheckTail(*options.tail, lsn, floor, &run) == nullptr && run.end > run.from) {
+      log->adopts_ = options.tail->session;
+    }
+  }
   if (!options.read_only) {
     // This opening's session: a superblock of its own (the same checkpoint)
     // before any record, so every record it writes carries a session newer
@@ -307,34 +332,34 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
   }
   if (!options.read_only) {
     log->writer_ = std::thread([l = log.get()] { l->WriterLoop(); });
-    // A mirror's copy must be of the last opening that wrote anything: the
-    // last record's, or the last superblock's (its records may all be
-    // checkpointed away, its LSNs reused by entries of its own).
-    if (options.tail) {
-      NASGW_RETURN_IF_ERROR(log->TakeTail(*options.tail, lsn, std::max(last_session, s.opened), replay));
-    }
+    if (options.tail) NASGW_RETURN_IF_ERROR(log->TakeTail(*options.tail, lsn, floor, replay));
   }
   return log;
 }
 
-Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_session, const ReplayFn& replay) {
+const char* IntentLog::CheckTail(const LogTail& tail, uint64_t next, uint64_t last_session, TailRun* run) const {
   // What the array lacks: from the first entry at or past `next`.
   size_t from = 0;
   while (from < tail.entries.size() && tail.entries[from].first < next) from++;
-  if (from == tail.entries.size()) return Status();  // all of it is on the array already
+  *run = TailRun{from, from};
+  if (from == tail.entries.size()) return nullptr;  // all of it is on the array already
   // Up to the first gap: past it nothing was answered (the mirror answers
   // an entry only while the array's log reaches its stream's first).
   size_t end = from + 1;
   while (end < tail.entries.size() && tail.entries[end].first == tail.entries[end - 1].first + 1) end++;
-  const uint64_t first = tail.entries[from].first, last = tail.entries[end - 1].first;
-  const char* refused = nullptr;
-  if (tail.salt != salt_) {
-    refused = "another log's";
-  } else if (tail.session < last_session) {
-    refused = "older than the log's last opening";  // a later opening wrote past it
-  } else if (first != next) {
-    refused = "not continuing the log";  // a gap: never answered whole
-  }
+  run->end = end;
+  if (tail.salt != salt_) return "another log's";
+  if (tail.session < last_session) return "older than the log's last opening";  // a later opening wrote past it
+  if (tail.entries[from].first != next) return "not continuing the log";       // a gap: never answered whole
+  return nullptr;
+}
+
+Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_session, const ReplayFn& replay) {
+  TailRun run;
+  const char* refused = CheckTail(tail, next, last_session, &run);
+  const size_t from = run.from, end = run.end;
+  if (refused == nullptr && from == end) return Status();  // all of it is on the array already
+  const uint64_t first = from < end ? tail.entries[from].first : 0, last = from < end ? tail.entries[end - 1].first : 0;
   if (refused != nullptr) {
     NASGW_LOG(kError, "fs") << "intent log: a mirror's entries refused" << Kv("why", refused) << Kv("first", first)
                             << Kv("last", last) << Kv("log_next", next) << Kv("session", tail.session)

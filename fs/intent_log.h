@@ -346,6 +346,17 @@ class IntentLog {
   static constexpr size_t kMirrorTimedMax = 1u << 16;
   uint64_t recent_mirror_ns_ GUARDED_BY(mu_) = 0;
   uint64_t tail_replayed_ = 0;
+  // The session of the mirror's copy this opening adopts, in its
+  // superblocks (0: none). Set before the writer starts.
+  uint64_t adopts_ = 0;
+  // Which entries of a LogTail the log lacks: [from, end), the dense run
+  // from the first at or past `next` (LSN). nullptr when they may be taken
+  // (this log's salt, a session at least `last_session`, continuing the
+  // log at `next`), else why not.
+  struct TailRun {
+    size_t from = 0, end = 0;
+  };
+  const char* CheckTail(const LogTail& tail, uint64_t next, uint64_t last_session, TailRun* run) const;
   // Appends a LogTail's entries that continue the log at `next` (LSN) and
   // whose session is at least `last_session`, waits for them on the array,
   // then replays them.

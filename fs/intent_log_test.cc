@@ -731,6 +731,54 @@ TEST_F(IntentLogTest, AnEarlierOpeningsTailIsRefusedAfterALaterOneCheckpointedIt
   EXPECT_EQ(log->appended_lsn(), 3u);
 }
 
+// A takeover whose opening adopted the partner's copy, wrote its
+// superblock and then failed (its log records never reached the array: the
+// domain did not open) leaves a superblock newer than the copy. The next
+// opening takes the same copy all the same: the superblock says which copy
+// the failed one adopted. Without that it would be refused as older than
+// the log's last opening, and the answered entries lost.
+TEST_F(IntentLogTest, ACopyAdoptedByAnOpeningThatFailedIsTakenByTheNext) {
+  std::vector<std::pair<uint64_t, std::string>> r;
+  uint64_t first_session = 0;
+  {
+    auto log = Open(&r);
+    first_session = log->session();
+    AppendDurable(*log, Entry(1));
+  }
+  auto copy = TailOf(first_session, {2, 3, 4});
+  Attach();
+  // Its superblock (the first write) reaches the array; nothing after it.
+  auto writes = std::make_shared<std::atomic<int>>(0);
+  for (auto& d : devs_) {
+    d->SetFault([writes](const block::IoRequest& req) {
+      return req.op != block::Op::kRead && writes->fetch_add(1) > 0 ? Status::IoError("SAN path died")
+                                                                     : Status();
+    });
+  }
+  {
+    IntentLogOptions o;
+    o.tail = copy;
+    auto failed = IntentLog::Open(Devices(), extents_, salt_, [](uint64_t, std::string_view) { return Status(); }, o);
+    ASSERT_FALSE(failed.ok()) << "the copy's records cannot be written";
+  }
+  ASSERT_GE(writes->load(), 2) << "the superblock was written, then a record tried";
+  Attach();
+  auto log = OpenWithTail(&r, copy);
+  ASSERT_TRUE(log);
+  ASSERT_EQ(r.size(), 4u) << "the answered entries 2-4 are replayed";
+  for (uint64_t i = 1; i <= 4; i++) EXPECT_EQ(r[i - 1], (std::pair<uint64_t, std::string>{i, Entry(i)}));
+  EXPECT_EQ(log->Stats().tail_replayed, 3u);
+  // A copy of another opening than the one adopted is still refused after
+  // it, though it would continue the log.
+  log.reset();
+  Attach();
+  ASSERT_GT(first_session, 1u);
+  auto other = OpenWithTail(&r, TailOf(first_session - 1, {5, 6}, "stale-"));
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->Stats().tail_replayed, 0u);
+  EXPECT_EQ(r.size(), 4u);
+}
+
 // Past a gap in the copy nothing was answered: the dense run from the
 // first entry the array lacks is taken, the rest left.
 TEST_F(IntentLogTest, AMirrorTailIsTakenUpToItsFirstGap) {
