@@ -297,9 +297,8 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
   // checkpointed away, its LSNs reused by entries of its own). Unless that
   // opening adopted this very copy and failed (a takeover whose domain did
   // not open): it wrote only what it took of the copy, at the copy's LSNs.
-  const uint64_t floor = options.tail && s.adopts != 0 && options.tail->session == s.adopts
-                             ? s.adopts
-                             : std::max(last_session, s.opened);
+  const uint64_t floor =
+      options.tail && s.adopts != 0 && options.tail->session == s.adopts ? s.adopts : std::max(last_session, s.opened);
   if (!options.read_only && options.tail) {
     // Said in this opening's superblock, before anything is taken, so that
     // the next opening may take the same copy if this one fails.
@@ -350,7 +349,7 @@ const char* IntentLog::CheckTail(const LogTail& tail, uint64_t next, uint64_t la
   run->end = end;
   if (tail.salt != salt_) return "another log's";
   if (tail.session < last_session) return "older than the log's last opening";  // a later opening wrote past it
-  if (tail.entries[from].first != next) return "not continuing the log";       // a gap: never answered whole
+  if (tail.entries[from].first != next) return "not continuing the log";        // a gap: never answered whole
   return nullptr;
 }
 
