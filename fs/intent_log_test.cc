@@ -751,14 +751,14 @@ TEST_F(IntentLogTest, ACopyAdoptedByAnOpeningThatFailedIsTakenByTheNext) {
   auto writes = std::make_shared<std::atomic<int>>(0);
   for (auto& d : devs_) {
     d->SetFault([writes](const block::IoRequest& req) {
-      return req.op != block::Op::kRead && writes->fetch_add(1) > 0 ? Status::IoError("SAN path died")
-                                                                     : Status();
+      return req.op != block::Op::kRead && writes->fetch_add(1) > 0 ? Status::IoError("SAN path died") : Status();
     });
   }
   {
     IntentLogOptions o;
     o.tail = copy;
-    auto failed = IntentLog::Open(Devices(), extents_, salt_, [](uint64_t, std::string_view) { return Status(); }, o);
+    auto failed = IntentLog::Open(
+        Devices(), extents_, salt_, [](uint64_t, std::string_view) { return Status(); }, o);
     ASSERT_FALSE(failed.ok()) << "the copy's records cannot be written";
   }
   ASSERT_GE(writes->load(), 2) << "the superblock was written, then a record tried";
