@@ -14,6 +14,15 @@ whichever side arbitrates (ganesha's lock manager or nasgwd).
       on one range are both granted, a write lock over them is denied
   cross
       a v4 write lock denies an NLM one on the same bytes, and the reverse
+  restart (v4)
+      ganesha with a grace period (the other sections run graceless).
+      Client 1 holds an open and a write lock on [0,100); ganesha is
+      SIGKILLed and started again: it is in its grace period, and the dead
+      ganesha's session still holds the lock in nasgwd (for 30 s). Client
+      2's lock is refused (NFS4ERR_GRACE); client 1 reclaims its open
+      (CLAIM_PREVIOUS) and its lock (reclaim): granted, nasgwd giving the
+      dead session's range to the reclaim. After the grace period client 2
+      is denied by the reclaimed lock; client 1 releases and client 2 gets it
   away (v4)
       client 1 holds a lock: client 2 stays denied for two lease periods
       (the holder renews its lease); client 1 is SIGKILLed: client 2 is
@@ -24,7 +33,7 @@ Ganesha's NLM grants no lock unless it can register the client with the
 server's rpc.statd (NLM4_DENIED_NOLOCKS otherwise), so the test runs
 rpc.statd in the server's namespaces, next to ganesha's rpcbind.
 
-  nfs_locks.py --build BUILD_DIR [--only basic-v4 basic-v3 cross away]
+  nfs_locks.py --build BUILD_DIR [--only basic-v4 basic-v3 cross restart away]
   nfs_locks.py --nasgwd X --cli X --fsal X --lock-tool X
 """
 
@@ -46,6 +55,8 @@ import nasgwlab  # noqa: E402
 import nfslab  # noqa: E402
 
 LEASE_S = 10           # ganesha's NFSv4 lease here (default 60)
+GRACE_S = 10           # its grace period in the restart section (at least the lease)
+SESSION_GRACE_S = 30   # nasgwd keeps a dead head's session (and its locks) this long
 TOOL_TIMEOUT_S = 60    # one nasgw-nfs-lock run (it gives up on an RPC after 30 s)
 STATD_TIMEOUT_S = 10
 FILE = "vol1/locked.bin"
@@ -83,9 +94,11 @@ class Locker:
             line += " (exit %d, stderr %s)" % (p.returncode, p.stderr.strip()[-300:])
         return line
 
-    def hold(self, client, version, typ, start, length):
-        """A lock kept until release(); .line is the tool's answer."""
-        h = Holder(client.popen(self.argv(client, version, "lock", typ, start, length, hold=True),
+    def hold(self, client, version, typ, start, length, op="lock"):
+        """A lock kept until release(); .line is the tool's answer. op
+        "reclaim": an NFSv4.0 open and lock that Holder.send("reclaim")
+        reclaims after a server restart."""
+        h = Holder(client.popen(self.argv(client, version, op, typ, start, length, hold=op == "lock"),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         self.holders.append(h)
         h.line = h.read_line(TOOL_TIMEOUT_S)
@@ -123,6 +136,10 @@ class Holder:
             self.kill()
             return None, "did not exit within %ds of stdin EOF" % TOOL_TIMEOUT_S
         return rc, self.p.stderr.read().strip()
+
+    def send(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
 
     def alive(self):
         return self.p.poll() is None
@@ -251,6 +268,49 @@ def test_cross(lk, lab):
         check(r == "granted", "cross: then client 2's v%d lock is granted" % tv, r)
 
 
+def restart_ganesha(server, graceless):
+    """SIGKILLs ganesha and starts it again (same recovery directory), with
+    or without a grace period; returns the log offset from before."""
+    server.kill()
+    server.config.graceless = graceless
+    server.config.grace_period = None if graceless else GRACE_S
+    offset = server.log_size()
+    server.start_ganesha()
+    return offset
+
+
+def grace_over(server, offset, timeout):
+    """Waits until ganesha's log says its grace period ended (its only event)."""
+    ok, _ = until(lambda: "NOT IN GRACE" in server.log_since(offset), timeout, 0.2)
+    return ok
+
+
+def test_restart(lk, lab, server):
+    c1, c2 = lab.client(1), lab.client(2)
+    offset = restart_ganesha(server, graceless=False)
+    check(grace_over(server, offset, GRACE_S + 20), "restart: ganesha with a grace period starts and ends it")
+    h = lk.hold(c1, 4, "write", 0, 100, op="reclaim")
+    check(h.line == "granted", "restart: client 1 holds an open and a v4 write lock on [0,100)", h.line)
+    t_kill = time.monotonic()
+    offset = restart_ganesha(server, graceless=False)
+    r = lk.run(c2, 4, "lock", "write", 50, 10)
+    check(r != "granted" and "GRACE" in r, "restart: in the grace period client 2's lock is refused", r)
+    h.send("reclaim")
+    line = h.read_line(TOOL_TIMEOUT_S)
+    took = time.monotonic() - t_kill
+    check(line == "reclaimed", "restart: client 1 reclaims its open and its lock in the grace period", line)
+    check(took < SESSION_GRACE_S - 5, "restart: ... while nasgwd still kept the dead ganesha's session and its "
+          "lock (%.1f s after the kill, the session's grace %d s)" % (took, SESSION_GRACE_S))
+    check(grace_over(server, offset, GRACE_S + 20), "restart: the grace period ends")
+    r = lk.run(c2, 4, "lock", "write", 50, 10)
+    check(conflict_named(r, 0, 100, "write"), "restart: then client 2 is denied by client 1's reclaimed lock", r)
+    rc, err = h.release()
+    check(rc == 0, "restart: client 1 releases (LOCKU, CLOSE)", "exit %s %s" % (rc, err))
+    r = lk.run(c2, 4, "lock", "write", 50, 10)
+    check(r == "granted", "restart: then client 2's lock is granted", r)
+    restart_ganesha(server, graceless=True)
+
+
 def test_away(lk, lab, server):
     c1, c2 = lab.client(1), lab.client(2)
     h = lk.hold(c1, 4, "write", 0, 100)
@@ -279,7 +339,7 @@ def test_away(lk, lab, server):
 
 # ---- main ---------------------------------------------------------------------------------
 
-SECTIONS = ["basic-v4", "basic-v3", "cross", "away"]
+SECTIONS = ["basic-v4", "basic-v3", "cross", "restart", "away"]
 
 
 def main():
@@ -331,7 +391,8 @@ def main():
         statd = start_statd(lab, server)
 
         for name, fn in (("basic-v4", lambda: test_basic(lk, lab, 4, node)), ("basic-v3", lambda: test_basic(lk, lab, 3, node)),
-                         ("cross", lambda: test_cross(lk, lab)), ("away", lambda: test_away(lk, lab, server))):
+                         ("cross", lambda: test_cross(lk, lab)), ("restart", lambda: test_restart(lk, lab, server)),
+                         ("away", lambda: test_away(lk, lab, server))):
             if a.only and name not in a.only:
                 continue
             print("== %s" % name, flush=True)

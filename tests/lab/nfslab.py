@@ -295,13 +295,17 @@ class GaneshaConfig:
     extra: literal text appended (other top-level blocks).
     delegations: NFSV4 Delegations = true (off by default, as ganesha's).
     lease_lifetime: NFSV4 Lease_Lifetime in seconds (ganesha's default: 60).
+    graceless: NFSV4 Graceless (default true: tests must not wait out a grace
+        period). False for a test of reclaims: ganesha then starts in a grace
+        period of grace_period seconds (ganesha's default: 90; with NLM on it
+        lasts that long whatever the clients do).
         Only here: a second NFSV4 block in `extra` would reset the first's
         settings to their defaults (ganesha re-initialises a block per copy).
     """
 
     def __init__(self, exports=(), exports_file=None, nasgw_socket=None, plugins=None,
                  log_level="EVENT", components=None, minor_versions="0, 1, 2", mount_path_pseudo=True,
-                 extra="", lease_lifetime=None, delegations=False):
+                 extra="", lease_lifetime=None, delegations=False, graceless=True, grace_period=None):
         self.exports = list(exports)
         self.exports_file = exports_file
         self.nasgw_socket = nasgw_socket
@@ -313,6 +317,8 @@ class GaneshaConfig:
         self.extra = extra
         self.lease_lifetime = lease_lifetime
         self.delegations = delegations
+        self.graceless = graceless
+        self.grace_period = grace_period
 
     def render(self, plugins_dir, recovery_root):
         comps = "".join("        %s = %s;\n" % kv for kv in sorted(self.components.items()))
@@ -331,7 +337,8 @@ class GaneshaConfig:
             "    Plugins_Dir = %s;" % conf_str(plugins_dir),
             "}",
             "NFSV4 {",
-            "    Graceless = true;",            # tests must not wait out a 90 s grace period
+            "    Graceless = %s;" % ("true" if self.graceless else "false"),
+            "    Grace_Period = %d;" % self.grace_period if self.grace_period else "",
             # nasgw offers no pNFS layouts; Ganesha advertises itself as a pNFS
             # metadata server unless told not to, and clients then send
             # LAYOUTGET only to be refused (nfs-rs then reuses a slot's

@@ -28,6 +28,17 @@
  *   "return" on stdin sends DELEGRETURN and prints "returned". At EOF it
  *   CLOSEs.
  *
+ * --op reclaim (NFSv4.0) holds an OPEN and a LOCK of the range under a
+ *   client identity of its own (prints "granted", or "denied"), renewing its
+ *   lease every --renew-ms (default 1 s; a renewal that fails is reported on
+ *   stderr, not fatal: the server may be restarting). A line "reclaim" on
+ *   stdin says the server restarted: it connects again (port 2049), sends
+ *   SETCLIENTID with the same id and verifier, an OPEN with CLAIM_PREVIOUS
+ *   (NFS4ERR_GRACE and NFS4ERR_DELAY waited out) and a LOCK with reclaim
+ *   set, as a client does in the server's grace period, and prints
+ *   "reclaimed", or "reclaim refused: OPEN|LOCK NFS4ERR_..." (exit 1). At EOF
+ *   it sends LOCKU and CLOSE.
+ *
  * --op write (NFSv3) writes TEXT at offset --start with one WRITE (FILE_SYNC)
  *   on the file handle libnfs's open found, as a kernel client does it: an
  *   NFS3ERR_JUKEBOX answer (the server is recalling a delegation or, with
@@ -122,6 +133,7 @@ struct options {
 	bool open;             /* --op open */
 	bool write_data;       /* --op write */
 	bool deleg;            /* --op deleg */
+	bool reclaim;          /* --op reclaim */
 	const char *data;      /* --data */
 	uint32_t share_access; /* --access */
 	uint32_t share_deny;   /* --deny */
@@ -378,25 +390,36 @@ static void put_fh(nfs_argop4 *op, const struct nfs_fh *fh)
 
 /* A client identity of our own (SETCLIENTID, SETCLIENTID_CONFIRM) on the
  * connection; false (message in err) if the server refused it. */
+static bool v4_client(struct rpc_context *rpc, const struct options *o, const char *id, const verifier4 verf,
+		      const char *cb_addr, clientid4 *clientid, char *err, size_t errlen);
+
 static bool v4_new_client(struct rpc_context *rpc, const struct options *o, const char *tag,
 			  const char *cb_addr, clientid4 *clientid, char *err, size_t errlen)
 {
 	char id[128];
 	verifier4 verf;
-	nfs_argop4 op[1];
-	struct call c;
 	uint64_t r = ((uint64_t)getpid() << 32) ^ (uint64_t)now_ms();
 
 	snprintf(id, sizeof(id), "nasgw-nfs-lock %s pid:%d t:%" PRId64, tag, (int)getpid(), now_ms());
 	memcpy(verf, &r, sizeof(verf));
+	return v4_client(rpc, o, id, verf, cb_addr, clientid, err, errlen);
+}
+
+/* The client identity `id` with verifier `verf` (the same pair after a
+ * server restart is the same client, which may then reclaim). */
+static bool v4_client(struct rpc_context *rpc, const struct options *o, const char *id, const verifier4 verf,
+		      const char *cb_addr, clientid4 *clientid, char *err, size_t errlen)
+{
+	nfs_argop4 op[1];
+	struct call c;
 
 	memset(op, 0, sizeof(op));
 	memset(&c, 0, sizeof(c));
 	op[0].argop = OP_SETCLIENTID;
 	SETCLIENTID4args *sc = &op[0].nfs_argop4_u.opsetclientid;
-	memcpy(sc->client.verifier, verf, sizeof(verf));
+	memcpy(sc->client.verifier, verf, sizeof(verifier4));
 	sc->client.id.id_len = strlen(id);
-	sc->client.id.id_val = id;
+	sc->client.id.id_val = (char *)id;
 	sc->callback.cb_program = cb_addr != NULL ? CB_PROGRAM_ID : 0; /* 0: no callbacks */
 	sc->callback.cb_location.r_netid = "tcp";
 	sc->callback.cb_location.r_addr = cb_addr != NULL ? (char *)cb_addr : "0.0.0.0.0.0";
@@ -934,6 +957,247 @@ static uint32_t v4_lease_time(struct rpc_context *rpc, const struct nfs_fh *fh, 
 	return c.lease_time;
 }
 
+/* ---- NFSv4.0: a lock held across a server restart, and reclaimed ----------- */
+
+static void connect_cb(struct rpc_context *rpc, int status, void *data, void *priv);
+
+static void lock_cb(struct rpc_context *rpc, int status, void *data, void *priv)
+{
+	struct call *c = priv;
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return;
+	}
+	const COMPOUND4res *res = data;
+	c->done = c->ok = true;
+	c->status = res->status;
+	const nfs_resop4 *r = find_op(res, OP_LOCK);
+	if (res->status == NFS4_OK && r != NULL)
+		c->stateid = r->nfs_resop4_u.oplock.LOCK4res_u.resok4.lock_stateid;
+	r = find_op(res, OP_LOCKU);
+	if (res->status == NFS4_OK && r != NULL)
+		c->stateid = r->nfs_resop4_u.oplocku.LOCKU4res_u.lock_stateid;
+}
+
+struct v4_lock {
+	char owner[64];
+	stateid4 stateid;
+	seqid4 seqid; /* the lock owner's next seqid */
+};
+
+/* An OPEN by a new open owner (`tag` in its name) of the file, CLAIM_NULL or
+ * (`previous`) CLAIM_PREVIOUS, confirmed; NFS4ERR_DELAY and NFS4ERR_GRACE
+ * are waited out until the timeout. NFS4_OK, another nfsstat4 (the open
+ * refused), or -1 (err says why: the server did not answer). */
+static int v4_open_claim(struct v4_open *v, const struct options *o, const char *tag, bool previous, char *err,
+			 size_t errlen)
+{
+	nfs_argop4 op;
+	struct call c;
+	int64_t deadline = now_ms() + o->timeout_ms;
+
+	for (int attempt = 0;; attempt++) {
+		OPEN4args *a = &op.nfs_argop4_u.opopen;
+
+		snprintf(v->owner, sizeof(v->owner), "nasgw-nfs-lock-%s:%d:%d", tag, (int)getpid(), attempt);
+		v->seqid = 0;
+		memset(&op, 0, sizeof(op));
+		op.argop = OP_OPEN;
+		a->seqid = v->seqid;
+		a->share_access = OPEN4_SHARE_ACCESS_BOTH;
+		a->share_deny = OPEN4_SHARE_DENY_NONE;
+		a->owner.clientid = v->clientid;
+		a->owner.owner.owner_len = strlen(v->owner);
+		a->owner.owner.owner_val = v->owner;
+		a->openhow.opentype = OPEN4_NOCREATE;
+		if (previous) {
+			a->claim.claim = CLAIM_PREVIOUS;
+			a->claim.open_claim4_u.delegate_type = OPEN_DELEGATE_NONE;
+		} else {
+			a->claim.claim = CLAIM_NULL;
+			a->claim.open_claim4_u.file = v->name;
+		}
+		/* CLAIM_PREVIOUS names the file by the current filehandle. */
+		if (!v4_path_compound(v, o, previous, &op, open_cb, &c, "OPEN", err, errlen))
+			return -1;
+		if ((c.status != NFS4ERR_DELAY && c.status != NFS4ERR_GRACE) || now_ms() > deadline)
+			break;
+		usleep(100000);
+	}
+	if (c.status != NFS4_OK)
+		return c.status;
+	v->seqid++;
+	v->stateid = c.stateid;
+	if (c.rflags & OPEN4_RESULT_CONFIRM) {
+		memset(&op, 0, sizeof(op));
+		op.argop = OP_OPEN_CONFIRM;
+		op.nfs_argop4_u.opopen_confirm.open_stateid = v->stateid;
+		op.nfs_argop4_u.opopen_confirm.seqid = v->seqid;
+		if (!v4_path_compound(v, o, true, &op, open_cb, &c, "OPEN_CONFIRM", err, errlen))
+			return -1;
+		if (c.status != NFS4_OK)
+			return c.status;
+		v->seqid++;
+		v->stateid = c.stateid;
+	}
+	return NFS4_OK;
+}
+
+/* LOCK of the options' range by a new lock owner of the open (`reclaim`:
+ * the reclaim flag). NFS4_OK, another nfsstat4, or -1 (err says why). */
+static int v4_lock_new_owner(struct v4_open *v, struct v4_lock *l, const struct options *o, const char *tag,
+			     bool reclaim, char *err, size_t errlen)
+{
+	nfs_argop4 op;
+	struct call c;
+	LOCK4args *a = &op.nfs_argop4_u.oplock;
+
+	snprintf(l->owner, sizeof(l->owner), "nasgw-nfs-lock-%s:%d", tag, (int)getpid());
+	memset(&op, 0, sizeof(op));
+	op.argop = OP_LOCK;
+	a->locktype = o->write ? WRITE_LT : READ_LT;
+	a->reclaim = reclaim;
+	a->offset = o->start;
+	a->length = o->len == 0 ? UINT64_MAX : o->len;
+	a->locker.new_lock_owner = 1;
+	open_to_lock_owner4 *ol = &a->locker.locker4_u.open_owner;
+	ol->open_seqid = v->seqid;
+	ol->open_stateid = v->stateid;
+	ol->lock_seqid = 0;
+	ol->lock_owner.clientid = v->clientid;
+	ol->lock_owner.owner.owner_len = strlen(l->owner);
+	ol->lock_owner.owner.owner_val = l->owner;
+	if (!v4_path_compound(v, o, true, &op, lock_cb, &c, "LOCK", err, errlen))
+		return -1;
+	v->seqid++; /* the open owner's seqid moves on whatever the answer */
+	if (c.status != NFS4_OK)
+		return c.status;
+	l->stateid = c.stateid;
+	l->seqid = 1;
+	return NFS4_OK;
+}
+
+/* LOCKU of the range, then CLOSE. */
+static bool v4_unlock_close(struct v4_open *v, struct v4_lock *l, const struct options *o, char *err,
+			    size_t errlen)
+{
+	nfs_argop4 op;
+	struct call c;
+
+	memset(&op, 0, sizeof(op));
+	op.argop = OP_LOCKU;
+	op.nfs_argop4_u.oplocku.locktype = o->write ? WRITE_LT : READ_LT;
+	op.nfs_argop4_u.oplocku.seqid = l->seqid;
+	op.nfs_argop4_u.oplocku.lock_stateid = l->stateid;
+	op.nfs_argop4_u.oplocku.offset = o->start;
+	op.nfs_argop4_u.oplocku.length = o->len == 0 ? UINT64_MAX : o->len;
+	if (!v4_path_op(v, o, &op, lock_cb, &c, "LOCKU", err, errlen))
+		return false;
+	return v4_close(v, o, err, errlen);
+}
+
+/* --op reclaim: an OPEN and a LOCK under a client identity of our own, then
+ * held (RENEW every renew_ms) until stdin reaches EOF. A line "reclaim" on
+ * stdin says the server restarted: a new connection, the same identity
+ * (SETCLIENTID with the same id and verifier), an OPEN with CLAIM_PREVIOUS
+ * and a LOCK with reclaim set, as a client does in a server's grace period;
+ * prints "reclaimed", or "reclaim refused: OP NFS4ERR_..." and exits 1. */
+static int run_reclaim(struct nfs_context *nfs, const struct nfs_url *u, const struct options *o)
+{
+	struct v4_open vo;
+	struct v4_lock lk;
+	char err[1024] = "", id[128];
+	verifier4 verf;
+	uint64_t r = ((uint64_t)now_ms() << 20) ^ (uint64_t)getpid();
+	struct rpc_context *fresh = NULL;
+	int rc;
+
+	memset(&vo, 0, sizeof(vo));
+	memset(&lk, 0, sizeof(lk));
+	snprintf(id, sizeof(id), "nasgw-nfs-lock reclaim pid:%d t:%" PRId64, (int)getpid(), now_ms());
+	memcpy(verf, &r, sizeof(verf));
+	vo.rpc = nfs_get_rpc_context(nfs);
+	snprintf(vo.path, sizeof(vo.path), "%s/%s", u->path, u->file);
+	if (!v4_walk(&vo, err, sizeof(err)))
+		return say_error("%s", err);
+	if (!v4_client(vo.rpc, o, id, verf, NULL, &vo.clientid, err, sizeof(err)))
+		return say_error("%s", err);
+	rc = v4_open_claim(&vo, o, "open", false, err, sizeof(err));
+	if (rc != NFS4_OK)
+		return rc < 0 ? say_error("%s", err) : say_error("OPEN: %s (%d)", nfsstat4_name(rc), rc);
+	rc = v4_lock_new_owner(&vo, &lk, o, "lock", false, err, sizeof(err));
+	if (rc == NFS4ERR_DENIED)
+		return say_denied(NULL);
+	if (rc != NFS4_OK)
+		return rc < 0 ? say_error("%s", err) : say_error("LOCK: %s (%d)", nfsstat4_name(rc), rc);
+	say_granted();
+	const int renew_ms = o->renew_ms ? o->renew_ms : 1000;
+	for (;;) {
+		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+		int n = poll(&p, 1, renew_ms);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return say_error("poll: %s", strerror(errno));
+		if (n == 0) {
+			/* Renewal; a server that is gone or restarted refuses it
+			 * until we reclaim: not an error here. */
+			nfs_argop4 op;
+			struct call c;
+			memset(&op, 0, sizeof(op));
+			memset(&c, 0, sizeof(c));
+			op.argop = OP_RENEW;
+			op.nfs_argop4_u.oprenew.clientid = vo.clientid;
+			if (!compound(vo.rpc, status_cb, &op, 1, &c, 2000) || c.status != NFS4_OK)
+				fprintf(stderr, "nasgw-nfs-lock: RENEW: %s\n", c.ok ? nfsstat4_name(c.status) : c.err);
+			continue;
+		}
+		char line[256];
+		ssize_t got = read(STDIN_FILENO, line, sizeof(line) - 1);
+		if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+			break; /* EOF: release */
+		if (got <= 0 || strncmp(line, "reclaim", 7) != 0)
+			continue;
+		/* The server restarted: our old connection is dead. */
+		struct call c;
+		memset(&c, 0, sizeof(c));
+		if (fresh != NULL)
+			rpc_destroy_context(fresh);
+		fresh = rpc_init_context();
+		if (fresh == NULL || rpc_connect_async(fresh, u->server, 2049, connect_cb, &c) != 0 ||
+		    !rpc_wait(fresh, &c, o->timeout_ms))
+			return say_error("connect to %s:2049 again: %s", u->server,
+					 fresh ? (c.err[0] ? c.err : rpc_get_error(fresh)) : "no context");
+		vo.rpc = fresh;
+		if (!v4_client(vo.rpc, o, id, verf, NULL, &vo.clientid, err, sizeof(err)))
+			return say_error("%s", err);
+		rc = v4_open_claim(&vo, o, "reopen", true, err, sizeof(err));
+		if (rc < 0)
+			return say_error("%s", err);
+		if (rc != NFS4_OK) {
+			printf("reclaim refused: OPEN %s\n", nfsstat4_name(rc));
+			fflush(stdout);
+			return EXIT_DENIED;
+		}
+		rc = v4_lock_new_owner(&vo, &lk, o, "relock", true, err, sizeof(err));
+		if (rc < 0)
+			return say_error("%s", err);
+		if (rc != NFS4_OK) {
+			printf("reclaim refused: LOCK %s\n", nfsstat4_name(rc));
+			fflush(stdout);
+			return EXIT_DENIED;
+		}
+		printf("reclaimed\n");
+		fflush(stdout);
+	}
+	rc = v4_unlock_close(&vo, &lk, o, err, sizeof(err)) ? EXIT_GRANTED : EXIT_ERROR;
+	if (rc != EXIT_GRANTED)
+		fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
+	if (fresh != NULL)
+		rpc_destroy_context(fresh);
+	return rc;
+}
+
 /* ---- NFSv3: one WRITE --------------------------------------------------------- */
 
 static void write3_cb(struct rpc_context *rpc, int status, void *data, void *priv)
@@ -1236,6 +1500,9 @@ static void usage(FILE *f)
 		"       nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4 --op open\n"
 		"                      --access read|write|both --deny none|read|write|both\n"
 		"                      [--hold] [--renew-ms N] [--timeout-ms N]\n"
+		"       nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4 --op reclaim\n"
+		"                      --type read|write --start N --len N [--renew-ms N]\n"
+		"                      (held until EOF; a line \"reclaim\" reclaims it after a server restart)\n"
 		"prints one line: granted (exit 0), denied [start=S len=L|eof type=T] (1),\n"
 		"error: MSG (2). --hold keeps a granted lock or open until stdin reaches EOF.\n");
 }
@@ -1292,9 +1559,11 @@ int main(int argc, char **argv)
 		case 'o':
 			if (strcmp(optarg, "lock") != 0 && strcmp(optarg, "test") != 0 &&
 			    strcmp(optarg, "open") != 0 && strcmp(optarg, "write") != 0 &&
-			    strcmp(optarg, "deleg") != 0)
-				return say_error("--op must be lock, test, open, write or deleg, not %s", optarg);
-			o.lock = strcmp(optarg, "lock") == 0;
+			    strcmp(optarg, "deleg") != 0 && strcmp(optarg, "reclaim") != 0)
+				return say_error("--op must be lock, test, open, write, deleg or reclaim, not %s",
+						 optarg);
+			o.reclaim = strcmp(optarg, "reclaim") == 0;
+			o.lock = strcmp(optarg, "lock") == 0 || o.reclaim;
 			o.open = strcmp(optarg, "open") == 0;
 			o.write_data = strcmp(optarg, "write") == 0;
 			o.deleg = strcmp(optarg, "deleg") == 0;
@@ -1379,6 +1648,8 @@ int main(int argc, char **argv)
 		return say_error("--op open and deleg are NFSv4 (version=4 in the URL)");
 	if (o.write_data && o.version != 3)
 		return say_error("--op write is NFSv3 (version=3 in the URL)");
+	if (o.reclaim && o.version != 4)
+		return say_error("--op reclaim is NFSv4.0 (version=4 in the URL)");
 
 	struct nfs_context *nfs = nfs_init_context();
 	if (nfs == NULL)
@@ -1408,6 +1679,10 @@ int main(int argc, char **argv)
 	nfs_set_timeout(nfs, o.timeout_ms);
 	if (nfs_mount(nfs, u->server, u->path) != 0) {
 		rc = say_error("mount %s:%s (NFSv%d): %s", u->server, u->path, o.version, nfs_get_error(nfs));
+		goto out;
+	}
+	if (o.reclaim) {
+		rc = run_reclaim(nfs, u, &o);
 		goto out;
 	}
 	if (o.open) {
