@@ -66,6 +66,14 @@ void SetSocketTimeout(int fd, int opt, uint32_t ms) {
   ::setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv));
 }
 
+void SetKeepalive(int fd, int idle_s, int interval_s, int probes) {
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+}
+
 Result<int> DialTcp(const std::string& peer, uint32_t timeout_ms, uint32_t send_timeout_ms, std::string_view what) {
   socklen_t len = 0;
   auto addr = ParseSockAddr(peer, &len, what);

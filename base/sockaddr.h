@@ -33,5 +33,9 @@ bool SameHost(const sockaddr_storage& a, const sockaddr_storage& b);
 std::string HostText(const sockaddr_storage& a);
 // SO_RCVTIMEO or SO_SNDTIMEO (`opt`) in milliseconds.
 void SetSocketTimeout(int fd, int opt, uint32_t ms);
+// TCP keepalives on `fd`: probes after `idle_s` seconds of silence, every
+// `interval_s`, the connection failing after `probes` unanswered ones (a
+// peer whose machine died sends no RST).
+void SetKeepalive(int fd, int idle_s, int interval_s, int probes);
 
 }  // namespace nasgw

@@ -116,8 +116,10 @@ struct MirrorServer::Store {
   }
 };
 
-Result<std::unique_ptr<MirrorServer>> MirrorServer::Start(const std::string& listen, const std::string& peer) {
+Result<std::unique_ptr<MirrorServer>> MirrorServer::Start(const std::string& listen, const std::string& peer,
+                                                          uint32_t hello_timeout_ms) {
   std::unique_ptr<MirrorServer> s(new MirrorServer());
+  s->hello_timeout_ms_ = hello_timeout_ms;
   socklen_t plen = 0;
   auto p = ParseSockAddr(peer, &plen, "[cluster] mirror_peer");
   if (!p.ok()) return p.status();
@@ -166,7 +168,7 @@ void MirrorServer::AcceptLoop() {
       continue;
     }
     MutexLock l(mu_);
-    if (stop_ || serving_ >= 4) {  // the partner has one stream and at most a fetch
+    if (stop_ || serving_ >= kConnectionsMax) {
       ::close(fd);
       if (stop_) return;
       continue;
@@ -192,6 +194,9 @@ MirrorServer::Store* MirrorServer::StoreLocked(const Uuid& reserve, uint32_t dom
 
 void MirrorServer::Serve(int fd) {
   SetSocketTimeout(fd, SO_SNDTIMEO, kMirrorSendTimeoutMs);
+  // The hello comes at once or not at all: a partner that died in the
+  // handshake must not hold one of the few connections for ever.
+  SetSocketTimeout(fd, SO_RCVTIMEO, hello_timeout_ms_);
   Frame type{};
   std::string payload;
   auto refuse = [&](const std::string& why) {
@@ -239,6 +244,10 @@ void MirrorServer::Serve(int fd) {
     return;
   }
   if (mode != kModeStream) return refuse("unknown mirror mode " + std::to_string(mode));
+  // A stream may be idle for long (no writes): no read timeout, but
+  // keepalives end it when the owner's machine is gone.
+  SetSocketTimeout(fd, SO_RCVTIMEO, 0);
+  SetKeepalive(fd, /*idle_s=*/5, /*interval_s=*/2, /*probes=*/3);
   Stream(fd, h);
 }
 

@@ -75,8 +75,13 @@ class MirrorServer {
     uint64_t received = 0;                 // entries since the stream began
     bool connected = false, frozen = false;
   };
-  // Listens on `listen` ("host:port"); only `peer`'s host may connect.
-  static Result<std::unique_ptr<MirrorServer>> Start(const std::string& listen, const std::string& peer);
+  // Listens on `listen` ("host:port"); only `peer`'s host may connect. It
+  // serves at most kConnectionsMax connections (the partner has one stream
+  // and at most a fetch); one that sends no hello within
+  // `hello_timeout_ms` is closed.
+  static constexpr int kConnectionsMax = 4;
+  static Result<std::unique_ptr<MirrorServer>> Start(const std::string& listen, const std::string& peer,
+                                                     uint32_t hello_timeout_ms = 10'000);
   ~MirrorServer();
   MirrorServer(const MirrorServer&) = delete;
   MirrorServer& operator=(const MirrorServer&) = delete;
@@ -115,6 +120,7 @@ class MirrorServer {
 
   int listen_fd_ = -1;
   uint16_t port_ = 0;
+  uint32_t hello_timeout_ms_ = 10'000;
   sockaddr_storage peer_{};
   mutable Mutex mu_;
   mutable CondVar cv_;  // a store changed, a connection ended

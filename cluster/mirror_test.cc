@@ -3,8 +3,13 @@
 #include <atomic>
 #include <thread>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include "base/sockaddr.h"
 #include "block/mem_device.h"
 #include "fs/testing/holding_device.h"
 
@@ -243,6 +248,31 @@ TEST_F(MirrorTest, ThePartnerHoldsOnlyWhatTheArrayLacksAndAFetchGetsIt) {
   const uint64_t session = log->session();
   EXPECT_TRUE(server_->WaitHeld([&](const auto& h) { return h[0].session == session && h[0].entries <= 1; }, 10'000));
   again->Close();
+}
+
+// Connections that never say hello (a partner whose machine died in the
+// handshake) are closed after the hello timeout: they do not take the few
+// connections the partner's stream and fetches need for ever.
+TEST_F(MirrorTest, ConnectionsWithoutAHelloAreClosed) {
+  auto s = MirrorServer::Start("127.0.0.1:0", "127.0.0.1:1", /*hello_timeout_ms=*/300);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::string peer = "127.0.0.1:" + std::to_string((*s)->port());
+  std::vector<int> silent;
+  for (int i = 0; i < MirrorServer::kConnectionsMax; i++) {
+    auto fd = DialTcp(peer, 5000, 5000, "test");
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    silent.push_back(*fd);
+  }
+  // Each is closed by the server (EOF here), without a word from us.
+  for (int fd : silent) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 10'000), 1) << "the server still holds a silent connection";
+    char b = 0;
+    EXPECT_LE(::recv(fd, &b, 1, 0), 0);
+    ::close(fd);
+  }
+  auto fetched = FetchMirror(peer, reserve_, 0);
+  EXPECT_TRUE(fetched.ok()) << fetched.status().ToString();
 }
 
 // Only the configured partner may connect.

@@ -631,12 +631,8 @@ void HeadServer::Impl::RelayLoop(const std::shared_ptr<Relay>& r) {
     // A partner whose machine died sends no RST: keepalives find it on an
     // idle connection, and bytes it does not acknowledge for a minute fail
     // the relay (a takeover cuts the relays before that anyway).
-    const int on = 1, idle_s = 5, interval_s = 2, probes = 3;
     const unsigned int user_timeout_ms = kRelayUserTimeoutMs;
-    ::setsockopt(*up, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
-    ::setsockopt(*up, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
-    ::setsockopt(*up, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
-    ::setsockopt(*up, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+    SetKeepalive(*up, /*idle_s=*/5, /*interval_s=*/2, /*probes=*/3);
     ::setsockopt(*up, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
     int down = -1;
     {
