@@ -1,17 +1,18 @@
 #include "cluster/mirror.h"
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
-
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include "base/sockaddr.h"
 #include "block/mem_device.h"
 #include "fs/testing/holding_device.h"
+
+#include <sys/socket.h>
 
 namespace nasgw::cluster {
 namespace {
