@@ -1056,6 +1056,8 @@ json ToJson(const pb::Cluster& c) {
           {"forwarding", c.forwarding()},
           {"partner_connections", c.partner_connections()},
           {"tickles_sent", c.tickles_sent()},
+          {"partner_nfs_clients", c.partner_nfs_clients()},
+          {"takeover_graces", c.takeover_graces()},
           {"vip_error", c.vip_error()}};
 }
 
@@ -1104,6 +1106,11 @@ void PrintCluster(const pb::Cluster& c) {
     p.push_back({"clients", "the partner has " + std::to_string(c.partner_connections()) +
                                 " client connections to the addresses (as it last listed them); " +
                                 std::to_string(c.tickles_sent()) + " tickle ACKs sent from here"});
+  }
+  if (c.partner_nfs_clients() >= 0) {
+    p.push_back({"reclaims", std::to_string(c.partner_nfs_clients()) +
+                                 " NFSv4 clients of the partner may reclaim here after a takeover; " +
+                                 std::to_string(c.takeover_graces()) + " grace periods started"});
   }
   if (c.peers().empty()) p.push_back({"peers", "none heard"});
   for (const auto& peer : c.peers()) {

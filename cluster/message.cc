@@ -193,4 +193,51 @@ std::optional<Connections> DecodeConnections(std::string_view bytes) {
   return c;
 }
 
+bool RecoveryPathOk(std::string_view path) {
+  if (path.empty() || path.size() > 4095 || path.front() == '/' || path.find('\0') != std::string_view::npos) {
+    return false;
+  }
+  if (path.back() == '/') path.remove_suffix(1);
+  while (!path.empty()) {
+    const size_t slash = path.find('/');
+    const std::string_view c = path.substr(0, slash);
+    if (c.empty() || c.size() > 255 || c == "." || c == "..") return false;
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+    if (path.empty()) return false;  // "a//" or a trailing "//"
+  }
+  return true;
+}
+
+std::string EncodeRecovery(const Recovery& r) {
+  Encoder e;
+  e.U8(kMessageVersion);
+  e.U8(static_cast<uint8_t>(MessageKind::kRecovery));
+  PutUuid(e, r.from);
+  size_t n = 0, bytes = 0;
+  while (n < r.entries.size() && n < kRecoveryEntriesMax && bytes + r.entries[n].size() + 2 <= kRecoveryBytesMax) {
+    bytes += r.entries[n++].size() + 2;
+  }
+  e.U32(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; i++) e.Str16(r.entries[i]);
+  return e.Release();
+}
+
+std::optional<Recovery> DecodeRecovery(std::string_view bytes) {
+  if (bytes.size() > kRecoveryBytesMax + 64) return std::nullopt;
+  Decoder d(bytes);
+  if (d.U8() != kMessageVersion || d.U8() != static_cast<uint8_t>(MessageKind::kRecovery)) return std::nullopt;
+  Recovery r;
+  r.from = GetUuid(d);
+  const uint32_t n = d.U32();
+  if (!d.ok() || n > kRecoveryEntriesMax) return std::nullopt;
+  r.entries.reserve(n);
+  for (uint32_t i = 0; i < n; i++) {
+    std::string p = d.Str16();
+    if (!d.ok() || !RecoveryPathOk(p)) return std::nullopt;
+    r.entries.push_back(std::move(p));
+  }
+  return r;
+}
+
 }  // namespace nasgw::cluster

@@ -31,7 +31,31 @@ enum class MessageKind : uint8_t {
   kGiveBack = 2,     // a standby asks the owner to give the reserve back to it (`nasgw cluster takeover`)
   kCatalog = 3,      // the owner's NFS exports and SMB shares, for a partner that forwards its heads to it
   kConnections = 4,  // the client TCP connections to the addresses a node holds, for tickle ACKs after a move
+  kRecovery = 5,     // the NFSv4 client records of a node's ganesha, for reclaims after a move
 };
+
+// The NFSv4 client records of a node's ganesha (its fs recovery backend's
+// directory, daemon/nfs_recovery.h): paths relative to it, a directory's
+// with a trailing '/'. The partner keeps them, and after it takes the
+// node's addresses its ganesha lets those clients reclaim in a grace
+// period. Sent when they change and every few heartbeats; at most
+// kRecoveryEntriesMax paths, kRecoveryBytesMax in all (more are left out:
+// those clients cannot reclaim).
+constexpr size_t kRecoveryEntriesMax = 4096;
+constexpr size_t kRecoveryBytesMax = 256u << 10;
+struct Recovery {
+  Uuid from;
+  std::vector<std::string> entries;
+  bool operator==(const Recovery&) const = default;
+};
+std::string EncodeRecovery(const Recovery& r);
+// nullopt for another kind, a damaged message, or an entry that is not a
+// plain relative path (empty, absolute, '.', '..', a NUL).
+std::optional<Recovery> DecodeRecovery(std::string_view bytes);
+// Whether `path` may name a record under the recovery directory: relative,
+// components of 1..255 bytes other than "." and "..", no NUL, at most 4095
+// bytes, a trailing '/' for a directory.
+bool RecoveryPathOk(std::string_view path);
 
 // The established client connections to the virtual IPs a node holds
 // (cluster::VipSet::Connections), sent when they change and every few

@@ -334,6 +334,8 @@ void Fill(const ClusterStatus& c, pb::Cluster* out) {
   out->set_forwarding(c.forwarding);
   out->set_partner_connections(c.partner_connections);
   out->set_tickles_sent(c.tickles_sent);
+  out->set_partner_nfs_clients(c.partner_nfs_clients);
+  out->set_takeover_graces(c.takeover_graces);
   for (const auto& e : c.last_takeover) {
     auto* q = out->add_last_takeover();
     q->set_wall_unix_ns(e.wall_ns);

@@ -832,6 +832,16 @@ void ParseNfs(const Section& s, Config* c, Errors* errors) {
       errors->Add("nfs.ganesha_pid_file", "set but nfs.exports_file is not (nasgwd signals Ganesha after writing it)");
     }
   }
+  if (s.String("ganesha_recovery_dir", &c->nfs_ganesha_recovery_dir) && !c->nfs_ganesha_recovery_dir.empty()) {
+    CheckAbsolutePath("nfs.ganesha_recovery_dir", &c->nfs_ganesha_recovery_dir, errors);
+  }
+  if (s.String("ganesha_dbus", &c->nfs_ganesha_dbus) && !c->nfs_ganesha_dbus.empty()) {
+    const std::string& a = c->nfs_ganesha_dbus;
+    if (a.find(':') == std::string::npos || a.find_first_of(" \t\n\r") != std::string::npos || a.size() > 1024) {
+      errors->Add("nfs.ganesha_dbus",
+                  Quote(a) + " is not a DBus address (e.g. \"unix:path=/run/dbus/system_bus_socket\")");
+    }
+  }
 }
 
 void ParseSmb(const Section& s, Config* c, Errors* errors) {
@@ -929,7 +939,9 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   }
   Section shutdown("shutdown", table("shutdown"), {"drain_ms"}, &errors);
   shutdown.Integer("drain_ms", 0, kShutdownDrainMsMax, &c.drain_ms);
-  ParseNfs(Section("nfs", table("nfs"), {"exports_file", "ganesha_pid_file"}, &errors), &c, &errors);
+  ParseNfs(Section("nfs", table("nfs"), {"exports_file", "ganesha_pid_file", "ganesha_recovery_dir", "ganesha_dbus"},
+                   &errors),
+           &c, &errors);
   ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
   ParseCluster(Section("cluster", table("cluster"),
                        {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips",

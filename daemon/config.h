@@ -160,6 +160,16 @@ struct Config {
   // Optional: ganesha.nfsd's pid file. After writing exports_file nasgwd
   // sends SIGHUP to that pid if it is a live ganesha.nfsd. Needs exports_file.
   std::string nfs_ganesha_pid_file;
+  // Optional: ganesha's NFSv4 recovery root (NFSV4 { RecoveryRoot }, its fs
+  // backend's). In a pair nasgwd sends its ganesha's client records to the
+  // partner, keeps the partner's beside them, and after taking the
+  // partner's addresses starts a grace period in its ganesha (over DBus)
+  // in which those clients reclaim their opens and locks
+  // (daemon/nfs_recovery.h). Empty: none of this.
+  std::string nfs_ganesha_recovery_dir;
+  // The DBus bus ganesha's admin interface is on: an address
+  // ("unix:path=..."); empty: the system bus.
+  std::string nfs_ganesha_dbus;
 
   // [smb]
   // Optional: where nasgwd writes the SMB shares as smb.conf sections (the

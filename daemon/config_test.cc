@@ -898,6 +898,12 @@ TEST_F(ConfigTest, NfsExportsFileAndGaneshaPidFile) {
   ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "\""), {"nfs.exports_file:", "is a directory"});
   ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "/my exports.conf\""),
                 {"nfs.exports_file:", "[A-Za-z0-9._/-]"});
+  c = Parse(Cfg("", "", "[nfs]\nganesha_recovery_dir = \"/var/lib/nfs/ganesha\"\nganesha_dbus = \"unix:path=/x/bus\""));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->nfs_ganesha_recovery_dir, "/var/lib/nfs/ganesha");
+  EXPECT_EQ(c->nfs_ganesha_dbus, "unix:path=/x/bus");
+  ExpectInvalid(Cfg("", "", "[nfs]\nganesha_recovery_dir = \"recov\""), {"nfs.ganesha_recovery_dir", "absolute"});
+  ExpectInvalid(Cfg("", "", "[nfs]\nganesha_dbus = \"no address\""), {"nfs.ganesha_dbus", "not a DBus address"});
   ExpectInvalid(Cfg("", "", "[nfs]\nganesha_pid_file = \"/run/ganesha.pid\""),
                 {"nfs.ganesha_pid_file: set but nfs.exports_file is not"});
   ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "/x.conf\"\nganesha_pid_file = \"ganesha.pid\""),

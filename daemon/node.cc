@@ -19,6 +19,7 @@
 #include "block/iscsi_url.h"
 #include "daemon/export_rules.h"
 #include "daemon/nfs_exports.h"
+#include "daemon/nfs_recovery.h"
 #include "daemon/smb_shares.h"
 
 #include <sys/file.h>
@@ -350,7 +351,12 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
              n->catalog_ = std::move(*cat);  // published by the cluster thread at its next step
            } else if (auto conns = cluster::DecodeConnections(msg); conns && conns->from != n->identity_.id) {
              n->partner_conns_ = std::move(*conns);  // tickled if this node takes their addresses
-           }                                         // else another kind, or a newer version: not ours
+           } else if (auto rec = cluster::DecodeRecovery(msg); rec && rec->from != n->identity_.id) {
+             if (!n->partner_recovery_ || n->partner_recovery_->entries != rec->entries) {
+               n->partner_recovery_dirty_ = true;  // written by the cluster thread at its next step
+             }
+             n->partner_recovery_ = std::move(*rec);
+           }  // else another kind, or a newer version: not ours
          },
          [n](const std::vector<cluster::Member>& members, const std::vector<cluster::Member>& left) {
            MutexLock cl(n->cluster_mu_);
@@ -359,6 +365,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
              // Maybe a partner that (re)started: what it must know at once.
              n->resend_conns_ = true;
              n->resend_catalog_ = true;
+             n->resend_recovery_ = true;
            }
            if (members.empty()) n->monitor_->OnDisconnected(now);
            for (const auto& m : left) n->monitor_->OnLeft(m, now);
@@ -637,8 +644,10 @@ void Node::ClusterStep(uint64_t seq) {
   const bool online = h.state == static_cast<uint8_t>(ReserveState::kOnline);
   RouteHeads(ReserveState(h.state));
   if (online) SendCatalog(seq);
+  KeepPartnerRecovery();  // on disk before ReconcileVips may start a grace period with it
   ReconcileVips(ReserveState(h.state));
   SendConnections(seq);
+  SendRecovery(seq);
   WithdrawExportsUnlessOnline(online);
   h.lan_up = !vips_ || vips_->InterfaceUp();
   VipMasks(&h.vips_assigned, &h.vips_held);
@@ -791,6 +800,72 @@ void Node::SendConnections(uint64_t seq) {
   } else if (joined) {
     resend_conns_ = true;
   }
+}
+
+void Node::SendRecovery(uint64_t seq) {
+  if (config_.nfs_ganesha_recovery_dir.empty()) return;
+  bool truncated = false;
+  auto records = daemon::ListRecovery(config_.nfs_ganesha_recovery_dir, &truncated);
+  if (!records.ok()) return;  // again at the next heartbeat
+  if (truncated && !recovery_truncated_logged_) {
+    NASGW_LOG(kWarn, "cluster") << "more NFSv4 client records than the partner is told of; the rest cannot reclaim "
+                                   "their state after a takeover"
+                                << Kv("listed", records->size());
+    recovery_truncated_logged_ = true;
+  }
+  cluster::Recovery r;
+  r.from = identity_.id;
+  r.entries = std::move(*records);
+  std::string bytes = cluster::EncodeRecovery(r);
+  const bool joined = resend_recovery_.exchange(false);
+  if (!joined && bytes == recovery_sent_ && seq < recovery_sent_seq_ + kCatalogEvery) return;
+  if (interconnect_->Send(bytes).ok()) {
+    recovery_sent_ = std::move(bytes);
+    recovery_sent_seq_ = seq;
+  } else if (joined) {
+    resend_recovery_ = true;
+  }
+}
+
+void Node::KeepPartnerRecovery() {
+  if (config_.nfs_ganesha_recovery_dir.empty()) return;
+  std::vector<std::string> entries;
+  {
+    MutexLock lock(cluster_mu_);
+    if (!partner_recovery_dirty_ || !partner_recovery_) return;
+    entries = partner_recovery_->entries;
+    partner_recovery_dirty_ = false;
+  }
+  nasgw::Status s = daemon::WritePartnerRecovery(config_.nfs_ganesha_recovery_dir, entries);
+  if (!s.ok()) {
+    NASGW_LOG(kWarn, "cluster") << "cannot keep the partner's NFSv4 client records; its clients cannot reclaim here"
+                                << Kv("error", s.ToString());
+    MutexLock lock(cluster_mu_);
+    partner_recovery_dirty_ = true;  // again at the next heartbeat
+    return;
+  }
+  partner_records_ = daemon::CountRecoveryClients(entries);
+}
+
+void Node::StartTakeoverGraceAsync() {
+  if (config_.nfs_ganesha_recovery_dir.empty() || partner_records_.load() == 0) return;
+  if (grace_running_.exchange(true)) return;  // one is being started: it reads the same records
+  if (grace_thread_.joinable()) grace_thread_.join();
+  grace_thread_ = std::thread([this] {
+    const uint64_t t0 = MonotonicNanos();
+    nasgw::Status s = daemon::StartTakeoverGrace(config_.nfs_ganesha_dbus, kGraceCallTimeoutMs);
+    const uint64_t ms = (MonotonicNanos() - t0) / 1'000'000;
+    if (s.ok()) {
+      takeover_graces_++;
+      NASGW_LOG(kWarn, "cluster") << "ganesha is in a grace period: the partner's NFSv4 clients reclaim their state"
+                                  << Kv("clients", partner_records_.load()) << Kv("ms", ms);
+    } else {
+      NASGW_LOG(kError, "cluster") << "cannot start ganesha's grace period; the partner's NFSv4 clients lose their "
+                                      "opens and locks"
+                                   << Kv("error", s.ToString());
+    }
+    grace_running_ = false;
+  });
 }
 
 void Node::WithdrawExportsUnlessOnline(bool online) {
@@ -1040,6 +1115,9 @@ void Node::ReconcileVips(ReserveState state) {
       NASGW_LOG(kWarn, "cluster") << "client addresses added and announced" << Kv("interface", vips_->interface())
                                   << Kv("vips", count(added)) << Kv("held", count(vips_mask_))
                                   << Kv("partner_connections_tickled", tickle_.size());
+      // The partner's NFSv4 clients of these addresses come here now:
+      // ganesha lets them reclaim what they held there.
+      if (online) StartTakeoverGraceAsync();
     }
   } else if (s.ok() && announce_left_ > 0 && announce_mask_ != 0) {
     // Announced again at the next few heartbeats: one ARP can be missed.
@@ -1328,6 +1406,8 @@ ClusterStatus Node::GetCluster() const {
   c.takeovers = takeovers_;
   c.partner_connections = partner_conns_ ? partner_conns_->conns.size() : 0;
   c.tickles_sent = tickles_sent_.load();
+  c.partner_nfs_clients = config_.nfs_ganesha_recovery_dir.empty() ? -1 : static_cast<int64_t>(partner_records_.load());
+  c.takeover_graces = takeover_graces_.load();
   c.last_takeover = last_takeover_;
   return c;
 }
@@ -2187,6 +2267,7 @@ void Node::Shutdown() {
   }
   cluster_cv_.NotifyAll();
   if (cluster_thread_.joinable()) cluster_thread_.join();
+  if (grace_thread_.joinable()) grace_thread_.join();
   if (interconnect_) interconnect_->Stop();
   {
     MutexLock lock(mirror_mu_);

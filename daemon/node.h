@@ -162,6 +162,10 @@ struct ClusterStatus {
   // and the tickles this node sent to clients of addresses it took.
   uint64_t partner_connections = 0;
   uint64_t tickles_sent = 0;
+  // NFSv4 reclaims after a takeover: the partner's client records kept here
+  // (-1: [nfs] ganesha_recovery_dir not set), grace periods started.
+  int64_t partner_nfs_clients = -1;
+  uint64_t takeover_graces = 0;
   std::vector<ClusterEvent> last_takeover;  // its timeline
 };
 
@@ -461,7 +465,8 @@ class Node {
   std::string catalog_published_ GUARDED_BY(vip_mu_);
   std::string catalog_sent_;  // the cluster thread's own
   uint64_t catalog_sent_seq_ = 0;
-  static constexpr uint64_t kCatalogEvery = 10;  // heartbeats between two sendings of an unchanged catalog
+  static constexpr uint64_t kCatalogEvery = 10;          // heartbeats between two sendings of an unchanged catalog
+  static constexpr uint32_t kGraceCallTimeoutMs = 5000;  // ganesha's DBus answer to a grace request
   bool Forwarding() const { return config_.cluster_enabled && !config_.cluster_forward_peer.empty(); }
   void SendCatalog(uint64_t seq);
   static constexpr int kVipAnnounceRepeats = 5;  // gratuitous ARPs again at the next heartbeats
@@ -488,6 +493,25 @@ class Node {
   // to kCatalogEvery later.
   std::atomic<bool> resend_conns_{false}, resend_catalog_{false};
   bool conns_truncated_logged_ = false;
+  // NFSv4 reclaims after a takeover (daemon/nfs_recovery.h), when [nfs]
+  // ganesha_recovery_dir is set. Sent: this node's ganesha's records, as
+  // last sent (cluster thread). The partner's, as received, written to
+  // disk by the cluster thread when dirty.
+  void SendRecovery(uint64_t seq);
+  void KeepPartnerRecovery();
+  // Starts ganesha's takeover grace period (on grace_thread_, not the
+  // cluster thread: DBus may be slow), unless one is being started.
+  void StartTakeoverGraceAsync();
+  std::string recovery_sent_;
+  uint64_t recovery_sent_seq_ = 0;
+  std::atomic<bool> resend_recovery_{false};
+  bool recovery_truncated_logged_ = false;
+  std::optional<cluster::Recovery> partner_recovery_ GUARDED_BY(cluster_mu_);
+  bool partner_recovery_dirty_ GUARDED_BY(cluster_mu_) = false;
+  std::atomic<size_t> partner_records_{0};  // on disk, the partner's clients that may reclaim here
+  std::thread grace_thread_;                // the cluster thread's (started and joined by it, and at Shutdown)
+  std::atomic<bool> grace_running_{false};
+  std::atomic<uint64_t> takeover_graces_{0};
   void SendConnections(uint64_t seq);
   uint64_t lan_down_since_mono_ns_ = 0;  // the cluster thread's own
   // Held across the hook's call; taken before exports_mu_ (GiveBack holds

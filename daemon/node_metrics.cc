@@ -217,6 +217,15 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
     s.Counter("nasgw_cluster_tickle_acks_total",
               "Tickle ACKs sent to the partner's clients of addresses this node took (each then reconnects at once).",
               {}, cl.tickles_sent);
+    if (cl.partner_nfs_clients >= 0) {
+      s.Gauge("nasgw_cluster_partner_nfs_clients",
+              "The partner's NFSv4 clients with state (its ganesha's records) that may reclaim it here after a "
+              "takeover.",
+              {}, static_cast<double>(cl.partner_nfs_clients));
+      s.Counter("nasgw_cluster_takeover_graces_total",
+                "Grace periods this node started in its ganesha for the partner's NFSv4 clients to reclaim.", {},
+                cl.takeover_graces);
+    }
     std::map<std::string, uint64_t> heard;  // by peer name: the freshest, should a name be heard under two ids
     for (const auto& p : cl.peers) {
       const std::string name = p.name.empty() ? p.node_id : p.name;

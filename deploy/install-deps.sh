@@ -45,6 +45,9 @@ PACKAGES=(
   # the controller pair (cluster/): Corosync membership and quorum over the
   # interconnect, through libcpg and libvotequorum
   corosync libcpg-dev libvotequorum-dev
+  # NFSv4 reclaims after a takeover: nasgwd asks ganesha for its grace
+  # period over DBus (dbus-send); the lab runs a bus per node (dbus-daemon)
+  dbus-bin dbus-daemon
 )
 
 missing=()

@@ -74,6 +74,28 @@ MIRROR_PORT = 7410       # the cache mirror's port on the interconnect
 FORWARD_PORT = 7411      # head forwarding's
 LOAD_AROUND_S = [0.0, 0.0]  # nfs --timeline: seconds of load before the failure, and until after it
 TICKLES = [True]         # [cluster] tickle_acks (--no-tickles turns them off)
+GRACE_S = 10             # reclaim: ganesha's grace period and NFSv4 lease there
+
+DBUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=%s</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"""
+
+
+def die_with_parent():
+    """preexec_fn: the child gets SIGKILL when this harness dies."""
+    import ctypes
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
 
 CLUSTER_CONFIG = """
 [reserve]
@@ -89,14 +111,20 @@ vip_move_max_ms = %d
 
 class Lab:
     def __init__(self, build, nfs=False, mirror_on=True, name=None, luns=2, size="512M", tag="cl", forward=False,
-                 vips=(VIP,)):
+                 vips=(VIP,), reclaim=False):
         """nfs: a clients' LAN too, the pair's VIP on it, and ganesha.nfsd
         with FSAL_NASGW on each node, serving what its nasgwd exports.
         forward: head forwarding over the interconnect ([cluster]
         forward_listen/forward_peer); with it, the VIPs (nfs) are spread
         over both nodes.
         name, luns, size: the sanlab lab's (make demo runs a pair too); tag
-        names the nodes (<tag>-a, <tag>-b)."""
+        names the nodes (<tag>-a, <tag>-b).
+        reclaim (with nfs): ganesha with a grace period, a DBus bus of its own
+        per node, and nasgwd keeping the partner's NFSv4 client records and
+        starting ganesha's grace period when it takes the partner's
+        addresses ([nfs] ganesha_recovery_dir, ganesha_dbus)."""
+        self.reclaim = reclaim
+        self.dbus = []
         name = name or "cl%d" % os.getpid()
         info = json.loads(sh([SANLAB, "start", name, "--mode", "netns", "--luns", str(luns),
                               "--size", size, "--hosts", "2", "--interconnect"] + (["--lan"] if nfs else []) +
@@ -130,6 +158,10 @@ class Lab:
                 n.s["extra_config"] = self.config + mirror + "[nfs]\nexports_file = %s\nganesha_pid_file = %s\n" % (
                     json.dumps(os.path.join(n.s["dir"], "ganesha-exports.conf")),
                     json.dumps(os.path.join(self.nfs_labs[i].dir, "ganesha.pid")))
+                if reclaim:
+                    n.s["extra_config"] += "ganesha_recovery_dir = %s\nganesha_dbus = %s\n" % (
+                        json.dumps(os.path.join(self.nfs_labs[i].dir, "recov")),
+                        json.dumps("unix:path=" + self.dbus_socket(i)))
             else:
                 n.s["extra_config"] = self.config + mirror
             n.save()
@@ -155,6 +187,26 @@ class Lab:
             cmd += ["--lun", u]
         return sh(cmd, check=False, timeout=300)
 
+    def dbus_socket(self, i):
+        return os.path.join(self.nfs_labs[i].dir, "dbus.sock")
+
+    def start_dbus(self, i):
+        """A DBus bus of node i's own (ganesha's admin interface is on the
+        system bus, of which a machine has one and the lab's nodes share a
+        machine)."""
+        conf = os.path.join(self.nfs_labs[i].dir, "dbus.conf")
+        with open(conf, "w") as f:
+            f.write(DBUS_CONFIG % self.dbus_socket(i))
+        log = open(os.path.join(self.nfs_labs[i].dir, "dbus.log"), "ab")
+        p = subprocess.Popen(["dbus-daemon", "--config-file=" + conf, "--nofork", "--nopidfile"],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                             preexec_fn=die_with_parent)
+        log.close()
+        self.dbus.append(p)
+        wait_for(lambda: os.path.exists(self.dbus_socket(i)) or p.poll() is not None, 10, "dbus-daemon %d" % i)
+        if p.poll() is not None:
+            raise RuntimeError("dbus-daemon exited: %s" % open(os.path.join(self.nfs_labs[i].dir, "dbus.log")).read())
+
     def start_ganesha(self):
         """ganesha.nfsd in each host namespace, on its node's head socket and
         exports file (nasgwd signals it through the pid file)."""
@@ -164,8 +216,14 @@ class Lab:
             exports = os.path.join(n.s["dir"], "ganesha-exports.conf")
             if not os.path.exists(exports):
                 open(exports, "w").close()  # a standby serves nothing until it takes over
-            cfg = nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=n.head_socket, exports_file=exports)
-            self.servers.append(self.nfs_labs[i].start_server(cfg))
+            grace, env = {}, {}
+            if self.reclaim:
+                self.start_dbus(i)
+                env = {"DBUS_SYSTEM_BUS_ADDRESS": "unix:path=" + self.dbus_socket(i)}
+                grace = {"graceless": False, "grace_period": GRACE_S, "lease_lifetime": GRACE_S}
+            cfg = nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=n.head_socket, exports_file=exports,
+                                       **grace)
+            self.servers.append(self.nfs_labs[i].start_server(cfg, env=env))
 
     def client(self, addr=VIP):
         """The LAN's client namespace, as an nfslab client of `addr` (a VIP)."""
@@ -189,6 +247,10 @@ class Lab:
         sh([SANLAB, "corosync", self.name, "kill", "--host", str(i)])
 
     def close(self):
+        for p in self.dbus:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
         for nl in self.nfs_labs:
             try:
                 nl.close()
@@ -1040,6 +1102,81 @@ def spread_ok(lab):
     return vips_of(owner) == [VIP] and vips_of(standby) == [VIP2]
 
 
+def lock_tool(lab, client, op, start, length, *extra):
+    return [lab.build + "/tests/tools/nasgw-nfs-lock", "--url", client.url("vol1/locked.bin", 4), "--op", op,
+            "--type", "write", "--start", str(start), "--len", str(length)] + list(extra)
+
+
+def read_line(p, timeout):
+    import select
+    r, _, _ = select.select([p.stdout], [], [], timeout)
+    if not r:
+        return "(no answer within %ds)" % timeout
+    line = p.stdout.readline().strip()
+    return line or "(exited %s: %s)" % (p.wait(timeout=10), p.stderr.read().strip()[-300:])
+
+
+def cmd_reclaim(lab, c, a, res):
+    """An NFSv4.0 client holds an open and a lock through the owner's
+    address; the owner's machine dies. The survivor takes the reserve and
+    the address, and its ganesha (told over DBus by nasgwd, with the dead
+    node's client records that nasgwd kept) is in a grace period in which
+    the client reclaims both. Another client meets the reclaimed lock."""
+    a_node, b_node = lab.start_pair()
+    a_node.cli("export", "add", "vol1", "--no-root-squash")
+    lab.start_ganesha()
+    for i, srv in enumerate(lab.servers):
+        wait_for(lambda: "NOT IN GRACE" in srv.log_tail(100000), GRACE_S + 30, "ganesha %d's start-up grace" % i)
+    client = lab.client(VIP)
+    local = os.path.join(lab.nodes[0].s["dir"], "locked.bin")
+    with open(local, "wb") as f:
+        f.write(os.urandom(4096))
+    wait_for(lambda: client.nfs_put(local, "vol1/locked.bin", check=False).returncode == 0, 30, "a file to lock")
+    holder = client.popen(lock_tool(lab, client, "reclaim", 0, 100), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        line = read_line(holder, 60)
+        c("reclaim: a v4.0 client holds an open and a write lock on [0,100) through A's address", line == "granted",
+          line)
+        partner = os.path.join(lab.nfs_labs[1].dir, "recov", "nasgw-partner", "v4recov")
+        kept = wait_for(lambda: os.path.isdir(partner) and os.listdir(partner), 10, "B keeps A's records", fail=False)
+        c("reclaim: B keeps A's ganesha's record of that client (sent over the interconnect)", bool(kept),
+          os.listdir(partner) if os.path.isdir(partner) else "no " + partner)
+        cb = cluster(b_node)
+        c("reclaim: B's cluster status counts A's NFSv4 clients that may reclaim there",
+          cb.get("partner_nfs_clients", 0) >= 1 and cb.get("takeover_graces") == 0,
+          (cb.get("partner_nfs_clients"), cb.get("takeover_graces")))
+        offset = lab.servers[1].log_size()
+        lab.panic(0)
+        wait_for(lambda: state(b_node) == "online" and VIP in vips_of(b_node), TAKEOVER_TIMEOUT_S,
+                 "B takes over and holds A's address")
+        graced = wait_for(lambda: "recovery event 5" in lab.servers[1].log_since(offset), 15,
+                          "B's ganesha starts a takeover grace period", fail=False)
+        c("reclaim: B's nasgwd started its ganesha's grace period for A's clients (DBus)",
+          graced and wait_for(lambda: cluster(b_node).get("takeover_graces") == 1, 10, "B counts it", fail=False),
+          lab.servers[1].log_since(offset)[-1500:])
+        holder.stdin.write("reclaim\n")
+        holder.stdin.flush()
+        line = read_line(holder, 60)
+        c("reclaim: the client reclaims its open (CLAIM_PREVIOUS) and its lock on B", line == "reclaimed",
+          line + "\n--- B's ganesha log since A died\n" + lab.servers[1].log_since(offset)[-3000:])
+        wait_for(lambda: "NOT IN GRACE" in lab.servers[1].log_since(offset), GRACE_S + 30, "B's grace period ends")
+        p = client.run(lock_tool(lab, client, "lock", 50, 10), check=False, timeout=90)
+        c("reclaim: after the grace period another client is denied by the reclaimed lock",
+          p.stdout.strip().startswith("denied"), p.stdout + p.stderr)
+        holder.stdin.close()
+        rc = holder.wait(timeout=60)
+        c("reclaim: the client releases it (LOCKU, CLOSE)", rc == 0, holder.stderr.read()[-500:])
+        p = client.run(lock_tool(lab, client, "lock", 50, 10), check=False, timeout=90)
+        c("reclaim: then the other client's lock is granted", p.stdout.strip() == "granted", p.stdout + p.stderr)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    revive(lab, 0)
+    stop_and_fsck(lab, c, "the reclaim")
+
+
 def cmd_matrix(lab, c, a, res):
     a_node, b_node = lab.start_pair()
     a_node.cli("export", "add", "vol1", "--no-root-squash")
@@ -1080,7 +1217,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command",
                     choices=["kill", "partition", "san", "hang", "nfs", "nfskill", "forward", "spread", "matrix",
-                             "all"])
+                             "reclaim", "all"])
     ap.add_argument("--build", required=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=5)
@@ -1106,17 +1243,17 @@ def main():
     b = os.path.abspath(a.build)
     c = Checks()
     res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "nfskill": [], "forward": [], "spread": [],
-           "matrix": []}
+           "matrix": [], "reclaim": []}
     cmds = {"kill": cmd_kill, "partition": cmd_partition, "san": cmd_san, "hang": cmd_hang, "nfs": cmd_nfs,
             "nfskill": cmd_nfskill,
-            "forward": cmd_forward, "spread": cmd_spread, "matrix": cmd_matrix}
+            "forward": cmd_forward, "spread": cmd_spread, "matrix": cmd_matrix, "reclaim": cmd_reclaim}
     spread = ("spread", "matrix")
-    for name in (["nfs", "nfskill", "spread", "matrix", "kill", "partition", "san", "hang", "forward"]
+    for name in (["nfs", "nfskill", "reclaim", "spread", "matrix", "kill", "partition", "san", "hang", "forward"]
                  if a.command == "all"
                  else [a.command]):
         print("== %s" % name, flush=True)
-        lab = Lab(b, nfs=name in ("nfs", "nfskill") + spread, forward=name in ("forward",) + spread,
-                  vips=(VIP, VIP2) if name in spread else (VIP,))
+        lab = Lab(b, nfs=name in ("nfs", "nfskill", "reclaim") + spread, forward=name in ("forward",) + spread,
+                  vips=(VIP, VIP2) if name in spread else (VIP,), reclaim=name == "reclaim")
         try:
             cmds[name](lab, c, a, res)
         except Exception as e:

@@ -420,6 +420,7 @@ class Server:
         self.plugins_dir = os.path.join(d, "plugins")
         self.recovery_root = os.path.join(d, "recov")
         self.stage = os.path.join(d, "stage")
+        self.env = {}  # more environment for ganesha.nfsd (e.g. DBUS_SYSTEM_BUS_ADDRESS)
 
     # pids live in the lab state, so gc finds them
     @property
@@ -587,7 +588,7 @@ class Server:
         cmd = ["nsenter", "-t", str(self.rpcbind_pid), "-m", "-n", "--",
                GANESHA, "-F", "-f", self.conf_path, "-L", self.log_path, "-p", self.pid_path]
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
-                             cwd=self.lab.dir)
+                             cwd=self.lab.dir, env=dict(os.environ, **self.env))
         err.close()
         self.st["ganesha_pid"] = p.pid
         self.st["ganesha_start"] = proc_start_time(p.pid)
@@ -983,15 +984,17 @@ class Lab:
         return run(["ip", "netns", "exec", self.server_ns] + list(cmd), check=check, timeout=timeout)
 
     # ---- the server
-    def start_server(self, config, strict=True):
+    def start_server(self, config, strict=True, env=None):
         """Starts rpcbind + ganesha.nfsd with `config` (a GaneshaConfig) in the
         server namespace; returns the Server once NFS SERVER INITIALIZED.
         strict: raise if the start-up log shows config errors (a refused
-        export or FSAL block), which ganesha itself survives."""
+        export or FSAL block), which ganesha itself survives. env: more
+        environment for ganesha.nfsd."""
         if self.server is None:
             self.server = Server(self, config, strict)
         else:
             self.server.config, self.server.strict = config, strict
+        self.server.env = dict(env or {})
         return self.server.start()
 
     # ---- scratch file systems

@@ -278,6 +278,11 @@ static const char *nfsstat4_name(int s)
 	case NFS4ERR_LOCK_RANGE: return "NFS4ERR_LOCK_RANGE";
 	case NFS4ERR_SERVERFAULT: return "NFS4ERR_SERVERFAULT";
 	case NFS4ERR_SHARE_DENIED: return "NFS4ERR_SHARE_DENIED";
+	case NFS4ERR_NO_GRACE: return "NFS4ERR_NO_GRACE";
+	case NFS4ERR_RECLAIM_BAD: return "NFS4ERR_RECLAIM_BAD";
+	case NFS4ERR_RECLAIM_CONFLICT: return "NFS4ERR_RECLAIM_CONFLICT";
+	case NFS4ERR_BAD_SEQID: return "NFS4ERR_BAD_SEQID";
+	case NFS4ERR_BAD_STATEID: return "NFS4ERR_BAD_STATEID";
 	case NFS4ERR_NOENT: return "NFS4ERR_NOENT";
 	case NFS4ERR_DELAY: return "NFS4ERR_DELAY";
 	default: return "NFS4ERR_?";
@@ -1175,7 +1180,7 @@ static int run_reclaim(struct nfs_context *nfs, const struct nfs_url *u, const s
 		if (rc < 0)
 			return say_error("%s", err);
 		if (rc != NFS4_OK) {
-			printf("reclaim refused: OPEN %s\n", nfsstat4_name(rc));
+			printf("reclaim refused: OPEN %s (%d)\n", nfsstat4_name(rc), rc);
 			fflush(stdout);
 			return EXIT_DENIED;
 		}
@@ -1183,7 +1188,7 @@ static int run_reclaim(struct nfs_context *nfs, const struct nfs_url *u, const s
 		if (rc < 0)
 			return say_error("%s", err);
 		if (rc != NFS4_OK) {
-			printf("reclaim refused: LOCK %s\n", nfsstat4_name(rc));
+			printf("reclaim refused: LOCK %s (%d)\n", nfsstat4_name(rc), rc);
 			fflush(stdout);
 			return EXIT_DENIED;
 		}
