@@ -6,7 +6,19 @@
 #include "fs/keys.h"
 
 namespace nasgw::cluster {
+
 namespace {
+
+// Every message's first two bytes: the version, the kind.
+Encoder Begin(MessageKind kind) {
+  Encoder e;
+  e.U8(kMessageVersion);
+  e.U8(static_cast<uint8_t>(kind));
+  return e;
+}
+bool IsKind(Decoder& d, MessageKind kind) {
+  return d.U8() == kMessageVersion && d.U8() == static_cast<uint8_t>(kind);
+}
 
 constexpr size_t kNameMax = 255;
 constexpr size_t kReasonMax = 1024;
@@ -25,9 +37,7 @@ Uuid GetUuid(Decoder& d) {
 }
 
 std::string EncodeGiveBack(const GiveBackRequest& r) {
-  Encoder e;
-  e.U8(kMessageVersion);
-  e.U8(static_cast<uint8_t>(MessageKind::kGiveBack));
+  Encoder e = Begin(MessageKind::kGiveBack);
   PutUuid(e, r.from);
   PutUuid(e, r.to);
   PutUuid(e, r.reserve);
@@ -37,7 +47,7 @@ std::string EncodeGiveBack(const GiveBackRequest& r) {
 std::optional<GiveBackRequest> DecodeGiveBack(std::string_view bytes) {
   if (bytes.size() > kMessageBytesMax) return std::nullopt;
   Decoder d(bytes);
-  if (d.U8() != kMessageVersion || d.U8() != static_cast<uint8_t>(MessageKind::kGiveBack)) return std::nullopt;
+  if (!IsKind(d, MessageKind::kGiveBack)) return std::nullopt;
   GiveBackRequest r;
   r.from = GetUuid(d);
   r.to = GetUuid(d);
@@ -47,9 +57,7 @@ std::optional<GiveBackRequest> DecodeGiveBack(std::string_view bytes) {
 }
 
 std::string EncodeHeartbeat(const Heartbeat& h) {
-  Encoder e;
-  e.U8(kMessageVersion);
-  e.U8(static_cast<uint8_t>(MessageKind::kHeartbeat));
+  Encoder e = Begin(MessageKind::kHeartbeat);
   PutUuid(e, h.node_id);
   PutUuid(e, h.reserve);
   e.U8(h.state);
@@ -68,7 +76,7 @@ std::string EncodeHeartbeat(const Heartbeat& h) {
 std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes) {
   if (bytes.size() > kMessageBytesMax) return std::nullopt;
   Decoder d(bytes);
-  if (d.U8() != kMessageVersion || d.U8() != static_cast<uint8_t>(MessageKind::kHeartbeat)) return std::nullopt;
+  if (!IsKind(d, MessageKind::kHeartbeat)) return std::nullopt;
   Heartbeat h;
   h.node_id = GetUuid(d);
   h.reserve = GetUuid(d);
@@ -93,9 +101,7 @@ std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes) {
 // versioned there), with the volume's name beside it: the volume's id is
 // the owner's business.
 std::string EncodeCatalog(const Catalog& c) {
-  Encoder e;
-  e.U8(kMessageVersion);
-  e.U8(static_cast<uint8_t>(MessageKind::kCatalog));
+  Encoder e = Begin(MessageKind::kCatalog);
   PutUuid(e, c.from);
   PutUuid(e, c.reserve);
   e.U32(static_cast<uint32_t>(c.exports.size()));
@@ -116,7 +122,7 @@ std::string EncodeCatalog(const Catalog& c) {
 std::optional<Catalog> DecodeCatalog(std::string_view bytes) {
   if (bytes.size() > kCatalogBytesMax) return std::nullopt;
   Decoder d(bytes);
-  if (d.U8() != kMessageVersion || d.U8() != static_cast<uint8_t>(MessageKind::kCatalog)) return std::nullopt;
+  if (!IsKind(d, MessageKind::kCatalog)) return std::nullopt;
   Catalog c;
   c.from = GetUuid(d);
   c.reserve = GetUuid(d);
@@ -147,9 +153,7 @@ constexpr uint8_t kFamilyInet6 = 6;  // not sent yet; a reader skips such entrie
 }  // namespace
 
 std::string EncodeConnections(const Connections& c) {
-  Encoder e;
-  e.U8(kMessageVersion);
-  e.U8(static_cast<uint8_t>(MessageKind::kConnections));
+  Encoder e = Begin(MessageKind::kConnections);
   PutUuid(e, c.from);
   const size_t n = std::min(c.conns.size(), kTcpConnsMax);
   e.U32(static_cast<uint32_t>(n));
@@ -167,7 +171,7 @@ std::string EncodeConnections(const Connections& c) {
 
 std::optional<Connections> DecodeConnections(std::string_view bytes) {
   Decoder d(bytes);
-  if (d.U8() != kMessageVersion || d.U8() != static_cast<uint8_t>(MessageKind::kConnections)) return std::nullopt;
+  if (!IsKind(d, MessageKind::kConnections)) return std::nullopt;
   Connections c;
   c.from = GetUuid(d);
   const uint32_t n = d.U32();
@@ -210,9 +214,7 @@ bool RecoveryPathOk(std::string_view path) {
 }
 
 std::string EncodeRecovery(const Recovery& r) {
-  Encoder e;
-  e.U8(kMessageVersion);
-  e.U8(static_cast<uint8_t>(MessageKind::kRecovery));
+  Encoder e = Begin(MessageKind::kRecovery);
   PutUuid(e, r.from);
   size_t n = 0, bytes = 0;
   while (n < r.entries.size() && n < kRecoveryEntriesMax && bytes + r.entries[n].size() + 2 <= kRecoveryBytesMax) {
@@ -226,7 +228,7 @@ std::string EncodeRecovery(const Recovery& r) {
 std::optional<Recovery> DecodeRecovery(std::string_view bytes) {
   if (bytes.size() > kRecoveryBytesMax + 64) return std::nullopt;
   Decoder d(bytes);
-  if (d.U8() != kMessageVersion || d.U8() != static_cast<uint8_t>(MessageKind::kRecovery)) return std::nullopt;
+  if (!IsKind(d, MessageKind::kRecovery)) return std::nullopt;
   Recovery r;
   r.from = GetUuid(d);
   const uint32_t n = d.U32();

@@ -148,7 +148,7 @@ LockResult LockTable::YieldDetached(const LockFile& file, const LockOwner& who, 
     if (owner == who) continue;
     for (const LockRange& r : ranges) {
       if (!proto::Conflicts(r, lock)) continue;
-      if (detached_.count(owner.session) != 0) {
+      if (detached_.contains(owner.session)) {
         yield.push_back(owner);
       } else if (!refused || r.start < best.range.start) {
         best = {owner, r};

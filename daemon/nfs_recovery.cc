@@ -18,8 +18,6 @@
 
 #include <sys/wait.h>
 
-extern char** environ;
-
 namespace nasgw::daemon {
 
 namespace fsys = std::filesystem;
@@ -39,7 +37,7 @@ std::string OwnRecordsDir(const std::string& root) {
   return fsys::is_directory(clustered, ec) ? clustered : RecordsDir(root);
 }
 
-Result<std::vector<std::string>> ListUnder(const std::string& dir, bool* truncated);
+Result<std::vector<std::string>> ListUnder(const std::string& where, bool* truncated);
 
 // What a child wrote to `fd` until EOF or `deadline`, at most 4 KiB.
 std::string Drain(int fd, std::chrono::steady_clock::time_point deadline) {
@@ -128,7 +126,7 @@ Status WritePartnerRecovery(const std::string& root, const std::vector<std::stri
   auto have = ListUnder(dir.string(), nullptr);
   if (!have.ok()) return have.status();
   for (auto it = have->rbegin(); it != have->rend(); ++it) {
-    if (want.count(*it) != 0) continue;
+    if (want.contains(*it)) continue;
     fsys::remove_all(dir / *it, ec);
     if (ec) return Status::IoError("remove " + (dir / *it).string() + ": " + ec.message());
   }
@@ -164,6 +162,7 @@ Status StartTakeoverGrace(const std::string& dbus_address, uint32_t timeout_ms) 
                                    "org.ganesha.nfsd.admin.grace",
                                    event};
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = -1;

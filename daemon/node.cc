@@ -363,9 +363,9 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
            const uint64_t now = MonotonicNanos();
            if (left.empty() && members.size() > 1) {
              // Maybe a partner that (re)started: what it must know at once.
-             n->resend_conns_ = true;
-             n->resend_catalog_ = true;
-             n->resend_recovery_ = true;
+             n->conns_out_.resend = true;
+             n->catalog_out_.resend = true;
+             n->recovery_out_.resend = true;
            }
            if (members.empty()) n->monitor_->OnDisconnected(now);
            for (const auto& m : left) n->monitor_->OnLeft(m, now);
@@ -750,24 +750,28 @@ void Node::SendCatalog(uint64_t seq) {
   cat.shares = std::move(*shares);
   std::string bytes = cluster::EncodeCatalog(cat);
   if (bytes.empty()) {
-    if (catalog_sent_ != "too large") {
+    if (catalog_out_.sent != "too large") {
       NASGW_LOG(kWarn, "cluster") << "the exports and shares are too many to send to the partner; its ganesha and "
                                      "smbd keep what they had"
                                   << Kv("exports", cat.exports.size()) << Kv("shares", cat.shares.size())
                                   << Kv("limit_bytes", cluster::kCatalogBytesMax);
-      catalog_sent_ = "too large";
+      catalog_out_.sent = "too large";
     }
     return;
   }
+  SendIfDue(catalog_out_, std::move(bytes), seq);
+}
+
+void Node::SendIfDue(Repeated& r, std::string bytes, uint64_t seq) {
   // On a change at once; else every few heartbeats, for a partner that
-  // (re)started since.
-  const bool joined = resend_catalog_.exchange(false);
-  if (!joined && bytes == catalog_sent_ && seq < catalog_sent_seq_ + kCatalogEvery) return;
+  // (re)started since; at the next step after it joined.
+  const bool joined = r.resend.exchange(false);
+  if (!joined && bytes == r.sent && seq < r.sent_seq + kCatalogEvery) return;
   if (interconnect_->Send(bytes).ok()) {
-    catalog_sent_ = std::move(bytes);
-    catalog_sent_seq_ = seq;
+    r.sent = std::move(bytes);
+    r.sent_seq = seq;
   } else if (joined) {
-    resend_catalog_ = true;
+    r.resend = true;
   }
 }
 
@@ -789,17 +793,9 @@ void Node::SendConnections(uint64_t seq) {
                                 << Kv("listed", c.conns.size()) << Kv("left_out", more);
     conns_truncated_logged_ = true;
   }
-  std::string bytes = cluster::EncodeConnections(c);
-  // On a change at once (the partner must know the clients of the moment a
-  // node dies); else every few heartbeats, for a partner that restarted.
-  const bool joined = resend_conns_.exchange(false);
-  if (!joined && bytes == conns_sent_ && seq < conns_sent_seq_ + kCatalogEvery) return;
-  if (interconnect_->Send(bytes).ok()) {
-    conns_sent_ = std::move(bytes);
-    conns_sent_seq_ = seq;
-  } else if (joined) {
-    resend_conns_ = true;
-  }
+  // At once on a change: the partner must know the clients of the moment
+  // a node dies.
+  SendIfDue(conns_out_, cluster::EncodeConnections(c), seq);
 }
 
 void Node::SendRecovery(uint64_t seq) {
@@ -816,15 +812,7 @@ void Node::SendRecovery(uint64_t seq) {
   cluster::Recovery r;
   r.from = identity_.id;
   r.entries = std::move(*records);
-  std::string bytes = cluster::EncodeRecovery(r);
-  const bool joined = resend_recovery_.exchange(false);
-  if (!joined && bytes == recovery_sent_ && seq < recovery_sent_seq_ + kCatalogEvery) return;
-  if (interconnect_->Send(bytes).ok()) {
-    recovery_sent_ = std::move(bytes);
-    recovery_sent_seq_ = seq;
-  } else if (joined) {
-    resend_recovery_ = true;
-  }
+  SendIfDue(recovery_out_, cluster::EncodeRecovery(r), seq);
 }
 
 void Node::KeepPartnerRecovery() {

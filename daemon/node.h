@@ -463,8 +463,20 @@ class Node {
   // the owner, what it last sent and when.
   std::optional<cluster::Catalog> catalog_ GUARDED_BY(cluster_mu_);
   std::string catalog_published_ GUARDED_BY(vip_mu_);
-  std::string catalog_sent_;  // the cluster thread's own
-  uint64_t catalog_sent_seq_ = 0;
+  // A message sent again and again (the catalog, the connections, the NFSv4
+  // records): what the cluster thread last sent and at which step, and
+  // `resend`, set when a node joined the interconnect's group (the
+  // callback's thread), so that it goes out at the next step, not up to
+  // kCatalogEvery later.
+  struct Repeated {
+    std::string sent;
+    uint64_t sent_seq = 0;
+    std::atomic<bool> resend{false};
+  };
+  // Sends `bytes` if they changed, kCatalogEvery steps passed, or a node
+  // joined (cluster thread).
+  void SendIfDue(Repeated& r, std::string bytes, uint64_t seq);
+  Repeated catalog_out_, conns_out_, recovery_out_;
   static constexpr uint64_t kCatalogEvery = 10;          // heartbeats between two sendings of an unchanged catalog
   static constexpr uint32_t kGraceCallTimeoutMs = 5000;  // ganesha's DBus answer to a grace request
   bool Forwarding() const { return config_.cluster_enabled && !config_.cluster_forward_peer.empty(); }
@@ -486,12 +498,6 @@ class Node {
   static constexpr int kTickleRepeats = 3;
   static constexpr uint64_t kTickleSpacingMs = 600;
   std::atomic<uint64_t> tickles_sent_{0};
-  std::string conns_sent_;
-  uint64_t conns_sent_seq_ = 0;
-  // A node joined the interconnect's group (the callback's thread): the
-  // connection list and the catalog go out at the next heartbeat, not up
-  // to kCatalogEvery later.
-  std::atomic<bool> resend_conns_{false}, resend_catalog_{false};
   bool conns_truncated_logged_ = false;
   // NFSv4 reclaims after a takeover (daemon/nfs_recovery.h), when [nfs]
   // ganesha_recovery_dir is set. Sent: this node's ganesha's records, as
@@ -502,9 +508,6 @@ class Node {
   // Starts ganesha's takeover grace period (on grace_thread_, not the
   // cluster thread: DBus may be slow), unless one is being started.
   void StartTakeoverGraceAsync();
-  std::string recovery_sent_;
-  uint64_t recovery_sent_seq_ = 0;
-  std::atomic<bool> resend_recovery_{false};
   bool recovery_truncated_logged_ = false;
   std::optional<cluster::Recovery> partner_recovery_ GUARDED_BY(cluster_mu_);
   bool partner_recovery_dirty_ GUARDED_BY(cluster_mu_) = false;

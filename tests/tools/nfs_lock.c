@@ -291,6 +291,20 @@ static const char *nfsstat4_name(int s)
 
 /* ---- NFSv4: a second client identity for LOCKT ----------------------------- */
 
+/* A COMPOUND's reply into *c (done, ok, its status); NULL when the call
+ * failed (c->err says why). */
+static const COMPOUND4res *compound_reply(struct call *c, int status, void *data)
+{
+	if (status != RPC_STATUS_SUCCESS) {
+		call_failed(c, status, data);
+		return NULL;
+	}
+	const COMPOUND4res *res = data;
+	c->done = c->ok = true;
+	c->status = res->status;
+	return res;
+}
+
 static const nfs_resop4 *find_op(const COMPOUND4res *res, int op)
 {
 	for (u_int i = 0; i < res->resarray.resarray_len; i++)
@@ -302,13 +316,9 @@ static const nfs_resop4 *find_op(const COMPOUND4res *res, int op)
 static void setclientid_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 {
 	struct call *c = priv;
-	if (status != RPC_STATUS_SUCCESS) {
-		call_failed(c, status, data);
+	const COMPOUND4res *res = compound_reply(c, status, data);
+	if (res == NULL)
 		return;
-	}
-	const COMPOUND4res *res = data;
-	c->done = c->ok = true;
-	c->status = res->status;
 	const nfs_resop4 *r = find_op(res, OP_SETCLIENTID);
 	if (res->status == NFS4_OK && r != NULL) {
 		const SETCLIENTID4resok *ok = &r->nfs_resop4_u.opsetclientid.SETCLIENTID4res_u.resok4;
@@ -319,26 +329,15 @@ static void setclientid_cb(struct rpc_context *rpc, int status, void *data, void
 
 static void status_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 {
-	struct call *c = priv;
-	if (status != RPC_STATUS_SUCCESS) {
-		call_failed(c, status, data);
-		return;
-	}
-	const COMPOUND4res *res = data;
-	c->done = c->ok = true;
-	c->status = res->status;
+	compound_reply(priv, status, data);
 }
 
 static void lockt_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 {
 	struct call *c = priv;
-	if (status != RPC_STATUS_SUCCESS) {
-		call_failed(c, status, data);
+	const COMPOUND4res *res = compound_reply(c, status, data);
+	if (res == NULL)
 		return;
-	}
-	const COMPOUND4res *res = data;
-	c->done = c->ok = true;
-	c->status = res->status;
 	const nfs_resop4 *r = find_op(res, OP_LOCKT);
 	if (res->status == NFS4ERR_DENIED && r != NULL) {
 		const LOCK4denied *d = &r->nfs_resop4_u.oplockt.LOCKT4res_u.denied;
@@ -353,13 +352,9 @@ static void lockt_cb(struct rpc_context *rpc, int status, void *data, void *priv
 static void getattr_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 {
 	struct call *c = priv;
-	if (status != RPC_STATUS_SUCCESS) {
-		call_failed(c, status, data);
+	const COMPOUND4res *res = compound_reply(c, status, data);
+	if (res == NULL)
 		return;
-	}
-	const COMPOUND4res *res = data;
-	c->done = c->ok = true;
-	c->status = res->status;
 	const nfs_resop4 *r = find_op(res, OP_GETATTR);
 	if (res->status == NFS4_OK && r != NULL) {
 		const fattr4 *a = &r->nfs_resop4_u.opgetattr.GETATTR4res_u.resok4.obj_attributes;
@@ -490,13 +485,9 @@ static int v4_lockt(struct rpc_context *rpc, const struct nfs_fh *fh, const stru
 static void open_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 {
 	struct call *c = priv;
-	if (status != RPC_STATUS_SUCCESS) {
-		call_failed(c, status, data);
+	const COMPOUND4res *res = compound_reply(c, status, data);
+	if (res == NULL)
 		return;
-	}
-	const COMPOUND4res *res = data;
-	c->done = c->ok = true;
-	c->status = res->status;
 	const nfs_resop4 *r = find_op(res, OP_OPEN);
 	if (res->status == NFS4_OK && r != NULL) {
 		const OPEN4resok *ok = &r->nfs_resop4_u.opopen.OPEN4res_u.resok4;
@@ -969,13 +960,9 @@ static void connect_cb(struct rpc_context *rpc, int status, void *data, void *pr
 static void lock_cb(struct rpc_context *rpc, int status, void *data, void *priv)
 {
 	struct call *c = priv;
-	if (status != RPC_STATUS_SUCCESS) {
-		call_failed(c, status, data);
+	const COMPOUND4res *res = compound_reply(c, status, data);
+	if (res == NULL)
 		return;
-	}
-	const COMPOUND4res *res = data;
-	c->done = c->ok = true;
-	c->status = res->status;
 	const nfs_resop4 *r = find_op(res, OP_LOCK);
 	if (res->status == NFS4_OK && r != NULL)
 		c->stateid = r->nfs_resop4_u.oplock.LOCK4res_u.resok4.lock_stateid;
