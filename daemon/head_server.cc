@@ -961,7 +961,10 @@ void HeadServer::Impl::ReaderLoop(const std::shared_ptr<Conn>& c) {
     auto it = sessions.find(c->session->id);
     if (it != sessions.end() && --it->second.connections == 0) {
       it->second.detached_ns = NowNs();
-      if (it->second.session != nullptr) service->SetAttached(*it->second.session, false);
+      // (An ended session's marks went with its locks: nothing to note.)
+      if (it->second.session != nullptr && !it->second.session->ended.load()) {
+        service->SetAttached(*it->second.session, false);
+      }
     }
   }
   Leave(c->peer_uid);
@@ -1279,6 +1282,25 @@ void HeadServer::Reroute(const std::string& why) {
                            << Kv("served", conns.size()) << Kv("relayed", relays.size());
   for (auto& c : conns) m.StartMoving(*c);
   for (auto& r : relays) r->Cut();
+}
+
+void HeadServer::CutForwarded(const std::string& why) {
+  Impl& m = *impl_;
+  std::list<std::shared_ptr<Conn>> conns;
+  {
+    MutexLock l(m.mu);
+    if (m.shut) return;
+    for (const auto& c : m.conns) {
+      if (c->forwarded) conns.push_back(c);
+    }
+  }
+  if (conns.empty()) return;
+  NASGW_LOG(kWarn, "head") << "cutting the connections the partner relayed here" << Kv("why", why)
+                           << Kv("connections", conns.size());
+  for (auto& c : conns) {
+    MutexLock l(c->mu);  // the reader closes fd under it
+    if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
+  }
 }
 
 uint32_t HeadServer::relays() const {

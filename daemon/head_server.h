@@ -112,6 +112,13 @@ class HeadServer {
   // non-idempotent one with EAGAIN), as after a restart of nasgwd.
   void Reroute(const std::string& why);
 
+  // Cuts at once (no notice, no waiting for replies) every connection the
+  // partner relayed here: the node calls it when the partner is gone (its
+  // machine died: no FIN or RST would come for minutes). Their sessions
+  // are then without a connection, and their clients' reclaims through
+  // this node's heads may take their locks (LOCK, kLockReclaim).
+  void CutForwarded(const std::string& why);
+
   // Stops accepting and reading, lets requests in flight finish (at most
   // `drain`; then connections are cut), and closes everything. Idempotent.
   void Shutdown(std::chrono::milliseconds drain);

@@ -139,6 +139,8 @@ class LockTable {
   // sessions' heads are gone and their clients are the reclaimers; the
   // lock is one the dead head held for this client. A conflict with an
   // attached session's lock is a conflict still, and then nothing changed.
+  // A reclaim past the limits (kNoLocks) may have taken the detached
+  // sessions' overlapping ranges already.
   LockResult Lock(const LockFile& file, const LockOwner& who, const proto::LockRange& lock, HeldLock* conflict,
                   bool reclaim = false);
   // Whether `session` has a connection (true) or is waiting out its grace

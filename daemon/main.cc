@@ -159,7 +159,13 @@ int Run(const Config& cfg) {
   // A giveback (asked by the partner or by an admin) flushes the cache first.
   n->SetFlushHook([&service] { return service.FlushCache(); });
   // Serving starts or stops here: heads connect again and are routed anew.
-  n->SetRerouteHook([h = head->get()](const std::string& why) { h->Reroute(why); });
+  n->SetRerouteHook([h = head->get()](Node::HeadsMove move, const std::string& why) {
+    if (move == Node::HeadsMove::kReroute) {
+      h->Reroute(why);
+    } else {
+      h->CutForwarded(why);
+    }
+  });
   AddNodeCollectors(&metrics, n, head->get(), &service);
   // The snapshot schedules: flushed through the same cache as the admin
   // CreateSnapshot. Stopped first at shutdown, before the cache closes.

@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -47,8 +50,12 @@ std::string Drain(int fd, std::chrono::steady_clock::time_point deadline) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd p{fd, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    if (left.count() <= 0) break;
+    const int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
     const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     if (out.size() < 4096) out.append(buf, static_cast<size_t>(n));
   }
@@ -77,9 +84,13 @@ Result<std::vector<std::string>> ListUnder(const std::string& where, bool* trunc
       if (truncated != nullptr) *truncated = true;
       break;
     }
-    const bool is_dir = it->is_directory(ec);
-    std::string rel = fsys::relative(it->path(), dir, ec).string();
-    if (ec || rel.empty()) continue;
+    // Directories and files of ganesha's; a symlink (which ganesha never
+    // makes) is neither followed nor listed.
+    const auto st = it->symlink_status(ec);
+    if (ec || fsys::is_symlink(st)) continue;
+    const bool is_dir = fsys::is_directory(st);
+    std::string rel = it->path().lexically_relative(dir).string();
+    if (rel.empty()) continue;
     if (is_dir) rel += '/';
     if (cluster::RecoveryPathOk(rel)) out.push_back(std::move(rel));
   }
@@ -132,6 +143,8 @@ Status WritePartnerRecovery(const std::string& root, const std::vector<std::stri
   }
   for (const std::string& e : want) {  // sorted: a directory before what is in it
     const fsys::path p = dir / e;
+    // Never through a symlink (planted by someone else): it goes first.
+    if (fsys::is_symlink(fsys::symlink_status(p, ec))) fsys::remove(p, ec);
     if (e.back() == '/') {
       fsys::create_directories(p, ec);
       if (ec) return Status::IoError("create " + p.string() + ": " + ec.message());
@@ -165,8 +178,20 @@ Status StartTakeoverGrace(const std::string& dbus_address, uint32_t timeout_ms) 
   argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The child starts with no signal blocked and SIGPIPE at its default
+  // (nasgwd blocks its signals for its signal thread and ignores SIGPIPE).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, "dbus-send", &fa, nullptr, argv.data(), environ);
+  const int rc = ::posix_spawnp(&pid, "dbus-send", &fa, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   ::close(out[1]);
   if (rc != 0) {

@@ -646,6 +646,14 @@ void Node::ClusterStep(uint64_t seq) {
   if (online) SendCatalog(seq);
   KeepPartnerRecovery();  // on disk before ReconcileVips may start a grace period with it
   ReconcileVips(ReserveState(h.state));
+  if (cut_forwarded_.exchange(false)) {
+    MutexLock lock(reroute_mu_);
+    if (reroute_hook_) {
+      reroute_hook_(HeadsMove::kCutForwarded,
+                    "the partner is gone: its relayed heads' sessions end, and their "
+                    "clients may reclaim their locks here");
+    }
+  }
   SendConnections(seq);
   SendRecovery(seq);
   WithdrawExportsUnlessOnline(online);
@@ -1103,9 +1111,16 @@ void Node::ReconcileVips(ReserveState state) {
       NASGW_LOG(kWarn, "cluster") << "client addresses added and announced" << Kv("interface", vips_->interface())
                                   << Kv("vips", count(added)) << Kv("held", count(vips_mask_))
                                   << Kv("partner_connections_tickled", tickle_.size());
-      // The partner's NFSv4 clients of these addresses come here now:
-      // ganesha lets them reclaim what they held there.
-      if (online) StartTakeoverGraceAsync();
+      // A partner that is not heard (its machine died, or it is cut off):
+      // the connections it relayed here are cut (its heads' sessions then
+      // have none, and give their locks to reclaims), and its NFSv4
+      // clients of these addresses, coming here now, reclaim in a grace
+      // period of this node's ganesha. Not for addresses taken from a
+      // partner that is heard: its ganesha still holds their state.
+      if (online && !heard) {
+        cut_forwarded_ = true;
+        StartTakeoverGraceAsync();
+      }
     }
   } else if (s.ok() && announce_left_ > 0 && announce_mask_ != 0) {
     // Announced again at the next few heartbeats: one ARP can be missed.
@@ -2071,7 +2086,7 @@ nasgw::Status Node::CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::sha
   return result;
 }
 
-void Node::SetRerouteHook(std::function<void(const std::string& why)> hook) {
+void Node::SetRerouteHook(std::function<void(HeadsMove move, const std::string& why)> hook) {
   MutexLock lock(reroute_mu_);
   reroute_hook_ = std::move(hook);
 }
@@ -2086,7 +2101,7 @@ void Node::RouteHeads(ReserveState state) {
                               : std::string("this node is ") + ReserveStateName(state) + ": heads are served here";
   NASGW_LOG(kInfo, "cluster") << "head routing changed" << Kv("why", why);
   MutexLock lock(reroute_mu_);
-  if (reroute_hook_) reroute_hook_(why);
+  if (reroute_hook_) reroute_hook_(HeadsMove::kReroute, why);
 }
 
 void Node::SetFlushHook(std::function<nasgw::Status()> hook) {

@@ -320,8 +320,12 @@ class Node {
   bool HeadsGoToPartner() const { return heads_to_partner_.load(); }
   // Called, with no lock of the node held, whenever that changes (nasgwd:
   // the head server cuts its connections, so that heads connect again and
-  // are routed anew). Null to unset; waits for a call in progress.
-  void SetRerouteHook(std::function<void(const std::string& why)> hook);
+  // are routed anew: HeadsMove::kReroute), and when the partner is gone
+  // while this node serves (kCutForwarded: the connections the partner
+  // relayed here are cut at once, HeadServer::CutForwarded). Null to
+  // unset; waits for a call in progress.
+  enum class HeadsMove { kReroute, kCutForwarded };
+  void SetRerouteHook(std::function<void(HeadsMove move, const std::string& why)> hook);
   // A planned move the other way, on the standby: asks the owner (heard on
   // the interconnect) to give the reserve back, and waits at most
   // `timeout_ms` for it to come online here.
@@ -525,7 +529,11 @@ class Node {
   void RouteHeads(ReserveState state);
   std::atomic<bool> heads_to_partner_{false};
   Mutex reroute_mu_ ACQUIRED_AFTER(admin_mu_);  // no other lock of the node is taken under it
-  std::function<void(const std::string&)> reroute_hook_ GUARDED_BY(reroute_mu_);
+  std::function<void(HeadsMove, const std::string&)> reroute_hook_ GUARDED_BY(reroute_mu_);
+  // Set by ReconcileVips when it takes addresses of a partner that is not
+  // heard; the cluster thread then cuts the partner's relayed heads
+  // (HeadsMove::kCutForwarded), outside the VIP lock.
+  std::atomic<bool> cut_forwarded_{false};
   std::string vip_error_ GUARDED_BY(cluster_mu_);
   // The partner's [cluster] vips differ from ours (heard so at the last
   // heartbeat): logged once, shown in status.

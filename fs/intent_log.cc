@@ -19,9 +19,9 @@ constexpr uint16_t kLogVersion = 1;            // the superblock's
 // 3: records are whole sectors (2 and 1: whole 4 KiB blocks); 2: bytes
 // 56-63 hold the session (1: zeros, one record in flight).
 constexpr uint16_t kRecordVersion = 3;
-// The extents fill the superblock from byte 64 up to the two u64s at its
-// end (adopts, opened).
-constexpr size_t kSuperExtentsMax = (kLogBlockBytes - 16 - 64) / 20;
+// The extents fill the superblock from byte 64 up to the three u64s at its
+// end (adopts_end, adopts, opened).
+constexpr size_t kSuperExtentsMax = (kLogBlockBytes - 24 - 64) / 20;
 
 uint64_t RoundUp(uint64_t n, uint64_t unit) {
   return (n + unit - 1) / unit * unit;
@@ -70,10 +70,15 @@ struct Super {
   // having been adopted by a failed one (0: none, or written before it
   // was kept).
   uint64_t adopts = 0;
+  // The last LSN of the copy's run it took: the copy may be taken again
+  // only while the log has nothing past it (the opening wrote nothing of
+  // its own), so that no entry of the copy lands after one of the log's.
+  uint64_t adopts_end = 0;
 };
 // Past the most extents a superblock holds (kSuperExtentsMax).
-constexpr size_t kSuperOpenedAt = kLogBlockBytes - 8, kSuperAdoptsAt = kLogBlockBytes - 16;
-static_assert(64 + kSuperExtentsMax * 20 <= kSuperAdoptsAt);
+constexpr size_t kSuperOpenedAt = kLogBlockBytes - 8, kSuperAdoptsAt = kLogBlockBytes - 16,
+                 kSuperAdoptsEndAt = kLogBlockBytes - 24;
+static_assert(64 + kSuperExtentsMax * 20 <= kSuperAdoptsEndAt);
 
 std::vector<uint8_t> EncodeSuper(uint64_t salt, const Super& s, const std::vector<Extent>& extents, uint64_t capacity) {
   std::vector<uint8_t> b(kLogBlockBytes, 0);
@@ -88,6 +93,7 @@ std::vector<uint8_t> EncodeSuper(uint64_t salt, const Super& s, const std::vecto
   PutFixed32(&b[56], static_cast<uint32_t>(extents.size()));
   PutFixed64(&b[kSuperOpenedAt], s.opened);
   PutFixed64(&b[kSuperAdoptsAt], s.adopts);
+  PutFixed64(&b[kSuperAdoptsEndAt], s.adopts_end);
   size_t at = 64;
   for (const Extent& e : extents) {
     PutFixed32(&b[at], e.lun);
@@ -117,6 +123,7 @@ bool DecodeSuper(const uint8_t* b, uint64_t salt, const std::vector<Extent>& ext
   out->tail_lsn = GetFixed64(b + 40);
   out->opened = GetFixed64(b + kSuperOpenedAt);
   out->adopts = GetFixed64(b + kSuperAdoptsAt);
+  out->adopts_end = GetFixed64(b + kSuperAdoptsEndAt);
   return out->tail_lsn >= 1;
 }
 
@@ -189,7 +196,7 @@ Status IntentLog::Format(const DeviceFn& devices, const std::vector<Extent>& ext
 }
 
 Status IntentLog::WriteSuper(uint64_t seq, uint64_t tail_vpos, uint64_t tail_lsn) {
-  Super s{seq, tail_vpos, tail_lsn, session_, adopts_};
+  Super s{seq, tail_vpos, tail_lsn, session_, adopts_, adopts_end_};
   auto b = EncodeSuper(salt_, s, extents_, capacity_);
   auto dev = devices_(extents_[0].lun);
   if (!dev) return Status::NotFound("intent log LUN " + std::to_string(extents_[0].lun));
@@ -297,14 +304,15 @@ Result<std::unique_ptr<IntentLog>> IntentLog::Open(const DeviceFn& devices, cons
   // checkpointed away, its LSNs reused by entries of its own). Unless that
   // opening adopted this very copy and failed (a takeover whose domain did
   // not open): it wrote only what it took of the copy, at the copy's LSNs.
-  const uint64_t floor =
-      options.tail && s.adopts != 0 && options.tail->session == s.adopts ? s.adopts : std::max(last_session, s.opened);
+  const bool readopt = options.tail && s.adopts != 0 && options.tail->session == s.adopts && lsn <= s.adopts_end + 1;
+  const uint64_t floor = readopt ? s.adopts : std::max(last_session, s.opened);
   if (!options.read_only && options.tail) {
     // Said in this opening's superblock, before anything is taken, so that
     // the next opening may take the same copy if this one fails.
     TailRun run;
     if (log->CheckTail(*options.tail, lsn, floor, &run) == nullptr && run.end > run.from) {
       log->adopts_ = options.tail->session;
+      log->adopts_end_ = options.tail->entries[run.end - 1].first;
     }
   }
   if (!options.read_only) {

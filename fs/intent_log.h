@@ -349,6 +349,7 @@ class IntentLog {
   // The session of the mirror's copy this opening adopts, in its
   // superblocks (0: none). Set before the writer starts.
   uint64_t adopts_ = 0;
+  uint64_t adopts_end_ = 0;  // the last LSN of the run it adopts
   // Which entries of a LogTail the log lacks: [from, end), the dense run
   // from the first at or past `next` (LSN). nullptr when they may be taken
   // (this log's salt, a session at least `last_session`, continuing the

@@ -779,6 +779,34 @@ TEST_F(IntentLogTest, ACopyAdoptedByAnOpeningThatFailedIsTakenByTheNext) {
   EXPECT_EQ(r.size(), 4u);
 }
 
+// An opening that adopted a copy and then wrote entries of its own: the
+// same copy is not taken again past what was adopted (entries after its
+// gap were never answered, and would land after the log's own).
+TEST_F(IntentLogTest, AnAdoptedCopyIsNotTakenAgainPastTheLogsOwnEntries) {
+  std::vector<std::pair<uint64_t, std::string>> r;
+  uint64_t first_session = 0;
+  {
+    auto log = Open(&r);
+    first_session = log->session();
+    AppendDurable(*log, Entry(1));
+  }
+  // 2-4, then a gap, then 6-7: only 2-4 were answered.
+  auto copy = TailOf(first_session, {2, 3, 4, 6, 7}, "copy-");
+  {
+    Attach();
+    auto log = OpenWithTail(&r, copy);
+    ASSERT_TRUE(log);
+    EXPECT_EQ(log->Stats().tail_replayed, 3u);
+    AppendDurable(*log, Entry(5));  // its own, at LSN 5
+  }
+  Attach();
+  auto log = OpenWithTail(&r, copy);
+  ASSERT_TRUE(log);
+  EXPECT_EQ(log->Stats().tail_replayed, 0u);
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(r.back(), (std::pair<uint64_t, std::string>{5, Entry(5)})) << "no entry of the copy after the log's own";
+}
+
 // Past a gap in the copy nothing was answered: the dense run from the
 // first entry the array lacks is taken, the rest left.
 TEST_F(IntentLogTest, AMirrorTailIsTakenUpToItsFirstGap) {

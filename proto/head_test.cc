@@ -457,7 +457,11 @@ TEST(HeadProtocol, LockRequestsRoundTripAndAreStrict) {
   r.lock_type = 0;
   EXPECT_FALSE(DecodeRequest(Op::kLock, EncodeRequest(r)).ok());
   r.lock_type = kLockRead;
-  r.flags = 1;  // no flags defined yet
+  r.flags = kLockReclaim;  // the one flag: carried
+  auto reclaim = DecodeRequest(Op::kLock, EncodeRequest(r));
+  ASSERT_TRUE(reclaim.ok());
+  EXPECT_EQ(reclaim->flags, kLockReclaim);
+  r.flags = 2;  // an unknown one
   EXPECT_FALSE(DecodeRequest(Op::kLock, EncodeRequest(r)).ok());
   r.flags = 0;
   r.h.ino = 0;

@@ -1116,65 +1116,89 @@ def read_line(p, timeout):
     return line or "(exited %s: %s)" % (p.wait(timeout=10), p.stderr.read().strip()[-300:])
 
 
+def reclaim_round(lab, c, victim, via, what):
+    """An NFSv4.0 client holds an open and a lock through address `via`;
+    node `victim`'s machine dies. The survivor holds the address, and its
+    ganesha (told over DBus by nasgwd, with the dead node's client records
+    that nasgwd kept) is in a grace period in which the client reclaims
+    both. Another client meets the reclaimed lock. The victim comes back."""
+    survivor = lab.nodes[1 - victim]
+    srv = lab.servers[1 - victim]
+    client = lab.client(via)
+    tag = "reclaim (%s)" % what
+    holder = client.popen(lock_tool(lab, client, "reclaim", 0, 100), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        line = read_line(holder, 60)
+        c("%s: a v4.0 client holds an open and a write lock on [0,100) through %s" % (tag, via), line == "granted",
+          line)
+        kept_dir = os.path.join(lab.nfs_labs[1 - victim].dir, "recov", "nasgw-partner", "v4recov")
+        # Ganesha names a client's record by its address and identity, which
+        # the tool makes of its pid (ip netns exec execs it: the same pid).
+        me = "pid:%d t:" % holder.pid
+
+        def kept_mine():
+            return any(me in n for _, dirs, files in os.walk(kept_dir) for n in dirs + files)
+        kept = wait_for(kept_mine, 10, "this client's record kept", fail=False)
+        st = cluster(survivor)
+        graces = st.get("takeover_graces", 0)
+        c("%s: the other node keeps the record of that client (sent over the interconnect) and counts it" % tag,
+          bool(kept) and st.get("partner_nfs_clients", 0) >= 1, (kept, st.get("partner_nfs_clients")))
+        offset = srv.log_size()
+        lab.panic(victim)
+        wait_for(lambda: state(survivor) == "online" and via in vips_of(survivor), TAKEOVER_TIMEOUT_S,
+                 "the survivor serves and holds %s" % via)
+        graced = wait_for(lambda: "recovery event 5" in srv.log_since(offset), 15, "a takeover grace period",
+                          fail=False)
+        c("%s: the survivor's nasgwd started its ganesha's grace period for the dead node's clients (DBus)" % tag,
+          graced and wait_for(lambda: cluster(survivor).get("takeover_graces") == graces + 1, 10, "counted",
+                              fail=False), srv.log_since(offset)[-1500:])
+        if via == VIP2:
+            # The dead standby's ganesha held the lock in the owner's nasgwd,
+            # over connections it relayed there: cut, so they give way.
+            c("%s: the owner cut the connections the dead standby relayed to it" % tag,
+              "cutting the connections the partner relayed here" in survivor.log_tail(200000))
+        holder.stdin.write("reclaim\n")
+        holder.stdin.flush()
+        line = read_line(holder, 60)
+        c("%s: the client reclaims its open (CLAIM_PREVIOUS) and its lock on the survivor" % tag,
+          line == "reclaimed", line + "\n--- the survivor's ganesha log since\n" + srv.log_since(offset)[-3000:])
+        wait_for(lambda: "NOT IN GRACE" in srv.log_since(offset), GRACE_S + 30, "the grace period ends")
+        p = client.run(lock_tool(lab, client, "lock", 50, 10), check=False, timeout=90)
+        c("%s: after the grace period another client is denied by the reclaimed lock" % tag,
+          p.stdout.strip().startswith("denied"), p.stdout + p.stderr)
+        holder.stdin.close()
+        rc = holder.wait(timeout=60)
+        c("%s: the client releases it (LOCKU, CLOSE)" % tag, rc == 0, holder.stderr.read()[-500:])
+        p = client.run(lock_tool(lab, client, "lock", 50, 10), check=False, timeout=90)
+        c("%s: then the other client's lock is granted" % tag, p.stdout.strip() == "granted", p.stdout + p.stderr)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    revive(lab, victim, forwarded=True)
+
+
 def cmd_reclaim(lab, c, a, res):
-    """An NFSv4.0 client holds an open and a lock through the owner's
-    address; the owner's machine dies. The survivor takes the reserve and
-    the address, and its ganesha (told over DBus by nasgwd, with the dead
-    node's client records that nasgwd kept) is in a grace period in which
-    the client reclaims both. Another client meets the reclaimed lock."""
+    """NFSv4 reclaims on the survivor, with the VIPs spread (forwarding):
+    first the standby's machine dies (its client's locks are held in the
+    owner's nasgwd by the standby's relayed ganesha, whose connections the
+    owner cuts), then the owner's (its lock table is gone with it)."""
     a_node, b_node = lab.start_pair()
     a_node.cli("export", "add", "vol1", "--no-root-squash")
     lab.start_ganesha()
     for i, srv in enumerate(lab.servers):
         wait_for(lambda: "NOT IN GRACE" in srv.log_tail(100000), GRACE_S + 30, "ganesha %d's start-up grace" % i)
-    client = lab.client(VIP)
     local = os.path.join(lab.nodes[0].s["dir"], "locked.bin")
     with open(local, "wb") as f:
         f.write(os.urandom(4096))
+    client = lab.client(VIP)
     wait_for(lambda: client.nfs_put(local, "vol1/locked.bin", check=False).returncode == 0, 30, "a file to lock")
-    holder = client.popen(lock_tool(lab, client, "reclaim", 0, 100), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
-    try:
-        line = read_line(holder, 60)
-        c("reclaim: a v4.0 client holds an open and a write lock on [0,100) through A's address", line == "granted",
-          line)
-        partner = os.path.join(lab.nfs_labs[1].dir, "recov", "nasgw-partner", "v4recov")
-        kept = wait_for(lambda: os.path.isdir(partner) and os.listdir(partner), 10, "B keeps A's records", fail=False)
-        c("reclaim: B keeps A's ganesha's record of that client (sent over the interconnect)", bool(kept),
-          os.listdir(partner) if os.path.isdir(partner) else "no " + partner)
-        cb = cluster(b_node)
-        c("reclaim: B's cluster status counts A's NFSv4 clients that may reclaim there",
-          cb.get("partner_nfs_clients", 0) >= 1 and cb.get("takeover_graces") == 0,
-          (cb.get("partner_nfs_clients"), cb.get("takeover_graces")))
-        offset = lab.servers[1].log_size()
-        lab.panic(0)
-        wait_for(lambda: state(b_node) == "online" and VIP in vips_of(b_node), TAKEOVER_TIMEOUT_S,
-                 "B takes over and holds A's address")
-        graced = wait_for(lambda: "recovery event 5" in lab.servers[1].log_since(offset), 15,
-                          "B's ganesha starts a takeover grace period", fail=False)
-        c("reclaim: B's nasgwd started its ganesha's grace period for A's clients (DBus)",
-          graced and wait_for(lambda: cluster(b_node).get("takeover_graces") == 1, 10, "B counts it", fail=False),
-          lab.servers[1].log_since(offset)[-1500:])
-        holder.stdin.write("reclaim\n")
-        holder.stdin.flush()
-        line = read_line(holder, 60)
-        c("reclaim: the client reclaims its open (CLAIM_PREVIOUS) and its lock on B", line == "reclaimed",
-          line + "\n--- B's ganesha log since A died\n" + lab.servers[1].log_since(offset)[-3000:])
-        wait_for(lambda: "NOT IN GRACE" in lab.servers[1].log_since(offset), GRACE_S + 30, "B's grace period ends")
-        p = client.run(lock_tool(lab, client, "lock", 50, 10), check=False, timeout=90)
-        c("reclaim: after the grace period another client is denied by the reclaimed lock",
-          p.stdout.strip().startswith("denied"), p.stdout + p.stderr)
-        holder.stdin.close()
-        rc = holder.wait(timeout=60)
-        c("reclaim: the client releases it (LOCKU, CLOSE)", rc == 0, holder.stderr.read()[-500:])
-        p = client.run(lock_tool(lab, client, "lock", 50, 10), check=False, timeout=90)
-        c("reclaim: then the other client's lock is granted", p.stdout.strip() == "granted", p.stdout + p.stderr)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
-    revive(lab, 0)
-    stop_and_fsck(lab, c, "the reclaim")
+    wait_for(lambda: spread_ok(lab), 60, "the VIPs spread")
+    reclaim_round(lab, c, 1, VIP2, "the standby's machine died")
+    wait_for(lambda: spread_ok(lab), 90, "the VIPs spread again")
+    reclaim_round(lab, c, 0, VIP, "the owner's machine died")
+    stop_and_fsck(lab, c, "the reclaims")
 
 
 def cmd_matrix(lab, c, a, res):
@@ -1252,8 +1276,9 @@ def main():
                  if a.command == "all"
                  else [a.command]):
         print("== %s" % name, flush=True)
-        lab = Lab(b, nfs=name in ("nfs", "nfskill", "reclaim") + spread, forward=name in ("forward",) + spread,
-                  vips=(VIP, VIP2) if name in spread else (VIP,), reclaim=name == "reclaim")
+        two = spread + ("reclaim",)  # the VIPs spread over both nodes, with forwarding
+        lab = Lab(b, nfs=name in ("nfs", "nfskill") + two, forward=name in ("forward",) + two,
+                  vips=(VIP, VIP2) if name in two else (VIP,), reclaim=name == "reclaim")
         try:
             cmds[name](lab, c, a, res)
         except Exception as e:
