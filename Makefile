@@ -77,7 +77,7 @@ $(TSAN_DIR)/CMakeCache.txt:
 # to it: suites that mostly drive RocksDB's own threads are left out, and
 # tests/tsan.supp drops reports with one side inside librocksdb.
 tsan: deps $(TSAN_DIR)/CMakeCache.txt lab-gc
-	cmake --build $(TSAN_DIR) -j$(JOBS)
+	cmake --build $(TSAN_DIR) --target nasgw_tsan_tests -j$(JOBS)
 	cd $(TSAN_DIR) && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest -L tsan -j1 --output-on-failure --timeout 600
 
 # clang's thread-safety analysis (base/mutex.h: GUARDED_BY, REQUIRES, the
