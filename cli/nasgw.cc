@@ -1058,6 +1058,9 @@ json ToJson(const pb::Cluster& c) {
           {"tickles_sent", c.tickles_sent()},
           {"partner_nfs_clients", c.partner_nfs_clients()},
           {"takeover_graces", c.takeover_graces()},
+          {"partner_nlm_clients", c.partner_nlm_clients()},
+          {"nlm_notified", c.nlm_notified()},
+          {"nlm_unreachable", c.nlm_unreachable()},
           {"vip_error", c.vip_error()}};
 }
 
@@ -1111,6 +1114,12 @@ void PrintCluster(const pb::Cluster& c) {
     p.push_back({"reclaims", std::to_string(c.partner_nfs_clients()) +
                                  " NFSv4 clients of the partner may reclaim here after a takeover; " +
                                  std::to_string(c.takeover_graces()) + " grace periods started"});
+  }
+  if (c.partner_nlm_clients() >= 0) {
+    p.push_back({"nlm", std::to_string(c.partner_nlm_clients()) +
+                            " NLM clients of the partner are told to reclaim here after a takeover; " +
+                            std::to_string(c.nlm_notified()) + " notified, " + std::to_string(c.nlm_unreachable()) +
+                            " unreachable"});
   }
   if (c.peers().empty()) p.push_back({"peers", "none heard"});
   for (const auto& peer : c.peers()) {

@@ -213,15 +213,45 @@ bool RecoveryPathOk(std::string_view path) {
   return true;
 }
 
+bool NlmClientOk(std::string_view name) {
+  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
+  return std::none_of(name.begin(), name.end(),
+                      [](char ch) { return ch == '/' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; });
+}
+
+namespace {
+
+// As many of `list` as fit in `max` entries and what is left of *bytes, as
+// a count and Str16s.
+void PutBoundedList(Encoder& e, const std::vector<std::string>& list, size_t max, size_t* bytes) {
+  size_t n = 0;
+  while (n < list.size() && n < max && *bytes + list[n].size() + 2 <= kRecoveryBytesMax) {
+    *bytes += list[n++].size() + 2;
+  }
+  e.U32(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; i++) e.Str16(list[i]);
+}
+
+bool GetList(Decoder& d, size_t max, bool (*valid)(std::string_view), std::vector<std::string>* out) {
+  const uint32_t n = d.U32();
+  if (!d.ok() || n > max) return false;
+  out->reserve(n);
+  for (uint32_t i = 0; i < n; i++) {
+    std::string p = d.Str16();
+    if (!d.ok() || !valid(p)) return false;
+    out->push_back(std::move(p));
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string EncodeRecovery(const Recovery& r) {
   Encoder e = Begin(MessageKind::kRecovery);
   PutUuid(e, r.from);
-  size_t n = 0, bytes = 0;
-  while (n < r.entries.size() && n < kRecoveryEntriesMax && bytes + r.entries[n].size() + 2 <= kRecoveryBytesMax) {
-    bytes += r.entries[n++].size() + 2;
-  }
-  e.U32(static_cast<uint32_t>(n));
-  for (size_t i = 0; i < n; i++) e.Str16(r.entries[i]);
+  size_t bytes = 0;
+  PutBoundedList(e, r.entries, kRecoveryEntriesMax, &bytes);
+  PutBoundedList(e, r.nlm_clients, kNlmClientsMax, &bytes);
   return e.Release();
 }
 
@@ -231,14 +261,9 @@ std::optional<Recovery> DecodeRecovery(std::string_view bytes) {
   if (!IsKind(d, MessageKind::kRecovery)) return std::nullopt;
   Recovery r;
   r.from = GetUuid(d);
-  const uint32_t n = d.U32();
-  if (!d.ok() || n > kRecoveryEntriesMax) return std::nullopt;
-  r.entries.reserve(n);
-  for (uint32_t i = 0; i < n; i++) {
-    std::string p = d.Str16();
-    if (!d.ok() || !RecoveryPathOk(p)) return std::nullopt;
-    r.entries.push_back(std::move(p));
-  }
+  if (!GetList(d, kRecoveryEntriesMax, RecoveryPathOk, &r.entries)) return std::nullopt;
+  if (d.remaining() > 0 && !GetList(d, kNlmClientsMax, NlmClientOk, &r.nlm_clients)) return std::nullopt;
+  if (!d.done()) return std::nullopt;
   return r;
 }
 

@@ -31,7 +31,7 @@ enum class MessageKind : uint8_t {
   kGiveBack = 2,     // a standby asks the owner to give the reserve back to it (`nasgw cluster takeover`)
   kCatalog = 3,      // the owner's NFS exports and SMB shares, for a partner that forwards its heads to it
   kConnections = 4,  // the client TCP connections to the addresses a node holds, for tickle ACKs after a move
-  kRecovery = 5,     // the NFSv4 client records of a node's ganesha, for reclaims after a move
+  kRecovery = 5,     // the NFSv4 client records and NLM clients of a node's ganesha, for reclaims after a move
 };
 
 // The NFSv4 client records of a node's ganesha (its fs recovery backend's
@@ -41,11 +41,20 @@ enum class MessageKind : uint8_t {
 // period. Sent when they change and every few heartbeats; at most
 // kRecoveryEntriesMax paths, kRecoveryBytesMax in all (more are left out:
 // those clients cannot reclaim).
+//
+// With them, the NLM (NFSv3 lock) clients its rpc.statd monitors: the names
+// of the records in its sm/ directory, the clients' addresses as ganesha
+// gave them (daemon/nlm_notify.h). The node that takes the addresses sends
+// each an SM_NOTIFY naming them, and they reclaim their locks. At most
+// kNlmClientsMax, within the same kRecoveryBytesMax. (Appended to the
+// records: a message without the list decodes as one with none.)
 constexpr size_t kRecoveryEntriesMax = 4096;
+constexpr size_t kNlmClientsMax = 4096;
 constexpr size_t kRecoveryBytesMax = 256u << 10;
 struct Recovery {
   Uuid from;
   std::vector<std::string> entries;
+  std::vector<std::string> nlm_clients;
   bool operator==(const Recovery&) const = default;
 };
 std::string EncodeRecovery(const Recovery& r);
@@ -56,6 +65,10 @@ std::optional<Recovery> DecodeRecovery(std::string_view bytes);
 // components of 1..255 bytes other than "." and "..", no NUL, at most 4095
 // bytes, a trailing '/' for a directory.
 bool RecoveryPathOk(std::string_view path);
+// Whether `name` may name an NLM client (a record of rpc.statd's sm/
+// directory): 1..255 bytes, no '/', no NUL, no control character, not "."
+// or "..".
+bool NlmClientOk(std::string_view name);
 
 // The established client connections to the virtual IPs a node holds
 // (cluster::VipSet::Connections), sent when they change and every few

@@ -336,6 +336,9 @@ void Fill(const ClusterStatus& c, pb::Cluster* out) {
   out->set_tickles_sent(c.tickles_sent);
   out->set_partner_nfs_clients(c.partner_nfs_clients);
   out->set_takeover_graces(c.takeover_graces);
+  out->set_partner_nlm_clients(c.partner_nlm_clients);
+  out->set_nlm_notified(c.nlm_notified);
+  out->set_nlm_unreachable(c.nlm_unreachable);
   for (const auto& e : c.last_takeover) {
     auto* q = out->add_last_takeover();
     q->set_wall_unix_ns(e.wall_ns);

@@ -835,6 +835,9 @@ void ParseNfs(const Section& s, Config* c, Errors* errors) {
   if (s.String("ganesha_recovery_dir", &c->nfs_ganesha_recovery_dir) && !c->nfs_ganesha_recovery_dir.empty()) {
     CheckAbsolutePath("nfs.ganesha_recovery_dir", &c->nfs_ganesha_recovery_dir, errors);
   }
+  if (s.String("statd_dir", &c->nfs_statd_dir) && !c->nfs_statd_dir.empty()) {
+    CheckAbsolutePath("nfs.statd_dir", &c->nfs_statd_dir, errors);
+  }
   if (s.String("ganesha_dbus", &c->nfs_ganesha_dbus) && !c->nfs_ganesha_dbus.empty()) {
     const std::string& a = c->nfs_ganesha_dbus;
     if (a.find(':') == std::string::npos || a.find_first_of(" \t\n\r") != std::string::npos || a.size() > 1024) {
@@ -939,8 +942,8 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   }
   Section shutdown("shutdown", table("shutdown"), {"drain_ms"}, &errors);
   shutdown.Integer("drain_ms", 0, kShutdownDrainMsMax, &c.drain_ms);
-  ParseNfs(Section("nfs", table("nfs"), {"exports_file", "ganesha_pid_file", "ganesha_recovery_dir", "ganesha_dbus"},
-                   &errors),
+  ParseNfs(Section("nfs", table("nfs"),
+                   {"exports_file", "ganesha_pid_file", "ganesha_recovery_dir", "ganesha_dbus", "statd_dir"}, &errors),
            &c, &errors);
   ParseSmb(Section("smb", table("smb"), {"shares_file", "smbd_pid_file", "vfs_objects"}, &errors), &c, &errors);
   ParseCluster(Section("cluster", table("cluster"),

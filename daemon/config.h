@@ -170,6 +170,13 @@ struct Config {
   // The DBus bus ganesha's admin interface is on: an address
   // ("unix:path=..."); empty: the system bus.
   std::string nfs_ganesha_dbus;
+  // Optional: the state directory of the rpc.statd ganesha's NLM registers
+  // its clients with (rpc.statd -P; its sm/ holds a record per client). In a
+  // pair nasgwd sends the partner the list of those clients, and after
+  // taking the partner's addresses starts ganesha's grace period and sends
+  // each of the partner's an SM_NOTIFY from them, so that they reclaim their
+  // NLM locks (daemon/nlm_notify.h). Empty: none of this.
+  std::string nfs_statd_dir;
 
   // [smb]
   // Optional: where nasgwd writes the SMB shares as smb.conf sections (the

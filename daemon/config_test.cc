@@ -898,9 +898,13 @@ TEST_F(ConfigTest, NfsExportsFileAndGaneshaPidFile) {
   ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "\""), {"nfs.exports_file:", "is a directory"});
   ExpectInvalid(Cfg("", "", "[nfs]\nexports_file = \"" + dir_ + "/my exports.conf\""),
                 {"nfs.exports_file:", "[A-Za-z0-9._/-]"});
-  c = Parse(Cfg("", "", "[nfs]\nganesha_recovery_dir = \"/var/lib/nfs/ganesha\"\nganesha_dbus = \"unix:path=/x/bus\""));
+  c = Parse(Cfg("", "",
+                "[nfs]\nganesha_recovery_dir = \"/var/lib/nfs/ganesha\"\nganesha_dbus = \"unix:path=/x/bus\"\n"
+                "statd_dir = \"/var/lib/nfs\""));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->nfs_ganesha_recovery_dir, "/var/lib/nfs/ganesha");
+  EXPECT_EQ(c->nfs_statd_dir, "/var/lib/nfs");
+  ExpectInvalid(Cfg("", "", "[nfs]\nstatd_dir = \"lib/nfs\""), {"nfs.statd_dir", "absolute"});
   EXPECT_EQ(c->nfs_ganesha_dbus, "unix:path=/x/bus");
   ExpectInvalid(Cfg("", "", "[nfs]\nganesha_recovery_dir = \"recov\""), {"nfs.ganesha_recovery_dir", "absolute"});
   ExpectInvalid(Cfg("", "", "[nfs]\nganesha_dbus = \"no address\""), {"nfs.ganesha_dbus", "not a DBus address"});

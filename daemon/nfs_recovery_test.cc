@@ -72,9 +72,10 @@ TEST_F(NfsRecoveryTest, PathsOutsideTheDirectoryAreRefused) {
   EXPECT_TRUE(cluster::RecoveryPathOk("dir/"));
   EXPECT_TRUE(cluster::RecoveryPathOk("a b:(c)"));
   // A damaged message is refused whole.
-  std::string bytes = cluster::EncodeRecovery({Uuid::Random(), {"ok", "fine"}});
-  bytes[bytes.size() - 2] = '.';
-  bytes[bytes.size() - 1] = '.';
+  std::string bytes = cluster::EncodeRecovery({Uuid::Random(), {"ok", "fine"}, {}});
+  // The last record's last two bytes (then the count of NLM clients, 0).
+  bytes[bytes.size() - 6] = '.';
+  bytes[bytes.size() - 5] = '.';
   auto d = cluster::DecodeRecovery(bytes);
   ASSERT_TRUE(d.has_value()) << "\"fi..\" is a name";
   bytes = cluster::EncodeRecovery({Uuid::Random(), {"ok", ".."}});

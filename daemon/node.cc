@@ -20,6 +20,7 @@
 #include "daemon/export_rules.h"
 #include "daemon/nfs_exports.h"
 #include "daemon/nfs_recovery.h"
+#include "daemon/nlm_notify.h"
 #include "daemon/smb_shares.h"
 
 #include <sys/file.h>
@@ -355,6 +356,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
              if (!n->partner_recovery_ || n->partner_recovery_->entries != rec->entries) {
                n->partner_recovery_dirty_ = true;  // written by the cluster thread at its next step
              }
+             n->partner_nlm_clients_ = rec->nlm_clients.size();
              n->partner_recovery_ = std::move(*rec);
            }  // else another kind, or a newer version: not ours
          },
@@ -807,19 +809,32 @@ void Node::SendConnections(uint64_t seq) {
 }
 
 void Node::SendRecovery(uint64_t seq) {
-  if (config_.nfs_ganesha_recovery_dir.empty()) return;
-  bool truncated = false;
-  auto records = daemon::ListRecovery(config_.nfs_ganesha_recovery_dir, &truncated);
-  if (!records.ok()) return;  // again at the next heartbeat
-  if (truncated && !recovery_truncated_logged_) {
-    NASGW_LOG(kWarn, "cluster") << "more NFSv4 client records than the partner is told of; the rest cannot reclaim "
-                                   "their state after a takeover"
-                                << Kv("listed", records->size());
-    recovery_truncated_logged_ = true;
-  }
+  if (config_.nfs_ganesha_recovery_dir.empty() && config_.nfs_statd_dir.empty()) return;
   cluster::Recovery r;
   r.from = identity_.id;
-  r.entries = std::move(*records);
+  bool truncated = false;
+  if (!config_.nfs_ganesha_recovery_dir.empty()) {
+    auto records = daemon::ListRecovery(config_.nfs_ganesha_recovery_dir, &truncated);
+    if (!records.ok()) return;  // again at the next heartbeat
+    if (truncated && !recovery_truncated_logged_) {
+      NASGW_LOG(kWarn, "cluster") << "more NFSv4 client records than the partner is told of; the rest cannot "
+                                     "reclaim their state after a takeover"
+                                  << Kv("listed", records->size());
+      recovery_truncated_logged_ = true;
+    }
+    r.entries = std::move(*records);
+  }
+  if (!config_.nfs_statd_dir.empty()) {
+    auto clients = daemon::ListStatdClients(config_.nfs_statd_dir, &truncated);
+    if (!clients.ok()) return;
+    if (truncated && !nlm_truncated_logged_) {
+      NASGW_LOG(kWarn, "cluster") << "more NLM clients than the partner is told of; the rest are not told to "
+                                     "reclaim their locks after a takeover"
+                                  << Kv("listed", clients->size());
+      nlm_truncated_logged_ = true;
+    }
+    r.nlm_clients = std::move(*clients);
+  }
   SendIfDue(recovery_out_, cluster::EncodeRecovery(r), seq);
 }
 
@@ -843,22 +858,50 @@ void Node::KeepPartnerRecovery() {
   partner_records_ = daemon::CountRecoveryClients(entries);
 }
 
-void Node::StartTakeoverGraceAsync() {
-  if (config_.nfs_ganesha_recovery_dir.empty() || partner_records_.load() == 0) return;
+void Node::StartTakeoverGraceAsync(std::vector<uint32_t> moved) {
+  std::vector<std::string> nlm;
+  if (!config_.nfs_statd_dir.empty()) {
+    MutexLock lock(cluster_mu_);
+    if (partner_recovery_) nlm = partner_recovery_->nlm_clients;
+  }
+  const bool v4 = !config_.nfs_ganesha_recovery_dir.empty() && partner_records_.load() > 0;
+  if (!v4 && nlm.empty()) return;
   if (grace_running_.exchange(true)) return;  // one is being started: it reads the same records
   if (grace_thread_.joinable()) grace_thread_.join();
-  grace_thread_ = std::thread([this] {
+  grace_thread_ = std::thread([this, nlm = std::move(nlm), moved = std::move(moved)] {
     const uint64_t t0 = MonotonicNanos();
     nasgw::Status s = daemon::StartTakeoverGrace(config_.nfs_ganesha_dbus, kGraceCallTimeoutMs);
     const uint64_t ms = (MonotonicNanos() - t0) / 1'000'000;
     if (s.ok()) {
       takeover_graces_++;
-      NASGW_LOG(kWarn, "cluster") << "ganesha is in a grace period: the partner's NFSv4 clients reclaim their state"
-                                  << Kv("clients", partner_records_.load()) << Kv("ms", ms);
+      NASGW_LOG(kWarn, "cluster") << "ganesha is in a grace period: the partner's NFS clients reclaim their state"
+                                  << Kv("nfs4_clients", partner_records_.load()) << Kv("nlm_clients", nlm.size())
+                                  << Kv("ms", ms);
     } else {
-      NASGW_LOG(kError, "cluster") << "cannot start ganesha's grace period; the partner's NFSv4 clients lose their "
-                                      "opens and locks"
+      NASGW_LOG(kError, "cluster") << "cannot start ganesha's grace period; the partner's NFS clients lose their "
+                                      "opens and locks (their reclaims are refused)"
                                    << Kv("error", s.ToString());
+    }
+    // The partner's NLM clients are told the moved addresses' server came
+    // back, so that they reclaim their locks (in the grace period; refused,
+    // without one, which tells them their locks are lost rather than
+    // leaving them to believe in locks nobody holds).
+    if (!nlm.empty() && !moved.empty()) {
+      const daemon::NlmNotifyResult r =
+          daemon::NotifyNlmClients(nlm, moved, daemon::NsmStateNow(), kNlmNotifyTimeoutMs);
+      nlm_notified_ += r.notified;
+      nlm_unreachable_ += r.unreachable + r.skipped;
+      if (r.unreachable + r.skipped == 0) {
+        NASGW_LOG(kWarn, "cluster") << "told the partner's NLM clients to reclaim their locks (SM_NOTIFY)"
+                                    << Kv("clients", nlm.size()) << Kv("addresses", moved.size())
+                                    << Kv("notified", r.notified);
+      } else {
+        NASGW_LOG(kError, "cluster") << "some of the partner's NLM clients were not told to reclaim their locks "
+                                        "(SM_NOTIFY unanswered, or a client named by no address)"
+                                     << Kv("clients", nlm.size()) << Kv("addresses", moved.size())
+                                     << Kv("notified", r.notified) << Kv("unreachable", r.unreachable)
+                                     << Kv("not_an_address", r.skipped);
+      }
     }
     grace_running_ = false;
   });
@@ -1119,7 +1162,11 @@ void Node::ReconcileVips(ReserveState state) {
       // partner that is heard: its ganesha still holds their state.
       if (online && !heard) {
         cut_forwarded_ = true;
-        StartTakeoverGraceAsync();
+        std::vector<uint32_t> moved;
+        for (size_t i = 0; i < vips_->vips().size() && i < 64; i++) {
+          if (added >> i & 1) moved.push_back(vips_->vips()[i].addr);
+        }
+        StartTakeoverGraceAsync(std::move(moved));
       }
     }
   } else if (s.ok() && announce_left_ > 0 && announce_mask_ != 0) {
@@ -1411,6 +1458,11 @@ ClusterStatus Node::GetCluster() const {
   c.tickles_sent = tickles_sent_.load();
   c.partner_nfs_clients = config_.nfs_ganesha_recovery_dir.empty() ? -1 : static_cast<int64_t>(partner_records_.load());
   c.takeover_graces = takeover_graces_.load();
+  if (!config_.nfs_statd_dir.empty()) {
+    c.partner_nlm_clients = static_cast<int64_t>(partner_nlm_clients_.load());
+    c.nlm_notified = nlm_notified_.load();
+    c.nlm_unreachable = nlm_unreachable_.load();
+  }
   c.last_takeover = last_takeover_;
   return c;
 }

@@ -166,6 +166,12 @@ struct ClusterStatus {
   // (-1: [nfs] ganesha_recovery_dir not set), grace periods started.
   int64_t partner_nfs_clients = -1;
   uint64_t takeover_graces = 0;
+  // NLM reclaims after a takeover: the partner's NLM clients as it last
+  // listed them (-1: [nfs] statd_dir not set), the SM_NOTIFYs they
+  // answered, and those that went unanswered (or named no address).
+  int64_t partner_nlm_clients = -1;
+  uint64_t nlm_notified = 0;
+  uint64_t nlm_unreachable = 0;
   std::vector<ClusterEvent> last_takeover;  // its timeline
 };
 
@@ -483,6 +489,10 @@ class Node {
   Repeated catalog_out_, conns_out_, recovery_out_;
   static constexpr uint64_t kCatalogEvery = 10;          // heartbeats between two sendings of an unchanged catalog
   static constexpr uint32_t kGraceCallTimeoutMs = 5000;  // ganesha's DBus answer to a grace request
+  // SM_NOTIFYs to the partner's NLM clients are sent again until then: well
+  // within ganesha's grace period (90 s by default), after which their
+  // reclaims would be refused anyway.
+  static constexpr uint32_t kNlmNotifyTimeoutMs = 30'000;
   bool Forwarding() const { return config_.cluster_enabled && !config_.cluster_forward_peer.empty(); }
   void SendCatalog(uint64_t seq);
   static constexpr int kVipAnnounceRepeats = 5;  // gratuitous ARPs again at the next heartbeats
@@ -510,8 +520,14 @@ class Node {
   void SendRecovery(uint64_t seq);
   void KeepPartnerRecovery();
   // Starts ganesha's takeover grace period (on grace_thread_, not the
-  // cluster thread: DBus may be slow), unless one is being started.
-  void StartTakeoverGraceAsync();
+  // cluster thread: DBus may be slow), unless one is being started; then
+  // sends the partner's NLM clients an SM_NOTIFY from each address of
+  // `moved` (daemon/nlm_notify.h), when [nfs] statd_dir is set.
+  void StartTakeoverGraceAsync(std::vector<uint32_t> moved);
+  bool nlm_truncated_logged_ = false;
+  std::atomic<size_t> partner_nlm_clients_{0};
+  std::atomic<uint64_t> nlm_notified_{0};
+  std::atomic<uint64_t> nlm_unreachable_{0};
   bool recovery_truncated_logged_ = false;
   std::optional<cluster::Recovery> partner_recovery_ GUARDED_BY(cluster_mu_);
   bool partner_recovery_dirty_ GUARDED_BY(cluster_mu_) = false;

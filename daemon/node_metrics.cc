@@ -226,6 +226,17 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                 "Grace periods this node started in its ganesha for the partner's NFSv4 clients to reclaim.", {},
                 cl.takeover_graces);
     }
+    if (cl.partner_nlm_clients >= 0) {
+      s.Gauge("nasgw_cluster_partner_nlm_clients",
+              "The partner's NLM clients (its rpc.statd's) told to reclaim their locks here after a takeover.", {},
+              static_cast<double>(cl.partner_nlm_clients));
+      s.Counter("nasgw_cluster_nlm_notified_total",
+                "SM_NOTIFYs the partner's NLM clients answered after takeovers by this node.", {}, cl.nlm_notified);
+      s.Counter("nasgw_cluster_nlm_unreachable_total",
+                "SM_NOTIFYs to the partner's NLM clients unanswered by the deadline, or to names that are no "
+                "address.",
+                {}, cl.nlm_unreachable);
+    }
     std::map<std::string, uint64_t> heard;  // by peer name: the freshest, should a name be heard under two ids
     for (const auto& p : cl.peers) {
       const std::string name = p.name.empty() ? p.node_id : p.name;

@@ -120,9 +120,12 @@ class Lab:
         name, luns, size: the sanlab lab's (make demo runs a pair too); tag
         names the nodes (<tag>-a, <tag>-b).
         reclaim (with nfs): ganesha with a grace period, a DBus bus of its own
-        per node, and nasgwd keeping the partner's NFSv4 client records and
-        starting ganesha's grace period when it takes the partner's
-        addresses ([nfs] ganesha_recovery_dir, ganesha_dbus)."""
+        per node, rpc.statd beside ganesha, and nasgwd keeping the partner's
+        NFSv4 client records and NLM clients, starting ganesha's grace period
+        when it takes the partner's addresses and telling the NLM clients
+        (SM_NOTIFY) ([nfs] ganesha_recovery_dir, ganesha_dbus, statd_dir).
+        (A node's statd outlives its machine's death here: unreachable, as
+        its links are down; its ganesha clears its records at its restart.)"""
         self.reclaim = reclaim
         self.dbus = []
         name = name or "cl%d" % os.getpid()
@@ -159,9 +162,10 @@ class Lab:
                     json.dumps(os.path.join(n.s["dir"], "ganesha-exports.conf")),
                     json.dumps(os.path.join(self.nfs_labs[i].dir, "ganesha.pid")))
                 if reclaim:
-                    n.s["extra_config"] += "ganesha_recovery_dir = %s\nganesha_dbus = %s\n" % (
+                    n.s["extra_config"] += "ganesha_recovery_dir = %s\nganesha_dbus = %s\nstatd_dir = %s\n" % (
                         json.dumps(os.path.join(self.nfs_labs[i].dir, "recov")),
-                        json.dumps("unix:path=" + self.dbus_socket(i)))
+                        json.dumps("unix:path=" + self.dbus_socket(i)),
+                        json.dumps(os.path.join(self.nfs_labs[i].dir, "statd")))
             else:
                 n.s["extra_config"] = self.config + mirror
             n.save()
@@ -220,10 +224,13 @@ class Lab:
             if self.reclaim:
                 self.start_dbus(i)
                 env = {"DBUS_SYSTEM_BUS_ADDRESS": "unix:path=" + self.dbus_socket(i)}
-                grace = {"graceless": False, "grace_period": GRACE_S, "lease_lifetime": GRACE_S}
+                grace = {"graceless": False, "grace_period": GRACE_S, "lease_lifetime": GRACE_S,
+                         "components": {"NLM": "DEBUG"}}
             cfg = nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=n.head_socket, exports_file=exports,
                                        **grace)
             self.servers.append(self.nfs_labs[i].start_server(cfg, env=env))
+            if self.reclaim:
+                self.servers[-1].start_statd()
 
     def client(self, addr=VIP):
         """The LAN's client namespace, as an nfslab client of `addr` (a VIP)."""
@@ -1102,36 +1109,67 @@ def spread_ok(lab):
     return vips_of(owner) == [VIP] and vips_of(standby) == [VIP2]
 
 
-def lock_tool(lab, client, op, start, length, *extra):
-    return [lab.build + "/tests/tools/nasgw-nfs-lock", "--url", client.url("vol1/locked.bin", 4), "--op", op,
+def lock_tool(lab, client, op, start, length, *extra, version=4):
+    return [lab.build + "/tests/tools/nasgw-nfs-lock", "--url", client.url("vol1/locked.bin", version), "--op", op,
             "--type", "write", "--start", str(start), "--len", str(length)] + list(extra)
 
 
+_line_queues = {}
+
+
 def read_line(p, timeout):
-    import select
-    r, _, _ = select.select([p.stdout], [], [], timeout)
-    if not r:
+    """The next line `p` prints, within `timeout` s. A thread per process
+    reads its stdout into a queue: select() on the pipe would miss lines
+    already in the file object's buffer (two lines written at once)."""
+    import queue
+    q = _line_queues.get(p.pid)
+    if q is None:
+        q = _line_queues[p.pid] = queue.Queue()
+
+        def pump():
+            for line in iter(p.stdout.readline, ""):
+                q.put(line)
+            q.put(None)
+        threading.Thread(target=pump, daemon=True).start()
+    try:
+        line = q.get(timeout=timeout)
+    except queue.Empty:
         return "(no answer within %ds)" % timeout
-    line = p.stdout.readline().strip()
-    return line or "(exited %s: %s)" % (p.wait(timeout=10), p.stderr.read().strip()[-300:])
+    if line is None:
+        q.put(None)  # stays at the end
+        return "(exited %s: %s)" % (p.wait(timeout=10), p.stderr.read().strip()[-300:])
+    return line.strip() or "(an empty line)"
 
 
 def reclaim_round(lab, c, victim, via, what):
-    """An NFSv4.0 client holds an open and a lock through address `via`;
-    node `victim`'s machine dies. The survivor holds the address, and its
-    ganesha (told over DBus by nasgwd, with the dead node's client records
-    that nasgwd kept) is in a grace period in which the client reclaims
-    both. Another client meets the reclaimed lock. The victim comes back."""
+    """An NFSv4.0 client holds an open and a lock through address `via`,
+    and an NFSv3 client an NLM lock; node `victim`'s machine dies. The
+    survivor holds the address, and its ganesha (told over DBus by nasgwd,
+    with the dead node's client records that nasgwd kept) is in a grace
+    period in which the v4 client reclaims both; the NLM client, told by
+    the survivor's nasgwd that the server of `via` came back (SM_NOTIFY),
+    reclaims its lock. Other clients meet the reclaimed locks. The victim
+    comes back."""
     survivor = lab.nodes[1 - victim]
     srv = lab.servers[1 - victim]
     client = lab.client(via)
     tag = "reclaim (%s)" % what
     holder = client.popen(lock_tool(lab, client, "reclaim", 0, 100), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
+    nlm = client.popen(lock_tool(lab, client, "reclaim", 200, 100, version=3), stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = read_line(holder, 60)
         c("%s: a v4.0 client holds an open and a write lock on [0,100) through %s" % (tag, via), line == "granted",
           line)
+        line = read_line(nlm, 60)
+        c("%s: an NFSv3 client holds an NLM write lock on [200,300) through %s" % (tag, via), line == "granted",
+          line)
+        nlm_known = wait_for(lambda: cluster(survivor).get("partner_nlm_clients", 0) >= 1, 10,
+                             "the NLM client known", fail=False)
+        c("%s: the other node knows the NLM client (its partner's rpc.statd monitors it)" % tag, nlm_known,
+          cluster(survivor).get("partner_nlm_clients"))
+        notified = cluster(survivor).get("nlm_notified", 0)
         kept_dir = os.path.join(lab.nfs_labs[1 - victim].dir, "recov", "nasgw-partner", "v4recov")
         # Ganesha names a client's record by its address and identity, which
         # the tool makes of its pid (ip netns exec execs it: the same pid).
@@ -1158,24 +1196,37 @@ def reclaim_round(lab, c, victim, via, what):
             # over connections it relayed there: cut, so they give way.
             c("%s: the owner cut the connections the dead standby relayed to it" % tag,
               "cutting the connections the partner relayed here" in survivor.log_tail(200000))
+        line = read_line(nlm, 30)
+        c("%s: the NLM client is told the server of %s came back (SM_NOTIFY from it, naming it)" % (tag, via),
+          line.startswith("notified mon_name=%s " % via), line + "\n" + survivor.log_tail(3000))
+        line = read_line(nlm, 60)
+        c("%s: the NLM client reclaims its lock on the survivor (NLM4_LOCK reclaim)" % tag, line == "reclaimed",
+          line + "\n--- the survivor's ganesha log since\n" + srv.log_since(offset)[-6000:])
+        c("%s: the survivor counts the notification answered" % tag,
+          cluster(survivor).get("nlm_notified", 0) >= notified + 1, cluster(survivor).get("nlm_notified"))
         holder.stdin.write("reclaim\n")
         holder.stdin.flush()
         line = read_line(holder, 60)
         c("%s: the client reclaims its open (CLAIM_PREVIOUS) and its lock on the survivor" % tag,
           line == "reclaimed", line + "\n--- the survivor's ganesha log since\n" + srv.log_since(offset)[-3000:])
         wait_for(lambda: "NOT IN GRACE" in srv.log_since(offset), GRACE_S + 30, "the grace period ends")
-        p = client.run(lock_tool(lab, client, "lock", 50, 10), check=False, timeout=90)
-        c("%s: after the grace period another client is denied by the reclaimed lock" % tag,
-          p.stdout.strip().startswith("denied"), p.stdout + p.stderr)
-        holder.stdin.close()
-        rc = holder.wait(timeout=60)
-        c("%s: the client releases it (LOCKU, CLOSE)" % tag, rc == 0, holder.stderr.read()[-500:])
-        p = client.run(lock_tool(lab, client, "lock", 50, 10), check=False, timeout=90)
-        c("%s: then the other client's lock is granted" % tag, p.stdout.strip() == "granted", p.stdout + p.stderr)
+        for v, start, who in ((4, 50, "v4"), (3, 250, "NLM")):
+            p = client.run(lock_tool(lab, client, "lock", start, 10, version=v), check=False, timeout=90)
+            c("%s: after the grace period another client is denied by the reclaimed %s lock" % (tag, who),
+              p.stdout.strip().startswith("denied"), p.stdout + p.stderr)
+        for p, how in ((holder, "LOCKU, CLOSE"), (nlm, "NLM4_UNLOCK")):
+            p.stdin.close()
+            rc = p.wait(timeout=60)
+            c("%s: the client releases it (%s)" % (tag, how), rc == 0, p.stderr.read()[-500:])
+        for v, start, who in ((4, 50, "v4"), (3, 250, "NLM")):
+            p = client.run(lock_tool(lab, client, "lock", start, 10, version=v), check=False, timeout=90)
+            c("%s: then the other client's %s lock is granted" % (tag, who), p.stdout.strip() == "granted",
+              p.stdout + p.stderr)
     finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+        for p in (holder, nlm):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     revive(lab, victim, forwarded=True)
 
 

@@ -31,17 +31,16 @@ whichever side arbitrates (ganesha's lock manager or nasgwd).
 ganesha runs with a short lease (nfslab GaneshaConfig(lease_lifetime=)).
 Ganesha's NLM grants no lock unless it can register the client with the
 server's rpc.statd (NLM4_DENIED_NOLOCKS otherwise), so the test runs
-rpc.statd in the server's namespaces, next to ganesha's rpcbind.
+rpc.statd in the server's namespaces, next to ganesha's rpcbind
+(nfslab's Server.start_statd).
 
   nfs_locks.py --build BUILD_DIR [--only basic-v4 basic-v3 cross restart away]
   nfs_locks.py --nasgwd X --cli X --fsal X --lock-tool X
 """
 
 import argparse
-import ctypes
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -58,7 +57,6 @@ LEASE_S = 10           # ganesha's NFSv4 lease here (default 60)
 GRACE_S = 10           # its grace period in the restart section (at least the lease)
 SESSION_GRACE_S = 30   # nasgwd keeps a dead head's session (and its locks) this long
 TOOL_TIMEOUT_S = 60    # one nasgw-nfs-lock run (it gives up on an RPC after 30 s)
-STATD_TIMEOUT_S = 10
 FILE = "vol1/locked.bin"
 
 failures = []
@@ -159,49 +157,6 @@ def until(fn, timeout, interval=0.5):
         if r or time.monotonic() - t0 > timeout:
             return r, time.monotonic() - t0
         time.sleep(interval)
-
-
-# ---- rpc.statd next to ganesha -----------------------------------------------------
-
-def die_with_parent():
-    """preexec_fn: the child gets SIGKILL when this harness dies, so a crashed
-    run leaves no statd behind (nfslab's gc does not know it)."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def start_statd(lab, server):
-    """rpc.statd in ganesha's network and mount namespaces (it registers with
-    the lab's rpcbind through the private /run); returns its Popen."""
-    statd = shutil.which("rpc.statd") or "/sbin/rpc.statd"
-    if not os.path.exists(statd):
-        raise RuntimeError("rpc.statd not found (package nfs-common, which nfs-ganesha depends on)")
-    d = os.path.join(lab.dir, "statd")
-    for sub in ("sm", "sm.bak"):
-        os.makedirs(os.path.join(d, sub), exist_ok=True)
-    log = open(os.path.join(lab.dir, "statd.log"), "ab")
-    p = subprocess.Popen(["nsenter", "-t", str(server.rpcbind_pid), "-m", "-n", "--", statd, "-F", "-d",
-                          "--no-notify", "-P", d], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True, preexec_fn=die_with_parent)
-    log.close()
-    # Ready when the lab's rpcbind lists it (polled with a deadline).
-    ok, _ = until(lambda: p.poll() is None and " 100024 " in
-                  lab.client(1).run(["rpcinfo", "-p", lab.server_addr], check=False).stdout,
-                  STATD_TIMEOUT_S, 0.1)
-    if not ok:
-        tail = open(os.path.join(lab.dir, "statd.log"), "rb").read()[-1500:].decode(errors="replace")
-        stop_statd(p)
-        raise RuntimeError("rpc.statd not registered within %ds:\n%s" % (STATD_TIMEOUT_S, tail))
-    return p
-
-
-def stop_statd(p):
-    if p is not None and p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 # ---- the scenarios -------------------------------------------------------------------
@@ -368,7 +323,7 @@ def main():
         print("FAIL: must run as root (namespaces, tgtd)")
         return 1
 
-    node = lab = server = statd = lk = None
+    node = lab = server = lk = None
     local = "/tmp/nasgw-nfslocks-%d.bin" % os.getpid()
     try:
         node = nasgwlab.Node(bins={"nasgwd": paths["nasgwd"], "cli": paths["cli"]}, luns=2, size="512M",
@@ -388,7 +343,7 @@ def main():
         # Not a check (ganesha's behaviour, not nasgw's): why statd is needed.
         r = lk.run(lab.client(1), 3, "lock", "write", 0, 1)
         print("note: NLM lock without rpc.statd on the server: %s" % r, flush=True)
-        statd = start_statd(lab, server)
+        server.start_statd()
 
         for name, fn in (("basic-v4", lambda: test_basic(lk, lab, 4, node)), ("basic-v3", lambda: test_basic(lk, lab, 3, node)),
                          ("cross", lambda: test_cross(lk, lab)), ("restart", lambda: test_restart(lk, lab, server)),
@@ -413,7 +368,6 @@ def main():
             print("--- nasgwd log tail\n" + node.log_tail(2000))
         if lk is not None:
             lk.close()
-        stop_statd(statd)
         if lab is not None:
             lab.close()
         if node is not None:

@@ -674,12 +674,56 @@ class Server:
         self.write_config()
         self._start_ganesha()
 
+    @property
+    def statd_dir(self):
+        return os.path.join(self.lab.dir, "statd")
+
+    def start_statd(self):
+        """rpc.statd in ganesha's network and mount namespaces, registered
+        with this server's rpcbind (through the private /run), its state in
+        statd_dir (sm/: a record per client it monitors): ganesha's NLM
+        grants no lock unless the server's statd monitors the client
+        (NLM4_DENIED_NOLOCKS otherwise). No reboot notifications at its
+        start (--no-notify: sm-notify would use the machine's /var/lib/nfs).
+        Stopped by stop() and the lab's teardown (its pid is in the lab's
+        state). Returns statd_dir once it is registered (bounded wait)."""
+        statd = shutil.which("rpc.statd") or "/sbin/rpc.statd"
+        if not os.path.exists(statd):
+            raise NfsLabError("rpc.statd not found (package nfs-common, which nfs-ganesha depends on)")
+        if not self.rpcbind_pid:
+            raise NfsLabError("start the server (its rpcbind) before rpc.statd")
+        for sub in ("sm", "sm.bak"):
+            os.makedirs(os.path.join(self.statd_dir, sub), exist_ok=True)
+        log = open(os.path.join(self.lab.dir, "statd.log"), "ab")
+        p = subprocess.Popen(["nsenter", "-t", str(self.rpcbind_pid), "-m", "-n", "--", statd, "-F", "-d",
+                              "--no-notify", "-P", self.statd_dir], stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=log, start_new_session=True)
+        log.close()
+        self.st["statd_pid"] = p.pid
+        self.st["statd_start"] = proc_start_time(p.pid)
+        self.lab.save()
+        deadline = time.monotonic() + 10
+        while True:
+            if p.poll() is not None:
+                raise NfsLabError("rpc.statd exited (%s): %s" % (p.returncode, self._file_tail("statd.log")))
+            r = run(["nsenter", "-t", str(self.rpcbind_pid), "-m", "-n", "--", "rpcinfo", "-p", "127.0.0.1"],
+                    check=False)
+            if " 100024 " in r.stdout:
+                return self.statd_dir
+            if time.monotonic() > deadline:
+                raise NfsLabError("rpc.statd not registered within 10 s: %s" % self._file_tail("statd.log"))
+            time.sleep(0.05)
+
     def stop(self):
-        """SIGTERM ganesha, then rpcbind; SIGKILL after a bounded wait."""
+        """SIGTERM ganesha, then rpc.statd (if started) and rpcbind; SIGKILL
+        after a bounded wait."""
         notes = []
         n = stop_pid(self.pid, self.st.get("ganesha_start"), GANESHA_STOP_TIMEOUT_S, "ganesha.nfsd")
         notes += [n] if n else []
         self.st["ganesha_pid"] = None
+        n = stop_pid(self.st.get("statd_pid"), self.st.get("statd_start"), RPCBIND_STOP_TIMEOUT_S, "rpc.statd")
+        notes += [n] if n else []
+        self.st["statd_pid"] = None
         n = stop_pid(self.rpcbind_pid, self.st.get("rpcbind_start"), RPCBIND_STOP_TIMEOUT_S, "rpcbind")
         notes += [n] if n else []
         self.st["rpcbind_pid"] = None
@@ -1064,6 +1108,7 @@ def teardown(st):
     files, state. Keeps going past errors; returns them."""
     errors = []
     for key, what, t in (("ganesha", "ganesha.nfsd", GANESHA_STOP_TIMEOUT_S),
+                         ("statd", "rpc.statd", RPCBIND_STOP_TIMEOUT_S),
                          ("rpcbind", "rpcbind", RPCBIND_STOP_TIMEOUT_S),
                          ("smbd", "smbd", SMBD_STOP_TIMEOUT_S)):
         try:

@@ -38,6 +38,12 @@
  *   set, as a client does in the server's grace period, and prints
  *   "reclaimed", or "reclaim refused: OPEN|LOCK NFS4ERR_..." (exit 1). At EOF
  *   it sends LOCKU and CLOSE.
+ *   With version=3 (NLM): an NLM4_LOCK of the range, held until stdin
+ *   reaches EOF, while the tool answers on UDP port 111 as the client
+ *   machine's portmapper and statd. An SM_NOTIFY (the server came back, or
+ *   its address moved to another node) prints "notified mon_name=NAME
+ *   state=N", then, as a client's lockd does, NLM4_LOCK with reclaim set on
+ *   a new connection: "reclaimed", or "reclaim refused: NLM4_..." (exit 1).
  *
  * --op write (NFSv3) writes TEXT at offset --start with one WRITE (FILE_SYNC)
  *   on the file handle libnfs's open found, as a kernel client does it: an
@@ -1386,7 +1392,8 @@ static int nlm_test(struct nlm *n, const struct options *o, struct conflict *con
 	return EXIT_ERROR;
 }
 
-static int nlm_lock(struct nlm *n, const struct options *o, char *err, size_t errlen)
+/* 0 granted, 1 denied, 2 error (err set); *status: the NLM answer. */
+static int nlm_lock(struct nlm *n, const struct options *o, bool reclaim, int *status, char *err, size_t errlen)
 {
 	NLM4_LOCKargs a;
 	struct call c;
@@ -1397,12 +1404,14 @@ static int nlm_lock(struct nlm *n, const struct options *o, char *err, size_t er
 	a.block = 0;
 	a.exclusive = o->write;
 	a.lock = n->lock;
-	a.reclaim = 0;
+	a.reclaim = reclaim;
 	a.state = 1; /* our NSM state number: we never reboot within a run */
 	if (rpc_nlm4_lock_async(n->rpc, nlm_lock_cb, &a, &c) != 0 || !rpc_wait(n->rpc, &c, o->timeout_ms)) {
 		snprintf(err, errlen, "NLM4_LOCK: %s", c.err[0] ? c.err : rpc_get_error(n->rpc));
 		return EXIT_ERROR;
 	}
+	if (status != NULL)
+		*status = c.status;
 	if (c.status == NLM4_GRANTED)
 		return EXIT_GRANTED;
 	if (c.status == NLM4_DENIED)
@@ -1429,6 +1438,162 @@ static bool nlm_unlock(struct nlm *n, const struct options *o, char *err, size_t
 		return false;
 	}
 	return true;
+}
+
+/* ---- NFSv3: a lock reclaimed after the server's SM_NOTIFY ------------------- */
+
+/* The client machine's portmapper and statd, as far as a server's reboot
+ * notification needs them: one UDP socket on port 111 that answers
+ * PMAPPROC_GETPORT for NSM (100024 v1 UDP) with port 111 itself, and
+ * SM_NOTIFY (answered void). A kernel client's statd would call its lockd
+ * back; here the notification is returned to the caller. */
+static int nsm_socket(char *err, size_t errlen)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(111)};
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		snprintf(err, errlen, "bind UDP port 111 (a portmapper already runs here?): %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Serves one datagram on `fd`. True, with mon_name and state set, when it
+ * was an SM_NOTIFY. */
+static bool nsm_serve_one(int fd, char *mon_name, size_t mon_len, uint32_t *state)
+{
+	uint8_t in[2048], out[64];
+	struct sockaddr_in from;
+	socklen_t fl = sizeof(from);
+	ssize_t n = recvfrom(fd, in, sizeof(in), 0, (struct sockaddr *)&from, &fl);
+	if (n <= 0)
+		return false;
+	struct xdr_in x = {in, in + n, true};
+	uint32_t xid = xin_u32(&x), mtype = xin_u32(&x), rpcvers = xin_u32(&x);
+	uint32_t prog = xin_u32(&x), vers = xin_u32(&x), proc = xin_u32(&x), l;
+	(void)xin_u32(&x); /* cred flavor */
+	(void)xin_opaque(&x, &l);
+	(void)xin_u32(&x); /* verf flavor */
+	(void)xin_opaque(&x, &l);
+	if (!x.ok || mtype != 0 || rpcvers != 2)
+		return false;
+	bool notify = false, answer = false;
+	uint32_t port = 0;
+	if (prog == 100000 && vers == 2 && proc == 3) { /* PMAPPROC_GETPORT */
+		uint32_t p = xin_u32(&x), v = xin_u32(&x), prot = xin_u32(&x);
+		port = x.ok && p == 100024 && v == 1 && prot == 17 ? 111 : 0;
+		answer = true;
+	} else if (prog == 100024 && vers == 1 && proc == 6) { /* SM_NOTIFY */
+		const uint8_t *name = xin_opaque(&x, &l);
+		*state = xin_u32(&x);
+		if (!x.ok || l >= mon_len)
+			return false;
+		memcpy(mon_name, name, l);
+		mon_name[l] = '\0';
+		notify = answer = true;
+	} else if (proc == 0) { /* NULL */
+		answer = true;
+	}
+	if (!answer)
+		return false;
+	size_t at = 0;
+	xout_u32(out, &at, xid);
+	xout_u32(out, &at, 1); /* REPLY */
+	xout_u32(out, &at, 0); /* MSG_ACCEPTED */
+	xout_u32(out, &at, 0); /* verifier: AUTH_NULL */
+	xout_u32(out, &at, 0);
+	xout_u32(out, &at, 0); /* SUCCESS */
+	if (prog == 100000 && proc == 3)
+		xout_u32(out, &at, port);
+	(void)sendto(fd, out, at, 0, (struct sockaddr *)&from, fl);
+	return notify;
+}
+
+/* --op reclaim (NFSv3): NLM4_LOCK of the range (prints "granted", or
+ * "denied"), held until stdin reaches EOF, answering on UDP port 111 as the
+ * client machine's portmapper and statd. An SM_NOTIFY (the server came
+ * back: a restart, or its address moved to another node) prints
+ * "notified mon_name=NAME state=N"; then, as a client's lockd does, a new
+ * NLM connection to the server and NLM4_LOCK with reclaim set: "reclaimed",
+ * or "reclaim refused: NLM4_..." (exit 1). At EOF NLM4_UNLOCK. */
+static int run_nlm_reclaim(const char *server, const struct nfs_fh *fh, const struct options *o)
+{
+	struct nlm n;
+	char err[1024] = "";
+	int status = 0, rc;
+
+	memset(&n, 0, sizeof(n));
+	int fd = nsm_socket(err, sizeof(err));
+	if (fd < 0)
+		return say_error("%s", err);
+	if (!nlm_connect(&n, server, fh, o, err, sizeof(err))) {
+		rc = say_error("%s", err);
+		goto out;
+	}
+	rc = nlm_lock(&n, o, false, NULL, err, sizeof(err));
+	if (rc != EXIT_GRANTED) {
+		rc = rc == EXIT_DENIED ? say_denied(NULL) : say_error("%s", err);
+		goto out;
+	}
+	say_granted();
+	for (;;) {
+		struct pollfd p[2] = {{.fd = STDIN_FILENO, .events = POLLIN}, {.fd = fd, .events = POLLIN}};
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = say_error("poll: %s", strerror(errno));
+			goto out;
+		}
+		if (p[0].revents != 0) {
+			char buf[256];
+			ssize_t got = read(STDIN_FILENO, buf, sizeof(buf));
+			if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+				break; /* EOF: release */
+		}
+		char mon[1025];
+		uint32_t state = 0;
+		if (p[1].revents == 0 || !nsm_serve_one(fd, mon, sizeof(mon), &state))
+			continue;
+		printf("notified mon_name=%s state=%u\n", mon, state);
+		fflush(stdout);
+		/* The server came back: what it knew of us is gone, and so is
+		 * our connection. The lock again, as a reclaim. */
+		char caller[sizeof(n.caller)];
+		snprintf(caller, sizeof(caller), "%s", n.caller);
+		rpc_destroy_context(n.rpc);
+		n.rpc = NULL;
+		struct options again = *o;
+		again.caller = caller; /* the same owner as before */
+		if (!nlm_connect(&n, server, fh, &again, err, sizeof(err))) {
+			rc = say_error("%s", err);
+			goto out;
+		}
+		rc = nlm_lock(&n, &again, true, &status, err, sizeof(err));
+		if (rc == EXIT_ERROR) {
+			rc = say_error("%s", err);
+			goto out;
+		}
+		if (rc != EXIT_GRANTED) {
+			printf("reclaim refused: %s\n", nlm_status(status));
+			fflush(stdout);
+			rc = EXIT_DENIED;
+			goto out;
+		}
+		printf("reclaimed\n");
+		fflush(stdout);
+	}
+	rc = EXIT_GRANTED;
+	if (!nlm_unlock(&n, o, err, sizeof(err))) {
+		fprintf(stderr, "nasgw-nfs-lock: %s\n", err);
+		rc = EXIT_ERROR;
+	}
+out:
+	if (n.rpc != NULL)
+		rpc_destroy_context(n.rpc);
+	close(fd);
+	return rc;
 }
 
 /* ---- holding ------------------------------------------------------------- */
@@ -1492,9 +1657,10 @@ static void usage(FILE *f)
 		"       nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4 --op open\n"
 		"                      --access read|write|both --deny none|read|write|both\n"
 		"                      [--hold] [--renew-ms N] [--timeout-ms N]\n"
-		"       nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4 --op reclaim\n"
+		"       nasgw-nfs-lock --url nfs://SERVER/EXPORT/FILE?version=4|3 --op reclaim\n"
 		"                      --type read|write --start N --len N [--renew-ms N]\n"
-		"                      (held until EOF; a line \"reclaim\" reclaims it after a server restart)\n"
+		"                      (held until EOF; v4: a line \"reclaim\" reclaims it after a server restart;\n"
+		"                      v3: reclaimed when an SM_NOTIFY comes to UDP port 111)\n"
 		"prints one line: granted (exit 0), denied [start=S len=L|eof type=T] (1),\n"
 		"error: MSG (2). --hold keeps a granted lock or open until stdin reaches EOF.\n");
 }
@@ -1640,8 +1806,6 @@ int main(int argc, char **argv)
 		return say_error("--op open and deleg are NFSv4 (version=4 in the URL)");
 	if (o.write_data && o.version != 3)
 		return say_error("--op write is NFSv3 (version=3 in the URL)");
-	if (o.reclaim && o.version != 4)
-		return say_error("--op reclaim is NFSv4.0 (version=4 in the URL)");
 
 	struct nfs_context *nfs = nfs_init_context();
 	if (nfs == NULL)
@@ -1673,7 +1837,7 @@ int main(int argc, char **argv)
 		rc = say_error("mount %s:%s (NFSv%d): %s", u->server, u->path, o.version, nfs_get_error(nfs));
 		goto out;
 	}
-	if (o.reclaim) {
+	if (o.reclaim && o.version == 4) {
 		rc = run_reclaim(nfs, u, &o);
 		goto out;
 	}
@@ -1802,6 +1966,10 @@ int main(int argc, char **argv)
 	}
 
 	/* NFSv3: NLM */
+	if (o.reclaim) {
+		rc = run_nlm_reclaim(u->server, wire, &o);
+		goto out;
+	}
 	if (!nlm_connect(&n, u->server, wire, &o, err, sizeof(err))) {
 		rc = say_error("%s", err);
 		goto out;
@@ -1811,7 +1979,7 @@ int main(int argc, char **argv)
 		rc = rc == EXIT_GRANTED ? say_granted() : rc == EXIT_DENIED ? say_denied(&conflict) : say_error("%s", err);
 		goto out;
 	}
-	rc = nlm_lock(&n, &o, err, sizeof(err));
+	rc = nlm_lock(&n, &o, false, NULL, err, sizeof(err));
 	if (rc == EXIT_DENIED) {
 		/* NLM4_LOCK carries no holder: NLM4_TEST does. */
 		if (nlm_test(&n, &o, &conflict, err, sizeof(err)) != EXIT_DENIED)
