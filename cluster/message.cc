@@ -262,8 +262,8 @@ std::optional<Recovery> DecodeRecovery(std::string_view bytes) {
   Recovery r;
   r.from = GetUuid(d);
   if (!GetList(d, kRecoveryEntriesMax, RecoveryPathOk, &r.entries)) return std::nullopt;
+  // Absent from older messages; what newer ones add after it is ignored.
   if (d.remaining() > 0 && !GetList(d, kNlmClientsMax, NlmClientOk, &r.nlm_clients)) return std::nullopt;
-  if (!d.done()) return std::nullopt;
   return r;
 }
 

@@ -28,11 +28,12 @@ Result<std::vector<std::string>> ListStatdClients(const std::string& statd_dir, 
   std::vector<std::string> out;
   const fsys::path dir = fsys::path(statd_dir) / "sm";
   std::error_code ec;
-  if (!fsys::exists(dir, ec)) return out;
+  const bool there = fsys::exists(dir, ec);
+  if (ec) return Status::IoError("look at " + dir.string() + ": " + ec.message());
+  if (!there) return out;
   fsys::directory_iterator it(dir, ec);
   if (ec) return Status::IoError("list " + dir.string() + ": " + ec.message());
   for (const fsys::directory_iterator end; it != end; it.increment(ec)) {
-    if (ec) return Status::IoError("list " + dir.string() + ": " + ec.message());
     const auto st = it->symlink_status(ec);
     if (ec || !fsys::is_regular_file(st)) continue;
     std::string name = it->path().filename().string();
@@ -43,6 +44,8 @@ Result<std::vector<std::string>> ListStatdClients(const std::string& statd_dir, 
     }
     out.push_back(std::move(name));
   }
+  // A failed step ends the iteration as if it were done: not a whole list.
+  if (ec) return Status::IoError("list " + dir.string() + ": " + ec.message());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -194,7 +197,8 @@ std::string Dotted(uint32_t addr) {
 }  // namespace
 
 NlmNotifyResult NotifyNlmClients(const std::vector<std::string>& clients, const std::vector<uint32_t>& from,
-                                 uint32_t state, uint32_t timeout_ms, uint16_t pmap_port) {
+                                 uint32_t state, uint32_t timeout_ms, uint16_t pmap_port,
+                                 const std::atomic<bool>* stop) {
   using Clock = std::chrono::steady_clock;
   NlmNotifyResult res;
   std::vector<uint32_t> addrs;
@@ -223,8 +227,9 @@ NlmNotifyResult NotifyNlmClients(const std::vector<std::string>& clients, const 
   for (uint32_t f : from) {
     const int fd = BoundSocket(f);
     if (fd < 0) {
+      const int e = errno;
       NASGW_LOG(kWarn, "nlm") << "cannot send SM_NOTIFY from an address (not on this machine?)"
-                              << Kv("address", Dotted(f)) << Kv("error", std::strerror(errno));
+                              << Kv("address", Dotted(f)) << Kv("error", std::strerror(e));
       res.unreachable += addrs.size();
       continue;
     }
@@ -239,7 +244,7 @@ NlmNotifyResult NotifyNlmClients(const std::vector<std::string>& clients, const 
     }
   }
   // xid = base + 2 * pair + (0: GETPORT, 1: SM_NOTIFY).
-  const uint32_t base = static_cast<uint32_t>(std::random_device{}()) & 0x7fff'0000u;
+  const uint32_t base = static_cast<uint32_t>(std::random_device{}());  // (xid - base) is modular
   const Clock::time_point deadline = t0 + std::chrono::milliseconds(timeout_ms);
   size_t left = pairs.size();
   std::vector<pollfd> pfds;
@@ -247,7 +252,7 @@ NlmNotifyResult NotifyNlmClients(const std::vector<std::string>& clients, const 
   for (int fd : socks) pfds.push_back({fd, POLLIN, 0});
   while (left > 0) {
     const Clock::time_point now = Clock::now();
-    if (now >= deadline) break;
+    if (now >= deadline || (stop != nullptr && stop->load())) break;
     Clock::time_point next = deadline;
     for (size_t i = 0; i < pairs.size(); i++) {
       Pair& p = pairs[i];
@@ -275,13 +280,16 @@ NlmNotifyResult NotifyNlmClients(const std::vector<std::string>& clients, const 
       }
       next = std::min(next, p.due);
     }
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
-    const int r = ::poll(pfds.data(), pfds.size(), static_cast<int>(std::max<int64_t>(wait, 0) + 1));
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
+    if (stop != nullptr) wait = std::min<int64_t>(wait, 100);
+    const int r = ::poll(pfds.data(), pfds.size(), static_cast<int>(std::clamp<int64_t>(wait, 0, 4000) + 1));
     if (r < 0 && errno != EINTR) break;
     for (const pollfd& pf : pfds) {
       if (r <= 0 || (pf.revents & POLLIN) == 0) continue;
       char buf[1024];
-      for (;;) {
+      // At most a few datagrams at a time: a flood of them must not keep
+      // this loop from its deadline.
+      for (int got = 0; got < 64; got++) {
         sockaddr_in src{};
         socklen_t len = sizeof(src);
         const ssize_t n = ::recvfrom(pf.fd, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&src), &len);
@@ -291,7 +299,10 @@ NlmNotifyResult NotifyNlmClients(const std::vector<std::string>& clients, const 
         const size_t i = (reply->xid - base) / 2;
         const bool notify = ((reply->xid - base) & 1) != 0;
         Pair& p = pairs[i];
-        if (p.done || p.fd != pf.fd || ntohl(src.sin_addr.s_addr) != p.client || notify != (p.statd_port != 0)) {
+        // From the client, and from the port asked (the portmapper's, then
+        // its statd's): not just anyone who guessed an xid.
+        if (p.done || p.fd != pf.fd || ntohl(src.sin_addr.s_addr) != p.client || notify != (p.statd_port != 0) ||
+            ntohs(src.sin_port) != (notify ? p.statd_port : pmap_port)) {
           continue;
         }
         if (!notify) {

@@ -22,6 +22,7 @@
 // Every call is bounded: at most cluster::kNlmClientsMax clients, a
 // deadline for all of them, one UDP socket per moved address.
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -49,9 +50,11 @@ struct NlmNotifyResult {
 // each must be on this machine), naming that address (dotted quad) with
 // NSM state `state` (odd: "up"). The client's statd is found through its
 // portmapper (UDP `pmap_port`). Retransmits with a doubling interval
-// (0.5 s to 4 s) until every pair is answered or `timeout_ms` has passed.
+// (0.5 s to 4 s) until every pair is answered or `timeout_ms` has passed,
+// or `*stop` (when given) is set: it is looked at every 100 ms.
 NlmNotifyResult NotifyNlmClients(const std::vector<std::string>& clients, const std::vector<uint32_t>& from,
-                                 uint32_t state, uint32_t timeout_ms, uint16_t pmap_port = 111);
+                                 uint32_t state, uint32_t timeout_ms, uint16_t pmap_port = 111,
+                                 const std::atomic<bool>* stop = nullptr);
 
 // An NSM state number for this boot of the service: odd, and different from
 // the last one a client was told (it comes from the clock, in seconds).

@@ -810,30 +810,41 @@ void Node::SendConnections(uint64_t seq) {
 
 void Node::SendRecovery(uint64_t seq) {
   if (config_.nfs_ganesha_recovery_dir.empty() && config_.nfs_statd_dir.empty()) return;
-  cluster::Recovery r;
+  // A list that cannot be read now is sent as last read (and the error
+  // logged once): the other goes on being sent.
+  cluster::Recovery& r = recovery_last_;
   r.from = identity_.id;
   bool truncated = false;
+  auto failed = [](const char* what, const nasgw::Status& s, bool* logged) {
+    if (*logged) return;
+    NASGW_LOG(kError, "cluster") << "cannot list the NFS clients the partner must know of for reclaims after a "
+                                    "takeover; sending the last list read"
+                                 << Kv("what", what) << Kv("error", s.ToString());
+    *logged = true;
+  };
   if (!config_.nfs_ganesha_recovery_dir.empty()) {
     auto records = daemon::ListRecovery(config_.nfs_ganesha_recovery_dir, &truncated);
-    if (!records.ok()) return;  // again at the next heartbeat
-    if (truncated && !recovery_truncated_logged_) {
+    if (!records.ok()) {
+      failed("ganesha's NFSv4 client records", records.status(), &recovery_failed_logged_);
+    } else if (truncated && !recovery_truncated_logged_) {
       NASGW_LOG(kWarn, "cluster") << "more NFSv4 client records than the partner is told of; the rest cannot "
                                      "reclaim their state after a takeover"
                                   << Kv("listed", records->size());
       recovery_truncated_logged_ = true;
     }
-    r.entries = std::move(*records);
+    if (records.ok()) r.entries = std::move(*records);
   }
   if (!config_.nfs_statd_dir.empty()) {
     auto clients = daemon::ListStatdClients(config_.nfs_statd_dir, &truncated);
-    if (!clients.ok()) return;
-    if (truncated && !nlm_truncated_logged_) {
+    if (!clients.ok()) {
+      failed("rpc.statd's NLM clients", clients.status(), &nlm_failed_logged_);
+    } else if (truncated && !nlm_truncated_logged_) {
       NASGW_LOG(kWarn, "cluster") << "more NLM clients than the partner is told of; the rest are not told to "
                                      "reclaim their locks after a takeover"
                                   << Kv("listed", clients->size());
       nlm_truncated_logged_ = true;
     }
-    r.nlm_clients = std::move(*clients);
+    if (clients.ok()) r.nlm_clients = std::move(*clients);
   }
   SendIfDue(recovery_out_, cluster::EncodeRecovery(r), seq);
 }
@@ -860,15 +871,21 @@ void Node::KeepPartnerRecovery() {
 
 void Node::StartTakeoverGraceAsync(std::vector<uint32_t> moved) {
   std::vector<std::string> nlm;
-  if (!config_.nfs_statd_dir.empty()) {
+  {
     MutexLock lock(cluster_mu_);
-    if (partner_recovery_) nlm = partner_recovery_->nlm_clients;
+    if (!config_.nfs_statd_dir.empty() && partner_recovery_) nlm = partner_recovery_->nlm_clients;
+    const bool v4 = !config_.nfs_ganesha_recovery_dir.empty() && partner_records_.load() > 0;
+    if (!v4 && nlm.empty()) return;
+    if (grace_running_) {
+      // One is being started or its clients told: it tells these
+      // addresses' too (the records are the same) before it ends.
+      grace_pending_.insert(grace_pending_.end(), moved.begin(), moved.end());
+      return;
+    }
+    grace_running_ = true;
   }
-  const bool v4 = !config_.nfs_ganesha_recovery_dir.empty() && partner_records_.load() > 0;
-  if (!v4 && nlm.empty()) return;
-  if (grace_running_.exchange(true)) return;  // one is being started: it reads the same records
-  if (grace_thread_.joinable()) grace_thread_.join();
-  grace_thread_ = std::thread([this, nlm = std::move(nlm), moved = std::move(moved)] {
+  if (grace_thread_.joinable()) grace_thread_.join();  // one that ended
+  grace_thread_ = std::thread([this, nlm = std::move(nlm), moved = std::move(moved)]() mutable {
     const uint64_t t0 = MonotonicNanos();
     nasgw::Status s = daemon::StartTakeoverGrace(config_.nfs_ganesha_dbus, kGraceCallTimeoutMs);
     const uint64_t ms = (MonotonicNanos() - t0) / 1'000'000;
@@ -885,26 +902,40 @@ void Node::StartTakeoverGraceAsync(std::vector<uint32_t> moved) {
     // The partner's NLM clients are told the moved addresses' server came
     // back, so that they reclaim their locks (in the grace period; refused,
     // without one, which tells them their locks are lost rather than
-    // leaving them to believe in locks nobody holds).
-    if (!nlm.empty() && !moved.empty()) {
-      const daemon::NlmNotifyResult r =
-          daemon::NotifyNlmClients(nlm, moved, daemon::NsmStateNow(), kNlmNotifyTimeoutMs);
-      nlm_notified_ += r.notified;
-      nlm_unreachable_ += r.unreachable + r.skipped;
-      if (r.unreachable + r.skipped == 0) {
-        NASGW_LOG(kWarn, "cluster") << "told the partner's NLM clients to reclaim their locks (SM_NOTIFY)"
-                                    << Kv("clients", nlm.size()) << Kv("addresses", moved.size())
-                                    << Kv("notified", r.notified);
-      } else {
-        NASGW_LOG(kError, "cluster") << "some of the partner's NLM clients were not told to reclaim their locks "
-                                        "(SM_NOTIFY unanswered, or a client named by no address)"
-                                     << Kv("clients", nlm.size()) << Kv("addresses", moved.size())
-                                     << Kv("notified", r.notified) << Kv("unreachable", r.unreachable)
-                                     << Kv("not_an_address", r.skipped);
+    // leaving them to believe in locks nobody holds). Then those of
+    // addresses added meanwhile.
+    for (;;) {
+      if (!nlm.empty() && !moved.empty()) NotifyNlmClients(nlm, moved);
+      MutexLock lock(cluster_mu_);
+      if (grace_pending_.empty() || grace_stop_) {
+        grace_pending_.clear();
+        grace_running_ = false;
+        return;
       }
+      moved.swap(grace_pending_);
+      grace_pending_.clear();
     }
-    grace_running_ = false;
   });
+}
+
+void Node::NotifyNlmClients(const std::vector<std::string>& nlm, const std::vector<uint32_t>& moved) {
+  const daemon::NlmNotifyResult r =
+      daemon::NotifyNlmClients(nlm, moved, daemon::NsmStateNow(), kNlmNotifyTimeoutMs, 111, &grace_stop_);
+  // Counted in (client, address) pairs, as sent.
+  const size_t lost = r.unreachable + r.skipped * moved.size();
+  nlm_notified_ += r.notified;
+  nlm_unreachable_ += lost;
+  if (lost == 0) {
+    NASGW_LOG(kWarn, "cluster") << "told the partner's NLM clients to reclaim their locks (SM_NOTIFY)"
+                                << Kv("clients", nlm.size()) << Kv("addresses", moved.size())
+                                << Kv("notified", r.notified);
+  } else {
+    NASGW_LOG(kError, "cluster") << "some of the partner's NLM clients were not told to reclaim their locks "
+                                    "(SM_NOTIFY unanswered, or a client named by no IPv4 address)"
+                                 << Kv("clients", nlm.size()) << Kv("addresses", moved.size())
+                                 << Kv("notified", r.notified) << Kv("unreachable", r.unreachable)
+                                 << Kv("not_an_address", r.skipped);
+  }
 }
 
 void Node::WithdrawExportsUnlessOnline(bool online) {
@@ -2322,6 +2353,7 @@ void Node::Shutdown() {
   }
   cluster_cv_.NotifyAll();
   if (cluster_thread_.joinable()) cluster_thread_.join();
+  grace_stop_ = true;  // SM_NOTIFYs still being sent stop (the DBus call is bounded by itself)
   if (grace_thread_.joinable()) grace_thread_.join();
   if (interconnect_) interconnect_->Stop();
   {

@@ -524,7 +524,11 @@ class Node {
   // sends the partner's NLM clients an SM_NOTIFY from each address of
   // `moved` (daemon/nlm_notify.h), when [nfs] statd_dir is set.
   void StartTakeoverGraceAsync(std::vector<uint32_t> moved);
+  void NotifyNlmClients(const std::vector<std::string>& nlm, const std::vector<uint32_t>& moved);
   bool nlm_truncated_logged_ = false;
+  bool nlm_failed_logged_ = false;
+  bool recovery_failed_logged_ = false;
+  cluster::Recovery recovery_last_;  // as last listed (cluster thread)
   std::atomic<size_t> partner_nlm_clients_{0};
   std::atomic<uint64_t> nlm_notified_{0};
   std::atomic<uint64_t> nlm_unreachable_{0};
@@ -533,7 +537,11 @@ class Node {
   bool partner_recovery_dirty_ GUARDED_BY(cluster_mu_) = false;
   std::atomic<size_t> partner_records_{0};  // on disk, the partner's clients that may reclaim here
   std::thread grace_thread_;                // the cluster thread's (started and joined by it, and at Shutdown)
-  std::atomic<bool> grace_running_{false};
+  // Whether grace_thread_ runs; addresses added meanwhile, whose NLM
+  // clients it tells before it ends.
+  bool grace_running_ GUARDED_BY(cluster_mu_) = false;
+  std::vector<uint32_t> grace_pending_ GUARDED_BY(cluster_mu_);
+  std::atomic<bool> grace_stop_{false};  // set by Shutdown
   std::atomic<uint64_t> takeover_graces_{0};
   void SendConnections(uint64_t seq);
   uint64_t lan_down_since_mono_ns_ = 0;  // the cluster thread's own

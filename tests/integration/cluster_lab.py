@@ -1122,9 +1122,9 @@ def read_line(p, timeout):
     reads its stdout into a queue: select() on the pipe would miss lines
     already in the file object's buffer (two lines written at once)."""
     import queue
-    q = _line_queues.get(p.pid)
+    q = _line_queues.get(p)
     if q is None:
-        q = _line_queues[p.pid] = queue.Queue()
+        q = _line_queues[p] = queue.Queue()
 
         def pump():
             for line in iter(p.stdout.readline, ""):

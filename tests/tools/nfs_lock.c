@@ -1523,6 +1523,8 @@ static int run_nlm_reclaim(const char *server, const struct nfs_fh *fh, const st
 	struct nlm n;
 	char err[1024] = "";
 	int status = 0, rc;
+	bool notified = false;
+	uint32_t last_state = 0;
 
 	memset(&n, 0, sizeof(n));
 	int fd = nsm_socket(err, sizeof(err));
@@ -1556,6 +1558,12 @@ static int run_nlm_reclaim(const char *server, const struct nfs_fh *fh, const st
 		uint32_t state = 0;
 		if (p[1].revents == 0 || !nsm_serve_one(fd, mon, sizeof(mon), &state))
 			continue;
+		/* The same notification again (our answer was lost): answered,
+		 * nothing more. */
+		if (notified && state == last_state)
+			continue;
+		notified = true;
+		last_state = state;
 		printf("notified mon_name=%s state=%u\n", mon, state);
 		fflush(stdout);
 		/* The server came back: what it knew of us is gone, and so is
