@@ -814,38 +814,33 @@ void Node::SendRecovery(uint64_t seq) {
   // logged once): the other goes on being sent.
   cluster::Recovery& r = recovery_last_;
   r.from = identity_.id;
-  bool truncated = false;
-  auto failed = [](const char* what, const nasgw::Status& s, bool* logged) {
-    if (*logged) return;
-    NASGW_LOG(kError, "cluster") << "cannot list the NFS clients the partner must know of for reclaims after a "
-                                    "takeover; sending the last list read"
-                                 << Kv("what", what) << Kv("error", s.ToString());
-    *logged = true;
+  using Lister = Result<std::vector<std::string>> (*)(const std::string&, bool*);
+  auto refresh = [](const std::string& dir, Lister list, std::vector<std::string>* into, const char* what,
+                    bool* failed_logged, bool* truncated_logged) {
+    if (dir.empty()) return;
+    bool truncated = false;
+    auto got = list(dir, &truncated);
+    if (!got.ok()) {
+      if (!*failed_logged) {
+        NASGW_LOG(kError, "cluster") << "cannot list the NFS clients the partner must know of for reclaims after a "
+                                        "takeover; sending the last list read"
+                                     << Kv("what", what) << Kv("error", got.status().ToString());
+      }
+      *failed_logged = true;
+      return;
+    }
+    if (truncated && !*truncated_logged) {
+      NASGW_LOG(kWarn, "cluster") << "more NFS clients than the partner is told of; the rest cannot reclaim their "
+                                     "state after a takeover"
+                                  << Kv("what", what) << Kv("listed", got->size());
+      *truncated_logged = true;
+    }
+    *into = std::move(*got);
   };
-  if (!config_.nfs_ganesha_recovery_dir.empty()) {
-    auto records = daemon::ListRecovery(config_.nfs_ganesha_recovery_dir, &truncated);
-    if (!records.ok()) {
-      failed("ganesha's NFSv4 client records", records.status(), &recovery_failed_logged_);
-    } else if (truncated && !recovery_truncated_logged_) {
-      NASGW_LOG(kWarn, "cluster") << "more NFSv4 client records than the partner is told of; the rest cannot "
-                                     "reclaim their state after a takeover"
-                                  << Kv("listed", records->size());
-      recovery_truncated_logged_ = true;
-    }
-    if (records.ok()) r.entries = std::move(*records);
-  }
-  if (!config_.nfs_statd_dir.empty()) {
-    auto clients = daemon::ListStatdClients(config_.nfs_statd_dir, &truncated);
-    if (!clients.ok()) {
-      failed("rpc.statd's NLM clients", clients.status(), &nlm_failed_logged_);
-    } else if (truncated && !nlm_truncated_logged_) {
-      NASGW_LOG(kWarn, "cluster") << "more NLM clients than the partner is told of; the rest are not told to "
-                                     "reclaim their locks after a takeover"
-                                  << Kv("listed", clients->size());
-      nlm_truncated_logged_ = true;
-    }
-    if (clients.ok()) r.nlm_clients = std::move(*clients);
-  }
+  refresh(config_.nfs_ganesha_recovery_dir, daemon::ListRecovery, &r.entries, "ganesha's NFSv4 client records",
+          &recovery_failed_logged_, &recovery_truncated_logged_);
+  refresh(config_.nfs_statd_dir, daemon::ListStatdClients, &r.nlm_clients, "rpc.statd's NLM clients",
+          &nlm_failed_logged_, &nlm_truncated_logged_);
   SendIfDue(recovery_out_, cluster::EncodeRecovery(r), seq);
 }
 

@@ -740,6 +740,38 @@ static void xout_u32(uint8_t *buf, size_t *at, uint32_t v)
 	*at += 4;
 }
 
+struct rpc_call_hdr {
+	uint32_t xid, prog, vers, proc;
+};
+
+/* A CALL's header, its credentials and verifier skipped: false if the
+ * message is not an ONC RPC version 2 call. */
+static bool xin_call(struct xdr_in *x, struct rpc_call_hdr *h)
+{
+	uint32_t l;
+	h->xid = xin_u32(x);
+	uint32_t mtype = xin_u32(x), rpcvers = xin_u32(x);
+	h->prog = xin_u32(x);
+	h->vers = xin_u32(x);
+	h->proc = xin_u32(x);
+	(void)xin_u32(x); /* cred flavor */
+	(void)xin_opaque(x, &l);
+	(void)xin_u32(x); /* verf flavor */
+	(void)xin_opaque(x, &l);
+	return x->ok && mtype == 0 && rpcvers == 2;
+}
+
+/* A REPLY's header up to its accept_stat: MSG_ACCEPTED, an AUTH_NONE
+ * verifier. */
+static void xout_accepted(uint8_t *out, size_t *at, uint32_t xid)
+{
+	xout_u32(out, at, xid);
+	xout_u32(out, at, 1); /* REPLY */
+	xout_u32(out, at, 0); /* MSG_ACCEPTED */
+	xout_u32(out, at, 0); /* verf: AUTH_NONE */
+	xout_u32(out, at, 0);
+}
+
 /* One RPC call on `fd`: answered; false when the connection ended. */
 static bool cb_serve_one(struct cb_server *s, int fd)
 {
@@ -754,20 +786,13 @@ static bool cb_serve_one(struct cb_server *s, int fd)
 	if (!read_full(fd, in, len))
 		return false;
 	struct xdr_in x = {in, in + len, true};
-	uint32_t xid = xin_u32(&x), mtype = xin_u32(&x), rpcvers = xin_u32(&x);
-	uint32_t prog = xin_u32(&x), vers = xin_u32(&x), proc = xin_u32(&x), l;
-	(void)xin_u32(&x); /* cred flavor */
-	(void)xin_opaque(&x, &l);
-	(void)xin_u32(&x); /* verf flavor */
-	(void)xin_opaque(&x, &l);
-	if (!x.ok || mtype != 0 || rpcvers != 2)
+	struct rpc_call_hdr h;
+	uint32_t l;
+	if (!xin_call(&x, &h))
 		return false;
+	const uint32_t prog = h.prog, vers = h.vers, proc = h.proc;
 	size_t at = 4;
-	xout_u32(out, &at, xid);
-	xout_u32(out, &at, 1); /* REPLY */
-	xout_u32(out, &at, 0); /* MSG_ACCEPTED */
-	xout_u32(out, &at, 0); /* verf: AUTH_NONE */
-	xout_u32(out, &at, 0);
+	xout_accepted(out, &at, h.xid);
 	if (prog != CB_PROGRAM_ID || vers != 1 || proc > 1) {
 		xout_u32(out, &at, prog != CB_PROGRAM_ID ? 1 : proc > 1 ? 3 : 2); /* PROG_UNAVAIL, PROC_UNAVAIL, PROG_MISMATCH */
 		if (prog == CB_PROGRAM_ID && vers != 1) {
@@ -1471,14 +1496,11 @@ static bool nsm_serve_one(int fd, char *mon_name, size_t mon_len, uint32_t *stat
 	if (n <= 0)
 		return false;
 	struct xdr_in x = {in, in + n, true};
-	uint32_t xid = xin_u32(&x), mtype = xin_u32(&x), rpcvers = xin_u32(&x);
-	uint32_t prog = xin_u32(&x), vers = xin_u32(&x), proc = xin_u32(&x), l;
-	(void)xin_u32(&x); /* cred flavor */
-	(void)xin_opaque(&x, &l);
-	(void)xin_u32(&x); /* verf flavor */
-	(void)xin_opaque(&x, &l);
-	if (!x.ok || mtype != 0 || rpcvers != 2)
+	struct rpc_call_hdr h;
+	uint32_t l;
+	if (!xin_call(&x, &h))
 		return false;
+	const uint32_t prog = h.prog, vers = h.vers, proc = h.proc;
 	bool notify = false, answer = false;
 	uint32_t port = 0;
 	if (prog == 100000 && vers == 2 && proc == 3) { /* PMAPPROC_GETPORT */
@@ -1499,11 +1521,7 @@ static bool nsm_serve_one(int fd, char *mon_name, size_t mon_len, uint32_t *stat
 	if (!answer)
 		return false;
 	size_t at = 0;
-	xout_u32(out, &at, xid);
-	xout_u32(out, &at, 1); /* REPLY */
-	xout_u32(out, &at, 0); /* MSG_ACCEPTED */
-	xout_u32(out, &at, 0); /* verifier: AUTH_NULL */
-	xout_u32(out, &at, 0);
+	xout_accepted(out, &at, h.xid);
 	xout_u32(out, &at, 0); /* SUCCESS */
 	if (prog == 100000 && proc == 3)
 		xout_u32(out, &at, port);
