@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <chrono>
@@ -874,7 +875,13 @@ void Node::StartTakeoverGraceAsync(std::vector<uint32_t> moved) {
     if (grace_running_) {
       // One is being started or its clients told: it tells these
       // addresses' too (the records are the same) before it ends.
-      grace_pending_.insert(grace_pending_.end(), moved.begin(), moved.end());
+      // Each address once: at most the configured VIPs (64), however often
+      // they are added meanwhile.
+      for (uint32_t a : moved) {
+        if (std::find(grace_pending_.begin(), grace_pending_.end(), a) == grace_pending_.end()) {
+          grace_pending_.push_back(a);
+        }
+      }
       return;
     }
     grace_running_ = true;
