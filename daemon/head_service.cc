@@ -1166,15 +1166,55 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
     return out;
   }
   HeadDomain d = domain_();
-  if (d.domain == nullptr) {
+  auto unserved = [&out](std::string why) {
+    const uint32_t volume = out.volume;
+    out = HeadOutcome();
+    out.volume = volume;
     out.err = EHOSTUNREACH;
-    out.why = "the reserve is not online";
+    out.why = std::move(why);
     out.unserved = true;
+  };
+  if (d.domain == nullptr) {
+    unserved("the reserve is not online");
     return out;
+  }
+  if (d.lease != nullptr) {
+    if (auto held = d.lease->Check(); !held.ok()) {
+      unserved("this node no longer holds the reserve: " + held.ToString());
+      return out;
+    }
   }
   std::shared_ptr<cache::DataCache> c = CacheFor(d);
   Exec(*d.domain, *c, d.write_verifier, locks_, recaller_, parents_, session, r, out).Run();
+  if (d.lease != nullptr && !(out.err == 0 && ChangesTheArray(r.op))) {
+    // It ran while this node held the lease, but may answer after it ran
+    // out (the node hung between the two): what it read may be stale.
+    if (auto held = d.lease->Check(); !held.ok()) {
+      unserved("this node's lease on the reserve ran out while the request ran: " + held.ToString());
+    }
+  }
   return out;
+}
+
+bool ChangesTheArray(Op op) {
+  switch (op) {
+    case Op::kSetAttr:
+    case Op::kCreate:
+    case Op::kLink:
+    case Op::kUnlink:
+    case Op::kRmdir:
+    case Op::kRename:
+    case Op::kWrite:
+    case Op::kFsync:
+    case Op::kFallocate:
+    case Op::kSetXattr:
+    case Op::kRemoveXattr:
+    case Op::kRelease:
+    case Op::kUnlock:
+      return true;
+    default:
+      return false;
+  }
 }
 
 std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d) {

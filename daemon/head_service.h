@@ -43,6 +43,7 @@
 #include "cache/data_cache.h"
 #include "daemon/locks.h"
 #include "fs/domain.h"
+#include "fs/ownership.h"
 #include "proto/head.h"
 
 namespace nasgw::daemon {
@@ -115,7 +116,21 @@ struct HeadOutcome {
 struct HeadDomain {
   std::shared_ptr<fs::Domain> domain;  // null while the reserve is not online
   uint64_t write_verifier = 0;         // 0 while the reserve is not online
+  // The owner's lease (fs/ownership.h); null: not checked (a domain no node
+  // owns, as in tests). Checked before a request runs and before its answer
+  // goes out: a node past its lease answers nothing from what it holds,
+  // only what the array or the partner's memory already has (ChangesTheArray).
+  std::shared_ptr<fs::Lease> lease;
 };
+
+// Whether a successful reply to `op` says only what is on the array (or in
+// the partner's memory, which a takeover replays): the change went through
+// the write gate, which a preempted key cannot pass. Those replies stand
+// when the lease ran out while they ran; so do releases, which give up
+// state. Every other answer (reads, lookups, grants of locks, shares and
+// leases, and any failure) comes from what this node holds, which a new
+// owner may have made stale.
+bool ChangesTheArray(proto::Op op);
 
 // Every opening of the domain gets its own write-back data cache (cache/):
 // unstable writes are answered from it, and what it holds is dropped with

@@ -67,6 +67,33 @@ std::string Seconds(uint64_t ns) {
 
 }  // namespace
 
+Lease::Lease(std::shared_ptr<block::WriteGate> gate, uint64_t give_up_ns, Clock clock)
+    : gate_(std::move(gate)), give_up_ns_(give_up_ns), clock_(clock), renewed_ns_(clock()) {}
+
+void Lease::Renewed(uint64_t sent_ns) {
+  // Renewals finish in the order they were sent (one renewer), but keep the
+  // latest anyway.
+  uint64_t cur = renewed_ns_.load();
+  while (sent_ns > cur && !renewed_ns_.compare_exchange_weak(cur, sent_ns)) {
+  }
+}
+
+uint64_t Lease::SilentNs(uint64_t now_ns) const {
+  const uint64_t last = renewed_ns_.load();
+  return now_ns > last ? now_ns - last : 0;
+}
+
+Status Lease::Check() {
+  if (!gate_->is_open()) return gate_->reason();
+  const uint64_t silent = SilentNs(now());
+  if (silent < give_up_ns_) return Status();
+  Status lost = Status::Fenced("lease not renewed for " + Seconds(silent) +
+                               " (a hang, or a renewal still waiting on the SAN); another node may take the "
+                               "domain over");
+  if (gate_->Close(lost)) NASGW_LOG(kError, "fs") << "ownership lost" << Kv("error", lost.ToString());
+  return gate_->reason();
+}
+
 uint64_t OwnerRecordOffset(uint32_t domain) {
   return kDomainTableOffset + domain * kDomainSlotBytes + 2 * kMetaBlockBytes;
 }
@@ -222,14 +249,12 @@ Result<OwnerView> ReadOwner(const std::vector<std::shared_ptr<BlockDevice>>& lun
 void OwnerWatch::Observe(const OwnerView& v, uint64_t now_mono_ns, uint64_t now_wall_ns) {
   const bool changed = !seen_ || v.record != view_.record || v.reservation.key != view_.reservation.key ||
                        v.reservation.reserved != view_.reservation.reserved;
-  if (!seen_) {
-    uint64_t age = 0;
-    if (v.record && now_wall_ns > v.record->renewed_ns) age = now_wall_ns - v.record->renewed_ns;
-    age = std::min(age, now_mono_ns);
-    last_change_mono_ns_ = now_mono_ns - age;
-  } else if (changed) {
-    last_change_mono_ns_ = now_mono_ns;
-  }
+  // Silence counts from the first look, whatever the record says of its
+  // age: that age is the holder's wall clock against ours, and a clock
+  // ahead of the holder's would run its lease out early here, while the
+  // holder still answers from its memory by its own count.
+  (void)now_wall_ns;
+  if (changed) last_change_mono_ns_ = now_mono_ns;
   seen_ = true;
   view_ = v;
 }
@@ -410,7 +435,8 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   o->gate_->OnClose([hook = o->lost_hook_](const Status& why) {
     if (!hook->quiet.load() && hook->fn) hook->fn(why);
   });
-  o->last_renewed_ns_ = MonotonicNanos();
+  o->lease_ = std::make_shared<Lease>(o->gate_, uint64_t{options.lease_ms - options.renew_interval_ms} * kNanosPerMilli,
+                                      &BootNanos);
   o->renewer_ = std::thread([p = o.get()] { p->RenewLoop(); });
   o->watchdog_ = std::thread([p = o.get()] { p->LeaseWatchdog(); });
   return o;
@@ -482,22 +508,15 @@ Status Ownership::RenewOnce() {
 // writing past the lease others go by. Then the node says it is fenced
 // (heartbeats), and a partner may take over at once.
 void Ownership::LeaseWatchdog() {
-  const uint64_t give_up_ns = uint64_t{options_.lease_ms - options_.renew_interval_ms} * kNanosPerMilli;
   const auto tick = std::chrono::milliseconds(std::max<uint32_t>(options_.renew_interval_ms / 4, 10));
   MutexLock lock(mu_);
   while (!stop_) {
     cv_.WaitFor(mu_, tick, [&]() REQUIRES(mu_) { return stop_; });
     if (stop_ || !gate_->is_open()) break;
-    const uint64_t now = MonotonicNanos();
-    const uint64_t last = last_renewed_ns_.load();
-    if (now - last < give_up_ns) continue;
-    Status lost = Status::Fenced("lease not renewed for " + Seconds(now - last) +
-                                 " (a renewal is still waiting on the SAN); another node may take the domain over");
-    NASGW_LOG(kError, "fs") << "ownership lost" << Kv("error", lost.ToString());
     lock.Unlock();
-    gate_->Close(lost);
+    const Status held = lease_->Check();  // closes the gate when it ran out
     lock.Lock();
-    break;
+    if (!held.ok()) break;
   }
 }
 
@@ -521,6 +540,7 @@ void Ownership::RenewLoop() {
     // time the lease from the record they read, which the write could have
     // reached that early.
     const uint64_t sent = MonotonicNanos();
+    const uint64_t sent_lease = lease_->now();
     next_send = sent + uint64_t{options_.renew_interval_ms} * kNanosPerMilli;
     Status s = gate_->is_open() ? RenewOnce() : gate_->reason();
     lock.Lock();
@@ -528,7 +548,7 @@ void Ownership::RenewLoop() {
     if (s.ok()) {
       renewals_++;
       last_ok = sent;
-      last_renewed_ns_.store(sent);
+      lease_->Renewed(sent_lease);
       continue;
     }
     renew_failures_++;
@@ -571,16 +591,35 @@ Status Ownership::Release() {
     released_ = true;
   }
   if (!gate_->is_open()) return gate_->reason();  // lost: nothing of ours to release
-  OwnerRecord r = record();
-  r.state = OwnerState::kFree;
-  r.seq++;
-  r.renewed_ns = WallNanos();
-  Status s = WriteRecord(r);
+  // The reservation first, the record after: a record that says free over a
+  // reservation still ours on some LUN would stop everyone (a free record
+  // is never waited out, and a held reservation refuses a normal acquire),
+  // until an admin forced a takeover. If a release fails, the record stays
+  // held and, no longer renewed, goes silent: the partner takes the domain
+  // over once its lease has run out, preempting our key, as after a crash.
+  Status s;
+  const auto luns = Luns();
   if (pr_supported_) {
-    for (const auto& dev : Luns()) {
+    for (const auto& dev : luns) {
       Status rel = block::PrOutSync(*dev, {PrAction::kRelease, kPrType, me_.key(), 0});
-      Status unreg = block::PrOutSync(*dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, 0});
       if (s.ok() && !rel.ok()) s = rel.WithContext("release reservation of " + dev->info().name);
+    }
+  }
+  OwnerRecord r = record();
+  if (s.ok()) {
+    r.state = OwnerState::kFree;
+    r.seq++;
+    r.renewed_ns = WallNanos();
+    s = WriteRecord(r).WithContext("write the owner record free");
+  } else {
+    NASGW_LOG(kWarn, "fs") << "the reservation could not be released on every LUN; the owner record stays held, "
+                              "unrenewed: another node takes the domain over once its lease has run out"
+                           << Kv("error", s.ToString());
+  }
+  if (pr_supported_) {
+    for (const auto& dev : luns) {
+      // Unregistering also ends a reservation we still hold here.
+      Status unreg = block::PrOutSync(*dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, 0});
       if (s.ok() && !unreg.ok()) s = unreg.WithContext("unregister from " + dev->info().name);
     }
   }

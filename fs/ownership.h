@@ -49,6 +49,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "base/status.h"
 #include "base/uuid.h"
@@ -143,8 +144,10 @@ Result<OwnerView> ReadOwner(const std::vector<std::shared_ptr<block::BlockDevice
 
 // Tracks, from repeated reads, how long the holder has been silent: the time
 // since its record last changed, on this node's monotonic clock (immune to
-// clock differences between nodes). The first observation credits the
-// record's own age by the wall clock, never more.
+// clock differences between nodes). The silence counts from the first
+// observation: the record's age by the wall clocks is never credited (a
+// clock ahead of the holder's would end its lease here before the holder
+// stops answering). `now_wall_ns` is unused, kept for callers.
 class OwnerWatch {
  public:
   void Observe(const OwnerView& v, uint64_t now_mono_ns, uint64_t now_wall_ns);
@@ -169,6 +172,42 @@ struct OwnershipOptions {
   // on what we write. Not waited where the array aborted them.
   uint32_t preempt_settle_ms = 0;
   Status Validate() const;
+};
+
+// The owner's lease as the owner counts it. Held while the node's write gate
+// is open and the last renewal that succeeded was sent less than
+// `lease_ms - renew_interval_ms` ago (others take over once a whole lease
+// has passed on their clocks, from the record they read). Counted on
+// CLOCK_BOOTTIME: a machine suspended past its lease (a paused VM) counts
+// the time it slept, as the others' clocks did.
+//
+// Writes need no look at it: they pass the gate, and the array refuses a
+// preempted key. What a node answers from what it holds in memory (reads,
+// lock and lease grants) it answers only while Check() says held: a node
+// woken from a hang (SIGSTOP, a stuck kernel) past its lease, before its
+// watchdog's next look, must not answer a read the new owner's writes have
+// made stale. The first to find it run out closes the gate with the reason,
+// as the watchdog would. Thread-safe.
+class Lease {
+ public:
+  using Clock = uint64_t (*)();
+  Lease(std::shared_ptr<block::WriteGate> gate, uint64_t give_up_ns, Clock clock);
+
+  // A renewal sent at `sent_ns` (this lease's clock) succeeded.
+  void Renewed(uint64_t sent_ns);
+  uint64_t now() const { return clock_(); }
+  // Nanoseconds since the last renewal that succeeded was sent.
+  uint64_t SilentNs(uint64_t now_ns) const;
+  // OK while held; Fenced (and the gate closed) once it has run out or the
+  // gate was closed.
+  Status Check();
+  uint64_t give_up_ns() const { return give_up_ns_; }
+
+ private:
+  std::shared_ptr<block::WriteGate> gate_;
+  const uint64_t give_up_ns_;
+  const Clock clock_;
+  std::atomic<uint64_t> renewed_ns_;
 };
 
 enum class AcquireMode {
@@ -209,6 +248,9 @@ class Ownership {
   uint64_t preempted_key() const { return preempted_key_; }
   // How long Acquire waited after a PREEMPT without ABORT (0: none).
   uint64_t settled_ms() const { return settled_ms_; }
+  // The lease as this node counts it; outlives the Ownership (heads hold it
+  // while they answer).
+  std::shared_ptr<Lease> lease() const { return lease_; }
 
  private:
   Ownership() = default;
@@ -246,7 +288,7 @@ class Ownership {
   bool released_ GUARDED_BY(mu_) = false;
   std::thread renewer_;
   std::thread watchdog_;
-  std::atomic<uint64_t> last_renewed_ns_{0};  // monotonic, of the last renewal that succeeded
+  std::shared_ptr<Lease> lease_;  // set by Acquire before the threads start
 };
 
 }  // namespace nasgw::fs

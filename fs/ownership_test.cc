@@ -190,6 +190,44 @@ TEST(Ownership, ReleaseFreesAndAnotherNodeAcquires) {
   EXPECT_TRUE(WriteData(n2, 0, 0x22).ok());
 }
 
+// A release that cannot give the reservation up on every LUN (a path down)
+// must not leave a free record over a reservation still held: nobody would
+// take that without force. The record stays held and silent instead, and
+// the next node takes over once the lease has run out, as after a crash.
+TEST(Ownership, AFailedReleaseLeavesTheDomainToATakeoverAfterTheLease) {
+  Array a;
+  TestNode n1(a, "node-a", 1), n2(a, "node-b", 2);
+  auto o1 = Own(a, n1);
+  ASSERT_TRUE(o1.ok());
+  ASSERT_TRUE((*o1)->pr_supported());
+  n1.raw[1]->SetFault([](const block::IoRequest& r) {
+    return r.op == block::Op::kPrOut && r.pr_out.action == block::PrAction::kRelease ? Status::Unavailable("path down")
+                                                                                     : Status();
+  });
+  const Status rel = (*o1)->Release();
+  n1.raw[1]->SetFault(nullptr);
+  EXPECT_FALSE(rel.ok());
+  EXPECT_NE(rel.ToString().find("release reservation"), std::string::npos) << rel.ToString();
+  EXPECT_FALSE(n1.gate->is_open()) << "a released node writes nothing more";
+  auto v = ReadOwner(n2.devs, a.reserve, 0);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->held()) << "a free record over a reservation nobody takes without force";
+  EXPECT_EQ(Own(a, n2).status().code(), Code::kFenced) << "held, and within its lease";
+  OwnerWatch w;
+  w.Observe(*v, MonotonicNanos(), WallNanos());
+  ASSERT_TRUE(WaitFor([&] {
+    auto again = ReadOwner(n2.devs, a.reserve, 0);
+    if (!again.ok()) return false;
+    w.Observe(*again, MonotonicNanos(), WallNanos());
+    return w.Expired(MonotonicNanos());
+  })) << "the record went on changing after the release";
+  n2.Renew();
+  auto o2 = Own(a, n2, AcquireMode::kTakeover);
+  ASSERT_TRUE(o2.ok()) << o2.status().ToString();
+  EXPECT_TRUE(WriteData(n2, 0, 0x22).ok());
+  EXPECT_TRUE(WriteData(n2, 1, 0x22).ok());
+}
+
 // A node that crashed (never released) comes back with a new incarnation
 // and the same id: it takes its domain back without force.
 TEST(Ownership, SameNodeReclaimsAfterCrash) {
@@ -322,6 +360,59 @@ TEST(Ownership, RenewalStuckInIoStillFencesBeforeTheLease) {
   EXPECT_NE((*o1)->lost_reason().ToString().find("still waiting on the SAN"), std::string::npos)
       << (*o1)->lost_reason().ToString();
   EXPECT_FALSE(WriteData(n1, 0, 7).ok()) << "the gate is closed";
+  EXPECT_EQ((*o1)->lease()->Check().code(), Code::kFenced) << "heads would still be answered";
+}
+
+TEST(Ownership, TheLeaseIsHeldWhileRenewed) {
+  Array a;
+  TestNode n1(a, "node-a", 1);
+  auto o1 = Own(a, n1, AcquireMode::kNormal, nullptr);
+  ASSERT_TRUE(o1.ok());
+  auto lease = (*o1)->lease();
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->give_up_ns(), uint64_t{Fast().lease_ms - Fast().renew_interval_ms} * kNanosPerMilli);
+  // Through several renewals, never silent for the give-up time.
+  const uint64_t renewed = (*o1)->renewals();
+  ASSERT_TRUE(WaitFor([&] { return (*o1)->renewals() >= renewed + 3; }));
+  EXPECT_TRUE(lease->Check().ok());
+  EXPECT_LT(lease->SilentNs(lease->now()), lease->give_up_ns());
+  ASSERT_TRUE((*o1)->Release().ok());
+  EXPECT_FALSE(lease->Check().ok()) << "a released domain's lease is not held";
+}
+
+std::atomic<uint64_t> g_now{1'000'000'000};
+uint64_t FakeNow() {
+  return g_now.load();
+}
+
+// The lease by its own clock: held until give-up after the last renewal
+// that succeeded, counted from when it was sent; the first to find it run
+// out closes the gate, naming why; a gate closed for another reason is not
+// held either.
+TEST(Lease, RunsOutGiveUpAfterTheLastRenewalSent) {
+  auto gate = std::make_shared<block::WriteGate>();
+  Lease lease(gate, 1000, &FakeNow);
+  EXPECT_TRUE(lease.Check().ok());
+  g_now += 999;
+  EXPECT_TRUE(lease.Check().ok());
+  lease.Renewed(g_now.load() - 500);  // sent 500 ns ago
+  g_now += 499;
+  EXPECT_TRUE(lease.Check().ok());
+  lease.Renewed(g_now.load() - 1200);  // an older renewal answered late: the later one stands
+  EXPECT_EQ(lease.SilentNs(g_now.load()), 999u);
+  EXPECT_TRUE(gate->is_open());
+  g_now += 1;
+  const Status s = lease.Check();
+  EXPECT_EQ(s.code(), Code::kFenced);
+  EXPECT_NE(s.ToString().find("lease not renewed"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(gate->is_open());
+  lease.Renewed(g_now.load());  // too late: a closed gate stays closed
+  EXPECT_EQ(lease.Check().code(), Code::kFenced);
+
+  auto gate2 = std::make_shared<block::WriteGate>();
+  Lease other(gate2, 1000, &FakeNow);
+  gate2->Close(Status::Fenced("RESERVATION CONFLICT"));
+  EXPECT_NE(other.Check().ToString().find("RESERVATION CONFLICT"), std::string::npos);
 }
 
 TEST(OwnerWatch, ExpiresAfterTheLeaseOfSilence) {
@@ -331,10 +422,18 @@ TEST(OwnerWatch, ExpiresAfterTheLeaseOfSilence) {
   v.record->lease_ms = 1000;
   v.record->renewed_ns = 5'000'000'000ull;  // wall clock of the renewal
   OwnerWatch w;
-  // First seen 200 ms after its renewal by the wall clock.
+  // First seen 200 ms after its renewal by our wall clock: no age is
+  // credited (the clocks of two nodes are never compared), the silence
+  // counts from the first look.
   w.Observe(v, /*now_mono_ns=*/100'000'000'000ull, /*now_wall_ns=*/5'200'000'000ull);
-  EXPECT_EQ(w.SilentMs(100'000'000'000ull), 200u);
-  EXPECT_FALSE(w.Expired(100'500'000'000ull));
+  EXPECT_EQ(w.SilentMs(100'000'000'000ull), 0u);
+  EXPECT_FALSE(w.Expired(100'900'000'000ull));
+  // Seen first an hour after it by our wall clock (ours is ahead, or the
+  // holder is dead): a whole lease of silence on our clock all the same.
+  OwnerWatch ahead;
+  ahead.Observe(v, 100'000'000'000ull, 3'605'000'000'000ull);
+  EXPECT_FALSE(ahead.Expired(100'999'000'000ull));
+  EXPECT_TRUE(ahead.Expired(101'000'000'000ull));
   // It renews: silence starts again.
   v.record->seq++;
   w.Observe(v, 100'600'000'000ull, 0);

@@ -413,6 +413,41 @@ class Writer(threading.Thread):
                 raise RuntimeError("writer failed after %d: %s" % (self.acked, self.error))
 
 
+class Probe(threading.Thread):
+    """Reads one file through a FUSE mount over and over, opening it anew
+    each time (the kernel then asks the head, not its page cache); records
+    when each read was answered and what it said: the bytes, or an errno."""
+
+    def __init__(self, path):
+        super().__init__(daemon=True)
+        self.path = path
+        self.reads = []
+        self.stop_flag = threading.Event()
+        self.answered = threading.Condition()
+
+    def run(self):
+        while not self.stop_flag.is_set():
+            try:
+                with open(self.path, "rb") as f:
+                    got = f.read()
+            except OSError as e:
+                got = e.errno
+            with self.answered:
+                self.reads.append((time.monotonic(), got))
+                self.answered.notify_all()
+            self.stop_flag.wait(0.02)
+
+    def wait_for(self, want, timeout=30):
+        """Until a read has answered `want`."""
+        deadline = time.monotonic() + timeout
+        with self.answered:
+            while not any(r[1] == want for r in self.reads):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError("the probe never read %r: %r" % (want, self.reads[-3:]))
+                self.answered.wait(left)
+
+
 def start_writer(node, prefix, acked):
     """A Writer through `node`'s FUSE head, once it has `acked` changes."""
     node.mount()
@@ -703,19 +738,47 @@ def cmd_san(lab, c, a, res):
 def cmd_hang(lab, c, a, res):
     a_node, b_node = lab.start_pair()
     w = start_writer(a_node, "h", 5)
+    # A reader of one file through the owner: the read it has waiting when
+    # the owner wakes must not be answered from the owner's memory once the
+    # partner has changed the file. The outcome is checked, whichever stops
+    # it here (the watchdog, at once on waking, usually does); the lease
+    # check on every answer for a request caught mid-way by the hang is
+    # HeadTest.PastItsLeaseANodeAnswersNothingFromWhatItHolds's
+    # (docs/ownership.md, "Answers need the lease too").
+    before, after = b"before the hang", b"after the takeover"
+    with open(os.path.join(a_node.mount_path, "probe"), "wb") as f:
+        f.write(before)
+        f.flush()
+        os.fsync(f.fileno())
+    probe = Probe(os.path.join(a_node.mount_path, "probe"))
+    probe.start()
+    probe.wait_for(before)
     pid = a_node.s["daemon_pid"]
     t0 = time.monotonic()
     os.kill(pid, signal.SIGSTOP)  # a hung node: its corosync stays up, nasgwd says nothing
+    changed = None
     try:
         online, served = first_op(b_node, t0)
         res["hang"].append({"online_s": online, "served_s": served, "timeline": timeline(b_node)})
         c("the owner hung: the partner took over (online %.2f s, first op %.2f s)" % (online, served),
           served <= TAKEOVER_TIMEOUT_S, timeline(b_node))
+        with open(os.path.join(b_node.mount_path, "probe"), "wb") as f:
+            f.write(after)
+            f.flush()
+            os.fsync(f.fileno())
+        changed = time.monotonic()
     finally:
         os.kill(pid, signal.SIGCONT)
     c("woken, the hung node finds itself fenced (and then stands by)",
       wait_for(lambda: was_fenced(a_node), 15, "A fenced"), state(a_node))
     c("... and the partner serves", state(b_node) == "online", state(b_node))
+    probe.stop_flag.set()
+    probe.join(30)
+    late = [r for r in probe.reads if changed is not None and r[0] > changed]
+    c("woken, the hung node answered no read from what it held after the partner changed the file "
+      "(%d reads answered after, errors %s)" % (len(late), sorted({r[1] for r in late if isinstance(r[1], int)})),
+      not probe.is_alive() and changed is not None and not any(r[1] == before for r in late),
+      [r for r in late if r[1] == before][:3])
     w.stop_flag.set()
     w.join(60)
     bad = verify(b_node.mount_path, w)
