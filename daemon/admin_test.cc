@@ -2936,6 +2936,68 @@ TEST_F(AdminTest, FailedReserveStillStartsAndCanBeFormattedOver) {
   EXPECT_EQ(Reserve().luns_size(), 2);
 }
 
+// A domain that does not open although the node owns the reserve (the
+// array failing reads at the start, or in a takeover) is opened again by the
+// owner thread once the array answers: a pair would otherwise stand with
+// nobody serving (the partner sees this node alive and owning). Nothing is
+// lost meanwhile: the node keeps the reserve, so nobody else opens it.
+TEST_F(AdminTest, ADomainThatDidNotOpenIsOpenedAgainOnceTheArrayAnswers) {
+  config_.renew_interval_ms = 50;
+  config_.lease_ms = 400;
+  StartAll();
+  ASSERT_TRUE(Format("tank").ok());
+  ASSERT_TRUE(CreateVolume("kept").ok());
+  StopAll();
+  // Reads of the allocation groups (the domain's metadata) fail; the labels,
+  // the owner record and the reservation still answer.
+  auto failing = std::make_shared<std::atomic<bool>>(true);
+  auto failed_reads = std::make_shared<std::atomic<int>>(0);
+  LunOpener opener = [this, failing,
+                      failed_reads](const std::string& url) -> Result<std::shared_ptr<block::BlockDevice>> {
+    auto it = media_.find(url);
+    if (it == media_.end()) return Status::Unavailable("connection refused");
+    auto dev = std::make_shared<block::MemDevice>(it->second);
+    dev->SetFault([failing, failed_reads](const block::IoRequest& r) {
+      const uint64_t at = r.lba * 512;
+      if (r.op == block::Op::kRead && failing->load() && at >= kMiB && at < kLunBytes - kMiB) {
+        (*failed_reads)++;
+        return Status::IoError("medium error");
+      }
+      return Status();
+    });
+    return std::shared_ptr<block::BlockDevice>(dev);
+  };
+  auto wait_for = [](auto done, int ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the owner thread's next round
+    }
+    return true;
+  };
+  auto n = Node::Start(config_, opener, SmallDomain());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  node_ = std::move(n.value());
+  ReserveStatus r = node_->GetReserve();
+  EXPECT_EQ(r.state, ReserveState::kFailed);
+  EXPECT_NE(r.reason.find("trying again"), std::string::npos) << r.reason;
+  EXPECT_GT(failed_reads->load(), 0);
+  EXPECT_TRUE(r.owned_here) << "it keeps the reserve: nobody else may open the domain meanwhile";
+  // Still failing: tried again, and said so.
+  ASSERT_TRUE(wait_for([&] { return node_->GetReserve().reason.find("tried 2 times") != std::string::npos; }, 10'000))
+      << node_->GetReserve().reason;
+  EXPECT_EQ(node_->GetReserve().state, ReserveState::kFailed);
+  failing->store(false);
+  ASSERT_TRUE(wait_for([&] { return node_->GetReserve().state == ReserveState::kOnline; }, 15'000))
+      << node_->GetReserve().reason;
+  auto vols = node_->ListVolumes();
+  ASSERT_TRUE(vols.ok()) << vols.status().ToString();
+  ASSERT_EQ(vols->size(), 1u);
+  EXPECT_EQ((*vols)[0].name, "kept");
+  auto after = node_->CreateVolume("after", (*vols)[0].record_bytes);
+  EXPECT_TRUE(after.ok()) << after.status().ToString();
+}
+
 TEST_F(AdminTest, StartFailsNamingTheUnreachableLunWithoutItsSecret) {
   config_.chap_user = "admin";
   config_.chap_secret = "s3cr3t-chap-pw";

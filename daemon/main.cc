@@ -119,7 +119,7 @@ int Run(const Config& cfg) {
   HeadService service(
       [n] {
         HeadDomain d;
-        d.domain = n->domain(&d.write_verifier);
+        d.domain = n->domain(&d.write_verifier, &d.lease);
         return d;
       },
       LockLimits{cfg.head_max_locks, cfg.head_max_locks_per_session}, CacheOptions(cfg));

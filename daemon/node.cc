@@ -418,6 +418,7 @@ Node::~Node() {
 }
 
 void Node::OpenReserveLocked(fs::AcquireMode mode) {
+  pending_open_.reset();
   domain_.reset();
   reserve_.reset();
   owner_.reset();
@@ -532,13 +533,23 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   if (!d.ok()) {
     // Kept frozen: this node owns the reserve, and what the mirror held is
     // needed by whoever opens the domain next (the next attempt here).
-    state_ = ReserveState::kFailed;
-    reason_ = d.status().WithContext("open domain 0 of reserve '" + reserve->name() + "'").ToString();
     // Kept owned: a domain that does not open must not be opened elsewhere
-    // by accident either; the admin decides (fsck --repair, takeover).
+    // by accident either. The owner thread tries again (pending_open_); the
+    // admin may also act (fsck --repair, takeover).
+    state_ = ReserveState::kFailed;
+    reason_ =
+        d.status().WithContext("open domain 0 of reserve '" + reserve->name() + "'").ToString() + "; trying again";
+    NASGW_LOG(kError, "node") << "the domain did not open; owning the reserve, trying again"
+                              << Kv("error", d.status().ToString());
+    pending_open_ = PendingOpen{reserve, tail, MonotonicNanos() + kOpenRetryMinMs * kNanosPerMilli, 1};
     return;
   }
-  std::shared_ptr<fs::Domain> domain = std::move(d.value());
+  FinishOpenLocked(std::move(reserve), std::move(d.value()), tail);
+}
+
+void Node::FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, std::shared_ptr<fs::Domain> domain,
+                            const std::shared_ptr<const fs::LogTail>& tail) {
+  pending_open_.reset();
   if (mirror_server_) {
     if (tail) {
       NASGW_LOG(kInfo, "node") << "the partner's mirror of the log taken" << Kv("held", tail->entries.size())
@@ -560,6 +571,29 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   state_ = ReserveState::kOnline;
   reason_.clear();
   owner_text_ = "this node";
+}
+
+bool Node::RetryOpenLocked() {
+  PendingOpen& p = *pending_open_;
+  fs::DomainOptions options = domain_options_;
+  options.log.tail = p.tail;
+  auto d = fs::Domain::Open(p.reserve, 0, options);
+  if (!d.ok()) {
+    p.attempts++;
+    const uint64_t backoff_ms =
+        std::min<uint64_t>(kOpenRetryMaxMs, kOpenRetryMinMs << std::min<uint32_t>(p.attempts - 1, 5));
+    p.next_try_mono_ns = MonotonicNanos() + backoff_ms * kNanosPerMilli;
+    reason_ = d.status().WithContext("open domain 0 of reserve '" + p.reserve->name() + "'").ToString() + "; tried " +
+              std::to_string(p.attempts) + " times, trying again";
+    NASGW_LOG(kError, "node") << "the domain did not open again" << Kv("attempts", p.attempts)
+                              << Kv("next_in_ms", backoff_ms) << Kv("error", d.status().ToString());
+    return false;
+  }
+  NASGW_LOG(kWarn, "node") << "the domain opened on a later attempt; serving" << Kv("attempts", p.attempts + 1);
+  std::shared_ptr<fs::Reserve> reserve = std::move(p.reserve);
+  std::shared_ptr<const fs::LogTail> tail = std::move(p.tail);
+  FinishOpenLocked(std::move(reserve), std::move(d.value()), tail);
+  return true;
 }
 
 void Node::OnOwnershipLost(const nasgw::Status& why) {
@@ -1519,6 +1553,7 @@ void Node::OwnerLoop() {
     // without the node's lock: on a SAN path that hangs the read lasts the
     // I/O timeout, and admins' and heads' calls must not wait for it.
     std::optional<Result<fs::OwnerView>> seen;
+    bool reopened = false;
     {
       std::vector<std::shared_ptr<block::BlockDevice>> luns;
       Uuid uuid;
@@ -1546,6 +1581,20 @@ void Node::OwnerLoop() {
         NASGW_LOG(kError, "node") << "fenced: ownership of the reserve lost; no more writes"
                                   << Kv("reason", lost->ToString());
       }
+      if (lost && state_ == ReserveState::kFailed && pending_open_) {
+        // Lost while its domain would not open: nothing was served.
+        pending_open_.reset();
+        old_owner = std::move(owner_);
+        state_ = ReserveState::kFenced;
+        reason_ = "this node lost the reserve while its domain would not open: " + lost->ToString();
+        fenced_total_++;
+        watch_ = fs::OwnerWatch();
+        NASGW_LOG(kError, "node") << "fenced before the domain opened" << Kv("reason", lost->ToString());
+      }
+      if (pending_open_ && state_ == ReserveState::kFailed && owner_ &&
+          MonotonicNanos() >= pending_open_->next_try_mono_ns) {
+        reopened = RetryOpenLocked();
+      }
       // (Just fenced: watched from the next round on, read unlocked.)
       if (seen && (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced)) ApplyOwnerLocked(*seen);
       // In a pair, a fenced node whose old domain is gone and that sees
@@ -1561,6 +1610,11 @@ void Node::OwnerLoop() {
     // Fenced: this node's heads go to the partner from now on, not at the
     // next heartbeat (in between they would be told "not online").
     if (old_domain) RouteHeads(ReserveState::kFenced);
+    if (reopened) {
+      RouteHeads(ReserveState::kOnline);
+      PublishExports().IgnoreError();  // logged; written again at the next change
+      PublishShares().IgnoreError();
+    }
     old_domain.reset();
     old_reserve.reset();
     old_owner.reset();
@@ -1705,6 +1759,7 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
     old_domain = std::move(domain_);
     old_reserve = std::move(reserve_);
     old_owner = std::move(owner_);
+    pending_open_.reset();  // formatted over: the domain that would not open goes
     devices = devices_;
     if (old_domain) {
       state_ = ReserveState::kFailed;
@@ -2116,10 +2171,11 @@ std::shared_ptr<fs::Domain> Node::domain() const {
   return state_ == ReserveState::kOnline ? domain_ : nullptr;
 }
 
-std::shared_ptr<fs::Domain> Node::domain(uint64_t* write_verifier) const {
+std::shared_ptr<fs::Domain> Node::domain(uint64_t* write_verifier, std::shared_ptr<fs::Lease>* lease) const {
   ReaderLock lock(mu_);
   const bool online = state_ == ReserveState::kOnline && domain_ != nullptr;
   *write_verifier = online ? write_verifier_ : 0;
+  if (lease != nullptr) *lease = online && owner_ ? owner_->lease() : nullptr;
   return online ? domain_ : nullptr;
 }
 
@@ -2386,6 +2442,7 @@ void Node::Shutdown() {
   {
     WriterLock lock(mu_);
     if (state_ == ReserveState::kFailed && reason_ == "shut down") return;
+    pending_open_.reset();
     domain = std::move(domain_);
     reserve = std::move(reserve_);
     owner = std::move(owner_);

@@ -295,7 +295,8 @@ class Node {
   // domain, so it changes whenever data heads wrote unstable may have been
   // lost (a restart, a crash, a takeover); 0 unless online. The head
   // service puts it in WRITE, FSYNC and HELLO replies.
-  std::shared_ptr<fs::Domain> domain(uint64_t* write_verifier) const;
+  // `lease`, when given, gets the owner's lease (null unless online).
+  std::shared_ptr<fs::Domain> domain(uint64_t* write_verifier, std::shared_ptr<fs::Lease>* lease = nullptr) const;
 
   // Flushes and closes the domain and the reserve, and closes the LUNs. The
   // state then reads kFailed, "shut down". Idempotent.
@@ -349,6 +350,13 @@ class Node {
   // first: this node's own (frozen: no more answers to the owner) or, when
   // this node was not fed the owner's stream, the partner's (FetchMirror).
   void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal) REQUIRES(mu_);
+  // The end of an opening whose domain opened: the mirror copy dropped, an
+  // interrupted LUN add completed, the node online.
+  void FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, std::shared_ptr<fs::Domain> domain,
+                        const std::shared_ptr<const fs::LogTail>& tail) REQUIRES(mu_);
+  // Opens the domain again after a failed opening (pending_open_), from the
+  // owner thread. True when it is online now.
+  bool RetryOpenLocked() REQUIRES(mu_);
   // The owner's side of the cache mirror: streams the online domain's
   // intent log to the partner, again after every break (own thread).
   void MirrorLoop();
@@ -434,6 +442,21 @@ class Node {
   std::optional<nasgw::Status> lost_ GUARDED_BY(lost_mu_);
   std::thread owner_thread_;
   uint64_t owner_read_ok_mono_ns_ GUARDED_BY(mu_) = 0;  // the last successful read of the owner record
+  // A domain that did not open although this node owns the reserve (state
+  // kFailed): a start's or a takeover's opening that met a SAN error. The
+  // owner thread tries again, backing off from 1 s to 30 s, with the same
+  // copy of the partner's mirror (kept frozen meanwhile: this node owns the
+  // reserve, so it alone may open the domain, and it alone holds what the
+  // old owner acknowledged from the mirror). A pair would otherwise stand
+  // with nobody serving: the partner sees this node alive and owning.
+  struct PendingOpen {
+    std::shared_ptr<fs::Reserve> reserve;
+    std::shared_ptr<const fs::LogTail> tail;
+    uint64_t next_try_mono_ns = 0;
+    uint32_t attempts = 0;  // failed so far
+  };
+  std::optional<PendingOpen> pending_open_ GUARDED_BY(mu_);
+  static constexpr uint64_t kOpenRetryMinMs = 1000, kOpenRetryMaxMs = 30'000;
 
   // The controller pair ([cluster] enabled). cluster_mu_ is a leaf: the
   // interconnect's handlers take it from their own thread.
