@@ -225,20 +225,8 @@ class Exec {
       }
       return true;
     }
-    bool writes = false;
+    bool writes = ChangesFiles(r_.op);
     switch (r_.op) {
-      case Op::kSetAttr:
-      case Op::kCreate:
-      case Op::kLink:
-      case Op::kUnlink:
-      case Op::kRmdir:
-      case Op::kRename:
-      case Op::kWrite:
-      case Op::kFallocate:
-      case Op::kSetXattr:
-      case Op::kRemoveXattr:
-        writes = true;
-        break;
       case Op::kOpen:
         writes = (r_.count & proto::kAccessWrite) != 0;
         break;
@@ -1196,7 +1184,7 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
   return out;
 }
 
-bool ChangesTheArray(Op op) {
+bool ChangesFiles(Op op) {
   switch (op) {
     case Op::kSetAttr:
     case Op::kCreate:
@@ -1205,16 +1193,17 @@ bool ChangesTheArray(Op op) {
     case Op::kRmdir:
     case Op::kRename:
     case Op::kWrite:
-    case Op::kFsync:
     case Op::kFallocate:
     case Op::kSetXattr:
     case Op::kRemoveXattr:
-    case Op::kRelease:
-    case Op::kUnlock:
       return true;
     default:
       return false;
   }
+}
+
+bool ChangesTheArray(Op op) {
+  return ChangesFiles(op) || op == Op::kFsync || op == Op::kRelease || op == Op::kUnlock;
 }
 
 std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d) {

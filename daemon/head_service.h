@@ -131,6 +131,8 @@ struct HeadDomain {
 // leases, and any failure) comes from what this node holds, which a new
 // owner may have made stale.
 bool ChangesTheArray(proto::Op op);
+// Whether `op` changes a file or the namespace (a snapshot refuses it).
+bool ChangesFiles(proto::Op op);
 
 // Every opening of the domain gets its own write-back data cache (cache/):
 // unstable writes are answered from it, and what it holds is dropped with
