@@ -2890,8 +2890,8 @@ TEST_F(AdminClusterTest, TakeoverSoonAfterAGiveBackIsNotHeldOff) {
   treq.set_timeout_ms(500);  // B gives back at once; A takes it at its next heartbeat (50 ms)
   pb::ClusterTakeoverResponse tr;
   s = Call(&pb::Admin::Stub::ClusterTakeover, treq, &tr);
-  // FAILS today: INTERNAL "the reserve did not come over within 500 ms", and
-  // A comes online only ~1000 ms after its giveback.
+  // (Once this failed: INTERNAL "the reserve did not come over within 500
+  // ms", A held off ~1000 ms after its giveback.)
   EXPECT_TRUE(s.ok())
       << s.error_message() << " ("
       << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - gave).count()
