@@ -2294,6 +2294,13 @@ nasgw::Status Node::GiveBack() {
   std::shared_ptr<fs::Domain> domain;
   std::shared_ptr<fs::Reserve> reserve;
   std::unique_ptr<fs::Ownership> owner;
+  // Heads go to the partner before this node stops serving: a request that
+  // meets the reserve not online here is then resent by its head (to the
+  // partner, once it serves), never answered EHOSTUNREACH, as it was when
+  // it came between the state's change and the heads' routing. Heads
+  // connected here are cut (requests in flight finish, still served here)
+  // and connect again to be relayed to the partner.
+  RouteHeads(ReserveState::kStandby);
   {
     WriterLock lock(mu_);
     if (state_ != ReserveState::kOnline) {
@@ -2307,6 +2314,9 @@ nasgw::Status Node::GiveBack() {
     reason_ = "gave the reserve back to the partner (planned)";
     watch_ = fs::OwnerWatch();
   }
+  // Again: a heartbeat that read the state online just before may have
+  // routed them back here meanwhile.
+  RouteHeads(ReserveState::kStandby);
   {
     // This node does not take the free reserve back while the partner takes it.
     MutexLock lock(cluster_mu_);
@@ -2314,12 +2324,9 @@ nasgw::Status Node::GiveBack() {
                              4 * uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
   }
   NASGW_LOG(kWarn, "cluster") << "giving the reserve back to the partner";
-  // The addresses and exports go first, so that the partner finds them free;
-  // heads connected here are cut (requests in flight finish), and connect
-  // again to be relayed to the partner once it serves.
+  // The addresses and exports go first, so that the partner finds them free.
   ReconcileVips(ReserveState::kStandby);
   WithdrawExportsUnlessOnline(false);
-  RouteHeads(ReserveState::kStandby);
   if (!WaitDrained(domain)) {
     // Heads still hold the domain: it stays here, online, still owned and
     // renewed (the ownership was never given up); the next heartbeat puts
@@ -2328,6 +2335,7 @@ nasgw::Status Node::GiveBack() {
       WriterLock lock(mu_);
       RestoreOnlineLocked(std::move(domain), std::move(reserve), std::move(owner));
     }
+    RouteHeads(ReserveState::kOnline);  // served here again
     {
       MutexLock lock(cluster_mu_);
       next_takeover_mono_ns_ = 0;
