@@ -1059,7 +1059,7 @@ void HeadServer::Impl::Execute(Task& t) {
     return;
   }
   HeadOutcome out = service->Execute(*t.conn->session, t.request);
-  if (out.unserved && !opt.forward_peer.empty() && opt.forward_route && opt.forward_route()) {
+  if (out.unserved && !opt.forward_peer.empty() && opt.forward_route && (out.resend || opt.forward_route())) {
     // In a pair the service is on the partner, or on its way to this
     // node: the head resends this to wherever its next connection goes.
     StartMoving(*t.conn);

@@ -1154,13 +1154,14 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
     return out;
   }
   HeadDomain d = domain_();
-  auto unserved = [&out](std::string why) {
+  auto unserved = [&out](std::string why, bool resend = false) {
     const uint32_t volume = out.volume;
     out = HeadOutcome();
     out.volume = volume;
     out.err = EHOSTUNREACH;
     out.why = std::move(why);
     out.unserved = true;
+    out.resend = resend;
   };
   if (d.domain == nullptr) {
     unserved("the reserve is not online");
@@ -1168,17 +1169,21 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
   }
   if (d.lease != nullptr) {
     if (auto held = d.lease->Check(); !held.ok()) {
-      unserved("this node no longer holds the reserve: " + held.ToString());
+      unserved("this node no longer holds the reserve: " + held.ToString(), /*resend=*/true);
       return out;
     }
   }
   std::shared_ptr<cache::DataCache> c = CacheFor(d);
   Exec(*d.domain, *c, d.write_verifier, locks_, recaller_, parents_, session, r, out).Run();
-  if (d.lease != nullptr && !(out.err == 0 && ChangesTheArray(r.op))) {
+  // An unstable write's reply (answered from the cache's memory) is no
+  // change on the array: checked like a read.
+  const bool through_gate =
+      out.err == 0 && ChangesTheArray(r.op) && !(r.op == Op::kWrite && out.reply.stable == proto::kUnstable);
+  if (d.lease != nullptr && !through_gate) {
     // It ran while this node held the lease, but may answer after it ran
     // out (the node hung between the two): what it read may be stale.
     if (auto held = d.lease->Check(); !held.ok()) {
-      unserved("this node's lease on the reserve ran out while the request ran: " + held.ToString());
+      unserved("this node's lease on the reserve ran out while the request ran: " + held.ToString(), /*resend=*/true);
     }
   }
   return out;

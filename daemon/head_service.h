@@ -106,6 +106,11 @@ struct HeadOutcome {
   // connection with a notice, and the head resends it to where the service
   // is now.
   bool unserved = false;
+  // Unserved because this node's lease ran out: in a pair with forwarding
+  // the head resends it even before the node's heads are routed to the
+  // partner (the node is being fenced; its routing follows within a
+  // moment), instead of being answered EHOSTUNREACH meanwhile.
+  bool resend = false;
 };
 
 // The domain heads act on, with the write verifier of this opening of it:
@@ -126,8 +131,9 @@ struct HeadDomain {
 // Whether a successful reply to `op` says only what is on the array (or in
 // the partner's memory, which a takeover replays): the change went through
 // the write gate, which a preempted key cannot pass. Those replies stand
-// when the lease ran out while they ran; so do releases, which give up
-// state. Every other answer (reads, lookups, grants of locks, shares and
+// when the lease ran out while they ran (but an UNSTABLE write answered
+// from the cache's memory does not: Execute checks it like a read); so do
+// releases, which give up state. Every other answer (reads, lookups, grants of locks, shares and
 // leases, and any failure) comes from what this node holds, which a new
 // owner may have made stale.
 bool ChangesTheArray(proto::Op op);

@@ -1999,6 +1999,48 @@ TEST_F(HeadTest, PastItsLeaseANodeAnswersNothingFromWhatItHolds) {
   }
 }
 
+// A lease clock that moves 0.6 of the give-up time at each look: the look
+// before a request finds the lease held, the look after finds it run out.
+std::atomic<uint64_t> g_step_now{uint64_t{5000} * kNanosPerMilli * 1000};
+uint64_t StepNow() {
+  return g_step_now.fetch_add(kLeaseGiveUpNs * 6 / 10);
+}
+
+// Which answers stand when the lease ran out while the request ran: a write
+// that reached the array (FILE_SYNC) does; an UNSTABLE write, answered from
+// the cache's memory, does not, nor a read.
+TEST_F(HeadTest, OnlyChangesThatReachedTheArrayAreAnsweredPastTheLease) {
+  nasgw_attr f = Create(root_.handle, "g");
+  const std::string data(8192, 'u');
+  auto run_out_while_it_runs = [&] {
+    auto gate = std::make_shared<block::WriteGate>();
+    std::lock_guard<std::mutex> l(lease_mu_);
+    lease_ = std::make_shared<fs::Lease>(gate, kLeaseGiveUpNs, &StepNow);
+    return gate;
+  };
+  auto gate = run_out_while_it_runs();
+  EXPECT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, data.data(), static_cast<uint32_t>(data.size()), NASGW_FILE_SYNC,
+                        nullptr),
+            static_cast<int64_t>(data.size()))
+      << nasgw_client_last_message();
+  gate = run_out_while_it_runs();
+  EXPECT_EQ(nasgw_write(client_, &kRoot, &f.handle, 0, data.data(), static_cast<uint32_t>(data.size()), NASGW_UNSTABLE,
+                        nullptr),
+            -EHOSTUNREACH)
+      << "an unstable write answered from memory after the lease ran out";
+  EXPECT_FALSE(gate->is_open());
+  gate = run_out_while_it_runs();
+  nasgw_attr a{};
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f.handle, &a), -EHOSTUNREACH);
+  EXPECT_FALSE(gate->is_open());
+  {
+    std::lock_guard<std::mutex> l(lease_mu_);
+    lease_.reset();
+  }
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f.handle, &a), 0);
+  EXPECT_EQ(a.size, data.size());
+}
+
 // Past head.max_inflight requests of one connection nasgwd stops reading
 // it: a head that sends without reading the replies has exactly
 // max_inflight requests in nasgwd (the workers' and the queued), not the

@@ -573,27 +573,56 @@ void Node::FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, std::shared_pt
   owner_text_ = "this node";
 }
 
-bool Node::RetryOpenLocked() {
-  PendingOpen& p = *pending_open_;
+bool Node::RetryOpenIfDue() {
+  {
+    ReaderLock lock(mu_);
+    if (!pending_open_ || state_ != ReserveState::kFailed || !owner_ ||
+        MonotonicNanos() < pending_open_->next_try_mono_ns) {
+      return false;
+    }
+  }
+  // No other opening of the reserve meanwhile (a takeover, a format, the
+  // shutdown hold admin_mu_); the node's own lock is not held while the
+  // domain opens: on a SAN that keeps failing that lasts its I/O timeouts,
+  // and heartbeats, heads and status calls must not wait for it.
+  MutexLock admin(admin_mu_);
+  PendingOpen p;
+  std::shared_ptr<fs::Lease> lease;
+  {
+    ReaderLock lock(mu_);
+    if (!pending_open_ || state_ != ReserveState::kFailed || !owner_) return false;
+    p = *pending_open_;
+    lease = owner_->lease();
+  }
   fs::DomainOptions options = domain_options_;
   options.log.tail = p.tail;
   auto d = fs::Domain::Open(p.reserve, 0, options);
-  if (!d.ok()) {
-    p.attempts++;
-    const uint64_t backoff_ms =
-        std::min<uint64_t>(kOpenRetryMaxMs, kOpenRetryMinMs << std::min<uint32_t>(p.attempts - 1, 5));
-    p.next_try_mono_ns = MonotonicNanos() + backoff_ms * kNanosPerMilli;
-    reason_ = d.status().WithContext("open domain 0 of reserve '" + p.reserve->name() + "'").ToString() + "; tried " +
-              std::to_string(p.attempts) + " times, trying again";
-    NASGW_LOG(kError, "node") << "the domain did not open again" << Kv("attempts", p.attempts)
-                              << Kv("next_in_ms", backoff_ms) << Kv("error", d.status().ToString());
+  std::shared_ptr<fs::Domain> discard;  // closed after the lock is given up
+  WriterLock lock(mu_);
+  if (!pending_open_ || pending_open_->reserve != p.reserve || state_ != ReserveState::kFailed || !owner_ ||
+      owner_->lease() != lease) {
+    if (d.ok()) discard = std::move(d.value());
     return false;
   }
-  NASGW_LOG(kWarn, "node") << "the domain opened on a later attempt; serving" << Kv("attempts", p.attempts + 1);
-  std::shared_ptr<fs::Reserve> reserve = std::move(p.reserve);
-  std::shared_ptr<const fs::LogTail> tail = std::move(p.tail);
-  FinishOpenLocked(std::move(reserve), std::move(d.value()), tail);
-  return true;
+  if (d.ok()) {
+    if (nasgw::Status held = lease->Check(); !held.ok()) {
+      discard = std::move(d.value());  // lost meanwhile: the owner loop fences the node at its next round
+      return false;
+    }
+    NASGW_LOG(kWarn, "node") << "the domain opened on a later attempt; serving" << Kv("attempts", p.attempts + 1);
+    FinishOpenLocked(std::move(p.reserve), std::move(d.value()), p.tail);
+    return true;
+  }
+  PendingOpen& pending = *pending_open_;
+  pending.attempts++;
+  const uint64_t backoff_ms =
+      std::min<uint64_t>(kOpenRetryMaxMs, kOpenRetryMinMs << std::min<uint32_t>(pending.attempts - 1, 5));
+  pending.next_try_mono_ns = MonotonicNanos() + backoff_ms * kNanosPerMilli;
+  reason_ = d.status().WithContext("open domain 0 of reserve '" + pending.reserve->name() + "'").ToString() +
+            "; tried " + std::to_string(pending.attempts) + " times, trying again";
+  NASGW_LOG(kError, "node") << "the domain did not open again" << Kv("attempts", pending.attempts)
+                            << Kv("next_in_ms", backoff_ms) << Kv("error", d.status().ToString());
+  return false;
 }
 
 void Node::OnOwnershipLost(const nasgw::Status& why) {
@@ -1553,7 +1582,7 @@ void Node::OwnerLoop() {
     // without the node's lock: on a SAN path that hangs the read lasts the
     // I/O timeout, and admins' and heads' calls must not wait for it.
     std::optional<Result<fs::OwnerView>> seen;
-    bool reopened = false;
+    bool reopened = false;  // RetryOpenIfDue, below
     {
       std::vector<std::shared_ptr<block::BlockDevice>> luns;
       Uuid uuid;
@@ -1591,10 +1620,6 @@ void Node::OwnerLoop() {
         watch_ = fs::OwnerWatch();
         NASGW_LOG(kError, "node") << "fenced before the domain opened" << Kv("reason", lost->ToString());
       }
-      if (pending_open_ && state_ == ReserveState::kFailed && owner_ &&
-          MonotonicNanos() >= pending_open_->next_try_mono_ns) {
-        reopened = RetryOpenLocked();
-      }
       // (Just fenced: watched from the next round on, read unlocked.)
       if (seen && (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced)) ApplyOwnerLocked(*seen);
       // In a pair, a fenced node whose old domain is gone and that sees
@@ -1610,6 +1635,7 @@ void Node::OwnerLoop() {
     // Fenced: this node's heads go to the partner from now on, not at the
     // next heartbeat (in between they would be told "not online").
     if (old_domain) RouteHeads(ReserveState::kFenced);
+    reopened = RetryOpenIfDue();
     if (reopened) {
       RouteHeads(ReserveState::kOnline);
       PublishExports().IgnoreError();  // logged; written again at the next change

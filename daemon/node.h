@@ -354,9 +354,10 @@ class Node {
   // interrupted LUN add completed, the node online.
   void FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, std::shared_ptr<fs::Domain> domain,
                         const std::shared_ptr<const fs::LogTail>& tail) REQUIRES(mu_);
-  // Opens the domain again after a failed opening (pending_open_), from the
-  // owner thread. True when it is online now.
-  bool RetryOpenLocked() REQUIRES(mu_);
+  // Opens the domain again after a failed opening (pending_open_), once
+  // due, from the owner thread (takes admin_mu_, then mu_ only around the
+  // opening). True when it is online now.
+  bool RetryOpenIfDue();
   // The owner's side of the cache mirror: streams the online domain's
   // intent log to the partner, again after every break (own thread).
   void MirrorLoop();

@@ -67,8 +67,8 @@ std::string Seconds(uint64_t ns) {
 
 }  // namespace
 
-Lease::Lease(std::shared_ptr<block::WriteGate> gate, uint64_t give_up_ns, Clock clock)
-    : gate_(std::move(gate)), give_up_ns_(give_up_ns), clock_(clock), renewed_ns_(clock()) {}
+Lease::Lease(std::shared_ptr<block::WriteGate> gate, uint64_t give_up_ns, Clock clock, uint64_t renewed_ns)
+    : gate_(std::move(gate)), give_up_ns_(give_up_ns), clock_(clock), renewed_ns_(renewed_ns ? renewed_ns : clock()) {}
 
 void Lease::Renewed(uint64_t sent_ns) {
   // Renewals finish in the order they were sent (one renewer), but keep the
@@ -422,6 +422,9 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   r.pid = me.pid;
   r.node_name = me.name;
   r.host = me.host;
+  // Others time the lease from the first copy of the record they read,
+  // which may land before the last LUN's: counted from the write's sending.
+  const uint64_t lease_from = BootNanos();
   Status w = o->WriteRecord(r);
   if (!w.ok()) return undo(w.WithContext("write owner record"));
   {
@@ -436,7 +439,7 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
     if (!hook->quiet.load() && hook->fn) hook->fn(why);
   });
   o->lease_ = std::make_shared<Lease>(o->gate_, uint64_t{options.lease_ms - options.renew_interval_ms} * kNanosPerMilli,
-                                      &BootNanos);
+                                      &BootNanos, lease_from);
   o->renewer_ = std::thread([p = o.get()] { p->RenewLoop(); });
   o->watchdog_ = std::thread([p = o.get()] { p->LeaseWatchdog(); });
   return o;

@@ -191,7 +191,9 @@ struct OwnershipOptions {
 class Lease {
  public:
   using Clock = uint64_t (*)();
-  Lease(std::shared_ptr<block::WriteGate> gate, uint64_t give_up_ns, Clock clock);
+  // `renewed_ns`: when the write of the record that began holding was sent
+  // (this lease's clock); 0: now.
+  Lease(std::shared_ptr<block::WriteGate> gate, uint64_t give_up_ns, Clock clock, uint64_t renewed_ns = 0);
 
   // A renewal sent at `sent_ns` (this lease's clock) succeeded.
   void Renewed(uint64_t sent_ns);
@@ -228,9 +230,11 @@ class Ownership {
   // Stops renewing without releasing (a crash, as far as others can tell).
   ~Ownership();
 
-  // Gives the domain up cleanly: the record says free (naming us as the last
-  // holder), the reservation is released and our key unregistered. The gate
-  // closes ("released"). Idempotent.
+  // Gives the domain up cleanly: the reservation is released on every LUN,
+  // then the record says free (naming us as the last holder), then our key
+  // is unregistered. A failed release leaves the record held and unrenewed
+  // (taken over after the lease), never free over a held reservation. The
+  // gate closes ("released"). Idempotent.
   Status Release();
 
   // A LUN joined the reserve (Reserve::AddLun): our key is registered and the
