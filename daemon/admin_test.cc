@@ -134,6 +134,18 @@ class AdminTest : public ::testing::Test {
     }
   }
 
+  // Polls `done` every 20 ms until it holds or `limit` passes; returns
+  // whether it held.
+  template <typename F>
+  static bool WaitFor(F done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+
   void StopAll() {
     scheduler_.reset();
     stub_.reset();
@@ -2269,18 +2281,6 @@ class AdminClusterTest : public AdminTest {
     return nullptr;
   }
 
-  // Polls `done` every 20 ms until it holds or `limit` passes; returns
-  // whether it held.
-  template <typename F>
-  static bool WaitFor(F done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return true;
-  }
-
   // Both nodes hear each other and B judges A alive.
   void WaitBothUp() {
     pb::Cluster a, b;
@@ -2967,14 +2967,6 @@ TEST_F(AdminTest, ADomainThatDidNotOpenIsOpenedAgainOnceTheArrayAnswers) {
     });
     return std::shared_ptr<block::BlockDevice>(dev);
   };
-  auto wait_for = [](auto done, int ms) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (!done()) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the owner thread's next round
-    }
-    return true;
-  };
   auto n = Node::Start(config_, opener, SmallDomain());
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   node_ = std::move(n.value());
@@ -2984,11 +2976,11 @@ TEST_F(AdminTest, ADomainThatDidNotOpenIsOpenedAgainOnceTheArrayAnswers) {
   EXPECT_GT(failed_reads->load(), 0);
   EXPECT_TRUE(r.owned_here) << "it keeps the reserve: nobody else may open the domain meanwhile";
   // Still failing: tried again, and said so.
-  ASSERT_TRUE(wait_for([&] { return node_->GetReserve().reason.find("tried 2 times") != std::string::npos; }, 10'000))
+  ASSERT_TRUE(WaitFor([&] { return node_->GetReserve().reason.find("tried 2 times") != std::string::npos; }))
       << node_->GetReserve().reason;
   EXPECT_EQ(node_->GetReserve().state, ReserveState::kFailed);
   failing->store(false);
-  ASSERT_TRUE(wait_for([&] { return node_->GetReserve().state == ReserveState::kOnline; }, 15'000))
+  ASSERT_TRUE(WaitFor([&] { return node_->GetReserve().state == ReserveState::kOnline; }, std::chrono::seconds(15)))
       << node_->GetReserve().reason;
   auto vols = node_->ListVolumes();
   ASSERT_TRUE(vols.ok()) << vols.status().ToString();

@@ -537,11 +537,8 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
     // by accident either. The owner thread tries again (pending_open_); the
     // admin may also act (fsck --repair, takeover).
     state_ = ReserveState::kFailed;
-    reason_ =
-        d.status().WithContext("open domain 0 of reserve '" + reserve->name() + "'").ToString() + "; trying again";
-    NASGW_LOG(kError, "node") << "the domain did not open; owning the reserve, trying again"
-                              << Kv("error", d.status().ToString());
-    pending_open_ = PendingOpen{reserve, tail, MonotonicNanos() + kOpenRetryMinMs * kNanosPerMilli, 1};
+    pending_open_ = PendingOpen{reserve, tail, 0, 0};
+    OpenFailedLocked(d.status());
     return;
   }
   FinishOpenLocked(std::move(reserve), std::move(d.value()), tail);
@@ -613,16 +610,21 @@ bool Node::RetryOpenIfDue() {
     FinishOpenLocked(std::move(p.reserve), std::move(d.value()), p.tail);
     return true;
   }
+  OpenFailedLocked(d.status());
+  return false;
+}
+
+void Node::OpenFailedLocked(const nasgw::Status& why) {
   PendingOpen& pending = *pending_open_;
   pending.attempts++;
   const uint64_t backoff_ms =
       std::min<uint64_t>(kOpenRetryMaxMs, kOpenRetryMinMs << std::min<uint32_t>(pending.attempts - 1, 5));
   pending.next_try_mono_ns = MonotonicNanos() + backoff_ms * kNanosPerMilli;
-  reason_ = d.status().WithContext("open domain 0 of reserve '" + pending.reserve->name() + "'").ToString() +
-            "; tried " + std::to_string(pending.attempts) + " times, trying again";
-  NASGW_LOG(kError, "node") << "the domain did not open again" << Kv("attempts", pending.attempts)
-                            << Kv("next_in_ms", backoff_ms) << Kv("error", d.status().ToString());
-  return false;
+  reason_ = why.WithContext("open domain 0 of reserve '" + pending.reserve->name() + "'").ToString() +
+            (pending.attempts == 1 ? "" : "; tried " + std::to_string(pending.attempts) + " times") + "; trying again";
+  NASGW_LOG(kError, "node") << "the domain did not open; owning the reserve, trying again"
+                            << Kv("attempts", pending.attempts) << Kv("next_in_ms", backoff_ms)
+                            << Kv("error", why.ToString());
 }
 
 void Node::OnOwnershipLost(const nasgw::Status& why) {

@@ -358,6 +358,9 @@ class Node {
   // due, from the owner thread (takes admin_mu_, then mu_ only around the
   // opening). True when it is online now.
   bool RetryOpenIfDue();
+  // Notes a failed opening in pending_open_ (one more attempt, the next one
+  // backed off), the reason and the log.
+  void OpenFailedLocked(const nasgw::Status& why) REQUIRES(mu_);
   // The owner's side of the cache mirror: streams the online domain's
   // intent log to the partner, again after every break (own thread).
   void MirrorLoop();
