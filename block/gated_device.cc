@@ -1,7 +1,9 @@
 #include "block/gated_device.h"
 
+#include <cstdio>
 #include <utility>
 
+#include "base/log.h"
 #include "base/mutex.h"
 
 namespace nasgw::block {
@@ -45,6 +47,42 @@ void WriteGate::OnClose(std::function<void(const Status&)> fn) {
   fn(closed);
 }
 
+void WriteGate::Bound(Clock clock, uint64_t give_up_ns, uint64_t renewed_ns) {
+  NASGW_ASSERT(clock != nullptr && !bounded_.load());
+  clock_.store(clock);
+  give_up_ns_.store(give_up_ns);
+  renewed_ns_.store(renewed_ns);
+  bounded_.store(true, std::memory_order_release);
+}
+
+void WriteGate::Renewed(uint64_t sent_ns) {
+  // Renewals finish in the order they were sent (one renewer), but keep the
+  // latest anyway.
+  uint64_t cur = renewed_ns_.load();
+  while (sent_ns > cur && !renewed_ns_.compare_exchange_weak(cur, sent_ns)) {
+  }
+}
+
+uint64_t WriteGate::SilentNs(uint64_t now_ns) const {
+  if (!bounded_.load(std::memory_order_acquire)) return 0;
+  const uint64_t last = renewed_ns_.load();
+  return now_ns > last ? now_ns - last : 0;
+}
+
+Status WriteGate::CheckBound() {
+  if (!is_open()) return reason();
+  if (!bounded_.load(std::memory_order_acquire)) return Status();
+  const uint64_t silent = SilentNs(clock_.load()());
+  if (silent < give_up_ns_.load()) return Status();
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f s", static_cast<double>(silent) / 1e9);
+  Status lost = Status::Fenced(std::string("lease not renewed for ") + secs +
+                               " (a hang, or a renewal still waiting on the SAN); another node may take the "
+                               "domain over");
+  if (Close(lost)) NASGW_LOG(kError, "fs") << "ownership lost" << Kv("error", lost.ToString());
+  return reason();
+}
+
 GatedDevice::GatedDevice(std::shared_ptr<BlockDevice> inner, std::shared_ptr<WriteGate> gate)
     : inner_(std::move(inner)), gate_(std::move(gate)) {
   NASGW_ASSERT(inner_ != nullptr && gate_ != nullptr);
@@ -67,7 +105,7 @@ bool GatedDevice::Changes(Op op) {
 }
 
 Status GatedDevice::SubmitValidated(IoRequest req) {
-  if (Changes(req.op) && !gate_->is_open()) {
+  if (Changes(req.op) && !gate_->CheckBound().ok()) {
     Status why = gate_->reason();
     return Status(why.code(),
                   std::string(OpName(req.op)) + " on " + info().name + " refused: " + std::string(why.message()));

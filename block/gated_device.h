@@ -8,7 +8,13 @@
 //    CONFLICT: another node preempted our key), so one conflict on one LUN
 //    stops the writes to every LUN of the reserve, not only that one;
 //  - when the owner explicitly closes it (its lease record was overwritten,
-//    or a read-only tool such as nasgw-fsck opens the reserve).
+//    or a read-only tool such as nasgw-fsck opens the reserve);
+//  - when a change is submitted past the gate's time bound (Bound: the
+//    owner's lease, fs::Lease), before it goes out. Others may take the
+//    reserve once the lease has run out, and on an array without persistent
+//    reservations nothing else would stop a node woken from a hang (SIGSTOP,
+//    a paused VM) from sending what it had queued before its lease watchdog
+//    next looks.
 // Once closed, every write, flush, unmap, COMPARE AND WRITE and PERSISTENT
 // RESERVE OUT fails at once with the gate's reason and never reaches the
 // array; reads still pass (reading is always safe and lets a fenced node
@@ -46,8 +52,26 @@ class WriteGate {
   // `fn` runs once when the gate closes (at once, here, if already closed).
   void OnClose(std::function<void(const Status&)> fn);
 
+  // ---- The time bound (the owner's lease)
+  using Clock = uint64_t (*)();
+  // Bounds the gate in time: it closes once `clock()` is `give_up_ns` past
+  // the last renewal (`renewed_ns`, then each Renewed). Called once, before
+  // Renewed; a gate without a bound has none.
+  void Bound(Clock clock, uint64_t give_up_ns, uint64_t renewed_ns);
+  // A renewal sent at `sent_ns` (the bound's clock) succeeded.
+  void Renewed(uint64_t sent_ns);
+  // Nanoseconds from the last renewal to `now_ns` (0 without a bound).
+  uint64_t SilentNs(uint64_t now_ns) const;
+  // OK while open and within the bound; the reason otherwise, closing the
+  // gate (Fenced) if the bound has passed.
+  Status CheckBound();
+
  private:
   std::atomic<bool> open_{true};
+  std::atomic<bool> bounded_{false};
+  std::atomic<Clock> clock_{nullptr};
+  std::atomic<uint64_t> give_up_ns_{0};
+  std::atomic<uint64_t> renewed_ns_{0};
   mutable Mutex mu_;
   Status reason_ GUARDED_BY(mu_);
   std::function<void(const Status&)> on_close_ GUARDED_BY(mu_);

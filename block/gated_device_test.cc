@@ -80,5 +80,56 @@ TEST(GatedDevice, ConflictOnOneLunStopsWritesToAll) {
   EXPECT_EQ(closes.load(), 1);
 }
 
+std::atomic<uint64_t> g_now{1000};
+uint64_t FakeNow() { return g_now.load(); }
+
+// Past its time bound (the owner's lease) the gate sends no change, even
+// with nobody watching the clock: on an array without persistent
+// reservations this is what keeps a node woken from a hang from writing
+// over a new owner before its lease watchdog looks. Renewals move the
+// bound; reads pass after it.
+TEST(GatedDevice, NoChangeGoesOutPastTheTimeBound) {
+  auto lun = std::make_shared<MemLun>(512, 64);
+  auto gate = std::make_shared<WriteGate>();
+  auto inner = std::make_shared<MemDevice>(lun);
+  GatedDevice dev(inner, gate);
+  g_now = 1000;
+  gate->Bound(&FakeNow, /*give_up_ns=*/500, /*renewed_ns=*/1000);
+  std::vector<uint8_t> w(512, 0x33), r(512);
+  g_now = 1499;
+  ASSERT_TRUE(WriteSync(dev, 1, w.data(), w.size()).ok());
+  gate->Renewed(1400);
+  gate->Renewed(1200);  // an older one does not move it back
+  g_now = 1899;
+  ASSERT_TRUE(WriteSync(dev, 2, w.data(), w.size()).ok());
+  EXPECT_TRUE(gate->CheckBound().ok());
+  EXPECT_EQ(gate->SilentNs(1899), 499u);
+  const uint64_t writes = inner->Stats().write.ops;
+
+  g_now = 1900;
+  std::vector<uint8_t> late(512, 0x44);
+  Status s = WriteSync(dev, 3, late.data(), late.size());
+  EXPECT_EQ(s.code(), Code::kFenced) << s.ToString();
+  EXPECT_NE(s.ToString().find("lease not renewed"), std::string::npos) << s.ToString();
+  EXPECT_EQ(inner->Stats().write.ops, writes) << "a write went out past the lease";
+  EXPECT_FALSE(gate->is_open());
+  EXPECT_EQ(FlushSync(dev).code(), Code::kFenced);
+  // A renewal that succeeded after all does not reopen a closed gate.
+  gate->Renewed(1900);
+  EXPECT_EQ(WriteSync(dev, 3, late.data(), late.size()).code(), Code::kFenced);
+  ASSERT_TRUE(ReadSync(dev, 3, r.data(), r.size()).ok());
+  EXPECT_EQ(r, std::vector<uint8_t>(512, 0));
+  ASSERT_TRUE(ReadSync(dev, 2, r.data(), r.size()).ok());
+  EXPECT_EQ(r, w);
+}
+
+// A gate without a bound never closes by time.
+TEST(GatedDevice, AnUnboundedGateHasNoDeadline) {
+  auto gate = std::make_shared<WriteGate>();
+  EXPECT_TRUE(gate->CheckBound().ok());
+  EXPECT_EQ(gate->SilentNs(~0ull), 0u);
+  EXPECT_TRUE(gate->is_open());
+}
+
 }  // namespace
 }  // namespace nasgw::block

@@ -68,31 +68,15 @@ std::string Seconds(uint64_t ns) {
 }  // namespace
 
 Lease::Lease(std::shared_ptr<block::WriteGate> gate, uint64_t give_up_ns, Clock clock, uint64_t renewed_ns)
-    : gate_(std::move(gate)), give_up_ns_(give_up_ns), clock_(clock), renewed_ns_(renewed_ns ? renewed_ns : clock()) {}
-
-void Lease::Renewed(uint64_t sent_ns) {
-  // Renewals finish in the order they were sent (one renewer), but keep the
-  // latest anyway.
-  uint64_t cur = renewed_ns_.load();
-  while (sent_ns > cur && !renewed_ns_.compare_exchange_weak(cur, sent_ns)) {
-  }
+    : gate_(std::move(gate)), give_up_ns_(give_up_ns), clock_(clock) {
+  gate_->Bound(clock, give_up_ns, renewed_ns ? renewed_ns : clock());
 }
 
-uint64_t Lease::SilentNs(uint64_t now_ns) const {
-  const uint64_t last = renewed_ns_.load();
-  return now_ns > last ? now_ns - last : 0;
-}
+void Lease::Renewed(uint64_t sent_ns) { gate_->Renewed(sent_ns); }
 
-Status Lease::Check() {
-  if (!gate_->is_open()) return gate_->reason();
-  const uint64_t silent = SilentNs(now());
-  if (silent < give_up_ns_) return Status();
-  Status lost = Status::Fenced("lease not renewed for " + Seconds(silent) +
-                               " (a hang, or a renewal still waiting on the SAN); another node may take the "
-                               "domain over");
-  if (gate_->Close(lost)) NASGW_LOG(kError, "fs") << "ownership lost" << Kv("error", lost.ToString());
-  return gate_->reason();
-}
+uint64_t Lease::SilentNs(uint64_t now_ns) const { return gate_->SilentNs(now_ns); }
+
+Status Lease::Check() { return gate_->CheckBound(); }
 
 uint64_t OwnerRecordOffset(uint32_t domain) {
   return kDomainTableOffset + domain * kDomainSlotBytes + 2 * kMetaBlockBytes;

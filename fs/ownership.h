@@ -181,13 +181,15 @@ struct OwnershipOptions {
 // CLOCK_BOOTTIME: a machine suspended past its lease (a paused VM) counts
 // the time it slept, as the others' clocks did.
 //
-// Writes need no look at it: they pass the gate, and the array refuses a
-// preempted key. What a node answers from what it holds in memory (reads,
-// lock and lease grants) it answers only while Check() says held: a node
-// woken from a hang (SIGSTOP, a stuck kernel) past its lease, before its
-// watchdog's next look, must not answer a read the new owner's writes have
-// made stale. The first to find it run out closes the gate with the reason,
-// as the watchdog would. Thread-safe.
+// Its state is the gate's time bound (block::WriteGate::Bound): a change
+// submitted to the LUNs past it closes the gate instead of going out, which
+// is what stops a node woken from a hang (SIGSTOP, a stuck kernel) before
+// its watchdog's next look on an array without persistent reservations
+// (with them, the array refuses the preempted key too). What a node answers
+// from what it holds in memory (reads, lock and lease grants) it answers
+// only while Check() says held: such a node must not answer a read the new
+// owner's writes have made stale. The first to find it run out closes the
+// gate with the reason, as the watchdog would. Thread-safe.
 class Lease {
  public:
   using Clock = uint64_t (*)();
@@ -209,7 +211,6 @@ class Lease {
   std::shared_ptr<block::WriteGate> gate_;
   const uint64_t give_up_ns_;
   const Clock clock_;
-  std::atomic<uint64_t> renewed_ns_;
 };
 
 enum class AcquireMode {
