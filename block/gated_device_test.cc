@@ -81,7 +81,9 @@ TEST(GatedDevice, ConflictOnOneLunStopsWritesToAll) {
 }
 
 std::atomic<uint64_t> g_now{1000};
-uint64_t FakeNow() { return g_now.load(); }
+uint64_t FakeNow() {
+  return g_now.load();
+}
 
 // Past its time bound (the owner's lease) the gate sends no change, even
 // with nobody watching the clock: on an array without persistent

@@ -2877,6 +2877,68 @@ TEST_F(AdminClusterTest, RequestTakeoverRightAfterTheCutSaysUnavailable) {
 // owned by nobody, until then. Here (lease 200 ms, network bound 150 ms) that
 // is 1 s after the giveback; with the defaults (lease 10 s, network bound
 // 3 s) it is 32 s, beyond `nasgw cluster takeover`'s default 30 s wait.
+// With forwarding, a giveback routes the giving node's heads to the partner
+// before it stops serving, keeps them there while it drains (heartbeats
+// do not route them back), and at its end routes them where the state
+// says: back here when it was refused (heads still held the domain), to
+// the partner when it went through.
+TEST_F(AdminClusterTest, AGiveBackRoutesHeadsToThePartnerUntilItEnds) {
+  config_.cluster_forward_peer = "127.0.0.1:9";  // not dialled here: only the routing is looked at
+  config_.drain_ms = 600;                        // a dozen heartbeats
+  StartPair();
+  WaitBothUp();
+  EXPECT_FALSE(node_->HeadsGoToPartner());
+  EXPECT_TRUE(b_node_->HeadsGoToPartner());
+  struct Routes {
+    Mutex mu;
+    std::vector<bool> to_partner GUARDED_BY(mu);  // HeadsGoToPartner() at each reroute of A
+  };
+  auto rec = std::make_shared<Routes>();  // the hook may outlive a failed assertion here
+  node_->SetRerouteHook([rec, n = node_.get()](Node::HeadsMove move, const std::string&) {
+    if (move != Node::HeadsMove::kReroute) return;
+    MutexLock l(rec->mu);
+    rec->to_partner.push_back(n->HeadsGoToPartner());
+  });
+  auto routes = [rec] {
+    MutexLock l(rec->mu);
+    return rec->to_partner;
+  };
+
+  // (a) Refused: a head request holds the domain past drain_ms.
+  {
+    auto held = node_->domain();
+    ASSERT_NE(held, nullptr);
+    std::atomic<bool> done{false};
+    nasgw::Status result;
+    std::thread give([&] {
+      result = node_->GiveBack();
+      done = true;
+    });
+    ASSERT_TRUE(WaitFor([&] { return node_->HeadsGoToPartner() || done.load(); }));
+    bool flipped_back = false;
+    while (!done.load()) {
+      flipped_back |= !node_->HeadsGoToPartner();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // sampling, not synchronising
+    }
+    give.join();
+    EXPECT_EQ(result.code(), Code::kBusy) << result.ToString();
+    EXPECT_FALSE(flipped_back) << "heads were routed back here while the giveback drained";
+  }
+  EXPECT_EQ(node_->GetReserve().state, ReserveState::kOnline);
+  EXPECT_FALSE(node_->HeadsGoToPartner()) << "the refused giveback left the heads with the partner";
+  EXPECT_EQ(routes(), (std::vector<bool>{true, false}));
+
+  // (b) Through: the heads stay with the partner, which takes the reserve.
+  WaitBothUp();
+  ASSERT_TRUE(node_->GiveBack().ok());
+  EXPECT_TRUE(node_->HeadsGoToPartner());
+  ASSERT_TRUE(WaitFor([&] { return b_node_->GetReserve().state == ReserveState::kOnline; }));
+  ASSERT_TRUE(WaitFor([&] { return !b_node_->HeadsGoToPartner(); }));
+  EXPECT_TRUE(node_->HeadsGoToPartner());
+  EXPECT_EQ(routes(), (std::vector<bool>{true, false, true}));
+  node_->SetRerouteHook(nullptr);
+}
+
 TEST_F(AdminClusterTest, TakeoverSoonAfterAGiveBackIsNotHeldOff) {
   StartPair();
   WaitBothUp();

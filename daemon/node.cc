@@ -404,7 +404,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
     // incarnation left in the files before it says it is ready: a ganesha
     // or smbd started after it must find no exports it cannot answer.
     node->WithdrawExportsUnlessOnline(false);
-    node->RouteHeads(node->GetReserve().state);  // before the head server starts: no hook yet
+    node->RouteHeadsByState();  // before the head server starts: no hook yet
   } else {
     // A failure is logged; the file is written again at the next change.
     node->PublishExports().IgnoreError();
@@ -710,7 +710,7 @@ void Node::ClusterStep(uint64_t seq) {
     }
   }
   const bool online = h.state == static_cast<uint8_t>(ReserveState::kOnline);
-  RouteHeads(ReserveState(h.state));
+  RouteHeadsByState();
   if (online) SendCatalog(seq);
   KeepPartnerRecovery();  // on disk before ReconcileVips may start a grace period with it
   ReconcileVips(ReserveState(h.state));
@@ -2261,6 +2261,22 @@ void Node::SetRerouteHook(std::function<void(HeadsMove move, const std::string& 
 }
 
 void Node::RouteHeads(ReserveState state) {
+  MutexLock route(route_mu_);
+  RouteHeadsLocked(state);
+}
+
+void Node::RouteHeadsByState() {
+  MutexLock route(route_mu_);
+  if (giving_back_) return;
+  ReserveState state;
+  {
+    ReaderLock lock(mu_);
+    state = state_;
+  }
+  RouteHeadsLocked(state);
+}
+
+void Node::RouteHeadsLocked(ReserveState state) {
   const bool to_partner = config_.cluster_enabled && !config_.cluster_forward_peer.empty() &&
                           (state == ReserveState::kStandby || state == ReserveState::kFenced);
   if (heads_to_partner_.exchange(to_partner) == to_partner) return;
@@ -2327,8 +2343,25 @@ nasgw::Status Node::GiveBack() {
   // partner, once it serves), never answered EHOSTUNREACH, as it was when
   // it came between the state's change and the heads' routing. Heads
   // connected here are cut (requests in flight finish, still served here)
-  // and connect again to be relayed to the partner.
-  RouteHeads(ReserveState::kStandby);
+  // and connect again to be relayed to the partner. Until the giveback
+  // ends, only it routes them (a heartbeat that read the state online just
+  // before would route them back here); at its end they go where the state
+  // then says (the partner's; here again when the giveback was refused).
+  {
+    MutexLock route(route_mu_);
+    giving_back_ = true;
+    RouteHeadsLocked(ReserveState::kStandby);
+  }
+  struct EndGiveBack {
+    Node* node;
+    ~EndGiveBack() {
+      {
+        MutexLock route(node->route_mu_);
+        node->giving_back_ = false;
+      }
+      node->RouteHeadsByState();
+    }
+  } end_giveback{this};
   {
     WriterLock lock(mu_);
     if (state_ != ReserveState::kOnline) {
@@ -2342,9 +2375,6 @@ nasgw::Status Node::GiveBack() {
     reason_ = "gave the reserve back to the partner (planned)";
     watch_ = fs::OwnerWatch();
   }
-  // Again: a heartbeat that read the state online just before may have
-  // routed them back here meanwhile.
-  RouteHeads(ReserveState::kStandby);
   {
     // This node does not take the free reserve back while the partner takes it.
     MutexLock lock(cluster_mu_);
@@ -2363,7 +2393,6 @@ nasgw::Status Node::GiveBack() {
       WriterLock lock(mu_);
       RestoreOnlineLocked(std::move(domain), std::move(reserve), std::move(owner));
     }
-    RouteHeads(ReserveState::kOnline);  // served here again
     {
       MutexLock lock(cluster_mu_);
       next_takeover_mono_ns_ = 0;

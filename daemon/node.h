@@ -577,7 +577,16 @@ class Node {
   Mutex flush_hook_mu_ ACQUIRED_AFTER(admin_mu_) ACQUIRED_BEFORE(vip_mu_);
   std::function<nasgw::Status()> flush_hook_ GUARDED_BY(flush_hook_mu_);
   // Where heads go (HeadsGoToPartner), and what to call when it changes.
-  void RouteHeads(ReserveState state);
+  // RouteHeads routes as `state` says (a change of state just made, or about
+  // to be made); RouteHeadsByState as the state is now, read under
+  // route_mu_, and not while a giveback moves the heads itself (the
+  // heartbeat: a state it read before would route them back here for an
+  // interval, and the giveback routes them before the state changes).
+  void RouteHeads(ReserveState state) EXCLUDES(mu_, route_mu_);
+  void RouteHeadsByState() EXCLUDES(mu_, route_mu_);
+  void RouteHeadsLocked(ReserveState state) REQUIRES(route_mu_);
+  Mutex route_mu_ ACQUIRED_AFTER(admin_mu_, flush_hook_mu_) ACQUIRED_BEFORE(mu_);
+  bool giving_back_ GUARDED_BY(route_mu_) = false;
   std::atomic<bool> heads_to_partner_{false};
   Mutex reroute_mu_ ACQUIRED_AFTER(admin_mu_);  // no other lock of the node is taken under it
   std::function<void(HeadsMove, const std::string&)> reroute_hook_ GUARDED_BY(reroute_mu_);

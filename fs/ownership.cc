@@ -72,11 +72,17 @@ Lease::Lease(std::shared_ptr<block::WriteGate> gate, uint64_t give_up_ns, Clock 
   gate_->Bound(clock, give_up_ns, renewed_ns ? renewed_ns : clock());
 }
 
-void Lease::Renewed(uint64_t sent_ns) { gate_->Renewed(sent_ns); }
+void Lease::Renewed(uint64_t sent_ns) {
+  gate_->Renewed(sent_ns);
+}
 
-uint64_t Lease::SilentNs(uint64_t now_ns) const { return gate_->SilentNs(now_ns); }
+uint64_t Lease::SilentNs(uint64_t now_ns) const {
+  return gate_->SilentNs(now_ns);
+}
 
-Status Lease::Check() { return gate_->CheckBound(); }
+Status Lease::Check() {
+  return gate_->CheckBound();
+}
 
 uint64_t OwnerRecordOffset(uint32_t domain) {
   return kDomainTableOffset + domain * kDomainSlotBytes + 2 * kMetaBlockBytes;
