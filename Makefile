@@ -4,7 +4,7 @@
 #   make release  Release build (benchmarks)
 #   make bench    Release build, then the block benchmark against a lab LUN
 #   make tsan     ThreadSanitizer build and the threaded tests (label tsan) under it
-#   make tsa      clang's thread-safety analysis over the whole tree (a build, nothing run)
+#   make tsa      clang's thread-safety analysis over the whole tree (a build, nothing run; make lint runs it too)
 #   make lint     clang-format (check only) and clang-tidy (.clang-tidy) over the C++ sources
 #   make fuzz     the head-protocol decoder under libFuzzer (clang), for FUZZ_SECONDS
 #   make smbtorture  Release build, then smbtorture's SMB2 suites on vfs_nasgw and on stock Samba (XFS), compared
@@ -122,17 +122,30 @@ fuzz: deps $(FUZZ_DIR)/CMakeCache.txt
 	$(FUZZ_DIR)/proto/proto_head_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 $(FUZZ_DIR)/corpus
 
-# Unit tests in parallel, the static checks (the thread-safety build, lint),
-# then the lab integration tests one at a time (they start tgtd targets and
-# namespaces and are timing-sensitive on two cores).
+# Unit tests in parallel, the static checks (lint), then the lab integration
+# tests one at a time (they start tgtd targets and namespaces and are
+# timing-sensitive on two cores), the fuzzer and ThreadSanitizer. The
+# thread-safety analysis runs inside lint: clang-tidy compiles every
+# translation unit with build/tsa's flags (-Wthread-safety -Wthread-safety-beta
+# -Werror), and any error of the compile is a finding, so a separate tsa
+# build would compile the same code again (make tsa is still there to run
+# it alone). Each phase says when it starts, so that a CI log shows where
+# the time went.
+PHASE = @echo "== make test: $(1) ($$(date -u +%T))"
 test: build lab-gc
+	$(call PHASE,unit tests)
 	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure --timeout 300
-	$(MAKE) tsa
+	$(call PHASE,lint and the thread-safety analysis)
 	$(MAKE) lint
+	$(call PHASE,Release nasgwd and heads)
 	$(MAKE) release-nasgwd
+	$(call PHASE,integration tests)
 	cd $(DEBUG_DIR) && ctest -L integration --output-on-failure --timeout 600
+	$(call PHASE,fuzz)
 	$(MAKE) fuzz
+	$(call PHASE,ThreadSanitizer)
 	$(MAKE) tsan
+	$(call PHASE,done)
 
 unit: build
 	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure
