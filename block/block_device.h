@@ -120,6 +120,8 @@ using IoCallback = std::function<void(Status)>;
 // queues more than about the window's target in front of sync commands.
 enum class IoClass : uint8_t { kSync, kBulk };
 
+class WriteGate;  // block/gated_device.h
+
 struct IoRequest {
   Op op = Op::kRead;
   bool fua = false;  // write: force unit access
@@ -132,6 +134,12 @@ struct IoRequest {
   PrKeys* keys_out = nullptr;
   PrReservation* reservation_out = nullptr;
   IoCallback done;
+  // The write gate a change passed (GatedDevice sets it; it outlives the
+  // request). A device that holds requests before sending them, or sends
+  // them again (IscsiDevice: its queue, retries, a path's reconnect),
+  // checks its time bound at each send: a change that waited past the
+  // owner's lease is not sent.
+  WriteGate* gate = nullptr;
 };
 
 struct OpStats {

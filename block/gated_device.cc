@@ -110,6 +110,7 @@ Status GatedDevice::SubmitValidated(IoRequest req) {
     return Status(why.code(),
                   std::string(OpName(req.op)) + " on " + info().name + " refused: " + std::string(why.message()));
   }
+  if (Changes(req.op)) req.gate = gate_.get();  // kept alive by the callback below
   // A conflict on any LUN closes the gate for all of them.
   req.done = [gate = gate_, done = std::move(req.done), name = info().name](Status s) {
     if (s.code() == Code::kFenced) gate->Close(s.WithContext(name));

@@ -24,6 +24,7 @@ extern "C" {
 #include "base/log.h"
 #include "base/mutex.h"
 #include "block/bulk_window.h"
+#include "block/gated_device.h"
 #include "block/iscsi_url.h"
 #include "block/scsi_status.h"
 
@@ -519,6 +520,18 @@ struct IscsiDevice::Impl {
     const uint32_t bs = info.block_size ? info.block_size : 512;
     const int lun = static_cast<int>(p->url.lun);
     const IoRequest& io = r->io;
+    if (io.gate != nullptr) {
+      // Past the gate's time bound (the owner's lease) a change is not
+      // sent, the first time or again: it may have waited here (the queue,
+      // a retry's backoff, a path's reconnect, the process stopped) since
+      // the gate let it through, and another node may own the LUN now.
+      Status held = io.gate->CheckBound();
+      if (!held.ok()) {
+        Complete(r, Status(held.code(), std::string(OpName(io.op)) + " on " + info.name +
+                                            " not sent: " + std::string(held.message())));
+        return;
+      }
+    }
     scsi_task* t = nullptr;
     if (r->kind == Kind::kInquiry) {
       t = iscsi_inquiry_task(p->ctx, lun, r->page >= 0 ? 1 : 0, r->page >= 0 ? r->page : 0, 255, TaskCallback, r);

@@ -446,7 +446,7 @@ std::vector<std::shared_ptr<BlockDevice>> Ownership::Luns() const {
 }
 
 Status Ownership::AddLun(std::shared_ptr<BlockDevice> lun) {
-  if (!gate_->is_open()) return gate_->reason();
+  NASGW_RETURN_IF_ERROR(gate_->CheckBound());  // its PR commands go beneath the gate
   if (pr_supported_) {
     BlockDevice& dev = Beneath(*lun);
     NASGW_RETURN_IF_ERROR(block::PrOutSync(dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, me_.key()})

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "base/clock.h"
+#include "block/gated_device.h"
 #include "block/iscsi_device.h"
 #include "tests/lab/lab.h"
 
@@ -360,6 +362,50 @@ TEST(BlockLab, TargetRestartDuringWriteStream) {
   BlockStats st = dev->Stats();
   EXPECT_GE(st.paths[0].failures, 2u) << "both crashes should have been seen";
   EXPECT_GT(st.retries, 0u);
+}
+
+std::atomic<uint64_t> g_bound_now{0};
+uint64_t BoundNow() {
+  return g_bound_now.load();
+}
+
+// A write the gate let through while the owner's lease held, but that waited
+// in the device (its target down, then reconnecting) until the lease had run
+// out, is never sent: the device checks the gate's time bound at each send.
+// On an array without persistent reservations nothing else would stop it
+// landing over a new owner's writes.
+TEST(BlockLab, AWriteThatWaitedPastTheLeaseIsNotSent) {
+  auto lab = StartLab({.size = "64M"});
+  ASSERT_TRUE(lab);
+  IscsiOptions o = Opts({lab->Url()});
+  o.path_timeout_ms = 2000;
+  std::shared_ptr<IscsiDevice> dev = OpenOrFail(o);
+  ASSERT_TRUE(dev);
+  auto gate = std::make_shared<WriteGate>();
+  g_bound_now = 1'000'000;
+  gate->Bound(&BoundNow, /*give_up_ns=*/1000, /*renewed_ns=*/1'000'000);
+  GatedDevice gated(dev, gate);
+  const uint32_t bs = dev->info().block_size;
+  std::vector<uint8_t> early(bs, 0x11), late(bs, 0x22), r(bs);
+  ASSERT_TRUE(WriteSync(gated, 10, early.data(), bs).ok());
+
+  ASSERT_TRUE(lab->Kill().ok());
+  std::promise<Status> done;
+  auto result = done.get_future();
+  IoVec v{late.data(), bs};
+  ASSERT_TRUE(gated.Write(11, {&v, 1}, false, [&](const Status& s) { done.set_value(s); }).ok())
+      << "within the lease the gate lets it through";
+  g_bound_now += 5000;  // the lease runs out while it waits for the target
+  ASSERT_TRUE(lab->Restart().ok());
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  const Status s = result.get();
+  EXPECT_EQ(s.code(), Code::kFenced) << s.ToString();
+  EXPECT_NE(s.ToString().find("not sent"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(gate->is_open());
+  ASSERT_TRUE(ReadSync(*dev, 11, r.data(), bs).ok());
+  EXPECT_EQ(r, std::vector<uint8_t>(bs, 0)) << "the write landed after the lease ran out";
+  ASSERT_TRUE(ReadSync(*dev, 10, r.data(), bs).ok());
+  EXPECT_EQ(r, early);
 }
 
 TEST(BlockLab, PreemptAndAbortFencesTheLoser) {
