@@ -41,7 +41,7 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   // Every truncation is refused, never half read, except those that end
   // where an older node's heartbeat ended (before lan_up, before the VIP
   // masks) or inside fields added later: those are read with the defaults.
-  const size_t vips_at = bytes.size() - 25, lan_at = vips_at - 1;
+  const size_t vips_at = bytes.size() - 26, lan_at = vips_at - 1;
   for (size_t n = 0; n < lan_at; n++) EXPECT_FALSE(DecodeHeartbeat(bytes.substr(0, n)).has_value()) << n;
   Heartbeat down = h;
   down.lan_up = false;
@@ -49,6 +49,7 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   down.vips_held = 0b101;
   down.forwards = true;
   down.vips_digest = 0x1234567890abcdefull;
+  down.takes_over = false;
   const std::string full = EncodeHeartbeat(down);
   auto o = DecodeHeartbeat(full.substr(0, lan_at));
   ASSERT_TRUE(o.has_value());
@@ -66,6 +67,20 @@ TEST(ClusterMessage, NewerFieldsAreIgnoredAndDamageIsRefused) {
   ASSERT_TRUE(no_digest.has_value());
   EXPECT_TRUE(no_digest->forwards);
   EXPECT_EQ(no_digest->vips_digest, 0u) << "an older node's heartbeat: no digest";
+  // Cut inside the digest: neither it nor what follows is read.
+  auto in_digest = DecodeHeartbeat(full.substr(0, vips_at + 20));
+  ASSERT_TRUE(in_digest.has_value());
+  EXPECT_EQ(in_digest->vips_digest, 0u);
+  EXPECT_TRUE(in_digest->takes_over);
+  // Cut inside the masks: the flags after them are not read either.
+  auto in_masks = DecodeHeartbeat(full.substr(0, vips_at + 9));
+  ASSERT_TRUE(in_masks.has_value());
+  EXPECT_EQ(in_masks->vips_assigned, 0u);
+  EXPECT_FALSE(in_masks->forwards);
+  auto no_takes = DecodeHeartbeat(full.substr(0, vips_at + 25));
+  ASSERT_TRUE(no_takes.has_value());
+  EXPECT_EQ(no_takes->vips_digest, 0x1234567890abcdefull);
+  EXPECT_TRUE(no_takes->takes_over) << "an older node's heartbeat: it took over by itself";
   EXPECT_EQ(*DecodeHeartbeat(full), down);
   std::string other_version = bytes;
   other_version[0] = 2;

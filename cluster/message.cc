@@ -70,6 +70,7 @@ std::string EncodeHeartbeat(const Heartbeat& h) {
   e.U64(h.vips_held);
   e.U8(h.forwards ? 1 : 0);
   e.U64(h.vips_digest);
+  e.U8(h.takes_over ? 1 : 0);
   return e.Release();
 }
 
@@ -85,13 +86,19 @@ std::optional<Heartbeat> DecodeHeartbeat(std::string_view bytes) {
   h.incarnation = d.U64();
   h.name = d.Str16();
   h.reason = d.Str16();
-  if (d.ok() && d.remaining() >= 1) h.lan_up = d.U8() != 0;
-  if (d.ok() && d.remaining() >= 16) {
+  // Fields added later, in order: an older node's heartbeat ends before
+  // some; each is read only if it is whole and every one before it was
+  // (a message cut inside one is read up to it, never half).
+  bool more = d.ok();
+  auto has = [&](size_t n) { return more = more && d.remaining() >= n; };
+  if (has(1)) h.lan_up = d.U8() != 0;
+  if (has(16)) {
     h.vips_assigned = d.U64();
     h.vips_held = d.U64();
   }
-  if (d.ok() && d.remaining() >= 1) h.forwards = d.U8() != 0;
-  if (d.ok() && d.remaining() >= 8) h.vips_digest = d.U64();
+  if (has(1)) h.forwards = d.U8() != 0;
+  if (has(8)) h.vips_digest = d.U64();
+  if (has(1)) h.takes_over = d.U8() != 0;
   // Trailing bytes are a newer node's fields: ignored, not an error.
   if (!d.ok() || h.name.size() > kNameMax || h.reason.size() > kReasonMax) return std::nullopt;
   return h;

@@ -124,6 +124,11 @@ struct Heartbeat {
   // index that list, so the nodes spread addresses only when theirs agree.
   // 0: none configured, or a node from before this field.
   uint64_t vips_digest = 0;
+  // It takes a reserve over by itself ([cluster] auto_takeover): a free
+  // reserve (a giveback), a dead owner. The owner gives the reserve only to
+  // a partner that will take it, unless that partner asked for it. True
+  // for a node from before this field (as they all did).
+  bool takes_over = true;
   bool operator==(const Heartbeat&) const = default;
 };
 
