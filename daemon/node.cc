@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -336,6 +337,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
     // Our own reads of the owner record happen every renewal interval.
     mo.disk_read_fresh_ms = 3 * config.renew_interval_ms;
     Node* n = node.get();
+    n->LoadPartnerRecovery();
     {
       MutexLock cl(n->cluster_mu_);
       n->monitor_ = std::make_unique<cluster::PeerMonitor>(n->identity_.id, mo, MonotonicNanos());
@@ -356,6 +358,9 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
            } else if (auto rec = cluster::DecodeRecovery(msg); rec && rec->from != n->identity_.id) {
              if (!n->partner_recovery_ || n->partner_recovery_->entries != rec->entries) {
                n->partner_recovery_dirty_ = true;  // written by the cluster thread at its next step
+             }
+             if (!n->partner_recovery_ || n->partner_recovery_->nlm_clients != rec->nlm_clients) {
+               n->partner_nlm_dirty_ = true;  // the same
              }
              n->partner_nlm_clients_ = rec->nlm_clients.size();
              n->partner_recovery_ = std::move(*rec);
@@ -671,7 +676,7 @@ void Node::ClusterLoop() {
       if (ours) {
         NASGW_LOG(kWarn, "cluster") << "the partner asks for the reserve (planned takeover)"
                                     << Kv("from", giveback->from.ToString());
-        nasgw::Status s = GiveBack();
+        nasgw::Status s = GiveBack(/*partner_asked=*/true);
         if (!s.ok()) NASGW_LOG(kWarn, "cluster") << "planned giveback refused" << Kv("error", s.ToString());
       }
     }
@@ -728,18 +733,31 @@ void Node::ClusterStep(uint64_t seq) {
   h.lan_up = !vips_ || vips_->InterfaceUp();
   VipMasks(&h.vips_assigned, &h.vips_held);
   h.forwards = Forwarding();
+  h.takes_over = config_.cluster_auto_takeover;
   h.vips_digest = vips_ ? vips_->Digest() : 0;
   if (online && LanDownLongEnough(h.lan_up, now)) {
     // Clients cannot reach this node; a partner that stands by and can
     // reach them takes the service (GiveBack checks it is heard standing by).
-    bool partner_lan_up = false;
+    // A partner with auto_takeover off would not take it: the node stays
+    // (said once per outage).
+    bool partner_lan_up = false, partner_takes = false;
     {
       MutexLock lock(cluster_mu_);
       for (const auto& [id, p] : monitor_->peers()) {
-        partner_lan_up |= monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby && p.last.lan_up;
+        if (monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby && p.last.lan_up) {
+          partner_lan_up = true;
+          partner_takes |= p.last.takes_over;
+        }
       }
     }
-    if (partner_lan_up) {
+    if (partner_lan_up && !partner_takes && !lan_stay_said_) {
+      lan_stay_said_ = true;
+      NASGW_LOG(kWarn, "cluster") << "the clients' LAN is down here and up on the partner, which does not take the "
+                                     "reserve by itself ([cluster] auto_takeover = false there): staying; "
+                                     "'nasgw cluster takeover' on the partner moves it"
+                                  << Kv("interface", vips_->interface());
+    }
+    if (partner_lan_up && partner_takes) {
       NASGW_LOG(kWarn, "cluster") << "the clients' LAN is down here and up on the partner: giving the reserve to it"
                                   << Kv("interface", vips_->interface());
       nasgw::Status g = GiveBack();
@@ -797,6 +815,7 @@ bool Node::LanDownLongEnough(bool lan_up, uint64_t now) {
   // move the service.
   if (lan_up) {
     lan_down_since_mono_ns_ = 0;
+    lan_stay_said_ = false;
     return false;
   }
   if (lan_down_since_mono_ns_ == 0) lan_down_since_mono_ns_ = now;
@@ -910,7 +929,67 @@ void Node::SendRecovery(uint64_t seq) {
   SendIfDue(recovery_out_, cluster::EncodeRecovery(r), seq);
 }
 
+void Node::LoadPartnerRecovery() {
+  cluster::Recovery kept;
+  if (!config_.nfs_ganesha_recovery_dir.empty()) {
+    auto entries = daemon::ListPartnerRecovery(config_.nfs_ganesha_recovery_dir);
+    if (entries.ok()) {
+      kept.entries = std::move(*entries);
+    } else {
+      NASGW_LOG(kWarn, "cluster") << "cannot read the partner's NFSv4 client records kept here"
+                                  << Kv("error", entries.status().ToString());
+    }
+  }
+  if (!config_.nfs_statd_dir.empty()) {
+    const std::string path = config_.state_dir + "/" + daemon::kPartnerNlmFile;
+    std::ifstream in(path);
+    if (in) {
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto names = daemon::DecodePartnerNlm(text);
+      if (names.ok()) {
+        kept.nlm_clients = std::move(*names);
+      } else {
+        NASGW_LOG(kWarn, "cluster") << "the partner's NLM clients kept here cannot be read; none are known until "
+                                       "the partner sends them"
+                                    << Kv("path", path) << Kv("error", names.status().ToString());
+      }
+    }
+  }
+  if (kept.entries.empty() && kept.nlm_clients.empty()) return;
+  // What the partner last sent before this nasgwd stopped: its clients,
+  // should it be dead now, are told to reclaim here all the same. Its next
+  // list replaces this one.
+  partner_records_ = daemon::CountRecoveryClients(kept.entries);
+  partner_nlm_clients_ = kept.nlm_clients.size();
+  NASGW_LOG(kInfo, "cluster") << "the partner's NFS clients as kept here, until it sends them anew"
+                              << Kv("nfs4_clients", partner_records_.load())
+                              << Kv("nlm_clients", kept.nlm_clients.size());
+  MutexLock lock(cluster_mu_);
+  partner_recovery_ = std::move(kept);
+}
+
 void Node::KeepPartnerRecovery() {
+  std::vector<std::string> nlm;
+  bool keep_nlm = false;
+  {
+    MutexLock lock(cluster_mu_);
+    if (partner_nlm_dirty_ && partner_recovery_ && !config_.nfs_statd_dir.empty()) {
+      nlm = partner_recovery_->nlm_clients;
+      keep_nlm = true;
+      partner_nlm_dirty_ = false;
+    }
+  }
+  if (keep_nlm) {
+    nasgw::Status s =
+        WriteStateFile(config_, config_.state_dir + "/" + daemon::kPartnerNlmFile, daemon::EncodePartnerNlm(nlm));
+    if (!s.ok()) {
+      NASGW_LOG(kWarn, "cluster") << "cannot keep the partner's NLM clients; they are notified only while this "
+                                     "nasgwd runs"
+                                  << Kv("error", s.ToString());
+      MutexLock lock(cluster_mu_);
+      partner_nlm_dirty_ = true;  // again at the next heartbeat
+    }
+  }
   if (config_.nfs_ganesha_recovery_dir.empty()) return;
   std::vector<std::string> entries;
   {
@@ -1333,7 +1412,7 @@ void Node::AutoTakeover(const cluster::Judgement& j) {
       settled = owner_->settled_ms();
     }
   }
-  if (s.ok()) RouteHeads(ReserveState::kOnline);  // relays to the old owner end: serve here
+  if (s.ok()) RouteHeadsByState();  // relays to the old owner end: serve here (unless fenced since)
   MutexLock lock(cluster_mu_);
   if (!s.ok()) {
     ClusterEventLocked(start, "failed: " + s.ToString());
@@ -1636,10 +1715,10 @@ void Node::OwnerLoop() {
     }
     // Fenced: this node's heads go to the partner from now on, not at the
     // next heartbeat (in between they would be told "not online").
-    if (old_domain) RouteHeads(ReserveState::kFenced);
+    if (old_domain) RouteHeadsByState();
     reopened = RetryOpenIfDue();
     if (reopened) {
-      RouteHeads(ReserveState::kOnline);
+      RouteHeadsByState();
       PublishExports().IgnoreError();  // logged; written again at the next change
       PublishShares().IgnoreError();
     }
@@ -2260,11 +2339,6 @@ void Node::SetRerouteHook(std::function<void(HeadsMove move, const std::string& 
   reroute_hook_ = std::move(hook);
 }
 
-void Node::RouteHeads(ReserveState state) {
-  MutexLock route(route_mu_);
-  RouteHeadsLocked(state);
-}
-
 void Node::RouteHeadsByState() {
   MutexLock route(route_mu_);
   if (giving_back_) return;
@@ -2294,7 +2368,7 @@ void Node::SetFlushHook(std::function<nasgw::Status()> hook) {
   flush_hook_ = std::move(hook);
 }
 
-nasgw::Status Node::GiveBack() {
+nasgw::Status Node::GiveBack(bool partner_asked) {
   if (!config_.cluster_enabled) {
     return nasgw::Status::FailedPrecondition("no partner to give the reserve to: [cluster] enabled = false");
   }
@@ -2313,15 +2387,28 @@ nasgw::Status Node::GiveBack() {
   {
     // Only to a partner that stands by and is heard: else the service
     // would stop with nobody to take it.
+    // And to one that takes it: a partner with auto_takeover off leaves a
+    // free reserve free, unless it asked for it (`cluster takeover` there).
     MutexLock lock(cluster_mu_);
     const uint64_t now = MonotonicNanos();
-    bool ready = false;
+    bool ready = false, takes = false;
+    std::string name;
     for (const auto& [id, p] : monitor_->peers()) {
-      ready |= monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby && p.last.reserve == reserve_uuid;
+      if (monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby && p.last.reserve == reserve_uuid) {
+        ready = true;
+        takes |= partner_asked || p.last.takes_over;
+        name = p.last.name;
+      }
     }
     if (!ready) {
       return nasgw::Status::FailedPrecondition(
           "no partner stands by for this reserve and is heard on the interconnect: nobody would take it over");
+    }
+    if (!takes) {
+      return nasgw::Status::FailedPrecondition(
+          "the partner '" + name +
+          "' does not take a free reserve by itself ([cluster] auto_takeover = false there), so nobody would serve "
+          "it: run 'nasgw cluster takeover' on that node instead");
     }
   }
   {

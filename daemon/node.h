@@ -315,9 +315,11 @@ class Node {
   // A planned move: flushes and closes the domain, removes the VIPs and
   // exports, releases the reserve and stands by, so that the partner (which
   // must stand by and be heard) takes it over. FailedPrecondition without
-  // such a partner or when not online; Busy when heads still hold the
+  // such a partner or when not online, and when the partner does not take
+  // a free reserve by itself ([cluster] auto_takeover = false there) unless
+  // `partner_asked` (its `cluster takeover`); Busy when heads still hold the
   // domain after [shutdown] drain_ms (then the reserve stays owned here).
-  nasgw::Status GiveBack();
+  nasgw::Status GiveBack(bool partner_asked = false);
   // What GiveBack calls first to flush the write-back cache (nasgwd's head
   // service); nullptr clears it and waits for a call in progress.
   void SetFlushHook(std::function<nasgw::Status()> hook);
@@ -562,6 +564,9 @@ class Node {
   bool recovery_truncated_logged_ = false;
   std::optional<cluster::Recovery> partner_recovery_ GUARDED_BY(cluster_mu_);
   bool partner_recovery_dirty_ GUARDED_BY(cluster_mu_) = false;
+  bool partner_nlm_dirty_ GUARDED_BY(cluster_mu_) = false;  // kept in <state_dir>/partner-nlm-clients
+  // At start: what KeepPartnerRecovery kept before this nasgwd stopped.
+  void LoadPartnerRecovery();
   std::atomic<size_t> partner_records_{0};  // on disk, the partner's clients that may reclaim here
   std::thread grace_thread_;                // the cluster thread's (started and joined by it, and at Shutdown)
   // Whether grace_thread_ runs; addresses added meanwhile, whose NLM
@@ -572,17 +577,16 @@ class Node {
   std::atomic<uint64_t> takeover_graces_{0};
   void SendConnections(uint64_t seq);
   uint64_t lan_down_since_mono_ns_ = 0;  // the cluster thread's own
+  bool lan_stay_said_ = false;           // the same
   // Held across the hook's call; taken before exports_mu_ (GiveBack holds
   // admin_mu_ only).
   Mutex flush_hook_mu_ ACQUIRED_AFTER(admin_mu_) ACQUIRED_BEFORE(vip_mu_);
   std::function<nasgw::Status()> flush_hook_ GUARDED_BY(flush_hook_mu_);
   // Where heads go (HeadsGoToPartner), and what to call when it changes.
-  // RouteHeads routes as `state` says (a change of state just made, or about
-  // to be made); RouteHeadsByState as the state is now, read under
-  // route_mu_, and not while a giveback moves the heads itself (the
-  // heartbeat: a state it read before would route them back here for an
-  // interval, and the giveback routes them before the state changes).
-  void RouteHeads(ReserveState state) EXCLUDES(mu_, route_mu_);
+  // RouteHeadsByState routes as the state is now, read under route_mu_ (a
+  // state read earlier, by a heartbeat or before a fencing, would route
+  // them wrong for an interval), and not while a giveback moves the heads
+  // itself (RouteHeadsLocked: it routes them before the state changes).
   void RouteHeadsByState() EXCLUDES(mu_, route_mu_);
   void RouteHeadsLocked(ReserveState state) REQUIRES(route_mu_);
   Mutex route_mu_ ACQUIRED_AFTER(admin_mu_, flush_hook_mu_) ACQUIRED_BEFORE(mu_);
