@@ -68,6 +68,10 @@ Result<std::vector<std::string>> ListRecovery(const std::string& root, bool* tru
   return ListUnder(OwnRecordsDir(root), truncated);
 }
 
+Result<std::vector<std::string>> ListPartnerRecovery(const std::string& root) {
+  return ListUnder(RecordsDir(root + "/" + kPartnerRecoveryKey), nullptr);
+}
+
 namespace {
 
 Result<std::vector<std::string>> ListUnder(const std::string& where, bool* truncated) {

@@ -35,6 +35,10 @@ constexpr char kPartnerRecoveryKey[] = "nasgw-partner";
 // found). A missing directory is no records.
 Result<std::vector<std::string>> ListRecovery(const std::string& root, bool* truncated = nullptr);
 
+// The partner's records this node keeps (WritePartnerRecovery's), listed
+// as ListRecovery lists its own.
+Result<std::vector<std::string>> ListPartnerRecovery(const std::string& root);
+
 // The clients in a list of records (ListRecovery's): ganesha's record of a
 // client is a directory named by it (a long name split into nested ones),
 // holding files of its revoked handles; a client is a directory with none

@@ -50,6 +50,33 @@ Result<std::vector<std::string>> ListStatdClients(const std::string& statd_dir, 
   return out;
 }
 
+std::string EncodePartnerNlm(const std::vector<std::string>& names) {
+  std::string out = std::string(kPartnerNlmHeader) + "\n";
+  for (const std::string& n : names) {
+    if (cluster::NlmClientOk(n)) out += n + "\n";
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> DecodePartnerNlm(std::string_view text) {
+  const std::string_view header = kPartnerNlmHeader;
+  if (text.substr(0, header.size()) != header || text.substr(header.size(), 1) != "\n") {
+    return Status::Corruption("not a list of the partner's NLM clients (its first line is not '" + std::string(header) +
+                              "')");
+  }
+  text.remove_prefix(header.size() + 1);
+  std::vector<std::string> out;
+  while (!text.empty() && out.size() < cluster::kNlmClientsMax) {
+    const size_t nl = text.find('\n');
+    const std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (cluster::NlmClientOk(line)) out.emplace_back(line);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 uint32_t NsmStateNow() {
   return static_cast<uint32_t>(std::time(nullptr)) | 1u;
 }

@@ -39,6 +39,17 @@ namespace nasgw::daemon {
 // cluster::NlmClientOk. A missing directory is no clients.
 Result<std::vector<std::string>> ListStatdClients(const std::string& statd_dir, bool* truncated = nullptr);
 
+// The partner's NLM clients as a node keeps them between its restarts
+// (<state_dir>/partner-nlm-clients, kPartnerNlmFile): a first line
+// kPartnerNlmHeader, then one name a line. A node whose nasgwd restarted
+// after its partner died still has them to notify. Decoding keeps the
+// names that are cluster::NlmClientOk, at most cluster::kNlmClientsMax;
+// a text without the header is refused.
+constexpr char kPartnerNlmFile[] = "partner-nlm-clients";
+constexpr char kPartnerNlmHeader[] = "nasgw partner NLM clients 1";
+std::string EncodePartnerNlm(const std::vector<std::string>& names);
+Result<std::vector<std::string>> DecodePartnerNlm(std::string_view text);
+
 struct NlmNotifyResult {
   size_t notified = 0;     // (client, address) pairs whose statd answered the SM_NOTIFY
   size_t unreachable = 0;  // no answer from the client's portmapper or statd by the deadline

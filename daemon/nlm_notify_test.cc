@@ -235,5 +235,33 @@ TEST(NlmNotifyTest, TheClientsTravelWithTheRecords) {
   EXPECT_EQ(back->nlm_clients, r.nlm_clients);
 }
 
+// What a node keeps of its partner's NLM clients between restarts: the
+// names back, in order, once each; what is not a client's name is left
+// out; a file that is not such a list is refused, not read as one.
+TEST(NlmNotifyTest, TheKeptListReadsBackAndRefusesWhatIsNotOne) {
+  const std::vector<std::string> names{"198.18.2.31", "198.18.2.30", "client.example"};
+  const std::string text = EncodePartnerNlm(names);
+  EXPECT_EQ(text.rfind(std::string(kPartnerNlmHeader) + "\n", 0), 0u) << text;
+  auto back = DecodePartnerNlm(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, (std::vector<std::string>{"198.18.2.30", "198.18.2.31", "client.example"}));
+  EXPECT_TRUE(DecodePartnerNlm(EncodePartnerNlm({}))->empty());
+  // Lines that name no client, a repeat, no final newline.
+  back = DecodePartnerNlm(std::string(kPartnerNlmHeader) + "\n..\n\na/b\n198.18.2.30\n198.18.2.30\nlast");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, (std::vector<std::string>{"198.18.2.30", "last"}));
+  EXPECT_EQ(EncodePartnerNlm({"ok", "a/b", ".."}), std::string(kPartnerNlmHeader) + "\nok\n");
+  for (const std::string& bad : {std::string(), std::string("198.18.2.30\n"), std::string(kPartnerNlmHeader),
+                                 std::string(kPartnerNlmHeader) + "0\nx\n"}) {
+    auto r = DecodePartnerNlm(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::kCorruption) << bad;
+  }
+  // At most as many as a message carries.
+  std::string many = std::string(kPartnerNlmHeader) + "\n";
+  for (size_t i = 0; i < cluster::kNlmClientsMax + 10; i++) many += "c" + std::to_string(i) + "\n";
+  EXPECT_EQ(DecodePartnerNlm(many)->size(), cluster::kNlmClientsMax);
+}
+
 }  // namespace
 }  // namespace nasgw::daemon
