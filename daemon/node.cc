@@ -718,7 +718,7 @@ void Node::ClusterStep(uint64_t seq) {
   RouteHeadsByState();
   if (online) SendCatalog(seq);
   KeepPartnerRecovery();  // on disk before ReconcileVips may start a grace period with it
-  ReconcileVips(ReserveState(h.state));
+  ReconcileVips();
   if (cut_forwarded_.exchange(false)) {
     MutexLock lock(reroute_mu_);
     if (reroute_hook_) {
@@ -1161,10 +1161,18 @@ void Node::VipMasks(uint64_t* assigned, uint64_t* held) {
   *held = vips_mask_;
 }
 
-void Node::ReconcileVips(ReserveState state) {
-  const bool online = state == ReserveState::kOnline;
+void Node::ReconcileVips() {
   MutexLock vip_lock(vip_mu_);
   if (!vips_) return;
+  // The state now, under the VIP lock: one read before (a heartbeat's, just
+  // before a giveback removed the addresses) would put them back while the
+  // partner takes them.
+  ReserveState state;
+  {
+    ReaderLock lock(mu_);
+    state = state_;
+  }
+  const bool online = state == ReserveState::kOnline;
   const cluster::VipMask all = vips_->all();
   const uint64_t now = MonotonicNanos();
   const uint64_t dead_ns = uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
@@ -2470,7 +2478,7 @@ nasgw::Status Node::GiveBack(bool partner_asked) {
   }
   NASGW_LOG(kWarn, "cluster") << "giving the reserve back to the partner";
   // The addresses and exports go first, so that the partner finds them free.
-  ReconcileVips(ReserveState::kStandby);
+  ReconcileVips();  // standby now: the addresses go
   WithdrawExportsUnlessOnline(false);
   if (!WaitDrained(domain)) {
     // Heads still hold the domain: it stays here, online, still owned and

@@ -398,9 +398,9 @@ class Node {
   void AutoTakeover(const cluster::Judgement& j);
   void ClusterEventLocked(uint64_t start_mono_ns, std::string what) REQUIRES(cluster_mu_);
   // Adds the VIPs while online, holds those the owner gives it while it
-  // stands by, removes them otherwise (cluster thread). `state`: this
-  // node's, as of this heartbeat.
-  void ReconcileVips(ReserveState state);
+  // stands by, removes them otherwise (cluster thread; GiveBack), by the
+  // state read under vip_mu_.
+  void ReconcileVips() EXCLUDES(mu_);
   // In a pair, a node that does not serve offers no exports or shares.
   void WithdrawExportsUnlessOnline(bool online);
   // The VIP interface has been down for network_dead_ms (cluster thread).
