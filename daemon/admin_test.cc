@@ -2508,6 +2508,14 @@ TEST_F(AdminClusterTest, DeadOwnerIsTakenOverAutomatically) {
     EXPECT_GE(b.last_takeover(i).wall_unix_ns(), b.last_takeover(i - 1).wall_unix_ns()) << b.DebugString();
   }
   EXPECT_GT(b.last_takeover(0).wall_unix_ns(), 0);
+  // The first request a head gets answered here ends the timeline (nasgwd's
+  // head service calls NoteServed after each); later ones add nothing.
+  b_node_->NoteServed("GETATTR");
+  b_node_->NoteServed("READ");
+  b = ClusterOf(b_stub_.get());
+  ASSERT_EQ(b.last_takeover_size(), 4) << b.DebugString();
+  EXPECT_EQ(b.last_takeover(3).what().rfind("first op served: GETATTR", 0), 0u) << b.DebugString();
+  EXPECT_GE(b.last_takeover(3).after_ms(), b.last_takeover(2).after_ms()) << b.DebugString();
 
   // What A wrote and synced before it died is on B.
   auto d = b_node_->domain();
@@ -2535,7 +2543,7 @@ TEST_F(AdminClusterTest, DeadOwnerIsTakenOverAutomatically) {
   ASSERT_EQ(cli.exit_code, 0) << Describe(cli);
   json j = json::parse(cli.out);
   EXPECT_EQ(j["cluster"]["takeovers"], 1) << cli.out;
-  ASSERT_EQ(j["cluster"]["last_takeover"].size(), 3u) << cli.out;
+  ASSERT_EQ(j["cluster"]["last_takeover"].size(), 4u) << cli.out;
   EXPECT_EQ(j["cluster"]["last_takeover"][2]["after_ms"], b.last_takeover(2).after_ms()) << cli.out;
 
   Metrics metrics;
@@ -2543,7 +2551,7 @@ TEST_F(AdminClusterTest, DeadOwnerIsTakenOverAutomatically) {
   const std::string text = metrics.Render();
   EXPECT_EQ(Sample(text, "nasgw_cluster_takeovers_total"), 1.0) << text;
   EXPECT_EQ(Sample(text, "nasgw_cluster_degraded"), 1.0) << text;
-  EXPECT_DOUBLE_EQ(Sample(text, "nasgw_cluster_last_takeover_seconds"), b.last_takeover(2).after_ms() / 1e3) << text;
+  EXPECT_DOUBLE_EQ(Sample(text, "nasgw_cluster_last_takeover_seconds"), b.last_takeover(3).after_ms() / 1e3) << text;
   EXPECT_GE(Sample(text, "nasgw_cluster_peer_heard_seconds{peer=\"n1\"}"), kLeaseMs / 1e3) << text;
   EXPECT_EQ(Sample(text, "nasgw_reserve_owned"), 1.0) << text;
 }

@@ -1186,6 +1186,7 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
       unserved("this node's lease on the reserve ran out while the request ran: " + held.ToString(), /*resend=*/true);
     }
   }
+  if (!out.unserved && served_) served_(r.op);
   return out;
 }
 

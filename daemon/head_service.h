@@ -167,6 +167,11 @@ class HeadService {
   uint64_t WriteVerifier() const;
   // How RECALL reaches a session: set by the transport before it serves.
   void SetRecaller(Recaller r) { recaller_ = std::move(r); }
+  // Called after each request answered from the domain (not an unserved
+  // one), with its op: the node's takeover timeline notes the first
+  // (Node::NoteServed). Set before serving; must be cheap.
+  using Served = std::function<void(proto::Op)>;
+  void SetServed(Served s) { served_ = std::move(s); }
 
   const LockTable& locks() const { return locks_; }
   LockTable& locks() { return locks_; }  // for tests: a holder that is no session
@@ -198,6 +203,7 @@ class HeadService {
 
   DomainSource domain_;
   Recaller recaller_;
+  Served served_;
   LockTable locks_;
   DirParents parents_;
   const cache::DataCacheOptions cache_options_;

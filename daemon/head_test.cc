@@ -155,6 +155,10 @@ class HeadTest : public ::testing::Test {
       std::lock_guard<std::mutex> l(lease_mu_);
       return HeadDomain{domain_, verifier_.load(), lease_};
     });
+    service_->SetServed([this](proto::Op op) {
+      std::lock_guard<std::mutex> l(served_mu_);
+      served_.push_back(op);
+    });
     StartServer();
     nasgw_client_options co{};
     co.socket_path = socket_.c_str();
@@ -239,6 +243,13 @@ class HeadTest : public ::testing::Test {
   // owns).
   std::mutex lease_mu_;
   std::shared_ptr<fs::Lease> lease_;
+  // What the service's served hook was told.
+  std::vector<proto::Op> Served() {
+    std::lock_guard<std::mutex> l(served_mu_);
+    return served_;
+  }
+  std::mutex served_mu_;
+  std::vector<proto::Op> served_;
   std::unique_ptr<HeadService> service_;
   std::unique_ptr<HeadServer> server_;
   nasgw_client* client_ = nullptr;
@@ -1915,6 +1926,30 @@ constexpr uint64_t kLeaseGiveUpNs = uint64_t{8000} * kNanosPerMilli;
 // ran across the lease's end, a lookup, a lock grant. What went through the
 // write gate before the array refused its key stands (the new owner has
 // it).
+// Each request answered from the domain is told to the served hook (a
+// node's takeover timeline ends at the first: Node::NoteServed); one
+// refused because no domain is open here is not.
+TEST_F(HeadTest, AnsweredRequestsAreNotedAndRefusedOnesAreNot) {
+  nasgw_attr a;
+  ASSERT_EQ(nasgw_getattr(client_, &kRoot, &root_.handle, &a), 0);
+  ASSERT_FALSE(Served().empty());
+  EXPECT_EQ(Served().back(), proto::Op::kGetAttr);
+  const size_t before = Served().size();
+  std::shared_ptr<fs::Domain> kept;
+  {
+    std::lock_guard<std::mutex> l(lease_mu_);
+    kept = std::move(domain_);
+  }
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &root_.handle, &a), -EHOSTUNREACH);
+  EXPECT_EQ(Served().size(), before) << "an unserved request was noted as served";
+  {
+    std::lock_guard<std::mutex> l(lease_mu_);
+    domain_ = std::move(kept);
+  }
+  ASSERT_EQ(nasgw_getattr(client_, &kRoot, &root_.handle, &a), 0);
+  EXPECT_EQ(Served().size(), before + 1);
+}
+
 TEST_F(HeadTest, PastItsLeaseANodeAnswersNothingFromWhatItHolds) {
   auto gate = std::make_shared<block::WriteGate>();
   {

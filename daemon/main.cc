@@ -123,6 +123,7 @@ int Run(const Config& cfg) {
         return d;
       },
       LockLimits{cfg.head_max_locks, cfg.head_max_locks_per_session}, CacheOptions(cfg));
+  service.SetServed([n](proto::Op op) { n->NoteServed(proto::OpName(op)); });
   HeadServerOptions ho;
   ho.socket_path = cfg.head_socket;
   ho.socket_mode = cfg.head_socket_mode;

@@ -1409,6 +1409,7 @@ void Node::AutoTakeover(const cluster::Judgement& j) {
   {
     MutexLock lock(cluster_mu_);
     last_takeover_.clear();
+    first_served_pending_ = false;
     ClusterEventLocked(start, std::string("detected: ") + cluster::VerdictName(j.verdict) + ": " + j.why);
   }
   nasgw::Status s = TakeoverReserve(force);
@@ -1435,6 +1436,16 @@ void Node::AutoTakeover(const cluster::Judgement& j) {
                                 (preempted ? "preempted key " + fs::OwnerKeyText(preempted) : "nothing to preempt") +
                                 (settled ? ", waited " + std::to_string(settled) + " ms for its queued commands" : ""));
   ClusterEventLocked(start, "online: the domain is open here (its intent log replayed) and the exports published");
+  first_served_start_mono_ns_ = start;
+  first_served_pending_ = true;
+}
+
+void Node::NoteServed(std::string_view op) {
+  if (!first_served_pending_.load(std::memory_order_relaxed)) return;
+  MutexLock lock(cluster_mu_);
+  if (!first_served_pending_.exchange(false)) return;  // another request's
+  ClusterEventLocked(first_served_start_mono_ns_,
+                     "first op served: " + std::string(op) + " answered to a head (clients are served again)");
 }
 
 void Node::MirrorLoop() {

@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -320,6 +321,10 @@ class Node {
   // `partner_asked` (its `cluster takeover`); Busy when heads still hold the
   // domain after [shutdown] drain_ms (then the reserve stays owned here).
   nasgw::Status GiveBack(bool partner_asked = false);
+  // A head's request was answered from the domain here (HeadService's
+  // served hook): the first after an automatic takeover ends its timeline
+  // ("first op served"). Cheap otherwise: one atomic load.
+  void NoteServed(std::string_view op);
   // What GiveBack calls first to flush the write-back cache (nasgwd's head
   // service); nullptr clears it and waits for a call in progress.
   void SetFlushHook(std::function<nasgw::Status()> hook);
@@ -611,6 +616,9 @@ class Node {
   std::shared_ptr<cluster::MirrorStream> mirror_stream_ GUARDED_BY(mirror_mu_);  // streaming now
   std::string mirror_why_ GUARDED_BY(mirror_mu_);                                // why not streaming
   std::thread mirror_thread_;
+  // The takeover whose first answered request is still to come (NoteServed).
+  std::atomic<bool> first_served_pending_{false};
+  uint64_t first_served_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;
   uint64_t takeover_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;  // of the takeover whose VIPs are not added yet
 };
 
