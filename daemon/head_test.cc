@@ -2839,7 +2839,10 @@ TEST_F(HeadTest, AReclaimTakesTheLocksOfAHeadThatDied) {
   nasgw_client* live = OpenClient("live");
   ASSERT_NE(live, nullptr);
   ASSERT_EQ(nasgw_lock(live, &kRoot, &f.handle, 9, NASGW_LOCK_READ, 200, 10, nullptr), 0);
-  const uint32_t before = server_->connections();
+  // Two connections each (the clients' default pool): a client open returns
+  // with one up, the second may still be on its way.
+  const uint32_t before = 4;
+  ASSERT_TRUE(WaitFor([&] { return server_->connections() == before; })) << server_->connections();
   const NobodyResult r = RunAsNobody("die-locked", socket_);
   ASSERT_EQ(r.exit_code, 0) << "the child's check that failed (see the return codes of DieHoldingALock)";
   ASSERT_TRUE(WaitFor([&] { return server_->connections() == before; })) << "nasgwd sees the head gone";
