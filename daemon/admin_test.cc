@@ -550,6 +550,44 @@ TEST_F(AdminTest, StartsUnformattedThenFormats) {
   EXPECT_EQ(Reserve().name(), "tank2");
 }
 
+// A reserve split into several domains (fs/reserve.h, "Domains") is not
+// opened by a node that serves one: it says why, writes nothing, and the
+// admin may format over it.
+TEST_F(AdminTest, AReserveSplitIntoDomainsIsRefusedNotHalfServed) {
+  std::vector<std::shared_ptr<block::BlockDevice>> devs;
+  devs.reserve(3);
+  for (int i = 0; i < 3; i++) devs.push_back(std::make_shared<block::MemDevice>(media_[Url(i)]));
+  fs::ReserveOptions o;
+  o.name = "split";
+  o.ag_bytes = kMiB;
+  o.domains = 2;
+  ASSERT_TRUE(fs::Reserve::Format(devs, o).ok());
+  auto d1 = fs::Domain::Create(std::move(fs::Reserve::Open(devs).value()), 1, SmallDomain());
+  ASSERT_TRUE(d1.ok()) << d1.status().ToString();
+  d1->reset();
+  auto contents = [&] {
+    std::vector<std::string> all;
+    for (const auto& dev : devs) {
+      std::string b(kLunBytes, 0);
+      for (uint64_t at = 0; at < kLunBytes; at += kMiB) {
+        Status st = block::ReadSync(*dev, at / 512, &b[at], kMiB);
+        EXPECT_TRUE(st.ok()) << st.ToString();
+      }
+      all.push_back(std::move(b));
+    }
+    return all;
+  };
+  const std::vector<std::string> before = contents();
+  StartAll();
+  ReserveStatus r = node_->GetReserve();
+  EXPECT_EQ(r.state, ReserveState::kFailed);
+  EXPECT_NE(r.reason.find("'split' is split into 2 domains"), std::string::npos) << r.reason;
+  EXPECT_TRUE(contents() == before) << "nothing written";
+  EXPECT_EQ(node_->ListVolumes().status().code(), Code::kUnavailable);
+  ASSERT_TRUE(node_->FormatReserve("whole", kMiB, /*force=*/true).ok());
+  EXPECT_EQ(node_->GetReserve().state, ReserveState::kOnline);
+}
+
 TEST_F(AdminTest, VolumesCreateListRefuseAndDelete) {
   StartAll();
   ASSERT_TRUE(Format("tank").ok());

@@ -461,6 +461,16 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
     reason_ = ro.status().WithContext("open reserve").ToString();
     return;
   }
+  if ((*ro)->domains() > 1) {
+    // Split by a later nasgw (fs/reserve.h, "Domains"): serving domain 0
+    // alone would leave the others' files unserved without a word.
+    gate_->Close(nasgw::Status::FailedPrecondition("reserve not opened"));
+    state_ = ReserveState::kFailed;
+    reason_ = "reserve '" + (*ro)->name() + "' is split into " + std::to_string((*ro)->domains()) +
+              " domains; this nasgwd serves reserves of one domain (docs/cluster.md, \"Several domains per "
+              "reserve\")";
+    return;
+  }
   for (uint32_t i = 0; i < (*ro)->lun_count(); i++) gated_.push_back((*ro)->lun(i));
   reserve_uuid_ = (*ro)->uuid();
   // What the partner's memory holds of the domain's log (brief decision 5):

@@ -20,6 +20,31 @@ Result<std::vector<std::string>> Domain::Check() {
   auto fold_done_key = impl_->Has(FoldDoneKey());
   if (!fold_done_key.ok()) return fold_done_key.status();
   const bool fold_done = *fold_done_key;
+  // Allocation groups: each inside this domain's share of its LUN
+  // (Reserve::AgSlice; so never another domain's), none held twice.
+  const Reserve& reserve = *impl_->reserve;
+  std::set<AgId> groups_held;
+  auto hold = [&](const AgId& g, const char* as) {
+    const std::string at = std::string(as) + " group " + std::to_string(g.lun) + "/" + std::to_string(g.index);
+    if (g.lun >= reserve.lun_count() || g.index >= reserve.ag_count(g.lun)) {
+      add(at + " is not on the reserve");
+      return;
+    }
+    const Reserve::Slice share = Reserve::AgSlice(reserve.ag_count(g.lun), impl_->id, reserve.domains());
+    if (g.index < share.first || g.index >= share.first + share.count) {
+      add(at + " is outside domain " + std::to_string(impl_->id) + "'s share of LUN " + std::to_string(g.lun) +
+          " (groups " + std::to_string(share.first) + ".." + std::to_string(share.first + share.count) + ")");
+    }
+    if (!groups_held.insert(g).second) add(at + " is held twice");
+  };
+  for (const AgId& g : impl_->metafs->groups()) hold(g, "metadata");
+  for (const auto& [first, n] : impl_->rec.data_groups) {
+    for (uint32_t i = 0; i < n; i++) hold({first.lun, first.index + i}, "data");
+  }
+  if (impl_->rec.next_volume < FirstVolumeId(impl_->id) || impl_->rec.next_volume > LastVolumeId(impl_->id) + 1) {
+    add("volume id counter " + std::to_string(impl_->rec.next_volume) + " is outside domain " +
+        std::to_string(impl_->id) + "'s ids");
+  }
   // Extents: inside the data groups, no block owned twice.
   Allocator fresh(impl_->reserve->ag_bytes(), kDataBlock);
   for (const auto& [first, n] : impl_->rec.data_groups) {
@@ -182,12 +207,18 @@ Result<std::vector<std::string>> Domain::Check() {
   }
   // Per volume: inodes, names, links.
   std::vector<uint32_t> vols;
+  const uint32_t next_volume = impl_->rec.next_volume;
   NASGW_RETURN_IF_ERROR(st.Scan("V", "W", [&](std::string_view k, std::string_view) {
     if (k.size() != 5) {  // 'V', volume
       add("volume key of " + std::to_string(k.size()) + " bytes");
       return true;
     }
-    vols.push_back(GetBE32(k, 1));
+    const uint32_t vol = GetBE32(k, 1);
+    if (VolumeDomain(vol) != impl_->id || vol >= next_volume) {
+      add("volume " + std::to_string(vol) + " is not an id of domain " + std::to_string(impl_->id) +
+          " below its counter " + std::to_string(next_volume));
+    }
+    vols.push_back(vol);
     return true;
   }));
   // A read that fails is the check's error, never a problem it reports (or
@@ -358,6 +389,7 @@ Result<std::vector<std::string>> Domain::Check() {
     }
     if (!*named) add(at + "names volume " + std::to_string(r->vol) + ", which does not exist");
     if (next.ok() && r->e.id >= *next) add(at + "is not below the id counter " + std::to_string(*next));
+    if (r->e.id < ExportIds(impl_->id, reserve.domains()).first) add(at + "is not an id of this domain");
     if (!pseudos.emplace(r->e.pseudo, r->e.id).second) add(at + "pseudo path '" + r->e.pseudo + "' is used twice");
     return true;
   }));

@@ -36,23 +36,41 @@ const char* FileTypeName(FileType t) {
   return "?";
 }
 
+namespace {
+
+Status CheckDomainId(const Reserve& reserve, uint32_t id) {
+  if (id < reserve.domains()) return Status();
+  return Status::InvalidArgument("domain " + std::to_string(id) + ": reserve '" + reserve.name() + "' has " +
+                                 std::to_string(reserve.domains()) + " domain" + (reserve.domains() == 1 ? "" : "s"));
+}
+
+}  // namespace
+
 Domain::Domain(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Domain::~Domain() = default;
 
 Result<std::unique_ptr<Domain>> Domain::Create(const std::shared_ptr<Reserve>& reserve, uint32_t id,
                                                const DomainOptions& o) {
-  // Metadata: the first groups of every LUN; data: the rest.
+  NASGW_RETURN_IF_ERROR(CheckDomainId(*reserve, id));
+  // The domain's share of every LUN (Reserve::AgSlice). Metadata: the first
+  // groups of each share; data: the rest.
+  std::vector<Reserve::Slice> slices;
   uint64_t total = 0;
-  for (uint32_t l = 0; l < reserve->lun_count(); l++) total += reserve->ag_count(l);
-  uint32_t per_lun = o.meta_groups ? (o.meta_groups + reserve->lun_count() - 1) / reserve->lun_count()
-                                   : static_cast<uint32_t>(std::max<uint64_t>(1, total / 16 / reserve->lun_count()));
+  for (uint32_t l = 0; l < reserve->lun_count(); l++) {
+    slices.push_back(Reserve::AgSlice(reserve->ag_count(l), id, reserve->domains()));
+    total += slices.back().count;
+  }
+  const uint32_t luns = reserve->lun_count();
+  uint32_t per_lun = o.meta_groups ? (o.meta_groups + luns - 1) / luns
+                                   : static_cast<uint32_t>(std::max<uint64_t>(1, total / 16 / luns));
   std::vector<AgId> meta;
   DomainRec rec;
-  for (uint32_t l = 0; l < reserve->lun_count(); l++) {
-    const uint32_t n = reserve->ag_count(l);
+  rec.next_volume = FirstVolumeId(id);
+  for (uint32_t l = 0; l < luns; l++) {
+    const uint32_t n = slices[l].count;
     const uint32_t m = std::min(per_lun, n > 1 ? n - 1 : n);
-    for (uint32_t g = 0; g < m; g++) meta.push_back({l, g});
-    if (n > m) rec.data_groups.push_back({{l, m}, n - m});
+    for (uint32_t g = 0; g < m; g++) meta.push_back({l, slices[l].first + g});
+    if (n > m) rec.data_groups.push_back({{l, slices[l].first + m}, n - m});
   }
   if (rec.data_groups.empty()) return Status::NoSpace("reserve too small for metadata and data");
   auto fs = MetaFs::Create(reserve, id, meta, o.metafs);
@@ -82,6 +100,7 @@ uint64_t LogBytes(const DomainOptions& o, uint64_t data_bytes) {
 
 Result<std::unique_ptr<Domain>> Domain::Open(const std::shared_ptr<Reserve>& reserve, uint32_t id,
                                              const DomainOptions& o) {
+  NASGW_RETURN_IF_ERROR(CheckDomainId(*reserve, id));
   auto impl = std::make_unique<Impl>();
   impl->reserve = reserve;
   impl->id = id;

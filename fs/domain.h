@@ -227,8 +227,9 @@ struct DomainOptions {
 
 class Domain {
  public:
-  // Creates domain `id` on the reserve, taking every allocation group not yet
-  // in use (a single domain per reserve for now).
+  // Creates domain `id` (below the reserve's domains()) on the reserve, over
+  // its share of every LUN (Reserve::AgSlice): on a reserve of one domain,
+  // every group.
   static Result<std::unique_ptr<Domain>> Create(const std::shared_ptr<Reserve>& reserve, uint32_t id,
                                                 const DomainOptions& options = {});
   static Result<std::unique_ptr<Domain>> Open(const std::shared_ptr<Reserve>& reserve, uint32_t id,
@@ -531,7 +532,10 @@ class Domain {
   // open), so it is the same on every node and across restarts.
   const HandleKey& handle_key() const;
 
-  // Online growth: takes every allocation group of LUNs added to the reserve
+  // The allocation groups the domain holds, metadata and data, each once
+  // (within its share of each LUN: Reserve::AgSlice).
+  std::vector<AgId> allocation_groups();
+  // Online growth: takes the domain's share of every LUN added to the reserve
   // (Reserve::AddLun) since the domain last looked. Returns the bytes added.
   // Safe while I/O runs.
   Result<uint64_t> Grow();

@@ -444,6 +444,12 @@ struct Domain::Impl {
   // The export with its volume's name.
   Result<Export> Named(const keys::ExportRec& r) REQUIRES_SHARED(mu);
   Result<uint32_t> NextExportId() REQUIRES_SHARED(mu);
+  // NoSpace once the domain's volume ids (FirstVolumeId..LastVolumeId) are
+  // all used: ids are never reused.
+  Status VolumeIdLeft() const REQUIRES_SHARED(mu) {
+    if (rec.next_volume <= LastVolumeId(id)) return Status();
+    return Status::NoSpace("every volume id of domain " + std::to_string(id) + " has been used; ids are never reused");
+  }
   // Every export record, by id; fn returns false to stop.
   Status ScanExports(const std::function<bool(Result<keys::ExportRec>)>& fn) REQUIRES_SHARED(mu);
   // NotFound unless `path` (normalised) is a directory of volume `vol`.

@@ -18,8 +18,21 @@ namespace nasgw::fs {
 
 // Ganesha's Export_Id is 16 bits and 0 is its pseudo-root. Ids are never
 // reused (a client's file handles carry them), so a domain can create
-// 65535 exports over its life.
+// 65535 exports over its life; on a reserve of several domains each takes
+// its own range of them (ExportIds), so that the exports of every domain
+// can be published side by side.
 constexpr uint32_t kExportIdMax = 65535;
+
+struct ExportIdRange {
+  uint32_t first = 1;
+  uint32_t last = kExportIdMax;
+};
+// Domain `domain` of `domains`: an equal share of 1..kExportIdMax, in
+// order (all of it for a reserve of one domain). REQUIRES: domain < domains.
+constexpr ExportIdRange ExportIds(uint32_t domain, uint32_t domains) {
+  const uint32_t width = kExportIdMax / domains;
+  return {domain * width + 1, (domain + 1) * width};
+}
 
 struct Export {
   uint32_t id = 0;         // assigned by Domain::AddExport: 1..kExportIdMax

@@ -28,7 +28,10 @@ Result<Export> Domain::Impl::Named(const ExportRec& r) {
 
 Result<uint32_t> Domain::Impl::NextExportId() {
   auto v = store->Get(ExportCounterKey());
-  if (!v.ok()) return v.status().code() == Code::kNotFound ? Result<uint32_t>(1u) : v.status();
+  if (!v.ok()) {
+    return v.status().code() == Code::kNotFound ? Result<uint32_t>(ExportIds(id, reserve->domains()).first)
+                                                : v.status();
+  }
   return DecodeExportCounter(*v);
 }
 
@@ -124,9 +127,10 @@ Result<Export> Domain::AddExport(const Export& spec) {
   if (other.status().code() != Code::kNotFound) return other.status();
   auto next = impl_->NextExportId();
   if (!next.ok()) return next.status();
-  if (*next > kExportIdMax) {
-    return Status::NoSpace("every export id (1.." + std::to_string(kExportIdMax) +
-                           ") has been used; ids are never reused");
+  const ExportIdRange ids = ExportIds(impl_->id, impl_->reserve->domains());
+  if (*next > ids.last) {
+    return Status::NoSpace("every export id of this domain (" + std::to_string(ids.first) + ".." +
+                           std::to_string(ids.last) + ") has been used; ids are never reused");
   }
   e.id = *next;
   ExportRec r{*vol, e};

@@ -35,9 +35,12 @@ Uuid GetUuid(const uint8_t* p) {
 
 std::vector<uint8_t> EncodeLabel(const LunLabel& l) {
   NASGW_ASSERT_LE(l.members.size(), kReserveLunsMax);
+  NASGW_ASSERT_LE(1u, l.domains);
+  NASGW_ASSERT_LE(l.domains, kReserveDomainsMax);
   std::vector<uint8_t> b(kLabelBytes, 0);
   std::memcpy(&b[0], kLabelMagic, 8);
-  PutFixed32(&b[8], kLabelFormatVersion);
+  PutFixed32(&b[8], l.domains > 1 ? kLabelFormatVersionDomains : kLabelFormatVersion);
+  if (l.domains > 1) PutFixed32(&b[224], l.domains);
   std::memcpy(&b[16], l.reserve_uuid.bytes.data(), 16);
   std::memcpy(&b[32], l.lun_uuid.bytes.data(), 16);
   PutFixed64(&b[48], l.generation);
@@ -67,9 +70,10 @@ Result<LunLabel> DecodeLabel(std::span<const uint8_t> b) {
   PutFixed32(&copy[12], 0);
   if (Crc32c(copy.data(), copy.size()) != stored_crc) return Status::Corruption("label checksum mismatch");
   const uint32_t version = GetFixed32(&copy[8]);
-  if (version != kLabelFormatVersion) {
+  if (version != kLabelFormatVersion && version != kLabelFormatVersionDomains) {
     return Status::NotSupported("label format version " + std::to_string(version) + " (this nasgw reads " +
-                                std::to_string(kLabelFormatVersion) + ")");
+                                std::to_string(kLabelFormatVersion) + " and " +
+                                std::to_string(kLabelFormatVersionDomains) + ")");
   }
   LunLabel l;
   l.reserve_uuid = GetUuid(&copy[16]);
@@ -87,6 +91,13 @@ Result<LunLabel> DecodeLabel(std::span<const uint8_t> b) {
   auto n = GetText(&copy[160], "reserve name");
   if (!n.ok()) return n.status();
   l.reserve_name = *n;
+  const uint32_t domains = GetFixed32(&copy[224]);
+  if (version == kLabelFormatVersion) {
+    if (domains != 0) return Status::Corruption("label version 1 with a domain count");
+  } else {
+    if (domains < 2 || domains > kReserveDomainsMax) return Status::Corruption("label domain count out of range");
+    l.domains = domains;
+  }
   // A valid checksum over nonsense is still nonsense: check the invariants.
   if (count == 0 || count > kReserveLunsMax) return Status::Corruption("label member count out of range");
   if (l.reserve_uuid.IsNil() || l.lun_uuid.IsNil()) return Status::Corruption("label has a nil UUID");

@@ -66,9 +66,9 @@ std::vector<uint8_t> Reseal(std::vector<uint8_t> b) {
 
 TEST(Label, InvariantsCheckedBehindTheChecksum) {
   auto b = EncodeLabel(Sample());
-  auto v2 = b;
-  PutFixed32(&v2[8], 2);
-  EXPECT_EQ(DecodeLabel(Reseal(v2)).status().code(), Code::kNotSupported);
+  auto v3 = b;
+  PutFixed32(&v3[8], 3);
+  EXPECT_EQ(DecodeLabel(Reseal(v3)).status().code(), Code::kNotSupported);
   auto no_members = b;
   PutFixed32(&no_members[60], 0);
   EXPECT_EQ(DecodeLabel(Reseal(no_members)).status().code(), Code::kCorruption);
@@ -81,6 +81,37 @@ TEST(Label, InvariantsCheckedBehindTheChecksum) {
   auto unterminated = b;
   for (int i = 0; i < 64; i++) unterminated[160 + i] = 'x';
   EXPECT_EQ(DecodeLabel(Reseal(unterminated)).status().code(), Code::kCorruption);
+}
+
+// A reserve of one domain keeps the label every nasgw reads (version 1, the
+// count field zero); a split one says so in version 2, so that a reader of
+// version 1 only refuses it rather than take every allocation group.
+TEST(Label, TheDomainCountRaisesTheVersionOnlyWhenThereAreSeveral) {
+  LunLabel one = Sample();
+  auto b1 = EncodeLabel(one);
+  EXPECT_EQ(GetFixed32(&b1[8]), kLabelFormatVersion);
+  EXPECT_EQ(GetFixed32(&b1[224]), 0u);
+  EXPECT_EQ(DecodeLabel(b1)->domains, 1u);
+  for (uint32_t d : {2u, 5u, kReserveDomainsMax}) {
+    LunLabel split = Sample();
+    split.domains = d;
+    auto b = EncodeLabel(split);
+    EXPECT_EQ(GetFixed32(&b[8]), kLabelFormatVersionDomains);
+    auto back = DecodeLabel(b);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, split);
+  }
+  // Behind a valid checksum: a version 1 label with a count, a version 2
+  // one with one domain or too many.
+  auto v1_count = b1;
+  PutFixed32(&v1_count[224], 2);
+  EXPECT_EQ(DecodeLabel(Reseal(v1_count)).status().code(), Code::kCorruption);
+  for (uint32_t bad : {0u, 1u, kReserveDomainsMax + 1}) {
+    auto v2 = b1;
+    PutFixed32(&v2[8], kLabelFormatVersionDomains);
+    PutFixed32(&v2[224], bad);
+    EXPECT_EQ(DecodeLabel(Reseal(v2)).status().code(), Code::kCorruption) << bad;
+  }
 }
 
 }  // namespace

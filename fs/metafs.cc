@@ -850,6 +850,11 @@ std::vector<std::string> MetaFs::List(const std::string& prefix) {
   return out;
 }
 
+std::vector<AgId> MetaFs::groups() {
+  MutexLock lock(mu_);
+  return groups_;
+}
+
 MetaFsStats MetaFs::Stats() {
   MutexLock lock(mu_);
   MetaFsStats s;

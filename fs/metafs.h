@@ -42,9 +42,9 @@ namespace nasgw::fs {
 
 // The domain table: a slot per domain in LUN 0's reserve header.
 constexpr uint64_t kDomainTableOffset = 64ull << 10;
-constexpr uint64_t kDomainSlotBytes = 16ull << 10;   // superblock copies A and B, 4 KiB each, then spare
-constexpr uint32_t kDomainsMax = 28;                 // slots between 64 KiB and 512 KiB
-constexpr uint64_t kHeartbeatOffset = 512ull << 10;  // [512 KiB, 1 MiB): the cluster's disk heartbeat slots
+constexpr uint64_t kDomainSlotBytes = 16ull << 10;    // superblock copies A and B, 4 KiB each, then spare
+constexpr uint32_t kDomainsMax = kReserveDomainsMax;  // slots between 64 KiB and 512 KiB
+constexpr uint64_t kHeartbeatOffset = 512ull << 10;   // [512 KiB, 1 MiB): the cluster's disk heartbeat slots
 static_assert(kDomainTableOffset + kDomainsMax * kDomainSlotBytes <= kHeartbeatOffset);
 static_assert(kHeartbeatOffset < kReserveHeaderBytes);
 
@@ -116,6 +116,8 @@ class MetaFs {
   // move on (the domain, when its intent log failed).
   void Poison(const Status& why);
   uint32_t domain() const { return domain_; }
+  // The allocation groups it holds (as its superblock lists them).
+  std::vector<AgId> groups() EXCLUDES(mu_);
 
  private:
   struct Record;

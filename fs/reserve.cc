@@ -133,6 +133,12 @@ Status WriteLabels(BlockDevice& dev, const LunLabel& label) {
   return block::FlushSync(dev);
 }
 
+Reserve::Slice Reserve::AgSlice(uint32_t ag_count, uint32_t domain, uint32_t domains) {
+  NASGW_ASSERT_LT(domain, domains);
+  const auto bound = [&](uint32_t d) { return static_cast<uint32_t>(uint64_t{ag_count} * d / domains); };
+  return {bound(domain), bound(domain + 1) - bound(domain)};
+}
+
 uint32_t Reserve::AgCount(uint64_t lun_bytes, uint64_t ag_bytes) {
   const uint64_t n = DataBytes(lun_bytes) / ag_bytes;
   return n > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(n);
@@ -149,12 +155,28 @@ Result<std::unique_ptr<Reserve>> Reserve::Format(const std::vector<Device>& luns
   if (o.ag_bytes < kAgBytesMin || o.ag_bytes > kAgBytesMax || o.ag_bytes % kAgBytesMin != 0) {
     return Status::InvalidArgument("allocation group size must be a multiple of 1 MiB in [1 MiB, 64 GiB]");
   }
+  if (o.domains < 1 || o.domains > kReserveDomainsMax) {
+    return Status::InvalidArgument("a reserve holds 1 to " + std::to_string(kReserveDomainsMax) + " domains");
+  }
   NASGW_RETURN_IF_ERROR(CheckCandidates(luns, o.ag_bytes, o.force, {}));
+  // With several domains, each needs a group for its metadata and one for
+  // its data (with one, Domain::Create says so).
+  for (uint32_t d = 0; o.domains > 1 && d < o.domains; d++) {
+    uint32_t groups = 0;
+    for (const auto& lun : luns) groups += AgSlice(AgCount(lun->info().size_bytes(), o.ag_bytes), d, o.domains).count;
+    if (groups < 2) {
+      return Status::InvalidArgument("these LUNs are too small for " + std::to_string(o.domains) +
+                                     " domains of allocation groups of " + std::to_string(o.ag_bytes) +
+                                     " bytes: domain " + std::to_string(d) + " would get " + std::to_string(groups) +
+                                     " groups, it needs 2 (smaller groups, or fewer domains)");
+    }
+  }
 
   std::unique_ptr<Reserve> r(new Reserve);
   r->uuid_ = Uuid::Random();
   r->name_ = o.name;
   r->ag_bytes_ = o.ag_bytes;
+  r->domains_ = o.domains;
   std::vector<LunMember> members;
   for (size_t i = 0; i < luns.size(); i++) {
     members.push_back({Uuid::Random(), luns[i]->info().size_bytes(), static_cast<uint32_t>(i)});
@@ -172,13 +194,15 @@ Result<std::unique_ptr<Reserve>> Reserve::Format(const std::vector<Device>& luns
     l.created_ns = now;
     l.designator = luns[i]->info().designator;
     l.reserve_name = o.name;
+    l.domains = o.domains;
     l.members = members;
     NASGW_RETURN_IF_ERROR(WriteLabels(*luns[i], l).WithContext("format " + luns[i]->info().name));
     MutexLock lock(r->mu_);  // not shared yet: for the analysis
     r->members_.push_back({luns[i], l});
   }
   NASGW_LOG(kInfo, "fs") << "reserve formatted" << Kv("name", o.name) << Kv("uuid", r->uuid_.ToString())
-                         << Kv("luns", luns.size()) << Kv("capacity_bytes", r->capacity_bytes());
+                         << Kv("luns", luns.size()) << Kv("domains", o.domains)
+                         << Kv("capacity_bytes", r->capacity_bytes());
   return r;
 }
 
@@ -224,6 +248,7 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, 
   if (r->ag_bytes_ < kAgBytesMin || r->ag_bytes_ > kAgBytesMax) {
     return Status::Corruption("label of " + Describe(truth) + " has an invalid allocation group size");
   }
+  r->domains_ = truth.domains;
   std::set<Uuid> members;
   for (const LunMember& m : truth.members) {
     members.insert(m.lun_uuid);
@@ -249,6 +274,12 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, 
       return Status::InvalidArgument(in.name + " carries the label of LUN " + std::to_string(m.index) + " of " +
                                      Describe(truth) + " but is another LUN (" + in.designator + ", labelled " +
                                      own.designator + "): a copy of a reserve LUN? refusing to open");
+    }
+    // The split is fixed at format: a LUN that says otherwise is not one a
+    // nasgw labelled for this reserve.
+    if (own.domains != truth.domains) {
+      return Status::Corruption(in.name + " says " + Describe(truth) + " has " + std::to_string(own.domains) +
+                                " domains, its newest label " + std::to_string(truth.domains));
     }
     // Bring stale or damaged copies up to the truth.
     LunLabel want = own;
@@ -314,6 +345,7 @@ Status Reserve::AddLun(const Device& lun, bool force) {
   added.created_ns = WallNanos();
   added.designator = lun->info().designator;
   added.reserve_name = name_;
+  added.domains = domains_;
   members.push_back({added.lun_uuid, added.lun_size_bytes, added.lun_index});
   added.members = members;
   // 1. The new LUN first: until an old member says otherwise, it is not in.

@@ -16,6 +16,13 @@
 //   [1 MiB, size - 1 MiB) data area: whole allocation groups of ag_bytes
 //   [size - 1 MiB, size)  reserve trailer: backup label in the last 4 KiB
 //
+// Domains: a reserve is split at format into 1..kReserveDomainsMax domains,
+// each a file system of its own (fs/domain.h) that one node at a time owns.
+// Domain d of D owns the allocation groups [n*d/D, n*(d+1)/D) of every LUN
+// of n groups (AgSlice), so each stripes over every LUN, a LUN added later
+// gives each its share, and no record has to be agreed between domains for
+// it: the split follows from the labels alone. The count is fixed at format.
+//
 // Thread-safety: all methods may be called concurrently; AddLun() is
 // serialised against itself and readers see the LUN list before or after it.
 #pragma once
@@ -43,7 +50,8 @@ constexpr uint64_t kAgBytesMax = 64ull << 30;
 struct ReserveOptions {
   std::string name = "reserve";
   uint64_t ag_bytes = kAgBytesDefault;
-  bool force = false;  // overwrite LUNs that already carry a nasgw label
+  uint32_t domains = 1;  // 1..kReserveDomainsMax ("Domains" above)
+  bool force = false;    // overwrite LUNs that already carry a nasgw label
 };
 
 class Reserve {
@@ -63,6 +71,7 @@ class Reserve {
   const Uuid& uuid() const { return uuid_; }
   const std::string& name() const { return name_; }
   uint64_t ag_bytes() const { return ag_bytes_; }
+  uint32_t domains() const { return domains_; }
   uint64_t generation() const;
   size_t lun_count() const;
   Device lun(uint32_t index) const;
@@ -75,6 +84,13 @@ class Reserve {
   // Where allocation group `ag` of LUN `index` starts, in bytes.
   static uint64_t AgOffset(uint64_t ag_bytes, uint32_t ag) { return kReserveHeaderBytes + ag * ag_bytes; }
   static uint32_t AgCount(uint64_t lun_bytes, uint64_t ag_bytes);
+  // The allocation groups of a LUN of `ag_count` groups that domain `domain`
+  // of `domains` owns: [first, first + count). REQUIRES: domain < domains.
+  struct Slice {
+    uint32_t first = 0;
+    uint32_t count = 0;
+  };
+  static Slice AgSlice(uint32_t ag_count, uint32_t domain, uint32_t domains);
 
  private:
   struct Member {
@@ -86,6 +102,7 @@ class Reserve {
   Uuid uuid_;
   std::string name_;
   uint64_t ag_bytes_ = 0;
+  uint32_t domains_ = 1;
   Mutex add_mu_ ACQUIRED_BEFORE(mu_);  // one AddLun at a time
   mutable Mutex mu_;
   std::vector<Member> members_ GUARDED_BY(mu_);  // by index

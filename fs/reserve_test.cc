@@ -122,6 +122,69 @@ TEST(Reserve, FormatRefusesBadInput) {
   EXPECT_EQ(Reserve::Format({ok.dev}, Small(std::string(64, 'x'))).status().code(), Code::kInvalidArgument);
 }
 
+// The split into domains is fixed at format, carried by every label
+// (including a LUN's added later) and checked on open.
+TEST(Reserve, TheDomainCountIsKeptByEveryLabel) {
+  std::vector<Lun> luns = {NewLun("d1"), NewLun("d2", 12)};
+  ReserveOptions o = Small();
+  o.domains = 3;
+  auto r = Reserve::Format(Devs(luns), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->domains(), 3u);
+  Lun extra = NewLun("d3");
+  ASSERT_TRUE((*r)->AddLun(extra.dev).ok());
+  EXPECT_EQ((*r)->label(2).domains, 3u);
+  auto back = Reserve::Open({extra.dev, luns[0].dev, luns[1].dev});
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)->domains(), 3u);
+  auto one = Reserve::Format({NewLun("d4").dev}, Small());
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)->domains(), 1u);
+
+  // A LUN whose (valid) labels say another count is not this reserve's.
+  LunLabel l = (*back)->label(1);
+  l.domains = 2;
+  ASSERT_TRUE(WriteLabels(*luns[1].dev, l).ok());
+  auto mixed = Reserve::Open({luns[0].dev, luns[1].dev, extra.dev}, /*read_only=*/true);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_EQ(mixed.status().code(), Code::kCorruption) << mixed.status().ToString();
+  EXPECT_NE(mixed.status().ToString().find("has 2 domains"), std::string::npos) << mixed.status().ToString();
+}
+
+TEST(Reserve, FormatRefusesMoreDomainsThanTheLunsHold) {
+  Lun lun = NewLun("s1");  // 6 groups: 3 domains of 2, not 4
+  ReserveOptions o = Small();
+  for (uint32_t bad : {0u, 4u, kReserveDomainsMax + 1}) {
+    o.domains = bad;
+    auto r = Reserve::Format({lun.dev}, o);
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
+  }
+  o.domains = 4;
+  EXPECT_NE(Reserve::Format({lun.dev}, o).status().ToString().find("domain 0 would get 1 groups"), std::string::npos);
+  EXPECT_EQ(ReadLabels(*lun.dev)->primary.status().code(), Code::kNotFound) << "nothing written";
+  o.domains = 3;
+  EXPECT_TRUE(Reserve::Format({lun.dev}, o).ok());
+}
+
+// Each domain gets a contiguous share of every LUN; the shares cover the LUN
+// exactly, whatever the counts.
+TEST(Reserve, AgSlicesCoverEachLunOnceAndEvenly) {
+  for (uint32_t n : {0u, 1u, 2u, 5u, 6u, 97u, 1000u}) {
+    for (uint32_t domains = 1; domains <= kReserveDomainsMax; domains++) {
+      uint32_t next = 0, least = UINT32_MAX, most = 0;
+      for (uint32_t d = 0; d < domains; d++) {
+        const Reserve::Slice s = Reserve::AgSlice(n, d, domains);
+        ASSERT_EQ(s.first, next) << n << " " << d << "/" << domains;
+        next += s.count;
+        least = std::min(least, s.count);
+        most = std::max(most, s.count);
+      }
+      EXPECT_EQ(next, n);
+      EXPECT_LE(most - least, 1u) << n << " groups in " << domains;
+    }
+  }
+}
+
 TEST(Reserve, DamagedCopyIsRepairedFromTheOther) {
   std::vector<Lun> luns = {NewLun("d1"), NewLun("d2")};
   ASSERT_TRUE(Reserve::Format(Devs(luns), Small()).ok());

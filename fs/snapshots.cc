@@ -794,6 +794,7 @@ Result<VolumeInfo> Domain::CloneSnapshot(const std::string& volume, const std::s
   cv.origin_vol = *vol;
   cv.origin_snap = snap;
   cv.origin_txg = S;
+  NASGW_RETURN_IF_ERROR(impl_->VolumeIdLeft());
   const uint32_t id = impl_->rec.next_volume;
   Impl::Txn t;
   Status bad;

@@ -44,6 +44,7 @@ Result<VolumeInfo> Domain::CreateVolume(const std::string& name, uint32_t record
   auto taken = impl_->Has(VolNameKey(name));
   if (!taken.ok()) return taken.status().WithContext("volume '" + name + "'");
   if (*taken) return Status::Exists("volume '" + name + "' exists");
+  NASGW_RETURN_IF_ERROR(impl_->VolumeIdLeft());
   const uint32_t id = impl_->rec.next_volume++;
   VolumeRec v;
   v.name = name;
@@ -318,20 +319,32 @@ Status Domain::DeleteVolume(const std::string& name, bool force) {
   return impl_->Durable(t);
 }
 
+std::vector<AgId> Domain::allocation_groups() {
+  std::vector<AgId> groups = impl_->metafs->groups();
+  ReaderLock lock(impl_->mu);
+  for (const auto& [first, n] : impl_->rec.data_groups) {
+    for (uint32_t i = 0; i < n; i++) groups.push_back({first.lun, first.index + i});
+  }
+  return groups;
+}
+
 Result<uint64_t> Domain::Grow() {
   WriterLock lock(impl_->mu);
+  // A LUN is covered once the domain holds any group of it, metadata or
+  // data (a share of one group is all metadata).
   std::set<uint32_t> covered;
   for (const auto& [first, n] : impl_->rec.data_groups) covered.insert(first.lun);
+  for (const AgId& g : impl_->metafs->groups()) covered.insert(g.lun);
   uint64_t added = 0;
   DomainRec next = impl_->rec;
   std::vector<AgId> fresh;
   for (uint32_t l = 0; l < impl_->reserve->lun_count(); l++) {
     if (covered.contains(l)) continue;
-    const uint32_t n = impl_->reserve->ag_count(l);
-    if (n == 0) continue;
-    next.data_groups.push_back({{l, 0}, n});
-    for (uint32_t g = 0; g < n; g++) fresh.push_back({l, g});
-    added += uint64_t{n} * impl_->reserve->ag_bytes();
+    const Reserve::Slice share = Reserve::AgSlice(impl_->reserve->ag_count(l), impl_->id, impl_->reserve->domains());
+    if (share.count == 0) continue;
+    next.data_groups.push_back({{l, share.first}, share.count});
+    for (uint32_t g = 0; g < share.count; g++) fresh.push_back({l, share.first + g});
+    added += uint64_t{share.count} * impl_->reserve->ag_bytes();
   }
   if (fresh.empty()) return uint64_t{0};
   // Record first, then use: a crash in between leaves groups recorded but

@@ -1,4 +1,4 @@
-// nasgw-fsck: checks a reserve and the domain on it. Read-only unless told.
+// nasgw-fsck: checks a reserve and every domain on it. Read-only unless told.
 //
 //   nasgw-fsck --lun URL [--lun URL ...] [--initiator IQN] [--repair]
 //
@@ -9,16 +9,21 @@
 // memory, never written back).
 //
 // A reserve a node owns is not checked: its metadata changes under the
-// check. The tool reads the domain's owner record; when it names a holder, it
-// watches the record for two of the holder's renewal intervals, and refuses
-// (exit 2, naming the holder) if the holder renewed meanwhile. A holder that
-// stayed silent (crashed, or hung) is reported and its last durable state is
-// checked, read-only.
+// check. The tool reads each domain's owner record; when one names a holder,
+// it watches the record for two of the holder's renewal intervals, and
+// refuses (exit 2, naming the holder) if the holder renewed meanwhile. A
+// holder that stayed silent (crashed, or hung) is reported and its last
+// durable state is checked, read-only.
 //
 // --repair takes ownership first, as a node would (a silent holder's lease
-// must have run out: the tool waits for it, at most one lease), opens the
-// domain read-write (label repair, metadata log replay, orphans reclaimed),
-// checks, and releases the reserve.
+// must have run out: the tool waits for it, at most one lease; the
+// reservation it takes on the LUNs fences every other writer, whichever
+// domain it held), opens each domain read-write (label repair, metadata log
+// replay, orphans reclaimed), checks, and releases the reserve.
+//
+// On a reserve of several domains each problem line starts "domain N: ".
+// Each domain's own check includes that every allocation group it holds is
+// inside its share (fs/reserve.h, "Domains"), so no group is in two.
 //
 // Exit codes: 0 clean; 1 problems found (one per line on stdout); 2 the
 // reserve or domain could not be opened, or is owned (the reason on
@@ -52,13 +57,13 @@ int Fail(const std::string& what) {
 // Watches the owner record until the holder renews (returns true: alive) or
 // `window_ms` passes without a change (false: silent).
 Result<bool> HolderRenews(const std::vector<std::shared_ptr<block::BlockDevice>>& luns, const Uuid& reserve,
-                          const fs::OwnerView& first, uint64_t window_ms) {
+                          uint32_t domain, const fs::OwnerView& first, uint64_t window_ms) {
   const uint64_t end = MonotonicNanos() + window_ms * kNanosPerMilli;
   const uint64_t poll_ms = std::max<uint64_t>(10, std::min<uint64_t>(first.record->renew_ms / 4, 250));
   while (MonotonicNanos() < end) {
     // Polling the array: a remote node's renewal has no event to wait on.
     std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
-    auto v = fs::ReadOwner(luns, reserve, 0);
+    auto v = fs::ReadOwner(luns, reserve, domain);
     if (!v.ok()) return v.status();
     if (v->record != first.record) return true;
   }
@@ -96,20 +101,28 @@ int main(int argc, char** argv) {
   for (uint32_t i = 0; i < (*ro)->lun_count(); i++) ordered.push_back((*ro)->lun(i));
   const Uuid reserve_uuid = (*ro)->uuid();
   const std::string name = (*ro)->name();
-  auto view = fs::ReadOwner(ordered, reserve_uuid, 0);
-  if (!view.ok()) return Fail("owner record: " + view.status().ToString());
-  if (view->held()) {
-    const uint64_t window = 2ull * view->record->renew_ms + 200;
-    auto alive = HolderRenews(ordered, reserve_uuid, *view, window);
-    if (!alive.ok()) return Fail("owner record: " + alive.status().ToString());
-    if (*alive) {
-      return Fail("reserve '" + name + "' is owned by " + view->Describe(WallNanos()) +
-                  ", which is running: stop it first (a check of a live reserve reads changing metadata)");
+  const uint32_t domains = (*ro)->domains();
+  // "domain N: " before what is said of one domain of several.
+  auto of = [domains](uint32_t d) { return domains == 1 ? std::string() : "domain " + std::to_string(d) + ": "; };
+  std::vector<fs::OwnerView> views;
+  for (uint32_t dom = 0; dom < domains; dom++) {
+    auto view = fs::ReadOwner(ordered, reserve_uuid, dom);
+    if (!view.ok()) return Fail(of(dom) + "owner record: " + view.status().ToString());
+    if (view->held()) {
+      const uint64_t window = 2ull * view->record->renew_ms + 200;
+      auto alive = HolderRenews(ordered, reserve_uuid, dom, *view, window);
+      if (!alive.ok()) return Fail(of(dom) + "owner record: " + alive.status().ToString());
+      if (*alive) {
+        return Fail(of(dom) + "reserve '" + name + "' is owned by " + view->Describe(WallNanos()) +
+                    ", which is running: stop it first (a check of a live reserve reads changing metadata)");
+      }
+      std::fprintf(stderr, "nasgw-fsck: %sreserve '%s' was not released by %s; it did not renew for %.1f s\n",
+                   of(dom).c_str(), name.c_str(), view->Describe(WallNanos()).c_str(),
+                   static_cast<double>(window) / 1e3);
+    } else if (view->reservation.reserved && dom == 0) {
+      std::fprintf(stderr, "nasgw-fsck: reserve '%s': %s\n", name.c_str(), view->Describe(WallNanos()).c_str());
     }
-    std::fprintf(stderr, "nasgw-fsck: reserve '%s' was not released by %s; it did not renew for %.1f s\n", name.c_str(),
-                 view->Describe(WallNanos()).c_str(), static_cast<double>(window) / 1e3);
-  } else if (view->reservation.reserved) {
-    std::fprintf(stderr, "nasgw-fsck: reserve '%s': %s\n", name.c_str(), view->Describe(WallNanos()).c_str());
+    views.push_back(std::move(view.value()));
   }
 
   std::shared_ptr<fs::Reserve> reserve;
@@ -123,16 +136,18 @@ int main(int argc, char** argv) {
     // Own it as a node would: a holder that is silent must have run out its
     // lease before we preempt it.
     fs::AcquireMode mode = fs::AcquireMode::kNormal;
-    if (view->HeldByOther(Uuid{})) {
+    for (uint32_t dom = 0; dom < domains; dom++) {
+      if (!views[dom].HeldByOther(Uuid{})) continue;
       fs::OwnerWatch watch;
-      watch.Observe(*view, MonotonicNanos(), WallNanos());
+      watch.Observe(views[dom], MonotonicNanos(), WallNanos());
       while (!watch.Expired(MonotonicNanos())) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the lease runs out on our clock
-        auto v = fs::ReadOwner(ordered, reserve_uuid, 0);
-        if (!v.ok()) return Fail("owner record: " + v.status().ToString());
+        auto v = fs::ReadOwner(ordered, reserve_uuid, dom);
+        if (!v.ok()) return Fail(of(dom) + "owner record: " + v.status().ToString());
         watch.Observe(*v, MonotonicNanos(), WallNanos());
         if (watch.SilentMs(MonotonicNanos()) == 0) {
-          return Fail("reserve '" + name + "' is owned by " + v->Describe(WallNanos()) + ", which renewed its lease");
+          return Fail(of(dom) + "reserve '" + name + "' is owned by " + v->Describe(WallNanos()) +
+                      ", which renewed its lease");
         }
       }
       mode = fs::AcquireMode::kTakeover;
@@ -158,31 +173,31 @@ int main(int argc, char** argv) {
   }
 
   int rc = 0;
-  {
-    auto d = fs::Domain::Open(reserve, 0, options);
+  for (uint32_t dom = 0; dom < domains; dom++) {
+    auto d = fs::Domain::Open(reserve, dom, options);
     if (!d.ok()) {
-      rc = Fail("domain: " + d.status().ToString());
-    } else {
-      auto problems = (*d)->Check();
-      if (!problems.ok()) {
-        rc = Fail(problems.status().ToString());
-      } else {
-        for (const auto& p : *problems) std::printf("%s\n", p.c_str());
-        fs::StatFs s = (*d)->Statfs();
-        std::fprintf(stderr,
-                     "nasgw-fsck: reserve '%s' (%zu LUNs, %s): %zu problems; %llu files, %llu of %llu bytes free\n",
-                     name.c_str(), reserve->lun_count(), repair ? "repaired" : "read-only", problems->size(),
-                     static_cast<unsigned long long>(s.files), static_cast<unsigned long long>(s.free_bytes),
-                     static_cast<unsigned long long>(s.total_bytes));
-        if (const uint64_t n = (*d)->unreplayed_log_entries(); n > 0) {
-          std::fprintf(stderr,
-                       "nasgw-fsck: checked the last transaction group; %llu newer changes wait in the intent log "
-                       "(the owner applies them when it opens the domain)\n",
-                       static_cast<unsigned long long>(n));
-        }
-        rc = problems->empty() ? 0 : 1;
-      }
+      rc = Fail(of(dom) + "domain: " + d.status().ToString());
+      continue;
     }
+    auto problems = (*d)->Check();
+    if (!problems.ok()) {
+      rc = Fail(of(dom) + problems.status().ToString());
+      continue;
+    }
+    for (const auto& p : *problems) std::printf("%s%s\n", of(dom).c_str(), p.c_str());
+    fs::StatFs s = (*d)->Statfs();
+    std::fprintf(stderr,
+                 "nasgw-fsck: %sreserve '%s' (%zu LUNs, %s): %zu problems; %llu files, %llu of %llu bytes free\n",
+                 of(dom).c_str(), name.c_str(), reserve->lun_count(), repair ? "repaired" : "read-only",
+                 problems->size(), static_cast<unsigned long long>(s.files),
+                 static_cast<unsigned long long>(s.free_bytes), static_cast<unsigned long long>(s.total_bytes));
+    if (const uint64_t n = (*d)->unreplayed_log_entries(); n > 0) {
+      std::fprintf(stderr,
+                   "nasgw-fsck: %schecked the last transaction group; %llu newer changes wait in the intent log "
+                   "(the owner applies them when it opens the domain)\n",
+                   of(dom).c_str(), static_cast<unsigned long long>(n));
+    }
+    if (!problems->empty() && rc == 0) rc = 1;
   }
   if (owner) {
     Status s = owner->Release();
