@@ -369,10 +369,14 @@ Result<std::vector<std::string>> Domain::Check() {
   }
   // NFS exports: each decodes, names a volume, sits below the id counter,
   // and the pseudo-path index and the records name each other.
+  const ExportIdRange export_ids = ExportIds(impl_->id, reserve.domains());
   auto next = impl_->NextExportId();
   if (!next.ok()) {
     if (next.status().code() != Code::kCorruption) return next.status();
     add("export id counter: " + next.status().ToString());
+  } else if (*next < export_ids.first || *next > export_ids.last + 1) {
+    add("export id counter " + std::to_string(*next) + " is outside domain " + std::to_string(impl_->id) + "'s ids " +
+        std::to_string(export_ids.first) + ".." + std::to_string(export_ids.last));
   }
   std::map<std::string, uint32_t> pseudos;
   Status failed;
@@ -389,7 +393,7 @@ Result<std::vector<std::string>> Domain::Check() {
     }
     if (!*named) add(at + "names volume " + std::to_string(r->vol) + ", which does not exist");
     if (next.ok() && r->e.id >= *next) add(at + "is not below the id counter " + std::to_string(*next));
-    if (r->e.id < ExportIds(impl_->id, reserve.domains()).first) add(at + "is not an id of this domain");
+    if (r->e.id < export_ids.first || r->e.id > export_ids.last) add(at + "is not an id of this domain");
     if (!pseudos.emplace(r->e.pseudo, r->e.id).second) add(at + "pseudo path '" + r->e.pseudo + "' is used twice");
     return true;
   }));

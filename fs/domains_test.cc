@@ -204,6 +204,36 @@ TEST_F(DomainsTest, CheckFindsGroupsOutsideTheDomainsShare) {
   EXPECT_NE((*problems)[1].find("data group 0/6 is outside"), std::string::npos) << (*problems)[1];
 }
 
+// The same for ids: after a relabel to four domains, domain 1's export
+// (the first of its range of two) is past its range of four.
+TEST_F(DomainsTest, CheckFindsIdsOutsideTheDomainsRanges) {
+  Format(2, {64});
+  auto d1 = Domain::Create(reserve_, 1, Small());
+  ASSERT_TRUE(d1.ok()) << d1.status().ToString();
+  ASSERT_TRUE((*d1)->CreateVolume("v").ok());
+  Export spec;
+  spec.volume = "v";
+  spec.pseudo = "/v";
+  auto e = (*d1)->AddExport(spec);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_EQ(e->id, 32768u);
+  ASSERT_TRUE((*d1)->SyncTxg().ok());
+  d1->reset();
+  ReopenReserve(false);
+  LunLabel l = reserve_->label(0);
+  l.domains = 4;  // domain 1: export ids 16384..32766
+  ASSERT_TRUE(WriteLabels(*reserve_->lun(0), l).ok());
+  ReopenReserve(false);
+  auto d = Domain::Open(reserve_, 1, Small());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  auto problems = d.value()->Check();
+  ASSERT_TRUE(problems.ok());
+  std::string all;
+  for (const auto& p : *problems) all += p + "\n";
+  EXPECT_NE(all.find("export id counter 32769 is outside domain 1's ids 16384..32766"), std::string::npos) << all;
+  EXPECT_NE(all.find("export 32768: is not an id of this domain"), std::string::npos) << all;
+}
+
 // A LUN whose share is a single group gives it to metadata; growing later
 // must not take the same group again as data (it was, before LUNs' metadata
 // groups counted as covering them).

@@ -40,7 +40,7 @@ constexpr size_t kHandleMacInputBytes = 33;
 using HandleMac = std::array<uint8_t, kHandleMacBytes>;
 
 // Volume ids name their domain: those of domain d are d << 24 | 1 up to
-// (d + 1) << 24 - 1, so a handle's volume says which domain (and which
+// ((d + 1) << 24) - 1, so a handle's volume says which domain (and which
 // domain's secret) it is for, without a field of its own.
 constexpr uint32_t kVolumeDomainShift = 24;
 constexpr uint32_t VolumeDomain(uint32_t volume) {

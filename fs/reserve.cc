@@ -159,16 +159,21 @@ Result<std::unique_ptr<Reserve>> Reserve::Format(const std::vector<Device>& luns
     return Status::InvalidArgument("a reserve holds 1 to " + std::to_string(kReserveDomainsMax) + " domains");
   }
   NASGW_RETURN_IF_ERROR(CheckCandidates(luns, o.ag_bytes, o.force, {}));
-  // With several domains, each needs a group for its metadata and one for
-  // its data (with one, Domain::Create says so).
+  // With several domains, each needs a LUN where its share is two groups
+  // or more: Domain::Create gives the first group of its share of every LUN
+  // to metadata, the rest to data (with one domain, Create says so).
   for (uint32_t d = 0; o.domains > 1 && d < o.domains; d++) {
-    uint32_t groups = 0;
-    for (const auto& lun : luns) groups += AgSlice(AgCount(lun->info().size_bytes(), o.ag_bytes), d, o.domains).count;
-    if (groups < 2) {
+    uint32_t widest = 0;
+    for (const auto& lun : luns) {
+      widest = std::max(widest, AgSlice(AgCount(lun->info().size_bytes(), o.ag_bytes), d, o.domains).count);
+    }
+    if (widest < 2) {
       return Status::InvalidArgument("these LUNs are too small for " + std::to_string(o.domains) +
                                      " domains of allocation groups of " + std::to_string(o.ag_bytes) +
-                                     " bytes: domain " + std::to_string(d) + " would get " + std::to_string(groups) +
-                                     " groups, it needs 2 (smaller groups, or fewer domains)");
+                                     " bytes: domain " + std::to_string(d) + " would get at most " +
+                                     std::to_string(widest) +
+                                     " group of each LUN, and needs 2 of one, for its metadata and its data "
+                                     "(smaller groups, larger LUNs, or fewer domains)");
     }
   }
 
@@ -249,6 +254,15 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, 
     return Status::Corruption("label of " + Describe(truth) + " has an invalid allocation group size");
   }
   r->domains_ = truth.domains;
+  // The split is fixed at format: a LUN that says otherwise is not one a
+  // nasgw labelled for this reserve. Checked before any label is mended.
+  for (const auto& st : states) {
+    if (st.best->domains != truth.domains) {
+      return Status::Corruption(st.dev->info().name + " says " + Describe(truth) + " has " +
+                                std::to_string(st.best->domains) + " domains, its newest label " +
+                                std::to_string(truth.domains));
+    }
+  }
   std::set<Uuid> members;
   for (const LunMember& m : truth.members) {
     members.insert(m.lun_uuid);
@@ -274,12 +288,6 @@ Result<std::unique_ptr<Reserve>> Reserve::Open(const std::vector<Device>& luns, 
       return Status::InvalidArgument(in.name + " carries the label of LUN " + std::to_string(m.index) + " of " +
                                      Describe(truth) + " but is another LUN (" + in.designator + ", labelled " +
                                      own.designator + "): a copy of a reserve LUN? refusing to open");
-    }
-    // The split is fixed at format: a LUN that says otherwise is not one a
-    // nasgw labelled for this reserve.
-    if (own.domains != truth.domains) {
-      return Status::Corruption(in.name + " says " + Describe(truth) + " has " + std::to_string(own.domains) +
-                                " domains, its newest label " + std::to_string(truth.domains));
     }
     // Bring stale or damaged copies up to the truth.
     LunLabel want = own;

@@ -160,8 +160,14 @@ TEST(Reserve, FormatRefusesMoreDomainsThanTheLunsHold) {
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
   }
   o.domains = 4;
-  EXPECT_NE(Reserve::Format({lun.dev}, o).status().ToString().find("domain 0 would get 1 groups"), std::string::npos);
+  EXPECT_NE(Reserve::Format({lun.dev}, o).status().ToString().find("domain 0 would get at most 1 group of each LUN"),
+            std::string::npos);
   EXPECT_EQ(ReadLabels(*lun.dev)->primary.status().code(), Code::kNotFound) << "nothing written";
+  // Two groups in all are not enough when they are one on each of two LUNs:
+  // both would go to metadata.
+  std::vector<Lun> two = {NewLun("s2", 4), NewLun("s3", 4)};  // 2 groups each
+  o.domains = 2;
+  EXPECT_EQ(Reserve::Format(Devs(two), o).status().code(), Code::kInvalidArgument);
   o.domains = 3;
   EXPECT_TRUE(Reserve::Format({lun.dev}, o).ok());
 }

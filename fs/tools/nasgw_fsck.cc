@@ -16,10 +16,12 @@
 // durable state is checked, read-only.
 //
 // --repair takes ownership first, as a node would (a silent holder's lease
-// must have run out: the tool waits for it, at most one lease; the
-// reservation it takes on the LUNs fences every other writer, whichever
-// domain it held), opens each domain read-write (label repair, metadata log
-// replay, orphans reclaimed), checks, and releases the reserve.
+// must have run out: the tool waits for it, at most one lease), opens each
+// domain read-write (label repair, metadata log replay, orphans reclaimed),
+// checks, and releases the reserve. It takes the ownership of domain 0,
+// whose record names the node that owns the reserve while nasgwd serves a
+// reserve as one (docs/cluster.md, "Several domains per reserve"); when
+// nodes own other domains, their keys are to be preempted too.
 //
 // On a reserve of several domains each problem line starts "domain N: ".
 // Each domain's own check includes that every allocation group it holds is
