@@ -282,9 +282,15 @@ def main():
         # open, which says so in the log.
         with open(node.log_path) as lf:
             resumed = lf.read().count("snapshot deletion finished")
-        print("deletions cut short mid-way and finished at the next open: %d" % resumed, flush=True)
-        c("some deletions were cut short mid-way and finished at the open", resumed > 0,
-          (resumed, deleted_gone, deleted_whole))
+        # Whether a kill landed there is chance: the window (after the
+        # deletion's mark commits, before its last batch is released) is a
+        # short tail of the call, most of which flushes the cache. Not a
+        # failure when none did (a CI run failed so with seed 1795944021);
+        # DomainTest.ACutShortSnapshotDeletionIsFinishedAtOpen covers that
+        # finish deterministically, and every round above checks the state
+        # a kill left, wherever it landed.
+        print("deletions cut short mid-way and finished at the next open: %d%s" % (
+            resumed, "" if resumed else " (no kill landed in that window this run; seed %d)" % a.seed), flush=True)
         free_before = node.cli("volume", "show", "vol1", json_out=True)["volume"]
         for name in sorted(expected):
             node.cli("snapshot", "delete", "vol1", name)
