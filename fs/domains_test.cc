@@ -88,6 +88,21 @@ class DomainsTest : public ::testing::Test {
     for (const auto& p : *problems) ADD_FAILURE() << p;
   }
 
+  // Relabels the (one-LUN) reserve as split into `domains`, then opens
+  // `domain` and checks it. The domains must be closed.
+  std::vector<std::string> CheckAfterRelabel(uint32_t domain, uint32_t domains) {
+    ReopenReserve(false);
+    LunLabel l = reserve_->label(0);
+    l.domains = domains;
+    EXPECT_TRUE(WriteLabels(*reserve_->lun(0), l).ok());
+    ReopenReserve(false);
+    auto d = Domain::Open(reserve_, domain, Small());
+    if (!d.ok()) return {"open: " + d.status().ToString()};
+    auto problems = d.value()->Check();
+    if (!problems.ok()) return {"check: " + problems.status().ToString()};
+    return *problems;
+  }
+
   std::vector<std::shared_ptr<block::MemLun>> media_;
   std::shared_ptr<Reserve> reserve_;
   std::vector<std::unique_ptr<Domain>> doms_;
@@ -189,19 +204,11 @@ TEST_F(DomainsTest, CheckFindsGroupsOutsideTheDomainsShare) {
   doms_.push_back(std::move(d0.value()));
   ExpectClean(*doms_[0]);
   ASSERT_TRUE(doms_[0]->SyncTxg().ok());
-  ReopenReserve(false);
-  LunLabel l = reserve_->label(0);
-  l.domains = 3;  // shares [0, 5), [5, 10), [10, 15)
-  ASSERT_TRUE(WriteLabels(*reserve_->lun(0), l).ok());
-  ReopenReserve(false);
-  auto d = Domain::Open(reserve_, 0, Small());
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  auto problems = d.value()->Check();
-  ASSERT_TRUE(problems.ok());
-  ASSERT_EQ(problems->size(), 2u);
-  EXPECT_NE((*problems)[0].find("data group 0/5 is outside domain 0's share of LUN 0 (groups 0..5)"), std::string::npos)
-      << (*problems)[0];
-  EXPECT_NE((*problems)[1].find("data group 0/6 is outside"), std::string::npos) << (*problems)[1];
+  const std::vector<std::string> problems = CheckAfterRelabel(0, 3);  // shares [0, 5), [5, 10), [10, 15)
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_NE(problems[0].find("data group 0/5 is outside domain 0's share of LUN 0 (groups 0..5)"), std::string::npos)
+      << problems[0];
+  EXPECT_NE(problems[1].find("data group 0/6 is outside"), std::string::npos) << problems[1];
 }
 
 // The same for ids: after a relabel to four domains, domain 1's export
@@ -219,17 +226,8 @@ TEST_F(DomainsTest, CheckFindsIdsOutsideTheDomainsRanges) {
   ASSERT_EQ(e->id, 32768u);
   ASSERT_TRUE((*d1)->SyncTxg().ok());
   d1->reset();
-  ReopenReserve(false);
-  LunLabel l = reserve_->label(0);
-  l.domains = 4;  // domain 1: export ids 16384..32766
-  ASSERT_TRUE(WriteLabels(*reserve_->lun(0), l).ok());
-  ReopenReserve(false);
-  auto d = Domain::Open(reserve_, 1, Small());
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  auto problems = d.value()->Check();
-  ASSERT_TRUE(problems.ok());
   std::string all;
-  for (const auto& p : *problems) all += p + "\n";
+  for (const auto& p : CheckAfterRelabel(1, 4)) all += p + "\n";  // domain 1: export ids 16384..32766
   EXPECT_NE(all.find("export id counter 32769 is outside domain 1's ids 16384..32766"), std::string::npos) << all;
   EXPECT_NE(all.find("export 32768: is not an id of this domain"), std::string::npos) << all;
 }
