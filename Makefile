@@ -23,7 +23,7 @@ FUZZ_DIR ?= build/fuzz
 FUZZ_SECONDS ?= 30
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo -G Ninja)
 
-.PHONY: deps build release release-nasgwd tsan tsa lint fuzz test unit bench format clean lab-gc demo demo-stop smbtorture smb-bench
+.PHONY: deps build release release-nasgwd tsan tsan-build tsa lint fuzz fuzz-build beside-integration test unit bench format clean lab-gc demo demo-stop smbtorture smb-bench
 
 deps:
 	@bash deploy/install-deps.sh
@@ -76,8 +76,10 @@ $(TSAN_DIR)/CMakeCache.txt:
 # is not built with TSan here, so its internal synchronisation is invisible
 # to it: suites that mostly drive RocksDB's own threads are left out, and
 # tests/tsan.supp drops reports with one side inside librocksdb.
-tsan: deps $(TSAN_DIR)/CMakeCache.txt lab-gc
+tsan-build: deps $(TSAN_DIR)/CMakeCache.txt
 	cmake --build $(TSAN_DIR) --target nasgw_tsan_tests -j$(JOBS)
+
+tsan: tsan-build lab-gc
 	cd $(TSAN_DIR) && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest -L tsan -j1 --output-on-failure --timeout 600
 
 # clang's thread-safety analysis (base/mutex.h: GUARDED_BY, REQUIRES, the
@@ -116,36 +118,63 @@ $(FUZZ_DIR)/CMakeCache.txt:
 
 # A bounded libFuzzer run over the head-protocol decoders (ASan+UBSan). The
 # corpus it grows is kept in the build tree between runs.
-fuzz: deps $(FUZZ_DIR)/CMakeCache.txt
+fuzz-build: deps $(FUZZ_DIR)/CMakeCache.txt
 	cmake --build $(FUZZ_DIR) --target proto_head_fuzz -j$(JOBS)
+
+fuzz: fuzz-build
 	mkdir -p $(FUZZ_DIR)/corpus
 	$(FUZZ_DIR)/proto/proto_head_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -print_final_stats=1 $(FUZZ_DIR)/corpus
 
-# Unit tests in parallel, the static checks (lint), then the lab integration
-# tests one at a time (they start tgtd targets and namespaces and are
-# timing-sensitive on two cores), the fuzzer and ThreadSanitizer. The
-# thread-safety analysis runs inside lint: clang-tidy compiles every
-# translation unit with build/tsa's flags (-Wthread-safety -Wthread-safety-beta
-# -Werror), and any error of the compile is a finding, so a separate tsa
-# build would compile the same code again (make tsa is still there to run
-# it alone). Each phase says when it starts, so that a CI log shows where
-# the time went.
+# Unit tests in parallel, the Release nasgwd, then the lab integration tests
+# one at a time (they start tgtd targets and namespaces and are
+# timing-sensitive on two cores), then the fuzzer and ThreadSanitizer.
+# The integration tests leave a core idle much of the time (they wait on
+# targets, leases, timeouts and clients: about 40% of the machine is idle
+# while they run), so the work that needs only CPU runs beside them at the
+# idle scheduling class (SCHED_IDLE, and the idle I/O class): the static
+# checks (lint) and the fuzzer's and ThreadSanitizer's builds. A SCHED_IDLE
+# task runs only on a CPU no other task wants, so the tests' timings are
+# those of a machine without it; what it did not finish meanwhile finishes
+# after them. Its output is printed after the tests', and its failure fails
+# make test as if it had run alone. The thread-safety analysis runs inside
+# lint: clang-tidy compiles every translation unit with build/tsa's flags
+# (-Wthread-safety -Wthread-safety-beta -Werror), and any error of the
+# compile is a finding, so a separate tsa build would compile the same code
+# again (make tsa is still there to run it alone). Each phase says when it
+# starts, so that a CI log shows where the time went.
 PHASE = @echo "== make test: $(1) ($$(date -u +%T))"
+BESIDE_LOG = $(DEBUG_DIR)/beside-integration.log
 test: build lab-gc
 	$(call PHASE,unit tests)
 	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure --timeout 300
-	$(call PHASE,lint and the thread-safety analysis)
-	$(MAKE) lint
 	$(call PHASE,Release nasgwd and heads)
 	$(MAKE) release-nasgwd
-	$(call PHASE,integration tests)
-	cd $(DEBUG_DIR) && ctest -L integration --output-on-failure --timeout 600
+	$(call PHASE,integration tests; lint and the fuzzer's and ThreadSanitizer's builds beside them at idle priority)
+	@chrt --idle 0 ionice -c 3 $(MAKE) --no-print-directory beside-integration > $(BESIDE_LOG) 2>&1 & beside=$$!; \
+	  trap 'kill $$beside 2>/dev/null; wait $$beside' INT TERM; \
+	  (cd $(DEBUG_DIR) && ctest -L integration --output-on-failure --timeout 600); tests=$$?; \
+	  echo "== make test: integration tests ended ($$(date -u +%T)); waiting for what runs beside them"; \
+	  wait $$beside; rc=$$?; \
+	  echo "== make test: lint and the builds beside the integration tests ($$(date -u +%T)), their output:"; \
+	  cat $(BESIDE_LOG); \
+	  [ $$rc = 0 ] || echo "make test: lint or a build beside the integration tests failed (above)"; \
+	  [ $$tests = 0 ] && [ $$rc = 0 ]
 	$(call PHASE,fuzz)
 	$(MAKE) fuzz
 	$(call PHASE,ThreadSanitizer)
 	$(MAKE) tsan
 	$(call PHASE,done)
+
+# What make test runs beside the integration tests (above).
+beside-integration:
+	$(call PHASE,lint and the thread-safety analysis)
+	$(MAKE) lint
+	$(call PHASE,the fuzzer's build)
+	$(MAKE) fuzz-build
+	$(call PHASE,ThreadSanitizer's build)
+	$(MAKE) tsan-build
+	$(call PHASE,beside-integration done)
 
 unit: build
 	cd $(DEBUG_DIR) && ctest -L unit -j$(JOBS) --output-on-failure

@@ -38,6 +38,34 @@ def is_mounted(path):
         return any(line.split()[1] == path for line in f)
 
 
+UNMOUNT_BUSY_S = 20  # how long an unmount is tried again while the mount is busy
+
+
+def holders(path):
+    """The processes with a file, a mapping, a cwd or a root under `path`, as
+    "pid (comm): what" (for an error message)."""
+    found = []
+    prefix = path.rstrip("/") + "/"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            links = ["cwd", "root", "exe"] + ["fd/" + fd for fd in os.listdir("/proc/%s/fd" % pid)]
+            with open("/proc/%s/comm" % pid) as f:
+                comm = f.read().strip()
+            for link in links:
+                try:
+                    target = os.readlink("/proc/%s/%s" % (pid, link))
+                except OSError:
+                    continue
+                if target == path or target.startswith(prefix):
+                    found.append("%s (%s): %s %s" % (pid, comm, link, target))
+            with open("/proc/%s/maps" % pid) as f:
+                found += ["%s (%s): maps %s" % (pid, comm, line.split()[-1]) for line in f
+                          if line.split()[-1].startswith(prefix)][:1]
+        except OSError:
+            continue
+    return "; ".join(found[:10])
+
+
 def wait_exit(pid, timeout):
     """Waits for a process (our child or not) to exit; False on timeout."""
     deadline = time.monotonic() + timeout
@@ -301,9 +329,21 @@ class Node:
     def unmount(self):
         said = ""
         if is_mounted(self.mount_path):
-            p = sh(["fusermount3", "-u", self.mount_path], check=False)
+            # EBUSY can be brief: a file closed just before (by us or by a
+            # child we killed) may still hold the mount while the kernel
+            # finishes its release. The mount's references have no event
+            # to wait on, so busy is tried again for a bounded time; past
+            # it, the error names who holds the mount.
+            deadline = time.monotonic() + UNMOUNT_BUSY_S
+            while True:
+                p = sh(["fusermount3", "-u", self.mount_path], check=False)
+                busy = p.returncode != 0 and "busy" in (p.stdout + p.stderr)
+                if not busy or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             if p.returncode != 0:
-                said = " (fusermount3 -u exited %d: %s)" % (p.returncode, (p.stdout + p.stderr).strip()[-300:])
+                said = " (fusermount3 -u exited %d: %s; holders: %s)" % (
+                    p.returncode, (p.stdout + p.stderr).strip()[-300:], holders(self.mount_path) or "none seen")
         if self.s["fuse_pid"]:
             if not wait_exit(self.s["fuse_pid"], 60):
                 raise RuntimeError("nasgw-fuse pid %d did not exit within 60 s of its unmount%s; still mounted: %s" % (
