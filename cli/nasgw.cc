@@ -71,7 +71,7 @@ commands:
   node status | node show            the node: name, version, uptime, reserve state and owner
   reserve status                     the reserve: state, capacity, free space
   reserve luns                       the reserve's LUNs: size, groups, health, paths, I/O
-  reserve format --name NAME [--ag-size SIZE] [--force]
+  reserve format --name NAME [--ag-size SIZE] [--domains N] [--force]
                                      label the node's LUNs as a new reserve
   reserve add-lun URL [--force]      add a LUN to the online reserve (grows it)
   reserve takeover [--force]         take the reserve from the node that owns it
@@ -81,7 +81,7 @@ commands:
   cluster takeover [--timeout-ms N]  planned move, on the standby: ask the owner for the reserve
   volume list                        the NAS volumes
   volume show NAME                   one volume
-  volume create NAME [--record-size SIZE]
+  volume create NAME [--record-size SIZE] [--domain D]
   volume set NAME [--record-size SIZE] [--write-through on|off] [--atime POLICY]
   volume delete NAME [--force]       --force deletes a volume that holds files
   snapshot list VOLUME               the volume's snapshots, oldest first
@@ -171,11 +171,13 @@ const std::vector<CommandSpec>& Commands() {
        "format",
        0,
        {"--force"},
-       {"--name", "--ag-size"},
-       "usage: nasgw reserve format --name NAME [--ag-size SIZE] [--force]\n\n"
-       "Labels the node's LUNs as a new reserve named NAME and creates its domain.\n"
+       {"--name", "--ag-size", "--domains"},
+       "usage: nasgw reserve format --name NAME [--ag-size SIZE] [--domains N] [--force]\n\n"
+       "Labels the node's LUNs as a new reserve named NAME and creates its domain(s).\n"
        "  --name NAME     1-63 characters: letters, digits, '.', '_', '-'\n"
        "  --ag-size SIZE  allocation group size, a power of two from 1M to 64G (default 1G)\n"
+       "  --domains N     split it into N domains, 1 to 28 (default 1), each with its share of every LUN;\n"
+       "                  fixed for the reserve's life (docs/cluster.md, \"Several domains per reserve\")\n"
        "  --force         format over an existing reserve or labelled LUNs: destroys every volume on them\n"},
       {"reserve",
        "takeover",
@@ -249,10 +251,12 @@ const std::vector<CommandSpec>& Commands() {
        "create",
        1,
        {},
-       {"--record-size"},
-       "usage: nasgw volume create NAME [--record-size SIZE]\n\n"
+       {"--record-size", "--domain"},
+       "usage: nasgw volume create NAME [--record-size SIZE] [--domain D]\n\n"
        "Creates a NAS volume (served as /NAME).\n"
-       "  --record-size SIZE  a power of two from 4K to 1M (default 128K)\n"},
+       "  --record-size SIZE  a power of two from 4K to 1M (default 128K)\n"
+       "  --domain D          the domain of a split reserve that holds it, 0 to domains-1\n"
+       "                      (default: the one with the most free space)\n"},
       {"volume",
        "set",
        1,
@@ -804,6 +808,7 @@ json ToJson(const pb::Reserve& r) {
           {"lease_ms", r.lease_ms()},
           {"renewals", r.renewals()},
           {"fenced_total", r.fenced_total()},
+          {"domains", r.domains()},
           {"luns", luns}};
 }
 
@@ -820,7 +825,8 @@ json ToJson(const pb::Volume& v) {
           {"snapshots", v.snapshots()},
           {"snapshot_bytes", v.snapshot_bytes()},
           {"origin_volume", v.origin_volume()},
-          {"origin_snapshot", v.origin_snapshot()}};
+          {"origin_snapshot", v.origin_snapshot()},
+          {"domain", v.domain()}};
 }
 
 json ToJson(const pb::Snapshot& sn) {
@@ -889,6 +895,7 @@ void PrintReserve(const pb::Reserve& r) {
   if (r.state() == pb::RESERVE_STATE_ONLINE) {
     p.push_back({"name", r.name()});
     p.push_back({"uuid", r.uuid()});
+    if (r.domains() > 1) p.push_back({"domains", std::to_string(r.domains())});
     p.push_back({"capacity", HumanBytes(r.capacity_bytes())});
     const double pct = r.capacity_bytes()
                            ? 100.0 * static_cast<double>(r.free_bytes()) / static_cast<double>(r.capacity_bytes())
@@ -934,7 +941,8 @@ void PrintVolume(const pb::Volume& v) {
                                                         {"snapshots", std::to_string(v.snapshots())},
                                                         {"snapshot used", HumanBytes(v.snapshot_bytes())},
                                                         {"write-through", v.write_through() ? "on (strict)" : "off"},
-                                                        {"atime", v.atime()}};
+                                                        {"atime", v.atime()},
+                                                        {"domain", std::to_string(v.domain())}};
   // Only a clone has the line: the snapshot it was made from (its data is shared).
   if (OriginText(v) != "-") p.push_back({"origin", OriginText(v) + " (a clone)"});
   PrintPairs(p);
@@ -1302,8 +1310,8 @@ struct Parsed {
 const std::set<std::string> kGlobalValued = {"--socket",   "--server",  "--tls-ca",
                                              "--tls-cert", "--tls-key", "--timeout"};
 const std::set<std::string> kCommandValued = {
-    "--name",          "--ag-size", "--record-size", "--pseudo",      "--clients", "--sec",  "--protocols",
-    "--write-through", "--atime",   "--comment",     "--valid-users", "--every",   "--keep", "--timeout-ms"};
+    "--name",  "--ag-size", "--record-size", "--pseudo", "--clients", "--sec",        "--protocols", "--write-through",
+    "--atime", "--comment", "--valid-users", "--every",  "--keep",    "--timeout-ms", "--domains",   "--domain"};
 const std::set<std::string> kCommandFlags = {"--force",     "--ro",         "--no-root-squash",
                                              "--read-only", "--browseable", "--hidden",
                                              "--encrypt",   "--guest-ok",   "--show-snapshot-dir"};
@@ -1463,6 +1471,22 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     return Usage("--ag-size must be a power of two from 1M to 64G, not '" + Esc(p.values.at("--ag-size")) + "'", hint);
   }
   if (c.verb == "format" && !p.values.contains("--name")) return Usage("reserve format needs --name NAME", hint);
+  // --domains 1..28 (fs::kReserveDomainsMax), --domain 0..27; nasgwd checks
+  // them again (and --domain against the reserve's count).
+  auto number_in = [&p](const char* option, uint32_t lo, uint32_t hi) -> std::optional<uint32_t> {
+    const std::string& t = p.values.at(option);
+    if (t.empty() || t.size() > 3 || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    const auto v = static_cast<uint32_t>(std::stoul(t));
+    if (v < lo || v > hi) return std::nullopt;
+    return v;
+  };
+  std::optional<uint32_t> domains, domain;
+  if (p.values.contains("--domains") && !(domains = number_in("--domains", 1, 28))) {
+    return Usage("--domains is a number from 1 to 28, not '" + Esc(p.values.at("--domains")) + "'", hint);
+  }
+  if (p.values.contains("--domain") && !(domain = number_in("--domain", 0, 27))) {
+    return Usage("--domain is a number from 0 to 27, not '" + Esc(p.values.at("--domain")) + "'", hint);
+  }
   std::optional<bool> write_through;
   if (p.values.contains("--write-through")) {
     const std::string& w = p.values.at("--write-through");
@@ -1712,6 +1736,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
     pb::FormatReserveRequest req;
     req.set_name(p.values.at("--name"));
     if (ag) req.set_ag_bytes(*ag);
+    if (domains) req.set_domains(*domains);
     req.set_force(force);
     pb::FormatReserveResponse r;
     if (auto f = client->Call(&pb::Admin::Stub::FormatReserve, req, &r)) return fail(*f);
@@ -1719,7 +1744,8 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       PrintJson({{"reserve", ToJson(r.reserve())}});
     } else {
       std::cout << "formatted reserve " << Esc(r.reserve().name()) << ": " << r.reserve().luns_size() << " LUNs, "
-                << HumanBytes(r.reserve().capacity_bytes()) << "\n";
+                << HumanBytes(r.reserve().capacity_bytes())
+                << (r.reserve().domains() > 1 ? ", " + std::to_string(r.reserve().domains()) + " domains" : "") << "\n";
     }
     return kExitOk;
   }
@@ -2032,13 +2058,26 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       for (const auto& v : r.volumes()) vols.push_back(ToJson(v));
       PrintJson({{"volumes", vols}});
     } else {
-      Table t({"NAME", "ID", "RECORD", "FILES", "USED", "SNAPSHOTS", "SNAP-USED", "WRITE-THROUGH", "ORIGIN"});
+      // A DOMAIN column once a volume is in another domain than 0 (a split reserve).
+      const bool split = std::any_of(r.volumes().begin(), r.volumes().end(), [](const auto& v) { return v.domain(); });
+      std::vector<std::string> head = {"NAME",      "ID",        "RECORD",        "FILES", "USED",
+                                       "SNAPSHOTS", "SNAP-USED", "WRITE-THROUGH", "ORIGIN"};
+      if (split) head.emplace_back("DOMAIN");
+      Table t(head);
       for (const auto& v : r.volumes()) {
-        t.Add({v.name(), std::to_string(v.id()), HumanBytes(v.record_bytes()), std::to_string(v.files()),
-               HumanBytes(v.bytes()), std::to_string(v.snapshots()), HumanBytes(v.snapshot_bytes()),
-               v.write_through() ? "on" : "off", OriginText(v)});
+        std::vector<std::string> row = {v.name(),
+                                        std::to_string(v.id()),
+                                        HumanBytes(v.record_bytes()),
+                                        std::to_string(v.files()),
+                                        HumanBytes(v.bytes()),
+                                        std::to_string(v.snapshots()),
+                                        HumanBytes(v.snapshot_bytes()),
+                                        v.write_through() ? "on" : "off",
+                                        OriginText(v)};
+        if (split) row.push_back(std::to_string(v.domain()));
+        t.Add(row);
       }
-      t.Print({1, 2, 3, 4, 5, 6, 7});
+      t.Print(split ? std::set<size_t>{1, 2, 3, 4, 5, 6, 7, 9} : std::set<size_t>{1, 2, 3, 4, 5, 6, 7});
     }
     return kExitOk;
   }
@@ -2054,6 +2093,7 @@ int Run(const CommandSpec& c, const std::vector<std::string>& args, const Parsed
       pb::CreateVolumeRequest req;
       req.set_name(args[0]);
       if (rs) req.set_record_bytes(static_cast<uint32_t>(*rs));  // unset: the server's default
+      if (domain) req.set_domain(*domain);                       // unset: the server picks
       pb::CreateVolumeResponse r;
       if (auto f = client->Call(&pb::Admin::Stub::CreateVolume, req, &r)) return fail(*f);
       v = r.volume();

@@ -12,6 +12,7 @@
 #include "base/text.h"
 #include "block/iscsi_url.h"
 #include "fs/domain.h"
+#include "fs/handle.h"
 #include "fs/label.h"
 #include "fs/reserve.h"
 #include "proto/admin.grpc.pb.h"
@@ -150,6 +151,15 @@ grpc::Status CheckAgBytes(uint64_t ag_bytes) {
   return grpc::Status::OK;
 }
 
+grpc::Status CheckDomains(uint32_t domains) {
+  if (domains == 0) return grpc::Status::OK;  // one
+  if (domains > fs::kReserveDomainsMax) {
+    return Invalid("a reserve is split into 1 to " + std::to_string(fs::kReserveDomainsMax) + " domains, not " +
+                   std::to_string(domains));
+  }
+  return grpc::Status::OK;
+}
+
 // ---- Node structs to messages
 
 pb::ReserveState ToProto(ReserveState s) {
@@ -235,6 +245,7 @@ void Fill(const ReserveStatus& r, pb::Reserve* out) {
   out->set_lease_ms(r.lease_ms);
   out->set_renewals(r.renewals);
   out->set_fenced_total(r.fenced_total);
+  out->set_domains(r.domains);
 }
 
 void Fill(const fs::VolumeInfo& v, pb::Volume* out) {
@@ -249,6 +260,7 @@ void Fill(const fs::VolumeInfo& v, pb::Volume* out) {
   out->set_snapshot_bytes(v.snapshot_bytes);
   out->set_origin_volume(v.origin_volume);
   out->set_origin_snapshot(v.origin_snapshot);
+  out->set_domain(fs::VolumeDomain(v.id));
 }
 
 void Fill(const fs::SnapshotInfo& sn, const std::string& volume, pb::Snapshot* out) {
@@ -408,9 +420,10 @@ class AdminService final : public pb::Admin::Service {
                              pb::FormatReserveResponse* out) override {
     if (auto s = CheckReserveName(req->name()); !s.ok()) return s;
     if (auto s = CheckAgBytes(req->ag_bytes()); !s.ok()) return s;
+    if (auto s = CheckDomains(req->domains()); !s.ok()) return s;
     NASGW_LOG(kInfo, "admin") << "format reserve" << Kv("name", req->name()) << Kv("ag_bytes", req->ag_bytes())
-                              << Kv("force", req->force());
-    auto st = node_->FormatReserve(req->name(), req->ag_bytes(), req->force());
+                              << Kv("domains", req->domains()) << Kv("force", req->force());
+    auto st = node_->FormatReserve(req->name(), req->ag_bytes(), req->force(), req->domains());
     if (!st.ok()) return ToGrpc(st);
     Fill(node_->GetReserve(), out->mutable_reserve());
     return grpc::Status::OK;
@@ -461,8 +474,10 @@ class AdminService final : public pb::Admin::Service {
     // Unset: the default. Set, even to 0: it must be valid (0 is not "the default").
     const uint32_t rs = req->has_record_bytes() ? req->record_bytes() : fs::kRecordBytesDefault;
     if (auto s = CheckRecordBytes(rs); !s.ok()) return s;
-    NASGW_LOG(kInfo, "admin") << "create volume" << Kv("name", req->name()) << Kv("record_bytes", rs);
-    auto v = node_->CreateVolume(req->name(), rs);
+    NASGW_LOG(kInfo, "admin") << "create volume" << Kv("name", req->name()) << Kv("record_bytes", rs)
+                              << Kv("domain", req->has_domain() ? std::to_string(req->domain()) : "any");
+    auto v =
+        node_->CreateVolume(req->name(), rs, req->has_domain() ? std::optional<uint32_t>(req->domain()) : std::nullopt);
     if (!v.ok()) return ToGrpc(v.status());
     Fill(*v, out->mutable_volume());
     return grpc::Status::OK;

@@ -550,44 +550,6 @@ TEST_F(AdminTest, StartsUnformattedThenFormats) {
   EXPECT_EQ(Reserve().name(), "tank2");
 }
 
-// A reserve split into several domains (fs/reserve.h, "Domains") is not
-// opened by a node that serves one: it says why, writes nothing, and the
-// admin may format over it.
-TEST_F(AdminTest, AReserveSplitIntoDomainsIsRefusedNotHalfServed) {
-  std::vector<std::shared_ptr<block::BlockDevice>> devs;
-  devs.reserve(3);
-  for (int i = 0; i < 3; i++) devs.push_back(std::make_shared<block::MemDevice>(media_[Url(i)]));
-  fs::ReserveOptions o;
-  o.name = "split";
-  o.ag_bytes = kMiB;
-  o.domains = 2;
-  ASSERT_TRUE(fs::Reserve::Format(devs, o).ok());
-  auto d1 = fs::Domain::Create(std::move(fs::Reserve::Open(devs).value()), 1, SmallDomain());
-  ASSERT_TRUE(d1.ok()) << d1.status().ToString();
-  d1->reset();
-  auto contents = [&] {
-    std::vector<std::string> all;
-    for (const auto& dev : devs) {
-      std::string b(kLunBytes, 0);
-      for (uint64_t at = 0; at < kLunBytes; at += kMiB) {
-        Status st = block::ReadSync(*dev, at / 512, &b[at], kMiB);
-        EXPECT_TRUE(st.ok()) << st.ToString();
-      }
-      all.push_back(std::move(b));
-    }
-    return all;
-  };
-  const std::vector<std::string> before = contents();
-  StartAll();
-  ReserveStatus r = node_->GetReserve();
-  EXPECT_EQ(r.state, ReserveState::kFailed);
-  EXPECT_NE(r.reason.find("'split' is split into 2 domains"), std::string::npos) << r.reason;
-  EXPECT_TRUE(contents() == before) << "nothing written";
-  EXPECT_EQ(node_->ListVolumes().status().code(), Code::kUnavailable);
-  ASSERT_TRUE(node_->FormatReserve("whole", kMiB, /*force=*/true).ok());
-  EXPECT_EQ(node_->GetReserve().state, ReserveState::kOnline);
-}
-
 TEST_F(AdminTest, VolumesCreateListRefuseAndDelete) {
   StartAll();
   ASSERT_TRUE(Format("tank").ok());
@@ -3766,6 +3728,127 @@ class AdminExportsTest : public AdminTest {
 
   std::string exports_file_;
 };
+
+// A reserve split into several domains (fs/reserve.h, "Domains") is served
+// whole by the node that owns it: a volume lives in the domain it is made
+// in (unset: the one with the most free space), names of volumes, shares
+// and pseudo paths are unique across the domains, lists and the exports
+// file hold every domain's, exports take ids of their volume's domain, and
+// all of it is there again after a restart, each domain fsck-clean.
+TEST_F(AdminExportsTest, AReserveSplitIntoDomainsIsServedWhole) {
+  StartAll();
+  CliResult f = Cli({"reserve", "format", "--name", "split", "--ag-size", "1M", "--domains", "2"});
+  ASSERT_EQ(f.exit_code, 0) << Describe(f);
+  EXPECT_NE(f.out.find("2 domains"), std::string::npos) << f.out;
+  EXPECT_EQ(Reserve().domains(), 2u);
+  EXPECT_NE(Cli({"reserve", "format", "--name", "x", "--domains", "29", "--force"}).exit_code, 0);
+  EXPECT_EQ(Reserve().name(), "split") << "a refused format changes nothing";
+
+  auto create = [&](const std::string& name, std::optional<uint32_t> domain, pb::Volume* out = nullptr) {
+    pb::CreateVolumeRequest req;
+    req.set_name(name);
+    if (domain) req.set_domain(*domain);
+    pb::CreateVolumeResponse r;
+    auto st = Call(&pb::Admin::Stub::CreateVolume, req, &r);
+    if (out) *out = r.volume();
+    return st;
+  };
+  pb::Volume a, b, c;
+  ASSERT_TRUE(create("a", 1, &a).ok());
+  EXPECT_EQ(a.domain(), 1u);
+  EXPECT_EQ(a.id(), fs::FirstVolumeId(1));
+  ASSERT_TRUE(create("b", 0, &b).ok());
+  EXPECT_EQ(b.domain(), 0u);
+  EXPECT_EQ(b.id(), fs::FirstVolumeId(0));
+  EXPECT_EQ(create("a", 0).error_code(), grpc::StatusCode::ALREADY_EXISTS) << "a name is the reserve's, not a domain's";
+  EXPECT_EQ(create("b", 1).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  auto past = create("x", 2);
+  EXPECT_EQ(past.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(past.error_message().find("domain 2 does not exist"), std::string::npos) << past.error_message();
+  // Unset: the domain with the most free space now.
+  uint64_t verifier = 0;
+  auto domains = node_->domains(&verifier, nullptr);
+  ASSERT_NE(domains, nullptr);
+  ASSERT_EQ(domains->size(), 2u);
+  WriteFile("b", "fill", 4 * kMiB);  // domain 0 has less free space from here
+  const uint64_t free0 = (*domains)[0]->Statfs().free_bytes, free1 = (*domains)[1]->Statfs().free_bytes;
+  ASSERT_NE(free0, free1);
+  ASSERT_TRUE(create("c", std::nullopt, &c).ok());
+  EXPECT_EQ(c.domain(), free1 > free0 ? 1u : 0u) << free0 << " " << free1;
+  CliResult list = Cli({"volume", "list"});
+  ASSERT_EQ(list.exit_code, 0) << Describe(list);
+  EXPECT_NE(list.out.find("DOMAIN"), std::string::npos) << list.out;
+  for (const char* v : {"a", "b", "c"}) EXPECT_EQ(GetVolume(v).name(), v);
+  EXPECT_EQ(Cli({"volume", "create", "d", "--domain", "1"}).exit_code, 0);
+  EXPECT_EQ(GetVolume("d").domain(), 1u);
+  EXPECT_NE(Cli({"volume", "create", "e", "--domain", "x"}).exit_code, 0);
+
+  // A file in domain 1, through that domain.
+  const std::shared_ptr<fs::Domain>& d1 = (*domains)[1];
+  auto file = d1->Create(a.id(), fs::kRootIno, "f", fs::FileType::kRegular, 0644, 0, 0);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ASSERT_TRUE(d1->Write(a.id(), file->ino, 0, "in domain one", 13).ok());
+  domains.reset();
+
+  // Exports: ids of the volume's domain; a pseudo path is the reserve's.
+  ASSERT_EQ(Cli({"export", "add", "a", "--pseudo", "/a"}).exit_code, 0);
+  ASSERT_EQ(Cli({"export", "add", "b", "--pseudo", "/b"}).exit_code, 0);
+  CliResult taken = Cli({"export", "add", "b", "--pseudo", "/a"});
+  EXPECT_NE(taken.exit_code, 0);
+  EXPECT_NE(taken.err.find("is taken by export"), std::string::npos) << Describe(taken);
+  auto exports = node_->ListExports();
+  ASSERT_TRUE(exports.ok());
+  ASSERT_EQ(exports->size(), 2u);
+  std::map<std::string, uint32_t> ids;
+  for (const auto& e : *exports) ids[e.pseudo] = e.id;
+  EXPECT_EQ(ids["/b"], fs::ExportIds(0, 2).first);
+  EXPECT_EQ(ids["/a"], fs::ExportIds(1, 2).first);
+  EXPECT_EQ(Rendered().size(), 2u) << "the exports file holds every domain's";
+  ASSERT_TRUE(node_->GetExport(ids["/a"]).ok());
+  ASSERT_EQ(node_->FindExport("/a")->id, ids["/a"]);
+  // Shares: names (which ignore case) are the reserve's too.
+  ASSERT_EQ(Cli({"share", "add", "a", "--name", "Docs"}).exit_code, 0);
+  CliResult share = Cli({"share", "add", "b", "--name", "docs"});
+  EXPECT_NE(share.exit_code, 0);
+  EXPECT_NE(share.err.find("is taken"), std::string::npos) << Describe(share);
+  ASSERT_EQ(Cli({"share", "add", "b", "--name", "Bin"}).exit_code, 0);
+  auto shares = node_->ListShares();
+  ASSERT_TRUE(shares.ok());
+  ASSERT_EQ(shares->size(), 2u);
+  EXPECT_EQ((*shares)[0].name, "Bin") << "by name, as one domain lists them";
+  // Snapshots and clones stay in their volume's domain.
+  ASSERT_TRUE(CreateSnapshot("a", "s1").ok());
+  pb::Volume clone;
+  ASSERT_TRUE(Clone("a", "s1", "a2", &clone).ok());
+  EXPECT_EQ(clone.domain(), 1u);
+  EXPECT_EQ(Clone("a", "s1", "b").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+
+  // Again after a restart: every domain opened, every name found.
+  StopAll();
+  StartAll();
+  ASSERT_EQ(node_->GetReserve().state, ReserveState::kOnline) << node_->GetReserve().reason;
+  EXPECT_EQ(Reserve().domains(), 2u);
+  auto vols = node_->ListVolumes();
+  ASSERT_TRUE(vols.ok());
+  EXPECT_EQ(vols->size(), 5u);
+  EXPECT_EQ(GetVolume("a2").domain(), 1u);
+  domains = node_->domains(&verifier, nullptr);
+  ASSERT_NE(domains, nullptr);
+  char got[13] = {};
+  auto attr = (*domains)[1]->Lookup(a.id(), fs::kRootIno, "f");
+  ASSERT_TRUE(attr.ok()) << attr.status().ToString();
+  auto n = (*domains)[1]->Read(a.id(), attr->ino, 0, sizeof(got), got);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(std::string(got, *n), "in domain one");
+  EXPECT_EQ(Rendered().size(), 2u);
+  ASSERT_TRUE(node_->RemoveExport(ids["/a"]).ok());
+  EXPECT_EQ(node_->ListExports()->size(), 1u);
+  for (size_t id = 0; id < domains->size(); id++) {
+    auto problems = (*domains)[id]->Check();
+    ASSERT_TRUE(problems.ok()) << problems.status().ToString();
+    EXPECT_TRUE(problems->empty()) << "domain " << id << ": " << problems->front();
+  }
+}
 
 TEST_F(AdminExportsTest, CliAddListShowRemove) {
   Prepare();

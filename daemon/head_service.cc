@@ -6,10 +6,12 @@
 #include <ctime>
 
 #include "base/clock.h"
+#include "base/limits.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "daemon/access.h"
 #include "fs/acl.h"
+#include "fs/handle.h"
 
 namespace nasgw::daemon {
 
@@ -1173,8 +1175,25 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
       return out;
     }
   }
-  std::shared_ptr<cache::DataCache> c = CacheFor(d);
-  Exec(*d.domain, *c, d.write_verifier, locks_, recaller_, parents_, session, r, out).Run();
+  // The domain of the handle's volume; MOUNT names its volume instead.
+  uint32_t id = fs::VolumeDomain(r.h.volume);
+  if (r.op == Op::kMount && d.count() > 1) {
+    for (uint32_t each = 0; each < d.count(); each++) {
+      if (d.Of(each)->FindVolume(r.name).ok()) id = each;  // names are unique across domains (Node)
+    }
+  } else if ((r.op == Op::kLink || r.op == Op::kRename) && fs::VolumeDomain(r.h2.volume) != id) {
+    out.err = EXDEV;
+    out.why = "the two handles are of different volumes";
+    return out;
+  }
+  const std::shared_ptr<fs::Domain>& dom = d.Of(id);
+  if (dom == nullptr) {
+    out.err = EBADMSG;  // as for a handle whose MAC no domain here issued (Exec::Verify)
+    out.why = "bad handle: not issued by this reserve's nasgwd in this scope";
+    return out;
+  }
+  std::shared_ptr<cache::DataCache> c = CacheFor(d, id);
+  Exec(*dom, *c, d.write_verifier, locks_, recaller_, parents_, session, r, out).Run();
   // An unstable write's reply (answered from the cache's memory) is no
   // change on the array: checked like a read.
   const bool through_gate =
@@ -1212,48 +1231,118 @@ bool ChangesTheArray(Op op) {
   return ChangesFiles(op) || op == Op::kFsync || op == Op::kRelease || op == Op::kUnlock;
 }
 
-std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d) {
+const std::shared_ptr<fs::Domain>& HeadDomain::Of(uint32_t id) const {
+  static const std::shared_ptr<fs::Domain> kNone;
+  if (domains) return id < domains->size() ? (*domains)[id] : kNone;
+  return id == 0 ? domain : kNone;
+}
+
+std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d, uint32_t id) {
+  // Each domain's share of the cache's memory (DataCacheOptions' minimums
+  // still hold: a cache smaller than them would not work).
+  cache::DataCacheOptions options = cache_options_;
+  if (d.count() > 1) {
+    options.memory_bytes = std::max(options.memory_bytes / d.count(), limits::kCacheMemoryBytesMin);
+    options.dirty_bytes = std::max(options.dirty_bytes / d.count(), limits::kCacheDirtyBytesMin);
+  }
   std::shared_ptr<cache::DataCache> old;
   MutexLock l(cache_mu_);
-  if (cache_ != nullptr && cache_verifier_ != d.write_verifier && domain_().write_verifier != d.write_verifier) {
+  if (caches_.size() <= id) caches_.resize(id + 1);
+  CacheSlot& slot = caches_[id];
+  if (slot.cache != nullptr && slot.verifier != d.write_verifier && domain_().write_verifier != d.write_verifier) {
     // A request that took its opening before the domain was opened again:
     // not the current opening, so it must not replace the current cache.
     // Written through, by a cache of its own for this request.
-    cache::DataCacheOptions through = cache_options_;
-    through.write_through = true;
-    auto once = std::make_shared<cache::DataCache>(d.domain, through);
+    options.write_through = true;
+    auto once = std::make_shared<cache::DataCache>(d.Of(id), options);
     once->Close().IgnoreError();  // empty: stops its flusher; writes go through
     return once;
   }
-  if (cache_ == nullptr || cache_verifier_ != d.write_verifier) {
+  if (slot.cache == nullptr || slot.verifier != d.write_verifier) {
     // A new opening: what the old cache held went with the old one (its
     // flushes find the domain closed, or fail at its closed gate).
-    old = std::move(cache_);
-    cache_ = std::make_shared<cache::DataCache>(d.domain, cache_options_);
-    cache_verifier_ = d.write_verifier;
-    if (closed_) cache_->Close().IgnoreError();  // nothing in it yet
+    old = std::move(slot.cache);
+    slot.cache = std::make_shared<cache::DataCache>(d.Of(id), options);
+    slot.verifier = d.write_verifier;
+    if (closed_) slot.cache->Close().IgnoreError();  // nothing in it yet
   }
-  std::shared_ptr<cache::DataCache> c = cache_;
+  std::shared_ptr<cache::DataCache> c = slot.cache;
   l.Unlock();
   old.reset();  // outside cache_mu_: closing flushes what it can
   return c;
 }
 
-cache::DataCacheStats HeadService::CacheStats() const {
+std::vector<std::shared_ptr<cache::DataCache>> HeadService::Caches() const {
+  std::vector<std::shared_ptr<cache::DataCache>> all;
   MutexLock l(cache_mu_);
-  return cache_ == nullptr ? cache::DataCacheStats{} : cache_->stats();
+  for (const CacheSlot& slot : caches_) all.push_back(slot.cache);
+  return all;
+}
+
+namespace {
+
+void Add(cache::ReadCacheStats& a, const cache::ReadCacheStats& b) {
+  a.bytes += b.bytes;
+  a.protected_bytes += b.protected_bytes;
+  a.capacity += b.capacity;
+  a.hit_bytes += b.hit_bytes;
+  a.miss_bytes += b.miss_bytes;
+  a.prefetched_bytes += b.prefetched_bytes;
+  a.prefetch_hit_bytes += b.prefetch_hit_bytes;
+  a.evicted_bytes += b.evicted_bytes;
+  a.refused_fills += b.refused_fills;
+  a.ahead_waits += b.ahead_waits;
+}
+
+void Add(cache::DataCacheStats& a, const cache::DataCacheStats& b) {
+  a.dirty_bytes += b.dirty_bytes;
+  a.dirty_files += b.dirty_files;
+  a.writes_cached += b.writes_cached;
+  a.writes_stable += b.writes_stable;
+  a.writes_logged += b.writes_logged;
+  a.writes_log_slow += b.writes_log_slow;
+  a.commits_logged += b.commits_logged;
+  a.commits_flushed += b.commits_flushed;
+  a.bytes_written += b.bytes_written;
+  a.read_bytes_dirty += b.read_bytes_dirty;
+  a.flushes += b.flushes;
+  a.flush_bytes += b.flush_bytes;
+  a.flush_errors += b.flush_errors;
+  a.flush_dropped += b.flush_dropped;
+  a.stalls += b.stalls;
+  a.stall_timeouts += b.stall_timeouts;
+  a.no_space += b.no_space;
+  a.flush_nanos_total += b.flush_nanos_total;
+  Add(a.read, b.read);
+}
+
+}  // namespace
+
+cache::DataCacheStats HeadService::CacheStats() const {
+  cache::DataCacheStats sum;
+  for (const auto& c : Caches()) {
+    if (c != nullptr) Add(sum, c->stats());
+  }
+  return sum;
 }
 
 Status HeadService::FlushCache() {
   const uint64_t verifier = domain_().write_verifier;
-  std::shared_ptr<cache::DataCache> c;
+  if (verifier == 0) return Status();
+  std::vector<std::shared_ptr<cache::DataCache>> current;
   {
     MutexLock l(cache_mu_);
     // No cache of this opening yet: no write was answered through it.
-    if (verifier == 0 || cache_ == nullptr || cache_verifier_ != verifier) return Status();
-    c = cache_;
+    for (const CacheSlot& slot : caches_) {
+      if (slot.cache != nullptr && slot.verifier == verifier) current.push_back(slot.cache);
+    }
   }
-  return c->FlushAll();  // outside cache_mu_: it waits for the array
+  Status first;
+  for (const auto& c : current) {
+    Status s = c->FlushAll();  // outside cache_mu_: it waits for the array
+    if (first.ok()) first = s;
+  }
+  return first;
 }
 
 uint64_t HeadService::ForgetVolume(uint32_t vol) {
@@ -1263,19 +1352,24 @@ uint64_t HeadService::ForgetVolume(uint32_t vol) {
   std::shared_ptr<cache::DataCache> c;
   {
     MutexLock l(cache_mu_);
-    c = cache_;
+    const uint32_t id = fs::VolumeDomain(vol);
+    if (id < caches_.size()) c = caches_[id].cache;
   }
   return c == nullptr ? 0 : c->ForgetVolume(vol);
 }
 
 Status HeadService::Close() {
-  std::shared_ptr<cache::DataCache> c;
   {
     MutexLock l(cache_mu_);
     closed_ = true;
-    c = cache_;
   }
-  return c == nullptr ? Status() : c->Close();
+  Status first;
+  for (const auto& c : Caches()) {
+    if (c == nullptr) continue;
+    Status s = c->Close();
+    if (first.ok()) first = s;
+  }
+  return first;
 }
 
 HeadService::~HeadService() {
@@ -1287,12 +1381,16 @@ uint64_t HeadService::WriteVerifier() const {
 }
 
 void HeadService::EndSession(HeadSession& session) {
-  std::shared_ptr<fs::Domain> d = domain_().domain;
+  const HeadDomain d = domain_();
   {
     MutexLock l(session.mu);
     session.ended = true;
-    if (d != nullptr) {
-      for (const auto& [file, ids] : session.opens) d->ReleaseFile(file.first, file.second).IgnoreError();
+    if (d.domain != nullptr) {
+      for (const auto& [file, ids] : session.opens) {
+        if (const auto& dom = d.Of(fs::VolumeDomain(file.first)); dom != nullptr) {
+          dom->ReleaseFile(file.first, file.second).IgnoreError();
+        }
+      }
     }
     session.opens.clear();
   }

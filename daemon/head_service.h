@@ -119,13 +119,21 @@ struct HeadOutcome {
 // another node. Data written unstable under one verifier is durable once an
 // FSYNC reply carries the same one.
 struct HeadDomain {
-  std::shared_ptr<fs::Domain> domain;  // null while the reserve is not online
+  std::shared_ptr<fs::Domain> domain;  // domain 0; null while the reserve is not online
   uint64_t write_verifier = 0;         // 0 while the reserve is not online
   // The owner's lease (fs/ownership.h); null: not checked (a domain no node
   // owns, as in tests). Checked before a request runs and before its answer
   // goes out: a node past its lease answers nothing from what it holds,
   // only what the array or the partner's memory already has (ChangesTheArray).
   std::shared_ptr<fs::Lease> lease;
+  // Every domain of a reserve split into several (fs/reserve.h, "Domains"),
+  // by id; null: `domain` alone. A request goes to the domain of its
+  // handle's volume (fs::VolumeDomain).
+  std::shared_ptr<const std::vector<std::shared_ptr<fs::Domain>>> domains;
+
+  size_t count() const { return domains ? domains->size() : 1; }
+  // Domain `id`; null when there is none.
+  const std::shared_ptr<fs::Domain>& Of(uint32_t id) const;
 };
 
 // Whether a successful reply to `op` says only what is on the array (or in
@@ -140,9 +148,12 @@ bool ChangesTheArray(proto::Op op);
 // Whether `op` changes a file or the namespace (a snapshot refuses it).
 bool ChangesFiles(proto::Op op);
 
-// Every opening of the domain gets its own write-back data cache (cache/):
+// Every opening of a domain gets its own write-back data cache (cache/):
 // unstable writes are answered from it, and what it holds is dropped with
-// the opening (the verifier changes with it, so clients resend).
+// the opening (the verifier changes with it, so clients resend). Each domain
+// of a split reserve has its own cache (its writes are logged in its own
+// intent log), with an equal share of the cache's memory and dirty bytes
+// (no less than their minimums).
 class HeadService {
  public:
   using DomainSource = std::function<HeadDomain()>;
@@ -198,8 +209,11 @@ class HeadService {
   Status Close();
 
  private:
-  // The cache of the opening `d` is; a new one when the opening changed.
-  std::shared_ptr<cache::DataCache> CacheFor(const HeadDomain& d);
+  // The cache of domain `id` of the opening `d` is; a new one when the
+  // opening changed.
+  std::shared_ptr<cache::DataCache> CacheFor(const HeadDomain& d, uint32_t id);
+  // Every cache now (those of earlier openings included), by domain id.
+  std::vector<std::shared_ptr<cache::DataCache>> Caches() const;
 
   DomainSource domain_;
   Recaller recaller_;
@@ -208,8 +222,11 @@ class HeadService {
   DirParents parents_;
   const cache::DataCacheOptions cache_options_;
   mutable Mutex cache_mu_;
-  uint64_t cache_verifier_ GUARDED_BY(cache_mu_) = 0;
-  std::shared_ptr<cache::DataCache> cache_ GUARDED_BY(cache_mu_);
+  struct CacheSlot {
+    uint64_t verifier = 0;  // of the opening it is for
+    std::shared_ptr<cache::DataCache> cache;
+  };
+  std::vector<CacheSlot> caches_ GUARDED_BY(cache_mu_);  // by domain id
   bool closed_ GUARDED_BY(cache_mu_) = false;
 };
 

@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "block/mem_device.h"
 #include "daemon/head_server.h"
+#include "fs/handle.h"
 #include "fsal/client/nasgw_client.h"
 #include "proto/lock_range.h"
 #include "proto/stream.h"
@@ -143,6 +144,7 @@ class HeadTest : public ::testing::Test {
     fs::ReserveOptions o;
     o.name = "head";
     o.ag_bytes = 4 * kMiB;
+    o.domains = Domains();
     std::shared_ptr<fs::Reserve> reserve = std::move(fs::Reserve::Format(devs, o).value());
     fs::DomainOptions d;
     d.store.write_buffer_bytes = 256 << 10;
@@ -151,9 +153,20 @@ class HeadTest : public ::testing::Test {
     ASSERT_TRUE(dom.ok()) << dom.status().ToString();
     domain_ = std::move(dom.value());
     ASSERT_TRUE(domain_->CreateVolume("vol1", 16 << 10).ok());
+    if (Domains() > 1) {
+      // Domain id d holds volume vol<d+1> (vol1 is domain 0's).
+      auto all = std::make_shared<std::vector<std::shared_ptr<fs::Domain>>>(1, domain_);
+      for (uint32_t id = 1; id < Domains(); id++) {
+        auto other = fs::Domain::Create(reserve, id, d);
+        ASSERT_TRUE(other.ok()) << other.status().ToString();
+        all->push_back(std::move(other.value()));
+        ASSERT_TRUE(all->back()->CreateVolume("vol" + std::to_string(id + 1), 16 << 10).ok());
+      }
+      domains_ = std::move(all);
+    }
     service_ = std::make_unique<HeadService>([this] {
       std::lock_guard<std::mutex> l(lease_mu_);
-      return HeadDomain{domain_, verifier_.load(), lease_};
+      return HeadDomain{domain_, verifier_.load(), lease_, domains_};
     });
     service_->SetServed([this](proto::Op op) {
       std::lock_guard<std::mutex> l(served_mu_);
@@ -173,6 +186,7 @@ class HeadTest : public ::testing::Test {
     if (server_ != nullptr) server_->Shutdown(std::chrono::milliseconds(1000));
     server_.reset();
     service_.reset();
+    domains_.reset();
     domain_.reset();
     std::filesystem::remove_all(dir_);
   }
@@ -180,6 +194,8 @@ class HeadTest : public ::testing::Test {
   // 128 MiB LUNs: 16 MiB of metadata groups. (On 64 MiB, 8 MiB of metadata,
   // the metadata headroom now and then refused a create: ENOSPC.)
   virtual uint64_t LunMib() const { return 128; }
+  // The domains the reserve is split into (fs/reserve.h, "Domains").
+  virtual uint32_t Domains() const { return 1; }
 
   void StartServer(uint32_t send_timeout_ms = 10'000) {
     StartServerWith([&](HeadServerOptions& o) { o.send_timeout_ms = send_timeout_ms; });
@@ -236,6 +252,8 @@ class HeadTest : public ::testing::Test {
   std::string dir_, socket_;
   std::vector<std::shared_ptr<block::MemDevice>> devs_;
   std::shared_ptr<fs::Domain> domain_;
+  // Every domain, when Domains() > 1 (domain_ is the first).
+  std::shared_ptr<const std::vector<std::shared_ptr<fs::Domain>>> domains_;
   // The write verifier the service hands out: a test changes it to stand
   // for the domain being opened again (a restart, a takeover).
   std::atomic<uint64_t> verifier_{0x5eed0001};
@@ -2990,6 +3008,56 @@ TEST_F(HeadTest, LockCallsRacingRestarts) {
   EXPECT_TRUE(WaitForLocks(f.handle, want)) << "nasgwd holds other locks than the callers were told they hold";
   for (uint64_t t = 0; t < 3; t++) ASSERT_EQ(nasgw_unlock(client_, &kRoot, &f.handle, t + 1, 0, kToEnd), 0);
   EXPECT_TRUE(WaitForLocks(f.handle, {}));
+}
+
+// A reserve split into two domains (fs/reserve.h, "Domains"), served whole:
+// each request goes to the domain of its handle's volume, MOUNT finds a
+// volume in any domain, a rename or link across domains is EXDEV, and each
+// domain's writes go through a cache of its own into that domain.
+class HeadDomainsTest : public HeadTest {
+ protected:
+  uint32_t Domains() const override { return 2; }
+};
+
+TEST_F(HeadDomainsTest, EachRequestGoesToItsVolumesDomain) {
+  nasgw_attr root2{};
+  ASSERT_EQ(nasgw_mount(client_, &kRoot, "vol2", &root2), 0) << nasgw_client_last_message();
+  EXPECT_EQ(fs::VolumeDomain(root2.handle.volume), 1u);
+  EXPECT_EQ(fs::VolumeDomain(root_.handle.volume), 0u);
+  nasgw_attr f1 = Create(root_.handle, "one");
+  nasgw_attr f2 = Create(root2.handle, "two");
+  const std::string a(70'000, 'a'), b(50'000, 'b');
+  nasgw_write_result w{};
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f1.handle, 0, a.data(), static_cast<uint32_t>(a.size()), NASGW_UNSTABLE, &w),
+            static_cast<int64_t>(a.size()));
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f2.handle, 0, b.data(), static_cast<uint32_t>(b.size()), NASGW_UNSTABLE, &w),
+            static_cast<int64_t>(b.size()));
+  EXPECT_EQ(service_->CacheStats().bytes_written, a.size() + b.size()) << "both domains' caches counted";
+  std::string back(b.size(), 'x');
+  int eof = 0;
+  ASSERT_EQ(nasgw_read(client_, &kRoot, &f2.handle, 0, back.data(), static_cast<uint32_t>(back.size()), &eof),
+            static_cast<int64_t>(b.size()));
+  EXPECT_EQ(back, b);
+  // Each file is in its volume's domain, not the other.
+  const auto& d0 = (*domains_)[0];
+  const auto& d1 = (*domains_)[1];
+  EXPECT_TRUE(d1->Lookup(root2.handle.volume, fs::kRootIno, "two").ok());
+  EXPECT_FALSE(d0->Lookup(root2.handle.volume, fs::kRootIno, "two").ok());
+  EXPECT_TRUE(d0->Lookup(root_.handle.volume, fs::kRootIno, "one").ok());
+  // Flushed into each domain: the data is there once the caches let go.
+  ASSERT_TRUE(service_->FlushCache().ok());
+  std::string in_domain(b.size(), 'x');
+  auto n = d1->Read(root2.handle.volume, f2.handle.ino, 0, in_domain.size(), in_domain.data());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(in_domain.substr(0, *n), b);
+  // Across domains: EXDEV, as across volumes; nothing moved.
+  EXPECT_EQ(nasgw_rename(client_, &kRoot, &root2.handle, "two", &root_.handle, "two", 0), -EXDEV);
+  EXPECT_TRUE(d1->Lookup(root2.handle.volume, fs::kRootIno, "two").ok());
+  // A handle of a domain that is not here: refused like a forged one.
+  nasgw_handle stranger = root2.handle;
+  stranger.volume = fs::FirstVolumeId(5);
+  nasgw_attr got{};
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &stranger, &got), -EBADMSG);
 }
 
 }  // namespace

@@ -119,7 +119,8 @@ int Run(const Config& cfg) {
   HeadService service(
       [n] {
         HeadDomain d;
-        d.domain = n->domain(&d.write_verifier, &d.lease);
+        d.domains = n->domains(&d.write_verifier, &d.lease);
+        if (d.domains) d.domain = d.domains->front();
         return d;
       },
       LockLimits{cfg.head_max_locks, cfg.head_max_locks_per_session}, CacheOptions(cfg));

@@ -424,7 +424,7 @@ Node::~Node() {
 
 void Node::OpenReserveLocked(fs::AcquireMode mode) {
   pending_open_.reset();
-  domain_.reset();
+  domains_.reset();
   reserve_.reset();
   owner_.reset();
   gated_.clear();
@@ -461,14 +461,15 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
     reason_ = ro.status().WithContext("open reserve").ToString();
     return;
   }
-  if ((*ro)->domains() > 1) {
-    // Split by a later nasgw (fs/reserve.h, "Domains"): serving domain 0
-    // alone would leave the others' files unserved without a word.
+  if ((*ro)->domains() > 1 && mirror_server_) {
+    // The cache mirror streams one domain's log (cluster/mirror.h carries a
+    // domain id, but the node keeps one stream): serving the others without
+    // their mirror would answer writes the partner does not hold.
     gate_->Close(nasgw::Status::FailedPrecondition("reserve not opened"));
     state_ = ReserveState::kFailed;
     reason_ = "reserve '" + (*ro)->name() + "' is split into " + std::to_string((*ro)->domains()) +
-              " domains; this nasgwd serves reserves of one domain (docs/cluster.md, \"Several domains per "
-              "reserve\")";
+              " domains; the cache mirror ([cluster] mirror_listen, mirror_peer) serves reserves of one domain so far "
+              "(docs/cluster.md, \"Several domains per reserve\")";
     return;
   }
   for (uint32_t i = 0; i < (*ro)->lun_count(); i++) gated_.push_back((*ro)->lun(i));
@@ -542,43 +543,62 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   }
   std::shared_ptr<fs::Reserve> reserve = std::move(r.value());
   for (const auto& repair : reserve->repairs()) NASGW_LOG(kWarn, "node") << "label repaired" << Kv("what", repair);
-  fs::DomainOptions options = domain_options_;
-  options.log.tail = tail;
-  auto d = fs::Domain::Open(reserve, 0, options);
-  if (!d.ok()) {
+  DomainSet opened;
+  if (nasgw::Status s = OpenDomains(reserve, tail, &opened); !s.ok()) {
     // Kept frozen: this node owns the reserve, and what the mirror held is
     // needed by whoever opens the domain next (the next attempt here).
     // Kept owned: a domain that does not open must not be opened elsewhere
     // by accident either. The owner thread tries again (pending_open_); the
     // admin may also act (fsck --repair, takeover).
     state_ = ReserveState::kFailed;
-    pending_open_ = PendingOpen{reserve, tail, 0, 0};
-    OpenFailedLocked(d.status());
+    pending_open_ = PendingOpen{reserve, tail, std::move(opened), 0, 0};
+    OpenFailedLocked(s);
     return;
   }
-  FinishOpenLocked(std::move(reserve), std::move(d.value()), tail);
+  FinishOpenLocked(std::move(reserve), std::move(opened), tail);
 }
 
-void Node::FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, std::shared_ptr<fs::Domain> domain,
+nasgw::Status Node::OpenDomains(const std::shared_ptr<fs::Reserve>& reserve,
+                                const std::shared_ptr<const fs::LogTail>& tail, DomainSet* opened) const {
+  opened->resize(reserve->domains());
+  for (uint32_t id = 0; id < reserve->domains(); id++) {
+    if ((*opened)[id]) continue;
+    fs::DomainOptions options = domain_options_;
+    if (id == 0) options.log.tail = tail;  // the mirror's: of a reserve of one domain (OpenReserveLocked)
+    auto d = fs::Domain::Open(reserve, id, options);
+    if (!d.ok()) {
+      return reserve->domains() == 1
+                 ? d.status()
+                 : d.status().WithContext("domain " + std::to_string(id) + " of " + std::to_string(reserve->domains()));
+    }
+    (*opened)[id] = std::move(d.value());
+  }
+  return nasgw::Status();
+}
+
+void Node::FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet domains,
                             const std::shared_ptr<const fs::LogTail>& tail) {
   pending_open_.reset();
   if (mirror_server_) {
     if (tail) {
       NASGW_LOG(kInfo, "node") << "the partner's mirror of the log taken" << Kv("held", tail->entries.size())
-                               << Kv("replayed", domain->LogStats().tail_replayed);
+                               << Kv("replayed", domains[0]->LogStats().tail_replayed);
     }
     mirror_server_->Drop(reserve_uuid_, 0);  // on the array now; frozen while this node serves the domain
   }
-  // Completes an AddLun that labelled the LUN but stopped before the domain
-  // took its groups; nothing to do otherwise.
-  auto grew = domain->Grow();
-  if (!grew.ok()) {
-    NASGW_LOG(kWarn, "node") << "grow at open failed" << Kv("error", grew.status().ToString());
-  } else if (*grew > 0) {
-    NASGW_LOG(kInfo, "node") << "domain took the groups of an interrupted LUN add" << Kv("bytes", *grew);
+  // Completes an AddLun that labelled the LUN but stopped before the
+  // domains took their groups; nothing to do otherwise.
+  for (size_t id = 0; id < domains.size(); id++) {
+    auto grew = domains[id]->Grow();
+    if (!grew.ok()) {
+      NASGW_LOG(kWarn, "node") << "grow at open failed" << Kv("domain", id) << Kv("error", grew.status().ToString());
+    } else if (*grew > 0) {
+      NASGW_LOG(kInfo, "node") << "domain took the groups of an interrupted LUN add" << Kv("domain", id)
+                               << Kv("bytes", *grew);
+    }
   }
   reserve_ = std::move(reserve);
-  domain_ = std::move(domain);
+  domains_ = std::make_shared<const DomainSet>(std::move(domains));
   write_verifier_ = NewWriteVerifier();
   state_ = ReserveState::kOnline;
   reason_.clear();
@@ -606,26 +626,25 @@ bool Node::RetryOpenIfDue() {
     p = *pending_open_;
     lease = owner_->lease();
   }
-  fs::DomainOptions options = domain_options_;
-  options.log.tail = p.tail;
-  auto d = fs::Domain::Open(p.reserve, 0, options);
-  std::shared_ptr<fs::Domain> discard;  // closed after the lock is given up
+  nasgw::Status s = OpenDomains(p.reserve, p.tail, &p.opened);
+  DomainSet discard;  // closed after the lock is given up
   WriterLock lock(mu_);
   if (!pending_open_ || pending_open_->reserve != p.reserve || state_ != ReserveState::kFailed || !owner_ ||
       owner_->lease() != lease) {
-    if (d.ok()) discard = std::move(d.value());
+    discard = std::move(p.opened);  // (also those of the pending opening: only it could have opened them)
     return false;
   }
-  if (d.ok()) {
+  if (s.ok()) {
     if (nasgw::Status held = lease->Check(); !held.ok()) {
-      discard = std::move(d.value());  // lost meanwhile: the owner loop fences the node at its next round
+      discard = std::move(p.opened);  // lost meanwhile: the owner loop fences the node at its next round
       return false;
     }
-    NASGW_LOG(kWarn, "node") << "the domain opened on a later attempt; serving" << Kv("attempts", p.attempts + 1);
-    FinishOpenLocked(std::move(p.reserve), std::move(d.value()), p.tail);
+    NASGW_LOG(kWarn, "node") << "the domains opened on a later attempt; serving" << Kv("attempts", p.attempts + 1);
+    FinishOpenLocked(std::move(p.reserve), std::move(p.opened), p.tail);
     return true;
   }
-  OpenFailedLocked(d.status());
+  pending_open_->opened = std::move(p.opened);  // those that did open stay open
+  OpenFailedLocked(s);
   return false;
 }
 
@@ -635,7 +654,9 @@ void Node::OpenFailedLocked(const nasgw::Status& why) {
   const uint64_t backoff_ms =
       std::min<uint64_t>(kOpenRetryMaxMs, kOpenRetryMinMs << std::min<uint32_t>(pending.attempts - 1, 5));
   pending.next_try_mono_ns = MonotonicNanos() + backoff_ms * kNanosPerMilli;
-  reason_ = why.WithContext("open domain 0 of reserve '" + pending.reserve->name() + "'").ToString() +
+  reason_ = why.WithContext((pending.reserve->domains() == 1 ? "open domain 0" : "open the domains") +
+                            (" of reserve '" + pending.reserve->name() + "'"))
+                .ToString() +
             (pending.attempts == 1 ? "" : "; tried " + std::to_string(pending.attempts) + " times") + "; trying again";
   NASGW_LOG(kError, "node") << "the domain did not open; owning the reserve, trying again"
                             << Kv("attempts", pending.attempts) << Kv("next_in_ms", backoff_ms)
@@ -840,16 +861,16 @@ void Node::SendCatalog(uint64_t seq) {
     MutexLock lock(cluster_mu_);
     catalog_.reset();
   }
-  std::shared_ptr<fs::Domain> d = domain();
-  if (!d) return;
+  auto all = OnlineDomains();
+  if (!all.ok()) return;
   cluster::Catalog cat;
   cat.from = identity_.id;
   {
     ReaderLock lock(mu_);
     cat.reserve = reserve_uuid_;
   }
-  auto exports = d->ListExports();
-  auto shares = d->ListShares();
+  auto exports = ExportsOf(**all);
+  auto shares = SharesOf(**all);
   if (!exports.ok() || !shares.ok()) return;  // the domain's own errors are reported where they are used
   cat.exports = std::move(*exports);
   cat.shares = std::move(*shares);
@@ -1462,9 +1483,10 @@ void Node::MirrorLoop() {
   const std::string& peer = config_.cluster_mirror_peer;
   // The opening of the domain a stream is for: its write verifier, drawn
   // anew at every opening. The loop holds no reference to the domain (its
-  // end must happen where the node closes it); it acts on domain_ under mu_.
+  // end must happen where the node closes it); it acts on domains_ under
+  // mu_. A reserve split into domains has no mirror (OpenReserveLocked).
   auto serving = [this](uint64_t verifier) REQUIRES_SHARED(mu_) {
-    return state_ == ReserveState::kOnline && domain_ && write_verifier_ == verifier;
+    return state_ == ReserveState::kOnline && domains_ && domains_->size() == 1 && write_verifier_ == verifier;
   };
   MutexLock lock(mirror_mu_);
   while (!mirror_stop_) {
@@ -1473,7 +1495,7 @@ void Node::MirrorLoop() {
     {
       lock.Unlock();
       ReaderLock node_lock(mu_);
-      if (state_ == ReserveState::kOnline && domain_) verifier = write_verifier_;
+      if (serving(write_verifier_)) verifier = write_verifier_;
       reserve = reserve_uuid_;
       // A node that does not serve the domain holds the owner's stream
       // (under mu_: a takeover freezes it under mu_ too). One that failed
@@ -1508,7 +1530,7 @@ void Node::MirrorLoop() {
     lock.Unlock();
     {
       ReaderLock node_lock(mu_);
-      if (serving(verifier)) start = domain_->AttachLogMirror(stream);
+      if (serving(verifier)) start = (*domains_)[0]->AttachLogMirror(stream);
     }
     lock.Lock();
     if (!start.ok()) {
@@ -1553,7 +1575,7 @@ void Node::MirrorLoop() {
     {
       // A domain that closed lets its log's mirror go as it ends.
       ReaderLock node_lock(mu_);
-      if (serving(verifier)) domain_->DetachLogMirror(stream.get());
+      if (serving(verifier)) (*domains_)[0]->DetachLogMirror(stream.get());
     }
     stream->Close();
     stream.reset();
@@ -1685,7 +1707,8 @@ void Node::OwnerLoop() {
     // Destroyed after the node's lock is given up: closing waits for I/O in
     // flight, which on a dead SAN path takes the I/O timeout, and the state
     // must say fenced (to admins and to the partner's heartbeats) at once.
-    std::shared_ptr<fs::Domain> old_domain;
+    std::shared_ptr<const DomainSet> old_domains;
+    DomainSet old_pending;
     std::shared_ptr<fs::Reserve> old_reserve;
     std::unique_ptr<fs::Ownership> old_owner;
     // A node that does not own the reserve watches its owner record. Read
@@ -1710,7 +1733,7 @@ void Node::OwnerLoop() {
       if (lost && state_ == ReserveState::kOnline) {
         // Heads in flight keep the domain object until they finish; every
         // write they make fails at the closed gate. Nothing is flushed.
-        old_domain = std::move(domain_);
+        old_domains = std::move(domains_);
         old_reserve = std::move(reserve_);
         old_owner = std::move(owner_);
         state_ = ReserveState::kFenced;
@@ -1721,7 +1744,9 @@ void Node::OwnerLoop() {
                                   << Kv("reason", lost->ToString());
       }
       if (lost && state_ == ReserveState::kFailed && pending_open_) {
-        // Lost while its domain would not open: nothing was served.
+        // Lost while its domain would not open: nothing was served. Those
+        // that did open close outside the lock.
+        old_pending = std::move(pending_open_->opened);
         pending_open_.reset();
         old_owner = std::move(owner_);
         state_ = ReserveState::kFenced;
@@ -1735,7 +1760,7 @@ void Node::OwnerLoop() {
       // In a pair, a fenced node whose old domain is gone and that sees
       // another node renewing the reserve is that node's standby: it writes
       // nothing and may take over again when that one fails.
-      if (state_ == ReserveState::kFenced && config_.cluster_enabled && !old_domain && !owner_ &&
+      if (state_ == ReserveState::kFenced && config_.cluster_enabled && !old_domains && !owner_ &&
           watch_.view().held() && watch_.view().record->node_id != identity_.id && !watch_.Expired(MonotonicNanos())) {
         state_ = ReserveState::kStandby;
         reason_ = "fenced earlier; standing by for " + owner_text_;
@@ -1744,14 +1769,15 @@ void Node::OwnerLoop() {
     }
     // Fenced: this node's heads go to the partner from now on, not at the
     // next heartbeat (in between they would be told "not online").
-    if (old_domain) RouteHeadsByState();
+    if (old_domains) RouteHeadsByState();
     reopened = RetryOpenIfDue();
     if (reopened) {
       RouteHeadsByState();
       PublishExports().IgnoreError();  // logged; written again at the next change
       PublishShares().IgnoreError();
     }
-    old_domain.reset();
+    old_domains.reset();
+    old_pending.clear();
     old_reserve.reset();
     old_owner.reset();
     lock.Lock();
@@ -1841,15 +1867,18 @@ ReserveStatus Node::GetReserve() const {
   ReserveStatus r;
   r.state = state_;
   r.reason = reason_;
-  if (state_ == ReserveState::kOnline && reserve_ && domain_) {
+  if (state_ == ReserveState::kOnline && reserve_ && domains_) {
     r.name = reserve_->name();
     r.uuid = reserve_->uuid().ToString();
+    r.domains = reserve_->domains();
     r.ag_bytes = reserve_->ag_bytes();
     r.generation = reserve_->generation();
-    const fs::StatFs st = domain_->Statfs();
-    r.capacity_bytes = st.total_bytes;
-    r.free_bytes = st.free_bytes;
-    r.files = st.files;
+    for (const auto& d : *domains_) {
+      const fs::StatFs st = d->Statfs();
+      r.capacity_bytes += st.total_bytes;
+      r.free_bytes += st.free_bytes;
+      r.files += st.files;
+    }
     for (uint32_t i = 0; i < reserve_->lun_count(); i++) r.luns.push_back(LunStatusLocked(i, reserve_->lun(i)));
   } else {
     for (size_t i = 0; i < devices_.size(); i++) {
@@ -1871,9 +1900,9 @@ ReserveStatus Node::GetReserve() const {
   return r;
 }
 
-nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bool force) {
+nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bool force, uint32_t domains) {
   MutexLock admin(admin_mu_);
-  std::shared_ptr<fs::Domain> old_domain;
+  std::shared_ptr<const DomainSet> old_domains;
   std::shared_ptr<fs::Reserve> old_reserve;
   std::unique_ptr<fs::Ownership> old_owner;
   std::vector<std::shared_ptr<block::BlockDevice>> devices;
@@ -1892,26 +1921,26 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
                                "' is online on these LUNs; formatting destroys it and every volume on "
                                "it (force formats over it)");
     }
-    old_domain = std::move(domain_);
+    old_domains = std::move(domains_);
     old_reserve = std::move(reserve_);
     old_owner = std::move(owner_);
     pending_open_.reset();  // formatted over: the domain that would not open goes
     devices = devices_;
-    if (old_domain) {
+    if (old_domains) {
       state_ = ReserveState::kFailed;
       reason_ = "being formatted";
     }
   }
-  if (old_domain) {
-    // Heads in flight hold the domain; it must be closed before its LUNs are
-    // overwritten.
-    if (!WaitDrained(old_domain)) {
+  if (old_domains) {
+    // Heads in flight hold the domains; they must be closed before their
+    // LUNs are overwritten.
+    if (!WaitDrained(old_domains)) {
       WriterLock lock(mu_);
-      RestoreOnlineLocked(std::move(old_domain), std::move(old_reserve), std::move(old_owner));
+      RestoreOnlineLocked(std::move(old_domains), std::move(old_reserve), std::move(old_owner));
       return nasgw::Status::Busy("the domain is still in use by head requests; try again");
     }
     NASGW_LOG(kWarn, "node") << "closing the online domain to format over it" << Kv("reserve", old_reserve->name());
-    old_domain.reset();
+    old_domains.reset();
     old_reserve.reset();
   }
   // The old reserve is given up before its LUNs are relabelled; the new one
@@ -1923,9 +1952,10 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
   o.name = name;
   o.ag_bytes = ag_bytes == 0 ? fs::kAgBytesDefault : ag_bytes;
   o.force = force;
+  o.domains = domains == 0 ? 1 : domains;
   nasgw::Status failed;
   std::shared_ptr<fs::Reserve> reserve;
-  std::shared_ptr<fs::Domain> domain;
+  DomainSet created;
   std::unique_ptr<fs::Ownership> owner;
   auto gate = std::make_shared<block::WriteGate>();
   std::vector<std::shared_ptr<block::BlockDevice>> gated;
@@ -1938,25 +1968,32 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
     auto own =
         fs::Ownership::Acquire(gated, gate, reserve->uuid(), 0, identity_, ownership_options_, fs::AcquireMode::kNormal,
                                [this](const nasgw::Status& why) { OnOwnershipLost(why); });
-    if (own.ok()) owner = std::move(own.value());
-    auto d = own.ok() ? fs::Domain::Create(reserve, 0, domain_options_)
-                      : Result<std::unique_ptr<fs::Domain>>(own.status().WithContext("take ownership"));
-    if (!d.ok()) {
-      failed = d.status().WithContext("create domain");
+    if (own.ok()) {
+      owner = std::move(own.value());
     } else {
-      domain = std::move(d.value());
+      failed = own.status().WithContext("take ownership").WithContext("create domain");
+    }
+    for (uint32_t id = 0; failed.ok() && id < reserve->domains(); id++) {
+      auto d = fs::Domain::Create(reserve, id, domain_options_);
+      if (!d.ok()) {
+        failed = d.status().WithContext(reserve->domains() == 1 ? std::string("create domain")
+                                                                : "create domain " + std::to_string(id));
+      } else {
+        created.push_back(std::move(d.value()));
+      }
     }
   }
 
   {
     WriterLock lock(mu_);
     if (!failed.ok()) {
+      created.clear();
       owner.reset();
       // Whatever the LUNs hold now decides the state.
       OpenReserveLocked();
     } else {
       reserve_ = std::move(reserve);
-      domain_ = std::move(domain);
+      domains_ = std::make_shared<const DomainSet>(std::move(created));
       write_verifier_ = NewWriteVerifier();
       owner_ = std::move(owner);
       gate_ = gate;
@@ -1965,7 +2002,8 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
       owner_text_ = "this node";
       state_ = ReserveState::kOnline;
       reason_.clear();
-      NASGW_LOG(kInfo, "node") << "reserve formatted" << Kv("name", name) << Kv("luns", devices.size());
+      NASGW_LOG(kInfo, "node") << "reserve formatted" << Kv("name", name) << Kv("luns", devices.size())
+                               << Kv("domains", domains_->size());
     }
   }
   // The reserve came online (a new one without exports, or the old one
@@ -1979,7 +2017,7 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
   MutexLock admin(admin_mu_);
   const std::string shown = Redact(url);
   std::shared_ptr<fs::Reserve> reserve;
-  std::shared_ptr<fs::Domain> domain;
+  std::shared_ptr<const DomainSet> domains;
   std::shared_ptr<block::WriteGate> gate;
   fs::Ownership* owner = nullptr;
   {
@@ -1992,7 +2030,7 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
       if (Redact(u) == shown) return nasgw::Status::Exists("LUN " + shown + " is already in use by this node");
     }
     reserve = reserve_;
-    domain = domain_;
+    domains = domains_;
     gate = gate_;
     owner = owner_.get();  // stays while admin_mu_ is held: only a loss (fenced) resets it, under mu_
   }
@@ -2028,75 +2066,163 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
       if (reserve->lun(i) == dev) index = i;
     }
   }
-  auto grew = domain->Grow();
-  if (!grew.ok()) {
-    // The LUN is a member; the domain takes its groups at the next open.
-    return grew.status().WithContext("LUN " + shown + " joined the reserve but the domain did not grow onto it");
+  uint64_t bytes = 0;
+  for (size_t id = 0; id < domains->size(); id++) {
+    auto grew = (*domains)[id]->Grow();
+    if (!grew.ok()) {
+      // The LUN is a member; the domain takes its groups at the next open.
+      return grew.status().WithContext(
+          "LUN " + shown + " joined the reserve but " +
+          (domains->size() == 1 ? std::string("the domain") : "domain " + std::to_string(id)) +
+          " did not grow onto it");
+    }
+    bytes += *grew;
   }
-  NASGW_LOG(kInfo, "node") << "LUN added" << Kv("lun", shown) << Kv("bytes", *grew);
+  NASGW_LOG(kInfo, "node") << "LUN added" << Kv("lun", shown) << Kv("bytes", bytes);
   ReaderLock lock(mu_);
   return LunStatusLocked(index, raw);
 }
 
-Result<std::shared_ptr<fs::Domain>> Node::OnlineDomain() const {
+Result<std::shared_ptr<const DomainSet>> Node::OnlineDomains() const {
   ReaderLock lock(mu_);
-  if (state_ != ReserveState::kOnline || !domain_) {
+  if (state_ != ReserveState::kOnline || !domains_) {
     return nasgw::Status::Unavailable(std::string("reserve is not online: ") + ReserveStateName(state_) + ": " +
                                       reason_);
   }
-  return domain_;
+  return domains_;
+}
+
+Result<std::shared_ptr<fs::Domain>> Node::DomainOfVolume(const std::string& name) const {
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  const DomainSet& domains = **all;
+  if (domains.size() == 1) return domains[0];  // its own call says NotFound
+  for (const auto& d : domains) {
+    auto v = d->FindVolume(name);
+    if (v.ok()) return d;
+    if (v.status().code() != Code::kNotFound) return v.status();
+  }
+  return nasgw::Status::NotFound("volume '" + name + "' does not exist");
+}
+
+Result<std::shared_ptr<fs::Domain>> Node::DomainOfExport(uint32_t id) const {
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  const DomainSet& domains = **all;
+  const auto count = static_cast<uint32_t>(domains.size());
+  for (uint32_t d = 0; d < count; d++) {
+    const fs::ExportIdRange ids = fs::ExportIds(d, count);
+    if (id >= ids.first && id <= ids.last) return domains[d];
+  }
+  return domains[0];  // no domain's: its own call says NotFound
+}
+
+Result<std::vector<fs::Export>> Node::ExportsOf(const DomainSet& domains) {
+  std::vector<fs::Export> all;
+  for (const auto& d : domains) {
+    auto e = d->ListExports();
+    if (!e.ok()) return e.status();
+    all.insert(all.end(), std::make_move_iterator(e->begin()), std::make_move_iterator(e->end()));
+  }
+  return all;  // by id: each domain's ids are above the previous one's (fs::ExportIds)
+}
+
+Result<std::vector<fs::Share>> Node::SharesOf(const DomainSet& domains) {
+  std::vector<fs::Share> all;
+  for (const auto& d : domains) {
+    auto sh = d->ListShares();
+    if (!sh.ok()) return sh.status();
+    all.insert(all.end(), std::make_move_iterator(sh->begin()), std::make_move_iterator(sh->end()));
+  }
+  if (domains.size() > 1) {
+    // As one domain lists them: by name, ignoring case.
+    auto lower = [](std::string n) {
+      for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return n;
+    };
+    std::stable_sort(all.begin(), all.end(),
+                     [&](const fs::Share& a, const fs::Share& b) { return lower(a.name) < lower(b.name); });
+  }
+  return all;
 }
 
 Result<std::vector<fs::VolumeInfo>> Node::ListVolumes() {
-  auto d = OnlineDomain();
-  if (!d.ok()) return d.status();
-  return (*d)->ListVolumes();
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  std::vector<fs::VolumeInfo> volumes;
+  for (const auto& d : **all) {
+    auto v = d->ListVolumes();
+    if (!v.ok()) return v.status();
+    volumes.insert(volumes.end(), v->begin(), v->end());
+  }
+  return volumes;
 }
 
 Result<fs::VolumeInfo> Node::GetVolume(const std::string& name) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(name);
   if (!d.ok()) return d.status();
   return (*d)->FindVolume(name);
 }
 
-Result<fs::VolumeInfo> Node::CreateVolume(const std::string& name, uint32_t record_bytes) {
-  auto d = OnlineDomain();
-  if (!d.ok()) return d.status();
-  return (*d)->CreateVolume(name, record_bytes);
+Result<fs::VolumeInfo> Node::CreateVolume(const std::string& name, uint32_t record_bytes,
+                                          std::optional<uint32_t> domain) {
+  MutexLock names(names_mu_);
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  const DomainSet& domains = **all;
+  if (domain && *domain >= domains.size()) {
+    return nasgw::Status::InvalidArgument(
+        "domain " + std::to_string(*domain) + " does not exist: reserve has " + std::to_string(domains.size()) +
+        " domain" + (domains.size() == 1 ? "" : "s") + " (0-" + std::to_string(domains.size() - 1) + ")");
+  }
+  if (domains.size() == 1) return domains[0]->CreateVolume(name, record_bytes);
+  uint64_t most_free = 0;
+  uint32_t into = 0;
+  for (uint32_t d = 0; d < domains.size(); d++) {
+    auto v = domains[d]->FindVolume(name);
+    if (v.ok()) return nasgw::Status::Exists("volume '" + name + "' exists");
+    if (v.status().code() != Code::kNotFound) return v.status();
+    const uint64_t free = domains[d]->Statfs().free_bytes;
+    if (d == 0 || free > most_free) {
+      most_free = free;
+      into = d;
+    }
+  }
+  return domains[domain.value_or(into)]->CreateVolume(name, record_bytes);
 }
 
 Result<fs::VolumeInfo> Node::SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(name);
   if (!d.ok()) return d.status();
   return (*d)->SetVolumeRecordBytes(name, record_bytes);
 }
 
 Result<fs::VolumeInfo> Node::SetVolumeWriteThrough(const std::string& name, bool on) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(name);
   if (!d.ok()) return d.status();
   return (*d)->SetVolumeWriteThrough(name, on);
 }
 
 Result<fs::VolumeInfo> Node::SetVolumeAtime(const std::string& name, fs::Atime atime) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(name);
   if (!d.ok()) return d.status();
   return (*d)->SetVolumeAtime(name, atime);
 }
 
 nasgw::Status Node::DeleteVolume(const std::string& name, bool force) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(name);
   if (!d.ok()) return d.status();
   return (*d)->DeleteVolume(name, force);
 }
 
 Result<std::vector<fs::SnapshotInfo>> Node::ListSnapshots(const std::string& volume) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(volume);
   if (!d.ok()) return d.status();
   return (*d)->ListSnapshots(volume);
 }
 
 Result<std::vector<fs::SnapshotInfo>> Node::ListSnapshotsOf(const std::string& volume) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(volume);
   if (!d.ok()) return d.status();
   auto v = (*d)->FindVolume(volume);
   if (!v.ok()) return v.status();
@@ -2104,51 +2230,66 @@ Result<std::vector<fs::SnapshotInfo>> Node::ListSnapshotsOf(const std::string& v
 }
 
 Result<fs::SnapshotInfo> Node::GetSnapshot(const std::string& volume, const std::string& name) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(volume);
   if (!d.ok()) return d.status();
   return (*d)->FindSnapshot(volume, name);
 }
 
 Result<fs::SnapshotInfo> Node::CreateSnapshot(const std::string& volume, const std::string& name) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(volume);
   if (!d.ok()) return d.status();
   return (*d)->CreateSnapshot(volume, name);
 }
 
 Result<fs::SnapshotInfo> Node::DeleteSnapshot(const std::string& volume, const std::string& name) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(volume);
   if (!d.ok()) return d.status();
   return (*d)->DeleteSnapshot(volume, name);
 }
 
 Result<fs::RollbackInfo> Node::RollbackSnapshot(const std::string& volume, const std::string& name) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(volume);
   if (!d.ok()) return d.status();
   return (*d)->RollbackSnapshot(volume, name);
 }
 
 Result<fs::VolumeInfo> Node::CloneSnapshot(const std::string& volume, const std::string& snapshot,
                                            const std::string& clone) {
-  auto d = OnlineDomain();
+  MutexLock names(names_mu_);
+  auto d = DomainOfVolume(volume);  // the clone shares the origin's data, so its domain
   if (!d.ok()) return d.status();
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  for (const auto& other : **all) {
+    if (other == *d) continue;  // its own call says Exists
+    auto taken = other->FindVolume(clone);
+    if (taken.ok()) return nasgw::Status::Exists("volume '" + clone + "' exists");
+    if (taken.status().code() != Code::kNotFound) return taken.status();
+  }
   return (*d)->CloneSnapshot(volume, snapshot, clone);
 }
 
 Result<fs::SnapshotSchedule> Node::AddSnapshotSchedule(const std::string& volume, const fs::SnapshotSchedule& s) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(volume);
   if (!d.ok()) return d.status();
   return (*d)->AddSnapshotSchedule(volume, s);
 }
 
 Result<std::vector<fs::SnapshotSchedule>> Node::ListSnapshotSchedules() {
-  auto d = OnlineDomain();
-  if (!d.ok()) return d.status();
-  return (*d)->ListSnapshotSchedules();
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  std::vector<fs::SnapshotSchedule> schedules;  // by volume id: each domain's ids are above the previous one's
+  for (const auto& d : **all) {
+    auto sc = d->ListSnapshotSchedules();
+    if (!sc.ok()) return sc.status();
+    schedules.insert(schedules.end(), sc->begin(), sc->end());
+  }
+  return schedules;
 }
 
 Result<fs::SnapshotSchedule> Node::RemoveSnapshotSchedule(const std::string& volume, const std::string& name) {
   MutexLock lock(schedule_mu_);  // after a run under way
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(volume);
   if (!d.ok()) return d.status();
   auto all = (*d)->ListSnapshotSchedules();
   if (!all.ok()) return all.status();
@@ -2173,19 +2314,19 @@ nasgw::Status Node::RunSnapshotSchedule(const std::string& volume, const std::st
 }
 
 nasgw::Status Node::MarkScheduleRun(const std::string& volume, const std::string& name, int64_t when) {
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(volume);
   if (!d.ok()) return d.status();
   return (*d)->MarkScheduleRun(volume, name, when);
 }
 
 Result<std::vector<fs::Export>> Node::ListExports() {
-  auto d = OnlineDomain();
-  if (!d.ok()) return d.status();
-  return (*d)->ListExports();
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  return ExportsOf(**all);
 }
 
 Result<fs::Export> Node::GetExport(uint32_t id) {
-  auto d = OnlineDomain();
+  auto d = DomainOfExport(id);
   if (!d.ok()) return d.status();
   return (*d)->GetExport(id);
 }
@@ -2193,9 +2334,14 @@ Result<fs::Export> Node::GetExport(uint32_t id) {
 Result<fs::Export> Node::FindExport(const std::string& pseudo) {
   auto p = NormalizeExportPath("pseudo path", pseudo);
   if (!p.ok()) return p.status();
-  auto d = OnlineDomain();
-  if (!d.ok()) return d.status();
-  return (*d)->FindExport(*p);
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  Result<fs::Export> e = nasgw::Status::NotFound("no export at '" + *p + "'");
+  for (const auto& d : **all) {
+    e = d->FindExport(*p);
+    if (e.status().code() != Code::kNotFound) break;
+  }
+  return e;
 }
 
 Result<fs::Export> Node::AddExport(const fs::Export& spec, std::string* publish_error) {
@@ -2204,8 +2350,19 @@ Result<fs::Export> Node::AddExport(const fs::Export& spec, std::string* publish_
   fs::Export normal = spec;
   NASGW_RETURN_IF_ERROR(NormalizeExport(&normal));
   MutexLock lock(exports_mu_);
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(normal.volume);
   if (!d.ok()) return d.status();
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  for (const auto& other : **all) {
+    if (other == *d) continue;  // its own call checks its pseudo paths
+    auto taken = other->FindExport(normal.pseudo);
+    if (taken.ok()) {
+      return nasgw::Status::Exists("pseudo path '" + normal.pseudo + "' is taken by export " +
+                                   std::to_string(taken->id));
+    }
+    if (taken.status().code() != Code::kNotFound) return taken.status();
+  }
   auto e = (*d)->AddExport(normal);
   if (!e.ok()) return e.status();
   NASGW_LOG(kInfo, "node") << "export added" << Kv("id", e->id) << Kv("volume", e->volume) << Kv("path", e->path)
@@ -2217,7 +2374,7 @@ Result<fs::Export> Node::AddExport(const fs::Export& spec, std::string* publish_
 
 Result<fs::Export> Node::RemoveExport(uint32_t id, std::string* publish_error) {
   MutexLock lock(exports_mu_);
-  auto d = OnlineDomain();
+  auto d = DomainOfExport(id);
   if (!d.ok()) return d.status();
   auto e = (*d)->RemoveExport(id);
   if (!e.ok()) return e.status();
@@ -2234,9 +2391,9 @@ nasgw::Status Node::PublishExports() {
 
 nasgw::Status Node::PublishExportsLocked() {
   if (config_.nfs_exports_file.empty()) return nasgw::Status();
-  std::shared_ptr<fs::Domain> d = domain();
-  if (!d) return nasgw::Status();  // not online: the file keeps what it last had
-  auto exports = d->ListExports();
+  auto all = OnlineDomains();
+  if (!all.ok()) return nasgw::Status();  // not online: the file keeps what it last had
+  auto exports = ExportsOf(**all);
   if (!exports.ok()) {
     NASGW_LOG(kError, "nfs") << "cannot read the exports; the exports file is left as it was"
                              << Kv("error", exports.status().ToString());
@@ -2246,23 +2403,40 @@ nasgw::Status Node::PublishExportsLocked() {
 }
 
 Result<std::vector<fs::Share>> Node::ListShares() {
-  auto d = OnlineDomain();
-  if (!d.ok()) return d.status();
-  return (*d)->ListShares();
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  return SharesOf(**all);
 }
 
 Result<fs::Share> Node::GetShare(const std::string& name) {
-  auto d = OnlineDomain();
-  if (!d.ok()) return d.status();
-  return (*d)->GetShare(name);
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  Result<fs::Share> sh = nasgw::Status::NotFound("no share named '" + name + "'");
+  for (const auto& d : **all) {
+    sh = d->GetShare(name);
+    if (sh.status().code() != Code::kNotFound) break;
+  }
+  return sh;
 }
 
 Result<fs::Share> Node::AddShare(const fs::Share& spec, std::string* publish_error) {
   fs::Share normal = spec;
   NASGW_RETURN_IF_ERROR(NormalizeShare(&normal));
   MutexLock lock(exports_mu_);
-  auto d = OnlineDomain();
+  auto d = DomainOfVolume(normal.volume);
   if (!d.ok()) return d.status();
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  for (const auto& other : **all) {
+    if (other == *d) continue;  // its own call checks its names
+    auto taken = other->GetShare(normal.name);
+    if (taken.ok()) {
+      return nasgw::Status::Exists(
+          "share name '" + normal.name + "' is taken" +
+          (taken->name != normal.name ? " (by '" + taken->name + "': names ignore case)" : ""));
+    }
+    if (taken.status().code() != Code::kNotFound) return taken.status();
+  }
   auto s = (*d)->AddShare(normal);
   if (!s.ok()) return s.status();
   NASGW_LOG(kInfo, "node") << "share added" << Kv("name", s->name) << Kv("volume", s->volume) << Kv("path", s->path);
@@ -2273,9 +2447,13 @@ Result<fs::Share> Node::AddShare(const fs::Share& spec, std::string* publish_err
 
 Result<fs::Share> Node::RemoveShare(const std::string& name, std::string* publish_error) {
   MutexLock lock(exports_mu_);
-  auto d = OnlineDomain();
-  if (!d.ok()) return d.status();
-  auto s = (*d)->RemoveShare(name);
+  auto all = OnlineDomains();
+  if (!all.ok()) return all.status();
+  std::shared_ptr<fs::Domain> d = (**all)[0];  // none holds it: its own call says NotFound
+  for (const auto& each : **all) {
+    if (each->GetShare(name).ok()) d = each;
+  }
+  auto s = d->RemoveShare(name);
   if (!s.ok()) return s.status();
   NASGW_LOG(kInfo, "node") << "share removed" << Kv("name", s->name);
   nasgw::Status p = PublishSharesLocked();
@@ -2290,9 +2468,9 @@ nasgw::Status Node::PublishShares() {
 
 nasgw::Status Node::PublishSharesLocked() {
   if (config_.smb_shares_file.empty()) return nasgw::Status();
-  std::shared_ptr<fs::Domain> d = domain();
-  if (!d) return nasgw::Status();  // not online: the file keeps what it last had
-  auto shares = d->ListShares();
+  auto all = OnlineDomains();
+  if (!all.ok()) return nasgw::Status();  // not online: the file keeps what it last had
+  auto shares = SharesOf(**all);
   if (!shares.ok()) {
     NASGW_LOG(kError, "smb") << "cannot read the shares; the shares file is left as it was"
                              << Kv("error", shares.status().ToString());
@@ -2304,20 +2482,20 @@ nasgw::Status Node::PublishSharesLocked() {
 
 std::shared_ptr<fs::Domain> Node::domain() const {
   ReaderLock lock(mu_);
-  return state_ == ReserveState::kOnline ? domain_ : nullptr;
+  return state_ == ReserveState::kOnline && domains_ ? (*domains_)[0] : nullptr;
 }
 
-std::shared_ptr<fs::Domain> Node::domain(uint64_t* write_verifier, std::shared_ptr<fs::Lease>* lease) const {
+std::shared_ptr<const DomainSet> Node::domains(uint64_t* write_verifier, std::shared_ptr<fs::Lease>* lease) const {
   ReaderLock lock(mu_);
-  const bool online = state_ == ReserveState::kOnline && domain_ != nullptr;
+  const bool online = state_ == ReserveState::kOnline && domains_ != nullptr;
   *write_verifier = online ? write_verifier_ : 0;
   if (lease != nullptr) *lease = online && owner_ ? owner_->lease() : nullptr;
-  return online ? domain_ : nullptr;
+  return online ? domains_ : nullptr;
 }
 
-void Node::RestoreOnlineLocked(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
+void Node::RestoreOnlineLocked(std::shared_ptr<const DomainSet> domains, std::shared_ptr<fs::Reserve> reserve,
                                std::unique_ptr<fs::Ownership> owner) {
-  domain_ = std::move(domain);
+  domains_ = std::move(domains);
   reserve_ = std::move(reserve);
   owner_ = std::move(owner);
   state_ = ReserveState::kOnline;
@@ -2331,22 +2509,28 @@ void Node::RestoreOnlineLocked(std::shared_ptr<fs::Domain> domain, std::shared_p
   if (gate_ && !gate_->is_open()) OnOwnershipLost(gate_->reason());
 }
 
-bool Node::WaitDrained(const std::shared_ptr<fs::Domain>& domain) const {
+bool Node::WaitDrained(const std::shared_ptr<const DomainSet>& domains) const {
+  // Heads hold the set, or a domain of it (a cache's flush, a session's end).
+  auto held = [&domains] {
+    if (!domains) return false;
+    if (domains.use_count() > 1) return true;
+    return std::any_of(domains->begin(), domains->end(), [](const auto& d) { return d.use_count() > 1; });
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_ms);
-  while (domain && domain.use_count() > 1 && std::chrono::steady_clock::now() < deadline) {
+  while (held() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // heads hold it; no event for their last release
   }
-  return !domain || domain.use_count() == 1;
+  return !held();
 }
 
-nasgw::Status Node::CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
+nasgw::Status Node::CloseAndRelease(std::shared_ptr<const DomainSet> domains, std::shared_ptr<fs::Reserve> reserve,
                                     std::unique_ptr<fs::Ownership> owner) {
   // Outside the node's lock: closing flushes. A head request still holding
-  // the domain keeps it open until it finishes; the reserve is released
-  // only once nothing can write to it any more (else it stays owned, and
-  // this node reclaims it at its next start).
-  const bool drained = WaitDrained(domain);
-  domain.reset();
+  // a domain keeps it open until it finishes; the reserve is released only
+  // once nothing can write to it any more (else it stays owned, and this
+  // node reclaims it at its next start).
+  const bool drained = WaitDrained(domains);
+  domains.reset();
   reserve.reset();
   nasgw::Status result;
   if (owner) {
@@ -2451,7 +2635,7 @@ nasgw::Status Node::GiveBack(bool partner_asked) {
     }
   }
   MutexLock admin(admin_mu_);
-  std::shared_ptr<fs::Domain> domain;
+  std::shared_ptr<const DomainSet> domains;
   std::shared_ptr<fs::Reserve> reserve;
   std::unique_ptr<fs::Ownership> owner;
   // Heads go to the partner before this node stops serving: a request that
@@ -2484,7 +2668,7 @@ nasgw::Status Node::GiveBack(bool partner_asked) {
       return nasgw::Status::FailedPrecondition(std::string("the reserve is not online here (") +
                                                ReserveStateName(state_) + ")");
     }
-    domain = std::move(domain_);
+    domains = std::move(domains_);
     reserve = std::move(reserve_);
     owner = std::move(owner_);
     state_ = ReserveState::kStandby;  // heads are refused from here on
@@ -2501,13 +2685,13 @@ nasgw::Status Node::GiveBack(bool partner_asked) {
   // The addresses and exports go first, so that the partner finds them free.
   ReconcileVips();  // standby now: the addresses go
   WithdrawExportsUnlessOnline(false);
-  if (!WaitDrained(domain)) {
+  if (!WaitDrained(domains)) {
     // Heads still hold the domain: it stays here, online, still owned and
     // renewed (the ownership was never given up); the next heartbeat puts
     // the addresses and exports back.
     {
       WriterLock lock(mu_);
-      RestoreOnlineLocked(std::move(domain), std::move(reserve), std::move(owner));
+      RestoreOnlineLocked(std::move(domains), std::move(reserve), std::move(owner));
     }
     {
       MutexLock lock(cluster_mu_);
@@ -2516,7 +2700,7 @@ nasgw::Status Node::GiveBack(bool partner_asked) {
     return nasgw::Status::Busy("head requests still hold the domain after " + std::to_string(config_.drain_ms) +
                                " ms; the reserve stays online on this node");
   }
-  nasgw::Status s = CloseAndRelease(std::move(domain), std::move(reserve), std::move(owner));
+  nasgw::Status s = CloseAndRelease(std::move(domains), std::move(reserve), std::move(owner));
   {
     WriterLock lock(mu_);
     ObserveOwnerLocked();
@@ -2616,7 +2800,7 @@ void Node::Shutdown() {
   owner_cv_.NotifyAll();
   if (owner_thread_.joinable()) owner_thread_.join();
   MutexLock admin(admin_mu_);
-  std::shared_ptr<fs::Domain> domain;
+  std::shared_ptr<const DomainSet> domains;
   std::shared_ptr<fs::Reserve> reserve;
   std::unique_ptr<fs::Ownership> owner;
   std::vector<std::shared_ptr<block::BlockDevice>> devices;
@@ -2624,7 +2808,7 @@ void Node::Shutdown() {
     WriterLock lock(mu_);
     if (state_ == ReserveState::kFailed && reason_ == "shut down") return;
     pending_open_.reset();
-    domain = std::move(domain_);
+    domains = std::move(domains_);
     reserve = std::move(reserve_);
     owner = std::move(owner_);
     gated_.clear();
@@ -2634,7 +2818,7 @@ void Node::Shutdown() {
     state_ = ReserveState::kFailed;
     reason_ = "shut down";
   }
-  CloseAndRelease(std::move(domain), std::move(reserve), std::move(owner)).IgnoreError();  // logged
+  CloseAndRelease(std::move(domains), std::move(reserve), std::move(owner)).IgnoreError();  // logged
   devices.clear();
   if (state_lock_fd_ >= 0) {
     ::close(state_lock_fd_);

@@ -1,6 +1,15 @@
 // Node: nasgwd's composition root. It owns the reserve's LUNs, the reserve,
-// and its domain, and is what the head server, the admin service and the
+// and its domains, and is what the head server, the admin service and the
 // metrics endpoint all act on.
+//
+// A reserve split into several domains at format (fs/reserve.h, "Domains")
+// is served whole by the node that owns it: it opens every domain, heads
+// reach a volume's domain by its id (fs::VolumeDomain), and the admin's
+// calls find a volume, an export or a share in whichever domain holds it.
+// Names (of volumes, shares, export pseudo paths) are unique across the
+// domains. The reserve's ownership is one (the reservation on every LUN and
+// the owner record of domain 0: docs/cluster.md, "Several domains per
+// reserve"), and so is the write verifier: a head sees one node.
 //
 // A node starts even when its LUNs carry no reserve yet (state kUnformatted:
 // the admin formats it) or a reserve it cannot open (state kFailed, with the
@@ -70,6 +79,7 @@ struct ReserveStatus {
   std::string reason;  // why kFailed / kUnformatted
   std::string name;
   std::string uuid;
+  uint32_t domains = 0;  // online: the domains it is split into (1: not split)
   uint64_t ag_bytes = 0;
   uint64_t capacity_bytes = 0;  // data allocation groups, all LUNs
   uint64_t free_bytes = 0;
@@ -176,6 +186,11 @@ struct ClusterStatus {
   std::vector<ClusterEvent> last_takeover;  // its timeline
 };
 
+// The domains of the reserve a node serves, by id (index d is domain d).
+// Never changed once made: a head request holds the whole set, and a new
+// opening makes a new one.
+using DomainSet = std::vector<std::shared_ptr<fs::Domain>>;
+
 // Opens one LUN by URL (the real one: IscsiDevice). Tests inject MemDevices.
 using LunOpener = std::function<Result<std::shared_ptr<block::BlockDevice>>(const std::string& url)>;
 
@@ -201,14 +216,15 @@ class Node {
 
   // ---- reserve
   ReserveStatus GetReserve() const;
-  // Labels the node's LUNs as a new reserve and creates its domain.
+  // Labels the node's LUNs as a new reserve split into `domains` domains
+  // (fs::ReserveOptions::domains; 0 means 1) and creates them.
   // `ag_bytes` 0 means fs::kAgBytesDefault. Refused with FailedPrecondition
   // when the reserve is online, and with Exists when a
   // LUN carries another label, unless `force`: then the online domain is
   // closed first (Busy if heads still hold it after the drain time) and any
   // LUN content is overwritten. On failure the state is read again from the
   // LUNs.
-  nasgw::Status FormatReserve(const std::string& name, uint64_t ag_bytes, bool force);
+  nasgw::Status FormatReserve(const std::string& name, uint64_t ag_bytes, bool force, uint32_t domains = 1);
   // Opens the LUN at `url` (the configured CHAP credentials are added when
   // the URL has none), adds it to the reserve and grows the domain onto it.
   // Remembered in <state_dir>/luns (written before the add, removed again if
@@ -216,10 +232,15 @@ class Node {
   // carries no label at start (a crash between the two) is left out.
   Result<LunStatus> AddLun(const std::string& url, bool force);
 
-  // ---- volumes (Unavailable unless the reserve is online)
+  // ---- volumes (Unavailable unless the reserve is online). Every domain's,
+  // in domain order; by name in whichever domain holds it.
   Result<std::vector<fs::VolumeInfo>> ListVolumes();
   Result<fs::VolumeInfo> GetVolume(const std::string& name);
-  Result<fs::VolumeInfo> CreateVolume(const std::string& name, uint32_t record_bytes);
+  // In domain `domain` (InvalidArgument past the reserve's domains); unset:
+  // the domain with the most free space (the lowest id among equals). Exists
+  // when any domain has a volume of that name.
+  Result<fs::VolumeInfo> CreateVolume(const std::string& name, uint32_t record_bytes,
+                                      std::optional<uint32_t> domain = std::nullopt);
   Result<fs::VolumeInfo> SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes);
   Result<fs::VolumeInfo> SetVolumeWriteThrough(const std::string& name, bool on);
   Result<fs::VolumeInfo> SetVolumeAtime(const std::string& name, fs::Atime atime);
@@ -288,16 +309,17 @@ class Node {
   // or the reserve is not online.
   nasgw::Status PublishShares();
 
-  // The domain heads act on; null unless online. Shared so a head request in
-  // flight keeps it alive through a concurrent Shutdown.
+  // Domain 0, null unless online. Shared so a head request in flight keeps
+  // it alive through a concurrent Shutdown.
   std::shared_ptr<fs::Domain> domain() const;
-  // The same, with the write verifier of this opening of the domain: a
-  // random value (never 0) drawn every time the node opens or creates the
-  // domain, so it changes whenever data heads wrote unstable may have been
-  // lost (a restart, a crash, a takeover); 0 unless online. The head
-  // service puts it in WRITE, FSYNC and HELLO replies.
-  // `lease`, when given, gets the owner's lease (null unless online).
-  std::shared_ptr<fs::Domain> domain(uint64_t* write_verifier, std::shared_ptr<fs::Lease>* lease = nullptr) const;
+  // Every domain heads act on (null unless online), with the write verifier
+  // of this opening of them: a random value (never 0) drawn every time the
+  // node opens or creates them, so it changes whenever data heads wrote
+  // unstable may have been lost (a restart, a crash, a takeover); 0 unless
+  // online. One for all the domains: a head sees one node. The head service
+  // puts it in WRITE, FSYNC and HELLO replies. `lease`, when given, gets the
+  // owner's lease (null unless online).
+  std::shared_ptr<const DomainSet> domains(uint64_t* write_verifier, std::shared_ptr<fs::Lease>* lease) const;
 
   // Flushes and closes the domain and the reserve, and closes the LUNs. The
   // state then reads kFailed, "shut down". Idempotent.
@@ -357,9 +379,13 @@ class Node {
   // first: this node's own (frozen: no more answers to the owner) or, when
   // this node was not fed the owner's stream, the partner's (FetchMirror).
   void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal) REQUIRES(mu_);
-  // The end of an opening whose domain opened: the mirror copy dropped, an
+  // Opens the domains of `reserve` that `opened` lacks (all at first), into
+  // it; the first failure, naming the domain.
+  nasgw::Status OpenDomains(const std::shared_ptr<fs::Reserve>& reserve, const std::shared_ptr<const fs::LogTail>& tail,
+                            DomainSet* opened) const;
+  // The end of an opening whose domains opened: the mirror copy dropped, an
   // interrupted LUN add completed, the node online.
-  void FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, std::shared_ptr<fs::Domain> domain,
+  void FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet domains,
                         const std::shared_ptr<const fs::LogTail>& tail) REQUIRES(mu_);
   // Opens the domain again after a failed opening (pending_open_), once
   // due, from the owner thread (takes admin_mu_, then mu_ only around the
@@ -374,19 +400,27 @@ class Node {
   // LUN status for member `index` of the reserve (or device position when
   // not online).
   LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& lun) const REQUIRES_SHARED(mu_);
-  Result<std::shared_ptr<fs::Domain>> OnlineDomain() const;
+  // The online domains (Unavailable, saying why, unless online); the one
+  // holding volume `name` (NotFound when none does); the one whose export
+  // ids hold `id`.
+  Result<std::shared_ptr<const DomainSet>> OnlineDomains() const;
+  Result<std::shared_ptr<fs::Domain>> DomainOfVolume(const std::string& name) const;
+  Result<std::shared_ptr<fs::Domain>> DomainOfExport(uint32_t id) const;
+  // Every domain's exports or shares, in domain order.
+  static Result<std::vector<fs::Export>> ExportsOf(const DomainSet& domains);
+  static Result<std::vector<fs::Share>> SharesOf(const DomainSet& domains);
   nasgw::Status PublishExportsLocked() REQUIRES(exports_mu_);
   nasgw::Status PublishSharesLocked() REQUIRES(exports_mu_);
   // Called by the gate when ownership is lost (any thread, must not block).
   void OnOwnershipLost(const nasgw::Status& why);
-  // Waits for heads to let go of `domain` (at most drain_ms), closes it and
-  // releases the reserve (Busy, and kept, if they did not).
-  bool WaitDrained(const std::shared_ptr<fs::Domain>& domain) const;
-  // Puts back a domain that was being closed but that heads still hold (the
+  // Waits for heads to let go of `domains` (at most drain_ms), closes them
+  // and releases the reserve (Busy, and kept, if they did not).
+  bool WaitDrained(const std::shared_ptr<const DomainSet>& domains) const;
+  // Puts back domains that were being closed but that heads still hold (the
   // ownership was never given up): online again, as before.
-  void RestoreOnlineLocked(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
+  void RestoreOnlineLocked(std::shared_ptr<const DomainSet> domains, std::shared_ptr<fs::Reserve> reserve,
                            std::unique_ptr<fs::Ownership> owner) REQUIRES(mu_);
-  nasgw::Status CloseAndRelease(std::shared_ptr<fs::Domain> domain, std::shared_ptr<fs::Reserve> reserve,
+  nasgw::Status CloseAndRelease(std::shared_ptr<const DomainSet> domains, std::shared_ptr<fs::Reserve> reserve,
                                 std::unique_ptr<fs::Ownership> owner);
   // The owner thread: turns a loss into kFenced, watches the holder while
   // standby or fenced.
@@ -425,13 +459,16 @@ class Node {
   // A schedule's run (a cache flush, a snapshot, deletions) or removal, one
   // at a time.
   Mutex schedule_mu_ ACQUIRED_BEFORE(mu_);
+  // Volume creations and clones, one at a time, so that a name is found
+  // free in every domain and taken in one.
+  Mutex names_mu_ ACQUIRED_AFTER(exports_mu_, schedule_mu_) ACQUIRED_BEFORE(mu_);
   mutable SharedMutex mu_;
   std::vector<std::string> added_urls_ GUARDED_BY(admin_mu_);  // <state_dir>/luns, as given
   std::vector<std::string> urls_ GUARDED_BY(mu_);              // configured + added, as opened (may hold secrets)
   std::vector<std::shared_ptr<block::BlockDevice>> devices_ GUARDED_BY(mu_);  // same order as urls_
   std::shared_ptr<fs::Reserve> reserve_ GUARDED_BY(mu_);
-  std::shared_ptr<fs::Domain> domain_ GUARDED_BY(mu_);
-  uint64_t write_verifier_ GUARDED_BY(mu_) = 0;  // drawn with every domain_ opened or created
+  std::shared_ptr<const DomainSet> domains_ GUARDED_BY(mu_);  // online: every domain of reserve_
+  uint64_t write_verifier_ GUARDED_BY(mu_) = 0;               // drawn with every domains_ opened or created
   ReserveState state_ GUARDED_BY(mu_) = ReserveState::kUnformatted;
   std::string reason_ GUARDED_BY(mu_);
 
@@ -460,9 +497,12 @@ class Node {
   // reserve, so it alone may open the domain, and it alone holds what the
   // old owner acknowledged from the mirror). A pair would otherwise stand
   // with nobody serving: the partner sees this node alive and owning.
+  // The domains that did open are kept open meanwhile (each replayed its
+  // log: never opened twice), and only the others are tried again.
   struct PendingOpen {
     std::shared_ptr<fs::Reserve> reserve;
     std::shared_ptr<const fs::LogTail> tail;
+    DomainSet opened;  // by id; null: not open yet
     uint64_t next_try_mono_ns = 0;
     uint32_t attempts = 0;  // failed so far
   };

@@ -305,29 +305,39 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
                   {{"volume", v.name}}, static_cast<double>(v.snapshot_bytes));
         }
       }
-      if (auto d = node->domain()) {
+      // Each domain has its own intent log: labelled by domain when the
+      // reserve is split into several.
+      uint64_t verifier = 0;
+      auto domains = node->domains(&verifier, nullptr);
+      for (size_t id = 0; domains && id < domains->size(); id++) {
+        const std::shared_ptr<fs::Domain>& d = (*domains)[id];
+        const Labels dl = domains->size() == 1 ? Labels{} : Labels{{"domain", std::to_string(id)}};
+        auto with = [&dl](Labels l) {
+          l.insert(l.begin(), dl.begin(), dl.end());
+          return l;
+        };
         const fs::IntentLogStats ls = d->LogStats();
-        s.Gauge("nasgw_log_capacity_bytes", "Size of the intent log's ring.", {},
+        s.Gauge("nasgw_log_capacity_bytes", "Size of the intent log's ring.", dl,
                 static_cast<double>(ls.capacity_bytes));
-        s.Gauge("nasgw_log_used_bytes", "Intent log bytes from the checkpoint to the head, plus reserved.", {},
+        s.Gauge("nasgw_log_used_bytes", "Intent log bytes from the checkpoint to the head, plus reserved.", dl,
                 static_cast<double>(ls.used_bytes + ls.reserved_bytes));
-        s.Counter("nasgw_log_records_total", "Intent log records written (one array write each: a commit group).", {},
+        s.Counter("nasgw_log_records_total", "Intent log records written (one array write each: a commit group).", dl,
                   ls.records);
-        s.Counter("nasgw_log_entries_total", "Changes written to the intent log.", {}, ls.entries);
-        s.Counter("nasgw_log_bytes_total", "Bytes written to the intent log.", {}, ls.bytes_written);
-        s.Counter("nasgw_log_checkpoints_total", "Intent log checkpoints (transaction groups synced).", {},
+        s.Counter("nasgw_log_entries_total", "Changes written to the intent log.", dl, ls.entries);
+        s.Counter("nasgw_log_bytes_total", "Bytes written to the intent log.", dl, ls.bytes_written);
+        s.Counter("nasgw_log_checkpoints_total", "Intent log checkpoints (transaction groups synced).", dl,
                   ls.checkpoints);
-        s.Counter("nasgw_log_reserve_waits_total", "Changes that waited for intent log space.", {}, ls.reserve_waits);
-        s.Gauge("nasgw_log_group_entries_mean", "Changes per intent log record (group commit size), since start.", {},
+        s.Counter("nasgw_log_reserve_waits_total", "Changes that waited for intent log space.", dl, ls.reserve_waits);
+        s.Gauge("nasgw_log_group_entries_mean", "Changes per intent log record (group commit size), since start.", dl,
                 ls.group_entries.Mean());
         for (const auto& [q, v] : {std::pair<const char*, double>{"0.5", 0.5}, {"0.99", 0.99}}) {
           s.Gauge("nasgw_log_write_latency_seconds", "Intent log record write latency quantiles since start.",
-                  {{"quantile", q}}, static_cast<double>(ls.write_ns.Percentile(v)) / 1e9);
+                  with({{"quantile", q}}), static_cast<double>(ls.write_ns.Percentile(v)) / 1e9);
         }
         s.Gauge("nasgw_log_write_recent_seconds",
-                "Intent log record write time lately (moving average over about four records).", {},
+                "Intent log record write time lately (moving average over about four records).", dl,
                 static_cast<double>(ls.recent_write_ns) / 1e9);
-        s.Counter("nasgw_txg_total", "Transaction groups synced (the domain record's counter).", {}, d->txg());
+        s.Counter("nasgw_txg_total", "Transaction groups synced (the domain record's counter).", dl, d->txg());
       }
     }
   });
