@@ -298,7 +298,8 @@ void MirrorServer::Stream(int fd, const MirrorHello& h) {
         if (!d.ok() || (last != 0 && lsn != last + 1) || (last == 0 && lsn != h.first_lsn)) {
           why = "entry out of order";
           refused = true;
-        } else if (s->bytes + entry.size() > kMirrorBytesMax) {
+        } else if (s->bytes + entry.size() > kMirrorBytesMax ||
+                   HeldBytesLocked() + entry.size() > kMirrorTotalBytesMax) {
           why = "the partner's mirror is full";
           refused = true;
         } else {
@@ -379,6 +380,12 @@ std::vector<MirrorServer::Held> MirrorServer::held() const {
 bool MirrorServer::WaitHeld(const std::function<bool(const std::vector<Held>&)>& until, uint32_t ms) const {
   MutexLock l(mu_);
   return cv_.WaitFor(mu_, std::chrono::milliseconds(ms), [&]() REQUIRES(mu_) { return until(HeldLocked()); });
+}
+
+uint64_t MirrorServer::HeldBytesLocked() const {
+  uint64_t n = 0;
+  for (const auto& [key, s] : stores_) n += s->bytes;
+  return n;
 }
 
 std::vector<MirrorServer::Held> MirrorServer::HeldLocked() const {

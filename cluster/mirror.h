@@ -49,8 +49,11 @@ namespace nasgw::cluster {
 
 // The most one partner holds of one domain, and the most an owner queues
 // for the partner: past it the stream is given up (answers wait for the
-// array again) and started anew.
+// array again) and started anew. A partner holds at most
+// kMirrorTotalBytesMax of all the domains it mirrors (a reserve split into
+// several: fs/reserve.h, "Domains"), the same way.
 constexpr uint64_t kMirrorBytesMax = 256ull << 20;
+constexpr uint64_t kMirrorTotalBytesMax = 2 * kMirrorBytesMax;
 constexpr uint32_t kMirrorConnectTimeoutMs = 1'000;
 // A partner that takes nothing for this long (hung) loses the stream.
 constexpr uint32_t kMirrorSendTimeoutMs = 2'000;
@@ -76,10 +79,10 @@ class MirrorServer {
     bool connected = false, frozen = false;
   };
   // Listens on `listen` ("host:port"); only `peer`'s host may connect. It
-  // serves at most kConnectionsMax connections (the partner has one stream
-  // and at most a fetch); one that sends no hello within
-  // `hello_timeout_ms` is closed.
-  static constexpr int kConnectionsMax = 4;
+  // serves at most kConnectionsMax connections (the partner has a stream
+  // per domain, at most fs::kReserveDomainsMax, and a fetch at a time);
+  // one that sends no hello within `hello_timeout_ms` is closed.
+  static constexpr int kConnectionsMax = 32;
   static Result<std::unique_ptr<MirrorServer>> Start(const std::string& listen, const std::string& peer,
                                                      uint32_t hello_timeout_ms = 10'000);
   ~MirrorServer();
@@ -117,6 +120,7 @@ class MirrorServer {
   void Stream(int fd, const MirrorHello& hello);
   Store* StoreLocked(const Uuid& reserve, uint32_t domain) REQUIRES(mu_);
   std::vector<Held> HeldLocked() const REQUIRES(mu_);
+  uint64_t HeldBytesLocked() const REQUIRES(mu_);  // of every domain
 
   int listen_fd_ = -1;
   uint16_t port_ = 0;

@@ -35,6 +35,10 @@
 
 namespace nasgw::daemon {
 
+// The partner takes a stream per domain and a fetch or two (MirrorLoop,
+// OpenReserveLocked).
+static_assert(cluster::MirrorServer::kConnectionsMax >= static_cast<int>(fs::kReserveDomainsMax) + 2);
+
 // The heartbeat's state byte is ReserveState's number (cluster/message.h).
 static_assert(static_cast<uint8_t>(ReserveState::kOnline) == cluster::kStateOnline);
 static_assert(static_cast<uint8_t>(ReserveState::kStandby) == cluster::kStateStandby);
@@ -328,7 +332,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   lock.Unlock();
   admin.Unlock();
   node->owner_thread_ = std::thread([n = node.get()] { n->OwnerLoop(); });
-  if (node->mirror_server_) node->mirror_thread_ = std::thread([n = node.get()] { n->MirrorLoop(); });
+  if (node->mirror_server_) node->MirrorDomains(1);
   if (config.cluster_enabled) {
     node->interconnect_ = interconnect ? std::move(interconnect)
                                        : cluster::NewCorosyncInterconnect(config.cluster_group, /*retry_ms=*/1000);
@@ -461,45 +465,41 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
     reason_ = ro.status().WithContext("open reserve").ToString();
     return;
   }
-  if ((*ro)->domains() > 1 && mirror_server_) {
-    // The cache mirror streams one domain's log (cluster/mirror.h carries a
-    // domain id, but the node keeps one stream): serving the others without
-    // their mirror would answer writes the partner does not hold.
-    gate_->Close(nasgw::Status::FailedPrecondition("reserve not opened"));
-    state_ = ReserveState::kFailed;
-    reason_ = "reserve '" + (*ro)->name() + "' is split into " + std::to_string((*ro)->domains()) +
-              " domains; the cache mirror ([cluster] mirror_listen, mirror_peer) serves reserves of one domain so far "
-              "(docs/cluster.md, \"Several domains per reserve\")";
-    return;
-  }
+  const uint32_t domain_count = (*ro)->domains();
+  if (mirror_server_) MirrorDomains(domain_count);  // each domain's stream, taken or given
   for (uint32_t i = 0; i < (*ro)->lun_count(); i++) gated_.push_back((*ro)->lun(i));
   reserve_uuid_ = (*ro)->uuid();
-  // What the partner's memory holds of the domain's log (brief decision 5):
-  // entries this node's partner answered that the array may lack. A
-  // standby takes what it holds, and stops taking the owner's stream first,
-  // before it fences the owner (so that nothing more is answered from it);
-  // a node starting asks the partner.
-  std::shared_ptr<const fs::LogTail> tail;
-  cluster::MirrorServer::Frozen frozen;
-  if (mirror_server_) frozen = mirror_server_->Freeze(reserve_uuid_, 0);
-  tail = frozen.tail;
-  if (mirror_server_ && !frozen.streamed && mode == fs::AcquireMode::kNormal) {
-    // Not this node's stream: the partner may hold this node's own answers
-    // (a restart), or this node's copy was never fed (a takeover back).
-    // Not when this opening fences the partner (a takeover): all it can
-    // hold is this node's log of an earlier opening, which its own opening
-    // replayed onto the array; and a hung partner would hold the takeover
-    // for the fetch's whole timeout (the lab's hang took 10 s longer).
-    auto f = cluster::FetchMirror(config_.cluster_mirror_peer, reserve_uuid_, 0);
-    if (f.ok()) {
-      tail = *f;
-    } else {
-      NASGW_LOG(kWarn, "node") << "the partner's mirror could not be asked; opening with the array's log alone"
-                               << Kv("error", f.status().ToString());
+  // What the partner's memory holds of each domain's log (brief decision
+  // 5): entries this node's partner answered that the array may lack. A
+  // standby takes what it holds, and stops taking the owner's streams
+  // first, before it fences the owner (so that nothing more is answered
+  // from them); a node starting asks the partner.
+  Tails tails(domain_count);
+  bool asked_in_vain = false;
+  for (uint32_t id = 0; mirror_server_ && id < domain_count; id++) {
+    cluster::MirrorServer::Frozen frozen = mirror_server_->Freeze(reserve_uuid_, id);
+    tails[id] = frozen.tail;
+    if (!frozen.streamed && mode == fs::AcquireMode::kNormal && !asked_in_vain) {
+      // Not this node's stream: the partner may hold this node's own
+      // answers (a restart), or this node's copy was never fed (a takeover
+      // back). Not when this opening fences the partner (a takeover): all
+      // it can hold is this node's log of an earlier opening, which its own
+      // opening replayed onto the array; and a hung partner would hold the
+      // takeover for the fetch's whole timeout (the lab's hang took 10 s
+      // longer). A partner that did not answer is not asked for the other
+      // domains either (each would wait as long).
+      auto f = cluster::FetchMirror(config_.cluster_mirror_peer, reserve_uuid_, id);
+      if (f.ok()) {
+        tails[id] = *f;
+      } else {
+        asked_in_vain = true;
+        NASGW_LOG(kWarn, "node") << "the partner's mirror could not be asked; opening with the array's log alone"
+                                 << Kv("domain", id) << Kv("error", f.status().ToString());
+      }
     }
   }
-  auto unfreeze = [this, reserve = reserve_uuid_] {
-    if (mirror_server_) mirror_server_->Unfreeze(reserve, 0);
+  auto unfreeze = [this, reserve = reserve_uuid_, domain_count] {
+    for (uint32_t id = 0; mirror_server_ && id < domain_count; id++) mirror_server_->Unfreeze(reserve, id);
   };
   auto o = fs::Ownership::Acquire(gated_, gate_, reserve_uuid_, 0, identity_, ownership_options_, mode,
                                   [this](const nasgw::Status& why) { OnOwnershipLost(why); });
@@ -544,27 +544,27 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   std::shared_ptr<fs::Reserve> reserve = std::move(r.value());
   for (const auto& repair : reserve->repairs()) NASGW_LOG(kWarn, "node") << "label repaired" << Kv("what", repair);
   DomainSet opened;
-  if (nasgw::Status s = OpenDomains(reserve, tail, &opened); !s.ok()) {
+  if (nasgw::Status s = OpenDomains(reserve, tails, &opened); !s.ok()) {
     // Kept frozen: this node owns the reserve, and what the mirror held is
     // needed by whoever opens the domain next (the next attempt here).
     // Kept owned: a domain that does not open must not be opened elsewhere
     // by accident either. The owner thread tries again (pending_open_); the
     // admin may also act (fsck --repair, takeover).
     state_ = ReserveState::kFailed;
-    pending_open_ = PendingOpen{reserve, tail, std::move(opened), 0, 0};
+    pending_open_ = PendingOpen{reserve, tails, std::move(opened), 0, 0};
     OpenFailedLocked(s);
     return;
   }
-  FinishOpenLocked(std::move(reserve), std::move(opened), tail);
+  FinishOpenLocked(std::move(reserve), std::move(opened), tails);
 }
 
-nasgw::Status Node::OpenDomains(const std::shared_ptr<fs::Reserve>& reserve,
-                                const std::shared_ptr<const fs::LogTail>& tail, DomainSet* opened) const {
+nasgw::Status Node::OpenDomains(const std::shared_ptr<fs::Reserve>& reserve, const Tails& tails,
+                                DomainSet* opened) const {
   opened->resize(reserve->domains());
   for (uint32_t id = 0; id < reserve->domains(); id++) {
     if ((*opened)[id]) continue;
     fs::DomainOptions options = domain_options_;
-    if (id == 0) options.log.tail = tail;  // the mirror's: of a reserve of one domain (OpenReserveLocked)
+    if (id < tails.size()) options.log.tail = tails[id];
     auto d = fs::Domain::Open(reserve, id, options);
     if (!d.ok()) {
       return reserve->domains() == 1
@@ -576,15 +576,15 @@ nasgw::Status Node::OpenDomains(const std::shared_ptr<fs::Reserve>& reserve,
   return nasgw::Status();
 }
 
-void Node::FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet domains,
-                            const std::shared_ptr<const fs::LogTail>& tail) {
+void Node::FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet domains, const Tails& tails) {
   pending_open_.reset();
-  if (mirror_server_) {
-    if (tail) {
-      NASGW_LOG(kInfo, "node") << "the partner's mirror of the log taken" << Kv("held", tail->entries.size())
-                               << Kv("replayed", domains[0]->LogStats().tail_replayed);
+  for (uint32_t id = 0; mirror_server_ && id < domains.size(); id++) {
+    if (id < tails.size() && tails[id]) {
+      NASGW_LOG(kInfo, "node") << "the partner's mirror of the log taken" << Kv("domain", id)
+                               << Kv("held", tails[id]->entries.size())
+                               << Kv("replayed", domains[id]->LogStats().tail_replayed);
     }
-    mirror_server_->Drop(reserve_uuid_, 0);  // on the array now; frozen while this node serves the domain
+    mirror_server_->Drop(reserve_uuid_, id);  // on the array now; frozen while this node serves the domain
   }
   // Completes an AddLun that labelled the LUN but stopped before the
   // domains took their groups; nothing to do otherwise.
@@ -626,7 +626,7 @@ bool Node::RetryOpenIfDue() {
     p = *pending_open_;
     lease = owner_->lease();
   }
-  nasgw::Status s = OpenDomains(p.reserve, p.tail, &p.opened);
+  nasgw::Status s = OpenDomains(p.reserve, p.tails, &p.opened);
   DomainSet discard;  // closed after the lock is given up
   WriterLock lock(mu_);
   if (!pending_open_ || pending_open_->reserve != p.reserve || state_ != ReserveState::kFailed || !owner_ ||
@@ -640,7 +640,7 @@ bool Node::RetryOpenIfDue() {
       return false;
     }
     NASGW_LOG(kWarn, "node") << "the domains opened on a later attempt; serving" << Kv("attempts", p.attempts + 1);
-    FinishOpenLocked(std::move(p.reserve), std::move(p.opened), p.tail);
+    FinishOpenLocked(std::move(p.reserve), std::move(p.opened), p.tails);
     return true;
   }
   pending_open_->opened = std::move(p.opened);  // those that did open stay open
@@ -1479,14 +1479,23 @@ void Node::NoteServed(std::string_view op) {
                      "first op served: " + std::string(op) + " answered to a head (clients are served again)");
 }
 
-void Node::MirrorLoop() {
+void Node::MirrorDomains(uint32_t count) {
+  MutexLock lock(mirror_mu_);
+  mirror_domains_ = count;
+  while (mirror_threads_.size() < count && !mirror_stop_) {
+    const auto id = static_cast<uint32_t>(mirror_threads_.size());
+    mirror_threads_.emplace_back([this, id] { MirrorLoop(id); });
+  }
+}
+
+void Node::MirrorLoop(uint32_t id) {
   const std::string& peer = config_.cluster_mirror_peer;
   // The opening of the domain a stream is for: its write verifier, drawn
   // anew at every opening. The loop holds no reference to the domain (its
   // end must happen where the node closes it); it acts on domains_ under
-  // mu_. A reserve split into domains has no mirror (OpenReserveLocked).
-  auto serving = [this](uint64_t verifier) REQUIRES_SHARED(mu_) {
-    return state_ == ReserveState::kOnline && domains_ && domains_->size() == 1 && write_verifier_ == verifier;
+  // mu_.
+  auto serving = [this, id](uint64_t verifier) REQUIRES_SHARED(mu_) {
+    return state_ == ReserveState::kOnline && domains_ && id < domains_->size() && write_verifier_ == verifier;
   };
   MutexLock lock(mirror_mu_);
   while (!mirror_stop_) {
@@ -1501,13 +1510,13 @@ void Node::MirrorLoop() {
       // (under mu_: a takeover freezes it under mu_ too). One that failed
       // to open it while owning it keeps its copy for the next attempt.
       if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced || state_ == ReserveState::kUnformatted) {
-        mirror_server_->Unfreeze(reserve, 0);
+        mirror_server_->Unfreeze(reserve, id);
       }
       node_lock.Unlock();
       lock.Lock();
     }
     if (verifier == 0) {
-      mirror_why_ = "not serving the domain";
+      mirror_why_[id] = "not serving the domain";
       mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(200),
                          [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
       continue;
@@ -1516,11 +1525,11 @@ void Node::MirrorLoop() {
     auto s = cluster::MirrorStream::Connect(peer);
     lock.Lock();
     if (!s.ok()) {
-      if (mirror_why_ != s.status().ToString()) {
-        NASGW_LOG(kWarn, "cluster") << "no cache mirror: writes are answered from the SAN"
+      if (mirror_why_[id] != s.status().ToString()) {
+        NASGW_LOG(kWarn, "cluster") << "no cache mirror: writes are answered from the SAN" << Kv("domain", id)
                                     << Kv("error", s.status().ToString());
       }
-      mirror_why_ = s.status().ToString();
+      mirror_why_[id] = s.status().ToString();
       mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(1000),
                          [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
       continue;
@@ -1530,11 +1539,11 @@ void Node::MirrorLoop() {
     lock.Unlock();
     {
       ReaderLock node_lock(mu_);
-      if (serving(verifier)) start = (*domains_)[0]->AttachLogMirror(stream);
+      if (serving(verifier)) start = (*domains_)[id]->AttachLogMirror(stream);
     }
     lock.Lock();
     if (!start.ok()) {
-      mirror_why_ = start.status().ToString();
+      mirror_why_[id] = start.status().ToString();
       stream->Close();
       mirror_cv_.WaitFor(mirror_mu_, std::chrono::milliseconds(1000),
                          [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
@@ -1542,7 +1551,7 @@ void Node::MirrorLoop() {
     }
     cluster::MirrorHello h;
     h.reserve = reserve;
-    h.domain = 0;
+    h.domain = id;
     h.salt = start->salt;
     h.session = start->session;
     h.first_lsn = start->first_lsn;
@@ -1551,9 +1560,9 @@ void Node::MirrorLoop() {
     // answer through the log's MirrorAcks, which does nothing once the log
     // has let the stream go or closed.
     stream->Start(h, start->acks);
-    mirror_stream_ = stream;
-    mirror_why_.clear();
-    NASGW_LOG(kInfo, "cluster") << "cache mirror: writes are answered once the partner holds them"
+    mirror_stream_[id] = stream;
+    mirror_why_[id].clear();
+    NASGW_LOG(kInfo, "cluster") << "cache mirror: writes are answered once the partner holds them" << Kv("domain", id)
                                 << Kv("partner", peer) << Kv("first_lsn", h.first_lsn);
     // Until the stream breaks, the domain closes, or the node stops.
     for (;;) {
@@ -1566,16 +1575,16 @@ void Node::MirrorLoop() {
       }
       lock.Lock();
       if (broken || !same || mirror_stop_) {
-        mirror_why_ = broken ? stream->stats().why : !same ? "the domain closed" : "stopping";
+        mirror_why_[id] = broken ? stream->stats().why : !same ? "the domain closed" : "stopping";
         break;
       }
     }
-    mirror_stream_.reset();
+    mirror_stream_[id].reset();
     lock.Unlock();
     {
       // A domain that closed lets its log's mirror go as it ends.
       ReaderLock node_lock(mu_);
-      if (serving(verifier)) (*domains_)[0]->DetachLogMirror(stream.get());
+      if (serving(verifier)) (*domains_)[id]->DetachLogMirror(stream.get());
     }
     stream->Close();
     stream.reset();
@@ -1661,16 +1670,25 @@ ClusterStatus Node::GetCluster() const {
   if (c.mirror_configured) {
     std::string why;
     {
+      // Streaming: every domain's log streams (one that does not answers
+      // its writes from the SAN: degraded).
       MutexLock m(mirror_mu_);
-      c.mirror_streaming = mirror_stream_ != nullptr;
-      why = mirror_why_;
+      c.mirror_streaming = true;
+      for (uint32_t id = 0; id < mirror_domains_; id++) {
+        if (mirror_stream_[id] != nullptr) continue;
+        c.mirror_streaming = false;
+        if (why.empty()) why = (mirror_domains_ == 1 ? "" : "domain " + std::to_string(id) + ": ") + mirror_why_[id];
+      }
     }
     for (const auto& h : mirror_server_->held()) {
       c.mirror_held_entries += h.entries;
       c.mirror_held_bytes += h.bytes;
     }
     if (c.owned_here) {
-      if (auto d = domain()) c.mirror_acks = d->LogStats().mirror_acks;
+      uint64_t verifier = 0;
+      if (auto all = domains(&verifier, nullptr)) {
+        for (const auto& d : *all) c.mirror_acks += d->LogStats().mirror_acks;
+      }
       c.mirror = c.mirror_streaming ? "the partner's memory (" + config_.cluster_mirror_peer +
                                           "): writes are acknowledged once the partner holds them"
                                     : "the SAN intent log (degraded: no mirror: " + why + ")";
@@ -2004,6 +2022,7 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
       reason_.clear();
       NASGW_LOG(kInfo, "node") << "reserve formatted" << Kv("name", name) << Kv("luns", devices.size())
                                << Kv("domains", domains_->size());
+      if (mirror_server_) MirrorDomains(static_cast<uint32_t>(domains_->size()));
     }
   }
   // The reserve came online (a new one without exports, or the old one
@@ -2784,7 +2803,12 @@ void Node::Shutdown() {
     mirror_stop_ = true;
   }
   mirror_cv_.NotifyAll();
-  if (mirror_thread_.joinable()) mirror_thread_.join();
+  std::vector<std::thread> mirror_threads;
+  {
+    MutexLock lock(mirror_mu_);  // no more are started: mirror_stop_
+    mirror_threads.swap(mirror_threads_);
+  }
+  for (std::thread& t : mirror_threads) t.join();
   // A node that stops serves nothing: its client addresses go before the
   // domain is released, so that the partner's takeover finds them free.
   if (vips_) {

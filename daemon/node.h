@@ -31,6 +31,7 @@
 // valid until Shutdown().
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -51,6 +52,7 @@
 #include "cluster/vip.h"
 #include "daemon/config.h"
 #include "fs/domain.h"
+#include "fs/label.h"
 #include "fs/ownership.h"
 #include "fs/reserve.h"
 
@@ -373,6 +375,9 @@ class Node {
 
  private:
   Node() = default;
+  // What the partner's memory held of each domain's log, by domain id
+  // (null: nothing).
+  using Tails = std::vector<std::shared_ptr<const fs::LogTail>>;
   // Reads the state from the LUNs and, for a reserve, takes ownership in
   // `mode` and opens it: sets reserve_, domain_, owner_, state_, reason_.
   // With the cache mirror, the partner's copy of the domain's log is taken
@@ -381,12 +386,10 @@ class Node {
   void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal) REQUIRES(mu_);
   // Opens the domains of `reserve` that `opened` lacks (all at first), into
   // it; the first failure, naming the domain.
-  nasgw::Status OpenDomains(const std::shared_ptr<fs::Reserve>& reserve, const std::shared_ptr<const fs::LogTail>& tail,
-                            DomainSet* opened) const;
+  nasgw::Status OpenDomains(const std::shared_ptr<fs::Reserve>& reserve, const Tails& tails, DomainSet* opened) const;
   // The end of an opening whose domains opened: the mirror copy dropped, an
   // interrupted LUN add completed, the node online.
-  void FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet domains,
-                        const std::shared_ptr<const fs::LogTail>& tail) REQUIRES(mu_);
+  void FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet domains, const Tails& tails) REQUIRES(mu_);
   // Opens the domain again after a failed opening (pending_open_), once
   // due, from the owner thread (takes admin_mu_, then mu_ only around the
   // opening). True when it is online now.
@@ -394,9 +397,11 @@ class Node {
   // Notes a failed opening in pending_open_ (one more attempt, the next one
   // backed off), the reason and the log.
   void OpenFailedLocked(const nasgw::Status& why) REQUIRES(mu_);
-  // The owner's side of the cache mirror: streams the online domain's
-  // intent log to the partner, again after every break (own thread).
-  void MirrorLoop();
+  // The owner's side of the cache mirror: streams online domain `id`'s
+  // intent log to the partner, again after every break; the partner's
+  // side: takes the owner's stream of it again once this node stands by
+  // (own thread).
+  void MirrorLoop(uint32_t id);
   // LUN status for member `index` of the reserve (or device position when
   // not online).
   LunStatus LunStatusLocked(uint32_t index, const std::shared_ptr<block::BlockDevice>& lun) const REQUIRES_SHARED(mu_);
@@ -501,7 +506,7 @@ class Node {
   // log: never opened twice), and only the others are tried again.
   struct PendingOpen {
     std::shared_ptr<fs::Reserve> reserve;
-    std::shared_ptr<const fs::LogTail> tail;
+    Tails tails;
     DomainSet opened;  // by id; null: not open yet
     uint64_t next_try_mono_ns = 0;
     uint32_t attempts = 0;  // failed so far
@@ -653,9 +658,16 @@ class Node {
   mutable Mutex mirror_mu_;                               // a leaf
   CondVar mirror_cv_;
   bool mirror_stop_ GUARDED_BY(mirror_mu_) = false;
-  std::shared_ptr<cluster::MirrorStream> mirror_stream_ GUARDED_BY(mirror_mu_);  // streaming now
-  std::string mirror_why_ GUARDED_BY(mirror_mu_);                                // why not streaming
-  std::thread mirror_thread_;
+  // Per domain (one stream each: the partner holds each domain's log
+  // apart), by id, for the domains of the reserve last seen.
+  uint32_t mirror_domains_ GUARDED_BY(mirror_mu_) = 1;
+  std::array<std::shared_ptr<cluster::MirrorStream>, fs::kReserveDomainsMax> mirror_stream_
+      GUARDED_BY(mirror_mu_);                                                          // streaming now
+  std::array<std::string, fs::kReserveDomainsMax> mirror_why_ GUARDED_BY(mirror_mu_);  // why not streaming
+  std::vector<std::thread> mirror_threads_ GUARDED_BY(mirror_mu_);                     // MirrorLoop(id), by id
+  // With the mirror: a MirrorLoop for each of `count` domains (the reserve
+  // seen has that many).
+  void MirrorDomains(uint32_t count) EXCLUDES(mirror_mu_);
   // The takeover whose first answered request is still to come (NoteServed).
   std::atomic<bool> first_served_pending_{false};
   uint64_t first_served_start_mono_ns_ GUARDED_BY(cluster_mu_) = 0;

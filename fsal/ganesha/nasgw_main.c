@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/close_range.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -19,6 +20,7 @@
 #include "FSAL/fsal_init.h"
 #include "fsal_convert.h"
 #include "nfs_core.h"
+#include "nfs_init.h"
 #include "fridgethr.h"
 
 static const char nasgw_name[] = "NASGW";
@@ -448,6 +450,45 @@ struct nasgw_fsal_obj *nasgw_alloc_obj(struct fsal_export *exp,
 	return o;
 }
 
+/* Ganesha's NFSv3 write verifier is its epoch (nfs_start builds it from
+ * nfs_ServerEpoch, after the FSALs it starts with are configured), by
+ * default the second ganesha.nfsd started. The two nodes of a pair may
+ * start theirs in the same second: then a v3 client whose UNSTABLE writes
+ * the dead node held would take the survivor's COMMIT, after the takeover,
+ * as covering them (the same verifier) and never send them again. So a
+ * process that configures this FSAL before nfs_start makes its epoch its
+ * own: 32 random low bits under its second (the high bits), so that no two
+ * starts of a pair share it and it still grows from one start to the next
+ * (a restart in place passes a later epoch with -E, made unique again
+ * here); NFSv4 client and state ids take its low 32 bits, which differ
+ * between the nodes now too. Returns false when it is too late for that:
+ * this FSAL was loaded after nfs_start (a standby that had no export of
+ * ours when ganesha.nfsd started, at the reload of its takeover); the
+ * verifier is then the plain epoch, which Ganesha does not let an FSAL
+ * change (NFS3_write_verifier is not exported). */
+static bool nasgw_unique_epoch(void)
+{
+	const uint64_t low = 0xffffffffull;
+	uint64_t e = (uint64_t)nfs_ServerEpoch, now = (uint64_t)time(NULL) << 32;
+	uint32_t r = 0;
+
+	if (nfs_init_wait_timeout(0) == 0)	/* complete: nfs_start ran */
+		return false;
+	if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		r = (uint32_t)getpid() * 2654435761u ^ (uint32_t)ts.tv_nsec;
+	}
+	e = (now > e ? now : (e & ~low) + (1ull << 32)) | r;
+	LogEvent(COMPONENT_FSAL,
+		 "FSAL_NASGW: the NFSv3 write verifier is %016" PRIx64
+		 ", unique to this start (the epoch was %016" PRIx64 ")",
+		 e, (uint64_t)nfs_ServerEpoch);
+	nfs_ServerEpoch = (time_t)e;
+	return true;
+}
+
 static fsal_status_t nasgw_init_config(struct fsal_module *fsal_hdl,
 				       config_file_t config_struct,
 				       struct config_error_type *err_type)
@@ -455,10 +496,23 @@ static fsal_status_t nasgw_init_config(struct fsal_module *fsal_hdl,
 	struct nasgw_fsal_module *me =
 		container_of(fsal_hdl, struct nasgw_fsal_module, fsal);
 
+	const bool unique = nasgw_unique_epoch();
+
 	(void)load_config_from_parse(config_struct, &nasgw_block, me, true,
 				     err_type);
 	if (!config_error_is_harmless(err_type))
 		return fsalstat(ERR_FSAL_INVAL, 0);
+	if (!unique && me->v3_unstable) {
+		/* Its v3 verifier may be the partner's (nasgw_unique_epoch):
+		 * an UNSTABLE write is made durable before its answer, so that
+		 * no COMMIT is needed to keep it. Until ganesha.nfsd restarts
+		 * (with this FSAL in its exports, or head forwarding on). */
+		me->v3_unstable = false;
+		LogWarn(COMPONENT_FSAL,
+			"FSAL_NASGW: loaded after ganesha.nfsd started: its NFSv3 write verifier (the epoch %016" PRIx64
+			") may be the partner's, so NFSv3 UNSTABLE writes are made durable (FILE_SYNC) until it restarts",
+			(uint64_t)nfs_ServerEpoch);
+	}
 	display_fsinfo(&me->fsal);
 	LogEvent(COMPONENT_FSAL,
 		 "FSAL_NASGW: nasgwd socket %s, %u connections, NFSv3 UNSTABLE writes %s",

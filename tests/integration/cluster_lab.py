@@ -74,6 +74,7 @@ MIRROR_PORT = 7410       # the cache mirror's port on the interconnect
 FORWARD_PORT = 7411      # head forwarding's
 LOAD_AROUND_S = [0.0, 0.0]  # nfs --timeline: seconds of load before the failure, and until after it
 TICKLES = [True]         # [cluster] tickle_acks (--no-tickles turns them off)
+DOMAINS = [1]           # --domains: the domains the reserve is split into (the volumes under load in the last)
 GRACE_S = 10             # reclaim: ganesha's grace period and NFSv4 lease there
 
 DBUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
@@ -127,6 +128,7 @@ class Lab:
         (A node's statd outlives its machine's death here: unreachable, as
         its links are down; its ganesha clears its records at its restart.)"""
         self.reclaim = reclaim
+        self.ganesha_epoch = int(time.time())  # both nodes' ganesha.nfsd start with it (start_ganesha)
         self.dbus = []
         name = name or "cl%d" % os.getpid()
         info = json.loads(sh([SANLAB, "start", name, "--mode", "netns", "--luns", str(luns),
@@ -171,9 +173,11 @@ class Lab:
             n.save()
 
     def start_pair(self, **format_args):
-        """A formats and owns the reserve; B starts as its standby."""
+        """A formats and owns the reserve (split into DOMAINS[0] domains);
+        B starts as its standby."""
         a, b = self.nodes
         a.start(a.s["extra_config"])
+        format_args.setdefault("domains", DOMAINS[0])
         a.format(**format_args)
         b.start(b.s["extra_config"])
         wait_for(lambda: state(b) == "standby", 10, "B standby")
@@ -228,7 +232,12 @@ class Lab:
                          "components": {"NLM": "DEBUG"}}
             cfg = nfslab.GaneshaConfig(plugins={"nasgw": fsal}, nasgw_socket=n.head_socket, exports_file=exports,
                                        **grace)
-            self.servers.append(self.nfs_labs[i].start_server(cfg, env=env))
+            # Both with one epoch, as two ganesha.nfsd started in the same
+            # second (revived ones too): Ganesha's NFSv3 write verifier is its
+            # epoch, and FSAL_NASGW must make the two differ, or a v3 client
+            # takes the survivor's COMMIT as covering UNSTABLE writes only the
+            # dead node held (nfskill).
+            self.servers.append(self.nfs_labs[i].start_server(cfg, env=env, args=["-E", str(self.ganesha_epoch)]))
             if self.reclaim:
                 self.servers[-1].start_statd()
 
@@ -586,6 +595,20 @@ def cmd_nfskill(lab, c, a, res):
     a_node.cli("export", "add", "vol1", "--no-root-squash")
     wait_for(lambda: VIP + "/24" in (cluster(a_node).get("vips_held") or []), 10, "A holds the VIP")
     lab.start_ganesha()
+    # Started with one epoch (as in the same second), each ganesha's NFSv3
+    # write verifier is its own all the same (FSAL_NASGW makes it so): the
+    # churn's COMMITs can tell the survivor did not hold the dead node's
+    # UNSTABLE writes.
+    def verifiers():
+        """Each ganesha's FSAL_NASGW loads, as its log says: the unique
+        verifier it made, or "late" (loaded after ganesha started: its v3
+        UNSTABLE writes made durable instead)."""
+        out = []
+        for srv in lab.servers:
+            log = srv.log_tail(10 ** 7)
+            out.append(re.findall(r"FSAL_NASGW: the NFSv3 write verifier is ([0-9a-f]{16})", log) +
+                       ["late"] * len(re.findall(r"FSAL_NASGW: loaded after ganesha.nfsd started", log)))
+        return out
     tool = os.path.join(lab.build, "tests", "tools", "nasgw-nfs-churn")
     client = lab.client(VIP)
     rng = random.Random(a.seed)
@@ -636,6 +659,13 @@ def cmd_nfskill(lab, c, a, res):
         print("round %d: online %.2f s, longest stretch without a reply %.2f s, %s steps, %s rewritten, "
               "%s lost" % (r, online, gap, o.get("steps"), o.get("rewrites"), o.get("lost_count")), flush=True)
         back += revive(lab, owner_i)
+    # Every ganesha that served (the standby's loads FSAL_NASGW at the
+    # takeover's reload) had its own.
+    seen = verifiers()
+    unique = [set(v for v in vs if v != "late") for vs in seen]
+    c("each node's ganesha answered NFSv3 with a write verifier of its own, though all started with epoch %d, or "
+      "(FSAL_NASGW loaded after ganesha started) made UNSTABLE writes durable" % lab.ganesha_epoch,
+      seen[0] and seen[1] and not unique[0] & unique[1], seen)
     c("%d deaths of the owner's machine under NFSv3 churn through the VIP (UNSTABLE WRITEs and COMMITs, "
       "FILE_SYNC WRITEs, CREATE, RENAME, REMOVE, MKDIR; %d steps, %d COMMITs whose verifier changed written "
       "again): every acknowledged change checked by the client on the new owner" %
@@ -1363,6 +1393,8 @@ def main():
     ap.add_argument("--matrix-rounds", type=int, default=1, help="matrix: rounds of its five failures")
     ap.add_argument("--nfskill-rounds", type=int, default=2, help="nfskill: deaths of the owner's machine")
     ap.add_argument("--san-trials", type=int, default=1, help="san: cuts of the owner's SAN link")
+    ap.add_argument("--domains", type=int, default=1,
+                    help="split the reserve into this many domains (the volumes under load in the last one)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write every trial's figures here")
     ap.add_argument("--no-tickles", action="store_true",
@@ -1374,6 +1406,7 @@ def main():
     a = ap.parse_args()
     if a.timeline:
         LOAD_AROUND_S[:] = [5.0, 15.0]
+    DOMAINS[0] = a.domains
     if a.no_tickles:
         global CLUSTER_CONFIG
         CLUSTER_CONFIG += "tickle_acks = false\n"

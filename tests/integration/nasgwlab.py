@@ -298,10 +298,16 @@ class Node:
             return json.loads(p.stdout)
         return p
 
-    def format(self, ag="16M", volume="vol1", record="64K"):
-        self.cli("reserve", "format", "--name", "lab", "--ag-size", ag)
+    def format(self, ag="16M", volume="vol1", record="64K", domains=1):
+        """domains > 1: the reserve split into that many, `volume` in the
+        last one (not domain 0), and a volume d<i> in each other domain i."""
+        self.cli("reserve", "format", "--name", "lab", "--ag-size", ag,
+                 *(["--domains", str(domains)] if domains > 1 else []))
         if volume:
-            self.cli("volume", "create", volume, "--record-size", record)
+            self.cli("volume", "create", volume, "--record-size", record,
+                     *(["--domain", str(domains - 1)] if domains > 1 else []))
+        for i in range(domains - 1):
+            self.cli("volume", "create", "d%d" % i, "--domain", str(i))
 
     # ---- FUSE
     def mount(self, volume="vol1", options=None):

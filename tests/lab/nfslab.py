@@ -421,6 +421,7 @@ class Server:
         self.recovery_root = os.path.join(d, "recov")
         self.stage = os.path.join(d, "stage")
         self.env = {}  # more environment for ganesha.nfsd (e.g. DBUS_SYSTEM_BUS_ADDRESS)
+        self.args = []  # more arguments for ganesha.nfsd (e.g. -E EPOCH)
 
     # pids live in the lab state, so gc finds them
     @property
@@ -586,7 +587,7 @@ class Server:
         err = open(os.path.join(self.lab.dir, "ganesha.stderr"), "ab")
         # nsenter execs (no pid namespace): the Popen pid is ganesha's.
         cmd = ["nsenter", "-t", str(self.rpcbind_pid), "-m", "-n", "--",
-               GANESHA, "-F", "-f", self.conf_path, "-L", self.log_path, "-p", self.pid_path]
+               GANESHA, "-F", "-f", self.conf_path, "-L", self.log_path, "-p", self.pid_path] + list(self.args)
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
                              cwd=self.lab.dir, env=dict(os.environ, **self.env))
         err.close()
@@ -1028,17 +1029,19 @@ class Lab:
         return run(["ip", "netns", "exec", self.server_ns] + list(cmd), check=check, timeout=timeout)
 
     # ---- the server
-    def start_server(self, config, strict=True, env=None):
+    def start_server(self, config, strict=True, env=None, args=None):
         """Starts rpcbind + ganesha.nfsd with `config` (a GaneshaConfig) in the
         server namespace; returns the Server once NFS SERVER INITIALIZED.
         strict: raise if the start-up log shows config errors (a refused
         export or FSAL block), which ganesha itself survives. env: more
-        environment for ganesha.nfsd."""
+        environment for ganesha.nfsd; args: more arguments (kept for its
+        restarts)."""
         if self.server is None:
             self.server = Server(self, config, strict)
         else:
             self.server.config, self.server.strict = config, strict
         self.server.env = dict(env or {})
+        self.server.args = list(args or [])
         return self.server.start()
 
     # ---- scratch file systems
