@@ -3741,8 +3741,12 @@ TEST_F(AdminExportsTest, AReserveSplitIntoDomainsIsServedWhole) {
   ASSERT_EQ(f.exit_code, 0) << Describe(f);
   EXPECT_NE(f.out.find("2 domains"), std::string::npos) << f.out;
   EXPECT_EQ(Reserve().domains(), 2u);
-  EXPECT_NE(Cli({"reserve", "format", "--name", "x", "--domains", "29", "--force"}).exit_code, 0);
+  EXPECT_EQ(Cli({"reserve", "format", "--name", "x", "--domains", "29", "--force"}).exit_code, 2);
+  CliResult small = Cli({"reserve", "format", "--name", "x", "--domains", "28", "--ag-size", "16M", "--force"});
+  EXPECT_EQ(small.exit_code, 2) << Describe(small);
+  EXPECT_NE(small.err.find("too small for 28 domains"), std::string::npos) << Describe(small);
   EXPECT_EQ(Reserve().name(), "split") << "a refused format changes nothing";
+  EXPECT_EQ(Reserve().domains(), 2u);
 
   auto create = [&](const std::string& name, std::optional<uint32_t> domain, pb::Volume* out = nullptr) {
     pb::CreateVolumeRequest req;
