@@ -1281,6 +1281,11 @@ std::vector<std::shared_ptr<cache::DataCache>> HeadService::Caches() const {
 
 namespace {
 
+// Every field summed: one added to the stats must be added here (the sizes
+// say so).
+static_assert(sizeof(cache::ReadCacheStats) == 10 * sizeof(uint64_t));
+static_assert(sizeof(cache::DataCacheStats) == 18 * sizeof(uint64_t) + sizeof(cache::ReadCacheStats));
+
 void Add(cache::ReadCacheStats& a, const cache::ReadCacheStats& b) {
   a.bytes += b.bytes;
   a.protected_bytes += b.protected_bytes;
