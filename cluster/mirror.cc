@@ -274,6 +274,12 @@ void MirrorServer::Stream(int fd, const MirrorHello& h) {
     s->received = 0;
     s->fd = fd;
     s->streamed = true;
+    // A node serves one reserve: what is held of another (formatted over
+    // since) that no stream feeds and no takeover froze is never asked for
+    // again.
+    std::erase_if(stores_, [&h](const auto& kv) {
+      return kv.first.first != h.reserve && kv.second->fd < 0 && !kv.second->frozen;
+    });
   }
   NASGW_LOG(kInfo, "cluster") << "mirror stream from the owner" << Kv("sender", h.sender)
                               << Kv("reserve", h.reserve.ToString()) << Kv("session", h.session)
@@ -299,7 +305,7 @@ void MirrorServer::Stream(int fd, const MirrorHello& h) {
           why = "entry out of order";
           refused = true;
         } else if (s->bytes + entry.size() > kMirrorBytesMax ||
-                   HeldBytesLocked() + entry.size() > kMirrorTotalBytesMax) {
+                   HeldBytesLocked(h.reserve) + entry.size() > kMirrorTotalBytesMax) {
           why = "the partner's mirror is full";
           refused = true;
         } else {
@@ -382,9 +388,11 @@ bool MirrorServer::WaitHeld(const std::function<bool(const std::vector<Held>&)>&
   return cv_.WaitFor(mu_, std::chrono::milliseconds(ms), [&]() REQUIRES(mu_) { return until(HeldLocked()); });
 }
 
-uint64_t MirrorServer::HeldBytesLocked() const {
+uint64_t MirrorServer::HeldBytesLocked(const Uuid& reserve) const {
   uint64_t n = 0;
-  for (const auto& [key, s] : stores_) n += s->bytes;
+  for (const auto& [key, s] : stores_) {
+    if (key.first == reserve) n += s->bytes;
+  }
   return n;
 }
 
@@ -410,10 +418,10 @@ std::vector<MirrorServer::Held> MirrorServer::HeldLocked() const {
 
 // ---- the owner's side -------------------------------------------------------
 
-Result<std::shared_ptr<MirrorStream>> MirrorStream::Connect(const std::string& peer) {
+Result<std::shared_ptr<MirrorStream>> MirrorStream::Connect(const std::string& peer, uint64_t queue_bytes_max) {
   auto fd = Dial(peer);
   if (!fd.ok()) return fd.status();
-  return std::shared_ptr<MirrorStream>(new MirrorStream(*fd));
+  return std::shared_ptr<MirrorStream>(new MirrorStream(*fd, queue_bytes_max));
 }
 
 MirrorStream::~MirrorStream() {
@@ -436,8 +444,8 @@ void MirrorStream::Start(const MirrorHello& hello, std::shared_ptr<fs::MirrorAck
 void MirrorStream::Mirror(uint64_t lsn, std::string_view entry) {
   MutexLock l(mu_);
   if (broken_ || closed_) return;
-  if (queued_bytes_ + entry.size() > kMirrorBytesMax) {
-    Break("more than " + std::to_string(kMirrorBytesMax >> 20) + " MiB queued for the partner");
+  if (queued_bytes_ + entry.size() > queue_bytes_max_) {
+    Break("more than " + std::to_string(queue_bytes_max_ >> 20) + " MiB queued for the partner");
     return;
   }
   queue_.emplace_back(lsn, std::string(entry));

@@ -120,7 +120,7 @@ class MirrorServer {
   void Stream(int fd, const MirrorHello& hello);
   Store* StoreLocked(const Uuid& reserve, uint32_t domain) REQUIRES(mu_);
   std::vector<Held> HeldLocked() const REQUIRES(mu_);
-  uint64_t HeldBytesLocked() const REQUIRES(mu_);  // of every domain
+  uint64_t HeldBytesLocked(const Uuid& reserve) const REQUIRES(mu_);  // of every domain of `reserve`
 
   int listen_fd_ = -1;
   uint16_t port_ = 0;
@@ -145,7 +145,11 @@ class MirrorStream final : public fs::LogMirror {
     std::string why;  // when broken
   };
   // Connects to the partner at `peer` (at most kMirrorConnectTimeoutMs).
-  static Result<std::shared_ptr<MirrorStream>> Connect(const std::string& peer);
+  // Past `queue_bytes_max` queued for the partner the stream breaks (an
+  // owner of several domains gives each its share of
+  // kMirrorTotalBytesMax).
+  static Result<std::shared_ptr<MirrorStream>> Connect(const std::string& peer,
+                                                       uint64_t queue_bytes_max = kMirrorBytesMax);
   ~MirrorStream() override;
 
   // Entries queue from construction on; Start sends the hello first, then
@@ -161,12 +165,13 @@ class MirrorStream final : public fs::LogMirror {
   Stats stats() const;
 
  private:
-  explicit MirrorStream(int fd) : fd_(fd) {}
+  MirrorStream(int fd, uint64_t queue_bytes_max) : fd_(fd), queue_bytes_max_(queue_bytes_max) {}
   void Break(const std::string& why) REQUIRES(mu_);
   void SendLoop();
   void ReceiveLoop();
 
   const int fd_;
+  const uint64_t queue_bytes_max_;
   mutable Mutex mu_;
   CondVar cv_;
   std::deque<std::pair<uint64_t, std::string>> queue_ GUARDED_BY(mu_);

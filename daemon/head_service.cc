@@ -1182,14 +1182,31 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
       if (d.Of(each)->FindVolume(r.name).ok()) id = each;  // names are unique across domains (Node)
     }
   } else if ((r.op == Op::kLink || r.op == Op::kRename) && fs::VolumeDomain(r.h2.volume) != id) {
+    // Each handle checked first, with its own domain's key (as Exec::Verify
+    // does within one): a forged one is EBADMSG wherever it points.
+    for (const proto::Handle* h : {&r.h, &r.h2}) {
+      const std::shared_ptr<fs::Domain>& hd = d.Of(fs::VolumeDomain(h->volume));
+      if (hd == nullptr || !hd->handle_key().Verify(FromWire(*h))) {
+        out.err = EBADMSG;
+        out.why = "bad handle: not issued by this reserve's nasgwd in this scope";
+        return out;
+      }
+    }
     out.err = EXDEV;
     out.why = "the two handles are of different volumes";
     return out;
   }
   const std::shared_ptr<fs::Domain>& dom = d.Of(id);
   if (dom == nullptr) {
-    out.err = EBADMSG;  // as for a handle whose MAC no domain here issued (Exec::Verify)
-    out.why = "bad handle: not issued by this reserve's nasgwd in this scope";
+    if (r.op == Op::kStatfs) {
+      // It names a volume without a MAC: one of no domain here is gone, as
+      // a deleted volume's is.
+      out.err = ESTALE;
+      out.why = "volume " + std::to_string(r.h.volume) + " does not exist";
+    } else {
+      out.err = EBADMSG;  // as for a handle whose MAC no domain here issued (Exec::Verify)
+      out.why = "bad handle: not issued by this reserve's nasgwd in this scope";
+    }
     return out;
   }
   std::shared_ptr<cache::DataCache> c = CacheFor(d, id);
@@ -1245,13 +1262,13 @@ std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d, uin
     options.memory_bytes = std::max(options.memory_bytes / d.count(), limits::kCacheMemoryBytesMin);
     options.dirty_bytes = std::max(options.dirty_bytes / d.count(), limits::kCacheDirtyBytesMin);
   }
-  std::shared_ptr<cache::DataCache> old;
+  std::vector<std::shared_ptr<cache::DataCache>> old;
   MutexLock l(cache_mu_);
   if (caches_.size() <= id) caches_.resize(id + 1);
   CacheSlot& slot = caches_[id];
-  if (slot.cache != nullptr && slot.verifier != d.write_verifier && domain_().write_verifier != d.write_verifier) {
+  if (!(slot.cache != nullptr && slot.verifier == d.write_verifier) && domain_().write_verifier != d.write_verifier) {
     // A request that took its opening before the domain was opened again:
-    // not the current opening, so it must not replace the current cache.
+    // not the current opening, so it must not replace the current caches.
     // Written through, by a cache of its own for this request.
     options.write_through = true;
     auto once = std::make_shared<cache::DataCache>(d.Of(id), options);
@@ -1259,16 +1276,26 @@ std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d, uin
     return once;
   }
   if (slot.cache == nullptr || slot.verifier != d.write_verifier) {
-    // A new opening: what the old cache held went with the old one (its
-    // flushes find the domain closed, or fail at its closed gate).
-    old = std::move(slot.cache);
-    slot.cache = std::make_shared<cache::DataCache>(d.Of(id), options);
-    slot.verifier = d.write_verifier;
-    if (closed_) slot.cache->Close().IgnoreError();  // nothing in it yet
+    // A new opening: what the old caches held went with the old one (their
+    // flushes find the domain closed, or fail at its closed gate). Every
+    // domain's: the verifier is the node's, one for all of them; and the
+    // slots of domains this opening does not have (a format with fewer).
+    for (size_t other = 0; other < caches_.size(); other++) {
+      CacheSlot& o = caches_[other];
+      if (o.cache != nullptr && (other == id || other >= d.count() || o.verifier != d.write_verifier)) {
+        old.push_back(std::move(o.cache));
+        o = CacheSlot();
+      }
+    }
+    caches_.resize(std::max<size_t>(d.count(), id + 1));
+    CacheSlot& fresh = caches_[id];
+    fresh.cache = std::make_shared<cache::DataCache>(d.Of(id), options);
+    fresh.verifier = d.write_verifier;
+    if (closed_) fresh.cache->Close().IgnoreError();  // nothing in it yet
   }
-  std::shared_ptr<cache::DataCache> c = slot.cache;
+  std::shared_ptr<cache::DataCache> c = caches_[id].cache;
   l.Unlock();
-  old.reset();  // outside cache_mu_: closing flushes what it can
+  old.clear();  // outside cache_mu_: closing flushes what it can
   return c;
 }
 

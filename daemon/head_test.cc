@@ -3050,14 +3050,31 @@ TEST_F(HeadDomainsTest, EachRequestGoesToItsVolumesDomain) {
   auto n = d1->Read(root2.handle.volume, f2.handle.ino, 0, in_domain.size(), in_domain.data());
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   EXPECT_EQ(in_domain.substr(0, *n), b);
-  // Across domains: EXDEV, as across volumes; nothing moved.
+  // Across domains: EXDEV, as across volumes; nothing moved. A forged
+  // handle is refused as such all the same.
   EXPECT_EQ(nasgw_rename(client_, &kRoot, &root2.handle, "two", &root_.handle, "two", 0), -EXDEV);
   EXPECT_TRUE(d1->Lookup(root2.handle.volume, fs::kRootIno, "two").ok());
+  nasgw_handle forged = root_.handle;
+  forged.mac[0] ^= 1;
+  EXPECT_EQ(nasgw_rename(client_, &kRoot, &root2.handle, "two", &forged, "two", 0), -EBADMSG);
   // A handle of a domain that is not here: refused like a forged one.
   nasgw_handle stranger = root2.handle;
   stranger.volume = fs::FirstVolumeId(5);
   nasgw_attr got{};
   EXPECT_EQ(nasgw_getattr(client_, &kRoot, &stranger, &got), -EBADMSG);
+  nasgw_fs_stats st{};
+  EXPECT_EQ(nasgw_statfs(client_, &kRoot, root2.handle.volume, &st), 0) << nasgw_client_last_message();
+  EXPECT_EQ(nasgw_statfs(client_, &kRoot, fs::FirstVolumeId(5), &st), -ESTALE);
+
+  // A new opening (all domains at once: one verifier): the first request
+  // to any domain lets every earlier opening's cache go, so the figures
+  // are this opening's alone.
+  verifier_ = 0x5eed0002;
+  const std::string c(10'000, 'c');
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f1.handle, 0, c.data(), static_cast<uint32_t>(c.size()), NASGW_UNSTABLE,
+                        &w),
+            static_cast<int64_t>(c.size()));
+  EXPECT_EQ(service_->CacheStats().bytes_written, c.size()) << "domain 1's cache of the earlier opening went too";
 }
 
 }  // namespace

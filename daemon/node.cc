@@ -332,7 +332,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   lock.Unlock();
   admin.Unlock();
   node->owner_thread_ = std::thread([n = node.get()] { n->OwnerLoop(); });
-  if (node->mirror_server_) node->MirrorDomains(1);
+  if (node->mirror_server_) node->MirrorDomains(0);  // at least domain 0's (the reserve read above set the count)
   if (config.cluster_enabled) {
     node->interconnect_ = interconnect ? std::move(interconnect)
                                        : cluster::NewCorosyncInterconnect(config.cluster_group, /*retry_ms=*/1000);
@@ -1481,8 +1481,8 @@ void Node::NoteServed(std::string_view op) {
 
 void Node::MirrorDomains(uint32_t count) {
   MutexLock lock(mirror_mu_);
-  mirror_domains_ = count;
-  while (mirror_threads_.size() < count && !mirror_stop_) {
+  if (count > 0) mirror_domains_ = count;
+  while (mirror_threads_.size() < std::max<uint32_t>(count, 1) && !mirror_stop_) {
     const auto id = static_cast<uint32_t>(mirror_threads_.size());
     mirror_threads_.emplace_back([this, id] { MirrorLoop(id); });
   }
@@ -1521,8 +1521,11 @@ void Node::MirrorLoop(uint32_t id) {
                          [&]() REQUIRES(mirror_mu_) { return mirror_stop_; });
       continue;
     }
+    // Each domain's share of what an owner queues for the partner.
+    const uint64_t queue_max =
+        std::min(cluster::kMirrorBytesMax, cluster::kMirrorTotalBytesMax / std::max<uint32_t>(mirror_domains_, 1));
     lock.Unlock();
-    auto s = cluster::MirrorStream::Connect(peer);
+    auto s = cluster::MirrorStream::Connect(peer, queue_max);
     lock.Lock();
     if (!s.ok()) {
       if (mirror_why_[id] != s.status().ToString()) {
@@ -1921,6 +1924,7 @@ ReserveStatus Node::GetReserve() const {
 nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bool force, uint32_t domains) {
   MutexLock admin(admin_mu_);
   std::shared_ptr<const DomainSet> old_domains;
+  DomainSet old_pending;
   std::shared_ptr<fs::Reserve> old_reserve;
   std::unique_ptr<fs::Ownership> old_owner;
   std::vector<std::shared_ptr<block::BlockDevice>> devices;
@@ -1942,13 +1946,17 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
     old_domains = std::move(domains_);
     old_reserve = std::move(reserve_);
     old_owner = std::move(owner_);
-    pending_open_.reset();  // formatted over: the domain that would not open goes
+    // Formatted over: the domains that would not open go (those that did
+    // close outside the lock).
+    if (pending_open_) old_pending = std::move(pending_open_->opened);
+    pending_open_.reset();
     devices = devices_;
     if (old_domains) {
       state_ = ReserveState::kFailed;
       reason_ = "being formatted";
     }
   }
+  old_pending.clear();  // closed before their LUNs are overwritten
   if (old_domains) {
     // Heads in flight hold the domains; they must be closed before their
     // LUNs are overwritten.
@@ -2002,10 +2010,12 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
     }
   }
 
+  // The domains made before one failed are closed before the LUNs are
+  // read again, and outside the node's lock.
+  if (!failed.ok()) created.clear();
   {
     WriterLock lock(mu_);
     if (!failed.ok()) {
-      created.clear();
       owner.reset();
       // Whatever the LUNs hold now decides the state.
       OpenReserveLocked();
@@ -2825,12 +2835,14 @@ void Node::Shutdown() {
   if (owner_thread_.joinable()) owner_thread_.join();
   MutexLock admin(admin_mu_);
   std::shared_ptr<const DomainSet> domains;
+  DomainSet pending;
   std::shared_ptr<fs::Reserve> reserve;
   std::unique_ptr<fs::Ownership> owner;
   std::vector<std::shared_ptr<block::BlockDevice>> devices;
   {
     WriterLock lock(mu_);
     if (state_ == ReserveState::kFailed && reason_ == "shut down") return;
+    if (pending_open_) pending = std::move(pending_open_->opened);  // closed below, outside the lock
     pending_open_.reset();
     domains = std::move(domains_);
     reserve = std::move(reserve_);
@@ -2842,6 +2854,7 @@ void Node::Shutdown() {
     state_ = ReserveState::kFailed;
     reason_ = "shut down";
   }
+  pending.clear();  // closed before the reserve is released
   CloseAndRelease(std::move(domains), std::move(reserve), std::move(owner)).IgnoreError();  // logged
   devices.clear();
   if (state_lock_fd_ >= 0) {
