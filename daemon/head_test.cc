@@ -3071,8 +3071,7 @@ TEST_F(HeadDomainsTest, EachRequestGoesToItsVolumesDomain) {
   // are this opening's alone.
   verifier_ = 0x5eed0002;
   const std::string c(10'000, 'c');
-  ASSERT_EQ(nasgw_write(client_, &kRoot, &f1.handle, 0, c.data(), static_cast<uint32_t>(c.size()), NASGW_UNSTABLE,
-                        &w),
+  ASSERT_EQ(nasgw_write(client_, &kRoot, &f1.handle, 0, c.data(), static_cast<uint32_t>(c.size()), NASGW_UNSTABLE, &w),
             static_cast<int64_t>(c.size()));
   EXPECT_EQ(service_->CacheStats().bytes_written, c.size()) << "domain 1's cache of the earlier opening went too";
 }
