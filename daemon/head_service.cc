@@ -1255,13 +1255,18 @@ const std::shared_ptr<fs::Domain>& HeadDomain::Of(uint32_t id) const {
 }
 
 std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d, uint32_t id) {
-  // Each domain's share of the cache's memory (DataCacheOptions' minimums
-  // still hold: a cache smaller than them would not work).
-  cache::DataCacheOptions options = cache_options_;
-  if (d.count() > 1) {
-    options.memory_bytes = std::max(options.memory_bytes / d.count(), limits::kCacheMemoryBytesMin);
-    options.dirty_bytes = std::max(options.dirty_bytes / d.count(), limits::kCacheDirtyBytesMin);
-  }
+  // A new cache's options (only then: not on every request): each domain's
+  // share of the cache's memory (DataCacheOptions' minimums still hold: a
+  // cache smaller than them would not work).
+  auto options = [&d, this](bool write_through) {
+    cache::DataCacheOptions o = cache_options_;
+    if (d.count() > 1) {
+      o.memory_bytes = std::max(o.memory_bytes / d.count(), limits::kCacheMemoryBytesMin);
+      o.dirty_bytes = std::max(o.dirty_bytes / d.count(), limits::kCacheDirtyBytesMin);
+    }
+    o.write_through |= write_through;
+    return o;
+  };
   std::vector<std::shared_ptr<cache::DataCache>> old;
   MutexLock l(cache_mu_);
   if (caches_.size() <= id) caches_.resize(id + 1);
@@ -1270,8 +1275,7 @@ std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d, uin
     // A request that took its opening before the domain was opened again:
     // not the current opening, so it must not replace the current caches.
     // Written through, by a cache of its own for this request.
-    options.write_through = true;
-    auto once = std::make_shared<cache::DataCache>(d.Of(id), options);
+    auto once = std::make_shared<cache::DataCache>(d.Of(id), options(/*write_through=*/true));
     once->Close().IgnoreError();  // empty: stops its flusher; writes go through
     return once;
   }
@@ -1289,7 +1293,7 @@ std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d, uin
     }
     caches_.resize(std::max<size_t>(d.count(), id + 1));
     CacheSlot& fresh = caches_[id];
-    fresh.cache = std::make_shared<cache::DataCache>(d.Of(id), options);
+    fresh.cache = std::make_shared<cache::DataCache>(d.Of(id), options(/*write_through=*/false));
     fresh.verifier = d.write_verifier;
     if (closed_) fresh.cache->Close().IgnoreError();  // nothing in it yet
   }
