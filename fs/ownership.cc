@@ -12,6 +12,7 @@
 #include "base/crc32c.h"
 #include "base/log.h"
 #include "base/mutex.h"
+#include "fs/label.h"
 #include "fs/metafs.h"
 
 #include <sys/random.h>
@@ -276,6 +277,39 @@ Status OwnershipOptions::Validate() const {
   return Status();
 }
 
+// A shared reservation on one LUN where our key is registered: `victim`
+// (0: none) preempted where it is registered, and the reservation taken
+// unless the partner holds it already. Returns whether a plain PREEMPT
+// (without ABORT) was used.
+static Result<bool> ShareLun(BlockDevice& dev, uint64_t my_key, uint64_t victim) {
+  bool unaborted = false;
+  if (victim != 0 && victim != my_key) {
+    auto keys = block::PrReadKeysSync(dev);
+    if (!keys.ok()) return keys.status().WithContext("read keys of " + dev.info().name);
+    if (std::find(keys->keys.begin(), keys->keys.end(), victim) != keys->keys.end()) {
+      auto f = block::FenceSync(dev, my_key, victim, kPrType);
+      if (!f.ok()) return f.status().WithContext("preempt key " + Hex(victim) + " on " + dev.info().name);
+      NASGW_LOG(kWarn, "fs") << "preempted the owner's key" << Kv("lun", dev.info().name) << Kv("key", Hex(victim))
+                             << Kv("aborted", f->aborted);
+      unaborted = !f->aborted;
+    }
+  }
+  for (int attempt = 0;; attempt++) {
+    auto resv = block::PrReadReservationSync(dev);
+    if (!resv.ok()) return resv.status().WithContext("read reservation of " + dev.info().name);
+    if (resv->reserved) {
+      if (resv->type == kPrType) return unaborted;  // ours or the partner's: every registrant may write
+      return Status::Fenced(dev.info().name + " is reserved by key " + Hex(resv->key) + " with type " +
+                            std::to_string(static_cast<int>(resv->type)) +
+                            ", not Write Exclusive, Registrants Only: not a reservation this pair shares");
+    }
+    Status s = block::PrOutSync(dev, {PrAction::kReserve, kPrType, my_key, 0});
+    if (s.ok()) return unaborted;
+    // The partner reserved it meanwhile: read again, once.
+    if (s.code() != Code::kFenced || attempt > 0) return s.WithContext("reserve " + dev.info().name);
+  }
+}
+
 Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_ptr<BlockDevice>> luns,
                                                       std::shared_ptr<block::WriteGate> gate, const Uuid& reserve_uuid,
                                                       uint32_t domain, const NodeIdentity& me,
@@ -293,7 +327,9 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
     gate->Close(why);
     return why;
   };
-  if (mode == AcquireMode::kNormal && view->HeldByOther(me.id)) {
+  // Shared, the partner's reservation is no one's claim on this domain.
+  const bool held_by_other = options.shared ? view->held() && view->record->node_id != me.id : view->HeldByOther(me.id);
+  if (mode == AcquireMode::kNormal && held_by_other) {
     return refuse(Status::Fenced(what + " is owned by " + view->Describe(WallNanos()) +
                                  "; this node will not write to it ('nasgw reserve takeover' once that node is gone)"));
   }
@@ -312,7 +348,8 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   o->gate_ = std::move(gate);
   o->me_ = me;
   o->options_ = options;
-  const uint64_t victim = mode == AcquireMode::kNormal ? 0 : view->HolderKey(me.id);
+  uint64_t victim = mode == AcquireMode::kNormal ? 0 : view->HolderKey(me.id);
+  if (options.shared) victim = mode != AcquireMode::kNormal && held_by_other ? view->record->key : 0;
   o->preempted_key_ = victim;
 
   // Persistent reservations, LUN 0 first: its RESERVE is where two nodes
@@ -342,6 +379,12 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
         return undo(s.WithContext("register key " + Hex(my_key) + " on " + dev.info().name));
       }
       registered.push_back(i);
+      if (options.shared) {
+        auto shared = ShareLun(dev, my_key, victim);
+        if (!shared.ok()) return undo(shared.status());
+        if (*shared) preempted_without_abort = true;
+        continue;
+      }
       auto resv = block::PrReadReservationSync(dev);
       if (!resv.ok()) return undo(resv.status().WithContext("read reservation of " + dev.info().name));
       if (resv->reserved && resv->key == my_key) {
@@ -419,7 +462,7 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
   if (!w.ok()) return undo(w.WithContext("write owner record"));
   {
     MutexLock lock(o->luns_mu_);
-    o->record_ = r;
+    o->records_ = {r};
   }
   NASGW_LOG(kInfo, "fs") << "domain owned" << Kv("domain", domain) << Kv("reserve", reserve_uuid.ToString())
                          << Kv("key", Hex(my_key)) << Kv("pr", o->pr_supported_)
@@ -437,7 +480,114 @@ Result<std::unique_ptr<Ownership>> Ownership::Acquire(std::vector<std::shared_pt
 
 OwnerRecord Ownership::record() const {
   MutexLock lock(luns_mu_);
-  return record_;
+  return records_.empty() ? OwnerRecord{} : records_.front();
+}
+
+std::vector<uint32_t> Ownership::domains() const {
+  MutexLock lock(luns_mu_);
+  std::vector<uint32_t> out;
+  for (const OwnerRecord& r : records_) out.push_back(r.domain);
+  return out;
+}
+
+Status Ownership::PreemptEverywhere(uint64_t victim, bool* unaborted) {
+  for (const auto& lun : Luns()) {
+    BlockDevice& dev = Beneath(*lun);
+    auto keys = block::PrReadKeysSync(dev);
+    if (!keys.ok()) return keys.status().WithContext("read keys of " + dev.info().name);
+    if (std::find(keys->keys.begin(), keys->keys.end(), victim) == keys->keys.end()) continue;
+    auto f = block::FenceSync(dev, me_.key(), victim, kPrType);
+    if (!f.ok()) return f.status().WithContext("preempt key " + Hex(victim) + " on " + dev.info().name);
+    NASGW_LOG(kWarn, "fs") << "preempted the owner's key" << Kv("lun", dev.info().name) << Kv("key", Hex(victim))
+                           << Kv("aborted", f->aborted);
+    if (!f->aborted) *unaborted = true;
+  }
+  return Status();
+}
+
+Status Ownership::SharingPartner(const Uuid& reserve, std::vector<uint64_t>* stale) {
+  const auto luns = Luns();
+  auto keys = block::PrReadKeysSync(Beneath(*luns[0]));
+  if (!keys.ok()) return keys.status().WithContext("read keys of " + luns[0]->info().name);
+  std::vector<uint64_t> live;
+  for (uint32_t d = 0; d < kReserveDomainsMax; d++) {
+    auto v = ReadOwner({luns[0]}, reserve, d);
+    if (!v.ok()) return v.status();
+    if (v->held() && v->record->node_id != me_.id) live.push_back(v->record->key);
+  }
+  for (uint64_t k : keys->keys) {
+    if (k == me_.key()) continue;
+    if (std::find(live.begin(), live.end(), k) != live.end()) return Status::Exists("a partner owns a domain");
+    if (std::find(stale->begin(), stale->end(), k) == stale->end()) stale->push_back(k);
+  }
+  return Status();
+}
+
+Status Ownership::AcquireDomain(uint32_t domain, AcquireMode mode) {
+  MutexLock io(records_io_mu_);
+  if (!gate_->is_open()) return gate_->reason();
+  const OwnerRecord first = record();
+  for (uint32_t d : domains()) {
+    if (d == domain) return Status();
+  }
+  const auto luns = Luns();
+  auto view = ReadOwner(luns, first.reserve, domain);
+  if (!view.ok()) return view.status();
+  const std::string what = "domain " + std::to_string(domain) + " of reserve " + first.reserve.ToString();
+  const bool held_by_other = view->held() && view->record->node_id != me_.id;
+  if (mode == AcquireMode::kNormal && held_by_other) {
+    return Status::Fenced(what + " is owned by " + view->Describe(WallNanos()) + "; this node will not write to it");
+  }
+  const uint64_t victim = held_by_other && view->record->key != me_.key() ? view->record->key : 0;
+  if (victim != 0 && pr_supported_) {
+    bool unaborted = false;
+    NASGW_RETURN_IF_ERROR(PreemptEverywhere(victim, &unaborted));
+    if (unaborted && options_.preempt_settle_ms > 0) {
+      NASGW_LOG(kWarn, "fs") << "waiting out the preempted node's queued commands (the LUN has no PREEMPT AND ABORT)"
+                             << Kv("settle_ms", options_.preempt_settle_ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.preempt_settle_ms));
+    }
+  }
+  OwnerRecord r = first;
+  r.domain = domain;
+  r.seq = (view->record ? view->record->seq : 0) + 1;
+  r.acquired_ns = r.renewed_ns = WallNanos();
+  Status w = WriteRecord(r);
+  if (!w.ok()) {
+    // Some copies may say held: not renewed, they are waited out as a
+    // crashed owner's would be.
+    return w.WithContext("write the owner record of domain " + std::to_string(domain));
+  }
+  {
+    MutexLock lock(luns_mu_);
+    records_.push_back(r);
+  }
+  NASGW_LOG(kInfo, "fs") << "domain owned" << Kv("domain", domain) << Kv("reserve", first.reserve.ToString())
+                         << Kv("key", Hex(me_.key())) << Kv("preempted", victim ? Hex(victim) : std::string("none"));
+  return Status();
+}
+
+Status Ownership::ReleaseDomain(uint32_t domain) {
+  MutexLock io(records_io_mu_);
+  OwnerRecord r;
+  {
+    MutexLock lock(luns_mu_);
+    auto it = std::find_if(records_.begin(), records_.end(), [&](const OwnerRecord& x) { return x.domain == domain; });
+    if (it == records_.end()) return Status::NotFound("domain " + std::to_string(domain) + " is not held here");
+    if (records_.size() == 1) {
+      return Status::FailedPrecondition("domain " + std::to_string(domain) + " is the last one held: release them all");
+    }
+    r = *it;
+    records_.erase(it);  // no longer renewed
+  }
+  if (!gate_->is_open()) return gate_->reason();
+  r.state = OwnerState::kFree;
+  r.seq++;
+  r.renewed_ns = WallNanos();
+  NASGW_RETURN_IF_ERROR(
+      WriteRecord(r).WithContext("write the owner record of domain " + std::to_string(domain) + " free"));
+  NASGW_LOG(kInfo, "fs") << "domain released" << Kv("domain", domain) << Kv("ok", true);
+  return Status();
 }
 
 std::vector<std::shared_ptr<BlockDevice>> Ownership::Luns() const {
@@ -451,13 +601,24 @@ Status Ownership::AddLun(std::shared_ptr<BlockDevice> lun) {
     BlockDevice& dev = Beneath(*lun);
     NASGW_RETURN_IF_ERROR(block::PrOutSync(dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, me_.key()})
                               .WithContext("register on " + dev.info().name));
-    NASGW_RETURN_IF_ERROR(
-        block::PrOutSync(dev, {PrAction::kReserve, kPrType, me_.key(), 0}).WithContext("reserve " + dev.info().name));
+    if (options_.shared) {
+      NASGW_RETURN_IF_ERROR(ShareLun(dev, me_.key(), 0).status());
+    } else {
+      NASGW_RETURN_IF_ERROR(
+          block::PrOutSync(dev, {PrAction::kReserve, kPrType, me_.key(), 0}).WithContext("reserve " + dev.info().name));
+    }
   }
-  const OwnerRecord rec = record();
-  const auto bytes = EncodeOwnerRecord(rec);
-  NASGW_RETURN_IF_ERROR(block::WriteSync(*lun, OwnerRecordOffset(rec.domain) / lun->info().block_size, bytes.data(),
-                                         bytes.size(), /*fua=*/true));
+  MutexLock io(records_io_mu_);
+  std::vector<OwnerRecord> held;
+  {
+    MutexLock lock(luns_mu_);
+    held = records_;
+  }
+  for (const OwnerRecord& rec : held) {
+    const auto bytes = EncodeOwnerRecord(rec);
+    NASGW_RETURN_IF_ERROR(block::WriteSync(*lun, OwnerRecordOffset(rec.domain) / lun->info().block_size, bytes.data(),
+                                           bytes.size(), /*fua=*/true));
+  }
   MutexLock lock(luns_mu_);
   luns_.push_back(std::move(lun));
   return Status();
@@ -474,24 +635,43 @@ Status Ownership::WriteRecord(const OwnerRecord& r) {
 }
 
 Status Ownership::RenewOnce() {
+  MutexLock io(records_io_mu_);
+  std::vector<OwnerRecord> held;
+  {
+    MutexLock lock(luns_mu_);
+    held = records_;
+  }
+  for (const OwnerRecord& mine : held) NASGW_RETURN_IF_ERROR(RenewRecord(mine));
+  return Status();
+}
+
+Status Ownership::RenewRecord(const OwnerRecord& mine) {
   // Read LUN 0's copy first: a record that names someone else means another
   // node took the domain (on an array without PR nothing else would say so).
-  const OwnerRecord mine = record();
   auto view = ReadOwner({Luns()[0]}, mine.reserve, mine.domain);
   if (!view.ok()) return view.status();
   if (!view->record || view->record->node_id != me_.id || view->record->incarnation != me_.incarnation ||
       view->record->state != OwnerState::kHeld) {
     return Status::Fenced("the owner record now names " + view->Describe(WallNanos()) + ": taken over");
   }
-  if (pr_supported_ && view->reservation.reserved && view->reservation.key != me_.key()) {
+  if (pr_supported_ && !options_.shared && view->reservation.reserved && view->reservation.key != me_.key()) {
     return Status::Fenced("the reservation is now held by " + view->Describe(WallNanos()) + ": taken over");
+  }
+  // Shared, the partner may hold the reservation; our key must still be
+  // registered.
+  if (pr_supported_ && options_.shared &&
+      std::find(view->keys.begin(), view->keys.end(), me_.key()) == view->keys.end()) {
+    return Status::Fenced("this node's key " + Hex(me_.key()) + " is no longer registered (preempted by " +
+                          view->Describe(WallNanos()) + "): taken over");
   }
   OwnerRecord next = mine;
   next.seq = std::max(mine.seq, view->record->seq) + 1;
   next.renewed_ns = WallNanos();
   NASGW_RETURN_IF_ERROR(WriteRecord(next));
   MutexLock lock(luns_mu_);
-  record_ = next;
+  for (OwnerRecord& r : records_) {
+    if (r.domain == next.domain) r = next;
+  }
   return Status();
 }
 
@@ -590,26 +770,52 @@ Status Ownership::Release() {
   // until an admin forced a takeover. If a release fails, the record stays
   // held and, no longer renewed, goes silent: the partner takes the domain
   // over once its lease has run out, preempting our key, as after a crash.
+  MutexLock io(records_io_mu_);
   Status s;
   const auto luns = Luns();
-  if (pr_supported_) {
+  std::vector<OwnerRecord> held;
+  {
+    MutexLock lock(luns_mu_);
+    held = records_;
+  }
+  // Shared, with the partner registered and owning a domain: our
+  // registration (and the reservation, if ours) must stay (see the header).
+  // Only the records are given up. Without such a partner we are the last
+  // node out: registrations left by nodes that own nothing (gone, or
+  // released with us still here) are preempted, and everything released.
+  bool keep_pr = false;
+  if (pr_supported_ && options_.shared && !held.empty()) {
+    std::vector<uint64_t> stale;
+    Status partner = SharingPartner(held.front().reserve, &stale);
+    if (!partner.ok()) {
+      keep_pr = true;  // a partner owning a domain, or one we cannot rule out
+    } else {
+      bool unaborted = false;
+      for (uint64_t k : stale) s = s.ok() ? PreemptEverywhere(k, &unaborted) : s;
+      if (!s.ok()) keep_pr = true;  // the record then stays held (below), as after a failed release
+    }
+  }
+  if (pr_supported_ && !keep_pr) {
     for (const auto& dev : luns) {
       Status rel = block::PrOutSync(*dev, {PrAction::kRelease, kPrType, me_.key(), 0});
       if (s.ok() && !rel.ok()) s = rel.WithContext("release reservation of " + dev->info().name);
     }
   }
-  OwnerRecord r = record();
+  uint32_t first_domain = held.empty() ? 0 : held.front().domain;
   if (s.ok()) {
-    r.state = OwnerState::kFree;
-    r.seq++;
-    r.renewed_ns = WallNanos();
-    s = WriteRecord(r).WithContext("write the owner record free");
+    for (OwnerRecord r : held) {
+      r.state = OwnerState::kFree;
+      r.seq++;
+      r.renewed_ns = WallNanos();
+      Status w = WriteRecord(r).WithContext("write the owner record of domain " + std::to_string(r.domain) + " free");
+      if (s.ok()) s = w;
+    }
   } else {
     NASGW_LOG(kWarn, "fs") << "the reservation could not be released on every LUN; the owner record stays held, "
                               "unrenewed: another node takes the domain over once its lease has run out"
                            << Kv("error", s.ToString());
   }
-  if (pr_supported_) {
+  if (pr_supported_ && !keep_pr) {
     for (const auto& dev : luns) {
       // Unregistering also ends a reservation we still hold here.
       Status unreg = block::PrOutSync(*dev, {PrAction::kRegisterAndIgnoreExistingKey, PrType::kNone, 0, 0});
@@ -617,7 +823,8 @@ Status Ownership::Release() {
     }
   }
   gate_->Close(Status::Fenced("released"));
-  NASGW_LOG(kInfo, "fs") << "domain released" << Kv("domain", r.domain) << Kv("ok", s.ok());
+  NASGW_LOG(kInfo, "fs") << "domains released" << Kv("first", first_domain) << Kv("count", held.size())
+                         << Kv("kept_registration", keep_pr) << Kv("ok", s.ok());
   return s;
 }
 

@@ -34,6 +34,25 @@
 //
 // The devices given must be the node's GatedDevices sharing `gate`.
 //
+// Shared reservations (OwnershipOptions::shared: the controller pair
+// active/active, each node owning some domains of one reserve; docs/
+// cluster.md, "Several domains per reserve"). Both nodes register their key on
+// every LUN and may write, since Write Exclusive, Registrants Only lets every
+// registrant write; the first to come reserves, the other finds it reserved
+// and only registers. Which domain is whose is said by the owner records
+// alone: one node's Ownership holds the records of all its domains
+// (AcquireDomain, ReleaseDomain) and renews them together. A takeover still
+// preempts the old owner's key on every LUN (fencing stays per node: the
+// fenced node loses every domain it held, and the taker takes them all). A
+// node that releases its last domain while the partner is registered keeps
+// its registration (and the reservation, if it holds it): with Registrants
+// Only, the holder's unregistering would release the reservation, leaving
+// the LUNs open to any initiator until the partner reserved again. Not *All
+// Registrants* (type 7), which would avoid that: Debian's tgt frees the
+// holder's registration on a PREEMPT of its key and keeps pointing at it
+// (usr/spc.c, spc_pr_preempt), and a PREEMPT with key 0, which it handles,
+// unregisters the taker's own other paths too, failing its writes in flight.
+//
 // Thread-safety: Ownership's methods may be called from any thread; the
 // renewal thread is internal. ReadOwner is a pure read (safe for read-only
 // tools: it registers nothing).
@@ -171,6 +190,9 @@ struct OwnershipOptions {
   // commands the old owner had queued at the array are done and cannot land
   // on what we write. Not waited where the array aborted them.
   uint32_t preempt_settle_ms = 0;
+  // The reservation is shared with the partner, which owns other domains of
+  // the reserve (see above).
+  bool shared = false;
   Status Validate() const;
 };
 
@@ -238,14 +260,30 @@ class Ownership {
   // gate closes ("released"). Idempotent.
   Status Release();
 
+  // Another domain of the reserve, owned with the ones held, its record
+  // renewed with theirs (`mode` as for Acquire; a takeover preempts the
+  // holder's key on every LUN where it is registered, and waits out its
+  // queued commands where the LUN has no PREEMPT AND ABORT). Refused with
+  // Fenced, naming the holder, while another node holds it; a refusal or a
+  // failure leaves the gate and the domains held as they were. OK when it is
+  // held already.
+  Status AcquireDomain(uint32_t domain, AcquireMode mode);
+  // Gives one domain up: its record says free (naming us as the last
+  // holder); the registration, the reservation and the other domains stay.
+  // The caller has closed the domain (nothing of it is written after).
+  // FailedPrecondition for the last domain held (Release() gives that up),
+  // NotFound for one not held.
+  Status ReleaseDomain(uint32_t domain);
+
   // A LUN joined the reserve (Reserve::AddLun): our key is registered and the
-  // reservation taken on it, and the owner record written to it, before the
+  // reservation taken on it, and the owner records written to it, before the
   // domain uses it. `lun` must be a GatedDevice of our gate.
   Status AddLun(std::shared_ptr<block::BlockDevice> lun);
 
   bool lost() const { return !gate_->is_open(); }
   Status lost_reason() const { return gate_->reason(); }
-  OwnerRecord record() const;  // as last written
+  OwnerRecord record() const;             // the first domain held, as last written
+  std::vector<uint32_t> domains() const;  // held, in the order acquired
   bool pr_supported() const { return pr_supported_; }
   uint64_t renewals() const { return renewals_.load(); }
   uint64_t renew_failures() const { return renew_failures_.load(); }
@@ -262,18 +300,31 @@ class Ownership {
   void RenewLoop();
   void LeaseWatchdog();
   Status RenewOnce();
+  // Renews one record (the caller holds records_io_mu_).
+  Status RenewRecord(const OwnerRecord& mine);
   Status WriteRecord(const OwnerRecord& r);
+  // Preempts `victim` on every LUN where it is registered (beneath the
+  // gate); sets *unaborted when a plain PREEMPT was used.
+  Status PreemptEverywhere(uint64_t victim, bool* unaborted);
+  // Shared: Exists when another registered key's node owns a domain of
+  // `reserve` (LUN 0's records); else OK, with the other registered keys in
+  // *stale.
+  Status SharingPartner(const Uuid& reserve, std::vector<uint64_t>* stale);
   void Stop();
 
   std::vector<std::shared_ptr<block::BlockDevice>> Luns() const;
 
+  // Record writes (renewals, acquiring and releasing a domain) one at a
+  // time, held across their I/O: a renewal must not write a record held
+  // again after its release wrote it free.
+  Mutex records_io_mu_ ACQUIRED_BEFORE(luns_mu_);
   // Leaves (docs/architecture.md): neither is held across I/O or with the other.
   mutable Mutex luns_mu_;
   std::vector<std::shared_ptr<block::BlockDevice>> luns_ GUARDED_BY(luns_mu_);
   std::shared_ptr<block::WriteGate> gate_;
   NodeIdentity me_;
   OwnershipOptions options_;
-  OwnerRecord record_ GUARDED_BY(luns_mu_);  // what we last wrote
+  std::vector<OwnerRecord> records_ GUARDED_BY(luns_mu_);  // the domains held, as we last wrote them
   bool pr_supported_ = false;
   uint64_t preempted_key_ = 0;
   uint64_t settled_ms_ = 0;

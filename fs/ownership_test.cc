@@ -389,6 +389,138 @@ uint64_t FakeNow() {
 // that succeeded, counted from when it was sent; the first to find it run
 // out closes the gate, naming why; a gate closed for another reason is not
 // held either.
+// ---- shared reservations: the pair active/active, each node owning
+// some domains of one reserve.
+
+OwnershipOptions Shared() {
+  OwnershipOptions o = Fast();
+  o.shared = true;
+  return o;
+}
+
+Result<std::unique_ptr<Ownership>> OwnShared(const Array& a, TestNode& n, uint32_t domain,
+                                             AcquireMode mode = AcquireMode::kNormal, Ownership::LostFn lost = {}) {
+  return Ownership::Acquire(n.devs, n.gate, a.reserve, domain, n.me, Shared(), mode, std::move(lost));
+}
+
+std::string HolderOf(const Array& a, TestNode& reader, uint32_t domain) {
+  auto v = ReadOwner(reader.devs, a.reserve, domain);
+  if (!v.ok()) return v.status().ToString();
+  return v->held() ? v->record->node_name : "free";
+}
+
+TEST(SharedOwnership, EachNodeOwnsItsDomainAndBothWrite) {
+  Array a;
+  TestNode n1(a, "node-a", 1), n2(a, "node-b", 2), n3(a, "node-c", 3);
+  std::atomic<int> lost{0};
+  auto o1 = OwnShared(a, n1, 0, AcquireMode::kNormal, [&](const Status&) { lost++; });
+  ASSERT_TRUE(o1.ok()) << o1.status().ToString();
+  auto o2 = OwnShared(a, n2, 1, AcquireMode::kNormal, [&](const Status&) { lost++; });
+  ASSERT_TRUE(o2.ok()) << o2.status().ToString();
+  // Both registrants write, on every LUN; an unregistered initiator cannot.
+  for (size_t lun = 0; lun < 2; lun++) {
+    ASSERT_TRUE(WriteData(n1, lun, 0x11).ok());
+    ASSERT_TRUE(WriteData(n2, lun, 0x22).ok());
+    EXPECT_EQ(ReadData(a, lun), 0x22);
+  }
+  MemDevice stranger(a.luns[0], 9);
+  std::vector<uint8_t> b(512, 0xee);
+  EXPECT_EQ(block::WriteSync(stranger, 4096, b.data(), b.size()).code(), Code::kFenced);
+  EXPECT_EQ(HolderOf(a, n1, 0), "node-a");
+  EXPECT_EQ(HolderOf(a, n1, 1), "node-b");
+  // A domain held by the other is refused, by Acquire and by AcquireDomain.
+  EXPECT_EQ((*o2)->AcquireDomain(0, AcquireMode::kNormal).code(), Code::kFenced);
+  auto o3 = OwnShared(a, n3, 1);
+  ASSERT_FALSE(o3.ok());
+  EXPECT_NE(o3.status().ToString().find("node 'node-b'"), std::string::npos) << o3.status().ToString();
+  // Renewals go on for both, neither reading the other's reservation as a
+  // takeover.
+  EXPECT_TRUE(WaitFor([&] { return (*o1)->renewals() >= 3 && (*o2)->renewals() >= 3; }));
+  EXPECT_EQ(lost.load(), 0);
+  EXPECT_EQ((*o2)->domains(), std::vector<uint32_t>{1});
+}
+
+// A takeover of one domain fences the partner on every LUN (it loses all
+// its domains), not the taker's own writes.
+TEST(SharedOwnership, TakingOverADomainFencesThePartnerWhole) {
+  Array a;
+  TestNode n1(a, "node-a", 1), n2(a, "node-b", 2);
+  std::atomic<int> lost1{0}, lost2{0};
+  auto o1 = OwnShared(a, n1, 0, AcquireMode::kNormal, [&](const Status&) { lost1++; });
+  ASSERT_TRUE(o1.ok());
+  ASSERT_TRUE((*o1)->AcquireDomain(2, AcquireMode::kNormal).ok());
+  auto o2 = OwnShared(a, n2, 1, AcquireMode::kNormal, [&](const Status&) { lost2++; });
+  ASSERT_TRUE(o2.ok());
+  ASSERT_TRUE(WriteData(n1, 0, 0x11).ok());
+  // node-b takes node-a's domains (node-a is the reservation's holder).
+  ASSERT_TRUE((*o2)->AcquireDomain(0, AcquireMode::kTakeover).ok());
+  ASSERT_TRUE((*o2)->AcquireDomain(2, AcquireMode::kTakeover).ok());
+  EXPECT_EQ((*o2)->domains(), (std::vector<uint32_t>{1, 0, 2}));
+  EXPECT_EQ(WriteData(n1, 0, 0x13).code(), Code::kFenced);
+  EXPECT_EQ(WriteData(n1, 1, 0x13).code(), Code::kFenced);
+  ASSERT_TRUE(WriteData(n2, 0, 0x21).ok());
+  ASSERT_TRUE(WriteData(n2, 1, 0x21).ok());
+  EXPECT_EQ(ReadData(a, 0), 0x21);
+  EXPECT_TRUE(WaitFor([&] { return lost1.load() == 1; }));
+  for (uint32_t d : {0u, 1u, 2u}) EXPECT_EQ(HolderOf(a, n2, d), "node-b") << d;
+  // The taker keeps renewing all three, and was never fenced itself.
+  const uint64_t before = (*o2)->renewals();
+  EXPECT_TRUE(WaitFor([&] { return (*o2)->renewals() >= before + 3; }));
+  EXPECT_EQ(lost2.load(), 0);
+  auto v = ReadOwner(n2.devs, a.reserve, 0);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->keys, std::vector<uint64_t>{n2.me.key()});
+  EXPECT_EQ(v->reservation.key, n2.me.key()) << "the holder's key preempted: the taker holds the reservation";
+}
+
+// Moving one domain (a planned move) changes no reservation: the releaser
+// keeps writing its other domains, and releasing its last one keeps its
+// registration, so the reservation is never dropped under the partner.
+TEST(SharedOwnership, ADomainMovesWithoutTouchingTheReservation) {
+  Array a;
+  TestNode n1(a, "node-a", 1), n2(a, "node-b", 2);
+  auto o1 = OwnShared(a, n1, 0);
+  ASSERT_TRUE(o1.ok());
+  ASSERT_TRUE((*o1)->AcquireDomain(1, AcquireMode::kNormal).ok());
+  auto o2 = OwnShared(a, n2, 2);
+  ASSERT_TRUE(o2.ok());
+  EXPECT_EQ((*o1)->ReleaseDomain(1).code(), Code::kOk);
+  EXPECT_EQ((*o1)->ReleaseDomain(1).code(), Code::kNotFound);
+  EXPECT_EQ(HolderOf(a, n2, 1), "free");
+  ASSERT_TRUE((*o2)->AcquireDomain(1, AcquireMode::kNormal).ok());
+  EXPECT_EQ(HolderOf(a, n1, 1), "node-b");
+  EXPECT_EQ((*o1)->ReleaseDomain(0).code(), Code::kFailedPrecondition) << "the last domain goes with Release()";
+  ASSERT_TRUE(WriteData(n1, 0, 0x11).ok());
+  // Renewing domain 0 alone does not write domain 1's record again.
+  const uint64_t before = (*o1)->renewals();
+  EXPECT_TRUE(WaitFor([&] { return (*o1)->renewals() >= before + 2; }));
+  EXPECT_EQ(HolderOf(a, n2, 1), "node-b");
+  // node-a (the reservation's holder) releases everything: the reservation
+  // stays, node-b writes on.
+  ASSERT_TRUE((*o1)->Release().ok());
+  EXPECT_EQ(HolderOf(a, n2, 0), "free");
+  auto v = ReadOwner(n2.devs, a.reserve, 0);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->reservation.reserved);
+  ASSERT_TRUE(WriteData(n2, 0, 0x22).ok());
+  ASSERT_TRUE(WriteData(n2, 1, 0x22).ok());
+  MemDevice stranger(a.luns[0], 9);
+  std::vector<uint8_t> b(512, 0xee);
+  EXPECT_EQ(block::WriteSync(stranger, 4096, b.data(), b.size()).code(), Code::kFenced);
+  // The last node out preempts the registration node-a left (it owns
+  // nothing) and releases the reservation and its own key: the LUNs are as
+  // before the pair came.
+  ASSERT_TRUE((*o2)->Release().ok());
+  v = ReadOwner(n2.devs, a.reserve, 0);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->reservation.reserved);
+  EXPECT_TRUE(v->keys.empty());
+  for (uint32_t d : {0u, 1u, 2u}) EXPECT_EQ(HolderOf(a, n2, d), "free") << d;
+  n1.Renew();
+  auto again = Own(a, n1);
+  EXPECT_TRUE(again.ok()) << "an unshared owner may come after: " << again.status().ToString();
+}
+
 TEST(Lease, RunsOutGiveUpAfterTheLastRenewalSent) {
   auto gate = std::make_shared<block::WriteGate>();
   Lease lease(gate, 1000, &FakeNow);

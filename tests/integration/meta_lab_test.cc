@@ -2,20 +2,27 @@
 // controller) writes synced batches and is SIGKILLed at a random moment; a
 // second process with another initiator name (the other controller) opens
 // the reserve from the SAN alone and finds every acknowledged batch, whole.
+// And the pair active/active on tgt's persistent reservations: two nodes
+// share the reservation, each owning a domain, and a takeover fences one.
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "block/gated_device.h"
 #include "block/iscsi_device.h"
 #include "fs/meta_store.h"
+#include "fs/ownership.h"
 #include "tests/lab/lab.h"
 
 #include <sys/wait.h>
@@ -157,6 +164,93 @@ TEST(MetaLab, AcknowledgedBatchesSurviveAKilledControllerAndOpenElsewhere) {
     if (partial == kKeysPerBatch) acked++;
     std::printf("round %d: %d batches acknowledged, all present after the kill\n", round, present);
   }
+}
+
+// The node's LUNs behind its write gate, as nasgwd opens them.
+struct LabNode {
+  NodeIdentity me;
+  std::shared_ptr<block::WriteGate> gate = std::make_shared<block::WriteGate>();
+  std::vector<std::shared_ptr<block::BlockDevice>> devs;
+  LabNode(const std::vector<std::string>& urls, const std::string& name) {
+    me = NodeIdentity::ForProcess(name, Uuid::Random());
+    auto raw = OpenLuns(urls, name);
+    if (!raw.ok()) {
+      ADD_FAILURE() << raw.status().ToString();
+      return;
+    }
+    devs = block::Gate(*raw, gate);
+  }
+  Status Write(size_t lun, uint8_t v) const {
+    std::vector<uint8_t> b(4096, v);
+    return block::WriteSync(*devs[lun], 64 * kMiB / 512, b.data(), b.size(), /*fua=*/true);
+  }
+  uint8_t Read(size_t lun) const {
+    std::vector<uint8_t> b(4096);
+    EXPECT_TRUE(block::ReadSync(*devs[lun], 64 * kMiB / 512, b.data(), b.size()).ok());
+    return b[0];
+  }
+};
+
+TEST(MetaLab, TwoNodesShareTheReservationEachOwningADomain) {
+  auto lab = lab::Lab::Start("share", {.luns = 2, .size = "128M"});
+  ASSERT_TRUE(lab.ok()) << lab.status().ToString();
+  const std::vector<std::string> urls = {(*lab)->Url(0), (*lab)->Url(1)};
+  const Uuid reserve = Uuid::Random();
+  LabNode a(urls, "node-a"), b(urls, "node-b");
+  ASSERT_EQ(a.devs.size(), 2u);
+  ASSERT_EQ(b.devs.size(), 2u);
+  OwnershipOptions o;
+  o.shared = true;
+  o.renew_interval_ms = 200;
+  o.lease_ms = 1000;
+  o.preempt_settle_ms = 100;
+  std::atomic<int> a_lost{0}, b_lost{0};
+  auto oa =
+      Ownership::Acquire(a.devs, a.gate, reserve, 0, a.me, o, AcquireMode::kNormal, [&](const Status&) { a_lost++; });
+  ASSERT_TRUE(oa.ok()) << oa.status().ToString();
+  auto ob =
+      Ownership::Acquire(b.devs, b.gate, reserve, 1, b.me, o, AcquireMode::kNormal, [&](const Status&) { b_lost++; });
+  ASSERT_TRUE(ob.ok()) << ob.status().ToString();
+  ASSERT_TRUE((*oa)->pr_supported()) << "tgt has persistent reservations";
+  // Both write to both LUNs (each is a registrant of the one reservation).
+  for (size_t lun = 0; lun < 2; lun++) {
+    ASSERT_TRUE(a.Write(lun, 0xa1).ok());
+    ASSERT_TRUE(b.Write(lun, 0xb1).ok());
+    EXPECT_EQ(a.Read(lun), 0xb1);
+  }
+  auto keys = block::PrReadKeysSync(*a.devs[0]);
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_EQ(keys->keys.size(), 2u);
+  // Neither takes the other's domain without a takeover, and renewals go on.
+  EXPECT_EQ((*oa)->AcquireDomain(1, AcquireMode::kNormal).code(), Code::kFenced);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (((*oa)->renewals() < 3 || (*ob)->renewals() < 3) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE((*oa)->renewals(), 3u);
+  EXPECT_GE((*ob)->renewals(), 3u);
+  EXPECT_EQ(a_lost.load() + b_lost.load(), 0);
+  // node-b takes domain 0 over: node-a (which holds the reservation) is
+  // fenced on every LUN by the array, node-b writes on.
+  ASSERT_TRUE((*ob)->AcquireDomain(0, AcquireMode::kTakeover).ok());
+  for (size_t lun = 0; lun < 2; lun++) {
+    EXPECT_EQ(a.Write(lun, 0xa2).code(), Code::kFenced) << lun;
+    ASSERT_TRUE(b.Write(lun, 0xb2).ok()) << lun;
+    EXPECT_EQ(b.Read(lun), 0xb2);
+  }
+  auto v = ReadOwner(b.devs, reserve, 0);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->record->node_name, "node-b");
+  EXPECT_EQ(v->keys, std::vector<uint64_t>{b.me.key()});
+  EXPECT_EQ(v->reservation.key, b.me.key());
+  EXPECT_EQ((*ob)->domains(), (std::vector<uint32_t>{1, 0}));
+  // node-b, the last node out, leaves the LUNs unreserved and unregistered.
+  ASSERT_TRUE((*ob)->Release().ok());
+  v = ReadOwner(b.devs, reserve, 0);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->reservation.reserved);
+  EXPECT_TRUE(v->keys.empty());
+  EXPECT_EQ(b_lost.load(), 0);
 }
 
 }  // namespace
