@@ -2556,6 +2556,120 @@ TEST_F(AdminClusterTest, DeadOwnerIsTakenOverAutomatically) {
   EXPECT_EQ(Sample(text, "nasgw_reserve_owned"), 1.0) << text;
 }
 
+// Active/active ([cluster] home_domains): a reserve split into two domains,
+// each node serving its own; a dead node's domain is taken by the other,
+// which keeps serving its own; the node back stands by until a giveback,
+// and then each serves its own again.
+TEST_F(AdminClusterTest, ActiveActiveEachNodeServesItsHomeDomain) {
+  config_.cluster_home_domains = {0};
+  StartA();
+  ASSERT_TRUE(node_->FormatReserve("tank", kMiB, false, 2).ok());
+  auto volume_in = [](Node* n, uint32_t domain, const std::string& volume) -> fs::Domain* {
+    uint64_t verifier = 0;
+    auto all = n->domains(&verifier, nullptr);
+    if (!all || domain >= all->size() || !(*all)[domain]) return nullptr;
+    fs::Domain* d = (*all)[domain].get();
+    return d->FindVolume(volume).ok() ? d : nullptr;
+  };
+  auto serves = [](Node* n, uint32_t domain) {
+    uint64_t verifier = 0;
+    auto all = n->domains(&verifier, nullptr);
+    return all && domain < all->size() && (*all)[domain] != nullptr;
+  };
+  ASSERT_EQ(node_->GetReserve().state, ReserveState::kOnline) << node_->GetReserve().reason;
+  EXPECT_TRUE(serves(node_.get(), 0));
+  EXPECT_FALSE(serves(node_.get(), 1)) << "domain 1 is B's home: A leaves it free";
+  // A creates only in its own domain.
+  auto in_b = node_->CreateVolume("vb", fs::kRecordBytesDefault, 1);
+  EXPECT_EQ(in_b.status().code(), Code::kFailedPrecondition) << in_b.status().ToString();
+  auto va = node_->CreateVolume("va", fs::kRecordBytesDefault);
+  ASSERT_TRUE(va.ok()) << va.status().ToString();
+  ASSERT_NE(volume_in(node_.get(), 0, "va"), nullptr);
+
+  {
+    // StartB copies config_: A's home, changed to B's for B.
+    config_.cluster_home_domains = {1};
+    StartB();
+    config_.cluster_home_domains = {0};
+  }
+  ASSERT_EQ(b_node_->GetReserve().state, ReserveState::kOnline) << b_node_->GetReserve().reason;
+  EXPECT_TRUE(serves(b_node_.get(), 1));
+  EXPECT_FALSE(serves(b_node_.get(), 0));
+  ASSERT_TRUE(b_node_->CreateVolume("vb", fs::kRecordBytesDefault).ok());
+  fs::Domain* da = volume_in(node_.get(), 0, "va");
+  fs::Domain* db = volume_in(b_node_.get(), 1, "vb");
+  ASSERT_TRUE(da && db);
+  auto write_synced = [](fs::Domain* d, const std::string& volume, const std::string& name, const std::string& data) {
+    auto vol = d->FindVolume(volume);
+    ASSERT_TRUE(vol.ok()) << vol.status().ToString();
+    auto f = d->Create(vol->id, fs::kRootIno, name, fs::FileType::kRegular, 0644, 0, 0);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE(d->Write(vol->id, f->ino, 0, data.data(), data.size()).ok());
+    ASSERT_TRUE(d->SyncTxg().ok());
+  };
+  auto read = [](fs::Domain* d, const std::string& volume, const std::string& name) -> std::string {
+    if (d == nullptr) return "(no domain)";
+    auto vol = d->FindVolume(volume);
+    if (!vol.ok()) return vol.status().ToString();
+    auto a = d->Lookup(vol->id, fs::kRootIno, name);
+    if (!a.ok()) return a.status().ToString();
+    std::string buf(4096, '\0');
+    auto n = d->Read(vol->id, a->ino, 0, buf.size(), buf.data());
+    if (!n.ok()) return n.status().ToString();
+    buf.resize(*n);
+    return buf;
+  };
+  write_synced(da, "va", "a", "written on A");
+  write_synced(db, "vb", "b", "written on B");
+  // Both serve: each judges the other alive, neither takes anything.
+  pb::Cluster ca, cb;
+  ASSERT_TRUE(WaitFor([&] {
+    ca = ClusterOf(stub_.get());
+    cb = ClusterOf(b_stub_.get());
+    return ca.verdict() == "owner-alive" && cb.verdict() == "owner-alive" && Peer(ca, "n2") && Peer(cb, "n1");
+  })) << ca.DebugString() << cb.DebugString();
+  EXPECT_FALSE(serves(node_.get(), 1));
+  EXPECT_FALSE(serves(b_node_.get(), 0));
+  EXPECT_EQ(node_->ListVolumes()->size(), 1u);
+  EXPECT_EQ(b_node_->ListVolumes()->size(), 1u);
+  // A manual takeover of a live partner's domain is refused.
+  EXPECT_EQ(b_node_->TakeoverReserve(false).code(), Code::kFailedPrecondition);
+
+  // A dies. B takes domain 0 (preempting A's key) and keeps serving 1.
+  a_ic_->Stop();
+  a_dead_->store(true);
+  ASSERT_TRUE(WaitFor([&] { return serves(b_node_.get(), 0); })) << ClusterOf(b_stub_.get()).DebugString();
+  EXPECT_TRUE(serves(b_node_.get(), 1));
+  EXPECT_EQ(read(volume_in(b_node_.get(), 0, "va"), "va", "a"), "written on A");
+  EXPECT_EQ(read(volume_in(b_node_.get(), 1, "vb"), "vb", "b"), "written on B");
+  EXPECT_EQ(b_node_->ListVolumes()->size(), 2u);
+  ASSERT_TRUE(WaitFor([&] { return ClusterOf(b_stub_.get()).takeovers() == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return node_->GetReserve().state == ReserveState::kFenced; }))
+      << node_->GetReserve().reason;
+  write_synced(volume_in(b_node_.get(), 0, "va"), "va", "a2", "written on B for A");
+
+  // A comes back: its home is B's now, so it stands by.
+  server_.reset();
+  stub_.reset();
+  node_.reset();
+  a_dead_ = std::make_shared<std::atomic<bool>>(false);
+  StartA();
+  ASSERT_EQ(node_->GetReserve().state, ReserveState::kStandby) << node_->GetReserve().reason;
+  ASSERT_TRUE(WaitFor([&] {
+    auto c = ClusterOf(stub_.get());
+    return c.verdict() == "owner-alive" && Peer(ClusterOf(b_stub_.get()), "n1") != nullptr;
+  }));
+  // B gives back; each takes its home domain.
+  ASSERT_TRUE(b_node_->GiveBack().ok());
+  ASSERT_TRUE(WaitFor([&] { return serves(node_.get(), 0) && serves(b_node_.get(), 1); }))
+      << ReserveStateName(node_->GetReserve().state) << ": " << node_->GetReserve().reason << " / "
+      << ReserveStateName(b_node_->GetReserve().state) << ": " << b_node_->GetReserve().reason;
+  EXPECT_FALSE(serves(node_.get(), 1));
+  EXPECT_FALSE(serves(b_node_.get(), 0));
+  EXPECT_EQ(read(volume_in(node_.get(), 0, "va"), "va", "a2"), "written on B for A");
+  EXPECT_EQ(read(volume_in(b_node_.get(), 1, "vb"), "vb", "b"), "written on B");
+}
+
 // ---- planned moves: `nasgw cluster giveback` and `nasgw cluster takeover`
 
 TEST_F(AdminTest, PlannedMovesNeedAPair) {

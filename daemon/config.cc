@@ -689,6 +689,34 @@ void ParseCluster(const Section& s, Config* c, Errors* errors) {
   address_pair("mirror_listen", &c->cluster_mirror_listen, "mirror_peer", &c->cluster_mirror_peer, "the cache mirror");
   address_pair("forward_listen", &c->cluster_forward_listen, "forward_peer", &c->cluster_forward_peer,
                "head forwarding");
+  if (const toml::node* n = s.Node("home_domains")) {
+    const toml::array* arr = n->as_array();
+    if (arr == nullptr || arr->empty() || arr->size() > fs::kReserveDomainsMax) {
+      errors->Add("cluster.home_domains", "expected an array of 1.." + std::to_string(fs::kReserveDomainsMax) +
+                                              " domain ids (the domains this node serves while the partner is up)");
+    } else {
+      for (size_t i = 0; i < arr->size(); ++i) {
+        const std::string field = "cluster.home_domains[" + std::to_string(i) + "]";
+        const auto* v = arr->get(i)->as_integer();
+        if (v == nullptr || v->get() < 0 || v->get() >= fs::kReserveDomainsMax) {
+          errors->Add(field, "expected a domain id 0.." + std::to_string(fs::kReserveDomainsMax - 1));
+          continue;
+        }
+        const auto id = static_cast<uint32_t>(v->get());
+        if (std::find(c->cluster_home_domains.begin(), c->cluster_home_domains.end(), id) !=
+            c->cluster_home_domains.end()) {
+          errors->Add(field, "domain " + std::to_string(id) + " is listed already");
+          continue;
+        }
+        c->cluster_home_domains.push_back(id);
+      }
+    }
+    if (!c->cluster_enabled) errors->Add("cluster.home_domains", "needs cluster.enabled = true (a controller pair)");
+    if (!c->cluster_forward_peer.empty()) {
+      errors->Add("cluster.home_domains", "not with head forwarding (forward_listen, forward_peer) yet: each node "
+                                          "serves its own domains' clients on their addresses");
+    }
+  }
   if (c->cluster_network_dead_ms < 3 * uint64_t{c->cluster_heartbeat_interval_ms}) {
     errors->Add("cluster.network_dead_ms", std::to_string(c->cluster_network_dead_ms) +
                                                " is shorter than 3 heartbeat intervals (" +
@@ -949,7 +977,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseCluster(Section("cluster", table("cluster"),
                        {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips",
                         "vip_interface", "mirror_listen", "mirror_peer", "forward_listen", "forward_peer",
-                        "vip_idle_ms", "vip_move_max_ms", "tickle_acks"},
+                        "vip_idle_ms", "vip_move_max_ms", "tickle_acks", "home_domains"},
                        &errors),
                &c, &errors);
 

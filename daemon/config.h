@@ -110,6 +110,12 @@ struct Config {
   // reserve refuses its heads' calls (and withdraws its exports).
   std::string cluster_forward_listen;
   std::string cluster_forward_peer;
+  // Active/active (docs/cluster.md, "Both nodes serving"): the domains of a
+  // split reserve this node serves while the partner is up (ids, distinct,
+  // < fs::kReserveDomainsMax). Empty: the node serves the whole reserve or
+  // stands by for it. Both nodes share the reservation (fs::Ownership's
+  // `shared`); not with head forwarding yet.
+  std::vector<uint32_t> cluster_home_domains;
 
   // [head]
   std::string head_socket;                                                // default: <run_dir>/head.sock

@@ -1179,7 +1179,8 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
   uint32_t id = fs::VolumeDomain(r.h.volume);
   if (r.op == Op::kMount && d.count() > 1) {
     for (uint32_t each = 0; each < d.count(); each++) {
-      if (d.Of(each)->FindVolume(r.name).ok()) id = each;  // names are unique across domains (Node)
+      const std::shared_ptr<fs::Domain>& e = d.Of(each);  // (null: the partner's)
+      if (e && e->FindVolume(r.name).ok()) id = each;      // names are unique across domains (Node)
     }
   } else if ((r.op == Op::kLink || r.op == Op::kRename) && fs::VolumeDomain(r.h2.volume) != id) {
     // Each handle checked first, with its own domain's key (as Exec::Verify
@@ -1197,6 +1198,12 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
     return out;
   }
   const std::shared_ptr<fs::Domain>& dom = d.Of(id);
+  if (dom == nullptr && d.domains && id < d.domains->size()) {
+    // A domain of the reserve the partner serves (active/active): the
+    // client's address moves here with it, or its call goes there.
+    unserved("domain " + std::to_string(id) + " is served by the partner", /*resend=*/true);
+    return out;
+  }
   if (dom == nullptr) {
     if (r.op == Op::kStatfs) {
       // It names a volume without a MAC: one of no domain here is gone, as

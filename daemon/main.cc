@@ -120,7 +120,9 @@ int Run(const Config& cfg) {
       [n] {
         HeadDomain d;
         d.domains = n->domains(&d.write_verifier, &d.lease);
-        if (d.domains) d.domain = d.domains->front();
+        // Any domain served here says the reserve is online (shared, domain
+        // 0 may be the partner's).
+        for (size_t i = 0; d.domains && !d.domain && i < d.domains->size(); i++) d.domain = (*d.domains)[i];
         return d;
       },
       LockLimits{cfg.head_max_locks, cfg.head_max_locks_per_session}, CacheOptions(cfg));

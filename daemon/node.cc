@@ -281,6 +281,7 @@ Result<std::unique_ptr<Node>> Node::Start(const Config& config, LunOpener opener
   node->ownership_options_.renew_interval_ms = config.renew_interval_ms;
   node->ownership_options_.lease_ms = config.lease_ms;
   node->ownership_options_.preempt_settle_ms = config.preempt_settle_ms;
+  node->ownership_options_.shared = config.cluster_enabled && !config.cluster_home_domains.empty();
   NASGW_RETURN_IF_ERROR(node->ownership_options_.Validate().WithContext("[reserve]"));
   auto lock_fd = LockStateDir(config);
   if (!lock_fd.ok()) return lock_fd.status();
@@ -467,6 +468,27 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   }
   const uint32_t domain_count = (*ro)->domains();
   if (mirror_server_) MirrorDomains(domain_count);  // each domain's stream, taken or given
+  // Shared: the domains this opening may own, its home ones first (the
+  // first is acquired with the registration); the others are the partner's
+  // until it is taken over.
+  std::vector<uint32_t> targets;
+  if (Shared()) {
+    for (uint32_t id : config_.cluster_home_domains) {
+      if (id >= domain_count) {
+        gate_->Close(nasgw::Status::FailedPrecondition("reserve not opened"));
+        state_ = ReserveState::kFailed;
+        reason_ = "[cluster] home_domains names domain " + std::to_string(id) + ", but reserve '" + (*ro)->name() +
+                  "' has " + std::to_string(domain_count) + " (nasgw reserve format --domains)";
+        return;
+      }
+      targets.push_back(id);
+    }
+    for (uint32_t id = 0; mode != fs::AcquireMode::kNormal && id < domain_count; id++) {
+      if (std::find(targets.begin(), targets.end(), id) == targets.end()) targets.push_back(id);
+    }
+  } else {
+    for (uint32_t id = 0; id < domain_count; id++) targets.push_back(id);
+  }
   for (uint32_t i = 0; i < (*ro)->lun_count(); i++) gated_.push_back((*ro)->lun(i));
   reserve_uuid_ = (*ro)->uuid();
   // What the partner's memory holds of each domain's log (brief decision
@@ -476,7 +498,8 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   // from them); a node starting asks the partner.
   Tails tails(domain_count);
   bool asked_in_vain = false;
-  for (uint32_t id = 0; mirror_server_ && id < domain_count; id++) {
+  for (uint32_t id : targets) {
+    if (!mirror_server_) break;
     cluster::MirrorServer::Frozen frozen = mirror_server_->Freeze(reserve_uuid_, id);
     tails[id] = frozen.tail;
     if (!frozen.streamed && mode == fs::AcquireMode::kNormal && !asked_in_vain) {
@@ -498,10 +521,12 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
       }
     }
   }
-  auto unfreeze = [this, reserve = reserve_uuid_, domain_count] {
-    for (uint32_t id = 0; mirror_server_ && id < domain_count; id++) mirror_server_->Unfreeze(reserve, id);
+  auto unfreeze = [this, reserve = reserve_uuid_, &targets](const std::vector<uint32_t>& keep = {}) {
+    for (uint32_t id : targets) {
+      if (mirror_server_ && std::find(keep.begin(), keep.end(), id) == keep.end()) mirror_server_->Unfreeze(reserve, id);
+    }
   };
-  auto o = fs::Ownership::Acquire(gated_, gate_, reserve_uuid_, 0, identity_, ownership_options_, mode,
+  auto o = fs::Ownership::Acquire(gated_, gate_, reserve_uuid_, targets.front(), identity_, ownership_options_, mode,
                                   [this](const nasgw::Status& why) { OnOwnershipLost(why); });
   if (!o.ok()) {
     unfreeze();
@@ -532,6 +557,17 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
     return;
   }
   owner_ = std::move(o.value());
+  std::vector<uint32_t> ids;  // shared: the domains owned here
+  if (Shared()) {
+    for (size_t i = 1; i < targets.size(); i++) {
+      nasgw::Status a = owner_->AcquireDomain(targets[i], mode);
+      if (!a.ok()) {
+        NASGW_LOG(kWarn, "node") << "domain left to its owner" << Kv("domain", targets[i]) << Kv("why", a.ToString());
+      }
+    }
+    ids = owner_->domains();
+    unfreeze(ids);  // the partner's: it streams them here still
+  }
   auto r = fs::Reserve::Open(gated_);
   if (!r.ok()) {
     state_ = ReserveState::kFailed;
@@ -544,25 +580,25 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   std::shared_ptr<fs::Reserve> reserve = std::move(r.value());
   for (const auto& repair : reserve->repairs()) NASGW_LOG(kWarn, "node") << "label repaired" << Kv("what", repair);
   DomainSet opened;
-  if (nasgw::Status s = OpenDomains(reserve, tails, &opened); !s.ok()) {
+  if (nasgw::Status s = OpenDomains(reserve, tails, &opened, ids); !s.ok()) {
     // Kept frozen: this node owns the reserve, and what the mirror held is
     // needed by whoever opens the domain next (the next attempt here).
     // Kept owned: a domain that does not open must not be opened elsewhere
     // by accident either. The owner thread tries again (pending_open_); the
     // admin may also act (fsck --repair, takeover).
     state_ = ReserveState::kFailed;
-    pending_open_ = PendingOpen{reserve, tails, std::move(opened), 0, 0};
+    pending_open_ = PendingOpen{reserve, tails, std::move(opened), 0, 0, ids};
     OpenFailedLocked(s);
     return;
   }
   FinishOpenLocked(std::move(reserve), std::move(opened), tails);
 }
 
-nasgw::Status Node::OpenDomains(const std::shared_ptr<fs::Reserve>& reserve, const Tails& tails,
-                                DomainSet* opened) const {
+nasgw::Status Node::OpenDomains(const std::shared_ptr<fs::Reserve>& reserve, const Tails& tails, DomainSet* opened,
+                                const std::vector<uint32_t>& ids) const {
   opened->resize(reserve->domains());
   for (uint32_t id = 0; id < reserve->domains(); id++) {
-    if ((*opened)[id]) continue;
+    if ((*opened)[id] || (!ids.empty() && std::find(ids.begin(), ids.end(), id) == ids.end())) continue;
     fs::DomainOptions options = domain_options_;
     if (id < tails.size()) options.log.tail = tails[id];
     auto d = fs::Domain::Open(reserve, id, options);
@@ -579,6 +615,7 @@ nasgw::Status Node::OpenDomains(const std::shared_ptr<fs::Reserve>& reserve, con
 void Node::FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet domains, const Tails& tails) {
   pending_open_.reset();
   for (uint32_t id = 0; mirror_server_ && id < domains.size(); id++) {
+    if (!domains[id]) continue;  // the partner's (shared)
     if (id < tails.size() && tails[id]) {
       NASGW_LOG(kInfo, "node") << "the partner's mirror of the log taken" << Kv("domain", id)
                                << Kv("held", tails[id]->entries.size())
@@ -589,6 +626,7 @@ void Node::FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet doma
   // Completes an AddLun that labelled the LUN but stopped before the
   // domains took their groups; nothing to do otherwise.
   for (size_t id = 0; id < domains.size(); id++) {
+    if (!domains[id]) continue;
     auto grew = domains[id]->Grow();
     if (!grew.ok()) {
       NASGW_LOG(kWarn, "node") << "grow at open failed" << Kv("domain", id) << Kv("error", grew.status().ToString());
@@ -603,6 +641,24 @@ void Node::FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet doma
   state_ = ReserveState::kOnline;
   reason_.clear();
   owner_text_ = "this node";
+  ChooseWatchDomainLocked();
+}
+
+void Node::ChooseWatchDomainLocked() {
+  uint32_t want = Shared() ? config_.cluster_home_domains.front() : 0;
+  if (Shared() && state_ == ReserveState::kOnline && domains_) {
+    want = kNoWatch;
+    for (uint32_t id = 0; id < domains_->size(); id++) {
+      if (!(*domains_)[id]) {
+        want = id;
+        break;
+      }
+    }
+  }
+  if (want != watch_domain_) {
+    watch_domain_ = want;
+    watch_ = fs::OwnerWatch();
+  }
 }
 
 bool Node::RetryOpenIfDue() {
@@ -626,7 +682,7 @@ bool Node::RetryOpenIfDue() {
     p = *pending_open_;
     lease = owner_->lease();
   }
-  nasgw::Status s = OpenDomains(p.reserve, p.tails, &p.opened);
+  nasgw::Status s = OpenDomains(p.reserve, p.tails, &p.opened, p.ids);
   DomainSet discard;  // closed after the lock is given up
   WriterLock lock(mu_);
   if (!pending_open_ || pending_open_->reserve != p.reserve || state_ != ReserveState::kFailed || !owner_ ||
@@ -672,8 +728,9 @@ void Node::OnOwnershipLost(const nasgw::Status& why) {
 }
 
 void Node::ObserveOwnerLocked() {
-  if (gated_.empty()) return;
-  ApplyOwnerLocked(fs::ReadOwner(gated_, reserve_uuid_, 0));
+  ChooseWatchDomainLocked();
+  if (gated_.empty() || watch_domain_ == kNoWatch) return;
+  ApplyOwnerLocked(fs::ReadOwner(gated_, reserve_uuid_, watch_domain_));
 }
 
 void Node::ApplyOwnerLocked(const Result<fs::OwnerView>& v) {
@@ -723,7 +780,8 @@ void Node::ClusterStep(uint64_t seq) {
   h.name = config_.node_name;
   h.seq = seq;
   cluster::DiskView disk;
-  bool standby = false;
+  bool standby = false, judge_partner = false;
+  uint32_t disk_domain = 0;
   const uint64_t now = MonotonicNanos();
   {
     ReaderLock lock(mu_);
@@ -731,7 +789,11 @@ void Node::ClusterStep(uint64_t seq) {
     h.reserve = reserve_uuid_;
     if (state_ == ReserveState::kFenced || state_ == ReserveState::kFailed) h.reason = reason_;
     standby = state_ == ReserveState::kStandby;
-    if (standby && owner_read_ok_mono_ns_ != 0) {
+    // Shared, an online node judges the partner too, by the record of a
+    // domain it holds (ChooseWatchDomainLocked).
+    judge_partner = Shared() && state_ == ReserveState::kOnline && watch_domain_ != kNoWatch;
+    disk_domain = watch_domain_;
+    if ((standby || judge_partner) && owner_read_ok_mono_ns_ != 0) {
       const auto& v = watch_.view();
       disk.have = true;
       disk.held = v.held();
@@ -800,8 +862,16 @@ void Node::ClusterStep(uint64_t seq) {
   cluster::Judgement j;
   {
     MutexLock lock(cluster_mu_);
-    if (standby) {
+    if (standby || judge_partner) {
       j = monitor_->Judge(disk, now);
+      if (judge_partner && j.verdict == cluster::Verdict::kNoOwner) {
+        // A free domain of the partner's (it stopped cleanly, or has not
+        // started yet) is left to it: taken only by `nasgw reserve
+        // takeover` here.
+        j.verdict = cluster::Verdict::kOwnerAlive;
+        j.why = "this node serves its domains; the partner's domain " + std::to_string(disk_domain) +
+                " is free (taken here only by 'nasgw reserve takeover')";
+      }
     } else {
       j.verdict = cluster::Verdict::kOwnerAlive;
       j.why = h.state == static_cast<uint8_t>(ReserveState::kOnline)
@@ -820,7 +890,7 @@ void Node::ClusterStep(uint64_t seq) {
     }
     judgement_ = j;
   }
-  if (!standby) return;
+  if (!standby && !judge_partner) return;
   bool requested = false;
   {
     MutexLock lock(cluster_mu_);
@@ -1199,9 +1269,15 @@ void Node::ReconcileVips() {
   // before a giveback removed the addresses) would put them back while the
   // partner takes them.
   ReserveState state;
+  cluster::VipMask held_domains_vips = 0;  // shared: the addresses of the domains served here
   {
     ReaderLock lock(mu_);
     state = state_;
+    if (Shared() && state_ == ReserveState::kOnline && domains_) {
+      for (size_t i = 0; i < vips_->vips().size(); i++) {
+        if ((*domains_)[i % domains_->size()]) held_domains_vips |= cluster::VipMask{1} << i;
+      }
+    }
   }
   const bool online = state == ReserveState::kOnline;
   const cluster::VipMask all = vips_->all();
@@ -1240,7 +1316,12 @@ void Node::ReconcileVips() {
   vips_mismatch_.store(heard && !same_list);
   cluster::VipMask want = 0;
   cluster::VipMask give = 0;  // the owner: addresses to give the partner once this node has let them go
-  if (online && (!Forwarding() || vips_->vips().size() < 2)) {
+  if (online && Shared()) {
+    // Active/active: address i belongs to domain i mod D, and is held by
+    // the node that serves that domain.
+    want = held_domains_vips;
+    vips_assigned_ = 0;
+  } else if (online && (!Forwarding() || vips_->vips().size() < 2)) {
     want = all;  // the owner holds them all: the partner cannot relay its clients' calls
     vips_assigned_ = 0;
   } else if (online) {
@@ -1495,7 +1576,8 @@ void Node::MirrorLoop(uint32_t id) {
   // end must happen where the node closes it); it acts on domains_ under
   // mu_.
   auto serving = [this, id](uint64_t verifier) REQUIRES_SHARED(mu_) {
-    return state_ == ReserveState::kOnline && domains_ && id < domains_->size() && write_verifier_ == verifier;
+    return state_ == ReserveState::kOnline && domains_ && id < domains_->size() && (*domains_)[id] &&
+           write_verifier_ == verifier;
   };
   MutexLock lock(mirror_mu_);
   while (!mirror_stop_) {
@@ -1509,7 +1591,10 @@ void Node::MirrorLoop(uint32_t id) {
       // A node that does not serve the domain holds the owner's stream
       // (under mu_: a takeover freezes it under mu_ too). One that failed
       // to open it while owning it keeps its copy for the next attempt.
-      if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced || state_ == ReserveState::kUnformatted) {
+      // Shared, an online node holds the partner's streams of its domains.
+      if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced ||
+          state_ == ReserveState::kUnformatted ||
+          (Shared() && state_ == ReserveState::kOnline && domains_ && id < domains_->size() && !(*domains_)[id])) {
         mirror_server_->Unfreeze(reserve, id);
       }
       node_lock.Unlock();
@@ -1675,10 +1760,17 @@ ClusterStatus Node::GetCluster() const {
     {
       // Streaming: every domain's log streams (one that does not answers
       // its writes from the SAN: degraded).
+      std::vector<bool> served;  // shared: only the domains served here stream from here
+      if (Shared()) {
+        uint64_t verifier = 0;
+        if (auto all = domains(&verifier, nullptr)) {
+          for (const auto& d : *all) served.push_back(d != nullptr);
+        }
+      }
       MutexLock m(mirror_mu_);
       c.mirror_streaming = true;
       for (uint32_t id = 0; id < mirror_domains_; id++) {
-        if (mirror_stream_[id] != nullptr) continue;
+        if (mirror_stream_[id] != nullptr || (id < served.size() && !served[id])) continue;
         c.mirror_streaming = false;
         if (why.empty()) why = (mirror_domains_ == 1 ? "" : "domain " + std::to_string(id) + ": ") + mirror_why_[id];
       }
@@ -1690,7 +1782,7 @@ ClusterStatus Node::GetCluster() const {
     if (c.owned_here) {
       uint64_t verifier = 0;
       if (auto all = domains(&verifier, nullptr)) {
-        for (const auto& d : *all) c.mirror_acks += d->LogStats().mirror_acks;
+        for (const auto& d : *all) c.mirror_acks += d ? d->LogStats().mirror_acks : 0;
       }
       c.mirror = c.mirror_streaming ? "the partner's memory (" + config_.cluster_mirror_peer +
                                           "): writes are acknowledged once the partner holds them"
@@ -1737,17 +1829,22 @@ void Node::OwnerLoop() {
     // I/O timeout, and admins' and heads' calls must not wait for it.
     std::optional<Result<fs::OwnerView>> seen;
     bool reopened = false;  // RetryOpenIfDue, below
+    uint32_t seen_domain = 0;
     {
       std::vector<std::shared_ptr<block::BlockDevice>> luns;
       Uuid uuid;
       {
-        ReaderLock node_lock(mu_);
-        if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced) {
+        WriterLock node_lock(mu_);
+        ChooseWatchDomainLocked();
+        const bool watching = state_ == ReserveState::kStandby || state_ == ReserveState::kFenced ||
+                              (Shared() && state_ == ReserveState::kOnline);
+        if (watching && watch_domain_ != kNoWatch) {
           luns = gated_;
           uuid = reserve_uuid_;
+          seen_domain = watch_domain_;
         }
       }
-      if (!luns.empty()) seen = fs::ReadOwner(luns, uuid, 0);
+      if (!luns.empty()) seen = fs::ReadOwner(luns, uuid, seen_domain);
     }
     {
       WriterLock node_lock(mu_);
@@ -1777,7 +1874,9 @@ void Node::OwnerLoop() {
         NASGW_LOG(kError, "node") << "fenced before the domain opened" << Kv("reason", lost->ToString());
       }
       // (Just fenced: watched from the next round on, read unlocked.)
-      if (seen && (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced)) ApplyOwnerLocked(*seen);
+      const bool watching = state_ == ReserveState::kStandby || state_ == ReserveState::kFenced ||
+                            (Shared() && state_ == ReserveState::kOnline);
+      if (seen && watching && seen_domain == watch_domain_) ApplyOwnerLocked(*seen);
       // In a pair, a fenced node whose old domain is gone and that sees
       // another node renewing the reserve is that node's standby: it writes
       // nothing and may take over again when that one fails.
@@ -1808,6 +1907,30 @@ void Node::OwnerLoop() {
 nasgw::Status Node::TakeoverReserve(bool force) {
   MutexLock admin(admin_mu_);
   WriterLock lock(mu_);
+  if (state_ == ReserveState::kOnline && Shared()) {
+    // Active/active: the partner's domains, from the partner.
+    ObserveOwnerLocked();
+    if (watch_domain_ == kNoWatch) {
+      return nasgw::Status::FailedPrecondition("every domain of the reserve is served here already");
+    }
+    const uint64_t now = MonotonicNanos();
+    const bool held = watch_.view().held();
+    if (!force && held && !watch_.Expired(now)) {
+      return nasgw::Status::FailedPrecondition(
+          "domain " + std::to_string(watch_domain_) + " is owned by " + owner_text_ + "; it last renewed " +
+          std::to_string(watch_.SilentMs(now)) +
+          " ms ago, within its lease: wait for the lease to run out, or --force to preempt a node that may still "
+          "be running (it is fenced off the LUNs and stops serving its domains)");
+    }
+    NASGW_LOG(kWarn, "node") << "taking over the partner's domains" << Kv("force", force) << Kv("from", owner_text_);
+    nasgw::Status s = TakePartnerDomainsLocked(force  ? fs::AcquireMode::kForce
+                                               : held ? fs::AcquireMode::kTakeover
+                                                      : fs::AcquireMode::kNormal);
+    lock.Unlock();
+    PublishExports().IgnoreError();  // logged; written again at the next change
+    PublishShares().IgnoreError();
+    return s;
+  }
   if (state_ == ReserveState::kOnline) {
     return nasgw::Status::FailedPrecondition("reserve is already online on this node");
   }
@@ -1817,7 +1940,9 @@ nasgw::Status Node::TakeoverReserve(bool force) {
   }
   ObserveOwnerLocked();
   const uint64_t now = MonotonicNanos();
-  if (!force && !watch_.Expired(now)) {
+  // (Shared, a free home domain is free whoever holds the reservation.)
+  const bool free_home = Shared() && !watch_.view().held();
+  if (!force && !free_home && !watch_.Expired(now)) {
     return nasgw::Status::FailedPrecondition(
         "the reserve is owned by " + owner_text_ + "; it last renewed " + std::to_string(watch_.SilentMs(now)) +
         " ms ago, within its lease: wait for the lease to run out, or "
@@ -1826,7 +1951,8 @@ nasgw::Status Node::TakeoverReserve(bool force) {
   NASGW_LOG(kWarn, "node") << "taking over the reserve" << Kv("force", force) << Kv("from", owner_text_);
   // A free reserve is acquired as at start: whoever reserves it first wins,
   // and a node that just took it is not preempted.
-  const bool free = !watch_.view().held() && !watch_.view().reservation.reserved;
+  // (Shared, the partner's reservation is no claim on this node's domains.)
+  const bool free = !watch_.view().held() && (Shared() || !watch_.view().reservation.reserved);
   OpenReserveLocked(force ? fs::AcquireMode::kForce : free ? fs::AcquireMode::kNormal : fs::AcquireMode::kTakeover);
   if (state_ != ReserveState::kOnline) {
     return nasgw::Status::Unavailable("takeover failed: " + std::string(ReserveStateName(state_)) + ": " + reason_);
@@ -1835,6 +1961,56 @@ nasgw::Status Node::TakeoverReserve(bool force) {
   PublishExports().IgnoreError();  // logged; written again at the next change
   PublishShares().IgnoreError();
   return nasgw::Status();
+}
+
+nasgw::Status Node::TakePartnerDomainsLocked(fs::AcquireMode mode) {
+  const uint32_t count = reserve_->domains();
+  std::vector<uint32_t> take;
+  for (uint32_t id = 0; id < count; id++) {
+    if (!(*domains_)[id]) take.push_back(id);
+  }
+  Tails tails(count);
+  for (uint32_t id : take) {
+    // What this node holds of the partner's log of it (its stream here
+    // stops being answered first: nothing more is acknowledged from it).
+    if (mirror_server_) tails[id] = mirror_server_->Freeze(reserve_uuid_, id).tail;
+  }
+  std::vector<uint32_t> acquired;
+  nasgw::Status first_error;
+  for (uint32_t id : take) {
+    nasgw::Status a = owner_->AcquireDomain(id, mode);
+    if (a.ok()) {
+      acquired.push_back(id);
+      continue;
+    }
+    if (mirror_server_) mirror_server_->Unfreeze(reserve_uuid_, id);
+    NASGW_LOG(kWarn, "node") << "partner's domain not taken" << Kv("domain", id) << Kv("error", a.ToString());
+    if (first_error.ok()) first_error = a.WithContext("take domain " + std::to_string(id));
+  }
+  if (acquired.empty()) return first_error;
+  DomainSet opened(count);
+  nasgw::Status s = OpenDomains(reserve_, tails, &opened, acquired);
+  DomainSet next = *domains_;
+  for (uint32_t id : acquired) {
+    if (!opened[id]) {
+      // Owned, its log kept frozen here, not served: said, and left to the
+      // admin (a restart of this node opens it again).
+      NASGW_LOG(kError, "node") << "a domain taken over did not open" << Kv("domain", id) << Kv("error", s.ToString());
+      continue;
+    }
+    if (mirror_server_) mirror_server_->Drop(reserve_uuid_, id);
+    if (id < tails.size() && tails[id]) {
+      NASGW_LOG(kInfo, "node") << "the partner's mirror of the log taken" << Kv("domain", id)
+                               << Kv("held", tails[id]->entries.size())
+                               << Kv("replayed", opened[id]->LogStats().tail_replayed);
+    }
+    next[id] = std::move(opened[id]);
+  }
+  domains_ = std::make_shared<const DomainSet>(std::move(next));
+  ChooseWatchDomainLocked();
+  NASGW_LOG(kWarn, "node") << "serving the partner's domains" << Kv("taken", acquired.size());
+  if (!s.ok()) return s.WithContext("open the domains taken over");
+  return first_error.ok() || acquired.size() == take.size() ? nasgw::Status() : first_error;
 }
 
 NodeStatus Node::Status() const {
@@ -1895,6 +2071,7 @@ ReserveStatus Node::GetReserve() const {
     r.ag_bytes = reserve_->ag_bytes();
     r.generation = reserve_->generation();
     for (const auto& d : *domains_) {
+      if (!d) continue;  // the partner's: counted there
       const fs::StatFs st = d->Statfs();
       r.capacity_bytes += st.total_bytes;
       r.free_bytes += st.free_bytes;
@@ -2013,9 +2190,19 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
   // The domains made before one failed are closed before the LUNs are
   // read again, and outside the node's lock.
   if (!failed.ok()) created.clear();
+  // Shared (active/active), the new reserve is opened as at start: this
+  // node serves its home domains, the partner takes its own.
+  const bool reopen = failed.ok() && Shared();
+  if (reopen) {
+    created.clear();
+    reserve.reset();
+    nasgw::Status released = owner->Release();
+    if (!released.ok()) NASGW_LOG(kWarn, "node") << "release after format failed" << Kv("error", released.ToString());
+    owner.reset();
+  }
   {
     WriterLock lock(mu_);
-    if (!failed.ok()) {
+    if (!failed.ok() || reopen) {
       owner.reset();
       // Whatever the LUNs hold now decides the state.
       OpenReserveLocked();
@@ -2043,6 +2230,13 @@ nasgw::Status Node::FormatReserve(const std::string& name, uint64_t ag_bytes, bo
 }
 
 Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
+  if (Shared()) {
+    // The partner must register on a new LUN before its domains grow onto
+    // it, and nothing tells it to yet.
+    return nasgw::Status::FailedPrecondition(
+        "adding a LUN is not supported with [cluster] home_domains yet: remove it on both nodes, add the LUN, and "
+        "put it back");
+  }
   MutexLock admin(admin_mu_);
   const std::string shown = Redact(url);
   std::shared_ptr<fs::Reserve> reserve;
@@ -2097,6 +2291,7 @@ Result<LunStatus> Node::AddLun(const std::string& url, bool force) {
   }
   uint64_t bytes = 0;
   for (size_t id = 0; id < domains->size(); id++) {
+    if (!(*domains)[id]) continue;
     auto grew = (*domains)[id]->Grow();
     if (!grew.ok()) {
       // The LUN is a member; the domain takes its groups at the next open.
@@ -2127,6 +2322,7 @@ Result<std::shared_ptr<fs::Domain>> Node::DomainOfVolume(const std::string& name
   const DomainSet& domains = **all;
   if (domains.size() == 1) return domains[0];  // its own call says NotFound
   for (const auto& d : domains) {
+    if (!d) continue;
     auto v = d->FindVolume(name);
     if (v.ok()) return d;
     if (v.status().code() != Code::kNotFound) return v.status();
@@ -2141,14 +2337,22 @@ Result<std::shared_ptr<fs::Domain>> Node::DomainOfExport(uint32_t id) const {
   const auto count = static_cast<uint32_t>(domains.size());
   for (uint32_t d = 0; d < count; d++) {
     const fs::ExportIdRange ids = fs::ExportIds(d, count);
-    if (id >= ids.first && id <= ids.last) return domains[d];
+    if (id >= ids.first && id <= ids.last && domains[d]) return domains[d];
+    if (id >= ids.first && id <= ids.last) {
+      return nasgw::Status::Unavailable("export " + std::to_string(id) + " is of domain " + std::to_string(d) +
+                                        ", which the partner serves: ask it");
+    }
   }
-  return domains[0];  // no domain's: its own call says NotFound
+  for (const auto& d : domains) {
+    if (d) return d;  // no domain's: its own call says NotFound
+  }
+  return nasgw::Status::Unavailable("no domain is served here");
 }
 
 Result<std::vector<fs::Export>> Node::ExportsOf(const DomainSet& domains) {
   std::vector<fs::Export> all;
   for (const auto& d : domains) {
+    if (!d) continue;
     auto e = d->ListExports();
     if (!e.ok()) return e.status();
     all.insert(all.end(), std::make_move_iterator(e->begin()), std::make_move_iterator(e->end()));
@@ -2159,6 +2363,7 @@ Result<std::vector<fs::Export>> Node::ExportsOf(const DomainSet& domains) {
 Result<std::vector<fs::Share>> Node::SharesOf(const DomainSet& domains) {
   std::vector<fs::Share> all;
   for (const auto& d : domains) {
+    if (!d) continue;
     auto sh = d->ListShares();
     if (!sh.ok()) return sh.status();
     all.insert(all.end(), std::make_move_iterator(sh->begin()), std::make_move_iterator(sh->end()));
@@ -2180,6 +2385,7 @@ Result<std::vector<fs::VolumeInfo>> Node::ListVolumes() {
   if (!all.ok()) return all.status();
   std::vector<fs::VolumeInfo> volumes;
   for (const auto& d : **all) {
+    if (!d) continue;  // the partner's (shared)
     auto v = d->ListVolumes();
     if (!v.ok()) return v.status();
     volumes.insert(volumes.end(), v->begin(), v->end());
@@ -2204,20 +2410,26 @@ Result<fs::VolumeInfo> Node::CreateVolume(const std::string& name, uint32_t reco
         "domain " + std::to_string(*domain) + " does not exist: reserve has " + std::to_string(domains.size()) +
         " domain" + (domains.size() == 1 ? "" : "s") + " (0-" + std::to_string(domains.size() - 1) + ")");
   }
+  if (domain && !domains[*domain]) {
+    return nasgw::Status::FailedPrecondition("domain " + std::to_string(*domain) +
+                                             " is served by the partner: create the volume there");
+  }
   if (domains.size() == 1) return domains[0]->CreateVolume(name, record_bytes);
   uint64_t most_free = 0;
-  uint32_t into = 0;
+  std::optional<uint32_t> into;
   for (uint32_t d = 0; d < domains.size(); d++) {
+    if (!domains[d]) continue;  // the partner's (shared): its names are not seen here
     auto v = domains[d]->FindVolume(name);
     if (v.ok()) return nasgw::Status::Exists("volume '" + name + "' exists");
     if (v.status().code() != Code::kNotFound) return v.status();
     const uint64_t free = domains[d]->Statfs().free_bytes;
-    if (d == 0 || free > most_free) {
+    if (!into || free > most_free) {
       most_free = free;
       into = d;
     }
   }
-  return domains[domain.value_or(into)]->CreateVolume(name, record_bytes);
+  if (!into) return nasgw::Status::Unavailable("no domain is served here");
+  return domains[domain.value_or(*into)]->CreateVolume(name, record_bytes);
 }
 
 Result<fs::VolumeInfo> Node::SetVolumeRecordBytes(const std::string& name, uint32_t record_bytes) {
@@ -2309,6 +2521,7 @@ Result<std::vector<fs::SnapshotSchedule>> Node::ListSnapshotSchedules() {
   if (!all.ok()) return all.status();
   std::vector<fs::SnapshotSchedule> schedules;  // by volume id: each domain's ids are above the previous one's
   for (const auto& d : **all) {
+    if (!d) continue;
     auto sc = d->ListSnapshotSchedules();
     if (!sc.ok()) return sc.status();
     schedules.insert(schedules.end(), sc->begin(), sc->end());
@@ -2367,6 +2580,7 @@ Result<fs::Export> Node::FindExport(const std::string& pseudo) {
   if (!all.ok()) return all.status();
   Result<fs::Export> e = nasgw::Status::NotFound("no export at '" + *p + "'");
   for (const auto& d : **all) {
+    if (!d) continue;
     e = d->FindExport(*p);
     if (e.status().code() != Code::kNotFound) break;
   }
@@ -2442,6 +2656,7 @@ Result<fs::Share> Node::GetShare(const std::string& name) {
   if (!all.ok()) return all.status();
   Result<fs::Share> sh = nasgw::Status::NotFound("no share named '" + name + "'");
   for (const auto& d : **all) {
+    if (!d) continue;
     sh = d->GetShare(name);
     if (sh.status().code() != Code::kNotFound) break;
   }
@@ -2511,7 +2726,11 @@ nasgw::Status Node::PublishSharesLocked() {
 
 std::shared_ptr<fs::Domain> Node::domain() const {
   ReaderLock lock(mu_);
-  return state_ == ReserveState::kOnline && domains_ ? (*domains_)[0] : nullptr;
+  if (state_ != ReserveState::kOnline || !domains_) return nullptr;
+  for (const auto& d : *domains_) {
+    if (d) return d;  // (shared: the first this node serves)
+  }
+  return nullptr;
 }
 
 std::shared_ptr<const DomainSet> Node::domains(uint64_t* write_verifier, std::shared_ptr<fs::Lease>* lease) const {
@@ -2706,9 +2925,12 @@ nasgw::Status Node::GiveBack(bool partner_asked) {
   }
   {
     // This node does not take the free reserve back while the partner takes it.
+    // Shared, it takes its own home domains back at once: the partner
+    // takes only its own (free ones are never taken from a node heard).
     MutexLock lock(cluster_mu_);
-    next_takeover_mono_ns_ = MonotonicNanos() + 2 * uint64_t{config_.lease_ms} * 1'000'000 +
-                             4 * uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
+    next_takeover_mono_ns_ = Shared() ? 0
+                                      : MonotonicNanos() + 2 * uint64_t{config_.lease_ms} * 1'000'000 +
+                                            4 * uint64_t{config_.cluster_network_dead_ms} * 1'000'000;
   }
   NASGW_LOG(kWarn, "cluster") << "giving the reserve back to the partner";
   // The addresses and exports go first, so that the partner finds them free.

@@ -384,9 +384,25 @@ class Node {
   // first: this node's own (frozen: no more answers to the owner) or, when
   // this node was not fed the owner's stream, the partner's (FetchMirror).
   void OpenReserveLocked(fs::AcquireMode mode = fs::AcquireMode::kNormal) REQUIRES(mu_);
-  // Opens the domains of `reserve` that `opened` lacks (all at first), into
-  // it; the first failure, naming the domain.
-  nasgw::Status OpenDomains(const std::shared_ptr<fs::Reserve>& reserve, const Tails& tails, DomainSet* opened) const;
+  // Opens the domains of `reserve` that `opened` lacks (all at first; only
+  // those of `ids` when given), into it; the first failure, naming the
+  // domain.
+  nasgw::Status OpenDomains(const std::shared_ptr<fs::Reserve>& reserve, const Tails& tails, DomainSet* opened,
+                            const std::vector<uint32_t>& ids = {}) const;
+  // Active/active ([cluster] home_domains; docs/cluster.md, "Both nodes
+  // serving"): both nodes share the reservation and each owns the domains
+  // it serves. A DomainSet then holds null for the partner's domains.
+  bool Shared() const { return config_.cluster_enabled && !config_.cluster_home_domains.empty(); }
+  // An online node of a shared pair takes the domains it does not serve
+  // (the partner's: preempting its key unless `mode` is kNormal, which takes
+  // only free ones), replaying what the partner's mirror held of them.
+  nasgw::Status TakePartnerDomainsLocked(fs::AcquireMode mode) REQUIRES(mu_);
+  // Which domain's owner record the owner thread watches: domain 0 (the
+  // reserve's), or, shared, this node's first home domain while it does not
+  // serve, and the first domain it does not serve (the partner's) while it
+  // does; kNoWatch: none (it serves them all).
+  static constexpr uint32_t kNoWatch = UINT32_MAX;
+  void ChooseWatchDomainLocked() REQUIRES(mu_);
   // The end of an opening whose domains opened: the mirror copy dropped, an
   // interrupted LUN add completed, the node online.
   void FinishOpenLocked(std::shared_ptr<fs::Reserve> reserve, DomainSet domains, const Tails& tails) REQUIRES(mu_);
@@ -486,7 +502,8 @@ class Node {
   std::vector<std::shared_ptr<block::BlockDevice>> gated_ GUARDED_BY(mu_);  // in reserve index order
   Uuid reserve_uuid_ GUARDED_BY(mu_);                                       // of the labels seen
   std::unique_ptr<fs::Ownership> owner_ GUARDED_BY(mu_);
-  fs::OwnerWatch watch_ GUARDED_BY(mu_);  // standby and fenced
+  fs::OwnerWatch watch_ GUARDED_BY(mu_);  // standby and fenced (and shared online: the partner's)
+  uint32_t watch_domain_ GUARDED_BY(mu_) = 0;
   std::string owner_text_ GUARDED_BY(mu_);
   uint64_t fenced_total_ GUARDED_BY(mu_) = 0;
   Mutex lost_mu_ ACQUIRED_AFTER(mu_);  // a leaf: the gate's close callback may run under mu_
@@ -509,7 +526,8 @@ class Node {
     Tails tails;
     DomainSet opened;  // by id; null: not open yet
     uint64_t next_try_mono_ns = 0;
-    uint32_t attempts = 0;  // failed so far
+    uint32_t attempts = 0;       // failed so far
+    std::vector<uint32_t> ids;  // the domains owned (shared); empty: all
   };
   std::optional<PendingOpen> pending_open_ GUARDED_BY(mu_);
   static constexpr uint64_t kOpenRetryMinMs = 1000, kOpenRetryMaxMs = 30'000;

@@ -542,10 +542,12 @@ Status Ownership::AcquireDomain(uint32_t domain, AcquireMode mode) {
   if (victim != 0 && pr_supported_) {
     bool unaborted = false;
     NASGW_RETURN_IF_ERROR(PreemptEverywhere(victim, &unaborted));
+    preempted_key_ = victim;  // (read by the caller, which serialises its calls)
     if (unaborted && options_.preempt_settle_ms > 0) {
       NASGW_LOG(kWarn, "fs") << "waiting out the preempted node's queued commands (the LUN has no PREEMPT AND ABORT)"
                              << Kv("settle_ms", options_.preempt_settle_ms);
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.preempt_settle_ms));
+      settled_ms_ = options_.preempt_settle_ms;
     }
   }
   OwnerRecord r = first;

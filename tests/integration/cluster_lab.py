@@ -59,7 +59,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lab"))
-from nasgwlab import SANLAB, Checks, Node, sh  # noqa: E402
+from nasgwlab import SANLAB, Checks, Node, is_mounted, sh  # noqa: E402
 
 # Bounds the lab runs with (docs/cluster.md explains them).
 RENEW_MS, LEASE_MS = 250, 1500
@@ -112,7 +112,7 @@ vip_move_max_ms = %d
 
 class Lab:
     def __init__(self, build, nfs=False, mirror_on=True, name=None, luns=2, size="512M", tag="cl", forward=False,
-                 vips=(VIP,), reclaim=False):
+                 vips=(VIP,), reclaim=False, home=False):
         """nfs: a clients' LAN too, the pair's VIP on it, and ganesha.nfsd
         with FSAL_NASGW on each node, serving what its nasgwd exports.
         forward: head forwarding over the interconnect ([cluster]
@@ -126,7 +126,9 @@ class Lab:
         when it takes the partner's addresses and telling the NLM clients
         (SM_NOTIFY) ([nfs] ganesha_recovery_dir, ganesha_dbus, statd_dir).
         (A node's statd outlives its machine's death here: unreachable, as
-        its links are down; its ganesha clears its records at its restart.)"""
+        its links are down; its ganesha clears its records at its restart.)
+        home: active/active, node i serving domain i of a reserve split in
+        two ([cluster] home_domains = [i])."""
         self.reclaim = reclaim
         self.ganesha_epoch = int(time.time())  # both nodes' ganesha.nfsd start with it (start_ganesha)
         self.dbus = []
@@ -156,6 +158,8 @@ class Lab:
             # The cache mirror over the interconnect (sanlab: host i is 198.18.0.(1+i)).
             mirror = 'mirror_listen = "198.18.0.%d:%d"\nmirror_peer = "198.18.0.%d:%d"\n' % (
                 1 + i, MIRROR_PORT, 2 - i, MIRROR_PORT) if mirror_on else ""
+            if home:
+                mirror += "home_domains = [%d]\n" % i
             if forward:
                 mirror += 'forward_listen = "198.18.0.%d:%d"\nforward_peer = "198.18.0.%d:%d"\n' % (
                     1 + i, FORWARD_PORT, 2 - i, FORWARD_PORT)
@@ -582,6 +586,129 @@ def cmd_kill(lab, c, a, res):
     c("client outage (kill to first served op): none over 30 s (max %.2f s; median %.2f s, target <= 5 s: %s)"
       % (worst, statistics.median(outages), target_note(outages)), worst <= TAKEOVER_TIMEOUT_S, outages)
     stop_and_fsck(lab, c, "the takeovers")
+
+
+class ExtraMount:
+    """A second FUSE mount of a node's head (its own mount_path holds its own
+    volume): `volume` at <mount_path>-<volume>."""
+
+    def __init__(self, node, volume):
+        self.path = node.mount_path + "-" + volume
+        os.makedirs(self.path, exist_ok=True)
+        self.log = open(self.path + ".log", "a")
+        self.p = subprocess.Popen([node.s["bins"]["fuse"], "--socket", node.head_socket, "--volume", volume, "-f",
+                                   self.path], stdout=self.log, stderr=self.log, start_new_session=True)
+        wait_for(lambda: is_mounted(self.path) or self.p.poll() is not None, 30, "mount of " + volume)
+        if self.p.poll() is not None:
+            raise RuntimeError("nasgw-fuse exited (%s); see %s.log" % (self.p.returncode, self.path))
+
+    def close(self):
+        sh(["fusermount3", "-u", self.path], check=False)
+        try:
+            self.p.wait(30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            sh(["fusermount3", "-u", "-z", self.path], check=False)
+        self.log.close()
+
+
+def serves(node, volume):
+    v = node.cli("volume", "list", json_out=True, check=False)
+    return isinstance(v, dict) and any(x.get("name") == volume for x in v.get("volumes", []))
+
+
+def cmd_active(lab, c, a, res):
+    """Active/active ([cluster] home_domains): a reserve split in two, A
+    serving domain 0 (volume d0) and B domain 1 (vol1), a writer on each
+    through its own node's head. --rounds times, A and B in turn, the node
+    is SIGKILLed: the survivor takes its domain (preempting its key,
+    replaying the mirror of its log) while its own writer goes on; the dead
+    node's acknowledged changes are read back through the survivor. The
+    dead node comes back standing by; `cluster giveback` on the survivor
+    puts each domain home again. fsck at the end."""
+    nodes = lab.nodes
+    an, bn = nodes
+    an.start(an.s["extra_config"])
+    an.format(volume=None, domains=2)  # d0, in domain 0: A serves only that one (its home) once formatted
+    bn.start(bn.s["extra_config"])
+    wait_for(lambda: state(bn) == "online", 20, "B online with its home domain")
+    bn.cli("volume", "create", "vol1", "--record-size", "64K")
+    vols = ["d0", "vol1"]
+    c("each node serves its home domain's volume, not the other's",
+      serves(an, "d0") and serves(bn, "vol1") and not serves(an, "vol1") and not serves(bn, "d0"),
+      (an.cli("volume", "list", check=False), bn.cli("volume", "list", check=False)))
+    outages, lost, kept_going, came_back, went_home, taken = [], [], 0, 0, 0, []
+    for r in range(a.rounds):
+        victim_i = r % 2
+        victim, survivor = nodes[victim_i], nodes[1 - victim_i]
+        for i, n in enumerate(nodes):
+            wait_for(lambda n=n, i=i: serves(n, vols[i]), 30, "node %d serving %s" % (i, vols[i]))
+            n.mount(volume=vols[i])
+        if not wait_for(lambda: all("partner's memory" in cluster(n).get("mirror", "") for n in nodes), 10,
+                        "both logs mirrored", fail=False):
+            print("round %d: not both mirrored: %s" % (r, [cluster(n).get("mirror") for n in nodes]), flush=True)
+        writers = [Writer(n.mount_path, "a%02d%d" % (r, i), retry=True) for i, n in enumerate(nodes)]
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.wait_acked(3)
+        t0 = time.monotonic()
+        victim.kill()
+        wv, ws = writers[victim_i], writers[1 - victim_i]
+        wv.stop_flag.set()
+        wv.join(30)
+        wait_for(lambda: serves(survivor, vols[victim_i]), TAKEOVER_TIMEOUT_S, "the survivor taking the domain")
+        extra = ExtraMount(survivor, vols[victim_i])
+        try:
+            os.stat(extra.path)
+            outages.append(time.monotonic() - t0)
+            bad = verify(extra.path, wv)
+        finally:
+            extra.close()
+        taken.append(mirror_taken(survivor))
+        before = ws.acked
+        try:
+            ws.wait_acked(before + 3)
+            kept_going += 1
+        except RuntimeError as e:
+            print("round %d: the survivor's writer: %s" % (r, e), flush=True)
+        ws.stop_flag.set()
+        ws.join(30)
+        bad += ["survivor: " + b for b in verify(survivor.mount_path, ws)]
+        if ws.error is not None:
+            bad.append("survivor's writer failed: %s" % ws.error)
+        res["active"].append({"round": r, "victim": victim_i, "served_s": outages[-1], "acked": wv.acked,
+                              "survivor_acked": ws.acked, "lost": len(bad), "mirror_entries_replayed": taken[-1],
+                              "timeline": timeline(survivor)})
+        if bad:
+            lost.append((r, bad[:5]))
+        survivor.unmount()
+        victim.start(victim.s["extra_config"])
+        back = wait_for(lambda: state(victim) in ("standby", "online", "fenced", "failed") and state(victim), 10,
+                        "restart")
+        if back == "standby":
+            came_back += 1
+        else:
+            print("round %d: the restarted node is %s: %s" % (r, back, victim.cli("reserve", "status", check=False)))
+        wait_for(lambda: cluster(victim).get("verdict") == "owner-alive", 10, "the restarted node hears the survivor")
+        survivor.cli("cluster", "giveback")
+        if wait_for(lambda: serves(victim, vols[victim_i]) and serves(survivor, vols[1 - victim_i]) and
+                    not serves(survivor, vols[victim_i]), 30, "each domain home again", fail=False):
+            went_home += 1
+        print("round %d: node %d killed; its domain served by node %d after %.2f s; %d + %d acknowledged, %d lost%s"
+              % (r, victim_i, 1 - victim_i, outages[-1], wv.acked, ws.acked, len(bad),
+                 (": %s" % bad[:5]) if bad else ""), flush=True)
+    c("%d SIGKILLs, one node at a time, each node serving its own domain under fsync load: every acknowledged "
+      "change of both volumes there after the takeover" % a.rounds, not lost, lost)
+    c("the survivor's own writer went on through each takeover", kept_going == a.rounds, (kept_going, a.rounds))
+    c("each killed node came back standing by, and a giveback put each domain home",
+      came_back == a.rounds and went_home == a.rounds, (came_back, went_home, a.rounds))
+    c("the dead node's domain served by the survivor within 30 s every time (max %.2f s, median %.2f s; "
+      "%d log entries the array lacked replayed from the mirror)" % (max(outages), statistics.median(outages),
+                                                                     sum(taken)),
+      max(outages) <= TAKEOVER_TIMEOUT_S, outages)
+    stop_and_fsck(lab, c, "the active/active takeovers")
 
 
 def cmd_nfskill(lab, c, a, res):
@@ -1385,7 +1512,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command",
                     choices=["kill", "partition", "san", "hang", "nfs", "nfskill", "forward", "spread", "matrix",
-                             "reclaim", "all"])
+                             "reclaim", "active", "all"])
     ap.add_argument("--build", required=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--trials", type=int, default=5)
@@ -1414,10 +1541,11 @@ def main():
     b = os.path.abspath(a.build)
     c = Checks()
     res = {"kill": [], "partition": [], "san": [], "hang": [], "nfs": [], "nfskill": [], "forward": [], "spread": [],
-           "matrix": [], "reclaim": []}
+           "matrix": [], "reclaim": [], "active": []}
     cmds = {"kill": cmd_kill, "partition": cmd_partition, "san": cmd_san, "hang": cmd_hang, "nfs": cmd_nfs,
             "nfskill": cmd_nfskill,
-            "forward": cmd_forward, "spread": cmd_spread, "matrix": cmd_matrix, "reclaim": cmd_reclaim}
+            "forward": cmd_forward, "spread": cmd_spread, "matrix": cmd_matrix, "reclaim": cmd_reclaim,
+            "active": cmd_active}
     spread = ("spread", "matrix")
     for name in (["nfs", "nfskill", "reclaim", "spread", "matrix", "kill", "partition", "san", "hang", "forward"]
                  if a.command == "all"
@@ -1425,7 +1553,7 @@ def main():
         print("== %s" % name, flush=True)
         two = spread + ("reclaim",)  # the VIPs spread over both nodes, with forwarding
         lab = Lab(b, nfs=name in ("nfs", "nfskill") + two, forward=name in ("forward",) + two,
-                  vips=(VIP, VIP2) if name in two else (VIP,), reclaim=name == "reclaim")
+                  vips=(VIP, VIP2) if name in two else (VIP,), reclaim=name == "reclaim", home=name == "active")
         try:
             cmds[name](lab, c, a, res)
         except Exception as e:
