@@ -342,7 +342,9 @@ void MirrorServer::Stream(int fd, const MirrorHello& h) {
   if (s->fd == fd) s->fd = -1;
   cv_.NotifyAll();
   NASGW_LOG(kInfo, "cluster") << "mirror stream ended" << Kv("sender", h.sender) << Kv("why", why)
-                              << Kv("held_entries", s->entries.size());
+                              << Kv("domain", h.domain) << Kv("held_entries", s->entries.size())
+                              << Kv("held_first", s->entries.empty() ? 0 : s->entries.begin()->first)
+                              << Kv("held_last", s->entries.empty() ? 0 : s->entries.rbegin()->first);
 }
 
 MirrorServer::Frozen MirrorServer::Freeze(const Uuid& reserve, uint32_t domain) {

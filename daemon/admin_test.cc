@@ -2587,10 +2587,13 @@ TEST_F(AdminClusterTest, ActiveActiveEachNodeServesItsHomeDomain) {
   ASSERT_NE(volume_in(node_.get(), 0, "va"), nullptr);
 
   {
-    // StartB copies config_: A's home, changed to B's for B.
+    // StartB copies config_: A's home, changed to B's for B; B gives A's
+    // domain back only when told (A's own default gives on its own).
     config_.cluster_home_domains = {1};
+    config_.cluster_auto_failback = false;
     StartB();
     config_.cluster_home_domains = {0};
+    config_.cluster_auto_failback = true;
   }
   ASSERT_EQ(b_node_->GetReserve().state, ReserveState::kOnline) << b_node_->GetReserve().reason;
   EXPECT_TRUE(serves(b_node_.get(), 1));
@@ -2627,7 +2630,8 @@ TEST_F(AdminClusterTest, ActiveActiveEachNodeServesItsHomeDomain) {
     ca = ClusterOf(stub_.get());
     cb = ClusterOf(b_stub_.get());
     return ca.verdict() == "owner-alive" && cb.verdict() == "owner-alive" && Peer(ca, "n2") && Peer(cb, "n1");
-  })) << ca.DebugString() << cb.DebugString();
+  })) << ca.DebugString()
+      << cb.DebugString();
   EXPECT_FALSE(serves(node_.get(), 1));
   EXPECT_FALSE(serves(b_node_.get(), 0));
   EXPECT_EQ(node_->ListVolumes()->size(), 1u);
@@ -2659,8 +2663,17 @@ TEST_F(AdminClusterTest, ActiveActiveEachNodeServesItsHomeDomain) {
     auto c = ClusterOf(stub_.get());
     return c.verdict() == "owner-alive" && Peer(ClusterOf(b_stub_.get()), "n1") != nullptr;
   }));
-  // B gives back; each takes its home domain.
+  // B (auto_failback off) keeps A's domain until told: while A is heard
+  // standing by for many heartbeats, nothing moves.
+  const uint64_t heard = Peer(ClusterOf(b_stub_.get()), "n1")->heartbeats();
+  ASSERT_TRUE(WaitFor([&] { return Peer(ClusterOf(b_stub_.get()), "n1")->heartbeats() >= heard + 20; }));
+  EXPECT_TRUE(serves(b_node_.get(), 0));
+  EXPECT_EQ(node_->GetReserve().state, ReserveState::kStandby);
+  // B gives A its domain back, keeping its own online; A takes it.
   ASSERT_TRUE(b_node_->GiveBack().ok());
+  EXPECT_TRUE(serves(b_node_.get(), 1)) << "B's own domain stays online through the giveback";
+  EXPECT_FALSE(serves(b_node_.get(), 0));
+  EXPECT_EQ(b_node_->GiveBack().code(), Code::kFailedPrecondition) << "nothing left to give";
   ASSERT_TRUE(WaitFor([&] { return serves(node_.get(), 0) && serves(b_node_.get(), 1); }))
       << ReserveStateName(node_->GetReserve().state) << ": " << node_->GetReserve().reason << " / "
       << ReserveStateName(b_node_->GetReserve().state) << ": " << b_node_->GetReserve().reason;

@@ -617,6 +617,7 @@ void ParseCluster(const Section& s, Config* c, Errors* errors) {
   s.Bool("enabled", &c->cluster_enabled);
   s.Bool("auto_takeover", &c->cluster_auto_takeover);
   s.Bool("tickle_acks", &c->cluster_tickle_acks);
+  s.Bool("auto_failback", &c->cluster_auto_failback);
   if (s.String("group", &c->cluster_group)) {
     const std::string& g = c->cluster_group;
     const bool ok = !g.empty() && g.size() <= 127 && std::all_of(g.begin(), g.end(), [](char ch) {
@@ -713,8 +714,9 @@ void ParseCluster(const Section& s, Config* c, Errors* errors) {
     }
     if (!c->cluster_enabled) errors->Add("cluster.home_domains", "needs cluster.enabled = true (a controller pair)");
     if (!c->cluster_forward_peer.empty()) {
-      errors->Add("cluster.home_domains", "not with head forwarding (forward_listen, forward_peer) yet: each node "
-                                          "serves its own domains' clients on their addresses");
+      errors->Add("cluster.home_domains",
+                  "not with head forwarding (forward_listen, forward_peer) yet: each node "
+                  "serves its own domains' clients on their addresses");
     }
   }
   if (c->cluster_network_dead_ms < 3 * uint64_t{c->cluster_heartbeat_interval_ms}) {
@@ -977,7 +979,7 @@ Result<Config> Parse(const std::string& text, const std::string& origin) {
   ParseCluster(Section("cluster", table("cluster"),
                        {"enabled", "group", "heartbeat_interval_ms", "network_dead_ms", "auto_takeover", "vips",
                         "vip_interface", "mirror_listen", "mirror_peer", "forward_listen", "forward_peer",
-                        "vip_idle_ms", "vip_move_max_ms", "tickle_acks", "home_domains"},
+                        "vip_idle_ms", "vip_move_max_ms", "tickle_acks", "home_domains", "auto_failback"},
                        &errors),
                &c, &errors);
 

@@ -116,6 +116,10 @@ struct Config {
   // stands by for it. Both nodes share the reservation (fs::Ownership's
   // `shared`); not with head forwarding yet.
   std::vector<uint32_t> cluster_home_domains;
+  // With home_domains: the partner's domains held here go back to it on
+  // their own once it stands by again (and their clients are quiet);
+  // false: only `nasgw cluster giveback` (or `cluster takeover` there).
+  bool cluster_auto_failback = true;
 
   // [head]
   std::string head_socket;                                                // default: <run_dir>/head.sock

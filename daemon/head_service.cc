@@ -1180,7 +1180,7 @@ HeadOutcome HeadService::Execute(HeadSession& session, const proto::Request& r) 
   if (r.op == Op::kMount && d.count() > 1) {
     for (uint32_t each = 0; each < d.count(); each++) {
       const std::shared_ptr<fs::Domain>& e = d.Of(each);  // (null: the partner's)
-      if (e && e->FindVolume(r.name).ok()) id = each;      // names are unique across domains (Node)
+      if (e && e->FindVolume(r.name).ok()) id = each;     // names are unique across domains (Node)
     }
   } else if ((r.op == Op::kLink || r.op == Op::kRename) && fs::VolumeDomain(r.h2.volume) != id) {
     // Each handle checked first, with its own domain's key (as Exec::Verify
@@ -1286,7 +1286,7 @@ std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d, uin
     once->Close().IgnoreError();  // empty: stops its flusher; writes go through
     return once;
   }
-  if (slot.cache == nullptr || slot.verifier != d.write_verifier) {
+  if (slot.cache == nullptr || slot.verifier != d.write_verifier || slot.domain != d.Of(id).get()) {
     // A new opening: what the old caches held went with the old one (their
     // flushes find the domain closed, or fail at its closed gate). Every
     // domain's: the verifier is the node's, one for all of them; and the
@@ -1302,6 +1302,7 @@ std::shared_ptr<cache::DataCache> HeadService::CacheFor(const HeadDomain& d, uin
     CacheSlot& fresh = caches_[id];
     fresh.cache = std::make_shared<cache::DataCache>(d.Of(id), options(/*write_through=*/false));
     fresh.verifier = d.write_verifier;
+    fresh.domain = d.Of(id).get();
     if (closed_) fresh.cache->Close().IgnoreError();  // nothing in it yet
   }
   std::shared_ptr<cache::DataCache> c = caches_[id].cache;
@@ -1370,16 +1371,28 @@ cache::DataCacheStats HeadService::CacheStats() const {
 }
 
 Status HeadService::FlushCache() {
-  const uint64_t verifier = domain_().write_verifier;
+  const HeadDomain d = domain_();
+  const uint64_t verifier = d.write_verifier;
   if (verifier == 0) return Status();
-  std::vector<std::shared_ptr<cache::DataCache>> current;
+  std::vector<std::shared_ptr<cache::DataCache>> current, gone;
   {
     MutexLock l(cache_mu_);
     // No cache of this opening yet: no write was answered through it.
-    for (const CacheSlot& slot : caches_) {
-      if (slot.cache != nullptr && slot.verifier == verifier) current.push_back(slot.cache);
+    for (size_t id = 0; id < caches_.size(); id++) {
+      CacheSlot& slot = caches_[id];
+      if (slot.cache == nullptr || slot.verifier != verifier) continue;
+      if (d.domains && slot.domain != d.Of(static_cast<uint32_t>(id)).get()) {
+        // A domain no longer served here (active/active: given back):
+        // its cache goes, flushed as it closes, before the node closes
+        // the domain (it waits for nothing to hold it).
+        gone.push_back(std::move(slot.cache));
+        slot = CacheSlot();
+        continue;
+      }
+      current.push_back(slot.cache);
     }
   }
+  gone.clear();  // outside cache_mu_: closing flushes what it can
   Status first;
   for (const auto& c : current) {
     Status s = c->FlushAll();  // outside cache_mu_: it waits for the array

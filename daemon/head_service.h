@@ -224,6 +224,10 @@ class HeadService {
   mutable Mutex cache_mu_;
   struct CacheSlot {
     uint64_t verifier = 0;  // of the opening it is for
+    // The domain it caches (kept alive by `cache`): an active/active node
+    // may close a domain and open it again within one opening, verifier
+    // unchanged (docs/cluster.md, "Both nodes serving").
+    const fs::Domain* domain = nullptr;
     std::shared_ptr<cache::DataCache> cache;
   };
   std::vector<CacheSlot> caches_ GUARDED_BY(cache_mu_);  // by domain id

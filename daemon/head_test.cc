@@ -3076,5 +3076,41 @@ TEST_F(HeadDomainsTest, EachRequestGoesToItsVolumesDomain) {
   EXPECT_EQ(service_->CacheStats().bytes_written, c.size()) << "domain 1's cache of the earlier opening went too";
 }
 
+// Active/active (docs/cluster.md, "Both nodes serving"): a domain the
+// partner serves is a null in the set. A call for it is unserved (not
+// served here now: EHOSTUNREACH, which FSAL_NASGW answers as NFS's DELAY, so
+// that the client retries while the domain's address moves), not refused as
+// a forged handle; the domains served here go on, and the domain served
+// here again is served again.
+TEST_F(HeadDomainsTest, APartnersDomainIsUnservedNotRefused) {
+  nasgw_attr root2{};
+  ASSERT_EQ(nasgw_mount(client_, &kRoot, "vol2", &root2), 0) << nasgw_client_last_message();
+  nasgw_attr f1 = Create(root_.handle, "one");
+  nasgw_attr f2 = Create(root2.handle, "two");
+  ASSERT_TRUE(service_->FlushCache().ok());
+  auto both = domains_;
+  {
+    std::lock_guard<std::mutex> l(lease_mu_);
+    domains_ = std::make_shared<std::vector<std::shared_ptr<fs::Domain>>>(
+        std::vector<std::shared_ptr<fs::Domain>>{domain_, nullptr});
+  }
+  nasgw_attr got{};
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f2.handle, &got), -EHOSTUNREACH) << nasgw_client_last_message();
+  EXPECT_NE(std::string(nasgw_client_last_message()).find("served by the partner"), std::string::npos)
+      << nasgw_client_last_message();
+  nasgw_fs_stats st{};
+  EXPECT_EQ(nasgw_statfs(client_, &kRoot, root2.handle.volume, &st), -EHOSTUNREACH);
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f1.handle, &got), 0) << nasgw_client_last_message();
+  // A handle of no domain of the reserve is still refused as forged.
+  nasgw_handle stranger = root2.handle;
+  stranger.volume = fs::FirstVolumeId(5);
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &stranger, &got), -EBADMSG);
+  {
+    std::lock_guard<std::mutex> l(lease_mu_);
+    domains_ = both;
+  }
+  EXPECT_EQ(nasgw_getattr(client_, &kRoot, &f2.handle, &got), 0) << nasgw_client_last_message();
+}
+
 }  // namespace
 }  // namespace nasgw::daemon

@@ -523,7 +523,8 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   }
   auto unfreeze = [this, reserve = reserve_uuid_, &targets](const std::vector<uint32_t>& keep = {}) {
     for (uint32_t id : targets) {
-      if (mirror_server_ && std::find(keep.begin(), keep.end(), id) == keep.end()) mirror_server_->Unfreeze(reserve, id);
+      if (mirror_server_ && std::find(keep.begin(), keep.end(), id) == keep.end())
+        mirror_server_->Unfreeze(reserve, id);
     }
   };
   auto o = fs::Ownership::Acquire(gated_, gate_, reserve_uuid_, targets.front(), identity_, ownership_options_, mode,
@@ -890,6 +891,7 @@ void Node::ClusterStep(uint64_t seq) {
     }
     judgement_ = j;
   }
+  if (Shared() && online && config_.cluster_auto_failback) FailBackIfDue(now);
   if (!standby && !judge_partner) return;
   bool requested = false;
   {
@@ -1592,8 +1594,7 @@ void Node::MirrorLoop(uint32_t id) {
       // (under mu_: a takeover freezes it under mu_ too). One that failed
       // to open it while owning it keeps its copy for the next attempt.
       // Shared, an online node holds the partner's streams of its domains.
-      if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced ||
-          state_ == ReserveState::kUnformatted ||
+      if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced || state_ == ReserveState::kUnformatted ||
           (Shared() && state_ == ReserveState::kOnline && domains_ && id < domains_->size() && !(*domains_)[id])) {
         mirror_server_->Unfreeze(reserve, id);
       }
@@ -2872,6 +2873,7 @@ nasgw::Status Node::GiveBack(bool partner_asked) {
           "it: run 'nasgw cluster takeover' on that node instead");
     }
   }
+  if (Shared()) return GiveBackDomains();
   {
     // What the write-back cache holds goes to the SAN now, while the domain
     // is still online here (the flush needs it), so the partner replays
@@ -2957,6 +2959,130 @@ nasgw::Status Node::GiveBack(bool partner_asked) {
     ObserveOwnerLocked();
   }
   return s;
+}
+
+nasgw::Status Node::GiveBackDomains() {
+  {
+    // As GiveBack: the cache to the SAN first, while the domains are open.
+    MutexLock hook_lock(flush_hook_mu_);
+    if (flush_hook_) {
+      nasgw::Status f = flush_hook_();
+      if (!f.ok()) NASGW_LOG(kWarn, "cluster") << "cache flush before the giveback failed" << Kv("error", f.ToString());
+    }
+  }
+  MutexLock admin(admin_mu_);
+  std::vector<uint32_t> give;
+  auto removed = std::make_shared<DomainSet>();
+  std::shared_ptr<const DomainSet> before;
+  {
+    WriterLock lock(mu_);
+    if (state_ != ReserveState::kOnline || !domains_) {
+      return nasgw::Status::FailedPrecondition(std::string("the reserve is not online here (") +
+                                               ReserveStateName(state_) + ")");
+    }
+    const auto& home = config_.cluster_home_domains;
+    DomainSet keep = *domains_;
+    for (uint32_t id = 0; id < keep.size(); id++) {
+      if (!keep[id] || std::find(home.begin(), home.end(), id) != home.end()) continue;
+      give.push_back(id);
+      removed->push_back(std::move(keep[id]));
+    }
+    if (give.empty()) {
+      return nasgw::Status::FailedPrecondition(
+          "this node serves only its home domains ([cluster] home_domains): nothing to give back");
+    }
+    before = domains_;
+    domains_ = std::make_shared<const DomainSet>(std::move(keep));
+    ChooseWatchDomainLocked();
+  }
+  std::string ids;
+  for (uint32_t id : give) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  NASGW_LOG(kWarn, "cluster") << "giving the partner its domains back" << Kv("domains", ids);
+  // Their addresses and exports go first, then the heads' caches of them
+  // (flushed into them, still open), so that nothing holds them.
+  ReconcileVips();
+  PublishExports().IgnoreError();  // logged; written again at the next change
+  PublishShares().IgnoreError();
+  {
+    MutexLock hook_lock(flush_hook_mu_);
+    if (flush_hook_) flush_hook_().IgnoreError();
+  }
+  std::shared_ptr<const DomainSet> given = std::move(removed);
+  before.reset();
+  if (!WaitDrained(given)) {
+    // Heads still hold one: all stay here, online and owned (nothing was
+    // given up); the next heartbeat puts the addresses and exports back.
+    WriterLock lock(mu_);
+    if (state_ == ReserveState::kOnline && domains_) {
+      DomainSet back = *domains_;
+      for (size_t i = 0; i < give.size(); i++) back[give[i]] = (*given)[i];
+      domains_ = std::make_shared<const DomainSet>(std::move(back));
+      ChooseWatchDomainLocked();
+    }
+    return nasgw::Status::Busy("head requests still hold a domain after " + std::to_string(config_.drain_ms) +
+                               " ms; the domains stay online on this node");
+  }
+  given.reset();  // closes them (each flushes what it holds)
+  nasgw::Status result;
+  {
+    ReaderLock lock(mu_);
+    for (uint32_t id : give) {
+      nasgw::Status s = owner_ ? owner_->ReleaseDomain(id) : nasgw::Status::Fenced("the reserve was lost meanwhile");
+      if (!s.ok()) {
+        // Its record stays held, unrenewed: the partner takes it once its
+        // lease has run out, as a dead node's.
+        NASGW_LOG(kWarn, "cluster") << "domain release failed" << Kv("domain", id) << Kv("error", s.ToString());
+        if (result.ok()) result = s;
+      }
+    }
+  }
+  {
+    WriterLock lock(mu_);
+    ObserveOwnerLocked();
+  }
+  return result;
+}
+
+void Node::FailBackIfDue(uint64_t now) {
+  std::vector<uint32_t> give;
+  uint32_t count = 1;
+  Uuid reserve;
+  {
+    ReaderLock lock(mu_);
+    const auto& home = config_.cluster_home_domains;
+    for (uint32_t id = 0; domains_ && id < domains_->size(); id++) {
+      if ((*domains_)[id] && std::find(home.begin(), home.end(), id) == home.end()) give.push_back(id);
+    }
+    count = domains_ ? static_cast<uint32_t>(domains_->size()) : 1;
+    reserve = reserve_uuid_;
+  }
+  bool partner_ready = false;
+  {
+    MutexLock lock(cluster_mu_);
+    for (const auto& [id, p] : monitor_->peers()) {
+      partner_ready |= monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby && p.last.lan_up &&
+                       p.last.reserve == reserve;
+    }
+  }
+  if (!partner_ready || give.empty()) {
+    failback_fit_since_mono_ns_ = 0;
+    return;
+  }
+  if (failback_fit_since_mono_ns_ == 0) failback_fit_since_mono_ns_ = now;
+  const uint64_t fit_ms = (now - failback_fit_since_mono_ns_) / 1'000'000;
+  if (fit_ms < 2 * uint64_t{config_.cluster_network_dead_ms}) return;
+  // Not in the middle of a burst: the given domains' addresses quiet.
+  if (vips_ && fit_ms < config_.cluster_vip_move_max_ms) {
+    for (size_t i = 0; i < vips_->vips().size(); i++) {
+      if (std::find(give.begin(), give.end(), i % count) == give.end()) continue;
+      auto quiet = vips_->QuietMs(i);
+      if (quiet.ok() && *quiet < config_.cluster_vip_idle_ms) return;
+    }
+  }
+  NASGW_LOG(kInfo, "cluster") << "the partner stands by again: giving it its domains back" << Kv("ready_ms", fit_ms);
+  nasgw::Status s = GiveBackDomains();
+  if (!s.ok()) NASGW_LOG(kWarn, "cluster") << "giving the domains back failed" << Kv("error", s.ToString());
+  failback_fit_since_mono_ns_ = 0;  // tried: again after two more bounds
 }
 
 nasgw::Status Node::RequestTakeover(uint32_t timeout_ms) {

@@ -345,6 +345,10 @@ class Node {
   // `partner_asked` (its `cluster takeover`); Busy when heads still hold the
   // domain after [shutdown] drain_ms (then the reserve stays owned here).
   nasgw::Status GiveBack(bool partner_asked = false);
+  // Shared ([cluster] home_domains): what GiveBack does, giving the partner
+  // the domains that are not this node's home ones and keeping those
+  // online (FailedPrecondition when it serves only its own).
+  nasgw::Status GiveBackDomains();
   // A head's request was answered from the domain here (HeadService's
   // served hook): the first after an automatic takeover ends its timeline
   // ("first op served"). Cheap otherwise: one atomic load.
@@ -465,6 +469,12 @@ class Node {
   void WithdrawExportsUnlessOnline(bool online);
   // The VIP interface has been down for network_dead_ms (cluster thread).
   bool LanDownLongEnough(bool lan_up, uint64_t now);
+  // Shared: the partner's domains go back to it once it has stood by, heard
+  // and reaching the clients' LAN, for two network bounds and their
+  // addresses' clients are quiet (vip_idle_ms), or vip_move_max_ms has
+  // passed (cluster thread).
+  void FailBackIfDue(uint64_t now);
+  uint64_t failback_fit_since_mono_ns_ = 0;  // the cluster thread's own
 
   Config config_;
   LunOpener opener_;
@@ -526,7 +536,7 @@ class Node {
     Tails tails;
     DomainSet opened;  // by id; null: not open yet
     uint64_t next_try_mono_ns = 0;
-    uint32_t attempts = 0;       // failed so far
+    uint32_t attempts = 0;      // failed so far
     std::vector<uint32_t> ids;  // the domains owned (shared); empty: all
   };
   std::optional<PendingOpen> pending_open_ GUARDED_BY(mu_);

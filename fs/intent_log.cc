@@ -365,7 +365,13 @@ Status IntentLog::TakeTail(const LogTail& tail, uint64_t next, uint64_t last_ses
   TailRun run;
   const char* refused = CheckTail(tail, next, last_session, &run);
   const size_t from = run.from, end = run.end;
-  if (refused == nullptr && from == end) return Status();  // all of it is on the array already
+  if (refused == nullptr && from == end) {
+    NASGW_LOG(kInfo, "fs") << "intent log: a mirror's entries all on the array already"
+                           << Kv("held_first", tail.entries.empty() ? 0 : tail.entries.front().first)
+                           << Kv("held_last", tail.entries.empty() ? 0 : tail.entries.back().first)
+                           << Kv("log_next", next) << Kv("session", tail.session) << Kv("log_session", last_session);
+    return Status();
+  }
   const uint64_t first = from < end ? tail.entries[from].first : 0, last = from < end ? tail.entries[end - 1].first : 0;
   if (refused != nullptr) {
     NASGW_LOG(kError, "fs") << "intent log: a mirror's entries refused" << Kv("why", refused) << Kv("first", first)

@@ -307,7 +307,11 @@ fsal_status_t nasgw_status(int rc)
 	/* EINPROGRESS: another head's lease (an SMB lease) is being
 	 * recalled; the client retries (NFS4ERR_DELAY, NFS3ERR_JUKEBOX), as
 	 * knfsd answers while it recalls a delegation. */
-	if (rc == -EAGAIN || rc == -ENOTCONN || rc == -EINPROGRESS)
+	/* EHOSTUNREACH: nasgwd does not serve the reserve, or the file's
+	 * domain, here now (a takeover or a giveback under way, the domain's
+	 * address about to move): the client retries, reaching whichever node
+	 * serves it by then. */
+	if (rc == -EAGAIN || rc == -ENOTCONN || rc == -EINPROGRESS || rc == -EHOSTUNREACH)
 		return fsalstat(ERR_FSAL_DELAY, -rc);
 	/* nasgwd did not issue the handle (forged, altered, another
 	 * reserve's, or presented through another export). */
