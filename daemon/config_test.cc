@@ -969,6 +969,23 @@ TEST_F(ConfigTest, ClusterSection) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->cluster_forward_listen, "198.18.0.1:7411");
   EXPECT_EQ(c->cluster_forward_peer, "198.18.0.2:7411");
+  // Active/active: the domains this node serves while the partner is up.
+  c = Parse(Cfg("", "", "[cluster]\nenabled = true\nhome_domains = [1, 0]\nauto_failback = false\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cluster_home_domains, (std::vector<uint32_t>{1, 0}));
+  EXPECT_FALSE(c->cluster_auto_failback);
+  EXPECT_TRUE(Parse(Cfg("", "", "[cluster]\nenabled = true\n"))->cluster_auto_failback);
+  ExpectInvalid(Cfg("", "", "[cluster]\nenabled = true\nhome_domains = []"), {"cluster.home_domains", "1..28"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nenabled = true\nhome_domains = 1"), {"cluster.home_domains"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nenabled = true\nhome_domains = [28]"), {"cluster.home_domains[0]", "0..27"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nenabled = true\nhome_domains = [\"a\"]"), {"cluster.home_domains[0]"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nenabled = true\nhome_domains = [1, 1]"),
+                {"cluster.home_domains[1]", "listed already"});
+  ExpectInvalid(Cfg("", "", "[cluster]\nhome_domains = [0]"), {"cluster.home_domains", "cluster.enabled"});
+  ExpectInvalid(Cfg("", "",
+                    "[cluster]\nenabled = true\nhome_domains = [0]\nforward_listen = \"198.18.0.1:7411\"\n"
+                    "forward_peer = \"198.18.0.2:7411\""),
+                {"cluster.home_domains", "head forwarding"});
   c = Parse(Cfg("", "", "[cluster]\nvip_idle_ms = 500\nvip_move_max_ms = 0\n"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->cluster_vip_idle_ms, 500u);
