@@ -2636,6 +2636,14 @@ TEST_F(AdminClusterTest, ActiveActiveEachNodeServesItsHomeDomain) {
   EXPECT_FALSE(serves(b_node_.get(), 0));
   EXPECT_EQ(node_->ListVolumes()->size(), 1u);
   EXPECT_EQ(b_node_->ListVolumes()->size(), 1u);
+  {
+    // Each node's metrics: its own domain's intent log, not the partner's.
+    Metrics metrics;
+    AddNodeCollectors(&metrics, b_node_.get(), nullptr);
+    const std::string text = metrics.Render();
+    EXPECT_NE(text.find("nasgw_log_capacity_bytes{domain=\"1\"}"), std::string::npos) << text;
+    EXPECT_EQ(text.find("nasgw_log_capacity_bytes{domain=\"0\"}"), std::string::npos) << text;
+  }
   // A manual takeover of a live partner's domain is refused.
   EXPECT_EQ(b_node_->TakeoverReserve(false).code(), Code::kFailedPrecondition);
 

@@ -311,6 +311,7 @@ void AddNodeCollectors(Metrics* metrics, Node* node, const HeadServer* head, con
       auto domains = node->domains(&verifier, nullptr);
       for (size_t id = 0; domains && id < domains->size(); id++) {
         const std::shared_ptr<fs::Domain>& d = (*domains)[id];
+        if (!d) continue;  // the partner's (active/active): its node says it
         const Labels dl = domains->size() == 1 ? Labels{} : Labels{{"domain", std::to_string(id)}};
         auto with = [&dl](Labels l) {
           l.insert(l.begin(), dl.begin(), dl.end());
