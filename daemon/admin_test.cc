@@ -2646,6 +2646,23 @@ TEST_F(AdminClusterTest, ActiveActiveEachNodeServesItsHomeDomain) {
   }
   // A manual takeover of a live partner's domain is refused.
   EXPECT_EQ(b_node_->TakeoverReserve(false).code(), Code::kFailedPrecondition);
+  // The admin's calls on A act on its own domain, the partner's being none
+  // of its business (nor a crash): exports, shares, snapshots and clones.
+  CliResult cli = Cli({"export", "add", "va"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
+  cli = Cli({"share", "add", "va", "--name", "ShareA"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
+  cli = Cli({"share", "remove", "NoSuchShare"});
+  EXPECT_NE(cli.exit_code, 0) << Describe(cli);
+  EXPECT_NE(cli.err.find("NoSuchShare"), std::string::npos) << Describe(cli);
+  cli = Cli({"share", "remove", "ShareA"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
+  cli = Cli({"snapshot", "create", "va", "s1"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
+  cli = Cli({"snapshot", "clone", "va", "s1", "va-clone"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
+  cli = Cli({"volume", "delete", "va-clone", "--force"});
+  EXPECT_EQ(cli.exit_code, 0) << Describe(cli);
 
   // A dies. B takes domain 0 (preempting A's key) and keeps serving 1.
   a_ic_->Stop();

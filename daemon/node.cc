@@ -468,6 +468,7 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
   }
   const uint32_t domain_count = (*ro)->domains();
   if (mirror_server_) MirrorDomains(domain_count);  // each domain's stream, taken or given
+  for (uint32_t i = 0; i < (*ro)->lun_count(); i++) gated_.push_back((*ro)->lun(i));
   // Shared: the domains this opening may own, its home ones first (the
   // first is acquired with the registration); the others are the partner's
   // until it is taken over.
@@ -479,17 +480,26 @@ void Node::OpenReserveLocked(fs::AcquireMode mode) {
         state_ = ReserveState::kFailed;
         reason_ = "[cluster] home_domains names domain " + std::to_string(id) + ", but reserve '" + (*ro)->name() +
                   "' has " + std::to_string(domain_count) + " (nasgw reserve format --domains)";
+        gated_.clear();
         return;
       }
       targets.push_back(id);
     }
-    for (uint32_t id = 0; mode != fs::AcquireMode::kNormal && id < domain_count; id++) {
-      if (std::find(targets.begin(), targets.end(), id) == targets.end()) targets.push_back(id);
+    for (uint32_t id = 0; id < domain_count; id++) {
+      if (std::find(targets.begin(), targets.end(), id) != targets.end()) continue;
+      if (mode != fs::AcquireMode::kNormal) {
+        targets.push_back(id);  // a takeover: every domain
+        continue;
+      }
+      // The partner's domains this node held when it stopped (a takeover
+      // before a crash): its record names this node, so the partner would
+      // not take it. Taken back here, and given back by failback.
+      auto v = fs::ReadOwner(gated_, (*ro)->uuid(), id);
+      if (v.ok() && v->held() && v->record->node_id == identity_.id) targets.push_back(id);
     }
   } else {
     for (uint32_t id = 0; id < domain_count; id++) targets.push_back(id);
   }
-  for (uint32_t i = 0; i < (*ro)->lun_count(); i++) gated_.push_back((*ro)->lun(i));
   reserve_uuid_ = (*ro)->uuid();
   // What the partner's memory holds of each domain's log (brief decision
   // 5): entries this node's partner answered that the array may lack. A
@@ -892,6 +902,7 @@ void Node::ClusterStep(uint64_t seq) {
     judgement_ = j;
   }
   if (Shared() && online && config_.cluster_auto_failback) FailBackIfDue(now);
+  if (Shared() && online && seq % 5 == 0) TakeFreeHomeDomains();
   if (!standby && !judge_partner) return;
   bool requested = false;
   {
@@ -1593,9 +1604,16 @@ void Node::MirrorLoop(uint32_t id) {
       // A node that does not serve the domain holds the owner's stream
       // (under mu_: a takeover freezes it under mu_ too). One that failed
       // to open it while owning it keeps its copy for the next attempt.
-      // Shared, an online node holds the partner's streams of its domains.
+      // Shared, an online node holds the partner's streams of its domains
+      // (not of one it took and owns but could not open: that copy is
+      // kept, frozen, for the next attempt).
+      const bool owned_unopened = owner_ && [&] {
+        const auto held = owner_->domains();
+        return std::find(held.begin(), held.end(), id) != held.end();
+      }();
       if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced || state_ == ReserveState::kUnformatted ||
-          (Shared() && state_ == ReserveState::kOnline && domains_ && id < domains_->size() && !(*domains_)[id])) {
+          (Shared() && state_ == ReserveState::kOnline && domains_ && id < domains_->size() && !(*domains_)[id] &&
+           !owned_unopened)) {
         mirror_server_->Unfreeze(reserve, id);
       }
       node_lock.Unlock();
@@ -1915,7 +1933,9 @@ nasgw::Status Node::TakeoverReserve(bool force) {
       return nasgw::Status::FailedPrecondition("every domain of the reserve is served here already");
     }
     const uint64_t now = MonotonicNanos();
-    const bool held = watch_.view().held();
+    // (A domain this node took but could not open is held by it: tried
+    // again without waiting.)
+    const bool held = watch_.view().held() && watch_.view().record->node_id != identity_.id;
     if (!force && held && !watch_.Expired(now)) {
       return nasgw::Status::FailedPrecondition(
           "domain " + std::to_string(watch_domain_) + " is owned by " + owner_text_ + "; it last renewed " +
@@ -1964,11 +1984,13 @@ nasgw::Status Node::TakeoverReserve(bool force) {
   return nasgw::Status();
 }
 
-nasgw::Status Node::TakePartnerDomainsLocked(fs::AcquireMode mode) {
+nasgw::Status Node::TakePartnerDomainsLocked(fs::AcquireMode mode, const std::vector<uint32_t>& only) {
   const uint32_t count = reserve_->domains();
   std::vector<uint32_t> take;
   for (uint32_t id = 0; id < count; id++) {
-    if (!(*domains_)[id]) take.push_back(id);
+    if (!(*domains_)[id] && (only.empty() || std::find(only.begin(), only.end(), id) != only.end())) {
+      take.push_back(id);
+    }
   }
   Tails tails(count);
   for (uint32_t id : take) {
@@ -1994,8 +2016,9 @@ nasgw::Status Node::TakePartnerDomainsLocked(fs::AcquireMode mode) {
   DomainSet next = *domains_;
   for (uint32_t id : acquired) {
     if (!opened[id]) {
-      // Owned, its log kept frozen here, not served: said, and left to the
-      // admin (a restart of this node opens it again).
+      // Owned, its log kept frozen here (MirrorLoop leaves an owned
+      // domain's copy frozen), not served: said; `nasgw reserve takeover`
+      // tries again with the same copy (a restart of this node too).
       NASGW_LOG(kError, "node") << "a domain taken over did not open" << Kv("domain", id) << Kv("error", s.ToString());
       continue;
     }
@@ -2503,7 +2526,7 @@ Result<fs::VolumeInfo> Node::CloneSnapshot(const std::string& volume, const std:
   auto all = OnlineDomains();
   if (!all.ok()) return all.status();
   for (const auto& other : **all) {
-    if (other == *d) continue;  // its own call says Exists
+    if (!other || other == *d) continue;  // its own call says Exists (null: the partner's)
     auto taken = other->FindVolume(clone);
     if (taken.ok()) return nasgw::Status::Exists("volume '" + clone + "' exists");
     if (taken.status().code() != Code::kNotFound) return taken.status();
@@ -2599,7 +2622,7 @@ Result<fs::Export> Node::AddExport(const fs::Export& spec, std::string* publish_
   auto all = OnlineDomains();
   if (!all.ok()) return all.status();
   for (const auto& other : **all) {
-    if (other == *d) continue;  // its own call checks its pseudo paths
+    if (!other || other == *d) continue;  // its own call checks its pseudo paths
     auto taken = other->FindExport(normal.pseudo);
     if (taken.ok()) {
       return nasgw::Status::Exists("pseudo path '" + normal.pseudo + "' is taken by export " +
@@ -2673,7 +2696,7 @@ Result<fs::Share> Node::AddShare(const fs::Share& spec, std::string* publish_err
   auto all = OnlineDomains();
   if (!all.ok()) return all.status();
   for (const auto& other : **all) {
-    if (other == *d) continue;  // its own call checks its names
+    if (!other || other == *d) continue;  // its own call checks its names
     auto taken = other->GetShare(normal.name);
     if (taken.ok()) {
       return nasgw::Status::Exists(
@@ -2694,10 +2717,16 @@ Result<fs::Share> Node::RemoveShare(const std::string& name, std::string* publis
   MutexLock lock(exports_mu_);
   auto all = OnlineDomains();
   if (!all.ok()) return all.status();
-  std::shared_ptr<fs::Domain> d = (**all)[0];  // none holds it: its own call says NotFound
+  std::shared_ptr<fs::Domain> d;  // none holds it: the first one's own call says NotFound
   for (const auto& each : **all) {
-    if (each->GetShare(name).ok()) d = each;
+    if (!each) continue;  // the partner's (active/active)
+    if (!d) d = each;
+    if (each->GetShare(name).ok()) {
+      d = each;
+      break;
+    }
   }
+  if (!d) return nasgw::Status::Unavailable("no domain is served here");
   auto s = d->RemoveShare(name);
   if (!s.ok()) return s.status();
   NASGW_LOG(kInfo, "node") << "share removed" << Kv("name", s->name);
@@ -3043,6 +3072,39 @@ nasgw::Status Node::GiveBackDomains() {
   return result;
 }
 
+void Node::TakeFreeHomeDomains() {
+  std::vector<std::shared_ptr<block::BlockDevice>> luns;
+  Uuid reserve;
+  std::vector<uint32_t> want;
+  {
+    ReaderLock lock(mu_);
+    if (state_ != ReserveState::kOnline || !domains_) return;
+    for (uint32_t id : config_.cluster_home_domains) {
+      if (id < domains_->size() && !(*domains_)[id]) want.push_back(id);
+    }
+    luns = gated_;
+    reserve = reserve_uuid_;
+  }
+  if (want.empty() || luns.empty()) return;
+  std::vector<uint32_t> free;
+  for (uint32_t id : want) {
+    auto v = fs::ReadOwner(luns, reserve, id);  // without the node's lock: SAN reads
+    if (v.ok() && !v->held()) free.push_back(id);
+  }
+  if (free.empty()) return;
+  MutexLock admin(admin_mu_);
+  nasgw::Status s;
+  {
+    WriterLock lock(mu_);
+    if (state_ != ReserveState::kOnline || !domains_) return;
+    NASGW_LOG(kInfo, "node") << "taking this node's free home domains" << Kv("count", free.size());
+    s = TakePartnerDomainsLocked(fs::AcquireMode::kNormal, free);
+  }
+  if (!s.ok()) NASGW_LOG(kWarn, "node") << "home domains not taken" << Kv("error", s.ToString());
+  PublishExports().IgnoreError();  // logged; written again at the next change
+  PublishShares().IgnoreError();
+}
+
 void Node::FailBackIfDue(uint64_t now) {
   std::vector<uint32_t> give;
   uint32_t count = 1;
@@ -3060,8 +3122,13 @@ void Node::FailBackIfDue(uint64_t now) {
   {
     MutexLock lock(cluster_mu_);
     for (const auto& [id, p] : monitor_->peers()) {
-      partner_ready |= monitor_->Heard(id, now) && p.last.state == cluster::kStateStandby && p.last.lan_up &&
-                       p.last.reserve == reserve;
+      // And takes a free domain by itself (auto_takeover there): else the
+      // domains would be given to nobody.
+      // Standing by, or online without all of its home domains (it takes
+      // a free home domain by itself: TakeFreeHomeDomains).
+      partner_ready |= monitor_->Heard(id, now) &&
+                       (p.last.state == cluster::kStateStandby || p.last.state == cluster::kStateOnline) &&
+                       p.last.lan_up && p.last.takes_over && p.last.reserve == reserve;
     }
   }
   if (!partner_ready || give.empty()) {

@@ -400,7 +400,12 @@ class Node {
   // An online node of a shared pair takes the domains it does not serve
   // (the partner's: preempting its key unless `mode` is kNormal, which takes
   // only free ones), replaying what the partner's mirror held of them.
-  nasgw::Status TakePartnerDomainsLocked(fs::AcquireMode mode) REQUIRES(mu_);
+  // `only`: just those (empty: every domain not served here).
+  nasgw::Status TakePartnerDomainsLocked(fs::AcquireMode mode, const std::vector<uint32_t>& only = {}) REQUIRES(mu_);
+  // Shared, online: this node's home domains that are free (given back
+  // one record at a time, or released by a partner stopping) are taken
+  // (cluster thread, every few heartbeats).
+  void TakeFreeHomeDomains() EXCLUDES(mu_);
   // Which domain's owner record the owner thread watches: domain 0 (the
   // reserve's), or, shared, this node's first home domain while it does not
   // serve, and the first domain it does not serve (the partner's) while it

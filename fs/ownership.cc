@@ -524,7 +524,9 @@ Status Ownership::SharingPartner(const Uuid& reserve, std::vector<uint64_t>* sta
 }
 
 Status Ownership::AcquireDomain(uint32_t domain, AcquireMode mode) {
-  MutexLock io(records_io_mu_);
+  // The fencing and its wait run without records_io_mu_: the renewals of
+  // the domains held go on meanwhile (a wait past the lease would fence
+  // this node itself).
   if (!gate_->is_open()) return gate_->reason();
   const OwnerRecord first = record();
   for (uint32_t d : domains()) {
@@ -550,6 +552,8 @@ Status Ownership::AcquireDomain(uint32_t domain, AcquireMode mode) {
       settled_ms_ = options_.preempt_settle_ms;
     }
   }
+  MutexLock io(records_io_mu_);
+  if (!gate_->is_open()) return gate_->reason();
   OwnerRecord r = first;
   r.domain = domain;
   r.seq = (view->record ? view->record->seq : 0) + 1;
@@ -559,6 +563,13 @@ Status Ownership::AcquireDomain(uint32_t domain, AcquireMode mode) {
     // Some copies may say held: not renewed, they are waited out as a
     // crashed owner's would be.
     return w.WithContext("write the owner record of domain " + std::to_string(domain));
+  }
+  if (victim != 0 && pr_supported_) {
+    // A victim that registered again meanwhile (a quick restart) loses it
+    // again: its own record write, if it comes, is refused by the array.
+    bool unaborted = false;
+    Status again = PreemptEverywhere(victim, &unaborted);
+    if (!again.ok()) return again.WithContext("preempt key " + Hex(victim) + " again");
   }
   {
     MutexLock lock(luns_mu_);
