@@ -3051,8 +3051,41 @@ nasgw::Status Node::GiveBackDomains() {
     return nasgw::Status::Busy("head requests still hold a domain after " + std::to_string(config_.drain_ms) +
                                " ms; the domains stay online on this node");
   }
-  given.reset();  // closes them (each flushes what it holds)
+  // Closed here (each flushes what it holds) unless something took a
+  // reference since the drain (a cache's flusher holds its domain while it
+  // flushes): the records are freed only once every domain is closed, so
+  // that no write of this node lands after the partner may have opened it.
+  std::vector<std::weak_ptr<fs::Domain>> closing(given->begin(), given->end());
+  given.reset();
+  auto all_closed = [&closing] {
+    return std::all_of(closing.begin(), closing.end(), [](const auto& w) { return w.expired(); });
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.drain_ms);
+  while (!all_closed() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no event for a reference's end
+  }
   nasgw::Status result;
+  if (!all_closed()) {
+    // Those still held are served here again, still owned; the others
+    // (closed) are released below.
+    WriterLock lock(mu_);
+    std::vector<uint32_t> closed;
+    DomainSet back = domains_ ? *domains_ : DomainSet();
+    for (size_t i = 0; i < give.size(); i++) {
+      if (auto d = closing[i].lock(); d && give[i] < back.size()) {
+        back[give[i]] = std::move(d);
+      } else {
+        closed.push_back(give[i]);
+      }
+    }
+    if (state_ == ReserveState::kOnline && domains_) {
+      domains_ = std::make_shared<const DomainSet>(std::move(back));
+      ChooseWatchDomainLocked();
+    }
+    result = nasgw::Status::Busy("a domain given back was still held after " + std::to_string(config_.drain_ms) +
+                                 " ms; it stays on this node");
+    give = std::move(closed);
+  }
   {
     ReaderLock lock(mu_);
     for (uint32_t id : give) {
