@@ -1607,10 +1607,11 @@ void Node::MirrorLoop(uint32_t id) {
       // Shared, an online node holds the partner's streams of its domains
       // (not of one it took and owns but could not open: that copy is
       // kept, frozen, for the next attempt).
-      const bool owned_unopened = owner_ && [&] {
+      bool owned_unopened = false;
+      if (owner_) {
         const auto held = owner_->domains();
-        return std::find(held.begin(), held.end(), id) != held.end();
-      }();
+        owned_unopened = std::find(held.begin(), held.end(), id) != held.end();
+      }
       if (state_ == ReserveState::kStandby || state_ == ReserveState::kFenced || state_ == ReserveState::kUnformatted ||
           (Shared() && state_ == ReserveState::kOnline && domains_ && id < domains_->size() && !(*domains_)[id] &&
            !owned_unopened)) {
